@@ -1,0 +1,47 @@
+"""The `tunempi` command: a Typer app; each subcommand lives in its own module under cli/.
+
+Subcommand modules expose `register(app)`; they parse, call the library and print. Errors from the
+library become exit statuses here: UsageError -> 2 (message names valid choices), other TunempiError -> 1.
+"""
+
+from __future__ import annotations
+
+import importlib
+import sys
+
+import typer
+from rich.console import Console
+
+from tunempi.errors import TunempiError, UsageError
+
+app = typer.Typer(
+    name="tunempi",
+    help="Autotuner for MPI collectives and runtime parameters (MPICH and Open MPI).",
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+)
+
+# One module per subcommand (or group of subcommands); order is the order in --help.
+SUBCOMMAND_MODULES: tuple[str, ...] = (
+)
+
+for _module in SUBCOMMAND_MODULES:
+    importlib.import_module(_module).register(app)
+
+_err = Console(stderr=True)
+
+
+def main() -> None:
+    try:
+        app()
+    except UsageError as exc:
+        _err.print(f"[bold red]error:[/] {exc}")
+        sys.exit(2)
+    except TunempiError as exc:
+        _err.print(f"[bold red]error:[/] {exc}")
+        sys.exit(1)
+
+
+if __name__ == "__main__":
+    main()

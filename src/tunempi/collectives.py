@@ -1,0 +1,33 @@
+"""The vendor-neutral vocabulary of collectives that tunempi knows.
+
+Message sizes follow OSU's conventions (shared dataset format): the per-rank buffer for
+allreduce/bcast/reduce, the per-destination block for allgather/alltoall/gather/scatter.
+"""
+
+from __future__ import annotations
+
+from tunempi.errors import UsageError
+
+COLLECTIVES: tuple[str, ...] = (
+    "allreduce", "bcast", "allgather", "alltoall", "reduce", "reduce_scatter",
+    "gather", "scatter", "barrier", "allgatherv", "alltoallv", "reduce_scatter_block",
+)
+
+#: Collectives whose payload is a reduction over typed elements (sizes are multiples of the element).
+REDUCTIONS: frozenset[str] = frozenset({"allreduce", "reduce", "reduce_scatter", "reduce_scatter_block"})
+
+
+def check_collective(name: str) -> str:
+    """Return the canonical name or raise UsageError naming the valid ones."""
+    canonical = name.strip().lower()
+    if canonical not in COLLECTIVES:
+        raise UsageError(f"unknown collective {name!r}; valid: {', '.join(COLLECTIVES)}")
+    return canonical
+
+
+def parse_collectives(text: str) -> list[str]:
+    """'allreduce,bcast' -> ['allreduce', 'bcast'], validated, order kept, duplicates dropped."""
+    names = [check_collective(part) for part in text.split(",") if part.strip()]
+    if not names:
+        raise UsageError(f"no collectives in {text!r}; valid: {', '.join(COLLECTIVES)}")
+    return list(dict.fromkeys(names))

@@ -1,0 +1,48 @@
+"""Option resolution shared by every command: flag > environment (TUNEMPI_*) > default.
+
+Paths used by default follow the XDG base directories so several users and jobs do not collide.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+ENV_PREFIX = "TUNEMPI_"
+
+
+def env_value(name: str) -> str | None:
+    """The value of TUNEMPI_<NAME>, or None when unset or empty."""
+    value = os.environ.get(ENV_PREFIX + name.upper())
+    return value if value else None
+
+
+def resolve(flag: str | None, name: str, default: str | None = None) -> str | None:
+    """flag if given, else TUNEMPI_<NAME>, else default."""
+    if flag is not None:
+        return flag
+    env = env_value(name)
+    return env if env is not None else default
+
+
+def data_dir() -> Path:
+    base = os.environ.get("XDG_DATA_HOME") or str(Path.home() / ".local" / "share")
+    return Path(base) / "tunempi"
+
+
+def cache_dir() -> Path:
+    """Where compiled C parts live, keyed by library fingerprint (TUNEMPI_CACHE overrides)."""
+    override = env_value("CACHE")
+    if override:
+        return Path(override)
+    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
+    return Path(base) / "tunempi"
+
+
+def default_db_path() -> Path:
+    """The results database: --db, else TUNEMPI_DB, else a per-user file."""
+    return data_dir() / "results.sqlite"
+
+
+def resolve_db(flag: str | None) -> Path:
+    return Path(resolve(flag, "DB", str(default_db_path())) or default_db_path())

@@ -1,0 +1,70 @@
+"""Compile tunempi's C parts with the TARGET library's mpicc, cached by library fingerprint.
+
+The C sources ship inside the package; each (library, sources, flags) combination is built once into
+<cache>/build/<fingerprint>/ and rebuilt when the library or the sources change. A lock file makes
+concurrent builds (two jobs, two test workers) safe.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import hashlib
+import os
+import subprocess
+from collections.abc import Sequence
+from pathlib import Path
+
+from tunempi.config import cache_dir
+from tunempi.errors import MPIError
+from tunempi.mpi.library import MPILibrary
+
+WARNING_FLAGS: tuple[str, ...] = ("-std=c11", "-Wall", "-Wextra")
+
+
+def build_dir(library: MPILibrary) -> Path:
+    return cache_dir() / "build" / library.fingerprint
+
+
+def build_c(
+    library: MPILibrary,
+    sources: Sequence[Path],
+    name: str,
+    *,
+    shared: bool = False,
+    extra_flags: Sequence[str] = (),
+    werror: bool = False,
+) -> Path:
+    """Build an executable (or a shared library with shared=True) and return its path.
+
+    The output name carries a hash of the sources' contents and the flags, so a changed source
+    is rebuilt and an unchanged one is reused.
+    """
+    flags = list(WARNING_FLAGS) + (["-Werror"] if werror else []) + ["-O2", "-D_GNU_SOURCE"]
+    if shared:
+        flags += ["-shared", "-fPIC"]
+    flags += list(extra_flags)
+    digest = hashlib.sha256()
+    for source in sources:
+        digest.update(Path(source).read_bytes())
+    digest.update(" ".join(flags).encode())
+    suffix = ".so" if shared else ""
+    out_dir = build_dir(library)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    output = out_dir / f"{name}-{digest.hexdigest()[:12]}{suffix}"
+    if output.exists():
+        return output
+    with open(out_dir / f".{name}.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if output.exists():  # another process built it while we waited
+            return output
+        tmp = output.with_name(output.name + f".tmp{os.getpid()}")
+        argv = [str(library.mpicc), *flags, "-o", str(tmp), *map(str, sources), "-lm"]
+        result = subprocess.run(argv, capture_output=True, text=True)
+        if result.returncode != 0:
+            tmp.unlink(missing_ok=True)
+            raise MPIError(
+                f"building {name} with {library.mpicc} failed (exit {result.returncode}):\n"
+                f"{' '.join(argv)}\n{result.stderr.strip()}"
+            )
+        os.replace(tmp, output)
+    return output
