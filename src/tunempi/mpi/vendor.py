@@ -1,0 +1,73 @@
+"""The interface every vendor adapter implements: the ONLY place that spells cvars, env vars and flags.
+
+Implementations: mpi/mpich.py (MpichAdapter), mpi/openmpi.py (OpenMPIAdapter); `adapter_for(library)`
+in mpi/discovery.py returns the right one. Algorithm names and ints are discovered from the library
+at run time (MPI_T), never from a hard-coded table, and cached per library fingerprint.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from dataclasses import dataclass
+
+from tunempi.mpi.library import MPILibrary
+
+
+@dataclass(frozen=True)
+class Algorithm:
+    """One algorithm a library offers for a collective: its own name and the int its cvar uses."""
+
+    name: str
+    value: int
+
+
+@dataclass(frozen=True)
+class CvarSwitch:
+    """How to make the NEXT collective use an algorithm without relaunching, through MPI_T.
+
+    Every rank writes `value` to control variable `cvar` (an int cvar) after MPI_Init; when
+    `needs_new_communicator` is true the library only honours the value on communicators created after
+    the write (Open MPI), so the caller duplicates its communicator after writing.
+    """
+
+    cvar: str
+    value: int
+    needs_new_communicator: bool
+
+
+class VendorAdapter(ABC):
+    """Vendor-specific knowledge about one library. Stateless apart from the discovered catalog."""
+
+    vendor: str
+
+    def __init__(self, library: MPILibrary, catalog: dict[str, list[Algorithm]]) -> None:
+        self.library = library
+        self.catalog = catalog  # collective -> algorithms, discovered from the library
+
+    def algorithms(self, collective: str) -> list[Algorithm]:
+        """The library's own algorithms for a collective, without the automatic choice."""
+        return list(self.catalog.get(collective, []))
+
+    @abstractmethod
+    def default_name(self) -> str:
+        """The name of 'let the library choose' (MPICH: 'auto'; Open MPI: 'ignore')."""
+
+    @abstractmethod
+    def check_algorithm(self, collective: str, name: str) -> Algorithm:
+        """Return the algorithm or raise UsageError naming the valid ones (MPICH segfaults otherwise)."""
+
+    @abstractmethod
+    def force_env(self, collective: str, name: str) -> dict[str, str]:
+        """Environment that forces `name` for `collective` for a whole launch (one-shot mode)."""
+
+    @abstractmethod
+    def runtime_switch(self, collective: str, name: str) -> CvarSwitch:
+        """How to switch to `name` at run time through MPI_T (see CvarSwitch)."""
+
+    @abstractmethod
+    def launch_env(self) -> dict[str, str]:
+        """Environment every launch of this library needs for tunempi's runs (e.g. Open MPI's dynamic rules)."""
+
+    @abstractmethod
+    def tuning_file_mechanisms(self) -> list[str]:
+        """Names of the tuning-file mechanisms this library offers (for `tunempi info`)."""
