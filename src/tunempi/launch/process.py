@@ -302,9 +302,12 @@ class InteractiveLaunch:
             answer = job.read_line(timeout=60)   # LaunchTimeout if nothing comes
         result = job.result                      # how it ended (close() or kill() also return it)
 
-    Leaving the `with` block normally closes stdin and waits for the job to end (killing it after
-    `close_timeout_s`); leaving it with an exception kills the job. stderr is kept (the last
-    `stderr_lines` lines) for error messages.
+    Leaving the `with` block normally sends `quit_line` (if given), closes stdin and waits for the job
+    to end (killing it after `close_timeout_s`); leaving it with an exception kills the job. stderr is
+    kept (the last `stderr_lines` lines) for error messages.
+
+    Open MPI 5 (PRRTE) never delivers end-of-file to rank 0's stdin (measured with 5.0.11): a program
+    driven through mpirun must stop on an explicit request, hence `quit_line`; Hydra forwards EOF.
     """
 
     def __init__(
@@ -315,6 +318,7 @@ class InteractiveLaunch:
         cwd: str | os.PathLike[str] | None = None,
         grace_s: float = 5.0,
         close_timeout_s: float = 30.0,
+        quit_line: str | None = None,
         stderr_lines: int = 200,
         on_stderr: Callable[[str], None] | None = None,
     ) -> None:
@@ -323,6 +327,7 @@ class InteractiveLaunch:
         self.cwd = cwd
         self.grace_s = grace_s
         self.close_timeout_s = close_timeout_s
+        self.quit_line = quit_line
         self.on_stderr = on_stderr
         self.launch_id = uuid.uuid4().hex
         self.result: LaunchResult | None = None
@@ -414,10 +419,14 @@ class InteractiveLaunch:
 
     # --- ending -----------------------------------------------------------------------------------
     def close(self, timeout: float | None = None) -> LaunchResult:
-        """Close stdin (the program's signal to finish), wait up to `timeout` s, then kill what is left."""
+        """Send quit_line (if set) and close stdin, wait up to `timeout` s (default close_timeout_s),
+        then kill whatever is left."""
         proc = self._require()
         if self.result is not None:
             return self.result
+        if self.quit_line is not None and proc.poll() is None:
+            with contextlib.suppress(LaunchError):
+                self.send_line(self.quit_line)
         with contextlib.suppress(OSError, ValueError):
             assert proc.stdin is not None
             proc.stdin.close()
