@@ -29,6 +29,7 @@ from tunempi.store.schema import NATURAL_KEY, migrate
 
 STATUSES: tuple[str, ...] = ("ok", "failed", "timeout")
 STATISTICS: tuple[str, ...] = ("median_us", "min_us", "p90_us", "mean_us", "ci_low_us", "ci_high_us")
+_NO_ENV: Mapping[str, str] = MappingProxyType({})
 
 
 def utc_timestamp() -> str:
@@ -69,7 +70,7 @@ class Measurement:
     errors: int = 0
     hosts: tuple[str, ...] = ()
     launch_argv: tuple[str, ...] = ()
-    env: Mapping[str, str] = field(default_factory=lambda: MappingProxyType({}))
+    env: Mapping[str, str] = field(default_factory=lambda: _NO_ENV)
     timestamp: str = field(default_factory=utc_timestamp)
     system: str = ""
     job_id: str = ""
@@ -84,9 +85,12 @@ class Measurement:
             )
         if self.ppn <= 0:
             object.__setattr__(self, "ppn", -(-self.ranks // self.nodes))
-        object.__setattr__(self, "hosts", tuple(self.hosts))
-        object.__setattr__(self, "launch_argv", tuple(self.launch_argv))
-        object.__setattr__(self, "env", MappingProxyType(dict(sorted(dict(self.env).items()))))
+        if type(self.hosts) is not tuple:
+            object.__setattr__(self, "hosts", tuple(self.hosts))
+        if type(self.launch_argv) is not tuple:
+            object.__setattr__(self, "launch_argv", tuple(self.launch_argv))
+        if self.env is not _NO_ENV:
+            object.__setattr__(self, "env", MappingProxyType(dict(sorted(dict(self.env).items()))) if self.env else _NO_ENV)
 
     def __hash__(self) -> int:
         return hash(tuple(
@@ -137,9 +141,9 @@ def _to_row(m: Measurement) -> tuple[Any, ...]:
     for name in _COLUMNS:
         value = getattr(m, name)
         if name == "env":
-            value = json.dumps(dict(value), sort_keys=True)
+            value = json.dumps(dict(value), sort_keys=True) if value else "{}"
         elif name in _JSON_COLUMNS:
-            value = json.dumps(list(value))
+            value = json.dumps(list(value)) if value else "[]"
         values.append(value)
     return tuple(values)
 
