@@ -1,11 +1,12 @@
 """Running launches: never hang, never leave processes behind.
 
 A launch is started in a new session (so it has its own process group) with a unique marker in its
-environment, TUNEMPI_LAUNCH_ID. Killing a launch kills every process that belongs to it: the process
-group and session, the launcher's descendants, and any process that inherited the marker. The last
-one matters because the launchers do not keep their ranks in one group (measured, docs/launch.md):
-Hydra's proxy puts each rank in a session of its own, and SIGTERM to Open MPI 5's prterun leaves its
-ranks running. A marker survives re-parenting, so orphans are found even after the launcher exits.
+environment, TUNEMPI_LAUNCH_ID. Killing a launch signals every process that belongs to it: the
+launcher's session and process group, its descendants, and any process that inherited the marker.
+Killing the process group alone is not enough (measured, docs/launch.md): Hydra's proxy puts each
+rank in a session of its own, and Open MPI 5's ranks each have their own process group; once
+Open MPI's launcher is SIGKILLed its ranks run on, re-parented to init. The marker survives
+re-parenting, so such orphans are found even after the launcher has gone.
 
 Killing sends SIGTERM, waits `grace_s`, then SIGKILL. Before each signal the process's start time is
 checked again, so a recycled pid is never hit.

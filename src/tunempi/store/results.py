@@ -151,7 +151,8 @@ def _to_row(m: Measurement) -> tuple[Any, ...]:
 def _from_row(row: sqlite3.Row) -> Measurement:
     values = {name: row[name] for name in _COLUMNS}
     for name in _JSON_COLUMNS:
-        values[name] = json.loads(values[name])
+        text = values[name]
+        values[name] = json.loads(text) if len(text) > 2 else ({} if name == "env" else ())
     return Measurement(**values)
 
 
