@@ -144,6 +144,21 @@ def test_interactive_echo_through_rank0_stdin(library: MPILibrary, probe: Path) 
     assert job_processes(job.launch_id) == {}
 
 
+def test_close_without_quit_never_hangs(library: MPILibrary, probe: Path) -> None:
+    # Hydra forwards end-of-file to rank 0, so the job ends by itself; PRRTE (Open MPI 5) never does,
+    # so close() must kill it after its timeout. Either way: bounded, and nothing left behind.
+    command = launcher_for(library).command(LaunchSpec((str(probe), "echo"), 2))
+    job = InteractiveLaunch(command.argv, command.full_env(), grace_s=3).start()
+    job.send_line("ping")
+    assert job.read_line(timeout=60) is not None
+    result = job.close(timeout=3)
+    if library.vendor == "mpich":
+        assert result.ok, result.stderr
+    else:
+        assert result.status == "timeout" and result.killed >= 3
+    assert _live_probes(probe) == []
+
+
 def test_interactive_kill_leaves_nothing(library: MPILibrary, probe: Path) -> None:
     command = launcher_for(library).command(LaunchSpec((str(probe), "echo"), 2))
     job = InteractiveLaunch(command.argv, command.full_env(), grace_s=3).start()

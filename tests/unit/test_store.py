@@ -158,6 +158,13 @@ def test_migrations_apply_in_order_and_newer_schema_is_refused(tmp_path: Path, m
         ResultStore(path)
 
 
+def test_in_memory_store() -> None:
+    with ResultStore(":memory:") as store:
+        store.add(_m())
+        assert store.query() == [_m()]
+    assert not Path(":memory:").exists()
+
+
 def test_not_a_database_is_a_clear_error(tmp_path: Path) -> None:
     path = tmp_path / "junk.sqlite"
     path.write_bytes(b"this is not sqlite" * 100)

@@ -184,24 +184,31 @@ def _where(filters: Mapping[str, Filter]) -> tuple[str, list[Any]]:
 class ResultStore:
     """A results database file. Open with `ResultStore(path)`; use as a context manager or call close().
 
+    `ResultStore(":memory:")` is a private in-memory store (tests, simulations). One connection per
+    instance: use one ResultStore per thread.
+
     Query filters are keyword arguments named after Measurement fields; each takes one value or a
     collection of values, None means "any". Example:
     `store.query(library_fingerprint=fp, collective="allreduce", msg_bytes=[8, 1024], status="ok")`.
     """
 
     def __init__(self, path: str | Path, *, busy_timeout_s: float = 60.0) -> None:
+        in_memory = str(path) == ":memory:"  # for tests and simulations: private, gone on close()
         self.path = Path(path)
-        self.path.parent.mkdir(parents=True, exist_ok=True)
+        if not in_memory:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
         try:
-            self._conn = sqlite3.connect(self.path, timeout=busy_timeout_s, isolation_level=None)
+            self._conn = sqlite3.connect(
+                ":memory:" if in_memory else self.path, timeout=busy_timeout_s, isolation_level=None
+            )
             self._conn.row_factory = sqlite3.Row
             self._conn.execute(f"PRAGMA busy_timeout = {int(busy_timeout_s * 1000)}")
-            mode = self._conn.execute("PRAGMA journal_mode = WAL").fetchone()[0]
-            if str(mode).lower() != "wal":
-                raise TunempiError(f"results database {self.path}: cannot switch to WAL mode (got {mode})")
-            # In WAL mode NORMAL is durable against application crashes, which is what a sweep needs.
-            self._conn.execute("PRAGMA synchronous = NORMAL")
-            self._conn.execute("PRAGMA foreign_keys = ON")
+            if not in_memory:
+                mode = self._conn.execute("PRAGMA journal_mode = WAL").fetchone()[0]
+                if str(mode).lower() != "wal":
+                    raise TunempiError(f"results database {self.path}: cannot switch to WAL mode (got {mode})")
+                # In WAL mode NORMAL is durable against application crashes, which is what a sweep needs.
+                self._conn.execute("PRAGMA synchronous = NORMAL")
             migrate(self._conn, path=str(self.path))
         except sqlite3.DatabaseError as exc:
             raise TunempiError(f"cannot open results database {self.path}: {exc}") from exc
