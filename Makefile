@@ -28,11 +28,11 @@ demo: setup
 	$(PY) -m tunempi.demo
 
 test: setup
-	$(VENV)/bin/ruff check src tests bench
+	$(VENV)/bin/ruff check src tests $(wildcard bench)
 	$(VENV)/bin/pytest -q -ra
 
 lint: setup
-	$(VENV)/bin/ruff check src tests bench
+	$(VENV)/bin/ruff check src tests $(wildcard bench)
 
 clean:
 	rm -rf $(VENV) build *.egg-info src/*.egg-info
