@@ -25,10 +25,11 @@ from tunempi.launch.process import (
     run_launch,
     terminate_job,
 )
+from tunempi.launch.scheduler import SCHEDULING_MODES, BenchJob, GroupScheduler, Placement, plan_waves
 from tunempi.launch.topology import group_nodes, read_group_file
 
 __all__ = [
-    "LAUNCHERS", "HydraLauncher", "InteractiveLaunch", "LaunchCommand", "LaunchError", "LaunchResult",
+    "LAUNCHERS", "SCHEDULING_MODES", "BenchJob", "GroupScheduler", "Placement", "plan_waves", "HydraLauncher", "InteractiveLaunch", "LaunchCommand", "LaunchError", "LaunchResult",
     "LaunchSpec", "LaunchTimeout", "Launcher", "NodeAllocation", "OpenMPILauncher", "SrunLauncher",
     "expand_counts", "expand_hostlist", "get_launcher", "group_nodes", "launcher_for", "local_cores",
     "read_group_file", "register_launcher", "run_launch", "terminate_job",
