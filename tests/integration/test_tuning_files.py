@@ -73,7 +73,7 @@ def write_mpich_files(lib: MPILibrary, directory: Path, small: str, large: str) 
         assert rule_sets["allreduce"].blocks[0].rules[0].max_bytes == BOUND
     mpir, posix = directory / "mpich-mpir.json", directory / "mpich-posix.json"
     mpir.write_text(write_mpich_json(trees["mpir"].tree, rule_sets, known_leaves=known_leaves(libmpi)))
-    posix.write_text(write_mpich_posix_json(trees["posix"].tree, list(rule_sets)))
+    posix.write_text(write_mpich_posix_json(trees["posix"].tree, rule_sets))
     return {TUNING_FILE_CVAR["mpir"]: str(mpir), TUNING_FILE_CVAR["posix"]: str(posix)}
 
 
@@ -108,6 +108,16 @@ def test_mpich_without_the_posix_file_release_gather_takes_over(mpich: MPILibrar
     assert result.ok, result.summary()
     seen = result.observations[("allreduce", 40000)]  # the last (dict keeps the last line per point)
     assert seen["user_op_max_len"] != seen["count"] // 2  # not ring's half vector any more
+
+
+def test_mpich_default_rules_keep_the_shared_memory_algorithm(mpich: MPILibrary, tmp_path: Path) -> None:
+    """`default` below the bound: release_gather stays in charge there; ring above it."""
+    env = write_mpich_files(mpich, tmp_path, "default", "ring")
+    result = smoke_check(mpich, env, [("allreduce", BELOW), ("allreduce", ABOVE)] * 3)
+    assert result.ok, result.summary()
+    below, above = result.observations[("allreduce", BELOW)], result.observations[("allreduce", ABOVE)]
+    assert below["user_op_max_len"] not in (below["count"], (below["count"] + 1) // 2)  # neither rd nor ring
+    assert above["user_op_max_len"] == (above["count"] + 1) // 2  # ring: half the vector per step
 
 
 @pytest.mark.parametrize("damage", ["partial", "malformed", "unknown-algorithm"])

@@ -54,3 +54,10 @@ def test_conflicting_spellings_are_refused() -> None:
     with pytest.raises(UsageError, match="already"):
         write_env_file(build_rule_sets(SelectionTable.from_items(
             [("allreduce", 2, 8, "ring"), ("alltoall", 2, 8, "pairwise")])), clashing)
+
+
+def test_default_everywhere_sets_nothing() -> None:
+    env_file = write_env_file(build_rule_sets(SelectionTable.from_items([("bcast", 2, 8, "default")])),
+                              fake_force_env)
+    assert env_file.env == {} and env_file.needs_file == ()
+    assert "library's own choice" in env_file.text

@@ -55,7 +55,7 @@ def osu_call(collective: str, msg_bytes: int, ranks: int, **flags: bool) -> Mpic
 def test_golden_mpich_file() -> None:
     rule_sets = build_rule_sets(example_table())
     check_golden("mpich_example.json", write_mpich_json(DEFAULT_MPIR, rule_sets))
-    check_golden("mpich_example_posix.json", write_mpich_posix_json(DEFAULT_POSIX, sorted(rule_sets)))
+    check_golden("mpich_example_posix.json", write_mpich_posix_json(DEFAULT_POSIX, rule_sets))
 
 
 def test_file_is_complete_and_keeps_defaults_elsewhere() -> None:
@@ -176,14 +176,44 @@ def test_leaf_validation_and_parameters() -> None:
     bogus = SelectionTable.from_items([("allreduce", 4, 64, "rng")])
     with pytest.raises(UsageError, match="offers: ring, tree"):
         build_mpich_tree(DEFAULT_MPIR, build_rule_sets(bogus), known_leaves=known)
-    with pytest.raises(UsageError, match="cannot write MPICH rules for barrier"):
-        build_mpich_tree(DEFAULT_MPIR, build_rule_sets(SelectionTable.from_items([("barrier", 4, 0, "smp")])))
+    with pytest.raises(UsageError, match="without a message size"):
+        build_mpich_tree(DEFAULT_MPIR, build_rule_sets(SelectionTable.from_items(
+            [("barrier", 4, 0, "smp"), ("barrier", 4, 8, "dissemination")])))
+
+
+def test_barrier_rules_by_communicator_size() -> None:
+    table = SelectionTable.from_items([("barrier", 2, 0, "smp"), ("barrier", 16, 0, "k_dissemination")])
+    tree = build_mpich_tree(DEFAULT_MPIR, build_rule_sets(table), params={("barrier", "k_dissemination"): {"k": 4}})
+    assert select_mpich(tree, MpichCall("barrier", 2, 0, hierarchical=True)) == "MPIR_Barrier_intra_smp"
+    # smp needs a communicator spanning nodes: elsewhere the library's default (k_dissemination, k=2)
+    assert select_mpich(tree, MpichCall("barrier", 2, 0)) == "MPIR_Barrier_intra_k_dissemination"
+    assert tree["collective=barrier"]["comm_type=intra"]["comm_size<=5"]["comm_hierarchy=any"] == (
+        DEFAULT_MPIR["collective=barrier"]["comm_type=intra"])
+    assert select_mpich(tree, MpichCall("barrier", 16, 0)) == "MPIR_Barrier_intra_k_dissemination"
+
+
+def test_default_rules_keep_the_library_choice_at_both_levels() -> None:
+    sizes = (8, 1024, 65536, 1 << 20)
+    table = SelectionTable.from_items(
+        ("allreduce", 2, s, "default" if s <= 1024 else "ring") for s in sizes)
+    rule_sets = build_rule_sets(table)
+    mpir = build_mpich_tree(DEFAULT_MPIR, rule_sets)
+    posix = build_mpich_posix_tree(DEFAULT_POSIX, rule_sets)
+    small, large = MpichCall("allreduce", 2, 2, 4), MpichCall("allreduce", 2, 16384, 4)
+    assert select_mpich(mpir, small) == select_mpich(DEFAULT_MPIR, small)
+    assert select_mpich(mpir, large) == "MPIR_Allreduce_intra_ring"
+    # POSIX keeps release_gather where the rule says default and finds nothing (-> MPIR) elsewhere
+    assert select_mpich(posix, small) == "MPIDI_POSIX_mpi_allreduce_release_gather"
+    assert select_mpich(posix, large) is None
 
 
 def test_posix_tree_drops_tuned_collectives() -> None:
-    tree = build_mpich_posix_tree(DEFAULT_POSIX, ["allreduce", "allgather"])
+    def rule_sets(*collectives: str) -> dict:
+        return build_rule_sets(SelectionTable.from_items((c, 2, 8, "ring") for c in collectives))
+
+    tree = build_mpich_posix_tree(DEFAULT_POSIX, rule_sets("allreduce", "allgather"))
     assert "collective=allreduce" not in tree and "collective=bcast" in tree
-    every = build_mpich_posix_tree(DEFAULT_POSIX, ["allreduce", "bcast", "reduce", "barrier"])
+    every = build_mpich_posix_tree(DEFAULT_POSIX, rule_sets("allreduce", "bcast", "reduce", "barrier"))
     assert select_mpich(every, MpichCall("barrier", 2, 0)) is None
 
 

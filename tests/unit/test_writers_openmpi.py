@@ -146,3 +146,10 @@ def test_unknown_algorithm_names_the_valid_ones() -> None:
     table = SelectionTable.from_items([("allreduce", 4, 8, "rabenseifnr")])
     with pytest.raises(UsageError, match="known: basic_linear"):
         write_openmpi_rules(build_rule_sets(table), IDS)
+
+
+def test_default_rules_fall_back_to_the_fixed_decision() -> None:
+    table = SelectionTable.from_items([("allreduce", 2, 8, "default"), ("allreduce", 2, 65536, "ring")])
+    rules = read_openmpi_rules(write_openmpi_rules(build_rule_sets(table), IDS))
+    assert select_openmpi(rules, "allreduce", 2, 8) == 0  # 0: Open MPI's own fixed decision
+    assert select_openmpi(rules, "allreduce", 2, 65536) == IDS["allreduce"]["ring"]

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from tunempi.rules.ruleset import (
+    DEFAULT_ALGORITHM,
     CommBlock,
     Mismatch,
     MsgRule,
@@ -18,7 +19,7 @@ from tunempi.rules.ruleset import (
 from tunempi.rules.table import ScaledChoice, SelectionTable
 
 __all__ = [
-    "CommBlock", "Mismatch", "MsgRule", "RuleSet", "ScaledChoice", "SelectionTable", "boundary",
+    "DEFAULT_ALGORITHM", "CommBlock", "Mismatch", "MsgRule", "RuleSet", "ScaledChoice", "SelectionTable", "boundary",
     "build_rule_set", "build_rule_sets", "check_equivalent", "compress_row", "find_mismatches",
     "is_grid_size",
 ]

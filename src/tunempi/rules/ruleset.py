@@ -32,6 +32,10 @@ from dataclasses import dataclass
 from tunempi.errors import UsageError
 from tunempi.rules.table import SelectionTable
 
+#: The algorithm name that means "whatever the library selects by itself" (as in the dataset format).
+#: Writers express it as the library's own default (MPICH: its default subtree; Open MPI: algorithm 0).
+DEFAULT_ALGORITHM = "default"
+
 
 def is_grid_size(size: int) -> bool:
     """True for 0 and powers of two: the regular grid; anything else is an in-between point."""

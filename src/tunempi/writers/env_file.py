@@ -14,7 +14,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
 from tunempi.errors import UsageError
-from tunempi.rules.ruleset import RuleSet
+from tunempi.rules.ruleset import DEFAULT_ALGORITHM, RuleSet
 
 ForceEnv = Callable[[str, str], Mapping[str, str]]
 
@@ -53,6 +53,9 @@ def write_env_file(rule_sets: Mapping[str, RuleSet] | list[RuleSet], force_env: 
             needs_file.append(rule_set.collective)
             lines.append(f"# {rule_set.collective}: the best algorithm depends on size "
                          f"({', '.join(rule_set.algorithms())}); use the tuning file")
+            continue
+        if single == DEFAULT_ALGORITHM:
+            lines.append(f"# {rule_set.collective}: the library's own choice everywhere (nothing to set)")
             continue
         forced = dict(force_env(rule_set.collective, single))
         _merge(env, forced, f"forcing {rule_set.collective}={single}")

@@ -36,11 +36,11 @@ from __future__ import annotations
 
 import copy
 import json
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
 from tunempi.errors import UsageError
-from tunempi.rules.ruleset import CommBlock, MsgRule, RuleSet
+from tunempi.rules.ruleset import DEFAULT_ALGORITHM, CommBlock, MsgRule, RuleSet
 
 #: collective -> (message key, whether tunempi's OSU bytes are multiplied by the comm size for it).
 MSG_SEMANTICS: dict[str, tuple[str, bool]] = {
@@ -55,6 +55,7 @@ MSG_SEMANTICS: dict[str, tuple[str, bool]] = {
     "scatter": ("total_msg_size", True),
     "reduce_scatter": ("total_msg_size", False),
     "reduce_scatter_block": ("total_msg_size", False),
+    "barrier": ("", False),  # no message size: one algorithm per communicator-size block
 }
 
 #: Preconditions per leaf: MPICH's coll_algorithms.txt `restrictions`, plus `commutative` for the newer
@@ -137,8 +138,13 @@ def library_bound(collective: str, osu_bytes: int, ranks: int) -> int:
     return osu_bytes * ranks if scaled else osu_bytes
 
 
+LeafFactory = Callable[[str], dict]
+
+
 def _leaf(collective: str, algorithm: str, fallback: dict, params: Mapping[str, int | str] | None,
           known: frozenset[str] | None) -> dict:
+    if algorithm == DEFAULT_ALGORITHM:
+        return copy.deepcopy(fallback)  # the library's own choice, i.e. its default subtree
     function = leaf_function(collective, algorithm)
     key = f"algorithm={function}"
     if known is not None and key not in known:
@@ -162,58 +168,65 @@ def _leaf(collective: str, algorithm: str, fallback: dict, params: Mapping[str, 
     return node
 
 
-def _message_subtree(collective: str, rules: tuple[MsgRule, ...], ranks: int, fallback: dict,
-                     params: Mapping[tuple[str, str], Mapping[str, int | str]],
-                     known: frozenset[str] | None) -> dict:
+def _message_subtree(collective: str, rules: tuple[MsgRule, ...], ranks: int, leaf: LeafFactory) -> dict:
     key, _ = MSG_SEMANTICS[collective]
-
-    def leaf(rule: MsgRule) -> dict:
-        return _leaf(collective, rule.algorithm, fallback, params.get((collective, rule.algorithm)), known)
-
     if len(rules) == 1:
-        return leaf(rules[0])
+        return leaf(rules[0].algorithm)
+    if not key:
+        raise UsageError(f"MPICH selects {collective} without a message size; one algorithm per "
+                         f"communicator size is all a tuning file can say")
     subtree = {}
     for rule in rules[:-1]:
         assert rule.max_bytes is not None
-        subtree[f"{key}<={library_bound(collective, rule.max_bytes, ranks)}"] = leaf(rule)
-    subtree[f"{key}=any"] = leaf(rules[-1])
+        subtree[f"{key}<={library_bound(collective, rule.max_bytes, ranks)}"] = leaf(rule.algorithm)
+    subtree[f"{key}=any"] = leaf(rules[-1].algorithm)
     return subtree
 
 
-def _block_subtree(collective: str, block: CommBlock, fallback: dict,
-                   params: Mapping[tuple[str, str], Mapping[str, int | str]],
-                   known: frozenset[str] | None) -> dict:
+def _block_subtree(collective: str, block: CommBlock, leaf: LeafFactory) -> dict:
     """Message rules of one block; split by measured comm size where bounds scale with it."""
     _, scaled = MSG_SEMANTICS[collective]
     measured = block.measured_ranks or (block.min_ranks,)
     if not scaled or len(block.rules) == 1 or len(measured) == 1:
-        return _message_subtree(collective, block.rules, measured[-1], fallback, params, known)
+        return _message_subtree(collective, block.rules, measured[-1], leaf)
     # Total-bytes bound = OSU bound x comm size: exact at each measured size; sizes between two measured
     # ones use the next measured size's scaling (off by at most that ratio, e.g. 2 on a power-of-two grid).
     subtree = {}
     for ranks in measured[:-1]:
-        subtree[f"comm_size<={ranks}"] = _message_subtree(collective, block.rules, ranks, fallback, params, known)
-    subtree["comm_size=any"] = _message_subtree(collective, block.rules, measured[-1], fallback, params, known)
+        subtree[f"comm_size<={ranks}"] = _message_subtree(collective, block.rules, ranks, leaf)
+    subtree["comm_size=any"] = _message_subtree(collective, block.rules, measured[-1], leaf)
+    return subtree
+
+
+def _rule_set_subtree(rule_set: RuleSet, leaf: LeafFactory) -> dict:
+    collective = rule_set.collective
+    if collective not in MSG_SEMANTICS:
+        raise UsageError(f"cannot write MPICH rules for {collective}; tunable: {', '.join(sorted(MSG_SEMANTICS))}")
+    blocks = rule_set.blocks
+    if len(blocks) == 1:
+        return _block_subtree(collective, blocks[0], leaf)
+    subtree = {}
+    for block in blocks[:-1]:
+        subtree[f"comm_size<={block.max_ranks}"] = _block_subtree(collective, block, leaf)
+    subtree["comm_size=any"] = _block_subtree(collective, blocks[-1], leaf)
     return subtree
 
 
 def tuned_intra_subtree(rule_set: RuleSet, default_intra: dict, *,
                         params: Mapping[tuple[str, str], Mapping[str, int | str]] | None = None,
                         known_leaves: frozenset[str] | None = None) -> dict:
-    """The `comm_type=intra` subtree for one tuned collective, in numeric order."""
-    collective = rule_set.collective
-    if collective not in MSG_SEMANTICS:
-        raise UsageError(f"cannot write MPICH rules for {collective}; tunable: {', '.join(sorted(MSG_SEMANTICS))}")
+    """The `comm_type=intra` subtree for one tuned collective, in numeric order.
+
+    The algorithm name `default` (rules.DEFAULT_ALGORITHM) stands for the library's own choice: its
+    default subtree is put there.
+    """
     params = params or {}
-    blocks = rule_set.blocks
-    if len(blocks) == 1:
-        return _block_subtree(collective, blocks[0], default_intra, params, known_leaves)
-    subtree = {}
-    for block in blocks[:-1]:
-        subtree[f"comm_size<={block.max_ranks}"] = _block_subtree(collective, block, default_intra, params,
-                                                                  known_leaves)
-    subtree["comm_size=any"] = _block_subtree(collective, blocks[-1], default_intra, params, known_leaves)
-    return subtree
+    collective = rule_set.collective
+
+    def leaf(algorithm: str) -> dict:
+        return _leaf(collective, algorithm, default_intra, params.get((collective, algorithm)), known_leaves)
+
+    return _rule_set_subtree(rule_set, leaf)
 
 
 def build_mpich_tree(default_tree: Mapping, rule_sets: Mapping[str, RuleSet] | list[RuleSet], *,
@@ -340,24 +353,51 @@ def select_mpich(tree: Mapping, call: MpichCall) -> str | None:
 # --- the POSIX (shared-memory) level ---------------------------------------------------------------
 
 
-def build_mpich_posix_tree(default_posix_tree: Mapping, tuned_collectives: list[str] | set[str]) -> dict:
-    """The POSIX-level tree with every tuned collective removed, so MPICH falls back to the MPIR level.
+def _first_leaf(subtree: Mapping) -> str:
+    for key, child in subtree.items():
+        if key.startswith(("algorithm=", "composition=")):
+            return key
+        found = _first_leaf(child)
+        if found:
+            return found
+    return ""
 
-    Measured on MPICH 5.0.2 (2 ranks, one node): after the first few collectives on a communicator the
-    POSIX level takes allreduce/bcast/reduce/barrier over with its release_gather algorithms, and
-    neither the MPIR JSON file nor MPIR_CVAR_<COLL>_INTRA_ALGORITHM is consulted any more. A collective
-    absent from the POSIX tree makes the POSIX search return nothing, and MPICH then calls
-    MPIR_<Coll>_impl, i.e. the MPIR tree with the tuned rules.
+
+def build_mpich_posix_tree(default_posix_tree: Mapping,
+                           rule_sets: Mapping[str, RuleSet] | list[RuleSet]) -> dict:
+    """The POSIX-level tree that hands every tuned choice to the MPIR level.
+
+    Measured on MPICH 5.0.2 (2 ranks, one node): once a communicator has made more than
+    MPIR_CVAR_POSIX_NUM_COLLS_THRESHOLD bcast/reduce/barrier/allreduce calls, the POSIX level takes them
+    over with its release_gather algorithms, and neither the MPIR JSON file nor
+    MPIR_CVAR_<COLL>_INTRA_ALGORITHM is consulted any more. Where the POSIX search finds no leaf,
+    MPICH calls MPIR_<Coll>_impl, i.e. the MPIR tree with the tuned rules. So: a tuned collective
+    without any `default` rule is removed from the POSIX tree; one with `default` rules gets the same
+    size rules here, with the library's POSIX subtree where the rule says `default` and a branch that
+    never matches an intracommunicator (`comm_type=inter`) everywhere else.
     """
     tree = copy.deepcopy(dict(default_posix_tree))
-    for collective in tuned_collectives:
-        tree.pop(f"collective={collective}", None)
+    sets = list(rule_sets.values()) if isinstance(rule_sets, Mapping) else list(rule_sets)
+    for rule_set in sets:
+        key = f"collective={rule_set.collective}"
+        if key not in tree:
+            continue  # the POSIX level does not handle this collective: MPIR decides already
+        default_intra = tree[key].get("comm_type=intra")
+        if default_intra is None or DEFAULT_ALGORITHM not in rule_set.algorithms():
+            del tree[key]
+            continue
+        to_mpir = {"comm_type=inter": {_first_leaf(default_intra): {}}}
+
+        def leaf(algorithm: str, default_intra: dict = default_intra, to_mpir: dict = to_mpir) -> dict:
+            return copy.deepcopy(default_intra if algorithm == DEFAULT_ALGORITHM else to_mpir)
+
+        tree[key] = {"comm_type=intra": _rule_set_subtree(rule_set, leaf)}
     if not tree:
-        # An empty object is not a tree MPICH can prune; keep one harmless inter-only entry.
+        # MPICH cannot prune an empty object; keep one entry that never matches (POSIX sees no intercomms).
         tree = {"collective=barrier": {"comm_type=inter": {"algorithm=MPIDI_POSIX_mpi_barrier_release_gather": {}}}}
     return tree
 
 
-def write_mpich_posix_json(default_posix_tree: Mapping, tuned_collectives: list[str] | set[str]) -> str:
+def write_mpich_posix_json(default_posix_tree: Mapping, rule_sets: Mapping[str, RuleSet] | list[RuleSet]) -> str:
     """Text of the POSIX-level file (load it with MPIR_CVAR_CH4_POSIX_COLL_SELECTION_TUNING_JSON_FILE)."""
-    return json.dumps(build_mpich_posix_tree(default_posix_tree, tuned_collectives), indent=1) + "\n"
+    return json.dumps(build_mpich_posix_tree(default_posix_tree, rule_sets), indent=1) + "\n"

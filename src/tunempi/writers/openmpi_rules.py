@@ -30,7 +30,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from tunempi.errors import UsageError
-from tunempi.rules.ruleset import CommBlock, MsgRule, RuleSet
+from tunempi.rules.ruleset import DEFAULT_ALGORITHM, CommBlock, MsgRule, RuleSet
 
 #: Open MPI's COLLTYPE enum (ompi/mca/coll/base/coll_base_functions.h).
 COLLECTIVE_IDS: dict[str, int] = {
@@ -74,6 +74,8 @@ class OmpiSection:
 def _section_rules(collective: str, rules: tuple[MsgRule, ...], ranks: int,
                    ids: Mapping[str, int]) -> tuple[OmpiMsgRule, ...]:
     def algorithm_id(name: str) -> int:
+        if name == DEFAULT_ALGORITHM:
+            return 0  # Open MPI: no algorithm from the file, use the fixed decision
         if name not in ids:
             raise UsageError(f"no Open MPI algorithm id for {collective} {name!r}; known: {', '.join(sorted(ids))}")
         return ids[name]
