@@ -112,7 +112,8 @@ class RuleSet:
             if not block.rules or block.rules[-1].max_bytes is not None:
                 raise UsageError(f"{where}: block from {block.min_ranks} ranks must end with an unbounded rule")
             bounds = [rule.max_bytes for rule in block.rules[:-1]]
-            if any(bound is None or bound < 0 for bound in bounds) or bounds != sorted(set(bounds)):  # type: ignore[type-var]
+            numeric = [bound for bound in bounds if bound is not None and bound >= 0]
+            if len(numeric) != len(bounds) or numeric != sorted(set(numeric)):
                 raise UsageError(f"{where}: message bounds must increase strictly: {bounds}")
 
     def block_for(self, ranks: int) -> CommBlock:
