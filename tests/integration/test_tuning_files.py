@@ -21,7 +21,7 @@ from tunempi.mpi.library import MPILibrary
 from tunempi.rules import SelectionTable, build_rule_sets
 from tunempi.writers.mpich_json import write_mpich_json, write_mpich_posix_json
 from tunempi.writers.openmpi_rules import read_openmpi_rules, write_openmpi_rules
-from tunempi.writers.smoke import SmokeResult, smoke_check
+from tunempi.writers.smoke import SmokeResult, probe_points, smoke_check
 
 pytestmark = pytest.mark.mpi
 
@@ -120,6 +120,37 @@ def test_mpich_default_rules_keep_the_shared_memory_algorithm(mpich: MPILibrary,
     assert above["user_op_max_len"] == (above["count"] + 1) // 2  # ring: half the vector per step
 
 
+def four_collective_table(names: dict[str, list[str]]) -> SelectionTable:
+    """Every listed algorithm gets a size range, at 2 ranks (what one file for a real tune looks like)."""
+    items = []
+    sizes = [1, 4, 64, 1024, 1536, 4096, 16384, 65536, 262144]
+    for collective, algorithms in names.items():
+        for index, size in enumerate(sizes):
+            items.append((collective, 2, size * 4, algorithms[index * len(algorithms) // len(sizes)]))
+    return SelectionTable.from_items(items)
+
+
+def test_mpich_runs_a_file_tuning_several_collectives(mpich: MPILibrary, tmp_path: Path) -> None:
+    table = four_collective_table({
+        "allreduce": ["recursive_doubling", "recursive_multiplying", "reduce_scatter_allgather", "ring"],
+        "bcast": ["binomial", "scatter_recursive_doubling_allgather", "scatter_ring_allgather"],
+        "allgather": ["brucks", "recursive_doubling", "ring"],
+        "alltoall": ["brucks", "scattered", "pairwise"],
+        "reduce": ["binomial", "reduce_scatter_gather"],
+    })
+    rule_sets = build_rule_sets(table)
+    libmpi = find_libmpi(mpich.prefix)
+    trees = default_trees(libmpi)
+    mpir, posix = tmp_path / "mpir.json", tmp_path / "posix.json"
+    mpir.write_text(write_mpich_json(trees["mpir"].tree, rule_sets, known_leaves=known_leaves(libmpi),
+                                     params={("allreduce", "recursive_multiplying"): {"k": 2}}))
+    posix.write_text(write_mpich_posix_json(trees["posix"].tree, rule_sets))
+    points = [(c, size) for c, rule_set in rule_sets.items() for size in probe_points(rule_set)]
+    result = smoke_check(mpich, {TUNING_FILE_CVAR["mpir"]: str(mpir), TUNING_FILE_CVAR["posix"]: str(posix)}, points)
+    assert result.ok, result.summary()
+    assert len(result.observations) == len(points) > 15
+
+
 @pytest.mark.parametrize("damage", ["partial", "malformed", "unknown-algorithm"])
 def test_mpich_rejects_a_bad_file_and_the_smoke_check_notices(mpich: MPILibrary, tmp_path: Path,
                                                                damage: str) -> None:
@@ -175,6 +206,27 @@ def test_openmpi_honours_the_rules_file_and_the_inverted_file_flips(openmpi: MPI
     inverted = smoke_check(openmpi, write_openmpi_file(tmp_path, openmpi_ids, "ring", "recursive_doubling"), POINTS)
     assert inverted.ok, inverted.summary()
     assert not ran_whole_vector(inverted, BELOW) and ran_whole_vector(inverted, ABOVE)
+
+
+def test_openmpi_runs_a_file_tuning_several_collectives(openmpi: MPILibrary, openmpi_ids: dict,
+                                                       tmp_path: Path) -> None:
+    table = four_collective_table({
+        "allreduce": ["recursive_doubling", "rabenseifner", "ring", "segmented_ring"],
+        "bcast": ["binomial", "knomial", "scatter_allgather", "pipeline"],
+        "allgather": ["bruck", "recursive_doubling", "ring", "two_proc"],
+        "alltoall": ["modified_bruck", "pairwise", "linear_sync", "two_proc"],
+        "reduce": ["binomial", "rabenseifner", "pipeline"],
+    })
+    rule_sets = build_rule_sets(table)
+    text = write_openmpi_rules(rule_sets, openmpi_ids)
+    read_openmpi_rules(text)
+    path = tmp_path / "all.rules"
+    path.write_text(text)
+    env = {"OMPI_MCA_coll_tuned_use_dynamic_rules": "1", "OMPI_MCA_coll_tuned_dynamic_rules_filename": str(path)}
+    points = [(c, size) for c, rule_set in rule_sets.items() for size in probe_points(rule_set)]
+    result = smoke_check(openmpi, env, points)
+    assert result.ok, result.summary()
+    assert len(result.observations) == len(points) > 15
 
 
 def test_openmpi_at_four_ranks(openmpi: MPILibrary, openmpi_ids: dict, tmp_path: Path) -> None:
