@@ -1,1 +1,25 @@
+"""Selection table -> minimal, complete, numerically ordered rule sets (no file syntax here)."""
 
+from __future__ import annotations
+
+from tunempi.rules.ruleset import (
+    DEFAULT_ALGORITHM,
+    CommBlock,
+    Mismatch,
+    MsgRule,
+    RuleSet,
+    boundary,
+    build_rule_set,
+    build_rule_sets,
+    check_equivalent,
+    compress_row,
+    find_mismatches,
+    is_grid_size,
+)
+from tunempi.rules.table import ScaledChoice, SelectionTable
+
+__all__ = [
+    "DEFAULT_ALGORITHM", "CommBlock", "Mismatch", "MsgRule", "RuleSet", "ScaledChoice", "SelectionTable", "boundary",
+    "build_rule_set", "build_rule_sets", "check_equivalent", "compress_row", "find_mismatches",
+    "is_grid_size",
+]

@@ -1,0 +1,119 @@
+"""MPICH's built-in collective-selection JSON trees, read out of the library itself.
+
+MPICH ships no default tuning file: the default trees are C strings compiled into libmpi. A tuning
+file replaces a whole tree, and a tree that lacks a collective aborts MPI_Init (`Assertion ... cnt`),
+so a tuned file must be the library's own default tree with the tuned subtrees swapped in. This module
+finds the trees by scanning the shared object's bytes for NUL-terminated strings that start with
+`{"collective=` and parse as JSON (no dependency on the `strings` binary).
+
+MPICH 5.0.2 (the embedded wheel, lib/libmpi.so.12) holds three trees, told apart by their leaves:
+
+| level | leaves | control variable that replaces it |
+|---|---|---|
+| mpir  | `algorithm=MPIR_<Coll>_{intra,inter,allcomm}_<name>` | MPIR_CVAR_COLL_SELECTION_TUNING_JSON_FILE |
+| ch4   | `composition=MPIDI_<Coll>_intra_composition_<greek>` | MPIR_CVAR_CH4_COLL_SELECTION_TUNING_JSON_FILE |
+| posix | `algorithm=MPIDI_POSIX_mpi_<coll>_<name>` | MPIR_CVAR_CH4_POSIX_COLL_SELECTION_TUNING_JSON_FILE |
+
+The library also holds the table of every leaf key its JSON parser accepts (`algorithm=...` and
+`composition=...` strings); `known_leaves` returns it so writers can refuse a name MPICH would abort on.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass
+from pathlib import Path
+
+from tunempi.errors import MPIError
+
+LEVELS: tuple[str, ...] = ("mpir", "ch4", "posix")
+
+#: Which control variable loads a file that replaces the tree of each level.
+TUNING_FILE_CVAR: dict[str, str] = {
+    "mpir": "MPIR_CVAR_COLL_SELECTION_TUNING_JSON_FILE",
+    "ch4": "MPIR_CVAR_CH4_COLL_SELECTION_TUNING_JSON_FILE",
+    "posix": "MPIR_CVAR_CH4_POSIX_COLL_SELECTION_TUNING_JSON_FILE",
+}
+
+_TREE_START = re.compile(rb'\{"collective=')
+_LEAF_KEY = re.compile(rb"(?<=\x00)((?:algorithm|composition)=[A-Za-z0-9_]+)(?=\x00)")
+_LEAF_IN_TREE = re.compile(r'"((?:algorithm|composition)=[A-Za-z0-9_]+)"')
+
+
+@dataclass(frozen=True)
+class DefaultTree:
+    """One built-in selection tree: its level, the parsed JSON, and where it was found."""
+
+    level: str  # one of LEVELS
+    tree: dict
+    offset: int  # byte offset in the library, for the record
+
+    @property
+    def cvar(self) -> str:
+        return TUNING_FILE_CVAR[self.level]
+
+
+def find_libmpi(prefix: Path) -> Path:
+    """The real (non-symlink, non-ABI) libmpi shared object under an MPICH prefix."""
+    candidates = sorted(
+        path for path in (Path(prefix) / "lib").glob("libmpi.so*")
+        if path.is_file() and not path.is_symlink() and path.stat().st_size > 4096
+    )
+    if not candidates:
+        raise MPIError(f"no libmpi.so* under {prefix}/lib")
+    return candidates[-1]
+
+
+def classify_tree(tree: dict) -> str:
+    """The level a tree belongs to, from its leaves."""
+    leaves = set(_LEAF_IN_TREE.findall(json.dumps(tree)))
+    if any(leaf.startswith("composition=") for leaf in leaves):
+        return "ch4"
+    if leaves and all(leaf.startswith("algorithm=MPIDI_POSIX_") for leaf in leaves):
+        return "posix"
+    if any(leaf.startswith("algorithm=MPIR_") for leaf in leaves):
+        return "mpir"
+    raise MPIError(f"cannot tell which level a built-in tree belongs to (leaves: {sorted(leaves)[:5]})")
+
+
+def scan_trees(data: bytes) -> list[DefaultTree]:
+    """Every selection tree embedded in a library image, in file order."""
+    trees = []
+    for match in _TREE_START.finditer(data):
+        end = data.find(b"\x00", match.start())
+        if end < 0:
+            continue
+        try:
+            tree = json.loads(data[match.start():end].decode("utf-8"))
+        except (UnicodeDecodeError, json.JSONDecodeError):
+            continue  # a fragment that only looks like a tree
+        if isinstance(tree, dict) and tree:
+            trees.append(DefaultTree(classify_tree(tree), tree, match.start()))
+    return trees
+
+
+def default_trees(library_file: Path) -> dict[str, DefaultTree]:
+    """level -> built-in tree of an MPICH library file (libmpi.so.*)."""
+    trees: dict[str, DefaultTree] = {}
+    for found in scan_trees(Path(library_file).read_bytes()):
+        if found.level in trees:
+            raise MPIError(f"{library_file}: two built-in {found.level} trees (offsets "
+                           f"{trees[found.level].offset} and {found.offset}); cannot tell which is used")
+        trees[found.level] = found
+    if "mpir" not in trees:
+        raise MPIError(f"{library_file}: no built-in MPIR selection tree found (is this MPICH >= 3.4?)")
+    return trees
+
+
+def default_tree(library_file: Path, level: str = "mpir") -> dict:
+    """The built-in tree of one level, as parsed JSON."""
+    trees = default_trees(library_file)
+    if level not in trees:
+        raise MPIError(f"{library_file}: no built-in {level} tree; found {sorted(trees)}")
+    return trees[level].tree
+
+
+def known_leaves(library_file: Path) -> frozenset[str]:
+    """Every `algorithm=...`/`composition=...` key the library's JSON parser accepts."""
+    return frozenset(m.decode() for m in _LEAF_KEY.findall(Path(library_file).read_bytes()))

@@ -1,0 +1,152 @@
+from __future__ import annotations
+
+import random
+
+import pytest
+
+from tunempi.errors import UsageError
+from tunempi.rules import (
+    CommBlock,
+    MsgRule,
+    RuleSet,
+    ScaledChoice,
+    SelectionTable,
+    boundary,
+    build_rule_set,
+    build_rule_sets,
+    check_equivalent,
+    find_mismatches,
+)
+
+ALGORITHMS = ("recursive_doubling", "ring", "reduce_scatter_allgather", "tree")
+
+
+@pytest.mark.parametrize(
+    ("below", "above", "expected"),
+    [
+        (1024, 2048, 1448),  # both on the grid: log midpoint floor(sqrt(1024*2048))
+        (1024, 1536, 1535),  # the in-between point takes the new choice from itself on
+        (1536, 2048, 1536),  # ... or keeps the old choice up to itself
+        (0, 1, 0),
+        (8, 9, 8),
+        (3072, 6144, 4344),  # two in-between points: log midpoint again
+        (4, 8, 5),
+        (2, 4, 2),
+    ],
+)
+def test_boundary(below: int, above: int, expected: int) -> None:
+    assert boundary(below, above) == expected
+    assert below <= boundary(below, above) < above
+
+
+def test_boundary_rejects_unordered() -> None:
+    with pytest.raises(ValueError):
+        boundary(8, 8)
+
+
+def test_adjacent_equal_choices_merge_and_bounds_are_numeric() -> None:
+    sizes = [8, 16, 1024, 1536, 2048, 65536, 98304, 131072]
+    choices = ["a", "a", "a", "b", "b", "b", "c", "c"]
+    table = SelectionTable.from_items(("allreduce", 4, s, c) for s, c in zip(sizes, choices, strict=True))
+    rule_set = build_rule_set(table, "allreduce")
+    assert rule_set.blocks == (
+        CommBlock(1, None, (MsgRule(1535, "a"), MsgRule(98303, "b"), MsgRule(None, "c")), (4,)),
+    )
+
+
+def test_comm_sizes_merge_where_identical_and_stay_in_numeric_order() -> None:
+    # 4 and 16 would swap under a string sort ("16" < "4"): the bug in ACCLAiM's published code.
+    items = []
+    for ranks, algorithm in ((2, "a"), (4, "a"), (12, "b"), (16, "b"), (32, "c"), (64, "c")):
+        items += [("bcast", ranks, size, algorithm) for size in (8, 1024)]
+    rule_set = build_rule_set(SelectionTable.from_items(items), "bcast")
+    assert [(b.min_ranks, b.max_ranks, b.measured_ranks) for b in rule_set.blocks] == [
+        (1, 11, (2, 4)),  # 12 is an in-between size: the new choice starts at it
+        (12, 22, (12, 16)),  # 16 and 32 on the grid: log midpoint floor(sqrt(512)) = 22
+        (23, None, (32, 64)),
+    ]
+    assert rule_set.select(4, 8) == "a" and rule_set.select(16, 8) == "b" and rule_set.select(1000, 8) == "c"
+
+
+def random_table(rng: random.Random) -> SelectionTable:
+    """Power-of-two and in-between sizes, several layouts, choices with runs (so merging matters)."""
+    items = []
+    collectives = rng.sample(["allreduce", "bcast", "allgather", "alltoall"], rng.randint(1, 3))
+    layouts = {(nodes, ppn) for nodes in (1, 2, 4, 8) for ppn in (1, 2, 4, 12) if rng.random() < 0.5}
+    layouts.add((1, 2))
+    for collective in collectives:
+        for nodes, ppn in sorted(layouts):
+            algorithm = rng.choice(ALGORITHMS)
+            size = 1
+            while size <= 1 << 20:
+                for point in (size, size + size // 2) if size >= 4 else (size,):
+                    if rng.random() < 0.3:
+                        algorithm = rng.choice(ALGORITHMS)
+                    items.append(ScaledChoice(collective, nodes, ppn, point, algorithm))
+                size *= 2
+            if rng.random() < 0.3:
+                items.append(ScaledChoice(collective, nodes, ppn, 0, rng.choice(ALGORITHMS)))
+    return SelectionTable.from_scaled(items, preferred_ppn=rng.choice([None, 2, 4]))
+
+
+@pytest.mark.parametrize("seed", range(60))
+def test_rule_set_reproduces_random_tables_at_every_point(seed: int) -> None:
+    rng = random.Random(seed)
+    table = random_table(rng)
+    rule_sets = build_rule_sets(table)
+    assert find_mismatches(table, rule_sets) == []
+    check_equivalent(table, rule_sets)
+    for rule_set in rule_sets.values():  # minimal: no mergeable neighbours remain
+        for block in rule_set.blocks:
+            algorithms = [rule.algorithm for rule in block.rules]
+            assert all(a != b for a, b in zip(algorithms, algorithms[1:], strict=False))
+        assert all(a.rules != b.rules for a, b in zip(rule_set.blocks, rule_set.blocks[1:], strict=False))
+        assert RuleSet.from_dict(rule_set.to_dict()) == rule_set
+
+
+def test_equivalence_check_catches_a_wrong_rule() -> None:
+    table = SelectionTable.from_items(
+        [("allreduce", 2, 1024, "recursive_doubling"), ("allreduce", 2, 2048, "ring")]
+    )
+    good = build_rule_sets(table)
+    check_equivalent(table, good)
+    wrong = {"allreduce": RuleSet("allreduce", (CommBlock(1, None, (MsgRule(4096, "recursive_doubling"),
+                                                                    MsgRule(None, "ring"))),))}
+    mismatches = find_mismatches(table, wrong)
+    assert [(m.msg_bytes, m.table_choice, m.rule_choice) for m in mismatches] == [(2048, "ring", "recursive_doubling")]
+    with pytest.raises(UsageError, match="2048 B: table ring, rules recursive_doubling"):
+        check_equivalent(table, wrong)
+
+
+@pytest.mark.parametrize(
+    "blocks",
+    [
+        (CommBlock(2, None, (MsgRule(None, "a"),)),),  # does not start at 1 rank
+        (CommBlock(1, 4, (MsgRule(None, "a"),)),),  # bounded last block
+        (CommBlock(1, 4, (MsgRule(None, "a"),)), CommBlock(6, None, (MsgRule(None, "a"),))),  # gap
+        (CommBlock(1, None, (MsgRule(16, "a"), MsgRule(4, "b"), MsgRule(None, "c"))),),  # unordered
+        (CommBlock(1, None, (MsgRule(16, "a"),)),),  # incomplete: no unbounded rule
+    ],
+)
+def test_rule_set_rejects_incomplete_or_unordered(blocks: tuple[CommBlock, ...]) -> None:
+    with pytest.raises(UsageError):
+        RuleSet("allreduce", blocks)
+
+
+def test_from_scaled_prefers_the_allocations_ppn_then_fuller_nodes() -> None:
+    choices = [
+        ScaledChoice("allreduce", 4, 2, 64, "ring"),
+        ScaledChoice("allreduce", 2, 4, 64, "recursive_doubling"),
+        ScaledChoice("allreduce", 8, 1, 64, "tree"),
+    ]
+    assert SelectionTable.from_scaled(choices).choices == {("allreduce", 8, 64): "recursive_doubling"}
+    assert SelectionTable.from_scaled(choices, preferred_ppn=2).choices == {("allreduce", 8, 64): "ring"}
+
+
+def test_table_rejects_conflicts_and_unknown_collectives() -> None:
+    with pytest.raises(UsageError, match="conflicting"):
+        SelectionTable.from_items([("bcast", 2, 8, "binomial"), ("bcast", 2, 8, "smp")])
+    with pytest.raises(UsageError, match="valid"):
+        SelectionTable.from_items([("allreducex", 2, 8, "ring")])
+    with pytest.raises(UsageError, match="no points for bcast"):
+        build_rule_set(SelectionTable.from_items([("allreduce", 2, 8, "ring")]), "bcast")
