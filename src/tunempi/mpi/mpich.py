@@ -19,6 +19,7 @@ import re
 from collections import Counter
 from collections.abc import Iterable
 
+from tunempi.errors import UsageError
 from tunempi.mpi.library import MPILibrary
 from tunempi.mpi.vendor import Algorithm, CvarSwitch, VendorAdapter
 
@@ -120,17 +121,23 @@ def _split_after_word(run: str, words: set[str]) -> str | None:
     return None
 
 
-_COMPOSITION_ENTRY = re.compile(r"(?:^|\s)(\d+)\s+(.+?)(?=\s+\d+\s+\D|$)", re.S)
-
-
 def parse_composition_description(description: str) -> list[tuple[int, str]]:
     """'Select ... for Allreduce 0 Auto selection 1 NM + SHM with reduce + bcast 2 NM only ...'
-    -> [(0, 'Auto selection'), (1, 'NM + SHM with reduce + bcast'), (2, 'NM only ...')]."""
+    -> [(0, 'Auto selection'), (1, 'NM + SHM with reduce + bcast'), (2, 'NM only ...')].
+
+    Values are looked for in sequence (0, 1, 2, ...), so a number inside an entry's text
+    ("between rank 0 and root") is not taken for the start of an entry.
+    """
     text = " ".join(description.split())
-    first = re.search(r"(?:^|\s)0\s", text)
-    if not first:
-        return []
-    return [(int(m.group(1)), m.group(2).strip()) for m in _COMPOSITION_ENTRY.finditer(text[first.start():])]
+    starts: list[tuple[int, int, int]] = []  # (value, start of the number, start of the text)
+    position = 0
+    while match := re.compile(rf"(?:^|\s){len(starts)}\s").search(text, position):
+        starts.append((len(starts), match.start(), match.end()))
+        position = match.end()
+    return [
+        (value, text[text_start:(starts[i + 1][1] if i + 1 < len(starts) else len(text))].strip())
+        for i, (value, _, text_start) in enumerate(starts)
+    ]
 
 
 def description_vocabulary(cvars: Iterable[dict]) -> set[str]:
@@ -199,6 +206,13 @@ class MpichAdapter(VendorAdapter):
         if not self.cvar_names:
             return list(TUNING_FILE_CVARS)
         return [name for name in TUNING_FILE_CVARS if name in self.cvar_names]
+
+    def tuning_file_env(self, mechanism: str, path: str) -> dict[str, str]:
+        valid = self.tuning_file_mechanisms()
+        if mechanism not in valid:
+            raise UsageError(f"unknown tuning-file mechanism {mechanism!r} for {self.library.name}; "
+                             f"valid: {', '.join(valid)}")
+        return {mechanism: path}
 
     def compositions(self, collective: str) -> list[tuple[int, str]]:
         """MPICH 5 inter-/intra-node compositions (value, description); empty where there are none."""

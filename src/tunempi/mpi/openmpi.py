@@ -15,6 +15,7 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable
 
+from tunempi.errors import UsageError
 from tunempi.mpi.library import MPILibrary
 from tunempi.mpi.vendor import DEFAULT_ALGORITHM, Algorithm, CvarSwitch, VendorAdapter
 
@@ -148,6 +149,14 @@ class OpenMPIAdapter(VendorAdapter):
         if self.cvar_names and RULES_FILE_CVAR not in self.cvar_names:
             return []
         return [RULES_FILE_CVAR]
+
+    def tuning_file_env(self, mechanism: str, path: str) -> dict[str, str]:
+        valid = self.tuning_file_mechanisms()
+        if mechanism not in valid:
+            raise UsageError(f"unknown tuning-file mechanism {mechanism!r} for {self.library.name}; "
+                             f"valid: {', '.join(valid) or 'none'}")
+        # The rules file is only read when dynamic rules are on, and only at start (read-only cvars).
+        return {mca_env(DYNAMIC_RULES_CVAR): "1", mca_env(RULES_FILE_CVAR): path}
 
     def algorithm_cvar(self, collective: str) -> str:
         self._check_collective(collective)

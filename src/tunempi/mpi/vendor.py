@@ -118,3 +118,8 @@ class VendorAdapter(ABC):
     @abstractmethod
     def tuning_file_mechanisms(self) -> list[str]:
         """Names of the tuning-file mechanisms this library offers (for `tunempi info`)."""
+
+    def tuning_file_env(self, mechanism: str, path: str) -> dict[str, str]:
+        """Environment that makes a launch read tuning file `path` through `mechanism`
+        (one of tuning_file_mechanisms())."""
+        raise NotImplementedError(f"{type(self).__name__} has no tuning-file mechanisms")
