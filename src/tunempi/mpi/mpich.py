@@ -16,7 +16,6 @@ An unknown name in the env var makes MPI_Init segfault, so every name is checked
 from __future__ import annotations
 
 import re
-from collections import Counter
 from collections.abc import Iterable
 
 from tunempi.errors import UsageError
@@ -79,37 +78,43 @@ def parse_algorithm_description(description: str, vocabulary: Iterable[str] = ()
 def parse_glued_description(description: str, vocabulary: Iterable[str] = ()) -> list[str]:
     """Names from a 4.0.x description whose entries run together.
 
-    Each separator ' - ' is preceded by `<previous entry's text><name><padding>`. The names were padded to
-    a common column width W, so len(name) = W - len(padding). W is estimated from the entries whose name
-    splits cleanly off a word the descriptions use elsewhere ("algorithm" + "smp"); the entries are then
-    cut at that width. An unpadded entry (MPICH writes "auto - ..." unaligned) keeps its word split.
+    Each separator ' - ' is preceded by `<previous entry's text><name><padding>`, e.g.
+    "...Force smp algorithmrecursive_doubling       - Force recursive doubling algorithm...". The names
+    were padded to a common column width W, so len(name) = W - len(padding). W is the width that makes
+    the most names reappear in their own entry's text ("recursive_doubling" <- "Force recursive doubling");
+    no width may cut a name longer than its identifier run. An entry outside the alignment (MPICH writes
+    "auto - ..." unpadded) is split after a word the descriptions use elsewhere ("algorithm" + "auto").
     """
     words = set(vocabulary) | {m.group(0) for m in _WORD.finditer(description)} | {"algorithm"}
-    # Words that only occur glued to a name are not in `words`: only whole words of other text count.
     separators = list(_SEPARATOR.finditer(description))
-    entries: list[tuple[str, int, str | None]] = []  # (trailing identifier, padding, word-split name)
-    for sep in separators:
-        head = description[: sep.start()]
-        match = _TRAILING_IDENTIFIER.search(head)
+    entries: list[tuple[str, int, set[str]]] = []  # (trailing identifier run, padding, words of own text)
+    for i, sep in enumerate(separators):
+        match = _TRAILING_IDENTIFIER.search(description[: sep.start()])
         if not match:
             continue
-        run = match.group(0)
-        entries.append((run, len(sep.group(1)), _split_after_word(run, words)))
-    widths = Counter(len(name) + pad for run, pad, name in entries if name is not None and pad > 1)
-    width = widths.most_common(1)[0][0] if widths else None
+        text_end = separators[i + 1].start() if i + 1 < len(separators) else len(description)
+        own_words = {w.lower() for w in _WORD.findall(description[sep.end():text_end])}
+        entries.append((match.group(0), len(sep.group(1)), own_words))
+    padded = [(run, pad, own) for run, pad, own in entries if pad > 1]
+    width: int | None = None
+    if padded:
+        low = max(pad for _, pad, _ in padded) + 1
+        high = min(len(run) + pad for run, pad, _ in padded)  # no name longer than its run
+
+        def score(w: int) -> int:
+            return sum(run[len(run) - (w - pad):].split("_")[0] in own for run, pad, own in padded)
+
+        candidates = range(low, high + 1)
+        width = max(candidates, key=score, default=None)
     names: list[str] = []
-    for run, pad, split_name in entries:
-        name = split_name
-        if width is not None and (pad > 1 or split_name is None) and 0 < width - pad <= len(run):
-            name = run[len(run) - (width - pad):]
-        if name is None:
-            name = run
-        if not re.fullmatch(_NAME, name):
-            lowercase_tail = re.search(rf"{_NAME}$", name)
-            if not lowercase_tail:
-                continue
-            name = lowercase_tail.group(0)
-        names.append(name)
+    for run, pad, _ in entries:
+        if width is not None and (pad > 1 or len(run) >= width - 1) and width - pad <= len(run):
+            name: str | None = run[len(run) - (width - pad):]
+        else:
+            name = _split_after_word(run, words) or run
+        lowercase_tail = re.search(rf"{_NAME}$", name or "")
+        if lowercase_tail:
+            names.append(lowercase_tail.group(0))
     return names
 
 

@@ -119,6 +119,13 @@ class VendorAdapter(ABC):
     def tuning_file_mechanisms(self) -> list[str]:
         """Names of the tuning-file mechanisms this library offers (for `tunempi info`)."""
 
+    def single_node_env(self) -> dict[str, str]:
+        """Environment that makes launches confined to ONE node start faster without changing collectives.
+
+        Only for single-node runs (it may disable a network transport); empty where nothing is known.
+        """
+        return {}
+
     def tuning_file_env(self, mechanism: str, path: str) -> dict[str, str]:
         """Environment that makes a launch read tuning file `path` through `mechanism`
         (one of tuning_file_mechanisms())."""
