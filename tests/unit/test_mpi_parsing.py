@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
+
 import pytest
 
 from tunempi.errors import MPIError
@@ -165,3 +168,14 @@ def test_version_strings():
     assert parse_version_string(ompi_text) == ("openmpi", "5.0.11", "")
     with pytest.raises(MPIError, match="unsupported MPI library 'Spectrum"):
         parse_version_string("Spectrum something 10.4")
+
+
+def test_real_mpich_4_0_2_descriptions_parse_to_the_ints_mpich_reads_back():
+    """Every INTRA_ALGORITHM description of a real MPICH 4.0.2 (glued format), against the ints that
+    library read back through MPI_T after the env var was set to each name."""
+    data = json.loads((Path(__file__).parent / "data" / "mpich-4.0.2-algorithm-cvars.json").read_text())
+    assert len(data["cvars"]) >= 9
+    for cvar in data["cvars"]:
+        assert "\n" not in cvar["description"]
+        names = mpich.parse_algorithm_description(cvar["description"])
+        assert {name: value for value, name in enumerate(names)} == cvar["verified"], cvar["name"]

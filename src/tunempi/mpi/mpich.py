@@ -79,40 +79,57 @@ def parse_glued_description(description: str, vocabulary: Iterable[str] = ()) ->
     """Names from a 4.0.x description whose entries run together.
 
     Each separator ' - ' is preceded by `<previous entry's text><name><padding>`, e.g.
-    "...Force smp algorithmrecursive_doubling       - Force recursive doubling algorithm...". The names
-    were padded to a common column width W, so len(name) = W - len(padding). W is the width that makes
-    the most names reappear in their own entry's text ("recursive_doubling" <- "Force recursive doubling");
-    no width may cut a name longer than its identifier run. An entry outside the alignment (MPICH writes
-    "auto - ..." unpadded) is split after a word the descriptions use elsewhere ("algorithm" + "auto").
+    "...Force smp algorithmrecursive_doubling       - Force recursive doubling algorithm...". Two clues
+    recover the names:
+    - alignment: MPICH padded the names to a common column width W, so len(name) = W - len(padding)
+      (the longest name has one space; "auto" is often left unpadded);
+    - words: a name usually reappears in its own entry's text ("recursive_doubling" - "Force recursive
+      doubling"), and the text glued in front of it ends with a word used elsewhere ("algorithm" + "smp").
+    W is the width that agrees best with these clues; entries with one space (the longest name, or an
+    unpadded one) pick the candidate their own text supports, else the word split.
     """
     words = set(vocabulary) | {m.group(0) for m in _WORD.finditer(description)} | {"algorithm"}
     separators = list(_SEPARATOR.finditer(description))
-    entries: list[tuple[str, int, set[str]]] = []  # (trailing identifier run, padding, words of own text)
+    entries: list[tuple[str, int, set[str], str | None]] = []  # (run, padding, own words, word split)
     for i, sep in enumerate(separators):
         match = _TRAILING_IDENTIFIER.search(description[: sep.start()])
         if not match:
             continue
+        run = match.group(0)
         text_end = separators[i + 1].start() if i + 1 < len(separators) else len(description)
         own_words = {w.lower() for w in _WORD.findall(description[sep.end():text_end])}
-        entries.append((match.group(0), len(sep.group(1)), own_words))
-    padded = [(run, pad, own) for run, pad, own in entries if pad > 1]
+        entries.append((run, len(sep.group(1)), own_words, _split_after_word(run, words)))
+
+    def cut(run: str, pad: int, width: int) -> str | None:
+        length = width - pad
+        return run[len(run) - length:] if 0 < length <= len(run) else None
+
+    def supported(name: str | None, own: set[str]) -> bool:
+        return bool(name) and name.split("_")[0] in own  # type: ignore[union-attr]
+
     width: int | None = None
+    padded = [e for e in entries if e[1] > 1]
     if padded:
-        low = max(pad for _, pad, _ in padded) + 1
-        high = min(len(run) + pad for run, pad, _ in padded)  # no name longer than its run
+        low = max(pad for _, pad, _, _ in padded) + 1
+        high = min(len(run) + pad for run, pad, _, _ in padded)  # no name longer than its run
 
         def score(w: int) -> int:
-            return sum(run[len(run) - (w - pad):].split("_")[0] in own for run, pad, own in padded)
+            total = 0
+            for run, pad, own, split in entries:
+                name = cut(run, pad, w)
+                total += 2 * supported(name, own) + (name is not None and name == split)
+            return total
 
-        candidates = range(low, high + 1)
-        width = max(candidates, key=score, default=None)
+        width = max(range(low, high + 1), key=score, default=None)
     names: list[str] = []
-    for run, pad, _ in entries:
-        if width is not None and (pad > 1 or len(run) >= width - 1) and width - pad <= len(run):
-            name: str | None = run[len(run) - (width - pad):]
+    for run, pad, own, split in entries:
+        aligned = cut(run, pad, width) if width is not None else None
+        if pad > 1 and aligned is not None:
+            name = aligned
         else:
-            name = _split_after_word(run, words) or run
-        lowercase_tail = re.search(rf"{_NAME}$", name or "")
+            candidates = [c for c in (split, aligned, run) if c]
+            name = next((c for c in candidates if supported(c, own)), candidates[0])
+        lowercase_tail = re.search(rf"{_NAME}$", name)
         if lowercase_tail:
             names.append(lowercase_tail.group(0))
     return names
