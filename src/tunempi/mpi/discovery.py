@@ -293,7 +293,7 @@ def library_info(candidate: Candidate | MPILibrary, *, refresh: bool = False) ->
     if not refresh and path.exists():
         try:
             info = LibraryInfo.from_json(json.loads(path.read_text()))
-            if info.library.mpicc == candidate.mpicc:
+            if os.path.realpath(info.library.mpicc) == os.path.realpath(candidate.mpicc):
                 return info
         except (OSError, ValueError, KeyError, TypeError):
             pass  # unreadable or stale cache: probe again
