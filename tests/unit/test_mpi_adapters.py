@@ -93,6 +93,7 @@ def no_mpi_anywhere(tmp_path, monkeypatch):
     monkeypatch.setattr(discovery, "embedded_prefix", lambda vendor: tmp_path / "venv" / "opt" / vendor)
     monkeypatch.setenv("PATH", str(tmp_path / "empty-bin"))
     monkeypatch.delenv("TUNEMPI_MPI", raising=False)
+    monkeypatch.setenv("TUNEMPI_CACHE", str(tmp_path / "cache"))
     return tmp_path
 
 
@@ -188,3 +189,13 @@ def test_embedded_openmpi_launches_know_their_relocated_prefix():
     adapter = OpenMPIAdapter(library, {"allreduce": [Algorithm("ring", 4)]})
     assert adapter.launch_env()["OPAL_PREFIX"] == "/venv/opt/openmpi"
     assert adapter.single_node_env() == {"OMPI_MCA_btl": "^ofi"}
+
+
+def test_broken_site_mpicc_does_not_hide_others_without_spec(no_mpi_anywhere, caplog):
+    _fake_mpicc(no_mpi_anywhere / "empty-bin" / "mpicc")  # exits 1: cannot build the probe
+    with pytest.raises(MPIError, match=r"no usable MPI library:\n.*mpicc on PATH"):
+        discovery.find_libraries(None)
+    assert "skipping mpicc on PATH" in caplog.text
+    # Named explicitly, the same mpicc's failure is the error itself.
+    with pytest.raises(MPIError, match="building mpi_probe with .*mpicc failed"):
+        discovery.find_libraries(str(no_mpi_anywhere / "empty-bin" / "mpicc"))

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import logging
 import os
 import re
 import shutil
@@ -31,6 +32,8 @@ from tunempi.mpi import mpich, openmpi
 from tunempi.mpi.library import VENDORS, MPILibrary
 from tunempi.mpi.probe import PROBE_SOURCE, ProbeCrash, probe_build_library, probe_library, read_cvars
 from tunempi.mpi.vendor import Algorithm, VendorAdapter
+
+_log = logging.getLogger(__name__)
 
 #: Bumped when the cached JSON's layout or meaning changes.
 CACHE_FORMAT = 1
@@ -427,14 +430,25 @@ def find_libraries(spec: str | None = None) -> list[MPILibrary]:
                        f"({SPEC_HELP})")
     libraries: list[MPILibrary] = []
     seen: set[str] = set()
+    failures: list[str] = []
     for candidate in candidates:
-        library = library_info(candidate).library
+        try:
+            library = library_info(candidate).library
+        except MPIError as exc:
+            if spec is not None:
+                raise  # the user asked for this one: say why it cannot be used
+            # Looking around (no SPEC): a broken mpicc on PATH must not hide the libraries that work.
+            _log.warning("skipping %s: %s", candidate.origin, exc)
+            failures.append(f"{candidate.origin}: {exc}")
+            continue
         if candidate.vendor is not None and library.vendor != candidate.vendor:
             continue  # e.g. plain `mpicc` on PATH belongs to the other vendor
         if library.fingerprint not in seen:
             seen.add(library.fingerprint)
             libraries.append(library)
     if not libraries:
+        if failures:
+            raise MPIError("no usable MPI library:\n" + "\n".join(failures))
         raise MPIError(
             f"MPI spec {spec!r}: found {', '.join(c.origin for c in candidates)}, but none is {spec}"
         )
