@@ -26,6 +26,7 @@ pytestmark = pytest.mark.mpi
 REQUIRED = ("allreduce", "bcast", "allgather", "alltoall", "reduce", "reduce_scatter", "gather", "scatter",
             "barrier")
 SWITCH_CHECK = Path(__file__).parent / "c" / "switch_check.c"
+FALLBACK_CHECK = Path(__file__).parent / "c" / "fallback_check.c"
 
 
 @pytest.fixture(scope="module")
@@ -234,3 +235,21 @@ def test_runtime_switch_selects_what_the_env_forces(libraries, adapters, cache, 
         assert phases["world_write1"] == reference[first]
         assert phases["world_write2"] == reference[second]
         assert phases["dup1_write2"] == reference[second]
+
+
+def test_mpich_strict_selection_makes_an_ill_fitting_algorithm_fail_instead_of_falling_back(libraries, adapters):
+    """reduce_scatter_allgather cannot take count < comm size (pof2): with the strict switch the call
+    returns an error (MPI_ERRORS_RETURN) and the run goes on; a count that fits still works."""
+    library, adapter = libraries["mpich"], adapters["mpich"]
+    strict = adapter.strict_selection_switch()
+    assert strict is not None and adapters["openmpi"].strict_selection_switch() is None
+    switch = adapter.runtime_switch("allreduce", "reduce_scatter_allgather")
+    binary = build_c(library, [FALLBACK_CHECK], "fallback_check", werror=True)
+    argv = [str(library.mpiexec), "-n", "2", str(binary), strict.cvar, str(strict.value), switch.cvar,
+            str(switch.value), "1", "1024"]
+    result = subprocess.run(argv, capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0, result.stderr
+    records = [json.loads(line) for line in result.stdout.splitlines() if line.startswith("{")]
+    by_count = {(r["count"], r["rank"]): r for r in records}
+    assert all(by_count[(1, rank)]["rc"] != 0 for rank in (0, 1))
+    assert all(by_count[(1024, rank)]["rc"] == 0 and by_count[(1024, rank)]["ok"] for rank in (0, 1))

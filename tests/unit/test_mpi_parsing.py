@@ -179,3 +179,13 @@ def test_real_mpich_4_0_2_descriptions_parse_to_the_ints_mpich_reads_back():
         assert "\n" not in cvar["description"]
         names = mpich.parse_algorithm_description(cvar["description"])
         assert {name: value for value, name in enumerate(names)} == cvar["verified"], cvar["name"]
+
+
+def test_mpich_fallback_policy_values():
+    description = ("Variable to control what the MPI library should do if the\nuser-specified collective "
+                   "algorithm does not work for the\narguments passed in by the user.\nerror   - throw an error\n"
+                   "print   - print an error message and fallback to the internally selected algorithm\n"
+                   "silent  - silently fallback to the internally selected algorithm")
+    cvars = [{"name": "MPIR_CVAR_COLLECTIVE_FALLBACK", "description": description}]
+    assert mpich.fallback_values(cvars) == {"error": 0, "print": 1, "silent": 2}
+    assert mpich.fallback_values([]) == {}

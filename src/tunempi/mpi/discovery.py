@@ -403,7 +403,8 @@ def adapter_from_info(info: LibraryInfo) -> VendorAdapter:
             cvar = info.cvar(mpich.composition_cvar(collective))
             if cvar is not None:
                 compositions[collective] = mpich.parse_composition_description(cvar.get("description", ""))
-        return mpich.MpichAdapter(info.library, catalog, defaults, names, compositions)
+        return mpich.MpichAdapter(info.library, catalog, defaults, names, compositions,
+                                  mpich.fallback_values(info.cvars))
     return openmpi.OpenMPIAdapter(info.library, catalog, defaults, names)
 
 

@@ -48,6 +48,10 @@ TUNING_FILE_CVARS: tuple[str, ...] = (
 )
 
 
+#: What MPICH does when a forced algorithm does not fit the arguments (error | print | silent).
+FALLBACK_CVAR = "MPIR_CVAR_COLLECTIVE_FALLBACK"
+
+
 def algorithm_cvar(collective: str) -> str:
     return f"MPIR_CVAR_{COLLECTIVE_TOKENS[collective]}_INTRA_ALGORITHM"
 
@@ -162,6 +166,15 @@ def parse_composition_description(description: str) -> list[tuple[int, str]]:
     ]
 
 
+def fallback_values(cvars: Iterable[dict]) -> dict[str, int]:
+    """{'error': 0, 'print': 1, 'silent': 2} from MPIR_CVAR_COLLECTIVE_FALLBACK's description ({} if absent)."""
+    for cvar in cvars:
+        if cvar["name"] == FALLBACK_CVAR:
+            names = parse_algorithm_description(cvar.get("description", ""))
+            return {name: value for value, name in enumerate(names)}
+    return {}
+
+
 def description_vocabulary(cvars: Iterable[dict]) -> set[str]:
     """Every whole word of every cvar description (helps split the glued 4.0.x format)."""
     words: set[str] = set()
@@ -202,10 +215,12 @@ class MpichAdapter(VendorAdapter):
         defaults: dict[str, Algorithm] | None = None,
         cvar_names: Iterable[str] = (),
         compositions: dict[str, list[tuple[int, str]]] | None = None,
+        fallback_values: dict[str, int] | None = None,
     ) -> None:
         super().__init__(library, catalog, defaults)
         self.cvar_names = frozenset(cvar_names)
         self._compositions = compositions or {}
+        self._fallback_values = fallback_values or {}  # MPIR_CVAR_COLLECTIVE_FALLBACK: name -> int
 
     def default_name(self) -> str:
         return DEFAULT_NAME
@@ -223,6 +238,14 @@ class MpichAdapter(VendorAdapter):
 
     def launch_env(self) -> dict[str, str]:
         return {}
+
+    def strict_selection_switch(self) -> CvarSwitch | None:
+        # Measured on 5.0.2: with "error" written after MPI_Init and MPI_ERRORS_RETURN, a forced
+        # reduce_scatter_allgather returns an error for count < pof2 or a user-defined op, and the run goes
+        # on; the default ("silent") runs another algorithm without a word.
+        if "error" not in self._fallback_values:
+            return None
+        return CvarSwitch(cvar=FALLBACK_CVAR, value=self._fallback_values["error"], needs_new_communicator=False)
 
     def tuning_file_mechanisms(self) -> list[str]:
         if not self.cvar_names:

@@ -119,6 +119,16 @@ class VendorAdapter(ABC):
     def tuning_file_mechanisms(self) -> list[str]:
         """Names of the tuning-file mechanisms this library offers (for `tunempi info`)."""
 
+    def strict_selection_switch(self) -> CvarSwitch | None:
+        """A run-time write that makes a forced algorithm which cannot take the call's arguments FAIL
+        (an error code, with MPI_ERRORS_RETURN on the communicator) instead of silently running another
+        algorithm; None where the library has no such control.
+
+        Write it after MPI_Init on every rank, never through the environment (MPICH: MPI_Init's own
+        collectives would then fail when an ill-fitting algorithm is forced).
+        """
+        return None
+
     def single_node_env(self) -> dict[str, str]:
         """Environment that makes launches confined to ONE node start faster without changing collectives.
 
