@@ -1,0 +1,302 @@
+"""Reinforcement-learning search: AITuning's design (Fanfarillo & Del Vento, 2019) with its flaws fixed.
+
+The design kept from AITuning: the first run is the reference; the state is built from performance
+variables and timers *relative to the reference*; an action steps one parameter one grid step up or
+down, or keeps the configuration; a learned Q-function with experience replay picks actions.
+
+What is fixed:
+- Credit assignment. AITuning's loop computes the reward of run t+1 and credits it to the action it
+  chose *after* seeing that run (the previous/next-action mix-up). Here a transition is recorded as
+  (state before the action, the action, the reward of the run that action produced, the state after),
+  and nothing else: `transitions_` is public so tests check it.
+- The state knows where it is. AITuning's state is only performance counters, so the same counters
+  at two different configurations look identical. Here the state also holds each parameter's
+  position in its range (in [0, 1]).
+- Rewards are relative improvements, (T_before - T_after) / T_reference, with T_before the mean of the
+  measurements of the configuration the action started from (less noise than the last one alone),
+  instead of AITuning's fixed +20/-50/-1 per counter.
+- Failed or timed-out runs get the failure penalty as reward and the agent stays where it was.
+- The answer is not the last configuration visited but the per-parameter median of the configurations
+  within 5% of the best measured one (their ensemble), which is robust to one lucky measurement.
+- Steps are on a coarse ladder of at most `max_levels` values per parameter (evenly spread over its
+  grid), not AITuning's +-1 on the raw value, which needs hundreds of runs to cross a byte range.
+- The Q-function is a ridge-regularised linear model per action over the state (fitted by fitted-Q
+  iteration on a replay minibatch after each run), small enough to learn from tens of runs, unlike
+  AITuning's five-layer network trained on thousands of episodes.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from tunempi.search.base import FAILURE_PENALTY_FACTOR, SearchStrategy, TrialResult
+from tunempi.space.params import CategoricalParam, Config, ParamSpace, config_key
+
+
+@dataclass(frozen=True)
+class Action:
+    """Step `param` by `direction` grid steps (+1 up, -1 down); param None means keep."""
+
+    param: str | None
+    direction: int
+
+    def __str__(self) -> str:
+        if self.param is None:
+            return "keep"
+        return f"{self.param}{'+' if self.direction > 0 else '-'}"
+
+
+KEEP = Action(None, 0)
+
+
+@dataclass(frozen=True)
+class Transition:
+    """One step of experience: in `state`, `action` was taken and its run earned `reward`."""
+
+    state: tuple[float, ...]
+    action: int
+    reward: float
+    next_state: tuple[float, ...]
+    from_config: tuple
+    to_config: tuple
+
+
+class RLSearch(SearchStrategy):
+    """Q-learning over parameter steps, with experience replay and an ensemble answer.
+
+    Parameters: `epsilon` (initial exploration rate, decayed by `epsilon_decay` per run down to
+    `min_epsilon`), `gamma` (discount: small, since every step is paid for), `replay_size` and
+    `batch_size` (experience replay), `ridge` (regularisation of the linear Q-function),
+    `ensemble_tolerance` (configurations within this fraction of the best form the answer),
+    `patience` (runs without a new best before jumping back to the best configuration),
+    `max_levels` (values per parameter the steps move between), `max_replicates` (measurements of
+    one configuration after which "keep" is no longer offered).
+    """
+
+    name = "rl"
+    reuses_results = False  # "keep" re-measures on purpose: replicates of the current configuration
+
+    def __init__(self, space: ParamSpace, *, seed: int = 0, epsilon: float = 0.5, epsilon_decay: float = 0.95,
+                 min_epsilon: float = 0.05, gamma: float = 0.3, replay_size: int = 512, batch_size: int = 128,
+                 ridge: float = 1e-2, ensemble_tolerance: float = 0.05, patience: int | None = None,
+                 max_levels: int = 16, max_replicates: int = 3) -> None:
+        super().__init__(space, seed=seed)
+        self.epsilon = epsilon
+        self.epsilon_decay = epsilon_decay
+        self.min_epsilon = min_epsilon
+        self.gamma = gamma
+        self.replay_size = replay_size
+        self.batch_size = batch_size
+        self.ridge = ridge
+        self.ensemble_tolerance = ensemble_tolerance
+        self.max_levels = max_levels
+        self.max_replicates = max_replicates
+        self.levels_: dict[str, tuple[Any, ...]] = {p.name: _ladder(p.grid(), max_levels) for p in space}
+        self.actions_: list[Action] = [KEEP] + [
+            Action(p.name, d) for p in space if len(self.levels_[p.name]) > 1 for d in (-1, +1)
+        ]
+        self.patience = patience if patience is not None else 2 * len(self.actions_)
+        self.transitions_: list[Transition] = []
+        self.reference_value_: float | None = None
+        self.reference_metrics_: dict[str, float] = {}
+        self.weights_: np.ndarray | None = None  # (n_actions, n_state_features + 1)
+        self._full: dict[str, Any] = {p.name: p.start_value() for p in space}
+        self._current: Config | None = None
+        self._state_of: dict[Any, tuple[float, ...]] = {}
+        self._step_pending: tuple[tuple[float, ...], int, Config] | None = None  # (state, action, from)
+        self._epsilon_now = epsilon
+        self._since_best = 0
+
+    # -- state -------------------------------------------------------------------------------------
+    def _state(self, config: Config, result: TrialResult) -> tuple[float, ...]:
+        """Positions in [0, 1], then log(time / reference time), then log-ratios of each metric."""
+        full = {**self._full, **config}
+        positions = [p.to_unit(full[p.name]) for p in self.space]
+        assert self.reference_value_ is not None and result.value is not None
+        timer = [math.log(result.value / self.reference_value_)]
+        metrics = [
+            math.log((float(result.metrics.get(name, ref)) + 1.0) / (ref + 1.0))
+            for name, ref in sorted(self.reference_metrics_.items())
+        ]
+        return tuple(positions + timer + metrics)
+
+    def _features(self, state: tuple[float, ...]) -> np.ndarray:
+        return np.concatenate(([1.0], np.asarray(state, dtype=float)))
+
+    def q_values(self, state: tuple[float, ...]) -> np.ndarray:
+        """Q(state, a) for every action (zeros before the first fit)."""
+        if self.weights_ is None:
+            return np.zeros(len(self.actions_))
+        return self.weights_ @ self._features(state)
+
+    # -- acting ------------------------------------------------------------------------------------
+    def _apply(self, config: Config, action: Action) -> Config | None:
+        """The configuration `action` leads to from `config`, or None if it leaves the space."""
+        if action.param is None:
+            measured = len(self._results_by_key.get(config_key(config), []))
+            return dict(config) if measured < self.max_replicates else None
+        if action.param not in config:
+            return None  # inactive parameter: stepping it changes nothing
+        stepped = self._step(action.param, config[action.param], action.direction)
+        if stepped is None:
+            return None
+        candidate = self.space.normalize({**self._full, **config, action.param: stepped})
+        return candidate if self.space.is_feasible(candidate) else None
+
+    def _step(self, name: str, value: Any, direction: int) -> Any:
+        """The next ladder value above (+1) or below (-1) `value`, or None past the end."""
+        param = self.space[name]
+        levels = self.levels_[name]
+        if isinstance(param, CategoricalParam):
+            i = levels.index(value) if value in levels else param.grid_index(value) * len(levels) // len(
+                param.grid())
+            j = i + direction
+            return levels[j] if 0 <= j < len(levels) and levels[j] != value else None
+        u = param.to_unit(value)
+        units = [param.to_unit(v) for v in levels]
+        if direction > 0:
+            above = [k for k, w in enumerate(units) if w > u + 1e-12]
+            return levels[above[0]] if above else None
+        below = [k for k, w in enumerate(units) if w < u - 1e-12]
+        return levels[below[-1]] if below else None
+
+    def _ask(self) -> Config | None:
+        if self.reference_value_ is None:
+            # The first run is the reference: the start configuration (declared defaults); if it
+            # is infeasible or failed, a random configuration becomes the reference instead.
+            start = self.space.start_config()
+            if not self.trials and self.space.is_feasible(start):
+                return start
+            return self.space.sample(self.rng)
+        assert self._current is not None
+        state = self._state_of[config_key(self._current)]
+        valid = [(i, nxt) for i, a in enumerate(self.actions_) if (nxt := self._apply(self._current, a))]
+        if not valid:
+            # Cornered (every neighbour infeasible and replicates done): restart from the best.
+            best = self.best_trial()
+            if best is None or config_key(best.params) == config_key(self._current):
+                return None
+            self._current = dict(best.params)
+            return self._ask()
+        if self.rng.random() < self._epsilon_now:
+            index, nxt = valid[int(self.rng.integers(len(valid)))]
+        else:
+            q = self.q_values(state)
+            best_q = max(q[i] for i, _ in valid)
+            ties = [(i, c) for i, c in valid if q[i] >= best_q - 1e-12]
+            index, nxt = ties[int(self.rng.integers(len(ties)))]
+        self._step_pending = (state, index, dict(self._current))
+        return nxt
+
+    # -- learning ----------------------------------------------------------------------------------
+    def _observe(self, params: Config, result: TrialResult) -> None:
+        if self.reference_value_ is None:
+            if result.is_ok:
+                self.reference_value_ = float(result.value)  # type: ignore[arg-type]
+                self.reference_metrics_ = {k: float(v) for k, v in result.metrics.items()}
+                self._full.update(params)
+                self._current = dict(params)
+                self._state_of[config_key(params)] = self._state(params, result)
+            return
+        assert self._step_pending is not None
+        state, action_index, from_config = self._step_pending
+        self._step_pending = None
+        before = self.mean_value(from_config)
+        assert before is not None
+        if result.is_ok:
+            reward = (before - float(result.value)) / self.reference_value_  # type: ignore[arg-type]
+            next_state = self._state(params, result)
+            self._state_of[config_key(params)] = next_state
+            self._full.update(params)
+            self._current = dict(params)
+        else:
+            # Penalised like elsewhere (2x the worst value seen), and the agent stays put.
+            worst = max(float(t.value) for t in self.trials if t.is_ok)  # type: ignore[arg-type]
+            reward = (before - FAILURE_PENALTY_FACTOR * worst) / self.reference_value_
+            next_state = state
+        self.transitions_.append(Transition(state, action_index, reward, next_state,
+                                            config_key(from_config), config_key(params)))
+        del self.transitions_[: -self.replay_size]
+        self._fit()
+        self._epsilon_now = max(self.min_epsilon, self._epsilon_now * self.epsilon_decay)
+        self._maybe_restart()
+
+    def _fit(self) -> None:
+        """One fitted-Q iteration on a replay minibatch: target = r + gamma * max_a' Q(s', a')."""
+        n = len(self.transitions_)
+        pick = self.rng.choice(n, size=min(n, self.batch_size), replace=False)
+        batch = [self.transitions_[i] for i in sorted(pick)]
+        n_features = len(batch[0].state) + 1
+        weights = np.zeros((len(self.actions_), n_features)) if self.weights_ is None else self.weights_.copy()
+        targets = [t.reward + self.gamma * float(np.max(self.q_values(t.next_state))) for t in batch]
+        for a in range(len(self.actions_)):
+            rows = [i for i, t in enumerate(batch) if t.action == a]
+            if not rows:
+                continue
+            X = np.array([self._features(batch[i].state) for i in rows])
+            y = np.array([targets[i] for i in rows])
+            # Ridge towards the previous weights keeps actions with few samples stable.
+            prior = weights[a]
+            lhs = X.T @ X + self.ridge * np.eye(n_features)
+            rhs = X.T @ y + self.ridge * prior
+            weights[a] = np.linalg.solve(lhs, rhs)
+        self.weights_ = weights
+
+    def _maybe_restart(self) -> None:
+        best = self.best_trial()
+        if best is not None and self._current is not None and config_key(best.params) == config_key(self._current):
+            self._since_best = 0
+            return
+        self._since_best += 1
+        if best is not None and self._since_best >= self.patience:
+            # Jump back to the best configuration (a new episode from the best state), as a person would.
+            self._current = dict(best.params)
+            self._full.update(best.params)
+            self._since_best = 0
+
+    # -- answer ------------------------------------------------------------------------------------
+    def ensemble(self) -> list[Config]:
+        """The distinct configurations whose mean measured value is within the tolerance of the best."""
+        means: dict[Any, tuple[float, Config]] = {}
+        for t in self.ok_trials:
+            key = config_key(t.params)
+            if key not in means:
+                means[key] = (self.mean_value(t.params), dict(t.params))  # type: ignore[assignment]
+        if not means:
+            return []
+        best = min(v for v, _ in means.values())
+        return [c for v, c in means.values() if v <= best * (1 + self.ensemble_tolerance)]
+
+    def recommend(self) -> Config | None:
+        """Per-parameter (lower) median of the ensemble; the best trial if that breaks a constraint."""
+        members = self.ensemble()
+        if not members:
+            return None
+        full = dict(self._full)
+        for p in self.space:
+            values = [m[p.name] for m in members if p.name in m]
+            if values:
+                if isinstance(p, CategoricalParam):
+                    ordered = sorted(values, key=p.grid_index)
+                else:
+                    ordered = sorted(values, key=float)
+                full[p.name] = ordered[(len(ordered) - 1) // 2]
+        config = self.space.normalize(full)
+        if self.space.is_feasible(config):
+            return config
+        return super().recommend()
+
+
+def _ladder(grid: tuple[Any, ...], max_levels: int) -> tuple[Any, ...]:
+    """At most `max_levels` grid values, evenly spread, both ends included."""
+    if len(grid) <= max_levels:
+        return tuple(grid)
+    picks = np.unique(np.round(np.linspace(0, len(grid) - 1, max_levels)).astype(int))
+    return tuple(grid[i] for i in picks)
+
+
+__all__ = ["Action", "KEEP", "RLSearch", "Transition"]
