@@ -22,8 +22,17 @@ app = typer.Typer(
     pretty_exceptions_enable=False,
 )
 
+
+@app.callback()
+def _root() -> None:
+    """Autotuner for MPI collectives and runtime parameters (MPICH and Open MPI)."""
+    # An explicit callback keeps `tunempi <subcommand>` a group even while only one subcommand exists
+    # (Typer otherwise promotes a lone command to the root and `tunempi search` stops parsing).
+
+
 # One module per subcommand (or group of subcommands); order is the order in --help.
 SUBCOMMAND_MODULES: tuple[str, ...] = (
+    "tunempi.cli.search",
 )
 
 for _module in SUBCOMMAND_MODULES:

@@ -55,9 +55,9 @@ def comparison_table(summaries: Sequence[Summary], budget: int, target: float) -
     table = Table(title=f"trials until the recommendation is within {target:.0%} of the optimum "
                         f"(budget {budget})")
     for col, justify in (("landscape", "left"), ("strategy", "left"), ("reached", "right"),
-                         ("median trials", "right"), ("median (reached)", "right"),
-                         ("final slowdown", "right"), ("failed runs", "right")):
-        table.add_column(col, justify=justify)  # type: ignore[arg-type]
+                         ("median", "right"), ("median|reached", "right"),
+                         ("slowdown", "right"), ("failed", "right")):
+        table.add_column(col, justify=justify, no_wrap=True)  # type: ignore[arg-type]
     for s in summaries:
         table.add_row(
             s.landscape, s.strategy, f"{s.reached}/{s.seeds}",

@@ -28,12 +28,13 @@ What is fixed:
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
-from tunempi.search.base import FAILURE_PENALTY_FACTOR, SearchStrategy, TrialResult
+from tunempi.search.base import FAILURE_PENALTY_FACTOR, SearchStrategy, Trial, TrialResult
 from tunempi.space.params import CategoricalParam, Config, ParamSpace, config_key
 
 
@@ -261,34 +262,49 @@ class RLSearch(SearchStrategy):
     # -- answer ------------------------------------------------------------------------------------
     def ensemble(self) -> list[Config]:
         """The distinct configurations whose mean measured value is within the tolerance of the best."""
-        means: dict[Any, tuple[float, Config]] = {}
-        for t in self.ok_trials:
-            key = config_key(t.params)
-            if key not in means:
-                means[key] = (self.mean_value(t.params), dict(t.params))  # type: ignore[assignment]
-        if not means:
-            return []
-        best = min(v for v, _ in means.values())
-        return [c for v, c in means.values() if v <= best * (1 + self.ensemble_tolerance)]
+        return near_best_configs(self.trials, self.ensemble_tolerance)
 
     def recommend(self) -> Config | None:
         """Per-parameter (lower) median of the ensemble; the best trial if that breaks a constraint."""
         members = self.ensemble()
         if not members:
             return None
-        full = dict(self._full)
-        for p in self.space:
-            values = [m[p.name] for m in members if p.name in m]
-            if values:
-                if isinstance(p, CategoricalParam):
-                    ordered = sorted(values, key=p.grid_index)
-                else:
-                    ordered = sorted(values, key=float)
-                full[p.name] = ordered[(len(ordered) - 1) // 2]
-        config = self.space.normalize(full)
-        if self.space.is_feasible(config):
-            return config
-        return super().recommend()
+        config = median_config(self.space, members, self._full)
+        return config if self.space.is_feasible(config) else super().recommend()
+
+
+def near_best_configs(trials: Sequence[Trial], tolerance: float) -> list[Config]:
+    """Distinct configurations whose mean OK value is within `tolerance` (a fraction) of the best mean."""
+    values: dict[Any, list[float]] = {}
+    configs: dict[Any, Config] = {}
+    for t in trials:
+        if t.is_ok:
+            key = config_key(t.params)
+            values.setdefault(key, []).append(float(t.value))  # type: ignore[arg-type]
+            configs.setdefault(key, dict(t.params))
+    if not values:
+        return []
+    means = {k: float(np.mean(v)) for k, v in values.items()}
+    best = min(means.values())
+    return [configs[k] for k, m in means.items() if m <= best * (1 + tolerance)]
+
+
+def median_config(space: ParamSpace, members: Sequence[Config], fill: Mapping[str, Any]) -> Config:
+    """Per parameter, the lower median of the members' values (categorical: along the declared order).
+
+    The lower median is always one of the members' own values, so it is in the space; a parameter
+    no member has active takes its value from `fill`.
+    """
+    full = dict(fill)
+    for p in space:
+        values = [m[p.name] for m in members if p.name in m]
+        if values:
+            if isinstance(p, CategoricalParam):
+                ordered = sorted(values, key=p.grid_index)
+            else:
+                ordered = sorted(values, key=float)
+            full[p.name] = ordered[(len(ordered) - 1) // 2]
+    return space.normalize(full)
 
 
 def _ladder(grid: tuple[Any, ...], max_levels: int) -> tuple[Any, ...]:
@@ -299,4 +315,4 @@ def _ladder(grid: tuple[Any, ...], max_levels: int) -> tuple[Any, ...]:
     return tuple(grid[i] for i in picks)
 
 
-__all__ = ["Action", "KEEP", "RLSearch", "Transition"]
+__all__ = ["Action", "KEEP", "RLSearch", "Transition", "median_config", "near_best_configs"]

@@ -817,13 +817,15 @@ def parse_toml(text: str, source: str = "<toml>") -> ParamSpace:
     if unknown_top:
         raise UsageError(f"{source}: unknown top-level keys {sorted(unknown_top)}; valid: param, space")
     lines = _table_lines(text, "[[param]]")
-    params = []
+    params: list[Param] = []
     for i, entry in enumerate(entries):
         where = f"{source}:{lines[i]}" if i < len(lines) else source
         try:
-            params.append(_toml_param(entry))
+            param = _toml_param(entry)
+            ParamSpace((*params, param))  # conditions and duplicates, checked where they are written
         except UsageError as exc:
             raise UsageError(f"{where}: {exc}") from None
+        params.append(param)
     header = data.get("space", {})
     space_line = _table_lines(text, "[space]")
     where = f"{source}:{space_line[0]}" if space_line else source
