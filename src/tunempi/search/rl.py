@@ -75,7 +75,9 @@ class RLSearch(SearchStrategy):
     `ensemble_tolerance` (configurations within this fraction of the best form the answer),
     `patience` (runs without a new best before jumping back to the best configuration),
     `max_levels` (values per parameter the steps move between), `max_replicates` (measurements of
-    one configuration after which "keep" is no longer offered).
+    one configuration after which no action leading to it, "keep" included, is offered), `revert_worse` (after a step that
+    made things worse, act on from the configuration before it: the transition is still learned as
+    it happened, Q-learning being off-policy, but the budget is not spent exploring from a worse spot).
     """
 
     name = "rl"
@@ -84,7 +86,7 @@ class RLSearch(SearchStrategy):
     def __init__(self, space: ParamSpace, *, seed: int = 0, epsilon: float = 0.5, epsilon_decay: float = 0.95,
                  min_epsilon: float = 0.05, gamma: float = 0.3, replay_size: int = 512, batch_size: int = 128,
                  ridge: float = 1e-2, ensemble_tolerance: float = 0.05, patience: int | None = None,
-                 max_levels: int = 16, max_replicates: int = 3) -> None:
+                 max_levels: int = 16, max_replicates: int = 3, revert_worse: bool = False) -> None:
         super().__init__(space, seed=seed)
         self.epsilon = epsilon
         self.epsilon_decay = epsilon_decay
@@ -96,6 +98,7 @@ class RLSearch(SearchStrategy):
         self.ensemble_tolerance = ensemble_tolerance
         self.max_levels = max_levels
         self.max_replicates = max_replicates
+        self.revert_worse = revert_worse
         self.levels_: dict[str, tuple[Any, ...]] = {p.name: _ladder(p.grid(), max_levels) for p in space}
         self.actions_: list[Action] = [KEEP] + [
             Action(p.name, d) for p in space if len(self.levels_[p.name]) > 1 for d in (-1, +1)
@@ -110,6 +113,7 @@ class RLSearch(SearchStrategy):
         self._state_of: dict[Any, tuple[float, ...]] = {}
         self._step_pending: tuple[tuple[float, ...], int, Config] | None = None  # (state, action, from)
         self._epsilon_now = epsilon
+        self._teleport = False
         self._since_best = 0
 
     # -- state -------------------------------------------------------------------------------------
@@ -138,15 +142,20 @@ class RLSearch(SearchStrategy):
     def _apply(self, config: Config, action: Action) -> Config | None:
         """The configuration `action` leads to from `config`, or None if it leaves the space."""
         if action.param is None:
-            measured = len(self._results_by_key.get(config_key(config), []))
-            return dict(config) if measured < self.max_replicates else None
-        if action.param not in config:
+            candidate: Config | None = dict(config)
+        elif action.param not in config:
             return None  # inactive parameter: stepping it changes nothing
-        stepped = self._step(action.param, config[action.param], action.direction)
-        if stepped is None:
+        else:
+            stepped = self._step(action.param, config[action.param], action.direction)
+            if stepped is None:
+                return None
+            candidate = self.space.normalize({**self._full, **config, action.param: stepped})
+            if not self.space.is_feasible(candidate):
+                return None
+        # Enough replicates of where this action leads: measuring it again teaches nothing new.
+        if len(self._results_by_key.get(config_key(candidate), [])) >= self.max_replicates:
             return None
-        candidate = self.space.normalize({**self._full, **config, action.param: stepped})
-        return candidate if self.space.is_feasible(candidate) else None
+        return candidate
 
     def _step(self, name: str, value: Any, direction: int) -> Any:
         """The next ladder value above (+1) or below (-1) `value`, or None past the end."""
@@ -177,12 +186,19 @@ class RLSearch(SearchStrategy):
         state = self._state_of[config_key(self._current)]
         valid = [(i, nxt) for i, a in enumerate(self.actions_) if (nxt := self._apply(self._current, a))]
         if not valid:
-            # Cornered (every neighbour infeasible and replicates done): restart from the best.
+            # Cornered (every neighbour infeasible or measured enough): restart from the best; if
+            # that is where we are, start a new episode from a random configuration (one run, no
+            # action to credit).
             best = self.best_trial()
-            if best is None or config_key(best.params) == config_key(self._current):
-                return None
-            self._current = dict(best.params)
-            return self._ask()
+            if best is not None and config_key(best.params) != config_key(self._current):
+                self._current = dict(best.params)
+                return self._ask()
+            for _ in range(100):
+                fresh = self.space.sample(self.rng)
+                if len(self._results_by_key.get(config_key(fresh), [])) < self.max_replicates:
+                    self._teleport = True
+                    return fresh
+            return None
         if self.rng.random() < self._epsilon_now:
             index, nxt = valid[int(self.rng.integers(len(valid)))]
         else:
@@ -203,6 +219,13 @@ class RLSearch(SearchStrategy):
                 self._current = dict(params)
                 self._state_of[config_key(params)] = self._state(params, result)
             return
+        if self._teleport:
+            self._teleport = False
+            if result.is_ok:
+                self._state_of[config_key(params)] = self._state(params, result)
+                self._full.update(params)
+                self._current = dict(params)
+            return
         assert self._step_pending is not None
         state, action_index, from_config = self._step_pending
         self._step_pending = None
@@ -212,8 +235,9 @@ class RLSearch(SearchStrategy):
             reward = (before - float(result.value)) / self.reference_value_  # type: ignore[arg-type]
             next_state = self._state(params, result)
             self._state_of[config_key(params)] = next_state
-            self._full.update(params)
-            self._current = dict(params)
+            if reward >= 0 or not self.revert_worse:
+                self._full.update(params)
+                self._current = dict(params)
         else:
             # Penalised like elsewhere (2x the worst value seen), and the agent stays put.
             worst = max(float(t.value) for t in self.trials if t.is_ok)  # type: ignore[arg-type]
