@@ -51,7 +51,8 @@ when = "PROGRESS == 'thread'"
 def test_toml_kinds_ranges_and_conditions():
     space = parse_toml(TOML)
     eager, rndv, progress, spin = space.params
-    assert isinstance(eager, IntParam) and eager.log and eager.grid() == (1024, 2048, 4096, 8192, 16384, 32768, 65536)
+    assert isinstance(eager, CategoricalParam)  # start:*f:end is PTF's geometric list, in order
+    assert eager.grid() == (1024, 2048, 4096, 8192, 16384, 32768, 65536)
     assert eager.default == 4096
     assert isinstance(rndv, IntParam) and rndv.grid() == tuple(range(0, 131073, 16384))
     assert isinstance(progress, CategoricalParam) and progress.choices == ("poll", "thread")

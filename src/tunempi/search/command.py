@@ -72,6 +72,21 @@ def _kill_group(proc: subprocess.Popen) -> None:
             continue
 
 
+_ERROR_LINE = re.compile(r"error|assert|abort|fatal|killed|signal|segmentation", re.IGNORECASE)
+
+
+def failure_summary(output: str) -> str:
+    """The line of a failed run's output that says what went wrong (else its last line), shortened.
+
+    MPI libraries print the cause first and a backtrace after it: the tail alone is addresses.
+    """
+    lines = [line.strip() for line in output.splitlines() if line.strip()]
+    if not lines:
+        return "(no output)"
+    cause = next((line for line in lines if _ERROR_LINE.search(line)), lines[-1])
+    return cause[:REASON_TAIL]
+
+
 def env_apply(space: ParamSpace, params: Mapping[str, Value]) -> dict[str, str]:
     """Parameters as environment variables named after them (until mpi/ knows better)."""
     return space.format_env(params)
@@ -99,7 +114,7 @@ class CommandObjective:
             env.pop(name, None)  # an inherited value must not leak into the "default" runs
         env.update(self.apply(self.space, params))
         run = run_command(self.argv, env, self.timeout, self.cwd)
-        tail = run.output.strip()[-REASON_TAIL:]
+        tail = failure_summary(run.output)
         if run.returncode is None:
             return TrialResult(None, TrialStatus.TIMEOUT, f"killed after the {self.timeout:g} s timeout",
                                duration=run.seconds)

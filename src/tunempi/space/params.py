@@ -742,7 +742,8 @@ def _number(text: str) -> int | float:
 
 
 def parse_range(name: str, text: str, kind: str | None = None, **extra: Any) -> Param:
-    """'start:step:end' (linear), 'start:+step:end' (linear), 'start:*factor:end' (log) -> a Param."""
+    """'start:step:end' / 'start:+step:end' (linear) -> Int/FloatParam; 'start:*factor:end' -> the
+    geometric list (integers, as PTF expands it) or a log range (floats)."""
     m = _RANGE_RE.match(text)
     if not m:
         raise UsageError(f"{name}: range {text!r} is not start:step:end, start:+step:end or start:*factor:end")
@@ -758,7 +759,7 @@ def parse_range(name: str, text: str, kind: str | None = None, **extra: Any) -> 
     if m.group("op") == "*":
         if is_float:
             return FloatParam(name, float(start), float(end), log=True, **extra)
-        return IntParam(name, int(start), int(end), log=True, factor=int(step), **extra)
+        return _geometric_list(name, int(start), int(step), int(end))
     if step <= 0:
         raise UsageError(f"{name}: range {text!r} needs a positive step")
     if is_float:
@@ -941,21 +942,24 @@ def _ptf_range(name: str, rhs: str) -> Param:
     m = _RANGE_RE.match(rhs)
     if not m:
         raise UsageError(f"{name}: range {rhs!r} is not start:step:end")
-    if m.group("op") == "*":
-        # PTF expands a multiplicative range into the list start, start*f, ... <= end (no end added).
-        try:
-            start, factor, end = (int(_number(m.group(g))) for g in ("start", "step", "end"))
-        except ValueError as exc:
-            raise UsageError(f"{name}: {exc}") from None
-        if start < 1 or factor < 2 or start > end:
-            raise UsageError(f"{name}: a *factor range needs 1 <= start <= end and factor >= 2")
-        values = []
-        v = start
-        while v <= end:
-            values.append(v)
-            v *= factor
-        return CategoricalParam(name, tuple(values))
     return parse_range(name, rhs)
+
+
+def _geometric_list(name: str, start: int, factor: int, end: int) -> CategoricalParam:
+    """start:*factor:end -> the ordered list start, start*factor, ... <= end (PTF's expansion).
+
+    A list, not a log range: byte sizes such as cell sizes often must be one of these values
+    (MPICH 5 aborts in MPI_Init on a non-power-of-two shared-memory cell size); use
+    low/high/log = true for a log-uniform range of every integer in between.
+    """
+    if start < 1 or factor < 2:
+        raise UsageError(f"{name}: a start:*factor:end range needs start >= 1 and factor >= 2")
+    values = []
+    v = start
+    while v <= end:
+        values.append(v)
+        v *= factor
+    return CategoricalParam(name, tuple(values))
 
 
 def _ptf_scalar(text: str) -> Value:
