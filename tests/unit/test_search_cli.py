@@ -151,6 +151,8 @@ def test_usage_errors_name_the_choices(cli, workdir):
     assert result.returncode == 2 and "exhaustive, individual, random, gde3, bayes, rl" in result.stderr
     result = cli("search", "--space", "space.toml", cwd=workdir)
     assert result.returncode == 2 and "after '--'" in result.stderr
+    result = cli("search", "--space", "auto", "--", "true", cwd=workdir)
+    assert result.returncode == 2 and "not available yet" in result.stderr
 
 
 def test_simulate_compare_json(cli, workdir):

@@ -136,6 +136,9 @@ def _search_application(command: list[str], space_path: str, strategy: str | Non
     from tunempi.search.report import format_env_file, plot_trials, trials_table
     from tunempi.space.params import load_space
 
+    if space_path == "auto":
+        raise UsageError("--space auto needs mpi/'s MPI_T control-variable discovery, which is not available "
+                         "yet; give a .toml, .json or PTF file")
     space = load_space(space_path)
     name = resolve(strategy, "SEARCH_STRATEGY", space.hints.get("search", DEFAULT_STRATEGY)) or DEFAULT_STRATEGY
     strategy_class(name)
@@ -200,7 +203,9 @@ def _search_application(command: list[str], space_path: str, strategy: str | Non
                f"{len(searcher.trials)} trials")
     env_path = out_dir / "best.env"
     env_path.write_text(format_env_file(space, recommended, comment))
-    png = plot_trials(space, searcher.trials, out_dir / "report.png", title=f"{name} search: {' '.join(command)}")
+    shown = " ".join([Path(command[0]).name, *command[1:]])
+    png = plot_trials(space, searcher.trials, out_dir / "report.png",
+                      title=f"{name} search: {shown if len(shown) <= 60 else shown[:57] + '...'}")
     (out_dir / "summary.json").write_text(json.dumps({
         "schema": 1, "strategy": name, "trials": len(searcher.trials), "best": best, "best_value": best_value,
         "verdict": None if verdict is None else verdict.to_dict(), "recommended": recommended,
