@@ -121,3 +121,11 @@ def test_individual_finds_the_separable_optimum():
     run_search(s, lambda p: TrialResult.ok(1 + (p["A"] - 7) ** 2 + (p["B"] - 2) ** 2), 100)
     assert s.recommend() == {"A": 7, "B": 2}
     assert len(s.trials) < 11 * 11  # far fewer runs than the grid
+
+
+def test_penalty_is_worse_than_every_value_whatever_the_sign():
+    s = make_strategy("random", SPACE, seed=0)
+    values = iter([-5.0, -1.0, -3.0])
+    run_search(s, lambda p: TrialResult.ok(next(values)), 3)
+    assert s.penalty() > -1.0
+    assert s.score(TrialResult.failed("x")) == s.penalty()

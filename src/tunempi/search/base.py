@@ -224,11 +224,16 @@ class SearchStrategy(ABC):
         return None if best is None else dict(best.params)
 
     def penalty(self) -> float | None:
-        """The score of a failed run: FAILURE_PENALTY_FACTOR x the worst OK value (None if none yet)."""
-        values = [t.value for t in self.trials if t.is_ok]
+        """The score of a failed run (None before any OK run): worse than every OK value.
+
+        For times (positive) it is FAILURE_PENALTY_FACTOR x the worst value; the general form,
+        worst + (factor - 1) x max(|worst|, worst - best), stays above the worst for any sign.
+        """
+        values = [float(t.value) for t in self.trials if t.is_ok]  # type: ignore[arg-type]
         if not values:
             return None
-        return FAILURE_PENALTY_FACTOR * max(values)  # type: ignore[type-var]
+        worst, best = max(values), min(values)
+        return worst + (FAILURE_PENALTY_FACTOR - 1.0) * max(abs(worst), worst - best, 1e-12)
 
     def score(self, result: TrialResult) -> float:
         """The value to minimise: the measurement, or the penalty for a failed run."""

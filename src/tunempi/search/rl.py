@@ -34,7 +34,7 @@ from typing import Any
 
 import numpy as np
 
-from tunempi.search.base import FAILURE_PENALTY_FACTOR, SearchStrategy, Trial, TrialResult
+from tunempi.search.base import SearchStrategy, Trial, TrialResult
 from tunempi.space.params import CategoricalParam, Config, ParamSpace, config_key
 
 
@@ -240,8 +240,9 @@ class RLSearch(SearchStrategy):
                 self._current = dict(params)
         else:
             # Penalised like elsewhere (2x the worst value seen), and the agent stays put.
-            worst = max(float(t.value) for t in self.trials if t.is_ok)  # type: ignore[arg-type]
-            reward = (before - FAILURE_PENALTY_FACTOR * worst) / self.reference_value_
+            penalty = self.penalty()
+            assert penalty is not None  # the reference run succeeded
+            reward = (before - penalty) / self.reference_value_
             next_state = state
         self.transitions_.append(Transition(state, action_index, reward, next_state,
                                             config_key(from_config), config_key(params)))

@@ -65,6 +65,7 @@ class Expr:
 
     source: str
     names: frozenset[str] = field(default=frozenset(), compare=False)
+    tree: ast.Expression | None = field(default=None, compare=False, repr=False)
 
     @classmethod
     def parse(cls, source: str) -> Expr:
@@ -82,12 +83,13 @@ class Expr:
                 )
             if isinstance(node, ast.Name) and node.id not in ("true", "false", "True", "False"):
                 names.add(node.id)
-        return cls(text, frozenset(names))
+        return cls(text, frozenset(names), tree)
 
     def evaluate(self, config: Mapping[str, Value]) -> bool:
         """Truth of the expression; False when it refers to a parameter that is not active."""
         try:
-            return bool(_eval_node(ast.parse(self.source, mode="eval").body, config))
+            tree = self.tree if self.tree is not None else ast.parse(self.source, mode="eval")
+            return bool(_eval_node(tree.body, config))
         except _Inactive:
             return False
         except (TypeError, ZeroDivisionError):
