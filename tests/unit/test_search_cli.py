@@ -20,7 +20,7 @@ APP = textwrap.dedent("""
     import os, sys, time
     x = int(os.environ.get("X", "0"))
     if x >= 40:
-        sys.exit(3)              # the 'cliff': crashes past a threshold
+        print("fatal [/mpich/x.c:36] [0x7f00]"); sys.exit(3)  # the cliff, with Rich-hostile output
     if os.environ.get("MODE") == "hang" and x == 10:
         time.sleep(60)
     print(f"Time in seconds = {1.0 + abs(x - 20) / 10:.3f}")

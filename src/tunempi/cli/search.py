@@ -15,6 +15,7 @@ from pathlib import Path
 
 import typer
 from rich.console import Console
+from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
 from tunempi.config import resolve
@@ -46,18 +47,18 @@ def search(
     command: list[str] = typer.Argument(None, help="The application command, after '--'."),
     space: str | None = typer.Option(None, "--space", help="Parameter space: .toml, .json or a PTF file."),
     strategy: str | None = typer.Option(
-        None, "--strategy", help=f"One of {', '.join(STRATEGY_NAMES)} [env TUNEMPI_SEARCH_STRATEGY; default: "
-        f"the PTF file's SEARCH=, else {DEFAULT_STRATEGY}]."),
-    budget: int | None = typer.Option(None, "--budget", help="Trials (runs) to spend [env TUNEMPI_SEARCH_BUDGET; "
-                                      "default 50]."),
-    repeats: int | None = typer.Option(None, "--repeats", help="Best-vs-default verification pairs [env "
-                                       "TUNEMPI_SEARCH_REPEATS; default 5; 0 skips verification]."),
+        None, "--strategy", help=f"One of {', '.join(STRATEGY_NAMES)} (env TUNEMPI_SEARCH_STRATEGY; default: "
+        f"the PTF file's SEARCH=, else {DEFAULT_STRATEGY})."),
+    budget: int | None = typer.Option(None, "--budget", help="Trials (runs) to spend (env TUNEMPI_SEARCH_BUDGET; "
+                                      "default 50; resumed trials count)."),
+    repeats: int | None = typer.Option(None, "--repeats", help="Best-vs-default verification pairs (env "
+                                       "TUNEMPI_SEARCH_REPEATS; default 5; 0 skips verification)."),
     timeout: float | None = typer.Option(None, "--timeout", help="Seconds before a run is killed and penalised."),
     metric: str | None = typer.Option(None, "--metric", help="Regex whose first group is the objective "
                                       "(default: wall time), e.g. 'Time in seconds = (\\S+)'."),
     seed: int = typer.Option(0, "--seed", help="Seed of the strategy (and of the first simulated seed)."),
-    out: str | None = typer.Option(None, "--out", help=f"Directory for the journal, env file and report [env "
-                                   f"TUNEMPI_SEARCH_OUT; default ./{DEFAULT_OUT}]."),
+    out: str | None = typer.Option(None, "--out", help=f"Directory for the journal, env file and report (env "
+                                   f"TUNEMPI_SEARCH_OUT; default ./{DEFAULT_OUT})."),
     simulate: str | None = typer.Option(None, "--simulate", help="Run on a built-in landscape (or 'all') "
                                         "instead of an application."),
     compare: str | None = typer.Option(None, "--compare", help="With --simulate: 'all' or a comma list of "
@@ -170,7 +171,9 @@ def _search_application(command: list[str], space_path: str, strategy: str | Non
         journal.append_trial(trial)
         status = "[green] OK [/]" if trial.is_ok else f"[red]{trial.status.value.upper()}[/]"
         value = f"{trial.value:.6g}" if trial.value is not None else trial.result.reason[:80]
-        _err.print(f"[{status}] ({trial.number + 1}/{n_budget}) {dict(trial.params)} -> {value}")
+        # Output of failed runs holds brackets ("[0x7f...]", "[/x]") that Rich would read as markup.
+        _err.print(f"[{status}] ({trial.number + 1}/{n_budget}) {escape(str(dict(trial.params)))} -> "
+                   f"{escape(value)}")
 
     try:
         run_search(searcher, objective, n_budget, on_trial=record)
@@ -184,7 +187,8 @@ def _search_application(command: list[str], space_path: str, strategy: str | Non
     if best is None:
         raise TunempiError(f"no trial succeeded in {len(searcher.trials)} runs; see the reasons in {journal.path}")
     best_value = searcher.mean_value(best)
-    _out.print(f"best configuration: {best} (measured {best_value if best_value is not None else 'n/a'})")
+    _out.print(f"best configuration: {escape(str(best))} (measured "
+               f"{best_value if best_value is not None else 'n/a'})")
 
     verdict = None
     if n_repeats:
@@ -196,7 +200,7 @@ def _search_application(command: list[str], space_path: str, strategy: str | Non
         except KeyboardInterrupt:
             _err.print("interrupted during verification; rerun the same command to resume")
             raise typer.Exit(130) from None
-        _out.print(verdict.reason)
+        _out.print(escape(verdict.reason))
     recommended = best if verdict is None or verdict.recommend else None
     comment = ("tunempi search: " + (verdict.reason if verdict is not None else "best found, NOT verified "
                "against the defaults (--repeats 0)") + f"\nspace: {space_path}; strategy: {name}; "

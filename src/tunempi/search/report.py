@@ -8,6 +8,7 @@ import math
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
+from rich.markup import escape
 from rich.table import Table
 
 from tunempi.search.base import Trial
@@ -43,7 +44,7 @@ def trials_table(space: ParamSpace, trials: Sequence[Trial], title: str = "trial
     table.add_column("best so far", justify="right")
     for t, best in zip(trials, best_so_far(trials), strict=True):
         table.add_row(
-            str(t.number), *[str(t.params.get(n, "-")) for n in space.names],
+            str(t.number), *[escape(str(t.params.get(n, "-"))) for n in space.names],
             t.status.value if t.is_ok else f"[red]{t.status.value}[/]",
             f"{t.value:.6g}" if t.value is not None else "-",
             f"{best:.6g}" if best is not None else "-",
