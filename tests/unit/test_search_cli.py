@@ -189,3 +189,15 @@ def test_failure_reason_is_the_cause_not_the_backtrace():
     assert failure_summary(out).startswith("Assertion failed in file mpidig_init.c")
     assert failure_summary("a\nlast words\n") == "last words"
     assert failure_summary("") == "(no output)"
+
+
+def test_ptf_file_directives_pick_strategy_population_and_budget(cli, workdir):
+    (workdir / "space.conf").write_text(
+        "MPIPO_BEGIN\nX=0:1:39;\nSEARCH=gde3;\nGDE3_POP_SIZE=4;\nSAMPLE_COUNT=5;\nMPIPO_END\n")
+    result = cli("search", "--space", "space.conf", "--repeats", "0", "--out", "out", "--", sys.executable,
+                 "app.py", cwd=workdir)
+    assert result.returncode == 0, result.stderr
+    records = journal(workdir)
+    assert records[0]["strategy"] == "gde3"
+    assert sum(1 for r in records if r["kind"] == "trial") == 5
+    assert "NOT verified" in (workdir / "out" / "best.env").read_text()

@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import re
 import sys
+from collections.abc import Mapping
 from pathlib import Path
 
 import typer
@@ -143,7 +144,8 @@ def _search_application(command: list[str], space_path: str, strategy: str | Non
     space = load_space(space_path)
     name = resolve(strategy, "SEARCH_STRATEGY", space.hints.get("search", DEFAULT_STRATEGY)) or DEFAULT_STRATEGY
     strategy_class(name)
-    n_budget = _int_option(budget, "SEARCH_BUDGET", 50, "--budget", 1)
+    options, default_budget = _ptf_hints(space.hints, name)
+    n_budget = _int_option(budget, "SEARCH_BUDGET", default_budget, "--budget", 1)
     n_repeats = _int_option(repeats, "SEARCH_REPEATS", 5, "--repeats", 0)
     if 0 < n_repeats < MIN_PAIRS:
         raise UsageError(f"--repeats must be 0 (no verification) or >= {MIN_PAIRS}, got {n_repeats}")
@@ -160,7 +162,7 @@ def _search_application(command: list[str], space_path: str, strategy: str | Non
     journal = TrialJournal.open(out_dir / "trials.jsonl", {
         "space": space.to_dict(), "strategy": name, "seed": seed, "command": list(command), "metric": metric,
     })
-    searcher = make_strategy(name, space, seed=seed)
+    searcher = make_strategy(name, space, seed=seed, **options)
     searcher.replay(journal.trials)
     objective = CommandObjective(command, space, timeout=timeout, metric=pattern)
     if journal.trials:
@@ -215,6 +217,23 @@ def _search_application(command: list[str], space_path: str, strategy: str | Non
         "verdict": None if verdict is None else verdict.to_dict(), "recommended": recommended,
     }, indent=2) + "\n")
     _out.print(f"wrote {env_path}, {png}, {out_dir / 'summary.json'}")
+
+
+def _ptf_hints(hints: Mapping[str, str], strategy: str) -> tuple[dict[str, int], int]:
+    """Strategy options and default budget from a PTF file's directives (GDE3_POP_SIZE, SAMPLE_COUNT)."""
+    options: dict[str, int] = {}
+    default_budget = 50
+    values = dict(hints)
+    try:
+        if strategy == "gde3" and "gde3_pop_size" in values:
+            options["population_size"] = int(values["gde3_pop_size"])
+        if "sample_count" in values:
+            default_budget = int(values["sample_count"])
+    except ValueError as exc:
+        raise UsageError(f"bad PTF directive value: {exc}") from None
+    if values.get("individual_keep", "1") != "1":
+        _err.print("note: INDIVIDUAL_KEEP > 1 is not supported; individual keeps the single best value")
+    return options, default_budget
 
 
 def register(app: typer.Typer) -> None:
