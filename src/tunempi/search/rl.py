@@ -1,12 +1,12 @@
 """Reinforcement-learning search: AITuning's design (Fanfarillo & Del Vento, 2019) with its flaws fixed.
 
 The design kept from AITuning: the first run is the reference; the state is built from performance
-variables and timers *relative to the reference*; an action steps one parameter one grid step up or
-down, or keeps the configuration; a learned Q-function with experience replay picks actions.
+variables and timers *relative to the reference*; an action steps one parameter one step up or down,
+or keeps the configuration; a learned Q-function with experience replay picks actions.
 
 What is fixed:
-- Credit assignment. AITuning's loop computes the reward of run t+1 and credits it to the action it
-  chose *after* seeing that run (the previous/next-action mix-up). Here a transition is recorded as
+- Credit assignment. AITuning's code credits a run's reward to the previous action instead of the one
+  that produced the run (an off-by-one between action and outcome). Here a transition is recorded as
   (state before the action, the action, the reward of the run that action produced, the state after),
   and nothing else: `transitions_` is public so tests check it.
 - The state knows where it is. AITuning's state is only performance counters, so the same counters
@@ -20,8 +20,9 @@ What is fixed:
   within 5% of the best measured one (their ensemble), which is robust to one lucky measurement.
 - Steps are on a coarse ladder of at most `max_levels` values per parameter (evenly spread over its
   grid), not AITuning's +-1 on the raw value, which needs hundreds of runs to cross a byte range.
-- The Q-function is a ridge-regularised linear model per action over the state and its squares (fitted by fitted-Q
-  iteration on a replay minibatch after each run), small enough to learn from tens of runs, unlike
+- The Q-function is a ridge-regularised linear model per action over the state and its squares
+  (fitted by fitted-Q iteration on a replay minibatch after each run), small enough to learn from
+  tens of runs, unlike
   AITuning's five-layer network trained on thousands of episodes.
 """
 
