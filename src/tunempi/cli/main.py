@@ -23,17 +23,18 @@ app = typer.Typer(
 )
 
 
-
 @app.callback()
 def _root() -> None:
     """Autotuner for MPI collectives and runtime parameters (MPICH and Open MPI)."""
-    # A callback keeps `tunempi <subcommand>` a group even while only one subcommand is registered.
+    # A callback keeps `tunempi <subcommand>` a group even while only one subcommand is registered
+    # (Typer otherwise promotes a lone command to the root).
 
 
 # One module per subcommand (or group of subcommands); order is the order in --help.
 SUBCOMMAND_MODULES: tuple[str, ...] = (
     "tunempi.cli.info",
     "tunempi.cli.store",
+    "tunempi.cli.search",
 )
 
 for _module in SUBCOMMAND_MODULES:
