@@ -25,6 +25,10 @@
 #ifndef TUNEMPI_TMPI_H
 #define TUNEMPI_TMPI_H
 
+#if !defined(_GNU_SOURCE) && !defined(_POSIX_C_SOURCE)
+#define _POSIX_C_SOURCE 200809L /* clock_gettime, gethostname under -std=c11 */
+#endif
+
 #include <mpi.h>
 #include <stddef.h>
 #include <stdint.h>
