@@ -33,6 +33,9 @@
 #include <stddef.h>
 #include <stdint.h>
 #include <time.h>
+#if defined(__x86_64__)
+#include <x86intrin.h>
+#endif
 
 #define TMPI_LIKELY(x) __builtin_expect(!!(x), 1)
 #define TMPI_UNLIKELY(x) __builtin_expect(!!(x), 0)
@@ -65,7 +68,7 @@ typedef struct {
     uint64_t bytes;         /* message size by tunempi's convention (docs/profile.md) */
     MPI_Request *requests;  /* SEND_INIT: the new request; START: the started requests */
     int nrequests;
-    uint64_t t_begin_ns, t_end_ns;
+    uint64_t t_begin, t_end; /* clock ticks (tmpi_ticks); tmpi_ticks_to_ns converts after calibration */
     void *mode_data;        /* private to the active mode */
 } tmpi_call;
 
@@ -92,24 +95,42 @@ int tmpi_claim_slow(void); /* decides the role of a thread that has none yet; 1 
 #define TMPI_PASSTHROUGH() \
     (TMPI_UNLIKELY(tmpi_role != TMPI_ROLE_OWNER) && (tmpi_role == TMPI_ROLE_PASS || !tmpi_claim_slow()))
 
-static inline uint64_t tmpi_now_ns(void)
+/* Time stamps are TICKS: the time-stamp counter on x86-64 when it is invariant (constant_tsc and
+ * nonstop_tsc; about half the cost of clock_gettime, which matters at two reads per call), else
+ * CLOCK_MONOTONIC nanoseconds. The tick length is calibrated against CLOCK_MONOTONIC between start-up
+ * and finalize (tmpi_clock_calibrate); TUNEMPI_CLOCK=gettime forces clock_gettime. */
+extern int tmpi_clock_is_tsc;
+
+static inline uint64_t tmpi_monotonic_ns(void)
 {
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
     return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
 }
 
+static inline uint64_t tmpi_ticks(void)
+{
+#if defined(__x86_64__)
+    if (TMPI_LIKELY(tmpi_clock_is_tsc))
+        return __rdtsc();
+#endif
+    return tmpi_monotonic_ns();
+}
+
+void tmpi_clock_calibrate(void);        /* at finalize, before the mode's finish hook */
+uint64_t tmpi_ticks_to_ns(uint64_t ticks);
+
 static inline void tmpi_begin(tmpi_call *call)
 {
     tmpi_role = TMPI_ROLE_PASS; /* re-entry guard for the duration of the call */
     if (tmpi_active->begin)
         tmpi_active->begin(call);
-    call->t_begin_ns = tmpi_now_ns();
+    call->t_begin = tmpi_ticks();
 }
 
 static inline void tmpi_end(tmpi_call *call)
 {
-    call->t_end_ns = tmpi_now_ns();
+    call->t_end = tmpi_ticks();
     tmpi_active->end(call);
     tmpi_role = TMPI_ROLE_OWNER;
 }
@@ -157,7 +178,8 @@ void tmpi_request_forget(MPI_Request request);
 
 /* ---- state shared with modes ---- */
 typedef struct {
-    uint64_t t_start_ns;     /* MPI_Init returned (or first wrapped call, when started lazily) */
+    uint64_t t_start;        /* ticks when MPI_Init returned (or the first wrapped call, when started lazily) */
+    uint64_t t_finalize;     /* ticks when MPI_Finalize was entered */
     int started_lazily;      /* MPI was initialised before the tool became active */
     int thread_level;        /* provided thread level, -1 if unknown */
     int world_rank, world_size;

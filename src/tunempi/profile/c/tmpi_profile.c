@@ -26,7 +26,7 @@ typedef struct {
     uint64_t key;
     int used;
     int op, shape, bucket;
-    uint64_t calls, bytes, time_ns, min_ns, max_ns;
+    uint64_t calls, bytes, time, min, max; /* times in ticks */
     int n_exact; /* -1: more than TMPI_EXACT_MAX distinct sizes */
     uint64_t exact_size[TMPI_EXACT_MAX], exact_calls[TMPI_EXACT_MAX];
 } tmpi_coll_entry;
@@ -44,11 +44,18 @@ typedef struct {
     uint64_t p2p_calls[TMPI_P2P_BUCKETS], p2p_bytes[TMPI_P2P_BUCKETS];
 } tmpi_rank_summary;
 
+/* This rank's counters; times in clock ticks until finalize converts them. */
+typedef struct {
+    uint64_t mpi, coll, p2p, coll_calls, send_calls;
+    uint64_t p2p_calls[TMPI_P2P_BUCKETS], p2p_bytes[TMPI_P2P_BUCKETS];
+} tmpi_rank_counters;
+
 static tmpi_coll_entry *table;
 static size_t table_capacity, table_used;
-static tmpi_rank_summary me;
+static tmpi_coll_entry *last_entry; /* loops repeat the same call: skip the hash probe */
+static tmpi_rank_counters me;
 static int paused;
-static uint64_t paused_since_ns, paused_total_ns;
+static uint64_t paused_since, paused_total;
 
 /* ---------------------------------------------------------------- recording (hot path) ---- */
 
@@ -96,16 +103,19 @@ static void tmpi_table_grow(void)
         table[j] = old[i];
     }
     free(old);
+    last_entry = NULL;
 }
 
 static tmpi_coll_entry *tmpi_entry(int op, int shape, int bucket)
 {
     uint64_t key = ((uint64_t)(uint32_t)shape << 24) | ((uint64_t)(bucket + 1) << 12) | (uint64_t)op;
+    if (last_entry && last_entry->key == key)
+        return last_entry;
     if (table_capacity) {
         size_t j = tmpi_slot(key, table_capacity);
         while (table[j].used) {
             if (table[j].key == key)
-                return &table[j];
+                return last_entry = &table[j];
             j = (j + 1) & (table_capacity - 1);
         }
     }
@@ -121,9 +131,9 @@ static tmpi_coll_entry *tmpi_entry(int op, int shape, int bucket)
     e->op = op;
     e->shape = shape;
     e->bucket = bucket;
-    e->min_ns = UINT64_MAX;
+    e->min = UINT64_MAX;
     table_used++;
-    return e;
+    return last_entry = e;
 }
 
 static void tmpi_add_exact(uint64_t *sizes, uint64_t *calls, int *n, uint64_t size, uint64_t count)
@@ -170,32 +180,35 @@ static void profile_end(tmpi_call *call)
 {
     if (paused)
         return;
-    uint64_t dt = call->t_end_ns - call->t_begin_ns;
-    me.mpi_ns += dt;
+    uint64_t dt = call->t_end - call->t_begin;
+    me.mpi += dt;
     switch (tmpi_op_table[call->op].kind) {
     case TMPI_KIND_COLL: {
         tmpi_comm_info *info = tmpi_comm_lookup(call->comm);
         tmpi_coll_entry *e = tmpi_entry(call->op, info->shape, tmpi_size_bucket(call->bytes));
         e->calls++;
         e->bytes += call->bytes;
-        e->time_ns += dt;
-        if (dt < e->min_ns)
-            e->min_ns = dt;
-        if (dt > e->max_ns)
-            e->max_ns = dt;
-        tmpi_add_exact(e->exact_size, e->exact_calls, &e->n_exact, call->bytes, 1);
-        me.coll_ns += dt;
+        e->time += dt;
+        if (dt < e->min)
+            e->min = dt;
+        if (dt > e->max)
+            e->max = dt;
+        if (TMPI_LIKELY(e->n_exact > 0 && e->exact_size[0] == call->bytes))
+            e->exact_calls[0]++;
+        else
+            tmpi_add_exact(e->exact_size, e->exact_calls, &e->n_exact, call->bytes, 1);
+        me.coll += dt;
         me.coll_calls++;
         break;
     }
     case TMPI_KIND_SEND:
         tmpi_record_p2p(call->bytes);
-        me.p2p_ns += dt;
+        me.p2p += dt;
         break;
     case TMPI_KIND_SEND_INIT:
         if (*call->requests != MPI_REQUEST_NULL)
             tmpi_request_remember(*call->requests, call->bytes);
-        me.p2p_ns += dt;
+        me.p2p += dt;
         break;
     case TMPI_KIND_START:
         for (int i = 0; i < call->nrequests; i++) {
@@ -203,7 +216,7 @@ static void profile_end(tmpi_call *call)
             if (tmpi_request_bytes(call->requests[i], &bytes))
                 tmpi_record_p2p(bytes);
         }
-        me.p2p_ns += dt;
+        me.p2p += dt;
         break;
     default:
         break;
@@ -215,23 +228,24 @@ static void profile_reset(void)
     for (size_t i = 0; i < table_capacity; i++)
         table[i].used = 0;
     table_used = 0;
+    last_entry = NULL;
     memset(&me, 0, sizeof me);
-    paused_total_ns = 0;
-    tmpi_globals.t_start_ns = tmpi_now_ns();
+    paused_total = 0;
+    tmpi_globals.t_start = tmpi_ticks();
     if (paused)
-        paused_since_ns = tmpi_globals.t_start_ns;
+        paused_since = tmpi_globals.t_start;
 }
 
 /* MPI_Pcontrol(0) pauses recording, (1) resumes, (2) discards what was recorded so far. */
 static void profile_pcontrol(int level)
 {
-    uint64_t now = tmpi_now_ns();
+    uint64_t now = tmpi_ticks();
     if (level == 0 && !paused) {
         paused = 1;
-        paused_since_ns = now;
+        paused_since = now;
     } else if (level == 1 && paused) {
         paused = 0;
-        paused_total_ns += now - paused_since_ns;
+        paused_total += now - paused_since;
     } else if (level == 2) {
         profile_reset();
     }
@@ -315,10 +329,10 @@ static void tmpi_my_host(char *host)
 }
 
 /* node_of[world rank] for every rank: one allgather of host-name hashes. Returns the node count. */
-static int tmpi_node_map(int *node_of)
+static int tmpi_node_map(const char *host, int *node_of)
 {
     int size = tmpi_globals.world_size;
-    uint64_t mine = tmpi_hash_string(me.host);
+    uint64_t mine = tmpi_hash_string(host);
     uint64_t *all = calloc((size_t)size, sizeof *all);
     uint64_t *sorted = calloc((size_t)size, sizeof *sorted);
     PMPI_Allgather(&mine, 1, MPI_UINT64_T, all, 1, MPI_UINT64_T, MPI_COMM_WORLD);
@@ -374,8 +388,9 @@ static tmpi_record *tmpi_local_records(const int *node_of, int n_nodes, int *cou
         tmpi_record *r = &records[n++];
         *r = (tmpi_record){.op = e->op, .comm_size = size, .nodes = shape_nodes[e->shape],
                            .ppn = shape_ppn[e->shape], .bucket = e->bucket, .n_exact = e->n_exact,
-                           .ranks = 1, .calls = e->calls, .bytes = e->bytes, .time_ns = e->time_ns,
-                           .min_ns = e->min_ns, .max_ns = e->max_ns};
+                           .ranks = 1, .calls = e->calls, .bytes = e->bytes,
+                           .time_ns = tmpi_ticks_to_ns(e->time), .min_ns = tmpi_ticks_to_ns(e->min),
+                           .max_ns = tmpi_ticks_to_ns(e->max)};
         memcpy(r->exact_size, e->exact_size, sizeof r->exact_size);
         memcpy(r->exact_calls, e->exact_calls, sizeof r->exact_calls);
     }
@@ -589,15 +604,24 @@ static void tmpi_write_file(const tmpi_record *records, int n_records, const tmp
 
 static void profile_finish(void)
 {
-    uint64_t now = tmpi_now_ns();
+    uint64_t end = tmpi_globals.t_finalize;
     if (paused)
-        paused_total_ns += now - paused_since_ns;
-    me.wall_ns = now - tmpi_globals.t_start_ns - paused_total_ns;
-    tmpi_my_host(me.host);
+        paused_total += end - paused_since;
+    tmpi_rank_summary summary;
+    memset(&summary, 0, sizeof summary);
+    summary.wall_ns = tmpi_ticks_to_ns(end - tmpi_globals.t_start - paused_total);
+    summary.mpi_ns = tmpi_ticks_to_ns(me.mpi);
+    summary.coll_ns = tmpi_ticks_to_ns(me.coll);
+    summary.p2p_ns = tmpi_ticks_to_ns(me.p2p);
+    summary.coll_calls = me.coll_calls;
+    summary.send_calls = me.send_calls;
+    memcpy(summary.p2p_calls, me.p2p_calls, sizeof summary.p2p_calls);
+    memcpy(summary.p2p_bytes, me.p2p_bytes, sizeof summary.p2p_bytes);
+    tmpi_my_host(summary.host);
 
     int size = tmpi_globals.world_size, rank = tmpi_globals.world_rank;
     int *node_of = calloc((size_t)size, sizeof *node_of);
-    int n_nodes = tmpi_node_map(node_of);
+    int n_nodes = tmpi_node_map(summary.host, node_of);
     int n_local = 0;
     tmpi_record *local = tmpi_local_records(node_of, n_nodes, &n_local);
     free(node_of);
@@ -621,7 +645,8 @@ static void profile_finish(void)
         all = malloc((size_t)total + sizeof *all);
     }
     PMPI_Gatherv(local, local_bytes, MPI_BYTE, all, counts, displs, MPI_BYTE, 0, MPI_COMM_WORLD);
-    PMPI_Gather(&me, (int)sizeof me, MPI_BYTE, summaries, (int)sizeof me, MPI_BYTE, 0, MPI_COMM_WORLD);
+    PMPI_Gather(&summary, (int)sizeof summary, MPI_BYTE, summaries, (int)sizeof summary, MPI_BYTE, 0,
+                MPI_COMM_WORLD);
     if (rank == 0) {
         int n = tmpi_merge_sorted(all, total / (int)sizeof(tmpi_record));
         tmpi_write_file(all, n, summaries, size, n_nodes);
