@@ -97,8 +97,9 @@ class UsageRow:
     nodes: int
     ppn: int
     msg_size: int  # exact size when known, else the bucket's upper bound
-    calls: int
-    time_s: float
+    calls: int  # summed over ranks
+    time_s: float  # summed over ranks
+    ranks: int  # ranks that made these calls
 
 
 @dataclass(frozen=True)
@@ -150,7 +151,8 @@ class Profile:
             sizes = r.exact_sizes or {r.size_hi: r.calls}
             for size, calls in sorted(sizes.items()):
                 share = calls / r.calls if r.calls else 0.0
-                rows.append(UsageRow(r.collective, r.comm_size, r.nodes, r.ppn, size, calls, r.time_s * share))
+                rows.append(UsageRow(r.collective, r.comm_size, r.nodes, r.ppn, size, calls, r.time_s * share,
+                                     r.ranks))
         return rows
 
 

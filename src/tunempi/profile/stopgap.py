@@ -88,3 +88,18 @@ def inject_env(argv: Sequence[str], env: Mapping[str, str], vendor: str) -> tupl
         exports = ",".join(f"{name}={value}" for name, value in env.items())
         return head + [f"--export=ALL,{exports}"] + rest, {}
     return list(argv), dict(env)
+
+
+def eager_threshold_knobs(library: MPILibrary) -> list[str]:
+    """The knob(s) that set the eager/rendezvous switch-over for this library (TODO(mpi/): move into
+    the vendor adapter, which knows the transport actually selected at run time).
+
+    UCX-based: UCX's rendezvous threshold. Open MPI's ob1 (no UCX): the BTL eager limits (names checked
+    with ompi_info on Open MPI 5.0.11). Other transports: unknown here (empty list).
+    """
+    if library.vendor == "mpich":
+        return ["UCX_RNDV_THRESH"] if "ucx" in library.device else []
+    if library.vendor == "openmpi":
+        return ["UCX_RNDV_THRESH (pml ucx)", "btl_sm_eager_limit (pml ob1, same node)",
+                "btl_tcp_eager_limit (pml ob1, TCP)"]
+    return []
