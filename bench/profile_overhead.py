@@ -7,8 +7,10 @@ Not a test (timings on a shared machine are noisy). Two figures:
    launch reports the median ns per call of its MPI_Allreduce blocks; the medians over launches are
    compared.
 2. In process: inside each "profile" launch the program alternates blocks of MPI_Allreduce (through
-   the interposer) and PMPI_Allreduce (direct), so the wrapper's own cost is measured with the
-   launch-to-launch noise removed.
+   the interposer) and PMPI_Allreduce (direct) in ABBA order; each quadruple gives one paired
+   difference, and the median over all quadruples of all launches is the wrapper's cost with the
+   launch-to-launch noise removed. The same at 1 rank (no partner to wait for) gives the wrapper's
+   intrinsic CPU cost.
 
     .venv/bin/python bench/profile_overhead.py [--mpi mpich|openmpi|PREFIX] [--launches 8]
 """
@@ -34,20 +36,31 @@ def launch(argv: list[str], env: dict[str, str], vendor: str) -> dict[str, list[
     result = subprocess.run(command, capture_output=True, text=True, timeout=300, env={**os.environ, **extra})
     if result.returncode != 0:
         raise SystemExit(f"{' '.join(command)} failed:\n{result.stdout}\n{result.stderr}")
-    blocks: dict[str, list[float]] = {"mpi": [], "pmpi": []}
+    blocks: dict[str, list[float]] = {"mpi": [], "pmpi": [], "order": []}
     for line in result.stdout.splitlines():
         kind, _, value = line.partition(" ")
-        if kind in blocks:
+        if kind in ("mpi", "pmpi"):
             blocks[kind].append(float(value))
+            blocks["order"].append(float(value))
     return blocks
+
+
+def paired_differences(order: list[float]) -> list[float]:
+    """(A + A') / 2 - (B + B') / 2 for each ABBA quadruple (A: MPI_, B: PMPI_), in ns per call."""
+    return [(order[i] + order[i + 3]) / 2 - (order[i + 1] + order[i + 2]) / 2 for i in range(0, len(order) - 3, 4)]
+
+
+def quartiles(values: list[float]) -> tuple[float, float, float]:
+    q = statistics.quantiles(values, n=4) if len(values) > 1 else [values[0]] * 3
+    return q[0], q[1], q[2]
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--mpi", default="mpich")
     parser.add_argument("--launches", type=int, default=8, help="launches per variant")
-    parser.add_argument("--iters", type=int, default=20000, help="allreduce calls per block")
-    parser.add_argument("--blocks", type=int, default=10, help="blocks of each path per launch")
+    parser.add_argument("--iters", type=int, default=5000, help="allreduce calls per block")
+    parser.add_argument("--blocks", type=int, default=20, help="blocks of each path per launch")
     args = parser.parse_args()
 
     library = resolve_library(args.mpi)
@@ -59,9 +72,11 @@ def main() -> None:
     else:
         base += ["--allow-run-as-root", "--bind-to", "core"]
     argv = base + [str(app), str(args.iters), str(args.blocks)]
+    single = [str(library.mpiexec), "-n", "1"] + base[3:] + [str(app), str(args.iters), str(args.blocks)]
 
     per_launch: dict[str, list[float]] = {v: [] for v in VARIANTS}
     in_process: list[float] = []
+    intrinsic: list[float] = []
     with tempfile.TemporaryDirectory(prefix="tunempi-overhead-") as tmp:
         for i in range(args.launches):
             order = VARIANTS[i % 3:] + VARIANTS[: i % 3]  # rotate: no variant always runs first
@@ -72,7 +87,8 @@ def main() -> None:
                 blocks = launch(argv, env, library.vendor)
                 per_launch[variant].append(statistics.median(blocks["mpi"]))
                 if variant == "profile":
-                    in_process.append(statistics.median(blocks["mpi"]) - statistics.median(blocks["pmpi"]))
+                    in_process += paired_differences(blocks["order"])
+                    intrinsic += paired_differences(launch(single, env, library.vendor)["order"])
                 print(f"launch {i + 1}/{args.launches} {variant:8s} {per_launch[variant][-1]:8.1f} ns/call",
                       flush=True)
 
@@ -82,9 +98,15 @@ def main() -> None:
     for variant in VARIANTS:
         med = statistics.median(per_launch[variant])
         print(f"  {variant:8s} median {med:8.1f} ns/call  ({100 * (med - none) / none:+.2f} % vs none)")
-    wrapper = statistics.median(in_process)
-    print(f"  in-process wrapper cost (MPI_ minus PMPI_ blocks, profile mode): {wrapper:+.1f} ns/call "
-          f"({100 * wrapper / none:+.2f} % of a call)")
+    lo, spread_med, hi = quartiles(per_launch["none"])
+    print(f"  launch-to-launch spread of 'none' (quartiles): {lo:.0f} / {spread_med:.0f} / {hi:.0f} ns/call")
+    lo, wrapper, hi = quartiles(in_process)
+    direct = statistics.median(per_launch["none"])
+    print(f"  in process, 2 ranks: MPI_ minus PMPI_ (median of {len(in_process)} ABBA pairs): {wrapper:+.1f} ns/call "
+          f"(quartiles {lo:+.1f} / {hi:+.1f}) = {100 * wrapper / direct:+.2f} % of a call")
+    lo, cost, hi = quartiles(intrinsic)
+    print(f"  in process, 1 rank (intrinsic wrapper cost, median of {len(intrinsic)} pairs): {cost:+.1f} ns/call "
+          f"(quartiles {lo:+.1f} / {hi:+.1f})")
 
 
 if __name__ == "__main__":

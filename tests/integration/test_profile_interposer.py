@@ -179,3 +179,31 @@ def test_generator_wraps_everything_on_the_real_headers(vendor: str) -> None:
     # these libraries (MPI 4.x) have every non-blocking collective and matched probes
     for name in ("MPI_Iallreduce", "MPI_Ireduce_scatter_block", "MPI_Ialltoallv", "MPI_Mprobe"):
         assert f"int {name}(" in text
+
+
+@pytest.mark.parametrize("vendor", ["mpich", "openmpi"])
+def test_only_the_thread_that_initialised_mpi_is_recorded(vendor: str, tmp_path: Path) -> None:
+    library = embedded_library(vendor)
+    interposer = build_interposer(library, werror=True)
+    app = build_c(library, [APP_SOURCE.with_name("threads.c")], "profile-threads", werror=True,
+                  extra_flags=["-pthread"])
+    out = tmp_path / "profile.json"
+    env = {"LD_PRELOAD": str(interposer), "TUNEMPI_PROFILE_OUT": str(out)}
+    result = run(rank_env_argv(library, 2, [str(app)], env))
+    assert result.returncode == 0, result.stdout + result.stderr
+    data = json.loads(out.read_text())
+    assert data["header"]["thread_level"] == "multiple"
+    rows = [(r["collective"], r["comm_size"], r["calls"], r["exact_sizes"]) for r in data["collectives"]]
+    assert rows == [("allreduce", 2, 6, {"8": 6})]  # the worker thread's 4-byte allreduces are not counted
+
+
+def test_unknown_mode_runs_untouched_with_a_warning(tmp_path: Path) -> None:
+    library = embedded_library("mpich")
+    interposer = build_interposer(library, werror=True)
+    app = build_c(library, [APP_SOURCE], "profile-known-comm", werror=True)
+    out = tmp_path / "profile.json"
+    env = {"LD_PRELOAD": str(interposer), "TUNEMPI_PROFILE_OUT": str(out), "TUNEMPI_MODE": "bogus"}
+    result = run(rank_env_argv(library, 2, [str(app), "init"], env))
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "unknown TUNEMPI_MODE=bogus (valid: profile, off)" in result.stderr
+    assert not out.exists()

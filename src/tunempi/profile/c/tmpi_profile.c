@@ -272,6 +272,11 @@ static int tmpi_cmp_u64(const void *a, const void *b)
     return (x > y) - (x < y);
 }
 
+static int tmpi_cmp_str(const void *a, const void *b)
+{
+    return strcmp(*(const char *const *)a, *(const char *const *)b);
+}
+
 static int tmpi_cmp_record(const void *a, const void *b)
 {
     const tmpi_record *x = a, *y = b;
@@ -498,19 +503,22 @@ static void tmpi_write_json(FILE *out, const tmpi_record *records, int n_records
     fputs(",\n    \"command\": ", out);
     tmpi_json_command(out);
     fprintf(out, ",\n    \"ranks\": %d,\n    \"nodes\": %d,\n    \"hosts\": {", n_ranks, n_nodes);
-    /* host -> number of ranks, in order of first appearance */
-    for (int r = 0; r < n_ranks; r++) {
-        int seen = 0, count = 0;
-        for (int q = 0; q < r && !seen; q++)
-            seen = strcmp(ranks[q].host, ranks[r].host) == 0;
-        if (seen)
-            continue;
-        for (int q = r; q < n_ranks; q++)
-            count += strcmp(ranks[q].host, ranks[r].host) == 0;
-        fputs(r ? ", " : "", out);
-        tmpi_json_cstr(out, ranks[r].host);
-        fprintf(out, ": %d", count);
+    /* host -> number of ranks, by host name (sorting keeps this O(P log P) for large jobs) */
+    const char **hosts = calloc((size_t)n_ranks + 1, sizeof *hosts);
+    for (int r = 0; r < n_ranks; r++)
+        hosts[r] = ranks[r].host;
+    qsort(hosts, (size_t)n_ranks, sizeof *hosts, tmpi_cmp_str);
+    for (int r = 0, first = 1; r < n_ranks;) {
+        int q = r;
+        while (q < n_ranks && strcmp(hosts[q], hosts[r]) == 0)
+            q++;
+        fputs(first ? "" : ", ", out);
+        first = 0;
+        tmpi_json_cstr(out, hosts[r]);
+        fprintf(out, ": %d", q - r);
+        r = q;
     }
+    free(hosts);
     fputs("},\n    \"settings\": ", out);
     tmpi_json_settings(out);
     fprintf(out, ",\n    \"thread_level\": \"%s\",\n    \"started\": \"%s\"\n  },\n",
