@@ -36,6 +36,7 @@ def run_profiled(argv: Sequence[str], library: MPILibrary, output: Path | str) -
     """Run `argv` (a launcher command line, or a single program) with the profiling interposer."""
     output = Path(output).resolve()
     interposer = build_interposer(library)
+    output.parent.mkdir(parents=True, exist_ok=True)
     output.unlink(missing_ok=True)  # never report a previous run's profile as this one's
     argv = list(argv)
     if argv and argv[0] in ("mpiexec", "mpirun"):
