@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import signal
 import statistics
 import subprocess
 import tempfile
@@ -33,11 +34,18 @@ VARIANTS = ("none", "profile", "off")
 
 def launch(argv: list[str], env: dict[str, str], vendor: str) -> dict[str, list[float]]:
     command, extra = inject_env(argv, env, vendor) if env else (argv, {})
-    result = subprocess.run(command, capture_output=True, text=True, timeout=300, env={**os.environ, **extra})
-    if result.returncode != 0:
-        raise SystemExit(f"{' '.join(command)} failed:\n{result.stdout}\n{result.stderr}")
+    proc = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            env={**os.environ, **extra}, start_new_session=True)
+    try:
+        stdout, stderr = proc.communicate(timeout=300)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)  # the launcher and every rank
+        proc.communicate()
+        raise SystemExit(f"{' '.join(command)} timed out") from None
+    if proc.returncode != 0:
+        raise SystemExit(f"{' '.join(command)} failed:\n{stdout}\n{stderr}")
     blocks: dict[str, list[float]] = {"mpi": [], "pmpi": [], "order": []}
-    for line in result.stdout.splitlines():
+    for line in stdout.splitlines():
         kind, _, value = line.partition(" ")
         if kind in ("mpi", "pmpi"):
             blocks[kind].append(float(value))

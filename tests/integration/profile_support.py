@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import os
 import re
+import signal
 import subprocess
 import sys
 from collections.abc import Mapping, Sequence
@@ -52,6 +53,17 @@ def rank_env_argv(library: MPILibrary, ranks: int, program: Sequence[str], env: 
     return [argv[0], *flags, *argv[1:]]
 
 
-def run(argv: Sequence[str], timeout: float = 120) -> subprocess.CompletedProcess[str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("TUNEMPI_")}
-    return subprocess.run(list(argv), capture_output=True, text=True, timeout=timeout, env=env)
+def run(argv: Sequence[str], timeout: float = 60, env: Mapping[str, str] | None = None
+        ) -> subprocess.CompletedProcess[str]:
+    """Run a launch in its own session; on timeout kill the whole group (launcher, proxies, ranks)."""
+    if env is None:
+        env = {k: v for k, v in os.environ.items() if not k.startswith("TUNEMPI_")}
+    proc = subprocess.Popen(list(argv), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=dict(env),
+                            start_new_session=True)
+    try:
+        out, err = proc.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        out, err = proc.communicate()
+        raise AssertionError(f"timed out after {timeout} s: {' '.join(argv)}\n{out}\n{err}") from None
+    return subprocess.CompletedProcess(list(argv), proc.returncode, out, err)

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
 import sys
 from collections import Counter, defaultdict
 from pathlib import Path
@@ -159,10 +158,9 @@ def test_cli_profile_end_to_end(tmp_path: Path) -> None:
     app = build_c(library, [APP_SOURCE], "profile-known-comm", werror=True)
     out = tmp_path / "cli.json"
     env = {k: v for k, v in os.environ.items() if not k.startswith("TUNEMPI_") or k == "TUNEMPI_CACHE"}
-    result = subprocess.run(
+    result = run(
         [sys.executable, "-m", "tunempi", "profile", "--mpi", str(library.prefix), "-o", str(out), "--",
-         "mpiexec", "-n", "2", str(app), "init"],
-        capture_output=True, text=True, timeout=180, env={**env, "COLUMNS": "200"})
+         "mpiexec", "-n", "2", str(app), "init"], timeout=120, env={**env, "COLUMNS": "200"})
     assert result.returncode == 0, result.stdout + result.stderr
     assert "profile written to" in result.stdout
     data = json.loads(out.read_text())
