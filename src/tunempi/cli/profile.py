@@ -38,7 +38,9 @@ profile_app = typer.Typer(
     cls=_CommandAfterDashes,
     invoke_without_command=True,
     no_args_is_help=False,
-    help="Profile an MPI application's communication (PMPI interposer, LD_PRELOAD).",
+    subcommand_metavar="-- LAUNCH-COMMAND... | show FILE",
+    help="Profile an MPI application's communication (PMPI interposer, LD_PRELOAD).\n\n"
+    "tunempi profile -o app.json -- mpiexec -n 4 ./app args   then   tunempi profile show app.json",
 )
 _out = Console()
 
