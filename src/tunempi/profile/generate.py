@@ -324,9 +324,9 @@ def _emit_wrapper(spec: WrapSpec, op: int, proto: Prototype) -> str:
             f"    if (TMPI_PASSTHROUGH()) return {pmpi}({call_args});",
             f"    tmpi_call call = {{{', '.join(fields)}}};",
             "    tmpi_begin(&call);",
-            f"    int rc = {pmpi}({', '.join(forwarded)});",
+            f"    call.rc = {pmpi}({', '.join(forwarded)});",
             "    tmpi_end(&call);",
-            "    return rc;",
+            "    return call.rc;",
         ]
     lines.append("}")
     return "\n".join(lines)

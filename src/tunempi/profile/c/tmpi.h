@@ -8,9 +8,9 @@
  *         if (TMPI_PASSTHROUGH()) return PMPI_X(args);        <- the disabled path: one branch, then PMPI
  *         tmpi_call call = {.op = TMPI_OP_X, .comm = comm, .bytes = tmpi_bytes_<rule>(...)};
  *         tmpi_begin(&call);                                   <- mode hook may replace call.comm
- *         int rc = PMPI_X(args with call.comm);
+ *         call.rc = PMPI_X(args with call.comm);
  *         tmpi_end(&call);                                     <- mode hook records
- *         return rc;
+ *         return call.rc;
  *     }
  *
  * What a call does is decided by the active MODE (tmpi_mode below): "profile" records tables
@@ -69,6 +69,7 @@ typedef struct {
     MPI_Request *requests;  /* SEND_INIT: the new request; START: the started requests */
     int nrequests;
     uint64_t t_begin, t_end; /* clock ticks (tmpi_ticks); tmpi_ticks_to_ns converts after calibration */
+    int rc;                 /* what the PMPI call returned (set before the end hook) */
     void *mode_data;        /* private to the active mode */
 } tmpi_call;
 

@@ -178,8 +178,8 @@ static void profile_begin(tmpi_call *call)
 
 static void profile_end(tmpi_call *call)
 {
-    if (paused)
-        return;
+    if (paused || TMPI_UNLIKELY(call->rc != MPI_SUCCESS))
+        return; /* a failed call (errors returned) may carry an invalid communicator or request */
     uint64_t dt = call->t_end - call->t_begin;
     me.mpi += dt;
     switch (tmpi_op_table[call->op].kind) {
