@@ -205,3 +205,15 @@ def test_unknown_mode_runs_untouched_with_a_warning(tmp_path: Path) -> None:
     assert result.returncode == 0, result.stdout + result.stderr
     assert "unknown TUNEMPI_MODE=bogus (valid: profile, off)" in result.stderr
     assert not out.exists()
+
+
+def test_failed_calls_are_not_recorded(tmp_path: Path) -> None:
+    library = embedded_library("mpich")
+    interposer = build_interposer(library, werror=True)
+    app = build_c(library, [APP_SOURCE.with_name("errors.c")], "profile-errors", werror=True)
+    out = tmp_path / "profile.json"
+    result = run(rank_env_argv(library, 2, [str(app)], {"LD_PRELOAD": str(interposer), "TUNEMPI_PROFILE_OUT": str(out)}))
+    assert result.returncode == 0, result.stdout + result.stderr
+    data = json.loads(out.read_text())
+    assert [(r["collective"], r["calls"]) for r in data["collectives"]] == [("barrier", 2)]
+    assert data["p2p_histogram"]["calls"] == [0] * 7
