@@ -217,3 +217,21 @@ def test_failed_calls_are_not_recorded(tmp_path: Path) -> None:
     data = json.loads(out.read_text())
     assert [(r["collective"], r["calls"]) for r in data["collectives"]] == [("barrier", 2)]
     assert data["p2p_histogram"]["calls"] == [0] * 7
+
+
+@pytest.mark.parametrize("vendor", ["mpich", "openmpi"])
+def test_calls_made_inside_the_library_are_not_counted(vendor: str, tmp_path: Path) -> None:
+    library = embedded_library(vendor)
+    interposer = build_interposer(library, werror=True)
+    internals = build_c(library, [APP_SOURCE.with_name("fake_internal.c")], "profile-fake-internal", shared=True,
+                        werror=True)
+    app = build_c(library, [APP_SOURCE.with_name("guard.c")], "profile-guard", werror=True)
+    out = tmp_path / "profile.json"
+    env = {"LD_PRELOAD": f"{interposer}:{internals}", "TUNEMPI_PROFILE_OUT": str(out)}
+    result = run(rank_env_argv(library, 2, [str(app)], env))
+    assert result.returncode == 0, result.stdout + result.stderr
+    data = json.loads(out.read_text())
+    assert [(r["collective"], r["calls"]) for r in data["collectives"]] == [("barrier", 6)]
+    # only the application's own sendrecv: the 3 inner ones per rank ran while the barrier wrapper was active
+    assert data["p2p_histogram"]["calls"] == [2, 0, 0, 0, 0, 0, 0]
+    assert data["p2p_histogram"]["bytes"] == [16, 0, 0, 0, 0, 0, 0]
