@@ -34,6 +34,8 @@ def _root() -> None:
 SUBCOMMAND_MODULES: tuple[str, ...] = (
     "tunempi.cli.info",
     "tunempi.cli.store",
+    "tunempi.cli.profile",
+    "tunempi.cli.advise",
     "tunempi.cli.search",
 )
 

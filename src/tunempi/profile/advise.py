@@ -1,0 +1,184 @@
+"""Advice for an application from its profile: which collectives are worth tuning, and the eager verdict.
+
+The profile says what the application does (`Profile.usage()`); a PerformanceSource says, per cell
+(collective, ranks, nodes, ppn, message size), how fast the library default is and which algorithm is
+best. That interface is all advice needs: the results store (measured cells) and the model (cells never
+measured) implement it; `DatasetSource` implements it from a benchmark dataset file until they land.
+
+Savings are per run: a rank that makes N calls of a cell saves N x (default - best) seconds; calls in a
+profile are summed over ranks, so N = calls / ranks that made them.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import defaultdict
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from typing import Protocol
+
+from tunempi.profile.reader import P2PBucket, Profile, UsageRow
+from tunempi.store.dataset import DatasetRow
+
+
+@dataclass(frozen=True)
+class Cell:
+    collective: str
+    ranks: int
+    nodes: int
+    ppn: int
+    msg_bytes: int
+
+
+@dataclass(frozen=True)
+class CellPerformance:
+    """How one cell performs: the library default and the best known algorithm (latencies in us)."""
+
+    default_us: float
+    best_algorithm: str
+    best_us: float
+    source: str  # "measured", "model", or "nearest measured size <n>B" (DatasetSource's fallback)
+    default_algorithm: str | None = None  # what the default resolves to, when the source knows
+
+
+class PerformanceSource(Protocol):
+    """Per-cell performance for advice. Implemented by the store (measured) and the model (predicted)."""
+
+    def performance(self, cell: Cell) -> CellPerformance | None:
+        """None when nothing is known about the cell."""
+        ...
+
+
+@dataclass(frozen=True)
+class CellAdvice:
+    usage: UsageRow
+    ranks: int  # ranks that made these calls
+    share_of_run: float  # time in these calls / the ranks' run time
+    performance: CellPerformance | None
+    saving_s: float  # predicted saving per run (seconds), 0 when unknown or the default is already best
+
+    @property
+    def calls_per_rank(self) -> float:
+        return self.usage.calls / self.ranks if self.ranks else 0.0
+
+
+@dataclass(frozen=True)
+class EagerVerdict:
+    """Whether the eager/rendezvous threshold is worth searching (PTF's rule, tunempi's buckets).
+
+    fraction: share of point-to-point bytes sent in the sizes where a threshold applies (2 KiB - 64 KiB);
+    the search range spans the busiest bucket of that range and its neighbours.
+    """
+
+    fraction: float
+    search: bool
+    busiest: P2PBucket | None
+    low: int = 0
+    high: int = 0
+    threshold: float = 0.3
+
+
+@dataclass(frozen=True)
+class Advice:
+    cells: tuple[CellAdvice, ...]
+    worth_tuning: tuple[str, ...]  # collectives, most saving first
+    saving_by_collective: dict[str, float] = field(default_factory=dict)
+    eager: EagerVerdict | None = None
+    elapsed_s: float = 0.0
+
+
+#: The sizes where an eager/rendezvous threshold applies: between the first and the last histogram bound.
+EAGER_RANGE = (2048, 65536)
+
+
+def eager_verdict(buckets: Sequence[P2PBucket], threshold: float = 0.3) -> EagerVerdict:
+    total = sum(b.bytes for b in buckets)
+    lo, hi = EAGER_RANGE
+    inside = [b for b in buckets if b.lo >= lo and b.hi is not None and b.hi <= hi]
+    in_range = sum(b.bytes for b in inside)
+    fraction = in_range / total if total else 0.0
+    if not inside or in_range == 0:
+        return EagerVerdict(fraction, False, None, threshold=threshold)
+    busiest = max(inside, key=lambda b: b.bytes)
+    # Search one bucket either side of the busiest: a threshold just below or above it changes its protocol.
+    low, high = max(lo // 2, busiest.lo // 2), min(hi * 2, (busiest.hi or hi) * 2)
+    return EagerVerdict(fraction, fraction >= threshold, busiest, low, high, threshold)
+
+
+def advise(profile: Profile, source: PerformanceSource, *, min_saving_fraction: float = 0.01) -> Advice:
+    """Advice for every (collective, scale, size) the application uses.
+
+    A collective is worth tuning when its predicted saving is at least `min_saving_fraction` of the run
+    time (the longest rank's, from MPI_Init to MPI_Finalize). Non-blocking collectives are reported
+    with the algorithms of their blocking form only if the source knows them under their own name.
+    """
+    cells = []
+    for row in profile.usage():
+        ranks = max(row.ranks, 1)
+        perf = source.performance(Cell(row.collective, row.comm_size, row.nodes, row.ppn, row.msg_size))
+        saving = 0.0
+        if perf is not None and perf.best_us < perf.default_us:
+            saving = (row.calls / ranks) * (perf.default_us - perf.best_us) * 1e-6
+        share = row.time_s / profile.wall_s if profile.wall_s else 0.0
+        cells.append(CellAdvice(row, ranks, share, perf, saving))
+    by_collective: dict[str, float] = defaultdict(float)
+    for cell in cells:
+        by_collective[cell.usage.collective] += cell.saving_s
+    limit = min_saving_fraction * profile.elapsed_s
+    worth = tuple(name for name, saving in sorted(by_collective.items(), key=lambda kv: -kv[1])
+                  if saving > 0 and saving >= limit)
+    cells.sort(key=lambda c: (-c.saving_s, -c.share_of_run))
+    return Advice(tuple(cells), worth, dict(by_collective), eager_verdict(profile.p2p), profile.elapsed_s)
+
+
+def tune_command(advice: Advice, mpi_spec: str) -> str | None:
+    """The `tunempi tune` command restricted to the collectives, scales and sizes the application uses."""
+    chosen = [c for c in advice.cells if c.usage.collective in advice.worth_tuning]
+    if not chosen:
+        return None
+    nodes = max(c.usage.nodes for c in chosen)
+    ppn = max(c.usage.ppn for c in chosen)
+    max_msg = max(c.usage.msg_size for c in chosen)
+    max_msg = 1 << max(0, math.ceil(math.log2(max_msg))) if max_msg > 0 else 1
+    return (f"tunempi tune --mpi {mpi_spec} --collectives {','.join(advice.worth_tuning)} "
+            f"--nodes {nodes} --ppn {ppn} --max-msg {max_msg} --out tuned")
+
+
+class DatasetSource:
+    """PerformanceSource over benchmark dataset rows (docs/dataset-format.md): mean latency per cell.
+
+    A cell that was not measured borrows the nearest measured message size of the same collective and
+    scale within a factor of two (labelled as such); farther than that, it is unknown.
+    """
+
+    def __init__(self, rows: Iterable[DatasetRow], default_name: str = "default") -> None:
+        sums: dict[tuple[str, int, int, int, int], dict[str, list[float]]] = defaultdict(lambda: defaultdict(list))
+        for row in rows:
+            sums[(row.collective, row.ranks, row.nodes, row.ppn, row.msg_bytes)][row.algorithm].append(
+                row.latency_us)
+        self.default_name = default_name
+        self.cells_ = {key: {alg: sum(v) / len(v) for alg, v in algs.items()} for key, algs in sums.items()}
+        self.sizes_: dict[tuple[str, int, int, int], list[int]] = defaultdict(list)
+        for collective, ranks, nodes, ppn, size in self.cells_:
+            self.sizes_[(collective, ranks, nodes, ppn)].append(size)
+
+    def _at(self, key: tuple[str, int, int, int, int], source: str) -> CellPerformance | None:
+        latencies = self.cells_[key]
+        default = latencies.get(self.default_name)
+        others = {a: t for a, t in latencies.items() if a != self.default_name}
+        if default is None or not others:
+            return None
+        best = min(others, key=lambda a: others[a])
+        return CellPerformance(default, best, others[best], source)
+
+    def performance(self, cell: Cell) -> CellPerformance | None:
+        key = (cell.collective, cell.ranks, cell.nodes, cell.ppn, cell.msg_bytes)
+        if key in self.cells_:
+            return self._at(key, "measured")
+        sizes = self.sizes_.get(key[:4], [])
+        if not sizes or cell.msg_bytes <= 0:
+            return None
+        nearest = min(sizes, key=lambda s: abs(math.log2(max(s, 1)) - math.log2(cell.msg_bytes)))
+        if abs(math.log2(max(nearest, 1)) - math.log2(cell.msg_bytes)) > 1:
+            return None
+        return self._at((*key[:4], nearest), f"nearest measured size {nearest}B")

@@ -1,0 +1,53 @@
+"""Build the interposer for one MPI library: generate the wrappers from its mpi.h, compile with its mpicc.
+
+The result is a shared library cached under the library's fingerprint (tunempi.mpi.build), to be
+LD_PRELOAD'ed into the application's ranks.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+from importlib import resources
+from pathlib import Path
+
+from tunempi.mpi.build import build_c, build_dir
+from tunempi.mpi.library import MPILibrary
+from tunempi.profile.generate import generate, parse_prototypes, preprocess_mpi_h
+
+RUNTIME_SOURCES: tuple[str, ...] = ("tmpi_core.c", "tmpi_sizes.c", "tmpi_profile.c")
+HEADERS: tuple[str, ...] = ("tmpi.h",)
+
+
+def c_source_dir() -> Path:
+    return Path(str(resources.files("tunempi.profile") / "c"))
+
+
+def generate_wrappers(library: MPILibrary) -> str:
+    """The generated wrapper layer for this library (C text)."""
+    prototypes = parse_prototypes(preprocess_mpi_h(library.mpicc))
+    return generate(prototypes, source=f"{library.name} mpi.h")
+
+
+def build_interposer(library: MPILibrary, *, werror: bool = False) -> Path:
+    """Path of the interposer shared library for `library`, building it if needed."""
+    c_dir = c_source_dir()
+    out_dir = build_dir(library) / "interposer-src"
+    out_dir.mkdir(parents=True, exist_ok=True)
+    wrappers = out_dir / "tmpi_wrappers.c"
+    text = generate_wrappers(library)
+    if not wrappers.exists() or wrappers.read_text() != text:
+        tmp = wrappers.with_name(f"{wrappers.name}.tmp{os.getpid()}")
+        tmp.write_text(text)
+        os.replace(tmp, wrappers)  # atomic: concurrent builders write the same text
+    # build_c hashes the sources it compiles; the header is not one, so its digest goes into the flags.
+    header_digest = hashlib.sha256(b"".join((c_dir / h).read_bytes() for h in HEADERS)).hexdigest()[:12]
+    sources = [c_dir / name for name in RUNTIME_SOURCES] + [wrappers]
+    return build_c(
+        library,
+        sources,
+        "libtunempi-interposer",
+        shared=True,
+        extra_flags=[f"-I{c_dir}", f"-DTMPI_HEADER_DIGEST={header_digest}"],
+        werror=werror,
+    )

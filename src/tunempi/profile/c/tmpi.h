@@ -1,0 +1,192 @@
+/*
+ * tunempi interposer: the interface between the GENERATED wrapper layer (tmpi_wrappers.c, written by
+ * tunempi/profile/generate.py from the target library's own mpi.h) and the hand-written runtime.
+ *
+ * Every generated wrapper has the same shape:
+ *
+ *     int MPI_X(args) {
+ *         if (TMPI_PASSTHROUGH()) return PMPI_X(args);        <- the disabled path: one branch, then PMPI
+ *         tmpi_call call = {.op = TMPI_OP_X, .comm = comm, .bytes = tmpi_bytes_<rule>(...)};
+ *         tmpi_begin(&call);                                   <- mode hook may replace call.comm
+ *         call.rc = PMPI_X(args with call.comm);
+ *         tmpi_end(&call);                                     <- mode hook records
+ *         return call.rc;
+ *     }
+ *
+ * What a call does is decided by the active MODE (tmpi_mode below): "profile" records tables
+ * (tmpi_profile.c); an "online" mode (algorithm switching through MPI_T) slots in as another
+ * tmpi_mode without touching the wrappers.
+ *
+ * Threads: only the thread that initialised MPI (or, when MPI was initialised before the tool was
+ * active, the first thread that makes a wrapped call) is recorded; the per-thread role doubles as the
+ * re-entry guard (while a wrapper runs, its thread is TMPI_ROLE_PASS, so MPI_ calls made by the
+ * library or by a mode hook go straight to PMPI).
+ */
+#ifndef TUNEMPI_TMPI_H
+#define TUNEMPI_TMPI_H
+
+#if !defined(_GNU_SOURCE) && !defined(_POSIX_C_SOURCE)
+#define _POSIX_C_SOURCE 200809L /* clock_gettime, gethostname under -std=c11 */
+#endif
+
+#include <mpi.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <time.h>
+#if defined(__x86_64__)
+#include <x86intrin.h>
+#endif
+
+#define TMPI_LIKELY(x) __builtin_expect(!!(x), 1)
+#define TMPI_UNLIKELY(x) __builtin_expect(!!(x), 0)
+
+/* ---- what each wrapped function is (the table itself is generated) ---- */
+typedef enum {
+    TMPI_KIND_COLL,          /* collective (blocking or non-blocking) */
+    TMPI_KIND_SEND,          /* point-to-point send (blocking, non-blocking, sendrecv) */
+    TMPI_KIND_SEND_INIT,     /* persistent send: bytes are counted at each MPI_Start */
+    TMPI_KIND_START,         /* MPI_Start / MPI_Startall */
+    TMPI_KIND_TIMED,         /* receives, waits, tests, probes: only time in MPI */
+    TMPI_KIND_COMM_FREE,     /* MPI_Comm_free / MPI_Comm_disconnect: invalidates caches */
+    TMPI_KIND_REQUEST_FREE,  /* MPI_Request_free: forgets a persistent request */
+    TMPI_KIND_SPECIAL        /* init, init_thread, finalize, pcontrol: own templates */
+} tmpi_kind;
+
+typedef struct {
+    const char *label;     /* "allreduce", "iallreduce", "send", ... */
+    tmpi_kind kind;
+    int blocking;          /* 0 for the non-blocking (I...) forms: their time is the posting time */
+} tmpi_op_info;
+
+extern const tmpi_op_info tmpi_op_table[]; /* generated */
+extern const int tmpi_op_count;            /* generated */
+
+/* ---- one intercepted call ---- */
+typedef struct {
+    int op;                 /* index into tmpi_op_table */
+    MPI_Comm comm;          /* the call's communicator; a mode's begin hook may replace it */
+    uint64_t bytes;         /* message size by tunempi's convention (docs/profile.md) */
+    MPI_Request *requests;  /* SEND_INIT: the new request; START: the started requests */
+    int nrequests;
+    uint64_t t_begin, t_end; /* clock ticks (tmpi_ticks); tmpi_ticks_to_ns converts after calibration */
+    int rc;                 /* what the PMPI call returned (set before the end hook) */
+    void *mode_data;        /* private to the active mode */
+} tmpi_call;
+
+/* ---- modes ---- */
+typedef struct {
+    const char *name;
+    void (*start)(void);               /* MPI is initialised; no communication allowed */
+    void (*begin)(tmpi_call *call);    /* before the PMPI call (may be NULL) */
+    void (*end)(tmpi_call *call);      /* after the PMPI call */
+    void (*pcontrol)(int level);
+    void (*finish)(void);              /* inside MPI_Finalize, before PMPI_Finalize: may communicate */
+} tmpi_mode;
+
+extern const tmpi_mode tmpi_profile_mode;
+
+/* ---- thread role and global state ---- */
+enum { TMPI_ROLE_UNKNOWN = 0, TMPI_ROLE_OWNER = 1, TMPI_ROLE_PASS = 2 };
+extern _Thread_local int tmpi_role __attribute__((tls_model("initial-exec")));
+extern const tmpi_mode *tmpi_active;
+
+int tmpi_claim_slow(void); /* decides the role of a thread that has none yet; 1 if it records */
+
+/* True when the call must go straight to PMPI. */
+#define TMPI_PASSTHROUGH() \
+    (TMPI_UNLIKELY(tmpi_role != TMPI_ROLE_OWNER) && (tmpi_role == TMPI_ROLE_PASS || !tmpi_claim_slow()))
+
+/* Time stamps are TICKS: the time-stamp counter on x86-64 when it is invariant (constant_tsc and
+ * nonstop_tsc; about half the cost of clock_gettime, which matters at two reads per call), else
+ * CLOCK_MONOTONIC nanoseconds. The tick length is calibrated against CLOCK_MONOTONIC between start-up
+ * and finalize (tmpi_clock_calibrate); TUNEMPI_CLOCK=gettime forces clock_gettime. */
+extern int tmpi_clock_is_tsc;
+
+static inline uint64_t tmpi_monotonic_ns(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
+
+static inline uint64_t tmpi_ticks(void)
+{
+#if defined(__x86_64__)
+    if (TMPI_LIKELY(tmpi_clock_is_tsc))
+        return __rdtsc();
+#endif
+    return tmpi_monotonic_ns();
+}
+
+void tmpi_clock_calibrate(void);        /* at finalize, before the mode's finish hook */
+uint64_t tmpi_ticks_to_ns(uint64_t ticks);
+
+static inline void tmpi_begin(tmpi_call *call)
+{
+    tmpi_role = TMPI_ROLE_PASS; /* re-entry guard for the duration of the call */
+    if (tmpi_active->begin)
+        tmpi_active->begin(call);
+    call->t_begin = tmpi_ticks();
+}
+
+static inline void tmpi_end(tmpi_call *call)
+{
+    call->t_end = tmpi_ticks();
+    tmpi_active->end(call);
+    tmpi_role = TMPI_ROLE_OWNER;
+}
+
+/* Special entry points used by the generated init/finalize/pcontrol wrappers. */
+int tmpi_init_wanted(void);        /* 0 when the tool is off: MPI_Init goes straight to PMPI */
+void tmpi_after_init(int provided);
+int tmpi_finalize_claim(void);     /* 1 when this rank must run the mode's finish hook */
+void tmpi_before_finalize(void);
+void tmpi_pcontrol(int level);
+
+/* ---- message sizes (tmpi_sizes.c); the generator checks argument types against these ---- */
+uint64_t tmpi_bytes_none(void);
+uint64_t tmpi_bytes_count(int count, MPI_Datatype type);
+uint64_t tmpi_bytes_block_inplace(const void *sendbuf, int sendcount, MPI_Datatype sendtype, int recvcount,
+                                  MPI_Datatype recvtype);
+uint64_t tmpi_bytes_scatter(int sendcount, MPI_Datatype sendtype, const void *recvbuf, int recvcount,
+                            MPI_Datatype recvtype);
+uint64_t tmpi_bytes_vavg(const int *counts, MPI_Datatype type, MPI_Comm comm);
+uint64_t tmpi_bytes_vsum(const int *counts, MPI_Datatype type, MPI_Comm comm);
+uint64_t tmpi_bytes_block_total(int count, MPI_Datatype type, MPI_Comm comm);
+uint64_t tmpi_bytes_alltoallv(const void *sendbuf, const int *sendcounts, MPI_Datatype sendtype,
+                              const int *recvcounts, MPI_Datatype recvtype, MPI_Comm comm);
+uint64_t tmpi_bytes_gatherv(const void *sendbuf, int sendcount, MPI_Datatype sendtype, const int *recvcounts,
+                            MPI_Datatype recvtype, MPI_Comm comm);
+uint64_t tmpi_bytes_scatterv(const int *sendcounts, MPI_Datatype sendtype, const void *recvbuf, int recvcount,
+                             MPI_Datatype recvtype, MPI_Comm comm);
+
+/* ---- communicator cache (tmpi_core.c), shared by all modes ---- */
+typedef struct {
+    int size;           /* number of processes the collective spans (local group) */
+    int shape;          /* index of the distinct member set (world ranks), resolved to nodes/ppn at finalize */
+    void *mode_data;    /* private to the active mode (online: shadow communicators) */
+} tmpi_comm_info;
+
+tmpi_comm_info *tmpi_comm_lookup(MPI_Comm comm);
+void tmpi_comm_forget(MPI_Comm comm);
+int tmpi_shape_count(void);
+const int *tmpi_shape_members(int shape, int *size); /* sorted world ranks (-1: not in MPI_COMM_WORLD) */
+
+/* ---- persistent send requests (tmpi_core.c) ---- */
+void tmpi_request_remember(MPI_Request request, uint64_t bytes);
+int tmpi_request_bytes(MPI_Request request, uint64_t *bytes); /* 1 if known */
+void tmpi_request_forget(MPI_Request request);
+
+/* ---- state shared with modes ---- */
+typedef struct {
+    uint64_t t_start;        /* ticks when MPI_Init returned (or the first wrapped call, when started lazily) */
+    uint64_t t_finalize;     /* ticks when MPI_Finalize was entered */
+    int started_lazily;      /* MPI was initialised before the tool became active */
+    int thread_level;        /* provided thread level, -1 if unknown */
+    int world_rank, world_size;
+} tmpi_globals_t;
+extern tmpi_globals_t tmpi_globals;
+
+void tmpi_warn(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+
+#endif

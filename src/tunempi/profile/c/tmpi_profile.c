@@ -1,0 +1,676 @@
+/*
+ * Profile mode: per-rank tables filled with no communication at all; at MPI_Finalize the ranks agree
+ * on which host every world rank runs on (one allgather of host hashes), turn each communicator shape
+ * into (nodes, ppn), and send their tables to rank 0, which merges them into one JSON file.
+ *
+ * Settings (environment, echoed in the output header):
+ *   TUNEMPI_PROFILE_OUT       output path (default tunempi-profile.<pid of rank 0>.json)
+ *   TUNEMPI_PROFILE_FAKE_PPN  pretend world rank r runs on node r / N (testing node/ppn accounting on
+ *                             one machine; the fake host is "<host>#<node>")
+ */
+#include "tmpi.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+extern char **environ;
+
+#define TMPI_EXACT_MAX 8
+#define TMPI_P2P_BUCKETS 7 /* <=2 KiB, (2,4], (4,8], (8,16], (16,32], (32,64] KiB, above */
+#define TMPI_HOST_MAX 256
+
+typedef struct {
+    uint64_t key;
+    int used;
+    int op, shape, bucket;
+    uint64_t calls, bytes, time, min, max; /* times in ticks */
+    int n_exact; /* -1: more than TMPI_EXACT_MAX distinct sizes */
+    uint64_t exact_size[TMPI_EXACT_MAX], exact_calls[TMPI_EXACT_MAX];
+} tmpi_coll_entry;
+
+/* What ranks send to rank 0: fixed layout, same binary on every rank. */
+typedef struct {
+    int32_t op, comm_size, nodes, ppn, bucket, n_exact, ranks, pad;
+    uint64_t calls, bytes, time_ns, min_ns, max_ns;
+    uint64_t exact_size[TMPI_EXACT_MAX], exact_calls[TMPI_EXACT_MAX];
+} tmpi_record;
+
+typedef struct {
+    char host[TMPI_HOST_MAX];
+    uint64_t wall_ns, mpi_ns, coll_ns, p2p_ns, coll_calls, send_calls;
+    uint64_t p2p_calls[TMPI_P2P_BUCKETS], p2p_bytes[TMPI_P2P_BUCKETS];
+} tmpi_rank_summary;
+
+/* This rank's counters; times in clock ticks until finalize converts them. */
+typedef struct {
+    uint64_t mpi, coll, p2p, coll_calls, send_calls;
+    uint64_t p2p_calls[TMPI_P2P_BUCKETS], p2p_bytes[TMPI_P2P_BUCKETS];
+} tmpi_rank_counters;
+
+static tmpi_coll_entry *table;
+static size_t table_capacity, table_used;
+static tmpi_coll_entry *last_entry; /* loops repeat the same call: skip the hash probe */
+static tmpi_rank_counters me;
+static int paused;
+static uint64_t paused_since, paused_total;
+
+/* ---------------------------------------------------------------- recording (hot path) ---- */
+
+static int tmpi_size_bucket(uint64_t bytes)
+{
+    if (bytes == 0)
+        return -1;
+    return bytes == 1 ? 0 : 64 - __builtin_clzll(bytes - 1); /* sizes in (2^(b-1), 2^b] */
+}
+
+static int tmpi_p2p_bucket(uint64_t bytes)
+{
+    if (bytes <= 2048)
+        return 0;
+    for (int b = 1; b < TMPI_P2P_BUCKETS - 1; b++)
+        if (bytes <= (2048u << b))
+            return b;
+    return TMPI_P2P_BUCKETS - 1;
+}
+
+static size_t tmpi_slot(uint64_t key, size_t capacity)
+{
+    key ^= key >> 31;
+    key *= 0x9e3779b97f4a7c15ULL;
+    key ^= key >> 29;
+    return (size_t)key & (capacity - 1);
+}
+
+static void tmpi_table_grow(void)
+{
+    size_t old_capacity = table_capacity;
+    tmpi_coll_entry *old = table;
+    table_capacity = table_capacity ? 2 * table_capacity : 256;
+    table = calloc(table_capacity, sizeof *table);
+    if (table == NULL) {
+        tmpi_warn("out of memory");
+        abort();
+    }
+    for (size_t i = 0; i < old_capacity; i++) {
+        if (!old[i].used)
+            continue;
+        size_t j = tmpi_slot(old[i].key, table_capacity);
+        while (table[j].used)
+            j = (j + 1) & (table_capacity - 1);
+        table[j] = old[i];
+    }
+    free(old);
+    last_entry = NULL;
+}
+
+static tmpi_coll_entry *tmpi_entry(int op, int shape, int bucket)
+{
+    uint64_t key = ((uint64_t)(uint32_t)shape << 24) | ((uint64_t)(bucket + 1) << 12) | (uint64_t)op;
+    if (last_entry && last_entry->key == key)
+        return last_entry;
+    if (table_capacity) {
+        size_t j = tmpi_slot(key, table_capacity);
+        while (table[j].used) {
+            if (table[j].key == key)
+                return last_entry = &table[j];
+            j = (j + 1) & (table_capacity - 1);
+        }
+    }
+    if (2 * (table_used + 1) > table_capacity)
+        tmpi_table_grow();
+    size_t j = tmpi_slot(key, table_capacity);
+    while (table[j].used)
+        j = (j + 1) & (table_capacity - 1);
+    tmpi_coll_entry *e = &table[j];
+    memset(e, 0, sizeof *e);
+    e->used = 1;
+    e->key = key;
+    e->op = op;
+    e->shape = shape;
+    e->bucket = bucket;
+    e->min = UINT64_MAX;
+    table_used++;
+    return last_entry = e;
+}
+
+static void tmpi_add_exact(uint64_t *sizes, uint64_t *calls, int *n, uint64_t size, uint64_t count)
+{
+    if (*n < 0)
+        return;
+    for (int i = 0; i < *n; i++)
+        if (sizes[i] == size) {
+            calls[i] += count;
+            return;
+        }
+    if (*n == TMPI_EXACT_MAX) {
+        *n = -1;
+        return;
+    }
+    sizes[*n] = size;
+    calls[*n] = count;
+    (*n)++;
+}
+
+static void tmpi_record_p2p(uint64_t bytes)
+{
+    int b = tmpi_p2p_bucket(bytes);
+    me.p2p_calls[b]++;
+    me.p2p_bytes[b] += bytes;
+    me.send_calls++;
+}
+
+static void profile_begin(tmpi_call *call)
+{
+    switch (tmpi_op_table[call->op].kind) {
+    case TMPI_KIND_COMM_FREE:
+        tmpi_comm_forget(call->comm); /* the handle may be reused by the next communicator */
+        break;
+    case TMPI_KIND_REQUEST_FREE:
+        tmpi_request_forget(*call->requests);
+        break;
+    default:
+        break;
+    }
+}
+
+static void profile_end(tmpi_call *call)
+{
+    if (paused || TMPI_UNLIKELY(call->rc != MPI_SUCCESS))
+        return; /* a failed call (errors returned) may carry an invalid communicator or request */
+    uint64_t dt = call->t_end - call->t_begin;
+    me.mpi += dt;
+    switch (tmpi_op_table[call->op].kind) {
+    case TMPI_KIND_COLL: {
+        tmpi_comm_info *info = tmpi_comm_lookup(call->comm);
+        tmpi_coll_entry *e = tmpi_entry(call->op, info->shape, tmpi_size_bucket(call->bytes));
+        e->calls++;
+        e->bytes += call->bytes;
+        e->time += dt;
+        if (dt < e->min)
+            e->min = dt;
+        if (dt > e->max)
+            e->max = dt;
+        if (TMPI_LIKELY(e->n_exact > 0 && e->exact_size[0] == call->bytes))
+            e->exact_calls[0]++;
+        else
+            tmpi_add_exact(e->exact_size, e->exact_calls, &e->n_exact, call->bytes, 1);
+        me.coll += dt;
+        me.coll_calls++;
+        break;
+    }
+    case TMPI_KIND_SEND:
+        tmpi_record_p2p(call->bytes);
+        me.p2p += dt;
+        break;
+    case TMPI_KIND_SEND_INIT:
+        if (*call->requests != MPI_REQUEST_NULL)
+            tmpi_request_remember(*call->requests, call->bytes);
+        me.p2p += dt;
+        break;
+    case TMPI_KIND_START:
+        for (int i = 0; i < call->nrequests; i++) {
+            uint64_t bytes;
+            if (tmpi_request_bytes(call->requests[i], &bytes))
+                tmpi_record_p2p(bytes);
+        }
+        me.p2p += dt;
+        break;
+    default:
+        break;
+    }
+}
+
+static void profile_reset(void)
+{
+    for (size_t i = 0; i < table_capacity; i++)
+        table[i].used = 0;
+    table_used = 0;
+    last_entry = NULL;
+    memset(&me, 0, sizeof me);
+    paused_total = 0;
+    tmpi_globals.t_start = tmpi_ticks();
+    if (paused)
+        paused_since = tmpi_globals.t_start;
+}
+
+/* MPI_Pcontrol(0) pauses recording, (1) resumes, (2) discards what was recorded so far. */
+static void profile_pcontrol(int level)
+{
+    uint64_t now = tmpi_ticks();
+    if (level == 0 && !paused) {
+        paused = 1;
+        paused_since = now;
+    } else if (level == 1 && paused) {
+        paused = 0;
+        paused_total += now - paused_since;
+    } else if (level == 2) {
+        profile_reset();
+    }
+}
+
+static void profile_start(void)
+{
+    memset(&me, 0, sizeof me);
+}
+
+/* ---------------------------------------------------------------- finalize: merge ---- */
+
+static uint64_t tmpi_hash_string(const char *s)
+{
+    uint64_t hash = 1469598103934665603ULL;
+    for (; *s; s++)
+        hash = (hash ^ (uint64_t)(unsigned char)*s) * 1099511628211ULL;
+    return hash;
+}
+
+static int tmpi_cmp_u64(const void *a, const void *b)
+{
+    uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
+    return (x > y) - (x < y);
+}
+
+static int tmpi_cmp_str(const void *a, const void *b)
+{
+    return strcmp(*(const char *const *)a, *(const char *const *)b);
+}
+
+static int tmpi_cmp_record(const void *a, const void *b)
+{
+    const tmpi_record *x = a, *y = b;
+    const int32_t kx[5] = {x->op, x->comm_size, x->nodes, x->ppn, x->bucket};
+    const int32_t ky[5] = {y->op, y->comm_size, y->nodes, y->ppn, y->bucket};
+    for (int i = 0; i < 5; i++)
+        if (kx[i] != ky[i])
+            return (kx[i] > ky[i]) - (kx[i] < ky[i]);
+    return 0;
+}
+
+/* Merge b into a (same key). */
+static void tmpi_merge_record(tmpi_record *a, const tmpi_record *b)
+{
+    a->calls += b->calls;
+    a->bytes += b->bytes;
+    a->time_ns += b->time_ns;
+    if (b->min_ns < a->min_ns)
+        a->min_ns = b->min_ns;
+    if (b->max_ns > a->max_ns)
+        a->max_ns = b->max_ns;
+    a->ranks += b->ranks;
+    if (b->n_exact < 0)
+        a->n_exact = -1;
+    for (int i = 0; i < b->n_exact && a->n_exact >= 0; i++)
+        tmpi_add_exact(a->exact_size, a->exact_calls, &a->n_exact, b->exact_size[i], b->exact_calls[i]);
+}
+
+/* Sort and merge records with equal keys in place; returns the new count. */
+static int tmpi_merge_sorted(tmpi_record *records, int n)
+{
+    if (n == 0)
+        return 0;
+    qsort(records, (size_t)n, sizeof *records, tmpi_cmp_record);
+    int out = 0;
+    for (int i = 1; i < n; i++) {
+        if (tmpi_cmp_record(&records[out], &records[i]) == 0)
+            tmpi_merge_record(&records[out], &records[i]);
+        else
+            records[++out] = records[i];
+    }
+    return out + 1;
+}
+
+static void tmpi_my_host(char *host)
+{
+    if (gethostname(host, TMPI_HOST_MAX - 16) != 0)
+        strcpy(host, "unknown");
+    host[TMPI_HOST_MAX - 16] = '\0';
+    const char *fake = getenv("TUNEMPI_PROFILE_FAKE_PPN");
+    if (fake && atoi(fake) > 0) {
+        size_t len = strlen(host);
+        snprintf(host + len, TMPI_HOST_MAX - len, "#%d", tmpi_globals.world_rank / atoi(fake));
+    }
+}
+
+/* node_of[world rank] for every rank: one allgather of host-name hashes. Returns the node count. */
+static int tmpi_node_map(const char *host, int *node_of)
+{
+    int size = tmpi_globals.world_size;
+    uint64_t mine = tmpi_hash_string(host);
+    uint64_t *all = calloc((size_t)size, sizeof *all);
+    uint64_t *sorted = calloc((size_t)size, sizeof *sorted);
+    PMPI_Allgather(&mine, 1, MPI_UINT64_T, all, 1, MPI_UINT64_T, MPI_COMM_WORLD);
+    memcpy(sorted, all, (size_t)size * sizeof *all);
+    qsort(sorted, (size_t)size, sizeof *sorted, tmpi_cmp_u64);
+    int nodes = 0;
+    for (int i = 0; i < size; i++)
+        if (i == 0 || sorted[i] != sorted[i - 1])
+            sorted[nodes++] = sorted[i];
+    for (int r = 0; r < size; r++) {
+        uint64_t *hit = bsearch(&all[r], sorted, (size_t)nodes, sizeof *sorted, tmpi_cmp_u64);
+        node_of[r] = (int)(hit - sorted);
+    }
+    free(all);
+    free(sorted);
+    return nodes;
+}
+
+/* This rank's table as records keyed by (op, comm size, nodes, ppn, bucket), merged locally. */
+static tmpi_record *tmpi_local_records(const int *node_of, int n_nodes, int *count)
+{
+    int n_shapes = tmpi_shape_count();
+    int *shape_nodes = calloc((size_t)n_shapes + 1, sizeof *shape_nodes);
+    int *shape_ppn = calloc((size_t)n_shapes + 1, sizeof *shape_ppn);
+    int *per_node = calloc((size_t)n_nodes + 1, sizeof *per_node);
+    for (int s = 0; s < n_shapes; s++) {
+        int size;
+        const int *members = tmpi_shape_members(s, &size);
+        memset(per_node, 0, (size_t)n_nodes * sizeof *per_node);
+        int unknown = 0, nodes = 0, ppn = 0;
+        for (int i = 0; i < size; i++) {
+            if (members[i] < 0 || members[i] >= tmpi_globals.world_size) {
+                unknown = 1;
+                continue;
+            }
+            int *slot = &per_node[node_of[members[i]]];
+            if ((*slot)++ == 0)
+                nodes++;
+            if (*slot > ppn)
+                ppn = *slot;
+        }
+        shape_nodes[s] = unknown ? -1 : nodes;
+        shape_ppn[s] = unknown ? -1 : ppn;
+    }
+    tmpi_record *records = calloc(table_used + 1, sizeof *records);
+    int n = 0;
+    for (size_t i = 0; i < table_capacity; i++) {
+        const tmpi_coll_entry *e = &table[i];
+        if (!e->used)
+            continue;
+        int size;
+        tmpi_shape_members(e->shape, &size);
+        tmpi_record *r = &records[n++];
+        *r = (tmpi_record){.op = e->op, .comm_size = size, .nodes = shape_nodes[e->shape],
+                           .ppn = shape_ppn[e->shape], .bucket = e->bucket, .n_exact = e->n_exact,
+                           .ranks = 1, .calls = e->calls, .bytes = e->bytes,
+                           .time_ns = tmpi_ticks_to_ns(e->time), .min_ns = tmpi_ticks_to_ns(e->min),
+                           .max_ns = tmpi_ticks_to_ns(e->max)};
+        memcpy(r->exact_size, e->exact_size, sizeof r->exact_size);
+        memcpy(r->exact_calls, e->exact_calls, sizeof r->exact_calls);
+    }
+    free(shape_nodes);
+    free(shape_ppn);
+    free(per_node);
+    *count = tmpi_merge_sorted(records, n);
+    return records;
+}
+
+/* ---------------------------------------------------------------- finalize: JSON ---- */
+
+static void tmpi_json_string(FILE *out, const char *s, size_t len)
+{
+    fputc('"', out);
+    for (size_t i = 0; i < len; i++) {
+        unsigned char c = (unsigned char)s[i];
+        if (c == '"' || c == '\\')
+            fprintf(out, "\\%c", c);
+        else if (c == '\n')
+            fputs("\\n", out);
+        else if (c == '\t')
+            fputs("\\t", out);
+        else if (c < 0x20)
+            fprintf(out, "\\u%04x", c);
+        else
+            fputc(c, out);
+    }
+    fputc('"', out);
+}
+
+static void tmpi_json_cstr(FILE *out, const char *s) { tmpi_json_string(out, s, strlen(s)); }
+
+static void tmpi_json_command(FILE *out)
+{
+    fputc('[', out);
+    FILE *f = fopen("/proc/self/cmdline", "rb");
+    if (f) {
+        char buf[8192];
+        size_t n = fread(buf, 1, sizeof buf - 1, f);
+        fclose(f);
+        buf[n] = '\0';
+        for (size_t i = 0; i < n;) {
+            size_t len = strlen(buf + i);
+            fputs(i ? ", " : "", out);
+            tmpi_json_string(out, buf + i, len);
+            i += len + 1;
+        }
+    }
+    fputc(']', out);
+}
+
+static void tmpi_json_settings(FILE *out)
+{
+    fputc('{', out);
+    int first = 1;
+    for (char **env = environ; env && *env; env++) {
+        if (strncmp(*env, "TUNEMPI_", 8) != 0)
+            continue;
+        const char *eq = strchr(*env, '=');
+        if (!eq)
+            continue;
+        fputs(first ? "" : ", ", out);
+        first = 0;
+        tmpi_json_string(out, *env, (size_t)(eq - *env));
+        fputs(": ", out);
+        tmpi_json_cstr(out, eq + 1);
+    }
+    fputc('}', out);
+}
+
+static const char *tmpi_thread_level_name(int level)
+{
+    if (level == MPI_THREAD_SINGLE)
+        return "single";
+    if (level == MPI_THREAD_FUNNELED)
+        return "funneled";
+    if (level == MPI_THREAD_SERIALIZED)
+        return "serialized";
+    if (level == MPI_THREAD_MULTIPLE)
+        return "multiple";
+    return "unknown";
+}
+
+static void tmpi_json_u64_array(FILE *out, const uint64_t *v, int n)
+{
+    fputc('[', out);
+    for (int i = 0; i < n; i++)
+        fprintf(out, "%s%llu", i ? ", " : "", (unsigned long long)v[i]);
+    fputc(']', out);
+}
+
+static void tmpi_write_json(FILE *out, const tmpi_record *records, int n_records,
+                            const tmpi_rank_summary *ranks, int n_ranks, int n_nodes)
+{
+    char version[MPI_MAX_LIBRARY_VERSION_STRING] = "";
+    int len = 0;
+    PMPI_Get_library_version(version, &len);
+    while (len > 0 && (version[len - 1] == '\n' || version[len - 1] == ' ' || version[len - 1] == '\0'))
+        len--;
+
+    fputs("{\n  \"schema\": \"tunempi-profile\",\n  \"schema_version\": 1,\n  \"header\": {\n", out);
+    fputs("    \"library\": ", out);
+    tmpi_json_string(out, version, (size_t)len);
+    fputs(",\n    \"command\": ", out);
+    tmpi_json_command(out);
+    fprintf(out, ",\n    \"ranks\": %d,\n    \"nodes\": %d,\n    \"hosts\": {", n_ranks, n_nodes);
+    /* host -> number of ranks, by host name (sorting keeps this O(P log P) for large jobs) */
+    const char **hosts = calloc((size_t)n_ranks + 1, sizeof *hosts);
+    for (int r = 0; r < n_ranks; r++)
+        hosts[r] = ranks[r].host;
+    qsort(hosts, (size_t)n_ranks, sizeof *hosts, tmpi_cmp_str);
+    for (int r = 0, first = 1; r < n_ranks;) {
+        int q = r;
+        while (q < n_ranks && strcmp(hosts[q], hosts[r]) == 0)
+            q++;
+        fputs(first ? "" : ", ", out);
+        first = 0;
+        tmpi_json_cstr(out, hosts[r]);
+        fprintf(out, ": %d", q - r);
+        r = q;
+    }
+    free(hosts);
+    fputs("},\n    \"settings\": ", out);
+    tmpi_json_settings(out);
+    fprintf(out, ",\n    \"thread_level\": \"%s\",\n    \"started\": \"%s\"\n  },\n",
+            tmpi_thread_level_name(tmpi_globals.thread_level), tmpi_globals.started_lazily ? "lazily" : "init");
+
+    uint64_t hist_calls[TMPI_P2P_BUCKETS] = {0}, hist_bytes[TMPI_P2P_BUCKETS] = {0};
+    uint64_t wall = 0, mpi = 0, coll = 0, p2p = 0;
+    fputs("  \"ranks\": [\n", out);
+    for (int r = 0; r < n_ranks; r++) {
+        const tmpi_rank_summary *s = &ranks[r];
+        fprintf(out, "    {\"rank\": %d, \"host\": ", r);
+        tmpi_json_cstr(out, s->host);
+        fprintf(out,
+                ", \"wall_ns\": %llu, \"mpi_ns\": %llu, \"collective_ns\": %llu, \"p2p_ns\": %llu, "
+                "\"collective_calls\": %llu, \"send_calls\": %llu}%s\n",
+                (unsigned long long)s->wall_ns, (unsigned long long)s->mpi_ns,
+                (unsigned long long)s->coll_ns, (unsigned long long)s->p2p_ns,
+                (unsigned long long)s->coll_calls, (unsigned long long)s->send_calls,
+                r + 1 < n_ranks ? "," : "");
+        wall += s->wall_ns;
+        mpi += s->mpi_ns;
+        coll += s->coll_ns;
+        p2p += s->p2p_ns;
+        for (int b = 0; b < TMPI_P2P_BUCKETS; b++) {
+            hist_calls[b] += s->p2p_calls[b];
+            hist_bytes[b] += s->p2p_bytes[b];
+        }
+    }
+    fprintf(out,
+            "  ],\n  \"totals\": {\"wall_ns\": %llu, \"mpi_ns\": %llu, \"collective_ns\": %llu, "
+            "\"p2p_ns\": %llu},\n",
+            (unsigned long long)wall, (unsigned long long)mpi, (unsigned long long)coll,
+            (unsigned long long)p2p);
+
+    fputs("  \"collectives\": [\n", out);
+    for (int i = 0; i < n_records; i++) {
+        const tmpi_record *r = &records[i];
+        uint64_t lo = r->bucket < 0 ? 0 : (r->bucket == 0 ? 1 : (1ULL << (r->bucket - 1)) + 1);
+        uint64_t hi = r->bucket < 0 ? 0 : 1ULL << r->bucket;
+        fputs("    {\"collective\": ", out);
+        tmpi_json_cstr(out, tmpi_op_table[r->op].label);
+        fprintf(out,
+                ", \"blocking\": %s, \"comm_size\": %d, \"nodes\": %d, \"ppn\": %d, \"size_lo\": %llu, "
+                "\"size_hi\": %llu, \"ranks\": %d, \"calls\": %llu, \"bytes\": %llu, \"time_ns\": %llu, "
+                "\"time_min_ns\": %llu, \"time_max_ns\": %llu, \"exact_sizes\": ",
+                tmpi_op_table[r->op].blocking ? "true" : "false", r->comm_size, r->nodes, r->ppn,
+                (unsigned long long)lo, (unsigned long long)hi, r->ranks, (unsigned long long)r->calls,
+                (unsigned long long)r->bytes, (unsigned long long)r->time_ns, (unsigned long long)r->min_ns,
+                (unsigned long long)r->max_ns);
+        if (r->n_exact < 0) {
+            fputs("null", out);
+        } else {
+            fputc('{', out);
+            for (int k = 0; k < r->n_exact; k++)
+                fprintf(out, "%s\"%llu\": %llu", k ? ", " : "", (unsigned long long)r->exact_size[k],
+                        (unsigned long long)r->exact_calls[k]);
+            fputc('}', out);
+        }
+        fprintf(out, "}%s\n", i + 1 < n_records ? "," : "");
+    }
+    fputs("  ],\n  \"p2p_histogram\": {\"upper_bounds\": [2048, 4096, 8192, 16384, 32768, 65536, null], ", out);
+    fputs("\"calls\": ", out);
+    tmpi_json_u64_array(out, hist_calls, TMPI_P2P_BUCKETS);
+    fputs(", \"bytes\": ", out);
+    tmpi_json_u64_array(out, hist_bytes, TMPI_P2P_BUCKETS);
+    fputs("}\n}\n", out);
+}
+
+static void tmpi_write_file(const tmpi_record *records, int n_records, const tmpi_rank_summary *ranks,
+                            int n_ranks, int n_nodes)
+{
+    char path[4096];
+    const char *env = getenv("TUNEMPI_PROFILE_OUT");
+    if (env && env[0])
+        snprintf(path, sizeof path, "%s", env);
+    else
+        snprintf(path, sizeof path, "tunempi-profile.%ld.json", (long)getpid());
+    char tmp[4200];
+    snprintf(tmp, sizeof tmp, "%s.tmp%ld", path, (long)getpid());
+    FILE *out = fopen(tmp, "w");
+    if (out == NULL) {
+        tmpi_warn("cannot write %s: %s", tmp, strerror(errno));
+        return;
+    }
+    tmpi_write_json(out, records, n_records, ranks, n_ranks, n_nodes);
+    if (fclose(out) != 0 || rename(tmp, path) != 0) {
+        tmpi_warn("cannot write %s: %s", path, strerror(errno));
+        remove(tmp);
+    }
+}
+
+static void profile_finish(void)
+{
+    uint64_t end = tmpi_globals.t_finalize;
+    if (paused)
+        paused_total += end - paused_since;
+    tmpi_rank_summary summary;
+    memset(&summary, 0, sizeof summary);
+    summary.wall_ns = tmpi_ticks_to_ns(end - tmpi_globals.t_start - paused_total);
+    summary.mpi_ns = tmpi_ticks_to_ns(me.mpi);
+    summary.coll_ns = tmpi_ticks_to_ns(me.coll);
+    summary.p2p_ns = tmpi_ticks_to_ns(me.p2p);
+    summary.coll_calls = me.coll_calls;
+    summary.send_calls = me.send_calls;
+    memcpy(summary.p2p_calls, me.p2p_calls, sizeof summary.p2p_calls);
+    memcpy(summary.p2p_bytes, me.p2p_bytes, sizeof summary.p2p_bytes);
+    tmpi_my_host(summary.host);
+
+    int size = tmpi_globals.world_size, rank = tmpi_globals.world_rank;
+    int *node_of = calloc((size_t)size, sizeof *node_of);
+    int n_nodes = tmpi_node_map(summary.host, node_of);
+    int n_local = 0;
+    tmpi_record *local = tmpi_local_records(node_of, n_nodes, &n_local);
+    free(node_of);
+
+    int local_bytes = n_local * (int)sizeof(tmpi_record);
+    int *counts = NULL, *displs = NULL;
+    tmpi_record *all = NULL;
+    tmpi_rank_summary *summaries = NULL;
+    int total = 0;
+    if (rank == 0) {
+        counts = calloc((size_t)size, sizeof *counts);
+        displs = calloc((size_t)size, sizeof *displs);
+        summaries = calloc((size_t)size, sizeof *summaries);
+    }
+    PMPI_Gather(&local_bytes, 1, MPI_INT, counts, 1, MPI_INT, 0, MPI_COMM_WORLD);
+    if (rank == 0) {
+        for (int r = 0; r < size; r++) {
+            displs[r] = total;
+            total += counts[r];
+        }
+        all = malloc((size_t)total + sizeof *all);
+    }
+    PMPI_Gatherv(local, local_bytes, MPI_BYTE, all, counts, displs, MPI_BYTE, 0, MPI_COMM_WORLD);
+    PMPI_Gather(&summary, (int)sizeof summary, MPI_BYTE, summaries, (int)sizeof summary, MPI_BYTE, 0,
+                MPI_COMM_WORLD);
+    if (rank == 0) {
+        int n = tmpi_merge_sorted(all, total / (int)sizeof(tmpi_record));
+        tmpi_write_file(all, n, summaries, size, n_nodes);
+    }
+    free(local);
+    free(all);
+    free(counts);
+    free(displs);
+    free(summaries);
+}
+
+const tmpi_mode tmpi_profile_mode = {
+    .name = "profile",
+    .start = profile_start,
+    .begin = profile_begin,
+    .end = profile_end,
+    .pcontrol = profile_pcontrol,
+    .finish = profile_finish,
+};

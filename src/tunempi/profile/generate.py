@@ -1,0 +1,373 @@
+"""Generate the interposer's C wrapper layer from the TARGET library's own mpi.h.
+
+The header is run through the library's preprocessor (`mpicc -E`), every `int MPI_X(...)` prototype
+is parsed, and for each function in WRAPPED a wrapper is written with exactly the header's parameter
+types (const-ness, array parameters), so the definition always matches the library's declaration.
+Parameters are renamed a0..aN: names in headers differ between libraries and versions, positions do not
+(the MPI standard fixes them).
+
+What a wrapper does is decided by its KIND (see c/tmpi.h); the size of a message comes from one of the
+size rules of c/tmpi_sizes.c, fed with the arguments at the listed positions. Argument types are
+checked against the rule's C signature, so a header that differs from what the rule expects (for
+example an MPI_Count variant) fails here, not as a silent miscount at run time.
+"""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import tempfile
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from tunempi.errors import MPIError
+
+
+class GeneratorError(MPIError):
+    """The header does not declare what a wrapper needs, or declares it differently."""
+
+
+@dataclass(frozen=True)
+class Param:
+    """One parameter of a prototype: `type_text name array_suffix` (name may be empty)."""
+
+    type_text: str  # e.g. "const void *", "MPI_Datatype", "const int"
+    name: str
+    array: str  # e.g. "[]" or ""
+
+    def declare(self, new_name: str) -> str:
+        sep = "" if self.type_text.endswith("*") else " "
+        return f"{self.type_text}{sep}{new_name}{self.array}"
+
+    @property
+    def base(self) -> str:
+        """The type with qualifiers dropped and arrays as pointers: 'const int x[]' -> 'int*'."""
+        text = re.sub(r"\b(const|volatile|restrict|__restrict)\b", " ", self.type_text)
+        stars = text.count("*") + self.array.count("[")
+        return " ".join(text.replace("*", " ").split()) + "*" * stars
+
+
+@dataclass(frozen=True)
+class Prototype:
+    name: str
+    params: tuple[Param, ...]
+    variadic: bool = False
+
+
+@dataclass(frozen=True)
+class SizeRule:
+    """A C function tmpi_bytes_<name> and the base types of its parameters."""
+
+    name: str
+    arg_types: tuple[str, ...]
+
+
+SIZE_RULES: dict[str, SizeRule] = {
+    rule.name: rule
+    for rule in (
+        SizeRule("none", ()),
+        SizeRule("count", ("int", "MPI_Datatype")),
+        SizeRule("block_inplace", ("void*", "int", "MPI_Datatype", "int", "MPI_Datatype")),
+        SizeRule("scatter", ("int", "MPI_Datatype", "void*", "int", "MPI_Datatype")),
+        SizeRule("vavg", ("int*", "MPI_Datatype", "MPI_Comm")),
+        SizeRule("vsum", ("int*", "MPI_Datatype", "MPI_Comm")),
+        SizeRule("block_total", ("int", "MPI_Datatype", "MPI_Comm")),
+        SizeRule("alltoallv", ("void*", "int*", "MPI_Datatype", "int*", "MPI_Datatype", "MPI_Comm")),
+        SizeRule("gatherv", ("void*", "int", "MPI_Datatype", "int*", "MPI_Datatype", "MPI_Comm")),
+        SizeRule("scatterv", ("int*", "MPI_Datatype", "void*", "int", "MPI_Datatype", "MPI_Comm")),
+    )
+}
+
+KINDS = ("coll", "send", "send_init", "start", "timed", "comm_free", "request_free",
+         "init", "init_thread", "finalize", "pcontrol")
+
+
+@dataclass(frozen=True)
+class WrapSpec:
+    """How to wrap one MPI function.
+
+    label: the name in profiles ("allreduce", "iallreduce", "send", ...).
+    size/size_args: the size rule and the positions of the arguments it takes.
+    requests: for send_init, the position of the MPI_Request* output; for start, (count position or -1,
+    requests position).
+    required: the generator fails when the header lacks it (the MPI-3.1 core every library has);
+    optional functions (newer or rarer ones) are skipped when absent.
+    """
+
+    function: str
+    kind: str
+    label: str
+    size: str = "none"
+    size_args: tuple[int, ...] = ()
+    requests: tuple[int, ...] = ()
+    required: bool = True
+
+
+def _collectives() -> list[WrapSpec]:
+    # (name, size rule, argument positions); positions are those of the blocking form, and the
+    # non-blocking form has the same leading arguments plus a trailing request.
+    table = [
+        ("allreduce", "count", (2, 3)),
+        ("bcast", "count", (1, 2)),
+        ("reduce", "count", (2, 3)),
+        ("allgather", "block_inplace", (0, 1, 2, 4, 5)),
+        ("alltoall", "block_inplace", (0, 1, 2, 4, 5)),
+        ("gather", "block_inplace", (0, 1, 2, 4, 5)),
+        ("scatter", "scatter", (1, 2, 3, 4, 5)),
+        ("allgatherv", "vavg", (4, 6, 7)),
+        ("alltoallv", "alltoallv", (0, 1, 3, 5, 7, 8)),
+        ("gatherv", "gatherv", (0, 1, 2, 4, 6, 8)),
+        ("scatterv", "scatterv", (1, 3, 4, 5, 6, 8)),
+        ("reduce_scatter", "vsum", (2, 3, 5)),
+        ("reduce_scatter_block", "block_total", (2, 3, 5)),
+        ("barrier", "none", ()),
+    ]
+    specs = []
+    for label, rule, args in table:
+        c_name = "MPI_" + label.capitalize()
+        specs.append(WrapSpec(c_name, "coll", label, rule, args))
+        specs.append(WrapSpec("MPI_I" + label, "coll", "i" + label, rule, args, required=False))
+    return specs
+
+
+WRAPPED: tuple[WrapSpec, ...] = (
+    WrapSpec("MPI_Init", "init", "init"),
+    WrapSpec("MPI_Init_thread", "init_thread", "init_thread"),
+    WrapSpec("MPI_Finalize", "finalize", "finalize"),
+    WrapSpec("MPI_Pcontrol", "pcontrol", "pcontrol"),
+    *_collectives(),
+    *(WrapSpec(f"MPI_{name}", "send", name.lower(), "count", (1, 2))
+      for name in ("Send", "Isend", "Ssend", "Issend", "Bsend", "Ibsend", "Rsend", "Irsend")),
+    WrapSpec("MPI_Sendrecv", "send", "sendrecv", "count", (1, 2)),
+    WrapSpec("MPI_Sendrecv_replace", "send", "sendrecv_replace", "count", (1, 2)),
+    *(WrapSpec(f"MPI_{name}_init", "send_init", f"{name.lower()}_init", "count", (1, 2), requests=(6,))
+      for name in ("Send", "Ssend", "Bsend", "Rsend")),
+    WrapSpec("MPI_Start", "start", "start", requests=(-1, 0)),
+    WrapSpec("MPI_Startall", "start", "startall", requests=(0, 1)),
+    *(WrapSpec(f"MPI_{name}", "timed", name.lower())
+      for name in ("Recv", "Irecv", "Probe", "Iprobe", "Wait", "Waitall", "Waitany", "Waitsome",
+                   "Test", "Testall", "Testany", "Testsome")),
+    *(WrapSpec(f"MPI_{name}", "timed", name.lower(), required=False)
+      for name in ("Mprobe", "Improbe", "Mrecv", "Imrecv")),
+    WrapSpec("MPI_Comm_free", "comm_free", "comm_free"),
+    WrapSpec("MPI_Comm_disconnect", "comm_free", "comm_disconnect", required=False),
+    WrapSpec("MPI_Request_free", "request_free", "request_free"),
+)
+
+_KIND_ENUM = {
+    "coll": "TMPI_KIND_COLL", "send": "TMPI_KIND_SEND", "send_init": "TMPI_KIND_SEND_INIT",
+    "start": "TMPI_KIND_START", "timed": "TMPI_KIND_TIMED", "comm_free": "TMPI_KIND_COMM_FREE",
+    "request_free": "TMPI_KIND_REQUEST_FREE", "init": "TMPI_KIND_SPECIAL",
+    "init_thread": "TMPI_KIND_SPECIAL", "finalize": "TMPI_KIND_SPECIAL", "pcontrol": "TMPI_KIND_SPECIAL",
+}
+
+# ----------------------------------------------------------------------------------- parsing
+
+
+_PROTO_START = re.compile(r"\bint\s+(P?MPI_[A-Za-z0-9_]+)\s*\(")
+_ARRAY_SUFFIX = re.compile(r"((?:\s*\[[^\]]*\])*)\s*$")
+_QUALIFIERS = {"const", "volatile", "restrict", "__restrict", "struct", "unsigned", "signed"}
+
+
+def _split_top_level(text: str) -> list[str]:
+    parts, depth, current = [], 0, []
+    for char in text:
+        if char in "([":
+            depth += 1
+        elif char in ")]":
+            depth -= 1
+        if char == "," and depth == 0:
+            parts.append("".join(current))
+            current = []
+        else:
+            current.append(char)
+    parts.append("".join(current))
+    return [" ".join(part.split()) for part in parts]
+
+
+def parse_param(text: str) -> Param:
+    if "(" in text:
+        raise GeneratorError(f"function-pointer parameter not supported: {text!r}")
+    match = _ARRAY_SUFFIX.search(text)
+    array = "".join(match.group(1).split()) if match else ""
+    rest = text[: match.start()].strip() if match else text.strip()
+    ident = re.search(r"([A-Za-z_]\w*)$", rest)
+    if ident:
+        before = rest[: ident.start()].strip()
+        # The trailing identifier is a name only if what precedes it is already a type.
+        words = [w for w in re.findall(r"[A-Za-z_]\w*", before) if w not in _QUALIFIERS]
+        if words or "*" in before:
+            return Param(" ".join(before.split()).replace(" *", " *"), ident.group(1), array)
+    return Param(rest, "", array)
+
+
+def parse_prototypes(preprocessed: str) -> dict[str, Prototype]:
+    """Every `int MPI_X(...)` / `int PMPI_X(...)` declaration in preprocessed C text."""
+    prototypes: dict[str, Prototype] = {}
+    for match in _PROTO_START.finditer(preprocessed):
+        name = match.group(1)
+        depth, i = 1, match.end()
+        while depth and i < len(preprocessed):
+            depth += {"(": 1, ")": -1}.get(preprocessed[i], 0)
+            i += 1
+        if depth:
+            continue
+        inner = preprocessed[match.end(): i - 1].strip()
+        after = preprocessed[i:].lstrip()
+        if after.startswith("{"):
+            continue  # an inline definition, not a declaration
+        parts = _split_top_level(inner)
+        variadic = bool(parts) and parts[-1] == "..."
+        if variadic:
+            parts = parts[:-1]
+        if parts in ([""], ["void"]):
+            parts = []
+        params = tuple(parse_param(part) for part in parts)
+        prototypes.setdefault(name, Prototype(name, params, variadic))
+    return prototypes
+
+
+def preprocess_mpi_h(mpicc: Path | str) -> str:
+    """The target library's mpi.h after its own preprocessor (`mpicc -E`)."""
+    with tempfile.TemporaryDirectory(prefix="tunempi-gen-") as tmp:
+        source = Path(tmp) / "include_mpi.c"
+        source.write_text("#include <mpi.h>\n")
+        result = subprocess.run([str(mpicc), "-E", str(source)], capture_output=True, text=True)
+    if result.returncode != 0:
+        raise GeneratorError(f"{mpicc} -E failed (exit {result.returncode}): {result.stderr.strip()}")
+    return result.stdout
+
+
+# -------------------------------------------------------------------------------- emitting
+
+
+def _check_types(spec: WrapSpec, proto: Prototype) -> None:
+    rule = SIZE_RULES[spec.size]
+    if len(spec.size_args) != len(rule.arg_types):
+        raise GeneratorError(f"{spec.function}: rule {rule.name} takes {len(rule.arg_types)} arguments")
+    for position, wanted in zip(spec.size_args, rule.arg_types, strict=True):
+        if position >= len(proto.params):
+            raise GeneratorError(f"{spec.function}: no argument {position} in {_signature(proto)}")
+        got = proto.params[position].base
+        if got != wanted:
+            raise GeneratorError(
+                f"{spec.function}: argument {position} is {got!r}, size rule {rule.name} expects {wanted!r}"
+            )
+
+
+def _signature(proto: Prototype) -> str:
+    args = [p.declare(f"a{i}") for i, p in enumerate(proto.params)]
+    if proto.variadic:
+        args.append("...")
+    return f"int {proto.name}({', '.join(args) or 'void'})"
+
+
+def _comm_position(spec: WrapSpec, proto: Prototype) -> int:
+    positions = [i for i, p in enumerate(proto.params) if p.base == "MPI_Comm"]
+    if len(positions) != 1:
+        raise GeneratorError(f"{spec.function}: expected one MPI_Comm argument in {_signature(proto)}")
+    return positions[0]
+
+
+def _emit_wrapper(spec: WrapSpec, op: int, proto: Prototype) -> str:
+    names = [f"a{i}" for i in range(len(proto.params))]
+    pmpi = "P" + spec.function
+    call_args = ", ".join(names)
+    lines = [_signature(proto), "{"]
+    if spec.kind == "init":
+        lines += [
+            f"    if (!tmpi_init_wanted()) return {pmpi}({call_args});",
+            f"    int rc = {pmpi}({call_args});",
+            "    if (rc == MPI_SUCCESS) tmpi_after_init(MPI_THREAD_SINGLE);",
+            "    return rc;",
+        ]
+    elif spec.kind == "init_thread":
+        lines += [
+            f"    if (!tmpi_init_wanted()) return {pmpi}({call_args});",
+            f"    int rc = {pmpi}({call_args});",
+            f"    if (rc == MPI_SUCCESS) tmpi_after_init(*{names[3]});",
+            "    return rc;",
+        ]
+    elif spec.kind == "finalize":
+        lines += [
+            "    if (tmpi_finalize_claim()) tmpi_before_finalize();",
+            f"    return {pmpi}({call_args});",
+        ]
+    elif spec.kind == "pcontrol":
+        lines += [
+            f"    if (!TMPI_PASSTHROUGH()) tmpi_pcontrol({names[0]});",
+            f"    return {pmpi}({names[0]});",
+        ]
+    else:
+        fields = [f".op = {op}"]
+        forwarded = list(names)
+        if spec.kind in ("coll", "send", "send_init"):
+            comm = _comm_position(spec, proto)
+            fields.append(f".comm = {names[comm]}")
+            if spec.kind == "coll":
+                forwarded[comm] = "call.comm"  # a mode may run the call on another communicator
+            _check_types(spec, proto)
+            args = ", ".join(names[i] for i in spec.size_args)
+            fields.append(f".bytes = tmpi_bytes_{spec.size}({args})")
+        if spec.kind == "send_init":
+            fields += [f".requests = {names[spec.requests[0]]}", ".nrequests = 1"]
+        elif spec.kind == "start":
+            count_pos, req_pos = spec.requests
+            fields += [f".requests = {names[req_pos]}",
+                       f".nrequests = {names[count_pos] if count_pos >= 0 else '1'}"]
+        elif spec.kind == "comm_free":
+            fields.append(f".comm = *{names[0]}")
+        elif spec.kind == "request_free":
+            fields += [f".requests = {names[0]}", ".nrequests = 1"]
+        lines += [
+            f"    if (TMPI_PASSTHROUGH()) return {pmpi}({call_args});",
+            f"    tmpi_call call = {{{', '.join(fields)}}};",
+            "    tmpi_begin(&call);",
+            f"    call.rc = {pmpi}({', '.join(forwarded)});",
+            "    tmpi_end(&call);",
+            "    return call.rc;",
+        ]
+    lines.append("}")
+    return "\n".join(lines)
+
+
+def generate(prototypes: dict[str, Prototype], specs: Sequence[WrapSpec] = WRAPPED,
+             source: str = "mpi.h") -> str:
+    """The C text of the wrapper layer for the functions in `specs` that the header declares."""
+    chosen: list[tuple[WrapSpec, Prototype]] = []
+    for spec in specs:
+        if spec.kind not in KINDS:
+            raise GeneratorError(f"{spec.function}: unknown kind {spec.kind!r}; valid: {', '.join(KINDS)}")
+        proto = prototypes.get(spec.function)
+        pmpi = prototypes.get("P" + spec.function)
+        if proto is None or pmpi is None:
+            if spec.required:
+                missing = spec.function if proto is None else "P" + spec.function
+                raise GeneratorError(f"{source} does not declare {missing}")
+            continue
+        if [p.base for p in proto.params] != [p.base for p in pmpi.params]:
+            raise GeneratorError(f"{spec.function} and P{spec.function} differ in {source}")
+        chosen.append((spec, proto))
+    out = [
+        f"/* GENERATED by tunempi.profile.generate from {source}: do not edit. */",
+        '#include "tmpi.h"',
+        "",
+        "/* A wrapper of a function the library marks deprecated must still call its PMPI twin. */",
+        '#pragma GCC diagnostic ignored "-Wdeprecated-declarations"',
+        "",
+        "const tmpi_op_info tmpi_op_table[] = {",
+    ]
+    for spec, _ in chosen:
+        blocking = 0 if spec.kind == "coll" and spec.label.startswith("i") else 1
+        out.append(f'    {{"{spec.label}", {_KIND_ENUM[spec.kind]}, {blocking}}},')
+    out += ["};", f"const int tmpi_op_count = {len(chosen)};", ""]
+    for op, (spec, proto) in enumerate(chosen):
+        out.append(_emit_wrapper(spec, op, proto))
+        out.append("")
+    return "\n".join(out)
+
+
+def wrapped_functions(prototypes: dict[str, Prototype], specs: Iterable[WrapSpec] = WRAPPED) -> list[str]:
+    """Names of the functions that `generate` would wrap for this header."""
+    return [s.function for s in specs if s.function in prototypes and "P" + s.function in prototypes]

@@ -1,0 +1,206 @@
+"""Read the interposer's JSON profile (schema "tunempi-profile", version 1) into frozen records.
+
+The file is written by rank 0 at MPI_Finalize (c/tmpi_profile.c); docs/profile.md describes every field.
+Times in the file are integer nanoseconds summed over ranks; the records here keep them and offer
+seconds and shares.
+
+`Profile.usage()` is the small interface that `tunempi advise` builds on: one row per (collective,
+communicator size, nodes, ppn, message size) the application used, with its calls and time.
+"""
+
+from __future__ import annotations
+
+import json
+from collections import defaultdict
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from tunempi.errors import UsageError
+
+SCHEMA = "tunempi-profile"
+SCHEMA_VERSION = 1
+NS = 1e-9
+
+
+@dataclass(frozen=True)
+class CollectiveRecord:
+    """One (collective, communicator size, nodes, ppn, power-of-two size bucket), merged over ranks.
+
+    calls, bytes and time_ns are sums over all ranks; time_min_ns/time_max_ns are over single calls;
+    exact_sizes maps each distinct message size to its number of calls (None when there were more than
+    the interposer keeps, 8).
+    """
+
+    collective: str
+    blocking: bool
+    comm_size: int
+    nodes: int
+    ppn: int
+    size_lo: int
+    size_hi: int
+    ranks: int
+    calls: int
+    bytes: int
+    time_ns: int
+    time_min_ns: int
+    time_max_ns: int
+    exact_sizes: dict[int, int] | None
+
+    @property
+    def time_s(self) -> float:
+        return self.time_ns * NS
+
+    @property
+    def mean_time_s(self) -> float:
+        return self.time_s / self.calls if self.calls else 0.0
+
+
+@dataclass(frozen=True)
+class RankSummary:
+    rank: int
+    host: str
+    wall_ns: int
+    mpi_ns: int
+    collective_ns: int
+    p2p_ns: int
+    collective_calls: int
+    send_calls: int
+
+
+@dataclass(frozen=True)
+class P2PBucket:
+    """Point-to-point sends with size in (lo, hi] bytes (hi None: no upper bound; the first bucket is [0, hi])."""
+
+    lo: int
+    hi: int | None
+    calls: int
+    bytes: int
+
+    @property
+    def label(self) -> str:
+        from tunempi.units import format_size
+
+        if self.lo == 0:
+            return f"<= {format_size(self.hi or 0)}"
+        if self.hi is None:
+            return f"> {format_size(self.lo)}"
+        return f"{format_size(self.lo)} - {format_size(self.hi)}"
+
+
+@dataclass(frozen=True)
+class UsageRow:
+    """What `advise` needs: a message size the application used at a scale, how often, how long."""
+
+    collective: str
+    comm_size: int
+    nodes: int
+    ppn: int
+    msg_size: int  # exact size when known, else the bucket's upper bound
+    calls: int  # summed over ranks
+    time_s: float  # summed over ranks
+    ranks: int  # ranks that made these calls
+
+
+@dataclass(frozen=True)
+class Profile:
+    header: dict[str, Any]
+    ranks: tuple[RankSummary, ...]
+    collectives: tuple[CollectiveRecord, ...]
+    p2p: tuple[P2PBucket, ...]
+
+    @property
+    def wall_s(self) -> float:
+        """Run time summed over ranks (rank-seconds): the denominator of every share."""
+        return sum(r.wall_ns for r in self.ranks) * NS
+
+    @property
+    def mpi_s(self) -> float:
+        return sum(r.mpi_ns for r in self.ranks) * NS
+
+    @property
+    def collective_s(self) -> float:
+        return sum(r.collective_ns for r in self.ranks) * NS
+
+    @property
+    def p2p_s(self) -> float:
+        return sum(r.p2p_ns for r in self.ranks) * NS
+
+    @property
+    def elapsed_s(self) -> float:
+        """The longest rank's run time (from MPI_Init to MPI_Finalize)."""
+        return max((r.wall_ns for r in self.ranks), default=0) * NS
+
+    @property
+    def mpi_fraction(self) -> float:
+        return self.mpi_s / self.wall_s if self.wall_s else 0.0
+
+    def time_by_collective(self) -> list[tuple[str, int, float]]:
+        """(collective, calls, time in s summed over ranks), most time first."""
+        calls: dict[str, int] = defaultdict(int)
+        time: dict[str, float] = defaultdict(float)
+        for record in self.collectives:
+            calls[record.collective] += record.calls
+            time[record.collective] += record.time_s
+        return sorted(((name, calls[name], time[name]) for name in calls), key=lambda row: -row[2])
+
+    def usage(self) -> list[UsageRow]:
+        """One row per (collective, scale, message size); time split over exact sizes by their calls."""
+        rows = []
+        for r in self.collectives:
+            sizes = r.exact_sizes or {r.size_hi: r.calls}
+            for size, calls in sorted(sizes.items()):
+                share = calls / r.calls if r.calls else 0.0
+                rows.append(UsageRow(r.collective, r.comm_size, r.nodes, r.ppn, size, calls, r.time_s * share,
+                                     r.ranks))
+        return rows
+
+
+def _require(data: dict[str, Any], key: str, path: Path) -> Any:
+    if key not in data:
+        raise UsageError(f"{path}: not a tunempi profile (missing {key!r})")
+    return data[key]
+
+
+def parse_profile(data: dict[str, Any], path: Path = Path("<profile>")) -> Profile:
+    if data.get("schema") != SCHEMA:
+        raise UsageError(f"{path}: not a tunempi profile (schema {data.get('schema')!r}, expected {SCHEMA!r})")
+    if data.get("schema_version") != SCHEMA_VERSION:
+        raise UsageError(
+            f"{path}: profile schema version {data.get('schema_version')!r}; this tunempi reads {SCHEMA_VERSION}"
+        )
+    collectives = []
+    for row in _require(data, "collectives", path):
+        exact = row["exact_sizes"]
+        collectives.append(CollectiveRecord(
+            collective=row["collective"], blocking=bool(row["blocking"]), comm_size=row["comm_size"],
+            nodes=row["nodes"], ppn=row["ppn"], size_lo=row["size_lo"], size_hi=row["size_hi"],
+            ranks=row["ranks"], calls=row["calls"], bytes=row["bytes"], time_ns=row["time_ns"],
+            time_min_ns=row["time_min_ns"], time_max_ns=row["time_max_ns"],
+            exact_sizes=None if exact is None else {int(k): int(v) for k, v in exact.items()},
+        ))
+    ranks = tuple(RankSummary(**row) for row in _require(data, "ranks", path))
+    histogram = _require(data, "p2p_histogram", path)
+    buckets, lo = [], 0
+    for hi, calls, nbytes in zip(histogram["upper_bounds"], histogram["calls"], histogram["bytes"], strict=True):
+        buckets.append(P2PBucket(lo, hi, calls, nbytes))
+        lo = hi if hi is not None else lo
+    return Profile(dict(_require(data, "header", path)), ranks, tuple(collectives), tuple(buckets))
+
+
+def load_profile(path: Path | str) -> Profile:
+    path = Path(path)
+    try:
+        text = path.read_bytes().decode("utf-8", errors="replace")
+    except OSError as exc:
+        raise UsageError(f"cannot read profile {path}: {exc.strerror}") from exc
+    try:
+        data = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise UsageError(f"{path}: not valid JSON ({exc})") from exc
+    if not isinstance(data, dict):
+        raise UsageError(f"{path}: not a tunempi profile")
+    try:
+        return parse_profile(data, path)
+    except (KeyError, TypeError, ValueError) as exc:
+        raise UsageError(f"{path}: malformed tunempi profile ({exc})") from exc

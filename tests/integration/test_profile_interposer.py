@@ -1,0 +1,237 @@
+"""The interposer on real MPI runs: the profile of a program with known communication must match exactly.
+
+The program is profile_apps/known_comm.c; `expected_profile` restates its communication. Counts, bytes,
+sizes, communicator sizes, nodes and ppn are compared exactly; times only for consistency.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from collections import Counter, defaultdict
+from pathlib import Path
+from typing import Any
+
+import pytest
+from profile_support import embedded_library, rank_env_argv, run
+
+from tunempi.mpi.build import build_c
+from tunempi.mpi.library import MPILibrary
+from tunempi.profile.build import build_interposer, generate_wrappers
+from tunempi.profile.generate import WRAPPED
+
+pytestmark = pytest.mark.mpi
+
+APP_SOURCE = Path(__file__).parent / "profile_apps" / "known_comm.c"
+
+
+def size_bucket(nbytes: int) -> tuple[int, int]:
+    """(size_lo, size_hi) of the interposer's power-of-two bucket."""
+    if nbytes == 0:
+        return 0, 0
+    b = (nbytes - 1).bit_length()
+    return (1 if b == 0 else (1 << (b - 1)) + 1), 1 << b
+
+
+def expected_profile(ranks: int, fake_ppn: int | None) -> tuple[dict[tuple, dict[str, Any]], list[int], list[int]]:
+    """Collective records keyed like the file, and the point-to-point histogram (calls, bytes)."""
+    node_of = [r // fake_ppn if fake_ppn else 0 for r in range(ranks)]
+    half = ranks // 2
+    world = list(range(ranks))
+
+    def layout(members: list[int]) -> tuple[int, int, int]:
+        per_node = Counter(node_of[m] for m in members)
+        return len(members), len(per_node), max(per_node.values())
+
+    records: dict[tuple, dict[str, Any]] = defaultdict(
+        lambda: {"calls": 0, "bytes": 0, "ranks": 0, "exact_sizes": Counter()})
+
+    def add(rank: int, collective: str, members: list[int], nbytes: int, calls: int) -> None:
+        key = (collective, *layout(members), *size_bucket(nbytes))
+        record = records[key]
+        record["calls"] += calls
+        record["bytes"] += calls * nbytes
+        record["exact_sizes"][nbytes] += calls
+        record.setdefault("_ranks", set()).add(rank)
+
+    for r in range(ranks):
+        parity = [m for m in world if m % 2 == r % 2]
+        halves = [m for m in world if m // half == r // half]
+        add(r, "allreduce", world, 8, 10)
+        add(r, "allreduce", world, 4000, 3)
+        add(r, "bcast", world, 100, 5)
+        add(r, "allgather", world, 16, 4)
+        add(r, "alltoall", world, 8, 2)
+        add(r, "alltoallv", world, 4 * ranks * (ranks + 1) // 2 // ranks, 1)
+        add(r, "gather", world, 12, 1)
+        add(r, "scatter", world, 12, 1)
+        add(r, "gatherv", world, r + 1, 1)
+        add(r, "allgatherv", world, 4 * ranks * (ranks + 1) // 2 // ranks, 1)
+        add(r, "reduce_scatter_block", world, 8 * ranks, 1)
+        add(r, "reduce_scatter", world, 4 * ranks, 1)
+        add(r, "barrier", world, 0, 7)  # 6 on MPI_COMM_WORLD, 1 on a later duplicate of it
+        add(r, "iallreduce", world, 8, 2)
+        add(r, "reduce", parity, 64, 7)
+        add(r, "bcast", halves, 4, 3)
+    for record in records.values():
+        record["ranks"] = len(record.pop("_ranks"))
+        record["exact_sizes"] = dict(record["exact_sizes"])
+    senders = ranks // 2
+    calls = [3 * senders + ranks, 2 * senders, 4 * senders, 0, 0, 0, senders]
+    nbytes = [300 * senders + 16 * ranks, 6000 * senders, 20000 * senders, 0, 0, 0, 70000 * senders]
+    return dict(records), calls, nbytes
+
+
+def profile_run(library: MPILibrary, ranks: int, how: str, tmp_path: Path,
+                fake_ppn: int | None = None) -> dict[str, Any]:
+    interposer = build_interposer(library, werror=True)
+    app = build_c(library, [APP_SOURCE], "profile-known-comm", werror=True)
+    out = tmp_path / "profile.json"
+    env = {"LD_PRELOAD": str(interposer), "TUNEMPI_PROFILE_OUT": str(out)}
+    if fake_ppn:
+        env["TUNEMPI_PROFILE_FAKE_PPN"] = str(fake_ppn)
+    result = run(rank_env_argv(library, ranks, [str(app), how], env))
+    assert result.returncode == 0, result.stdout + result.stderr
+    return json.loads(out.read_text())
+
+
+CASES = [
+    pytest.param("mpich", 2, "init", None, id="mpich-2-init"),
+    pytest.param("mpich", 2, "pmpi", None, id="mpich-2-initialised-before-tool"),
+    pytest.param("openmpi", 2, "init_thread", None, id="openmpi-2-init_thread"),
+    pytest.param("openmpi", 4, "pmpi", 2, id="openmpi-4-two-fake-nodes-initialised-before-tool"),
+]
+
+
+@pytest.mark.parametrize(("vendor", "ranks", "how", "fake_ppn"), CASES)
+def test_profile_matches_known_communication(vendor: str, ranks: int, how: str, fake_ppn: int | None,
+                                             tmp_path: Path) -> None:
+    library = embedded_library(vendor)
+    data = profile_run(library, ranks, how, tmp_path, fake_ppn)
+    expected, p2p_calls, p2p_bytes = expected_profile(ranks, fake_ppn)
+
+    got = {}
+    for row in data["collectives"]:
+        key = (row["collective"], row["comm_size"], row["nodes"], row["ppn"], row["size_lo"], row["size_hi"])
+        assert key not in got, f"duplicate record {key}"
+        got[key] = {"calls": row["calls"], "bytes": row["bytes"], "ranks": row["ranks"],
+                    "exact_sizes": {int(k): v for k, v in row["exact_sizes"].items()}}
+        assert 0 <= row["time_min_ns"] <= row["time_max_ns"] <= row["time_ns"]
+        assert row["blocking"] == (row["collective"] != "iallreduce")
+    assert got == expected
+    assert data["p2p_histogram"]["calls"] == p2p_calls
+    assert data["p2p_histogram"]["bytes"] == p2p_bytes
+
+    header = data["header"]
+    assert header["ranks"] == ranks
+    assert header["nodes"] == (ranks // fake_ppn if fake_ppn else 1)
+    assert header["started"] == ("lazily" if how == "pmpi" else "init")
+    assert header["thread_level"] == ("funneled" if how == "init_thread" else "single")
+    assert Path(header["command"][0]).name.startswith("profile-known-comm") and header["command"][-1] == how
+    assert ("MPICH" if vendor == "mpich" else "Open MPI") in header["library"]
+    assert set(header["settings"]) >= {"TUNEMPI_PROFILE_OUT"}
+    assert sum(header["hosts"].values()) == ranks
+
+    per_rank = data["ranks"]
+    assert [r["rank"] for r in per_rank] == list(range(ranks))
+    for r in per_rank:
+        assert r["collective_calls"] == 50
+        assert r["send_calls"] == (11 if r["rank"] % 2 == 0 else 1)
+        assert r["collective_ns"] + r["p2p_ns"] <= r["mpi_ns"] <= r["wall_ns"]
+    assert data["totals"]["mpi_ns"] == sum(r["mpi_ns"] for r in per_rank)
+
+
+def test_mode_off_runs_untouched_and_writes_nothing(tmp_path: Path) -> None:
+    library = embedded_library("openmpi")
+    interposer = build_interposer(library, werror=True)
+    app = build_c(library, [APP_SOURCE], "profile-known-comm", werror=True)
+    out = tmp_path / "profile.json"
+    env = {"LD_PRELOAD": str(interposer), "TUNEMPI_PROFILE_OUT": str(out), "TUNEMPI_MODE": "off"}
+    result = run(rank_env_argv(library, 2, [str(app), "init"], env))
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert not out.exists()
+
+
+def test_cli_profile_end_to_end(tmp_path: Path) -> None:
+    library = embedded_library("mpich")
+    app = build_c(library, [APP_SOURCE], "profile-known-comm", werror=True)
+    out = tmp_path / "cli.json"
+    env = {k: v for k, v in os.environ.items() if not k.startswith("TUNEMPI_") or k == "TUNEMPI_CACHE"}
+    result = run(
+        [sys.executable, "-m", "tunempi", "profile", "--mpi", str(library.prefix), "-o", str(out), "--",
+         "mpiexec", "-n", "2", str(app), "init"], timeout=120, env={**env, "COLUMNS": "200"})
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "profile written to" in result.stdout
+    data = json.loads(out.read_text())
+    assert data["header"]["settings"]["TUNEMPI_MODE"] == "profile"
+    assert sum(row["calls"] for row in data["collectives"] if row["collective"] == "allreduce") == 26
+
+
+@pytest.mark.parametrize("vendor", ["mpich", "openmpi"])
+def test_generator_wraps_everything_on_the_real_headers(vendor: str) -> None:
+    text = generate_wrappers(embedded_library(vendor))
+    for spec in WRAPPED:
+        if spec.required:
+            assert f"int {spec.function}(" in text
+    # these libraries (MPI 4.x) have every non-blocking collective and matched probes
+    for name in ("MPI_Iallreduce", "MPI_Ireduce_scatter_block", "MPI_Ialltoallv", "MPI_Mprobe"):
+        assert f"int {name}(" in text
+
+
+@pytest.mark.parametrize("vendor", ["mpich", "openmpi"])
+def test_only_the_thread_that_initialised_mpi_is_recorded(vendor: str, tmp_path: Path) -> None:
+    library = embedded_library(vendor)
+    interposer = build_interposer(library, werror=True)
+    app = build_c(library, [APP_SOURCE.with_name("threads.c")], "profile-threads", werror=True,
+                  extra_flags=["-pthread"])
+    out = tmp_path / "profile.json"
+    env = {"LD_PRELOAD": str(interposer), "TUNEMPI_PROFILE_OUT": str(out)}
+    result = run(rank_env_argv(library, 2, [str(app)], env))
+    assert result.returncode == 0, result.stdout + result.stderr
+    data = json.loads(out.read_text())
+    assert data["header"]["thread_level"] == "multiple"
+    rows = [(r["collective"], r["comm_size"], r["calls"], r["exact_sizes"]) for r in data["collectives"]]
+    assert rows == [("allreduce", 2, 6, {"8": 6})]  # the worker thread's 4-byte allreduces are not counted
+
+
+def test_unknown_mode_runs_untouched_with_a_warning(tmp_path: Path) -> None:
+    library = embedded_library("mpich")
+    interposer = build_interposer(library, werror=True)
+    app = build_c(library, [APP_SOURCE], "profile-known-comm", werror=True)
+    out = tmp_path / "profile.json"
+    env = {"LD_PRELOAD": str(interposer), "TUNEMPI_PROFILE_OUT": str(out), "TUNEMPI_MODE": "bogus"}
+    result = run(rank_env_argv(library, 2, [str(app), "init"], env))
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "unknown TUNEMPI_MODE=bogus (valid: profile, off)" in result.stderr
+    assert not out.exists()
+
+
+def test_failed_calls_are_not_recorded(tmp_path: Path) -> None:
+    library = embedded_library("mpich")
+    interposer = build_interposer(library, werror=True)
+    app = build_c(library, [APP_SOURCE.with_name("errors.c")], "profile-errors", werror=True)
+    out = tmp_path / "profile.json"
+    result = run(rank_env_argv(library, 2, [str(app)], {"LD_PRELOAD": str(interposer), "TUNEMPI_PROFILE_OUT": str(out)}))
+    assert result.returncode == 0, result.stdout + result.stderr
+    data = json.loads(out.read_text())
+    assert [(r["collective"], r["calls"]) for r in data["collectives"]] == [("barrier", 2)]
+    assert data["p2p_histogram"]["calls"] == [0] * 7
+
+
+@pytest.mark.parametrize("vendor", ["mpich", "openmpi"])
+def test_calls_made_inside_the_library_are_not_counted(vendor: str, tmp_path: Path) -> None:
+    library = embedded_library(vendor)
+    interposer = build_interposer(library, werror=True)
+    internals = build_c(library, [APP_SOURCE.with_name("fake_internal.c")], "profile-fake-internal", shared=True,
+                        werror=True)
+    app = build_c(library, [APP_SOURCE.with_name("guard.c")], "profile-guard", werror=True)
+    out = tmp_path / "profile.json"
+    env = {"LD_PRELOAD": f"{interposer}:{internals}", "TUNEMPI_PROFILE_OUT": str(out)}
+    result = run(rank_env_argv(library, 2, [str(app)], env))
+    assert result.returncode == 0, result.stdout + result.stderr
+    data = json.loads(out.read_text())
+    assert [(r["collective"], r["calls"]) for r in data["collectives"]] == [("barrier", 6)]
+    # only the application's own sendrecv: the 3 inner ones per rank ran while the barrier wrapper was active
+    assert data["p2p_histogram"]["calls"] == [2, 0, 0, 0, 0, 0, 0]
+    assert data["p2p_histogram"]["bytes"] == [16, 0, 0, 0, 0, 0, 0]

@@ -1,0 +1,129 @@
+"""The wrapper generator against a small fake mpi.h (no MPI needed; the C check uses the system cc)."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from tunempi.profile.build import c_source_dir
+from tunempi.profile.generate import (
+    WRAPPED,
+    GeneratorError,
+    Param,
+    WrapSpec,
+    generate,
+    parse_param,
+    parse_prototypes,
+)
+
+# Quirks on purpose: old-style non-const buffers, array parameters, attributes after the parameter list,
+# declarations split over lines, an unnamed parameter, a variadic one, and MPI_Count variants.
+FAKE_MPI_H = """
+typedef int MPI_Comm; typedef int MPI_Datatype; typedef int MPI_Op; typedef int MPI_Request;
+typedef long long MPI_Count;
+typedef struct MPI_Status { int MPI_SOURCE; } MPI_Status;
+#define MPI_SUCCESS 0
+#define MPI_THREAD_SINGLE 0
+#define ATTR __attribute__((deprecated("no")))
+int MPI_Init(int *argc, char ***argv);
+int PMPI_Init(int *argc, char ***argv);
+int MPI_Init_thread(int *argc, char ***argv, int required, int *provided);
+int PMPI_Init_thread(int *argc, char ***argv, int required, int *provided);
+int MPI_Finalize(void);
+int PMPI_Finalize(void);
+int MPI_Pcontrol(const int level, ...);
+int PMPI_Pcontrol(const int level, ...);
+int MPI_Allreduce(void *sendbuf, void *recvbuf, int count,
+                  MPI_Datatype datatype, MPI_Op op, MPI_Comm comm) ATTR;
+int PMPI_Allreduce(void *sendbuf, void *recvbuf, int count,
+                   MPI_Datatype datatype, MPI_Op op, MPI_Comm comm) ATTR;
+int MPI_Allreduce_c(const void *sendbuf, void *recvbuf, MPI_Count count, MPI_Datatype datatype,
+                    MPI_Op op, MPI_Comm comm);
+int PMPI_Allreduce_c(const void *sendbuf, void *recvbuf, MPI_Count count, MPI_Datatype datatype,
+                     MPI_Op op, MPI_Comm comm);
+int MPI_Allgatherv(const void *sendbuf, int sendcount, MPI_Datatype sendtype, void *recvbuf,
+                   const int recvcounts[], const int displs[], MPI_Datatype recvtype, MPI_Comm);
+int PMPI_Allgatherv(const void *sendbuf, int sendcount, MPI_Datatype sendtype, void *recvbuf,
+                    const int recvcounts[], const int displs[], MPI_Datatype recvtype, MPI_Comm);
+int MPI_Send_init(const void *buf, int count, MPI_Datatype datatype, int dest, int tag, MPI_Comm comm,
+                  MPI_Request *request);
+int PMPI_Send_init(const void *buf, int count, MPI_Datatype datatype, int dest, int tag, MPI_Comm comm,
+                   MPI_Request *request);
+int MPI_Startall(int count, MPI_Request array_of_requests[]);
+int PMPI_Startall(int count, MPI_Request array_of_requests[]);
+int MPI_Waitall(int count, MPI_Request array_of_requests[], MPI_Status *array_of_statuses);
+int PMPI_Waitall(int count, MPI_Request array_of_requests[], MPI_Status *array_of_statuses);
+int MPI_Comm_free(MPI_Comm *comm);
+int PMPI_Comm_free(MPI_Comm *comm);
+"""
+
+SPECS = [s for s in WRAPPED if s.function in {
+    "MPI_Init", "MPI_Init_thread", "MPI_Finalize", "MPI_Pcontrol", "MPI_Allreduce", "MPI_Iallreduce",
+    "MPI_Allgatherv", "MPI_Send_init", "MPI_Startall", "MPI_Waitall", "MPI_Comm_free"}]
+
+
+def test_parse_param_shapes() -> None:
+    assert parse_param("const void *sendbuf") == Param("const void *", "sendbuf", "")
+    assert parse_param("const int recvcounts [ ]") == Param("const int", "recvcounts", "[]")
+    assert parse_param("char ***argv") == Param("char ***", "argv", "")
+    assert parse_param("MPI_Comm") == Param("MPI_Comm", "", "")
+    assert parse_param("const int level") == Param("const int", "level", "")
+    assert parse_param("const int recvcounts[]").base == "int*"
+    assert parse_param("void *recvbuf").base == "void*"
+    with pytest.raises(GeneratorError):
+        parse_param("void (*fn)(int)")
+
+
+def test_parse_prototypes_reads_quirky_declarations() -> None:
+    protos = parse_prototypes(FAKE_MPI_H)
+    allreduce = protos["MPI_Allreduce"]
+    assert [p.name for p in allreduce.params] == ["sendbuf", "recvbuf", "count", "datatype", "op", "comm"]
+    assert protos["MPI_Finalize"].params == ()
+    assert protos["MPI_Pcontrol"].variadic and len(protos["MPI_Pcontrol"].params) == 1
+    assert protos["MPI_Allgatherv"].params[7] == Param("MPI_Comm", "", "")
+    assert protos["MPI_Allreduce_c"].params[2].base == "MPI_Count"
+
+
+def test_generate_keeps_the_header_types_and_skips_absent_optional_functions() -> None:
+    text = generate(parse_prototypes(FAKE_MPI_H), SPECS)
+    # the header's own (non-const) buffer type, not the MPI-3 one
+    assert "int MPI_Allreduce(void *a0, void *a1, int a2, MPI_Datatype a3, MPI_Op a4, MPI_Comm a5)" in text
+    assert "const int a4[]" in text  # array parameter kept as written
+    assert "MPI_Iallreduce" not in text  # optional and not declared: skipped
+    assert "tmpi_bytes_vavg(a4, a6, a7)" in text
+    # the collective runs on call.comm so that a mode can substitute a communicator
+    assert "PMPI_Allreduce(a0, a1, a2, a3, a4, call.comm)" in text
+    assert f"const int tmpi_op_count = {len(SPECS) - 1};" in text
+
+
+def test_generated_wrappers_compile_against_the_header(tmp_path: Path) -> None:
+    cc = shutil.which("cc") or shutil.which("gcc")
+    assert cc, "a C compiler is needed to check the generated prototypes"
+    (tmp_path / "mpi.h").write_text(FAKE_MPI_H)
+    source = tmp_path / "wrappers.c"
+    source.write_text(generate(parse_prototypes(FAKE_MPI_H), SPECS))
+    result = subprocess.run(
+        [cc, "-std=c11", "-Wall", "-Wextra", "-Werror", "-fsyntax-only", f"-I{tmp_path}", f"-I{c_source_dir()}",
+         str(source)], capture_output=True, text=True)
+    assert result.returncode == 0, result.stderr
+
+
+def test_a_prototype_that_differs_from_the_size_rule_is_refused() -> None:
+    protos = parse_prototypes(FAKE_MPI_H)
+    spec = WrapSpec("MPI_Allreduce_c", "coll", "allreduce", "count", (2, 3))
+    with pytest.raises(GeneratorError, match="MPI_Count"):
+        generate(protos, [spec])
+
+
+def test_missing_required_function_is_an_error() -> None:
+    with pytest.raises(GeneratorError, match="MPI_Bcast"):
+        generate(parse_prototypes(FAKE_MPI_H), WRAPPED)
+
+
+def test_mpi_and_pmpi_must_agree() -> None:
+    header = FAKE_MPI_H.replace("int PMPI_Comm_free(MPI_Comm *comm);", "int PMPI_Comm_free(MPI_Comm comm);")
+    with pytest.raises(GeneratorError, match="differ"):
+        generate(parse_prototypes(header), [s for s in SPECS if s.function == "MPI_Comm_free"])

@@ -1,0 +1,149 @@
+"""The profile reader, `tunempi profile show`, the `--` command parsing and the env injection (no MPI)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+from rich.console import Console
+from typer.testing import CliRunner
+
+from tunempi.cli.main import app
+from tunempi.errors import UsageError
+from tunempi.profile.reader import load_profile
+from tunempi.profile.stopgap import inject_env
+
+
+def sample() -> dict[str, Any]:
+    def coll(name: str, size: int, lo: int, hi: int, calls: int, time_ns: int, exact: Any) -> dict[str, Any]:
+        return {"collective": name, "blocking": not name.startswith("i"), "comm_size": size, "nodes": 1,
+                "ppn": size, "size_lo": lo, "size_hi": hi, "ranks": size, "calls": calls,
+                "bytes": calls * hi, "time_ns": time_ns, "time_min_ns": 10, "time_max_ns": 900,
+                "exact_sizes": exact}
+
+    return {
+        "schema": "tunempi-profile", "schema_version": 1,
+        "header": {"library": "MPICH Version: 5.0.2\nMPICH Device: ch4:ucx", "command": ["./app", "-x"],
+                   "ranks": 2, "nodes": 1, "hosts": {"n1": 2}, "settings": {"TUNEMPI_PROFILE_OUT": "p.json"},
+                   "thread_level": "single", "started": "init"},
+        "ranks": [
+            {"rank": r, "host": "n1", "wall_ns": 1_000_000, "mpi_ns": 400_000, "collective_ns": 300_000,
+             "p2p_ns": 50_000, "collective_calls": 30, "send_calls": 3} for r in range(2)],
+        "totals": {"wall_ns": 2_000_000, "mpi_ns": 800_000, "collective_ns": 600_000, "p2p_ns": 100_000},
+        "collectives": [
+            coll("allreduce", 2, 5, 8, 20, 200_000, {"8": 20}),
+            coll("allreduce", 2, 2049, 4096, 6, 300_000, {"3000": 2, "4000": 4}),
+            coll("bcast", 2, 65, 128, 10, 100_000, None),
+        ],
+        "p2p_histogram": {"upper_bounds": [2048, 4096, 8192, 16384, 32768, 65536, None],
+                          "calls": [5, 2, 0, 0, 0, 0, 1], "bytes": [300, 6000, 0, 0, 0, 0, 70000]},
+    }
+
+
+def write(tmp_path: Path, data: dict[str, Any]) -> Path:
+    path = tmp_path / "profile.json"
+    path.write_text(json.dumps(data))
+    return path
+
+
+def test_load_profile_and_shares(tmp_path: Path) -> None:
+    profile = load_profile(write(tmp_path, sample()))
+    assert profile.wall_s == pytest.approx(2e-3)
+    assert profile.mpi_fraction == pytest.approx(0.4)
+    assert profile.elapsed_s == pytest.approx(1e-3)
+    assert profile.time_by_collective() == [("allreduce", 26, pytest.approx(5e-4)), ("bcast", 10, pytest.approx(1e-4))]
+    assert [b.label for b in profile.p2p][:2] == ["<= 2KiB", "2KiB - 4KiB"]
+    assert profile.p2p[-1].label == "> 64KiB" and profile.p2p[-1].bytes == 70000
+
+
+def test_usage_splits_exact_sizes_and_falls_back_to_the_bucket(tmp_path: Path) -> None:
+    rows = load_profile(write(tmp_path, sample())).usage()
+    by_size = {(r.collective, r.msg_size): r for r in rows}
+    assert by_size[("allreduce", 3000)].calls == 2
+    assert by_size[("allreduce", 3000)].time_s == pytest.approx(1e-4)  # 2 of 6 calls of 300 us
+    assert by_size[("allreduce", 4000)].time_s == pytest.approx(2e-4)
+    assert by_size[("bcast", 128)].calls == 10  # no exact sizes: the bucket's upper bound
+
+
+@pytest.mark.parametrize(
+    ("change", "message"),
+    [({"schema": "other"}, "not a tunempi profile"), ({"schema_version": 99}, "schema version 99")],
+)
+def test_load_profile_rejects_other_files(tmp_path: Path, change: dict[str, Any], message: str) -> None:
+    with pytest.raises(UsageError, match=message):
+        load_profile(write(tmp_path, {**sample(), **change}))
+
+
+def test_load_profile_rejects_garbage_and_missing(tmp_path: Path) -> None:
+    (tmp_path / "bad.json").write_text("{not json")
+    with pytest.raises(UsageError, match="not valid JSON"):
+        load_profile(tmp_path / "bad.json")
+    with pytest.raises(UsageError, match="cannot read"):
+        load_profile(tmp_path / "absent.json")
+    broken = sample()
+    del broken["collectives"][0]["calls"]
+    with pytest.raises(UsageError, match="malformed"):
+        load_profile(write(tmp_path, broken))
+
+
+def test_show_prints_where_the_time_goes(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import tunempi.cli.profile as cli_profile
+
+    monkeypatch.setattr(cli_profile, "_out", Console(width=200))
+    result = CliRunner().invoke(app, ["profile", "show", str(write(tmp_path, sample())), "--ranks"])
+    assert result.exit_code == 0, result.output
+    assert "time in MPI: 40.0%" in result.output
+    assert "3000B, 4000B" in result.output
+    assert "> 64KiB" in result.output
+    assert "Per rank" in result.output
+
+
+def test_profile_without_a_command_is_a_usage_error() -> None:
+    result = CliRunner().invoke(app, ["profile", "-o", "x.json"])
+    assert isinstance(result.exception, UsageError)
+
+
+def test_profile_passes_everything_after_dashes(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    import tunempi.profile.run as run_module
+    import tunempi.profile.stopgap as stopgap
+
+    seen: dict[str, Any] = {}
+    monkeypatch.setattr(stopgap, "resolve_library", lambda spec: seen.setdefault("spec", spec))
+    out = write(tmp_path, sample())
+
+    def fake_run(argv: list[str], library: Any, output: Path) -> run_module.ProfileRun:
+        seen["argv"], seen["output"] = argv, output
+        return run_module.ProfileRun(0, Path(output), True)
+
+    monkeypatch.setattr(run_module, "run_profiled", fake_run)
+    result = CliRunner().invoke(
+        app, ["profile", "-o", str(out), "--mpi", "openmpi", "--", "show", "-n", "4", "--", "x"])
+    assert result.exit_code == 0, result.output
+    # "show" after -- is the program to run, not the subcommand; a second -- belongs to the program
+    assert seen == {"spec": "openmpi", "argv": ["show", "-n", "4", "--", "x"], "output": out}
+
+
+ENV = {"LD_PRELOAD": "/c/tmpi.so", "TUNEMPI_MODE": "profile"}
+
+
+def test_inject_env_hydra() -> None:
+    argv, env = inject_env(["/opt/mpich/bin/mpiexec", "-n", "4", "./app"], ENV, "mpich")
+    assert argv == ["/opt/mpich/bin/mpiexec", "-genv", "LD_PRELOAD", "/c/tmpi.so", "-genv", "TUNEMPI_MODE",
+                    "profile", "-n", "4", "./app"]
+    assert env == {}
+
+
+def test_inject_env_openmpi() -> None:
+    argv, env = inject_env(["mpirun", "--oversubscribe", "-n", "4", "./app"], ENV, "openmpi")
+    assert argv == ["mpirun", "-x", "LD_PRELOAD=/c/tmpi.so", "-x", "TUNEMPI_MODE=profile", "--oversubscribe",
+                    "-n", "4", "./app"]
+    assert env == {}
+
+
+def test_inject_env_srun_and_plain_programs() -> None:
+    argv, env = inject_env(["srun", "-n", "4", "./app"], ENV, "mpich")
+    assert argv == ["srun", "--export=ALL,LD_PRELOAD=/c/tmpi.so,TUNEMPI_MODE=profile", "-n", "4", "./app"]
+    argv, env = inject_env(["./app", "1"], ENV, "openmpi")
+    assert argv == ["./app", "1"] and env == ENV
