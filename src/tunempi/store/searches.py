@@ -119,6 +119,6 @@ def list_searches(store: ResultStore) -> list[tuple[str, dict[str, Any], int]]:
     """(search_id, header, number of runs) of every search in the store, oldest first."""
     rows = store._conn.execute(
         "SELECT s.search_id, s.header, COUNT(r.id) FROM searches s LEFT JOIN search_runs r "
-        "ON r.search_id = s.search_id GROUP BY s.search_id ORDER BY s.created, s.search_id"
+        "ON r.search_id = s.search_id GROUP BY s.search_id ORDER BY s.rowid"
     ).fetchall()
     return [(str(r[0]), json.loads(r[1]), int(r[2])) for r in rows]
