@@ -243,7 +243,8 @@ class OpenMPILauncher(Launcher):
         return LaunchCommand((*argv, *spec.extra_args, *spec.command), MappingProxyType(launcher_env))
 
     def env_args(self, env: Mapping[str, str]) -> list[str]:
-        # PRRTE forwards OMPI_MCA_* by itself but not other variables (UCX_*): -x names them all.
+        # On one node PRRTE 5.0.11 hands its whole environment to the ranks (measured); to other nodes only
+        # OMPI_*/PMIX_* and what -x names travel, so every variable is named.
         return [token for key in sorted(env) for token in ("-x", f"{key}={env[key]}")]
 
 
