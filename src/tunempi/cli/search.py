@@ -31,7 +31,7 @@ from tunempi.search.base import Trial
 from tunempi.search.command import CommandObjective
 from tunempi.search.journal import TrialJournal
 from tunempi.search.verify import MIN_PAIRS, VerificationRun, verify_against_default
-from tunempi.space.params import ParamSpace, Value
+from tunempi.space.params import ParamSpace, Value, config_key
 
 if TYPE_CHECKING:
     from tunempi.mpi.library import MPILibrary
@@ -346,6 +346,10 @@ def _run_and_report(journal: TrialJournal, session: _Session) -> None:
             raise typer.Exit(130) from None
         _out.print(escape(verdict.reason))
     recommended = best if verdict is None or verdict.recommend else None
+    if recommended is not None:
+        # A parameter left at the library's own default changes nothing: the env file need not set it.
+        recommended = {k: v for k, v in recommended.items()
+                       if space[k].default is None or config_key({k: v}) != config_key({k: space[k].default})}
     comment = ("tunempi search: " + (verdict.reason if verdict is not None else "best found, NOT verified "
                "against the defaults (--repeats 0)") + f"\nspace: {space_path}; strategy: {name}; "
                f"{len(searcher.trials)} trials; library: {target.name}; {where}")
@@ -358,7 +362,8 @@ def _run_and_report(journal: TrialJournal, session: _Session) -> None:
     (out_dir / "summary.json").write_text(json.dumps({
         "schema": 2, "strategy": name, "trials": len(searcher.trials), "best": best, "best_value": best_value,
         "verdict": None if verdict is None else verdict.to_dict(), "recommended": recommended,
-        "recommended_env": apply(recommended) if recommended else {}, "library": target.name,
+        "best_env": apply(best), "recommended_env": apply(recommended) if recommended else {},
+        "library": target.name,
         "search_id": journal.search_id, "db": str(db_path),
     }, indent=2) + "\n")
     _out.print(f"wrote {env_path}, {png}, {out_dir / 'summary.json'}")

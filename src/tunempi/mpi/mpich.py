@@ -210,8 +210,10 @@ TUNABLES: tuple[Tunable, ...] = (
             "intra-node messages from this size go by single-copy CMA rendezvous instead of eager cells"),
     Tunable("MPIR_CVAR_CH4_SHM_POSIX_IQUEUE_CELL_SIZE", "size",
             "shared-memory eager cell: a message up to this size travels in one cell", minimum=1024),
+    # 5.0.2 ch4:ucx aborts in MPI_Init with 4096 even with 1 KiB cells (the netmod's active-message limit
+    # counts too); 8192 works.
     Tunable("MPIR_CVAR_CH4_PACK_BUFFER_SIZE", "size", "active-message pack buffers; must be >= the cell size",
-            minimum=1024),
+            minimum=8192),
     Tunable("MPIR_CVAR_CH4_SHM_POSIX_IQUEUE_NUM_CELLS", "count", "depth of the shared-memory queue", minimum=2),
     Tunable("MPIR_CVAR_CH4_OFI_EAGER_THRESHOLD", "size", "OFI netmod eager/rendezvous switch"),
 )
