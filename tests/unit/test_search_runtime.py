@@ -185,3 +185,16 @@ def test_a_version_1_database_gains_the_search_tables_and_keeps_its_rows(tmp_pat
     conn = sqlite3.connect(path)
     assert conn.execute("SELECT version FROM schema_version").fetchone()[0] == schema_module.SCHEMA_VERSION == 2
     conn.close()
+
+
+def test_the_library_is_found_from_the_commands_own_launcher(tmp_path):
+    from tunempi.cli.search import _command_library_spec
+
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    for name in ("mpiexec.mpich", "mpicc.mpich", "mpirun", "app"):
+        (bin_dir / name).write_text("#!/bin/sh\n")
+        (bin_dir / name).chmod(0o755)
+    assert _command_library_spec([str(bin_dir / "mpiexec.mpich"), "-n", "2"]) == str(bin_dir / "mpicc.mpich")
+    assert _command_library_spec([str(bin_dir / "mpirun"), "-n", "2"]) is None  # no plain mpicc beside it
+    assert _command_library_spec([str(bin_dir / "app")]) is None

@@ -157,12 +157,21 @@ NO_LIBRARY = "none"
 
 
 def _command_library_spec(command: list[str]) -> str | None:
-    """The install prefix of the MPI launcher the command starts with, if it has an mpicc beside it."""
+    """The mpicc beside the MPI launcher the command starts with (same suffix: mpiexec.mpich ->
+    mpicc.mpich), or None when the command does not start with one or no such mpicc exists."""
     where = shutil.which(command[0]) if command else None
-    if where is None or Path(where).name.split(".")[0] not in ("mpiexec", "mpirun"):
+    if where is None:
         return None
-    bin_dir = Path(os.path.realpath(where)).parent
-    return str(bin_dir) if (bin_dir / "mpicc").exists() else None
+    name = Path(where).name
+    base, _, suffix = name.partition(".")
+    if base not in ("mpiexec", "mpirun"):
+        return None
+    # Hydra's own names (mpiexec.hydra) carry no vendor suffix; Debian's (mpiexec.mpich) do.
+    mpicc_name = "mpicc" if suffix in ("", "hydra") else f"mpicc.{suffix}"
+    for directory in (Path(where).parent, Path(os.path.realpath(where)).parent):
+        if (directory / mpicc_name).exists():
+            return str(directory / mpicc_name)
+    return None
 
 
 def _parse_observe(observe: list[str] | None) -> dict[str, re.Pattern[str]]:
