@@ -14,11 +14,18 @@ from pathlib import Path
 import pytest
 
 from tunempi.cli.main import main
-from tunempi.search.command import run_command
+from tunempi.search.base import TrialStatus
+from tunempi.search.command import CommandObjective
+from tunempi.store.results import ResultStore
+from tunempi.store.searches import SearchLog, list_searches
 
 APP = textwrap.dedent("""
-    import os, sys, time
+    import os, signal, sys, time
     x = int(os.environ.get("X", "0"))
+    if os.environ.get("INTERRUPT_AT") == f"{x}/{os.environ.get('MODE')}" and not os.path.exists("interrupted"):
+        open("interrupted", "w").close()
+        os.kill(os.getppid(), signal.SIGINT)  # Ctrl-C of tunempi while this trial runs
+        time.sleep(30)
     if x >= 40:
         print("fatal [/mpich/x.c:36] [0x7f00]"); sys.exit(3)  # the cliff, with Rich-hostile output
     if os.environ.get("MODE") == "hang" and x == 10:
@@ -84,11 +91,19 @@ def workdir(tmp_path: Path) -> Path:
 def search_args(budget: int, repeats: int = 0) -> list[str]:
     return ["search", "--space", "space.toml", "--strategy", "exhaustive", "--budget", str(budget),
             "--repeats", str(repeats), "--timeout", "1.5", "--metric", r"Time in seconds = (\S+)", "--out", "out",
-            "--", sys.executable, "app.py"]
+            "--mpi", "none", "--db", "db.sqlite", "--", sys.executable, "app.py"]
 
 
 def journal(workdir: Path) -> list[dict]:
-    return [json.loads(line) for line in (workdir / "out" / "trials.jsonl").read_text().splitlines()]
+    """Every search in the store (its header first, then its runs), in order."""
+    with ResultStore(workdir / "db.sqlite") as store:
+        records: list[dict] = []
+        for search_id, header, _ in list_searches(store):
+            records.append({"kind": "header", "search_id": search_id, **header})
+            log = SearchLog(store, header)
+            records += [{"kind": r.kind, "number": r.number, "role": r.role, "params": dict(r.params),
+                         "status": r.status, "value": r.value, "reason": r.reason} for r in log.runs()]
+        return records
 
 
 def test_real_search_records_failures_timeouts_and_writes_outputs(workdir):
@@ -111,25 +126,35 @@ def test_real_search_records_failures_timeouts_and_writes_outputs(workdir):
     assert (workdir / "out" / "report.png").stat().st_size > 1000
 
 
-def test_interrupted_search_resumes_without_losing_a_trial(cli, workdir):
-    assert cli(*search_args(3), cwd=workdir).returncode == 0
+def test_interrupted_search_resumes_from_the_store_without_losing_a_trial(workdir):
+    # Ctrl-C arrives while the third trial (X=10, fast) runs: its job is killed, the first two are stored.
+    os.environ["INTERRUPT_AT"] = "10/fast"
+    try:
+        result = tunempi(*search_args(5), cwd=workdir)
+    finally:
+        del os.environ["INTERRUPT_AT"]
+    assert result.returncode == 130, result.stderr
+    assert "2 trials are recorded" in result.stderr.replace("\n", " ")
     first = [r for r in journal(workdir) if r["kind"] == "trial"]
-    # A crash in the middle of writing a line leaves a partial record: it must be dropped, not fatal.
-    with (workdir / "out" / "trials.jsonl").open("a") as fh:
-        fh.write('{"kind": "trial", "number": 3, "par')
-    result = cli(*search_args(5), cwd=workdir)
+    assert [t["number"] for t in first] == [0, 1]
+    result = tunempi(*search_args(5), cwd=workdir)
     assert result.returncode == 0, result.stderr
-    assert "resuming" in result.stderr
+    assert "resuming" in result.stderr and "2 trials already recorded" in result.stderr.replace("\n", " ")
     trials = [r for r in journal(workdir) if r["kind"] == "trial"]
-    assert trials[:3] == first and [t["number"] for t in trials] == [0, 1, 2, 3, 4]
+    assert trials[:2] == first and [t["number"] for t in trials] == [0, 1, 2, 3, 4]
+    assert trials[2]["params"] == {"X": 10, "MODE": "fast"} and trials[2]["status"] == "ok"  # rerun, not lost
 
 
-def test_journal_of_another_search_is_refused(cli, workdir):
+def test_another_search_gets_its_own_record_in_the_same_store(cli, workdir):
     assert cli(*search_args(2), cwd=workdir).returncode == 0
     args = search_args(2)
     args[args.index("exhaustive")] = "random"
     result = cli(*args, cwd=workdir)
-    assert result.returncode == 2 and "records another search" in result.stderr
+    assert result.returncode == 0, result.stderr
+    assert "resuming" not in result.stderr
+    headers = [r for r in journal(workdir) if r["kind"] == "header"]
+    assert [h["strategy"] for h in headers] == ["exhaustive", "random"]
+    assert len({h["search_id"] for h in headers}) == 2
 
 
 @pytest.mark.parametrize(
@@ -151,8 +176,8 @@ def test_usage_errors_name_the_choices(cli, workdir):
     assert result.returncode == 2 and "exhaustive, individual, random, gde3, bayes, rl" in result.stderr
     result = cli("search", "--space", "space.toml", cwd=workdir)
     assert result.returncode == 2 and "after '--'" in result.stderr
-    result = cli("search", "--space", "auto", "--", "true", cwd=workdir)
-    assert result.returncode == 2 and "not available yet" in result.stderr
+    result = cli("search", "--space", "auto", "--mpi", "none", "--", "true", cwd=workdir)
+    assert result.returncode == 2 and "give --mpi SPEC" in result.stderr
 
 
 def test_simulate_compare_json(cli, workdir):
@@ -168,8 +193,9 @@ def test_timeout_kills_the_whole_process_group(tmp_path):
     pidfile = tmp_path / "child.pid"
     script = f"import subprocess, sys, time; p = subprocess.Popen([sys.executable, '-c', 'import time; " \
              f"time.sleep(60)']); open({str(pidfile)!r}, 'w').write(str(p.pid)); time.sleep(60)"
-    run = run_command([sys.executable, "-c", script], dict(os.environ), timeout=1.0)
-    assert run.returncode is None
+    objective = CommandObjective([sys.executable, "-c", script], apply=lambda params: {}, timeout=1.0, grace_s=1.0)
+    result = objective({})
+    assert result.status is TrialStatus.TIMEOUT and "timeout" in result.reason
     child = int(pidfile.read_text())
     for _ in range(50):  # the grandchild must be gone (reaped by init once killed)
         try:
@@ -194,8 +220,8 @@ def test_failure_reason_is_the_cause_not_the_backtrace():
 def test_ptf_file_directives_pick_strategy_population_and_budget(cli, workdir):
     (workdir / "space.conf").write_text(
         "MPIPO_BEGIN\nX=0:1:39;\nSEARCH=gde3;\nGDE3_POP_SIZE=4;\nSAMPLE_COUNT=5;\nMPIPO_END\n")
-    result = cli("search", "--space", "space.conf", "--repeats", "0", "--out", "out", "--", sys.executable,
-                 "app.py", cwd=workdir)
+    result = cli("search", "--space", "space.conf", "--repeats", "0", "--out", "out", "--mpi", "none", "--db",
+                 "db.sqlite", "--", sys.executable, "app.py", cwd=workdir)
     assert result.returncode == 0, result.stderr
     records = journal(workdir)
     assert records[0]["strategy"] == "gde3"

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import os
 from abc import ABC, abstractmethod
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import TYPE_CHECKING, Any, ClassVar
@@ -108,6 +108,11 @@ class Launcher(ABC):
     def argv(self, spec: LaunchSpec) -> list[str]:
         return list(self.command(spec).argv)
 
+    def env_args(self, env: Mapping[str, str]) -> list[str]:
+        """Options that pass `env` to every rank, to insert after the executable of a user's own
+        launch command (the same spelling `command` uses); [] where the environment is inherited."""
+        return []
+
     def __repr__(self) -> str:
         return f"{type(self).__name__}({self.executable!r})"
 
@@ -161,9 +166,11 @@ class HydraLauncher(Launcher):
             argv += ["-ppn", str(spec.ppn)]
         if spec.bind is not None:
             argv += ["-bind-to", spec.bind]
-        for key in sorted(spec.env):
-            argv += ["-genv", key, spec.env[key]]
+        argv += self.env_args(spec.env)
         return LaunchCommand((*argv, *spec.extra_args, *spec.command))
+
+    def env_args(self, env: Mapping[str, str]) -> list[str]:
+        return [token for key in sorted(env) for token in ("-genv", key, env[key])]
 
 
 @register_launcher
@@ -232,9 +239,13 @@ class OpenMPILauncher(Launcher):
             # PRRTE refuses to bind more processes than cores unless told the overload is wanted.
             overload = spec.bind == "core" and oversubscribe
             argv += ["--bind-to", "core:overload-allowed" if overload else spec.bind]
-        for key in sorted(spec.env):
-            argv += ["-x", f"{key}={spec.env[key]}"]
+        argv += self.env_args(spec.env)
         return LaunchCommand((*argv, *spec.extra_args, *spec.command), MappingProxyType(launcher_env))
+
+    def env_args(self, env: Mapping[str, str]) -> list[str]:
+        # On one node PRRTE 5.0.11 hands its whole environment to the ranks (measured); to other nodes only
+        # OMPI_*/PMIX_* and what -x names travel, so every variable is named.
+        return [token for key in sorted(env) for token in ("-x", f"{key}={env[key]}")]
 
 
 @register_launcher
@@ -285,3 +296,20 @@ def launcher_for(library: MPILibrary, *, use_srun: bool = False, **options: Any)
         ) from None
     return get_launcher(name, executable=library.mpiexec, **options)
 
+
+
+#: Executable names (without a .suffix such as .hydra or .mpich) recognised as a launcher in a user's command.
+MPI_LAUNCHER_NAMES: tuple[str, ...] = ("mpiexec", "mpirun")
+
+
+def launcher_in_command(argv: Sequence[str], library: MPILibrary) -> Launcher | None:
+    """The launcher a user's command starts with (`mpiexec ...`, `mpirun ...`, `srun ...`), or None
+    when it starts the program directly. MPI launchers are taken to belong to `library`."""
+    if not argv:
+        return None
+    name = os.path.basename(str(argv[0])).split(".")[0]
+    if name == "srun":
+        return SrunLauncher(argv[0])
+    if name in MPI_LAUNCHER_NAMES:
+        return launcher_for(library)
+    return None

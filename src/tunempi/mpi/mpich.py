@@ -20,7 +20,8 @@ from collections.abc import Iterable
 
 from tunempi.errors import UsageError
 from tunempi.mpi.library import MPILibrary
-from tunempi.mpi.vendor import Algorithm, CvarSwitch, VendorAdapter
+from tunempi.mpi.ucx import UCX_TUNABLES
+from tunempi.mpi.vendor import Algorithm, CvarSwitch, Tunable, VendorAdapter, format_parameter_value
 
 DEFAULT_NAME = "auto"
 
@@ -203,6 +204,26 @@ def catalog_from_cvars(cvars: Iterable[dict]) -> tuple[dict[str, list[Algorithm]
     return catalog, defaults
 
 
+#: MPICH ch4 parameters that decide how point-to-point messages travel (measured on 5.0.2, docs/search.md).
+TUNABLES: tuple[Tunable, ...] = (
+    Tunable("MPIR_CVAR_CH4_IPC_CMA_P2P_THRESHOLD", "size",
+            "intra-node messages from this size go by single-copy CMA rendezvous instead of eager cells"),
+    Tunable("MPIR_CVAR_CH4_SHM_POSIX_IQUEUE_CELL_SIZE", "size",
+            "shared-memory eager cell: a message up to this size travels in one cell", minimum=1024),
+    # 5.0.2 ch4:ucx aborts in MPI_Init with 4096 even with 1 KiB cells (the netmod's active-message limit
+    # counts too); 8192 works.
+    Tunable("MPIR_CVAR_CH4_PACK_BUFFER_SIZE", "size", "active-message pack buffers; must be >= the cell size",
+            minimum=8192),
+    Tunable("MPIR_CVAR_CH4_SHM_POSIX_IQUEUE_NUM_CELLS", "count", "depth of the shared-memory queue", minimum=2),
+    Tunable("MPIR_CVAR_CH4_OFI_EAGER_THRESHOLD", "size", "OFI netmod eager/rendezvous switch"),
+)
+
+#: MPICH 5.0.2 aborts in MPI_Init (mpidig_init.c:36) when the cell is larger than the pack buffer.
+CONSTRAINTS: tuple[str, ...] = (
+    "MPIR_CVAR_CH4_SHM_POSIX_IQUEUE_CELL_SIZE <= MPIR_CVAR_CH4_PACK_BUFFER_SIZE",
+)
+
+
 class MpichAdapter(VendorAdapter):
     """MPICH (and derivatives that keep MPICH's cvar names)."""
 
@@ -266,3 +287,16 @@ class MpichAdapter(VendorAdapter):
     def algorithm_cvar(self, collective: str) -> str:
         self._check_collective(collective)
         return algorithm_cvar(collective)
+
+    def parameter_env(self, name: str, value: bool | int | float | str) -> dict[str, str]:
+        # MPICH reads every cvar from the environment under its MPI_T name; UCX reads UCX_* itself.
+        return {name: format_parameter_value(value)}
+
+    def uses_ucx(self) -> bool:
+        return "ucx" in self.library.device.lower()
+
+    def tunables(self) -> list[Tunable]:
+        return list(TUNABLES) + (list(UCX_TUNABLES) if self.uses_ucx() else [])
+
+    def parameter_constraints(self) -> list[str]:
+        return list(CONSTRAINTS)

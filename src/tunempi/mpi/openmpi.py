@@ -17,7 +17,15 @@ from collections.abc import Iterable
 
 from tunempi.errors import UsageError
 from tunempi.mpi.library import MPILibrary
-from tunempi.mpi.vendor import DEFAULT_ALGORITHM, Algorithm, CvarSwitch, VendorAdapter
+from tunempi.mpi.ucx import UCX_TUNABLES
+from tunempi.mpi.vendor import (
+    DEFAULT_ALGORITHM,
+    Algorithm,
+    CvarSwitch,
+    Tunable,
+    VendorAdapter,
+    format_parameter_value,
+)
 
 DEFAULT_NAME = "ignore"
 DYNAMIC_RULES_CVAR = "coll_tuned_use_dynamic_rules"
@@ -107,6 +115,18 @@ def enum_items_from_cvars(cvars: Iterable[dict]) -> dict[str, list[tuple[int, st
     }
 
 
+MCA_ENV_PREFIX = "OMPI_MCA_"
+
+#: Open MPI's eager limits and shared-memory transfer sizes (ob1 + btl/sm, btl/tcp between nodes).
+TUNABLES: tuple[Tunable, ...] = (
+    Tunable("btl_sm_eager_limit", "size", "btl/sm: messages up to it are sent eagerly"),
+    Tunable("btl_sm_rndv_eager_limit", "size", "btl/sm: first fragment of a rendezvous message"),
+    Tunable("btl_sm_max_send_size", "size", "btl/sm: fragment size of the pipelined long protocol"),
+    Tunable("btl_sm_fbox_threshold", "count", "btl/sm: sends to a peer before its fast box is set up"),
+    Tunable("btl_tcp_eager_limit", "size", "btl/tcp (between nodes): eager limit"),
+)
+
+
 class OpenMPIAdapter(VendorAdapter):
     """Open MPI's coll/tuned component."""
 
@@ -172,3 +192,19 @@ class OpenMPIAdapter(VendorAdapter):
     def algorithm_cvar(self, collective: str) -> str:
         self._check_collective(collective)
         return algorithm_cvar(collective)
+
+    def canonical_parameter(self, name: str) -> str:
+        return name[len(MCA_ENV_PREFIX):] if name.startswith(MCA_ENV_PREFIX) else name
+
+    def parameter_env(self, name: str, value: bool | int | float | str) -> dict[str, str]:
+        text = format_parameter_value(value)
+        if name.startswith("UCX_"):
+            return {name: text}
+        return {mca_env(self.canonical_parameter(name)): text}
+
+    def uses_ucx(self) -> bool:
+        # "pml ob1,ucx; ...": the ucx pml (or the uct btl) is built in.
+        return "ucx" in self.library.device.lower() or "uct" in self.library.device.lower()
+
+    def tunables(self) -> list[Tunable]:
+        return list(TUNABLES) + (list(UCX_TUNABLES) if self.uses_ucx() else [])

@@ -39,6 +39,23 @@ class CvarSwitch:
     needs_new_communicator: bool
 
 
+@dataclass(frozen=True)
+class Tunable:
+    """A curated run-time parameter pattern for `--space auto` (mpi/runtime.py builds the space).
+
+    pattern: regex matched (whole name) against the library's cvar names, or against UCX knob names
+    when it starts with UCX_. kind: "size" (bytes/thresholds: ladder default/16..default*16), "count"
+    (default/4..default*4), "bool" (0/1). values: explicit choices (UCX knobs whose default is `auto`).
+    why: one line for the docs and the space file: why it matters for performance.
+    """
+
+    pattern: str
+    kind: str
+    why: str
+    values: tuple[int | str, ...] | None = None
+    minimum: int = 1
+
+
 class VendorAdapter(ABC):
     """Vendor-specific knowledge about one library. Stateless apart from the discovered catalog."""
 
@@ -140,3 +157,33 @@ class VendorAdapter(ABC):
         """Environment that makes a launch read tuning file `path` through `mechanism`
         (one of tuning_file_mechanisms())."""
         raise NotImplementedError(f"{type(self).__name__} has no tuning-file mechanisms")
+
+    # -- run-time parameters (tunempi search; names checked by mpi/runtime.check_parameters) -------------
+    def canonical_parameter(self, name: str) -> str:
+        """The MPI_T (or UCX) name of a parameter as a user may spell it (Open MPI: OMPI_MCA_x -> x)."""
+        return name
+
+    @abstractmethod
+    def parameter_env(self, name: str, value: bool | int | float | str) -> dict[str, str]:
+        """Environment variables that give run-time parameter `name` the value `value` at launch."""
+
+    def uses_ucx(self) -> bool:
+        """Whether this library's point-to-point path may go through UCX (so UCX_* knobs matter)."""
+        return False
+
+    def tunables(self) -> list[Tunable]:
+        """Curated run-time parameters known to matter for performance (`--space auto`)."""
+        return []
+
+    def parameter_constraints(self) -> list[str]:
+        """Constraints the library imposes between tunables (space expressions); measured, see docs."""
+        return []
+
+
+def format_parameter_value(value: bool | int | float | str) -> str:
+    """Booleans as 1/0 (both MPICH and Open MPI parse them), floats without trailing noise."""
+    if isinstance(value, bool):
+        return "1" if value else "0"
+    if isinstance(value, float):
+        return repr(value)
+    return str(value)

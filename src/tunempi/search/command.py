@@ -1,76 +1,34 @@
-"""The objective for real applications: run a command with parameter values, measure it.
+"""The objective for real applications: launch the command with parameter values applied, measure it.
 
-TEMPORARY HOME. Launching belongs to launch/ and applying values to mpi/ (which knows whether a
-parameter is an environment variable, an `--mca` option or a `-genv`); neither exists yet, so this
-module keeps the part the search needs small and self-contained:
-- `env_apply`: every parameter becomes an environment variable of that name (documented limitation);
-- `run_command`: subprocess in its own session, wall time, timeout with a process-group kill;
-- `CommandObjective`: the objective the trial loop calls.
-When launch/ lands, `run_command` moves there and `CommandObjective` takes its launcher; the
-objective interface (`params -> TrialResult`) does not change.
+Launching is launch/'s `run_launch` (own session, a marker in every process's environment, whole-job
+kill on timeout or Ctrl-C, stragglers killed after exit). How a parameter value becomes environment
+variables is given from outside (`apply`: the CLI passes the vendor adapter's `parameter_env`, so
+this module never spells a vendor's variable), and so is how those variables reach the ranks when the
+command starts with a launcher (`env_args`: Hydra `-genv K V`, mpirun `-x K=V`, from launch/).
+
+The objective is the wall time of the launch, or the first group of `metric` in stdout+stderr.
+`TrialResult.metrics` carries the state rl reads (see `MetricsSource`): by default the wall time
+(`wall_s`, when the objective is a parsed metric) and the numbers the `observe` patterns find in the
+output; a profiling interposer plugs in as another MetricsSource (prepare its environment, read its
+records after the run).
 """
 
 from __future__ import annotations
 
 import os
 import re
-import signal
-import subprocess
-import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import Protocol
 
+from tunempi.launch import LaunchError, LaunchResult, run_launch
 from tunempi.search.base import TrialResult, TrialStatus
 from tunempi.space.params import ParamSpace, Value
 
-# Seconds between SIGTERM and SIGKILL of a timed-out process group (mpiexec forwards SIGTERM).
-KILL_GRACE = 5.0
 # How much of a failed run's output ends up in the trial's reason.
 REASON_TAIL = 300
-
-
-@dataclass(frozen=True)
-class CommandRun:
-    returncode: int | None  # None: killed after the timeout
-    seconds: float
-    output: str
-
-
-def run_command(argv: Sequence[str], env: Mapping[str, str], timeout: float | None,
-                cwd: str | None = None) -> CommandRun:
-    """Run argv in a new session; on timeout, SIGTERM then SIGKILL its whole process group."""
-    start = time.perf_counter()
-    try:
-        proc = subprocess.Popen(list(argv), env=dict(env), cwd=cwd, stdout=subprocess.PIPE,
-                                stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, text=True,
-                                errors="replace", start_new_session=True)
-    except OSError as exc:
-        return CommandRun(127, 0.0, f"cannot run {argv[0]}: {exc.strerror}")
-    try:
-        out, _ = proc.communicate(timeout=timeout)
-        return CommandRun(proc.returncode, time.perf_counter() - start, out)
-    except subprocess.TimeoutExpired:
-        _kill_group(proc)
-        out, _ = proc.communicate()
-        return CommandRun(None, time.perf_counter() - start, out or "")
-    except BaseException:
-        _kill_group(proc)  # Ctrl-C: leave no orphaned ranks behind
-        proc.wait()
-        raise
-
-
-def _kill_group(proc: subprocess.Popen) -> None:
-    for sig, wait in ((signal.SIGTERM, KILL_GRACE), (signal.SIGKILL, None)):
-        try:
-            os.killpg(proc.pid, sig)
-        except ProcessLookupError:
-            return
-        try:
-            proc.wait(timeout=wait)
-            return
-        except subprocess.TimeoutExpired:
-            continue
-
+# Seconds between SIGTERM and SIGKILL of a timed-out job.
+KILL_GRACE = 5.0
 
 _ERROR_LINE = re.compile(r"error|assert|abort|fatal|killed|signal|segmentation", re.IGNORECASE)
 
@@ -87,50 +45,110 @@ def failure_summary(output: str) -> str:
     return cause[:REASON_TAIL]
 
 
-def env_apply(space: ParamSpace, params: Mapping[str, Value]) -> dict[str, str]:
-    """Parameters as environment variables named after them (until mpi/ knows better)."""
-    return space.format_env(params)
+class MetricsSource(Protocol):
+    """Where side measurements of a run come from (rl's state). The profiling interposer implements this:
+    `prepare` returns the environment that loads it for a run (LD_PRELOAD, output path), `collect` reads
+    what it wrote (e.g. MPI_T pvars such as unexpected-queue lengths, time in MPI) after the run."""
+
+    def prepare(self) -> dict[str, str]: ...
+
+    def collect(self, launch: LaunchResult) -> dict[str, float]: ...
+
+
+@dataclass(frozen=True)
+class OutputMetrics:
+    """Named numbers parsed from the application's output: {name: regex whose first group is the number}."""
+
+    patterns: Mapping[str, re.Pattern[str]] = field(default_factory=dict)
+
+    def prepare(self) -> dict[str, str]:
+        return {}
+
+    def collect(self, launch: LaunchResult) -> dict[str, float]:
+        text = launch.stdout + launch.stderr
+        found: dict[str, float] = {}
+        for name, pattern in self.patterns.items():
+            match = pattern.search(text)
+            if match is None:
+                continue
+            try:
+                found[name] = float(match.group(1) if match.groups() else match.group(0))
+            except ValueError:
+                continue
+        return found
+
+
+def env_named_after_parameters(space: ParamSpace) -> Callable[[Mapping[str, Value]], dict[str, str]]:
+    """`apply` for parameters that are not a library's (`--mpi none`): variables named after them."""
+    return space.format_env
 
 
 @dataclass
 class CommandObjective:
-    """Objective: run `argv` with the parameters applied; wall time, or --metric's first group.
+    """Objective: launch `argv` with the parameters applied; wall time, or --metric's first group.
 
-    A run fails when its exit status is not 0 or the metric is not found; it times out after
-    `timeout` seconds. Parameters absent from `params` are not set (the library's defaults).
+    A run fails when its exit status is not 0 or the metric is not found; it times out after `timeout`
+    seconds (the whole job is killed). Parameters absent from `params` are not set (the library's
+    defaults), and `scrub` names variables removed from the inherited environment for every run, so
+    a value the caller happens to have set never leaks into the "default" runs.
     """
 
     argv: Sequence[str]
-    space: ParamSpace
+    apply: Callable[[Mapping[str, Value]], dict[str, str]]
     timeout: float | None = None
     metric: re.Pattern[str] | None = None
     base_env: Mapping[str, str] = field(default_factory=lambda: dict(os.environ))
+    scrub: Collection[str] = ()
+    launch_env: Mapping[str, str] = field(default_factory=dict)  # every run (e.g. the adapter's launch_env)
+    env_args: Callable[[Mapping[str, str]], list[str]] | None = None
+    sources: Sequence[MetricsSource] = ()
     cwd: str | None = None
-    apply: Callable[[ParamSpace, Mapping[str, Value]], dict[str, str]] = env_apply
+    grace_s: float = KILL_GRACE
+    last_argv: tuple[str, ...] = ()
+    last_env: dict[str, str] = field(default_factory=dict)
+
+    def command_for(self, params: Mapping[str, Value]) -> tuple[list[str], dict[str, str], dict[str, str]]:
+        """(argv, the launcher's whole environment, the variables the parameters set)."""
+        settings = self.apply(params)
+        env = {k: v for k, v in self.base_env.items() if k not in self.scrub}
+        env.update(self.launch_env)
+        for source in self.sources:
+            env.update(source.prepare())
+        env.update(settings)
+        argv = list(self.argv)
+        if self.env_args is not None and settings:
+            argv[1:1] = self.env_args(settings)
+        return argv, env, settings
 
     def __call__(self, params: Mapping[str, Value]) -> TrialResult:
-        env = dict(self.base_env)
-        for name in self.space.names:
-            env.pop(name, None)  # an inherited value must not leak into the "default" runs
-        env.update(self.apply(self.space, params))
-        run = run_command(self.argv, env, self.timeout, self.cwd)
-        tail = failure_summary(run.output)
-        if run.returncode is None:
-            return TrialResult(None, TrialStatus.TIMEOUT, f"killed after the {self.timeout:g} s timeout",
-                               duration=run.seconds)
+        argv, env, settings = self.command_for(params)
+        self.last_argv, self.last_env = tuple(argv), settings
+        try:
+            run = run_launch(argv, env, self.timeout, cwd=self.cwd, grace_s=self.grace_s)
+        except LaunchError as exc:
+            return TrialResult(None, TrialStatus.FAILED, str(exc), duration=0.0)
+        output = run.stdout + run.stderr
+        seconds = run.duration_s
+        if run.timed_out:
+            return TrialResult(None, TrialStatus.TIMEOUT, f"killed after the {self.timeout:g} s timeout "
+                               f"({run.killed} process(es))", duration=seconds)
         if run.returncode != 0:
-            return TrialResult(None, TrialStatus.FAILED, f"exit status {run.returncode}: {tail}",
-                               duration=run.seconds)
+            how = run.reason.split(":", 1)[0]  # "exit status 3" / "killed by SIGSEGV"
+            return TrialResult(None, TrialStatus.FAILED, f"{how}: {failure_summary(output)}", duration=seconds)
+        metrics: dict[str, float] = {}
+        for source in self.sources:
+            metrics.update(source.collect(run))
         if self.metric is None:
-            return TrialResult.ok(run.seconds, duration=run.seconds)
-        match = self.metric.search(run.output)
+            return TrialResult.ok(seconds, metrics, duration=seconds)
+        match = self.metric.search(output)
         if match is None:
             return TrialResult(None, TrialStatus.FAILED, f"--metric {self.metric.pattern!r} not found in the "
-                               f"output: {tail}", duration=run.seconds)
+                               f"output: {failure_summary(output)}", duration=seconds)
         text = match.group(1) if match.groups() else match.group(0)
         try:
             value = float(text)
         except ValueError:
             return TrialResult(None, TrialStatus.FAILED, f"--metric matched {text!r}, not a number",
-                               duration=run.seconds)
-        return TrialResult.ok(value, duration=run.seconds)
+                               duration=seconds)
+        metrics.setdefault("wall_s", seconds)
+        return TrialResult.ok(value, metrics, duration=seconds)

@@ -13,14 +13,15 @@ from rich.table import Table
 
 from tunempi.search.base import Trial
 from tunempi.search.evaluate import Summary
-from tunempi.space.params import CategoricalParam, ParamSpace, Value
+from tunempi.space.params import CategoricalParam, ParamSpace
 
 
-def format_env_file(space: ParamSpace, params: Mapping[str, Value] | None, comment: str) -> str:
-    """NAME=value lines (one per parameter), with `comment` as a header; no lines = keep defaults."""
+def format_env_file(env: Mapping[str, str] | None, comment: str) -> str:
+    """NAME=value lines (the variables that apply the recommendation), with `comment` as a header;
+    no lines = keep the defaults."""
     lines = [f"# {line}" for line in comment.splitlines()]
-    if params:
-        lines += [f"{name}={value}" for name, value in space.format_env(params).items()]
+    if env:
+        lines += [f"{name}={value}" for name, value in env.items()]
     return "\n".join(lines) + "\n"
 
 

@@ -57,8 +57,40 @@ _V1 = (
     "CREATE INDEX measurements_point ON measurements (collective, ranks, msg_bytes)",
 )
 
+# Version 2: run-time parameter searches (tunempi search). One row per search (its identity is a hash of
+# what must match to resume it), one row per run: a trial of the search or a verification run.
+_V2 = (
+    """
+    CREATE TABLE searches (
+        search_id           TEXT    PRIMARY KEY,
+        header              TEXT    NOT NULL,
+        library_fingerprint TEXT    NOT NULL DEFAULT '',
+        created             TEXT    NOT NULL
+    )
+    """,
+    """
+    CREATE TABLE search_runs (
+        id          INTEGER PRIMARY KEY,
+        search_id   TEXT    NOT NULL REFERENCES searches (search_id),
+        kind        TEXT    NOT NULL CHECK (kind IN ('trial', 'verify')),
+        number      INTEGER NOT NULL CHECK (number >= 0),
+        role        TEXT    NOT NULL DEFAULT '',
+        params      TEXT    NOT NULL,
+        status      TEXT    NOT NULL CHECK (status IN ('ok', 'failed', 'timeout')),
+        value       REAL,
+        reason      TEXT    NOT NULL DEFAULT '',
+        metrics     TEXT    NOT NULL DEFAULT '{}',
+        duration_s  REAL,
+        launch_argv TEXT    NOT NULL DEFAULT '[]',
+        env         TEXT    NOT NULL DEFAULT '{}',
+        timestamp   TEXT    NOT NULL
+    )
+    """,
+    "CREATE UNIQUE INDEX search_runs_key ON search_runs (search_id, kind, number, role)",
+)
+
 #: Ordered migrations: MIGRATIONS[i] takes the schema from version i to version i + 1.
-MIGRATIONS: tuple[tuple[str, ...], ...] = (_V1,)
+MIGRATIONS: tuple[tuple[str, ...], ...] = (_V1, _V2)
 SCHEMA_VERSION: int = len(MIGRATIONS)
 
 

@@ -1,0 +1,163 @@
+"""`tunempi search` against the real embedded libraries: names checked before any run, values reaching
+every rank (read back through MPI_T), and a tiny real search resumed from the store after Ctrl-C."""
+
+from __future__ import annotations
+
+import os
+import signal
+import sqlite3
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import pytest
+
+from tunempi.mpi.build import build_c
+from tunempi.mpi.discovery import resolve_library
+from tunempi.store.results import ResultStore
+from tunempi.store.searches import SearchLog, list_searches
+
+pytestmark = pytest.mark.mpi
+
+ROOT = Path(__file__).resolve().parents[2]
+ECHO_SOURCE = Path(__file__).parent / "c" / "param_echo.c"
+THRESHOLD_SOURCE = ROOT / "bench" / "search_threshold.c"
+
+
+def _build(vendor: str, source: Path, name: str) -> tuple[Path, Path]:
+    library = resolve_library(vendor)
+    return build_c(library, [source], name, werror=True), library.mpiexec
+
+
+def tunempi(*args: str, cwd: Path, wait: bool = True) -> subprocess.CompletedProcess | subprocess.Popen:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("TUNEMPI_") and not k.startswith("UCX_")}
+    env["COLUMNS"] = "250"
+    argv = [sys.executable, "-m", "tunempi", *args]
+    if not wait:
+        return subprocess.Popen(argv, cwd=cwd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    return subprocess.run(argv, cwd=cwd, env=env, capture_output=True, text=True, timeout=300)
+
+
+def _runs(db: Path) -> list[dict]:
+    with ResultStore(db) as store:
+        out = []
+        for _, header, _ in list_searches(store):
+            out += [{"kind": r.kind, "number": r.number, "params": dict(r.params), "status": r.status,
+                     "value": r.value, "reason": r.reason, "metrics": dict(r.metrics),
+                     "argv": r.launch_argv} for r in SearchLog(store, header).runs()]
+        return out
+
+
+def test_unknown_names_exit_2_before_any_run(tmp_path):
+    (tmp_path / "space.toml").write_text(textwrap.dedent("""
+        [[param]]
+        name = "MPIR_CVAR_CH4_IPC_CMA_THRESHOLD"
+        values = [4096, 16384]
+        [[param]]
+        name = "UCX_RNDV_THRES"
+        values = [8192, 65536]
+    """))
+    marker = tmp_path / "ran"
+    result = tunempi("search", "--space", "space.toml", "--mpi", "mpich", "--db", "db.sqlite", "--budget", "2",
+                     "--", sys.executable, "-c", f"open({str(marker)!r}, 'w')", cwd=tmp_path)
+    assert result.returncode == 2, result.stderr
+    message = " ".join(result.stderr.split())
+    assert "MPIR_CVAR_CH4_IPC_CMA_THRESHOLD: mpich-5.0.2 has no such control variable; close matches: " \
+           "MPIR_CVAR_CH4_IPC_CMA_P2P_THRESHOLD" in message
+    assert "UCX_RNDV_THRES: not a UCX knob; close matches: UCX_RNDV_THRESH" in message
+    assert not marker.exists() and not (tmp_path / "db.sqlite").exists()
+
+
+@pytest.mark.parametrize(("vendor", "cvar", "launcher_args"), [
+    ("mpich", "MPIR_CVAR_CH4_IPC_CMA_P2P_THRESHOLD", ["-n", "2", "-bind-to", "core"]),
+    ("openmpi", "btl_sm_eager_limit", ["--allow-run-as-root", "-n", "2"] if os.geteuid() == 0 else ["-n", "2"]),
+])
+def test_values_reach_every_rank(tmp_path, vendor, cvar, launcher_args):
+    program, launcher = _build(vendor, ECHO_SOURCE, "param_echo")
+    (tmp_path / "space.toml").write_text(textwrap.dedent(f"""
+        [[param]]
+        name = "{cvar}"
+        values = [2048, 16384]
+        [[param]]
+        name = "UCX_RNDV_THRESH"
+        values = [8192, 65536]
+    """))
+    result = tunempi("search", "--space", "space.toml", "--mpi", vendor, "--strategy", "exhaustive", "--budget", "4",
+                     "--repeats", "0", "--timeout", "60", "--metric", r"cvar = (\d+)", "--observe", r"env=env = (-?\d+)",
+                     "--db", "db.sqlite", "--out", "out", "--", str(launcher), *launcher_args, str(program), cvar,
+                     "UCX_RNDV_THRESH", cwd=tmp_path)
+    assert result.returncode == 0, result.stderr
+    trials = [r for r in _runs(tmp_path / "db.sqlite") if r["kind"] == "trial"]
+    assert len(trials) == 4 and all(t["status"] == "ok" for t in trials), trials
+    for t in trials:  # every rank agreed (else param_echo fails), and saw exactly the value of the trial
+        assert t["value"] == t["params"][cvar]
+        assert t["metrics"]["env"] == t["params"]["UCX_RNDV_THRESH"]
+        spelled = cvar if vendor == "mpich" else f"OMPI_MCA_{cvar}"
+        assert spelled in " ".join(t["argv"])  # passed through the launcher's own option (-genv / -x)
+    env_file = (tmp_path / "out" / "best.env").read_text()
+    assert f"{cvar if vendor == 'mpich' else 'OMPI_MCA_' + cvar}=2048" in env_file  # the smallest "time"
+
+
+def _live_processes_running(path: Path) -> list[int]:
+    found = []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            cmdline = Path(f"/proc/{entry}/cmdline").read_bytes()
+            state = Path(f"/proc/{entry}/stat").read_text().rsplit(")", 1)[1].split()[0]
+        except OSError:
+            continue
+        if str(path).encode() in cmdline and state not in ("Z", "X"):
+            found.append(int(entry))
+    return found
+
+
+def test_tiny_real_search_resumes_from_the_store_after_ctrl_c(tmp_path):
+    program, launcher = _build("mpich", THRESHOLD_SOURCE, "search_threshold")
+    (tmp_path / "space.toml").write_text(textwrap.dedent("""
+        [space]
+        constraints = ["MPIR_CVAR_CH4_SHM_POSIX_IQUEUE_CELL_SIZE <= MPIR_CVAR_CH4_PACK_BUFFER_SIZE"]
+        [[param]]
+        name = "MPIR_CVAR_CH4_IPC_CMA_P2P_THRESHOLD"
+        values = [8192, 65536]
+        [[param]]
+        name = "MPIR_CVAR_CH4_SHM_POSIX_IQUEUE_CELL_SIZE"
+        values = [8192, 16384]
+        [[param]]
+        name = "MPIR_CVAR_CH4_PACK_BUFFER_SIZE"
+        values = [16384]
+    """))
+    # ~0.3 s of exchange per run; Ctrl-C lands during the third trial.
+    args = ["search", "--space", "space.toml", "--mpi", "mpich", "--strategy", "random", "--seed", "3", "--budget",
+            "4", "--repeats", "3", "--timeout", "60", "--metric", r"Time in seconds = (\S+)", "--db", "db.sqlite",
+            "--out", "out", "--", str(launcher), "-n", "2", "-bind-to", "core", str(program), "12288", "1500", "4"]
+    job = tunempi(*args, cwd=tmp_path, wait=False)
+    db = tmp_path / "db.sqlite"
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline:
+        if db.exists():
+            try:
+                with sqlite3.connect(db) as conn:
+                    if conn.execute("SELECT COUNT(*) FROM search_runs").fetchone()[0] >= 2:
+                        break
+            except sqlite3.OperationalError:
+                pass  # the tables are being created
+        time.sleep(0.05)
+    job.send_signal(signal.SIGINT)
+    _, stderr = job.communicate(timeout=60)
+    assert job.returncode == 130, stderr
+    assert not _live_processes_running(program)  # the interrupted trial's ranks were killed with it
+    first = [r for r in _runs(db) if r["kind"] == "trial"]
+    assert 2 <= len(first) < 4
+    result = tunempi(*args, cwd=tmp_path)
+    assert result.returncode == 0, result.stderr
+    assert f"{len(first)} trials already recorded" in " ".join(result.stderr.split())
+    runs = _runs(db)
+    trials = [r for r in runs if r["kind"] == "trial"]
+    assert trials[: len(first)] == first and [t["number"] for t in trials] == [0, 1, 2, 3]
+    assert all(t["status"] == "ok" for t in trials), trials
+    assert sum(1 for r in runs if r["kind"] == "verify") == 6
+    assert (tmp_path / "out" / "best.env").exists()
