@@ -1,0 +1,287 @@
+"""Launchers: registered classes that turn a `LaunchSpec` into an argv list (never a shell string).
+
+- `HydraLauncher` ("hydra"): MPICH's mpiexec. Environment overrides as `-genv K V`.
+- `OpenMPILauncher` ("mpirun"): Open MPI's mpirun (PRRTE in 5.x). Environment overrides as `-x K=V`;
+  adds `--allow-run-as-root` when run as root and `--oversubscribe` when the ranks exceed the slots,
+  or sets the equivalent environment variables instead (`flags_as_env=True`).
+- `SrunLauncher` ("srun"): Slurm. Environment overrides travel in srun's own environment (srun
+  exports its whole environment to the tasks by default).
+
+A launcher returns a `LaunchCommand`: the argv plus the variables to ADD to the launcher process's own
+environment. Running it is launch/process.py's job. `launcher_for(library)` picks the launcher that
+belongs to an MPI library from its vendor; this package knows nothing else about libraries.
+"""
+
+from __future__ import annotations
+
+import os
+from abc import ABC, abstractmethod
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from types import MappingProxyType
+from typing import TYPE_CHECKING, Any, ClassVar
+
+from tunempi.errors import UsageError
+from tunempi.launch.hosts import NodeAllocation, local_cores
+
+if TYPE_CHECKING:
+    from tunempi.mpi.library import MPILibrary
+
+#: Binding choices every launcher understands (None: the launcher's own default).
+BINDINGS: tuple[str, ...] = ("core", "none")
+
+
+@dataclass(frozen=True)
+class LaunchSpec:
+    """What to launch and how to lay it out.
+
+    command: the program's argv (executable first). ranks: total processes. nodes/ppn: processes per
+    node across nodes (optional; ppn is the largest count where nodes are not filled evenly).
+    allocation: the hosts that may be used (None: this machine). env: variables the RANKS must see.
+    bind: "core", "none" or None (launcher default). extra_args: launcher options passed through as is,
+    placed just before the command.
+    """
+
+    command: tuple[str, ...]
+    ranks: int
+    nodes: int | None = None
+    ppn: int | None = None
+    allocation: NodeAllocation | None = None
+    env: Mapping[str, str] = field(default_factory=lambda: MappingProxyType({}))
+    bind: str | None = None
+    extra_args: tuple[str, ...] = ()
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "command", tuple(str(c) for c in self.command))
+        object.__setattr__(self, "extra_args", tuple(self.extra_args))
+        object.__setattr__(self, "env", MappingProxyType({str(k): str(v) for k, v in self.env.items()}))
+        if not self.command:
+            raise UsageError("launch: empty command")
+        if self.ranks <= 0:
+            raise UsageError(f"launch: ranks must be positive, got {self.ranks}")
+        if self.nodes is not None and self.nodes <= 0:
+            raise UsageError(f"launch: nodes must be positive, got {self.nodes}")
+        if self.ppn is not None and self.ppn <= 0:
+            raise UsageError(f"launch: ppn must be positive, got {self.ppn}")
+        if self.nodes is not None and self.ppn is not None and self.ranks > self.nodes * self.ppn:
+            raise UsageError(f"launch: {self.ranks} ranks do not fit on {self.nodes} node(s) x {self.ppn} ppn")
+        if self.bind is not None and self.bind not in BINDINGS:
+            raise UsageError(f"launch: unknown binding {self.bind!r}; valid: {', '.join(BINDINGS)}")
+        bad = [k for k in self.env if not k or "=" in k]
+        if bad:
+            raise UsageError(f"launch: bad environment variable name(s): {bad}")
+
+    def hosts_used(self) -> NodeAllocation | None:
+        """The allocation cut down to `nodes` hosts where both are given."""
+        if self.allocation is None or self.nodes is None:
+            return self.allocation
+        return self.allocation.first(self.nodes)
+
+
+@dataclass(frozen=True)
+class LaunchCommand:
+    """An argv to run, and variables to add to the environment of the launcher process itself."""
+
+    argv: tuple[str, ...]
+    env: Mapping[str, str] = field(default_factory=lambda: MappingProxyType({}))
+
+    def full_env(self, base: Mapping[str, str] | None = None) -> dict[str, str]:
+        """`base` (default: this process's environment) with this command's additions."""
+        merged = dict(os.environ if base is None else base)
+        merged.update(self.env)
+        return merged
+
+
+class Launcher(ABC):
+    """A way to start an MPI job. Subclasses set `name` and are registered with @register_launcher."""
+
+    name: ClassVar[str]
+    default_executable: ClassVar[str]
+
+    def __init__(self, executable: str | os.PathLike[str] | None = None) -> None:
+        self.executable = str(executable) if executable is not None else self.default_executable
+
+    @abstractmethod
+    def command(self, spec: LaunchSpec) -> LaunchCommand:
+        """The argv (and launcher environment) that runs `spec`."""
+
+    def argv(self, spec: LaunchSpec) -> list[str]:
+        return list(self.command(spec).argv)
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}({self.executable!r})"
+
+
+LAUNCHERS: dict[str, type[Launcher]] = {}
+
+
+def register_launcher(cls: type[Launcher]) -> type[Launcher]:
+    LAUNCHERS[cls.name] = cls
+    return cls
+
+
+def get_launcher(name: str, **options: Any) -> Launcher:
+    """The launcher registered under `name`, built with `options` (UsageError naming the valid ones)."""
+    try:
+        cls = LAUNCHERS[name]
+    except KeyError:
+        raise UsageError(f"unknown launcher {name!r}; valid: {', '.join(sorted(LAUNCHERS))}") from None
+    return cls(**options)
+
+
+def _host_list(allocation: NodeAllocation, with_slots: bool) -> str:
+    if with_slots:
+        return ",".join(f"{h}:{s}" for h, s in zip(allocation.hosts, allocation.slots, strict=True))
+    return ",".join(allocation.hosts)
+
+
+def _check_multinode(spec: LaunchSpec, launcher: str) -> None:
+    if spec.nodes is not None and spec.nodes > 1 and spec.allocation is None:
+        raise UsageError(
+            f"{launcher}: {spec.nodes} nodes asked for but no host list given "
+            "(run inside a Slurm or PBS job, or pass a hostfile)"
+        )
+
+
+@register_launcher
+class HydraLauncher(Launcher):
+    """MPICH's Hydra `mpiexec`."""
+
+    name = "hydra"
+    default_executable = "mpiexec"
+
+    def command(self, spec: LaunchSpec) -> LaunchCommand:
+        _check_multinode(spec, self.name)
+        argv = [self.executable, "-n", str(spec.ranks)]
+        hosts = spec.hosts_used()
+        if hosts is not None:
+            # With -ppn Hydra places ppn ranks per host; without it, per-host slot counts do.
+            argv += ["-hosts", _host_list(hosts, with_slots=spec.ppn is None)]
+        if spec.ppn is not None:
+            argv += ["-ppn", str(spec.ppn)]
+        if spec.bind is not None:
+            argv += ["-bind-to", spec.bind]
+        for key in sorted(spec.env):
+            argv += ["-genv", key, spec.env[key]]
+        return LaunchCommand((*argv, *spec.extra_args, *spec.command))
+
+
+@register_launcher
+class OpenMPILauncher(Launcher):
+    """Open MPI's `mpirun` (PRRTE's prterun in 5.x).
+
+    as_root / cores default to this process's effective uid and usable cores; tests pass them.
+    With flags_as_env=True, root permission and oversubscription are granted through environment
+    variables (both the 4.x and the PRRTE 5.x spellings) instead of command-line flags.
+    """
+
+    name = "mpirun"
+    default_executable = "mpirun"
+
+    #: Environment spellings of --allow-run-as-root and --oversubscribe. Measured on 5.0.11:
+    #: OMPI_MCA_rmaps_base_oversubscribe (the 4.x spelling) is ignored; the PRRTE one works.
+    ROOT_ENV: ClassVar[Mapping[str, str]] = MappingProxyType(
+        {"OMPI_ALLOW_RUN_AS_ROOT": "1", "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM": "1"}
+    )
+    OVERSUBSCRIBE_ENV: ClassVar[Mapping[str, str]] = MappingProxyType(
+        {"OMPI_MCA_rmaps_base_oversubscribe": "1", "PRTE_MCA_rmaps_default_mapping_policy": ":oversubscribe"}
+    )
+
+    def __init__(
+        self,
+        executable: str | os.PathLike[str] | None = None,
+        *,
+        as_root: bool | None = None,
+        cores: int | None = None,
+        flags_as_env: bool = False,
+    ) -> None:
+        super().__init__(executable)
+        self.as_root = (os.geteuid() == 0) if as_root is None else as_root
+        self.cores = local_cores() if cores is None else cores
+        self.flags_as_env = flags_as_env
+
+    def oversubscribed(self, spec: LaunchSpec) -> bool:
+        """More ranks than slots: in total, or per node where ppn is given."""
+        hosts = spec.hosts_used()
+        if hosts is None:
+            return spec.ranks > self.cores or (spec.ppn is not None and spec.ppn > self.cores)
+        return spec.ranks > hosts.total_slots or (spec.ppn is not None and spec.ppn > min(hosts.slots))
+
+    def command(self, spec: LaunchSpec) -> LaunchCommand:
+        _check_multinode(spec, self.name)
+        oversubscribe = self.oversubscribed(spec)
+        launcher_env: dict[str, str] = {}
+        argv = [self.executable]
+        if self.as_root:
+            if self.flags_as_env:
+                launcher_env.update(self.ROOT_ENV)
+            else:
+                argv.append("--allow-run-as-root")
+        argv += ["-n", str(spec.ranks)]
+        if oversubscribe:
+            if self.flags_as_env:
+                launcher_env.update(self.OVERSUBSCRIBE_ENV)
+            else:
+                argv.append("--oversubscribe")
+        hosts = spec.hosts_used()
+        if hosts is not None:
+            argv += ["--host", _host_list(hosts, with_slots=True)]
+        if spec.ppn is not None:
+            argv += ["--map-by", f"ppr:{spec.ppn}:node"]
+        if spec.bind is not None:
+            # PRRTE refuses to bind more processes than cores unless told the overload is wanted.
+            overload = spec.bind == "core" and oversubscribe
+            argv += ["--bind-to", "core:overload-allowed" if overload else spec.bind]
+        for key in sorted(spec.env):
+            argv += ["-x", f"{key}={spec.env[key]}"]
+        return LaunchCommand((*argv, *spec.extra_args, *spec.command), MappingProxyType(launcher_env))
+
+
+@register_launcher
+class SrunLauncher(Launcher):
+    """Slurm's `srun`, inside an allocation. `mpi` selects the PMI plugin (srun --mpi=...)."""
+
+    name = "srun"
+    default_executable = "srun"
+
+    def __init__(self, executable: str | os.PathLike[str] | None = None, *, mpi: str | None = None) -> None:
+        super().__init__(executable)
+        self.mpi = mpi
+
+    def command(self, spec: LaunchSpec) -> LaunchCommand:
+        argv = [self.executable, "-n", str(spec.ranks)]
+        if spec.nodes is not None:
+            argv += ["-N", str(spec.nodes)]
+        if spec.ppn is not None:
+            argv += ["--ntasks-per-node", str(spec.ppn)]
+        hosts = spec.hosts_used()
+        if hosts is not None:
+            argv += ["--nodelist", _host_list(hosts, with_slots=False)]
+        if spec.bind is not None:
+            argv.append("--cpu-bind=cores" if spec.bind == "core" else "--cpu-bind=none")
+        if self.mpi is not None:
+            argv.append(f"--mpi={self.mpi}")
+        # A failing rank ends the step instead of leaving the others waiting in a collective.
+        argv += ["--kill-on-bad-exit=1", "--export=ALL"]
+        return LaunchCommand((*argv, *spec.extra_args, *spec.command), MappingProxyType(dict(spec.env)))
+
+
+#: The launcher that belongs to each vendor's own library.
+VENDOR_LAUNCHERS: Mapping[str, str] = MappingProxyType({"mpich": "hydra", "openmpi": "mpirun"})
+
+
+def launcher_for(library: MPILibrary, *, use_srun: bool = False, **options: Any) -> Launcher:
+    """The launcher for an MPI library: its own mpiexec/mpirun, or srun when asked.
+
+    Only `library.vendor` and `library.mpiexec` are used. `options` go to the launcher's constructor.
+    """
+    if use_srun:
+        return SrunLauncher(**options)
+    try:
+        name = VENDOR_LAUNCHERS[library.vendor]
+    except KeyError:
+        raise UsageError(
+            f"no launcher known for vendor {library.vendor!r}; known: {', '.join(VENDOR_LAUNCHERS)}"
+        ) from None
+    return get_launcher(name, executable=library.mpiexec, **options)
+

@@ -1,0 +1,293 @@
+"""The results store: measured benchmark points with their provenance, in SQLite.
+
+Contract (what every caller may rely on):
+- A `Measurement` is a frozen record. Its natural key (schema.NATURAL_KEY: library fingerprint, system,
+  collective, algorithm, ranks, nodes, ppn, msg_bytes, run) names one repetition of one point; the store
+  holds at most one row per key.
+- Writing a key that exists updates the row ("upsert"), except that a failed or timed-out record never
+  replaces a successful one: a retry that fails again does not lose an earlier good measurement.
+  `on_conflict="ignore"` keeps the existing row instead (used by import).
+- `add_many` is one transaction: all rows or none.
+- Several processes may write to the same file at once: the database runs in WAL mode, every write
+  transaction takes the write lock up front (BEGIN IMMEDIATE) and waits up to `busy_timeout_s` for it.
+  Readers never block writers. (WAL needs a local file system that supports shared memory: not NFS.)
+"""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+from collections.abc import Collection, Iterable, Iterator, Mapping
+from dataclasses import dataclass, field, fields
+from datetime import UTC, datetime
+from pathlib import Path
+from types import MappingProxyType
+from typing import Any, Literal, NamedTuple
+
+from tunempi.errors import TunempiError, UsageError
+from tunempi.store.schema import NATURAL_KEY, migrate
+
+STATUSES: tuple[str, ...] = ("ok", "failed", "timeout")
+STATISTICS: tuple[str, ...] = ("median_us", "min_us", "p90_us", "mean_us", "ci_low_us", "ci_high_us")
+
+
+def utc_timestamp() -> str:
+    """Now, as ISO 8601 in UTC with second precision: '2026-11-22T01:02:03Z'."""
+    return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+@dataclass(frozen=True)
+class Measurement:
+    """One measured (or failed) repetition of one benchmark point, with where and how it was measured.
+
+    Times are in microseconds. `mean_us` is the average over iterations (what OSU reports and what the
+    dataset format calls latency_us); `ci_low_us`/`ci_high_us` bound the median (95 %). A failed or
+    timed-out point has status != "ok", a `reason`, and usually no statistics.
+
+    `hosts` and `launch_argv` may be given as any sequence and `env` as any mapping; they are stored as
+    tuples and a read-only mapping so records stay hashable and immutable.
+    """
+
+    library_fingerprint: str
+    library: str  # name and version, e.g. "mpich-5.0.2"
+    collective: str
+    algorithm: str
+    ranks: int
+    msg_bytes: int
+    nodes: int = 1
+    ppn: int = 0  # 0: ranks // nodes (rounded up), filled in by __post_init__
+    run: int = 0
+    status: str = "ok"
+    reason: str = ""
+    median_us: float | None = None
+    min_us: float | None = None
+    p90_us: float | None = None
+    mean_us: float | None = None
+    ci_low_us: float | None = None
+    ci_high_us: float | None = None
+    iterations: int | None = None
+    errors: int = 0
+    hosts: tuple[str, ...] = ()
+    launch_argv: tuple[str, ...] = ()
+    env: Mapping[str, str] = field(default_factory=lambda: MappingProxyType({}))
+    timestamp: str = field(default_factory=utc_timestamp)
+    system: str = ""
+    job_id: str = ""
+
+    def __post_init__(self) -> None:
+        if self.status not in STATUSES:
+            raise UsageError(f"unknown measurement status {self.status!r}; valid: {', '.join(STATUSES)}")
+        if self.ranks <= 0 or self.nodes <= 0 or self.msg_bytes < 0 or self.run < 0:
+            raise UsageError(
+                f"bad measurement point: ranks={self.ranks} nodes={self.nodes} msg_bytes={self.msg_bytes} "
+                f"run={self.run} (need ranks, nodes > 0 and msg_bytes, run >= 0)"
+            )
+        if self.ppn <= 0:
+            object.__setattr__(self, "ppn", -(-self.ranks // self.nodes))
+        object.__setattr__(self, "hosts", tuple(self.hosts))
+        object.__setattr__(self, "launch_argv", tuple(self.launch_argv))
+        object.__setattr__(self, "env", MappingProxyType(dict(sorted(dict(self.env).items()))))
+
+    def __hash__(self) -> int:
+        return hash(tuple(
+            tuple(self.env.items()) if f.name == "env" else getattr(self, f.name) for f in fields(self)
+        ))
+
+    @property
+    def ok(self) -> bool:
+        return self.status == "ok"
+
+    @property
+    def key(self) -> PointKey:
+        return PointKey(self.collective, self.algorithm, self.ranks, self.nodes, self.ppn, self.msg_bytes, self.run)
+
+    @property
+    def latency_us(self) -> float | None:
+        """The dataset format's latency: the mean where measured, else the median."""
+        return self.mean_us if self.mean_us is not None else self.median_us
+
+
+class PointKey(NamedTuple):
+    """A point and repetition within one library and system: what a resumed sweep skips."""
+
+    collective: str
+    algorithm: str
+    ranks: int
+    nodes: int
+    ppn: int
+    msg_bytes: int
+    run: int
+
+
+_COLUMNS: tuple[str, ...] = tuple(f.name for f in fields(Measurement))
+_JSON_COLUMNS = {"hosts", "launch_argv", "env"}
+_INSERT_SQL = f"INSERT INTO measurements ({', '.join(_COLUMNS)}) VALUES ({', '.join('?' * len(_COLUMNS))})"
+_UPDATABLE = [c for c in _COLUMNS if c not in NATURAL_KEY]
+_UPSERT_SQL = (
+    _INSERT_SQL
+    + f" ON CONFLICT ({', '.join(NATURAL_KEY)}) DO UPDATE SET "
+    + ", ".join(f"{c} = excluded.{c}" for c in _UPDATABLE)
+    + " WHERE excluded.status = 'ok' OR measurements.status != 'ok'"
+)
+_IGNORE_SQL = _INSERT_SQL + f" ON CONFLICT ({', '.join(NATURAL_KEY)}) DO NOTHING"
+
+
+def _to_row(m: Measurement) -> tuple[Any, ...]:
+    values: list[Any] = []
+    for name in _COLUMNS:
+        value = getattr(m, name)
+        if name == "env":
+            value = json.dumps(dict(value), sort_keys=True)
+        elif name in _JSON_COLUMNS:
+            value = json.dumps(list(value))
+        values.append(value)
+    return tuple(values)
+
+
+def _from_row(row: sqlite3.Row) -> Measurement:
+    values = {name: row[name] for name in _COLUMNS}
+    for name in _JSON_COLUMNS:
+        values[name] = json.loads(values[name])
+    return Measurement(**values)
+
+
+#: A filter value: one value, or any collection of accepted values (SQL IN).
+Filter = Any
+
+
+def _where(filters: Mapping[str, Filter]) -> tuple[str, list[Any]]:
+    clauses: list[str] = []
+    params: list[Any] = []
+    for column, value in filters.items():
+        if value is None:
+            continue
+        if column not in _COLUMNS:
+            raise UsageError(f"cannot filter on {column!r}; valid: {', '.join(_COLUMNS)}")
+        if isinstance(value, Collection) and not isinstance(value, str):
+            values = list(value)
+            if not values:
+                clauses.append("0")
+                continue
+            clauses.append(f"{column} IN ({', '.join('?' * len(values))})")
+            params.extend(values)
+        else:
+            clauses.append(f"{column} = ?")
+            params.append(value)
+    return (" WHERE " + " AND ".join(clauses) if clauses else ""), params
+
+
+class ResultStore:
+    """A results database file. Open with `ResultStore(path)`; use as a context manager or call close().
+
+    Query filters are keyword arguments named after Measurement fields; each takes one value or a
+    collection of values, None means "any". Example:
+    `store.query(library_fingerprint=fp, collective="allreduce", msg_bytes=[8, 1024], status="ok")`.
+    """
+
+    def __init__(self, path: str | Path, *, busy_timeout_s: float = 60.0) -> None:
+        self.path = Path(path)
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        try:
+            self._conn = sqlite3.connect(self.path, timeout=busy_timeout_s, isolation_level=None)
+            self._conn.row_factory = sqlite3.Row
+            self._conn.execute(f"PRAGMA busy_timeout = {int(busy_timeout_s * 1000)}")
+            mode = self._conn.execute("PRAGMA journal_mode = WAL").fetchone()[0]
+            if str(mode).lower() != "wal":
+                raise TunempiError(f"results database {self.path}: cannot switch to WAL mode (got {mode})")
+            # In WAL mode NORMAL is durable against application crashes, which is what a sweep needs.
+            self._conn.execute("PRAGMA synchronous = NORMAL")
+            self._conn.execute("PRAGMA foreign_keys = ON")
+            migrate(self._conn, path=str(self.path))
+        except sqlite3.DatabaseError as exc:
+            raise TunempiError(f"cannot open results database {self.path}: {exc}") from exc
+
+    # --- life cycle -------------------------------------------------------------------------------
+    def close(self) -> None:
+        self._conn.close()
+
+    def __enter__(self) -> ResultStore:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # --- writing ----------------------------------------------------------------------------------
+    def add(self, measurement: Measurement, *, on_conflict: Literal["update", "ignore"] = "update") -> None:
+        """Store one measurement (see the module docstring for what happens to an existing key)."""
+        self.add_many([measurement], on_conflict=on_conflict)
+
+    def add_many(
+        self, measurements: Iterable[Measurement], *, on_conflict: Literal["update", "ignore"] = "update"
+    ) -> int:
+        """Store measurements in one transaction; returns how many rows were inserted or changed."""
+        if on_conflict not in ("update", "ignore"):
+            raise UsageError(f"unknown on_conflict {on_conflict!r}; valid: update, ignore")
+        sql = _UPSERT_SQL if on_conflict == "update" else _IGNORE_SQL
+        conn = self._conn
+        before = conn.total_changes
+        conn.execute("BEGIN IMMEDIATE")
+        try:
+            conn.executemany(sql, (_to_row(m) for m in measurements))
+            conn.execute("COMMIT")
+        except BaseException:
+            conn.execute("ROLLBACK")
+            raise
+        return conn.total_changes - before
+
+    def delete(self, **filters: Filter) -> int:
+        """Delete the measurements matching the filters (at least one filter is required)."""
+        where, params = _where(filters)
+        if not where:
+            raise UsageError("delete needs at least one filter (refusing to empty the store)")
+        conn = self._conn
+        conn.execute("BEGIN IMMEDIATE")
+        try:
+            count = conn.execute(f"DELETE FROM measurements{where}", params).rowcount
+            conn.execute("COMMIT")
+        except BaseException:
+            conn.execute("ROLLBACK")
+            raise
+        return int(count)
+
+    # --- reading ----------------------------------------------------------------------------------
+    def iter_measurements(self, **filters: Filter) -> Iterator[Measurement]:
+        """Matching measurements, in insertion order, streamed (suitable for exporting large stores)."""
+        where, params = _where(filters)
+        cursor = self._conn.execute(f"SELECT * FROM measurements{where} ORDER BY id", params)
+        for row in cursor:
+            yield _from_row(row)
+
+    def query(self, **filters: Filter) -> list[Measurement]:
+        return list(self.iter_measurements(**filters))
+
+    def __iter__(self) -> Iterator[Measurement]:
+        return self.iter_measurements()
+
+    def count(self, **filters: Filter) -> int:
+        where, params = _where(filters)
+        return int(self._conn.execute(f"SELECT COUNT(*) FROM measurements{where}", params).fetchone()[0])
+
+    def __len__(self) -> int:
+        return self.count()
+
+    def measured_points(
+        self, library_fingerprint: str, *, system: str = "", include_failed: bool = False, **filters: Filter
+    ) -> set[PointKey]:
+        """Keys already measured for one library (and system): what a resumed sweep can skip.
+
+        Failed and timed-out points are left out unless include_failed, so a rerun retries them.
+        """
+        filters = {**filters, "library_fingerprint": library_fingerprint, "system": system}
+        if not include_failed:
+            filters["status"] = "ok"
+        where, params = _where(filters)
+        columns = ", ".join(PointKey._fields)
+        rows = self._conn.execute(f"SELECT {columns} FROM measurements{where}", params).fetchall()
+        return {PointKey(*row) for row in rows}
+
+    def libraries(self) -> list[tuple[str, str]]:
+        """(fingerprint, library) pairs present in the store, sorted."""
+        rows = self._conn.execute(
+            "SELECT DISTINCT library_fingerprint, library FROM measurements ORDER BY 1, 2"
+        ).fetchall()
+        return [(str(a), str(b)) for a, b in rows]

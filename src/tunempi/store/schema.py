@@ -1,0 +1,103 @@
+"""The results database's schema: a version number and the ordered migrations that reach it.
+
+A database records the version it is at in `schema_version` (one row). Opening a database applies the
+migrations it is missing, in order, inside one `BEGIN IMMEDIATE` transaction, so two processes that open
+a fresh file at the same moment do not both migrate it. A database newer than this code is refused
+rather than guessed at.
+
+Rules for adding a migration: append a new (version, statements) entry, never edit a released one; each
+migration must take the previous schema to the next one with no data loss.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+
+from tunempi.errors import TunempiError
+
+#: The natural key of a measurement (see docs/store.md): one row per repetition of one point of one
+#: library on one system. Re-importing a dataset or re-measuring a point updates that row, never adds one.
+NATURAL_KEY: tuple[str, ...] = (
+    "library_fingerprint", "system", "collective", "algorithm", "ranks", "nodes", "ppn", "msg_bytes", "run",
+)
+
+_V1 = (
+    """
+    CREATE TABLE measurements (
+        id                  INTEGER PRIMARY KEY,
+        library_fingerprint TEXT    NOT NULL,
+        library             TEXT    NOT NULL,
+        system              TEXT    NOT NULL DEFAULT '',
+        collective          TEXT    NOT NULL,
+        algorithm           TEXT    NOT NULL,
+        ranks               INTEGER NOT NULL CHECK (ranks > 0),
+        nodes               INTEGER NOT NULL CHECK (nodes > 0),
+        ppn                 INTEGER NOT NULL CHECK (ppn > 0),
+        msg_bytes           INTEGER NOT NULL CHECK (msg_bytes >= 0),
+        run                 INTEGER NOT NULL CHECK (run >= 0),
+        status              TEXT    NOT NULL CHECK (status IN ('ok', 'failed', 'timeout')),
+        reason              TEXT    NOT NULL DEFAULT '',
+        median_us           REAL,
+        min_us              REAL,
+        p90_us              REAL,
+        mean_us             REAL,
+        ci_low_us           REAL,
+        ci_high_us          REAL,
+        iterations          INTEGER,
+        errors              INTEGER NOT NULL DEFAULT 0,
+        hosts               TEXT    NOT NULL DEFAULT '[]',
+        launch_argv         TEXT    NOT NULL DEFAULT '[]',
+        env                 TEXT    NOT NULL DEFAULT '{}',
+        timestamp           TEXT    NOT NULL,
+        job_id              TEXT    NOT NULL DEFAULT ''
+    )
+    """,
+    f"CREATE UNIQUE INDEX measurements_natural_key ON measurements ({', '.join(NATURAL_KEY)})",
+    # Queries that do not start from a library (e.g. "every allreduce at 64 ranks") use this one.
+    "CREATE INDEX measurements_point ON measurements (collective, ranks, msg_bytes)",
+)
+
+#: Ordered migrations: MIGRATIONS[i] takes the schema from version i to version i + 1.
+MIGRATIONS: tuple[tuple[str, ...], ...] = (_V1,)
+SCHEMA_VERSION: int = len(MIGRATIONS)
+
+
+def current_version(conn: sqlite3.Connection) -> int:
+    """The version a database is at; 0 for an empty file."""
+    exists = conn.execute(
+        "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'schema_version'"
+    ).fetchone()
+    if not exists:
+        return 0
+    row = conn.execute("SELECT version FROM schema_version").fetchone()
+    return int(row[0]) if row else 0
+
+
+def migrate(conn: sqlite3.Connection, *, path: str = "") -> int:
+    """Bring the database up to SCHEMA_VERSION; returns the version it was at.
+
+    `conn` must be in autocommit mode (isolation_level=None): the migrations run in one explicit
+    transaction that takes the write lock first, so a concurrent opener waits and then sees the result.
+    """
+    if current_version(conn) == SCHEMA_VERSION:  # the common case: no write lock needed
+        return SCHEMA_VERSION
+    conn.execute("BEGIN IMMEDIATE")
+    try:
+        found = current_version(conn)
+        if found > SCHEMA_VERSION:
+            raise TunempiError(
+                f"results database {path or '?'} has schema version {found}, newer than this tunempi "
+                f"understands ({SCHEMA_VERSION}); upgrade tunempi or use another --db"
+            )
+        if found == 0:
+            conn.execute("CREATE TABLE IF NOT EXISTS schema_version (version INTEGER NOT NULL)")
+        for statements in MIGRATIONS[found:]:
+            for statement in statements:
+                conn.execute(statement)
+        conn.execute("DELETE FROM schema_version")
+        conn.execute("INSERT INTO schema_version (version) VALUES (?)", (SCHEMA_VERSION,))
+        conn.execute("COMMIT")
+    except BaseException:
+        conn.execute("ROLLBACK")
+        raise
+    return found
