@@ -10,7 +10,11 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
 
+from tunempi.errors import UsageError
 from tunempi.mpi.library import MPILibrary
+
+#: tunempi's vendor-neutral name for "whatever the library selects by itself" (dataset format).
+DEFAULT_ALGORITHM = "default"
 
 
 @dataclass(frozen=True)
@@ -40,13 +44,53 @@ class VendorAdapter(ABC):
 
     vendor: str
 
-    def __init__(self, library: MPILibrary, catalog: dict[str, list[Algorithm]]) -> None:
+    def __init__(
+        self,
+        library: MPILibrary,
+        catalog: dict[str, list[Algorithm]],
+        defaults: dict[str, Algorithm] | None = None,
+    ) -> None:
         self.library = library
         self.catalog = catalog  # collective -> algorithms, discovered from the library
+        # collective -> the library's own "let the library choose" entry (MPICH auto, Open MPI ignore)
+        self.defaults = dict(defaults or {})
+
+    def collectives(self) -> list[str]:
+        """The collectives (tunempi names) whose algorithm this library lets us choose."""
+        return list(self.catalog)
 
     def algorithms(self, collective: str) -> list[Algorithm]:
         """The library's own algorithms for a collective, without the automatic choice."""
         return list(self.catalog.get(collective, []))
+
+    def default_algorithm(self, collective: str) -> Algorithm:
+        """The automatic choice, under the library's own name and int (e.g. Algorithm("auto", 0))."""
+        self._check_collective(collective)
+        return self.defaults.get(collective, Algorithm(self.default_name(), 0))
+
+    def algorithm_names(self, collective: str) -> list[str]:
+        """Every name check_algorithm accepts for the collective: the default first, then the library's."""
+        return [DEFAULT_ALGORITHM, self.default_name()] + [a.name for a in self.algorithms(collective)]
+
+    def _check_collective(self, collective: str) -> None:
+        if collective not in self.catalog:
+            valid = ", ".join(self.catalog) or "none"
+            raise UsageError(
+                f"{self.library.name} has no selectable algorithms for collective {collective!r}; valid: {valid}"
+            )
+
+    def _check(self, collective: str, name: str) -> Algorithm:
+        """Shared implementation of check_algorithm: the default (either spelling) or a catalog entry."""
+        self._check_collective(collective)
+        if name in (DEFAULT_ALGORITHM, self.default_name()):
+            return self.default_algorithm(collective)
+        for algorithm in self.catalog[collective]:
+            if algorithm.name == name:
+                return algorithm
+        raise UsageError(
+            f"unknown {collective} algorithm {name!r} for {self.library.name}; "
+            f"valid: {', '.join(self.algorithm_names(collective))}"
+        )
 
     @abstractmethod
     def default_name(self) -> str:
@@ -54,7 +98,10 @@ class VendorAdapter(ABC):
 
     @abstractmethod
     def check_algorithm(self, collective: str, name: str) -> Algorithm:
-        """Return the algorithm or raise UsageError naming the valid ones (MPICH segfaults otherwise)."""
+        """Return the algorithm or raise UsageError naming the valid ones (MPICH segfaults otherwise).
+
+        'default' (tunempi's name) and default_name() both return default_algorithm(collective).
+        """
 
     @abstractmethod
     def force_env(self, collective: str, name: str) -> dict[str, str]:

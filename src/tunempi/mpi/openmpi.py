@@ -1,0 +1,154 @@
+"""Open MPI: algorithm catalogs from the coll/tuned MPI_T enums, forcing and run-time switching.
+
+`coll_tuned_<coll>_algorithm` is an int cvar with an MPI_T enum ("ignore"=0, "basic_linear"=1, ...):
+the catalog comes from the enum items. Where a library does not expose the enum, the "Valid values"
+line of `ompi_info --param coll tuned --level 9` is parsed instead (5.0.x: `0|ignore, 1|basic_linear`;
+4.1.x: `0:"ignore", 1:"basic_linear"`).
+
+A forced algorithm is only honoured with coll_tuned_use_dynamic_rules=1 set at start. Run-time switching
+(measured on 5.0.11, docs/mpi-facts-measured.md): a write to coll_tuned_<coll>_algorithm is honoured only
+by communicators created after the write, so the caller duplicates its communicator after writing.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable
+
+from tunempi.mpi.library import MPILibrary
+from tunempi.mpi.vendor import DEFAULT_ALGORITHM, Algorithm, CvarSwitch, VendorAdapter
+
+DEFAULT_NAME = "ignore"
+DYNAMIC_RULES_CVAR = "coll_tuned_use_dynamic_rules"
+RULES_FILE_CVAR = "coll_tuned_dynamic_rules_filename"
+
+#: tunempi collective name -> the token Open MPI's coll/tuned uses in its parameter names.
+COLLECTIVE_TOKENS: dict[str, str] = {
+    "allreduce": "allreduce",
+    "bcast": "bcast",
+    "allgather": "allgather",
+    "alltoall": "alltoall",
+    "reduce": "reduce",
+    "reduce_scatter": "reduce_scatter",
+    "gather": "gather",
+    "scatter": "scatter",
+    "barrier": "barrier",
+    "allgatherv": "allgatherv",
+    "alltoallv": "alltoallv",
+    "reduce_scatter_block": "reduce_scatter_block",
+}
+
+
+def algorithm_cvar(collective: str) -> str:
+    return f"coll_tuned_{COLLECTIVE_TOKENS[collective]}_algorithm"
+
+
+def mca_env(param: str) -> str:
+    """The environment variable that sets an MCA parameter at start."""
+    return f"OMPI_MCA_{param}"
+
+
+_VALID_VALUE = re.compile(r'(\d+)\s*[:|]\s*"?([A-Za-z0-9_.\-]+)"?')
+
+
+def parse_valid_values(text: str) -> list[tuple[int, str]]:
+    """ompi_info's 'Valid values: 0|ignore, 1|basic_linear' (5.x) or '0:"ignore", 1:"basic_linear"' (4.x)."""
+    start = text.find("Valid values:")
+    if start < 0:
+        return []
+    line = text[start + len("Valid values:"):].splitlines()[0]
+    return [(int(m.group(1)), m.group(2)) for m in _VALID_VALUE.finditer(line)]
+
+
+def parse_ompi_info_catalog(ompi_info_text: str) -> dict[str, list[tuple[int, str]]]:
+    """Valid values of every coll_tuned_<coll>_algorithm in `ompi_info --param coll tuned --level 9` output."""
+    result: dict[str, list[tuple[int, str]]] = {}
+    blocks = re.split(r'parameter "', ompi_info_text)
+    for block in blocks[1:]:
+        name = block.split('"', 1)[0]
+        if re.fullmatch(r"coll_tuned_[a-z_]+_algorithm", name):
+            values = parse_valid_values(block)
+            if values:
+                result[name] = values
+    return result
+
+
+def catalog_from_items(
+    items_by_cvar: dict[str, list[tuple[int, str]]],
+) -> tuple[dict[str, list[Algorithm]], dict[str, Algorithm]]:
+    """(collective -> algorithms without 'ignore', collective -> the 'ignore' entry)."""
+    catalog: dict[str, list[Algorithm]] = {}
+    defaults: dict[str, Algorithm] = {}
+    for collective in COLLECTIVE_TOKENS:
+        items = items_by_cvar.get(algorithm_cvar(collective))
+        if not items:
+            continue
+        algorithms = [Algorithm(_public_name(name, value), value) for value, name in sorted(items)]
+        for algorithm in algorithms:
+            if algorithm.name == DEFAULT_NAME:
+                defaults[collective] = algorithm
+        catalog[collective] = [a for a in algorithms if a.name != DEFAULT_NAME]
+    return catalog, defaults
+
+
+def _public_name(name: str, value: int) -> str:
+    """Open MPI's allgatherv has an algorithm called "default" (1: allgatherv + bcast), which would
+    collide with tunempi's `default` (= the library's own choice); it is exposed as "default_1"."""
+    return f"{name}_{value}" if name == DEFAULT_ALGORITHM else name
+
+
+def enum_items_from_cvars(cvars: Iterable[dict]) -> dict[str, list[tuple[int, str]]]:
+    """cvar name -> MPI_T enum items (value, name), for the coll/tuned algorithm cvars that have one."""
+    return {
+        cvar["name"]: [(item["value"], item["name"]) for item in cvar["enum"]]
+        for cvar in cvars
+        if cvar.get("enum") and re.fullmatch(r"coll_tuned_[a-z_]+_algorithm", cvar["name"])
+    }
+
+
+class OpenMPIAdapter(VendorAdapter):
+    """Open MPI's coll/tuned component."""
+
+    vendor = "openmpi"
+
+    def __init__(
+        self,
+        library: MPILibrary,
+        catalog: dict[str, list[Algorithm]],
+        defaults: dict[str, Algorithm] | None = None,
+        cvar_names: Iterable[str] = (),
+    ) -> None:
+        super().__init__(library, catalog, defaults)
+        self.cvar_names = frozenset(cvar_names)
+
+    def default_name(self) -> str:
+        return DEFAULT_NAME
+
+    def check_algorithm(self, collective: str, name: str) -> Algorithm:
+        return self._check(collective, name)
+
+    def force_env(self, collective: str, name: str) -> dict[str, str]:
+        algorithm = self.check_algorithm(collective, name)
+        if algorithm.name == DEFAULT_NAME:
+            return {}  # the library's own (fixed) decision
+        return {
+            mca_env(DYNAMIC_RULES_CVAR): "1",
+            mca_env(algorithm_cvar(collective)): str(algorithm.value),
+        }
+
+    def runtime_switch(self, collective: str, name: str) -> CvarSwitch:
+        algorithm = self.check_algorithm(collective, name)
+        return CvarSwitch(cvar=algorithm_cvar(collective), value=algorithm.value, needs_new_communicator=True)
+
+    def launch_env(self) -> dict[str, str]:
+        # The forced-algorithm cvars are only consulted when dynamic rules were enabled at start.
+        return {mca_env(DYNAMIC_RULES_CVAR): "1"}
+
+    def tuning_file_mechanisms(self) -> list[str]:
+        if self.cvar_names and RULES_FILE_CVAR not in self.cvar_names:
+            return []
+        return [RULES_FILE_CVAR]
+
+    def algorithm_cvar(self, collective: str) -> str:
+        self._check_collective(collective)
+        return algorithm_cvar(collective)
