@@ -10,6 +10,7 @@ goes on.
 from __future__ import annotations
 
 import collections
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -27,6 +28,11 @@ from tunempi.mpi.library import MPILibrary
 C_DIR = Path(__file__).parent / "c"
 ENGINE_SOURCES: tuple[Path, ...] = (C_DIR / "engine.c", C_DIR / "cases.c", C_DIR / "stats.c")
 ENGINE_NAME = "tunempi_bench_engine"
+
+# Lines of an MPI library's abort message that say what went wrong (Open MPI's "*** An error occurred in
+# MPI_Alltoall" / "*** MPI_ERR_...", MPICH's "Fatal error in ..." / assertion), without the rank prefix.
+_TELLING = re.compile(r"error occurred in|MPI_ERR_|Fatal error|Assertion|[Ss]egmentation|signal \d+")
+_MESSAGE_PREFIX = re.compile(r"^(\[[^\]]*\]\s*)?(\*+\s*)?")
 
 #: Seconds to wait for the engine's "ready" line (MPI_Init of every rank).
 START_TIMEOUT_S = 120.0
@@ -226,15 +232,14 @@ class EngineSession:
             self._noise.append(line)
 
     def _death_note(self) -> str:
-        """Why the job ended, from the tail of its output (the MPI library's abort message)."""
+        """Why the job ended: exit status and the MPI library's own error lines, from the job's output."""
         if self._job is None:
             return "not running"
         result = self._job.kill()
-        lines = [ln.strip() for ln in (result.stderr.splitlines() + list(self._noise)) if ln.strip()]
-        lines = [ln for ln in lines if not set(ln) <= set("-=*")]
-        interesting = [ln for ln in lines if "error" in ln.lower() or "abort" in ln.lower()]
-        tail = (interesting or lines)[-3:]
-        return result.reason.split(":")[0] + (": " + " | ".join(tail) if tail else "")
+        lines = [_MESSAGE_PREFIX.sub("", ln).strip() for ln in result.stderr.splitlines() + list(self._noise)]
+        telling = [ln for ln in lines if _TELLING.search(ln)]
+        how = result.reason.split(":")[0] if result.reason else f"exit status {result.returncode}"
+        return how + (": " + "; ".join(dict.fromkeys(telling[:3])) if telling else "")
 
     def _outcome(
         self, request: PointRequest, status: str, reason: str, ready: EngineReady | None = None,

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from tunempi.collectives import REDUCTIONS, check_collective
 from tunempi.errors import UsageError
-from tunempi.mpi.vendor import VendorAdapter
+from tunempi.mpi.vendor import DEFAULT_ALGORITHM, VendorAdapter
 
 #: What the C engine implements (bench/c/cases.c). Message sizes follow OSU: the per-rank buffer for
 #: allreduce/bcast/reduce; the per-destination block for the others.
@@ -23,9 +23,6 @@ REDUCTION_ELEMENT_BYTES = 4
 
 #: The engine passes element counts of whole buffers as C ints.
 _INT_MAX = 2**31 - 1
-
-#: The name under which the library's own choice is measured and stored (dataset format).
-DEFAULT_ALGORITHM = "default"
 
 
 def check_engine_collective(name: str) -> str:
