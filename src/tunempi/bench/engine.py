@@ -237,9 +237,12 @@ class EngineSession:
             return "not running"
         result = self._job.kill()
         lines = [_MESSAGE_PREFIX.sub("", ln).strip() for ln in result.stderr.splitlines() + list(self._noise)]
-        telling = [ln for ln in lines if _TELLING.search(ln)]
+        lines = [ln for ln in lines if ln.isprintable() and ln.strip("-=* ")]
+        telling = [ln for ln in lines if _TELLING.search(ln)][:2]
+        if lines and lines[-1] not in telling:  # MPICH's error stack ends with the actual cause
+            telling.append(lines[-1])
         how = result.reason.split(":")[0] if result.reason else f"exit status {result.returncode}"
-        return how + (": " + "; ".join(dict.fromkeys(telling[:3])) if telling else "")
+        return how + (": " + "; ".join(dict.fromkeys(telling)) if telling else "")
 
     def _outcome(
         self, request: PointRequest, status: str, reason: str, ready: EngineReady | None = None,

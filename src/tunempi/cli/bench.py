@@ -22,7 +22,7 @@ from tunempi.bench.engine import Layout, PointOutcome
 from tunempi.bench.protocol import MeasureSettings
 from tunempi.bench.summary import FastestRow, fastest_table
 from tunempi.bench.sweep import MODES, BenchPoint, Sweep, plan_points
-from tunempi.bench.validate import check_engine_collective, check_ranks, parse_algorithms
+from tunempi.bench.validate import check_engine_collective, check_ranks, check_size, parse_algorithms
 from tunempi.config import resolve, resolve_db
 from tunempi.errors import UsageError
 from tunempi.launch.hosts import NodeAllocation
@@ -84,7 +84,9 @@ def run_bench(options: BenchOptions, console: Console) -> list[FastestRow]:
         raise UsageError(f"no collectives in {options.collectives!r}")
     sizes = parse_sizes(options.sizes)
     layout = _layout(options)
-    # Everything the user typed is checked before the library is probed or anything is launched.
+    for collective in collectives:  # everything typed is checked before a library is probed or launched
+        for size in [] if collective == "barrier" else sizes:
+            check_size(collective, size, layout.ranks)
     library = resolve_library(options.mpi)
     adapter = adapter_for(library)
     algorithms = {c: parse_algorithms(adapter, c, options.algorithms) for c in dict.fromkeys(collectives)}

@@ -412,7 +412,7 @@ static void measure_point(engine *e, request *req)
             ci = tm_median_confidence(e->sorted, n);
             if (n >= (size_t)req->max_iters) {
                 stop_reason = "max_iters";
-            } else if ((ci.ci_high - ci.ci_low) / 2 <= req->rel_ci * ci.median) {
+            } else if (req->rel_ci > 0 && (ci.ci_high - ci.ci_low) / 2 <= req->rel_ci * ci.median) {
                 stop_reason = "ci";
             } else if (elapsed >= req->time_cap) {
                 stop_reason = "time_cap";
