@@ -22,6 +22,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "engine.h"
 
@@ -226,7 +227,19 @@ static int next_line(engine *e, char *line)
                 line[--length] = '\0';
         }
     }
-    MPI_Bcast(&length, 1, MPI_INT, 0, e->ctrl);
+    /* Ranks other than 0 wait for the next request asleep rather than spinning in MPI_Bcast (MPICH
+     * busy-polls): between points the CPU goes to the driver, or to whatever else shares the node. */
+    MPI_Request pending;
+    MPI_Ibcast(&length, 1, MPI_INT, 0, e->ctrl, &pending);
+    if (e->rank == 0) {
+        MPI_Wait(&pending, MPI_STATUS_IGNORE);
+    } else {
+        const struct timespec nap = {0, 50 * 1000}; /* 50 us: small next to a point's measuring time */
+        int arrived = 0;
+        for (MPI_Test(&pending, &arrived, MPI_STATUS_IGNORE); !arrived;
+             MPI_Test(&pending, &arrived, MPI_STATUS_IGNORE))
+            nanosleep(&nap, NULL);
+    }
     if (length < 0)
         return -1;
     MPI_Bcast(line, length + 1, MPI_CHAR, 0, e->ctrl);
