@@ -42,7 +42,7 @@ def session_for(vendor: str, ranks: int, **kwargs: object) -> tuple[EngineSessio
 
 
 @pytest.mark.parametrize(("vendor_name", "ranks"), LAYOUTS)
-def test_every_collective_gives_correct_results_and_the_c_statistics_match_python(
+def test_every_collective_gives_correct_results_wrong_ones_are_counted_and_statistics_match(
     vendor_name: str, ranks: int
 ) -> None:
     session, _ = session_for(vendor_name, ranks)
@@ -67,6 +67,13 @@ def test_every_collective_gives_correct_results_and_the_c_statistics_match_pytho
                 assert stats.median_us == pytest.approx(reply.median_us, abs=2e-6)
                 assert (stats.ci_low_us, stats.ci_high_us) == pytest.approx((reply.ci_low_us, reply.ci_high_us))
                 assert stats.min_us <= stats.median_us <= stats.p90_us
+                if collective == "barrier" or size == 0:
+                    continue
+                # The check sees wrong data: spoil every 3rd result on one rank, count exactly those.
+                request_id += 1
+                spoiled = session.measure(PointRequest(request_id, collective, size, settings=QUICK, spoil_every=3))
+                assert spoiled.ok and spoiled.reply is not None
+                assert spoiled.reply.errors == spoiled.reply.checked // 3 > 0, (collective, size)
     assert session.launches == 1  # every point went through one launch
 
 

@@ -150,7 +150,8 @@ def test_request_encoding() -> None:
         "warmup=1 min_iters=5 max_iters=50 rel_ci=0.02 time_cap=0.5"
     )
     plain = PointRequest(id=1, collective="bcast", msg_bytes=0).encode()
-    assert " cvar=- set=keep newcomm=0 " in plain
+    assert " cvar=- set=keep newcomm=0 " in plain and "spoil" not in plain
+    assert PointRequest(id=1, collective="bcast", msg_bytes=8, spoil_every=3).encode().endswith(" spoil_every=3")
 
 
 @pytest.mark.parametrize(

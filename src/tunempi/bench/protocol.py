@@ -59,6 +59,8 @@ class PointRequest:
     or None. set_value: an int to write to it, SET_DEFAULT (restore the start-up values of every cvar
     written so far) or SET_KEEP (write nothing: the algorithm was forced through the environment).
     new_communicator: measure on a communicator created after the write.
+    spoil_every: a self-test of the engine's result check: spoil the result of every n-th iteration
+    (warm-up included) on one rank; the reply's `errors` must then count exactly those iterations.
     """
 
     id: int
@@ -68,6 +70,7 @@ class PointRequest:
     set_value: int | str = SET_KEEP
     new_communicator: bool = False
     settings: MeasureSettings = MeasureSettings()
+    spoil_every: int = 0
 
     def encode(self) -> str:
         """The request line (without newline)."""
@@ -82,6 +85,7 @@ class PointRequest:
             f"point id={self.id} coll={self.collective} bytes={self.msg_bytes} cvar={self.cvar or '-'} "
             f"set={self.set_value} newcomm={int(self.new_communicator)} warmup={s.warmup} "
             f"min_iters={s.min_iters} max_iters={s.max_iters} rel_ci={s.rel_ci:g} time_cap={s.time_cap_s:g}"
+            + (f" spoil_every={self.spoil_every}" if self.spoil_every else "")
         )
 
 

@@ -3,7 +3,7 @@
  * Protocol (text lines; the Python driver is tunempi/bench/engine.py):
  *   rank 0 reads requests from stdin and broadcasts each to every rank;
  *     point id=<n> coll=<name> bytes=<n> cvar=<name|-> set=<int|default|keep> newcomm=<0|1>
- *           warmup=<n> min_iters=<n> max_iters=<n> rel_ci=<x> time_cap=<seconds>
+ *           warmup=<n> min_iters=<n> max_iters=<n> rel_ci=<x> time_cap=<seconds> [spoil_every=<n>]
  *     quit                       (end of input also quits)
  *   rank 0 answers with ONE JSON line per request on stdout, flushed, and a "ready" line at start.
  * `set=<int>` writes the algorithm cvar through MPI_T on every rank; `set=default` restores every cvar this
@@ -15,6 +15,7 @@
  * is the maximum over ranks; rank 0 stops when the 95 % confidence interval of the median is narrow enough
  * (half-width <= rel_ci * median, after min_iters), at max_iters, or when time_cap is spent. Every
  * iteration's result is checked; an iteration counts as wrong when any rank's result is wrong.
+ * spoil_every=n (a self-test of that check) spoils one byte of the result of every n-th iteration.
  */
 #include <errno.h>
 #include <math.h>
@@ -46,6 +47,7 @@ typedef struct {
     set_mode set;
     int set_value;
     int newcomm;
+    int spoil_every; /* self-test: spoil the result of every n-th iteration (0: never) */
     int warmup;
     int min_iters;
     int max_iters;
@@ -172,6 +174,9 @@ static int parse_point(char *line, request *req, char *why, size_t why_len)
         } else if (strcmp(key, "newcomm") == 0) {
             bad = parse_long(val, 0, 1, &n);
             req->newcomm = (int)n;
+        } else if (strcmp(key, "spoil_every") == 0) {
+            bad = parse_long(val, 0, 1000000, &n);
+            req->spoil_every = (int)n;
         } else if (strcmp(key, "warmup") == 0) {
             bad = parse_long(val, 0, 1000000, &n);
             req->warmup = (int)n;
@@ -333,7 +338,7 @@ static int reserve(engine *e, size_t n)
 
 /* Runs `batch` iterations; on rank 0, stores per-iteration maxima in samples[first..] (when `samples`
  * is not NULL) and returns the number of wrong iterations. */
-static int run_batch(engine *e, tm_case *c, int batch, uint32_t *iteration, double *samples)
+static int run_batch(engine *e, tm_case *c, int batch, uint32_t *iteration, double *samples, int spoil_every)
 {
     for (int k = 0; k < batch; k++) {
         tm_case_fill(c, *iteration);
@@ -342,6 +347,8 @@ static int run_batch(engine *e, tm_case *c, int batch, uint32_t *iteration, doub
         tm_case_run(c);
         double stop = MPI_Wtime();
         e->local[k] = stop - start;
+        if (spoil_every && (*iteration + 1) % (uint32_t)spoil_every == 0)
+            tm_case_spoil(c);
         e->local[batch + k] = tm_case_check(c, *iteration);
         (*iteration)++;
     }
@@ -408,14 +415,14 @@ static void measure_point(engine *e, request *req)
     }
 
     uint32_t iteration = 0;
-    int wrong = req->warmup ? run_batch(e, &c, req->warmup, &iteration, NULL) : 0;
+    int wrong = req->warmup ? run_batch(e, &c, req->warmup, &iteration, NULL, req->spoil_every) : 0;
     const char *stop_reason = "max_iters";
     int batch = req->min_iters;
     size_t n = 0;
     tm_median_ci ci = {0, 0, 0};
     double start = MPI_Wtime(), elapsed = 0;
     while (batch > 0) {
-        wrong += run_batch(e, &c, batch, &iteration, e->samples + n);
+        wrong += run_batch(e, &c, batch, &iteration, e->samples + n, req->spoil_every);
         n += (size_t)batch;
         int next = 0;
         if (e->rank == 0) {

@@ -54,6 +54,8 @@ void tm_case_fill(tm_case *c, uint32_t iteration);
 int tm_case_run(tm_case *c);
 /* 1 when this rank's result for `iteration` is wrong, else 0. */
 int tm_case_check(const tm_case *c, uint32_t iteration);
+/* Self-test of the check: spoil one byte of the result on one rank that checks it. */
+void tm_case_spoil(tm_case *c);
 
 /* Statistics on per-iteration times (sorted in place). */
 typedef struct {
