@@ -22,10 +22,19 @@ app = typer.Typer(
     pretty_exceptions_enable=False,
 )
 
+
+
+@app.callback()
+def _root() -> None:
+    """Autotuner for MPI collectives and runtime parameters (MPICH and Open MPI)."""
+    # A callback keeps `tunempi <subcommand>` a group even while only one subcommand is registered.
+
+
 # One module per subcommand (or group of subcommands); order is the order in --help.
 SUBCOMMAND_MODULES: tuple[str, ...] = (
-    "tunempi.cli.store",
+    "tunempi.cli.info",
     "tunempi.cli.bench",
+    "tunempi.cli.store",
 )
 
 for _module in SUBCOMMAND_MODULES:

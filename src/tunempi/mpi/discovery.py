@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import logging
 import os
 import re
 import shutil
@@ -29,8 +30,10 @@ from tunempi.config import cache_dir, env_value
 from tunempi.errors import MPIError, UsageError
 from tunempi.mpi import mpich, openmpi
 from tunempi.mpi.library import VENDORS, MPILibrary
-from tunempi.mpi.probe import PROBE_SOURCE, ProbeCrash, probe_library, read_cvars
+from tunempi.mpi.probe import PROBE_SOURCE, ProbeCrash, probe_build_library, probe_library, read_cvars
 from tunempi.mpi.vendor import Algorithm, VendorAdapter
+
+_log = logging.getLogger(__name__)
 
 #: Bumped when the cached JSON's layout or meaning changes.
 CACHE_FORMAT = 1
@@ -255,17 +258,13 @@ def _write_cache(path: Path, info: LibraryInfo) -> None:
     os.replace(tmp, path)  # atomic: concurrent discoverers never see half a file
 
 
-def _provisional_library(mpicc: Path, embedded: bool) -> MPILibrary:
-    """Enough of an MPILibrary to compile the probe before we know what the library is."""
-    return MPILibrary(
-        vendor="unknown", version="probe", version_string="", device="", prefix=mpicc.parent.parent,
-        mpicc=mpicc, mpiexec=Path(), embedded=embedded,
-    )
-
-
 def _discover(candidate: Candidate) -> LibraryInfo:
     """Probe a library (no cache): identity, every MPI_T variable, verified algorithm ints."""
-    provisional = _provisional_library(candidate.mpicc, candidate.embedded)
+    # Vendor and version are what the probe is about to tell us; its build only needs the mpicc.
+    provisional = probe_build_library(MPILibrary(
+        vendor="unknown", version="", version_string="", device="", prefix=candidate.mpicc.parent.parent,
+        mpicc=candidate.mpicc, mpiexec=Path(), embedded=candidate.embedded,
+    ))
     try:
         output = probe_library(provisional)
     except ProbeCrash as exc:
@@ -297,7 +296,7 @@ def library_info(candidate: Candidate | MPILibrary, *, refresh: bool = False) ->
     if not refresh and path.exists():
         try:
             info = LibraryInfo.from_json(json.loads(path.read_text()))
-            if info.library.mpicc == candidate.mpicc:
+            if os.path.realpath(info.library.mpicc) == os.path.realpath(candidate.mpicc):
                 return info
         except (OSError, ValueError, KeyError, TypeError):
             pass  # unreadable or stale cache: probe again
@@ -404,7 +403,8 @@ def adapter_from_info(info: LibraryInfo) -> VendorAdapter:
             cvar = info.cvar(mpich.composition_cvar(collective))
             if cvar is not None:
                 compositions[collective] = mpich.parse_composition_description(cvar.get("description", ""))
-        return mpich.MpichAdapter(info.library, catalog, defaults, names, compositions)
+        return mpich.MpichAdapter(info.library, catalog, defaults, names, compositions,
+                                  mpich.fallback_values(info.cvars))
     return openmpi.OpenMPIAdapter(info.library, catalog, defaults, names)
 
 
@@ -431,14 +431,25 @@ def find_libraries(spec: str | None = None) -> list[MPILibrary]:
                        f"({SPEC_HELP})")
     libraries: list[MPILibrary] = []
     seen: set[str] = set()
+    failures: list[str] = []
     for candidate in candidates:
-        library = library_info(candidate).library
+        try:
+            library = library_info(candidate).library
+        except MPIError as exc:
+            if spec is not None:
+                raise  # the user asked for this one: say why it cannot be used
+            # Looking around (no SPEC): a broken mpicc on PATH must not hide the libraries that work.
+            _log.warning("skipping %s: %s", candidate.origin, exc)
+            failures.append(f"{candidate.origin}: {exc}")
+            continue
         if candidate.vendor is not None and library.vendor != candidate.vendor:
             continue  # e.g. plain `mpicc` on PATH belongs to the other vendor
         if library.fingerprint not in seen:
             seen.add(library.fingerprint)
             libraries.append(library)
     if not libraries:
+        if failures:
+            raise MPIError("no usable MPI library:\n" + "\n".join(failures))
         raise MPIError(
             f"MPI spec {spec!r}: found {', '.join(c.origin for c in candidates)}, but none is {spec}"
         )

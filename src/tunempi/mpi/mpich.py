@@ -16,9 +16,9 @@ An unknown name in the env var makes MPI_Init segfault, so every name is checked
 from __future__ import annotations
 
 import re
-from collections import Counter
 from collections.abc import Iterable
 
+from tunempi.errors import UsageError
 from tunempi.mpi.library import MPILibrary
 from tunempi.mpi.vendor import Algorithm, CvarSwitch, VendorAdapter
 
@@ -46,6 +46,10 @@ TUNING_FILE_CVARS: tuple[str, ...] = (
     "MPIR_CVAR_CH4_COLL_SELECTION_TUNING_JSON_FILE",
     "MPIR_CVAR_CH4_POSIX_COLL_SELECTION_TUNING_JSON_FILE",
 )
+
+
+#: What MPICH does when a forced algorithm does not fit the arguments (error | print | silent).
+FALLBACK_CVAR = "MPIR_CVAR_COLLECTIVE_FALLBACK"
 
 
 def algorithm_cvar(collective: str) -> str:
@@ -78,37 +82,60 @@ def parse_algorithm_description(description: str, vocabulary: Iterable[str] = ()
 def parse_glued_description(description: str, vocabulary: Iterable[str] = ()) -> list[str]:
     """Names from a 4.0.x description whose entries run together.
 
-    Each separator ' - ' is preceded by `<previous entry's text><name><padding>`. The names were padded to
-    a common column width W, so len(name) = W - len(padding). W is estimated from the entries whose name
-    splits cleanly off a word the descriptions use elsewhere ("algorithm" + "smp"); the entries are then
-    cut at that width. An unpadded entry (MPICH writes "auto - ..." unaligned) keeps its word split.
+    Each separator ' - ' is preceded by `<previous entry's text><name><padding>`, e.g.
+    "...Force smp algorithmrecursive_doubling       - Force recursive doubling algorithm...". Two clues
+    recover the names:
+    - alignment: MPICH padded the names to a common column width W, so len(name) = W - len(padding)
+      (the longest name has one space; "auto" is often left unpadded);
+    - words: a name usually reappears in its own entry's text ("recursive_doubling" - "Force recursive
+      doubling"), and the text glued in front of it ends with a word used elsewhere ("algorithm" + "smp").
+    W is the width that agrees best with these clues; entries with one space (the longest name, or an
+    unpadded one) pick the candidate their own text supports, else the word split.
     """
     words = set(vocabulary) | {m.group(0) for m in _WORD.finditer(description)} | {"algorithm"}
-    # Words that only occur glued to a name are not in `words`: only whole words of other text count.
     separators = list(_SEPARATOR.finditer(description))
-    entries: list[tuple[str, int, str | None]] = []  # (trailing identifier, padding, word-split name)
-    for sep in separators:
-        head = description[: sep.start()]
-        match = _TRAILING_IDENTIFIER.search(head)
+    entries: list[tuple[str, int, set[str], str | None]] = []  # (run, padding, own words, word split)
+    for i, sep in enumerate(separators):
+        match = _TRAILING_IDENTIFIER.search(description[: sep.start()])
         if not match:
             continue
         run = match.group(0)
-        entries.append((run, len(sep.group(1)), _split_after_word(run, words)))
-    widths = Counter(len(name) + pad for run, pad, name in entries if name is not None and pad > 1)
-    width = widths.most_common(1)[0][0] if widths else None
+        text_end = separators[i + 1].start() if i + 1 < len(separators) else len(description)
+        own_words = {w.lower() for w in _WORD.findall(description[sep.end():text_end])}
+        entries.append((run, len(sep.group(1)), own_words, _split_after_word(run, words)))
+
+    def cut(run: str, pad: int, width: int) -> str | None:
+        length = width - pad
+        return run[len(run) - length:] if 0 < length <= len(run) else None
+
+    def supported(name: str | None, own: set[str]) -> bool:
+        return bool(name) and name.split("_")[0] in own  # type: ignore[union-attr]
+
+    width: int | None = None
+    padded = [e for e in entries if e[1] > 1]
+    if padded:
+        low = max(pad for _, pad, _, _ in padded) + 1
+        high = min(len(run) + pad for run, pad, _, _ in padded)  # no name longer than its run
+
+        def score(w: int) -> int:
+            total = 0
+            for run, pad, own, split in entries:
+                name = cut(run, pad, w)
+                total += 2 * supported(name, own) + (name is not None and name == split)
+            return total
+
+        width = max(range(low, high + 1), key=score, default=None)
     names: list[str] = []
-    for run, pad, split_name in entries:
-        name = split_name
-        if width is not None and (pad > 1 or split_name is None) and 0 < width - pad <= len(run):
-            name = run[len(run) - (width - pad):]
-        if name is None:
-            name = run
-        if not re.fullmatch(_NAME, name):
-            lowercase_tail = re.search(rf"{_NAME}$", name)
-            if not lowercase_tail:
-                continue
-            name = lowercase_tail.group(0)
-        names.append(name)
+    for run, pad, own, split in entries:
+        aligned = cut(run, pad, width) if width is not None else None
+        if pad > 1 and aligned is not None:
+            name = aligned
+        else:
+            candidates = [c for c in (split, aligned, run) if c]
+            name = next((c for c in candidates if supported(c, own)), candidates[0])
+        lowercase_tail = re.search(rf"{_NAME}$", name)
+        if lowercase_tail:
+            names.append(lowercase_tail.group(0))
     return names
 
 
@@ -120,17 +147,32 @@ def _split_after_word(run: str, words: set[str]) -> str | None:
     return None
 
 
-_COMPOSITION_ENTRY = re.compile(r"(?:^|\s)(\d+)\s+(.+?)(?=\s+\d+\s+\D|$)", re.S)
-
-
 def parse_composition_description(description: str) -> list[tuple[int, str]]:
     """'Select ... for Allreduce 0 Auto selection 1 NM + SHM with reduce + bcast 2 NM only ...'
-    -> [(0, 'Auto selection'), (1, 'NM + SHM with reduce + bcast'), (2, 'NM only ...')]."""
+    -> [(0, 'Auto selection'), (1, 'NM + SHM with reduce + bcast'), (2, 'NM only ...')].
+
+    Values are looked for in sequence (0, 1, 2, ...), so a number inside an entry's text
+    ("between rank 0 and root") is not taken for the start of an entry.
+    """
     text = " ".join(description.split())
-    first = re.search(r"(?:^|\s)0\s", text)
-    if not first:
-        return []
-    return [(int(m.group(1)), m.group(2).strip()) for m in _COMPOSITION_ENTRY.finditer(text[first.start():])]
+    starts: list[tuple[int, int, int]] = []  # (value, start of the number, start of the text)
+    position = 0
+    while match := re.compile(rf"(?:^|\s){len(starts)}\s").search(text, position):
+        starts.append((len(starts), match.start(), match.end()))
+        position = match.end()
+    return [
+        (value, text[text_start:(starts[i + 1][1] if i + 1 < len(starts) else len(text))].strip())
+        for i, (value, _, text_start) in enumerate(starts)
+    ]
+
+
+def fallback_values(cvars: Iterable[dict]) -> dict[str, int]:
+    """{'error': 0, 'print': 1, 'silent': 2} from MPIR_CVAR_COLLECTIVE_FALLBACK's description ({} if absent)."""
+    for cvar in cvars:
+        if cvar["name"] == FALLBACK_CVAR:
+            names = parse_algorithm_description(cvar.get("description", ""))
+            return {name: value for value, name in enumerate(names)}
+    return {}
 
 
 def description_vocabulary(cvars: Iterable[dict]) -> set[str]:
@@ -173,10 +215,12 @@ class MpichAdapter(VendorAdapter):
         defaults: dict[str, Algorithm] | None = None,
         cvar_names: Iterable[str] = (),
         compositions: dict[str, list[tuple[int, str]]] | None = None,
+        fallback_values: dict[str, int] | None = None,
     ) -> None:
         super().__init__(library, catalog, defaults)
         self.cvar_names = frozenset(cvar_names)
         self._compositions = compositions or {}
+        self._fallback_values = fallback_values or {}  # MPIR_CVAR_COLLECTIVE_FALLBACK: name -> int
 
     def default_name(self) -> str:
         return DEFAULT_NAME
@@ -195,10 +239,25 @@ class MpichAdapter(VendorAdapter):
     def launch_env(self) -> dict[str, str]:
         return {}
 
+    def strict_selection_switch(self) -> CvarSwitch | None:
+        # Measured on 5.0.2: with "error" written after MPI_Init and MPI_ERRORS_RETURN, a forced
+        # reduce_scatter_allgather returns an error for count < pof2 or a user-defined op, and the run goes
+        # on; the default ("silent") runs another algorithm without a word.
+        if "error" not in self._fallback_values:
+            return None
+        return CvarSwitch(cvar=FALLBACK_CVAR, value=self._fallback_values["error"], needs_new_communicator=False)
+
     def tuning_file_mechanisms(self) -> list[str]:
         if not self.cvar_names:
             return list(TUNING_FILE_CVARS)
         return [name for name in TUNING_FILE_CVARS if name in self.cvar_names]
+
+    def tuning_file_env(self, mechanism: str, path: str) -> dict[str, str]:
+        valid = self.tuning_file_mechanisms()
+        if mechanism not in valid:
+            raise UsageError(f"unknown tuning-file mechanism {mechanism!r} for {self.library.name}; "
+                             f"valid: {', '.join(valid)}")
+        return {mechanism: path}
 
     def compositions(self, collective: str) -> list[tuple[int, str]]:
         """MPICH 5 inter-/intra-node compositions (value, description); empty where there are none."""

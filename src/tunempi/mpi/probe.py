@@ -54,9 +54,16 @@ class ProbeCrash(MPIError):
         self.partial_index = partial_index
 
 
+def probe_build_library(library: MPILibrary) -> MPILibrary:
+    """The library as the probe's build cache sees it: only its mpicc and prefix count, because the probe
+    is compiled before we know vendor and version (both come from running it)."""
+    return MPILibrary(vendor="unknown", version="probe", version_string="", device="", prefix=library.prefix,
+                      mpicc=library.mpicc, mpiexec=Path(), embedded=library.embedded)
+
+
 def build_probe(library: MPILibrary) -> Path:
-    """Compile the probe with the library's own mpicc (cached by fingerprint)."""
-    return build_c(library, [PROBE_SOURCE], "mpi_probe")
+    """Compile the probe with the library's own mpicc (cached per mpicc and libmpi)."""
+    return build_c(probe_build_library(library), [PROBE_SOURCE], "mpi_probe")
 
 
 def probe_env(overrides: Mapping[str, str] | None = None) -> dict[str, str]:

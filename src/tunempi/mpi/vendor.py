@@ -118,3 +118,25 @@ class VendorAdapter(ABC):
     @abstractmethod
     def tuning_file_mechanisms(self) -> list[str]:
         """Names of the tuning-file mechanisms this library offers (for `tunempi info`)."""
+
+    def strict_selection_switch(self) -> CvarSwitch | None:
+        """A run-time write that makes a forced algorithm which cannot take the call's arguments FAIL
+        (an error code, with MPI_ERRORS_RETURN on the communicator) instead of silently running another
+        algorithm; None where the library has no such control.
+
+        Write it after MPI_Init on every rank, never through the environment (MPICH: MPI_Init's own
+        collectives would then fail when an ill-fitting algorithm is forced).
+        """
+        return None
+
+    def single_node_env(self) -> dict[str, str]:
+        """Environment that makes launches confined to ONE node start faster without changing collectives.
+
+        Only for single-node runs (it may disable a network transport); empty where nothing is known.
+        """
+        return {}
+
+    def tuning_file_env(self, mechanism: str, path: str) -> dict[str, str]:
+        """Environment that makes a launch read tuning file `path` through `mechanism`
+        (one of tuning_file_mechanisms())."""
+        raise NotImplementedError(f"{type(self).__name__} has no tuning-file mechanisms")

@@ -1,0 +1,201 @@
+"""Vendor adapters (checking, forcing, run-time switching) and SPEC resolution, without MPI."""
+
+from __future__ import annotations
+
+import os
+import stat
+import sys
+from pathlib import Path
+
+import pytest
+
+from tunempi.errors import MPIError, UsageError
+from tunempi.mpi import discovery, probe
+from tunempi.mpi.library import MPILibrary
+from tunempi.mpi.mpich import MpichAdapter
+from tunempi.mpi.openmpi import OpenMPIAdapter
+from tunempi.mpi.vendor import Algorithm
+
+
+def _library(vendor: str) -> MPILibrary:
+    prefix = Path("/nonexistent") / vendor
+    return MPILibrary(vendor=vendor, version="9.9", version_string="", device="", prefix=prefix,
+                      mpicc=prefix / "bin" / "mpicc", mpiexec=prefix / "bin" / "mpiexec")
+
+
+@pytest.fixture
+def mpich_adapter() -> MpichAdapter:
+    catalog = {"allreduce": [Algorithm("recursive_doubling", 3), Algorithm("ring", 8)]}
+    return MpichAdapter(_library("mpich"), catalog, {"allreduce": Algorithm("auto", 0)},
+                        ["MPIR_CVAR_COLL_SELECTION_TUNING_JSON_FILE"])
+
+
+@pytest.fixture
+def openmpi_adapter() -> OpenMPIAdapter:
+    catalog = {"allreduce": [Algorithm("basic_linear", 1), Algorithm("ring", 4)]}
+    return OpenMPIAdapter(_library("openmpi"), catalog, {"allreduce": Algorithm("ignore", 0)},
+                          ["coll_tuned_dynamic_rules_filename"])
+
+
+def test_unknown_algorithm_is_a_usage_error_naming_the_valid_ones(mpich_adapter, openmpi_adapter):
+    with pytest.raises(UsageError, match=r"'rign'.*valid: default, auto, recursive_doubling, ring"):
+        mpich_adapter.check_algorithm("allreduce", "rign")
+    with pytest.raises(UsageError, match=r"valid: default, ignore, basic_linear, ring"):
+        openmpi_adapter.force_env("allreduce", "recursive_halving")
+    with pytest.raises(UsageError, match=r"collective 'scan'.*valid: allreduce"):
+        mpich_adapter.runtime_switch("scan", "ring")
+
+
+def test_default_has_both_spellings(mpich_adapter, openmpi_adapter):
+    assert mpich_adapter.check_algorithm("allreduce", "default") == Algorithm("auto", 0)
+    assert mpich_adapter.check_algorithm("allreduce", "auto") == Algorithm("auto", 0)
+    assert openmpi_adapter.check_algorithm("allreduce", "default") == Algorithm("ignore", 0)
+
+
+def test_mpich_forcing_and_switching(mpich_adapter):
+    assert mpich_adapter.force_env("allreduce", "ring") == {"MPIR_CVAR_ALLREDUCE_INTRA_ALGORITHM": "ring"}
+    switch = mpich_adapter.runtime_switch("allreduce", "ring")
+    assert (switch.cvar, switch.value, switch.needs_new_communicator) == (
+        "MPIR_CVAR_ALLREDUCE_INTRA_ALGORITHM", 8, False)
+    assert mpich_adapter.launch_env() == {}
+    assert mpich_adapter.tuning_file_mechanisms() == ["MPIR_CVAR_COLL_SELECTION_TUNING_JSON_FILE"]
+    assert mpich_adapter.tuning_file_env("MPIR_CVAR_COLL_SELECTION_TUNING_JSON_FILE", "/t.json") == {
+        "MPIR_CVAR_COLL_SELECTION_TUNING_JSON_FILE": "/t.json"}
+    with pytest.raises(UsageError, match="valid: MPIR_CVAR_COLL_SELECTION_TUNING_JSON_FILE"):
+        mpich_adapter.tuning_file_env("MPIR_CVAR_CH4_COLL_SELECTION_TUNING_JSON_FILE", "/t.json")
+
+
+def test_openmpi_forcing_and_switching(openmpi_adapter):
+    assert openmpi_adapter.force_env("allreduce", "ring") == {
+        "OMPI_MCA_coll_tuned_use_dynamic_rules": "1", "OMPI_MCA_coll_tuned_allreduce_algorithm": "4"}
+    assert openmpi_adapter.force_env("allreduce", "default") == {}
+    switch = openmpi_adapter.runtime_switch("allreduce", "basic_linear")
+    assert (switch.cvar, switch.value, switch.needs_new_communicator) == (
+        "coll_tuned_allreduce_algorithm", 1, True)
+    assert openmpi_adapter.launch_env() == {"OMPI_MCA_coll_tuned_use_dynamic_rules": "1"}
+    assert openmpi_adapter.tuning_file_env("coll_tuned_dynamic_rules_filename", "/r.txt") == {
+        "OMPI_MCA_coll_tuned_use_dynamic_rules": "1", "OMPI_MCA_coll_tuned_dynamic_rules_filename": "/r.txt"}
+
+
+# ---------------------------------------------------------------------------------------- SPEC
+
+
+def _fake_mpicc(path: Path) -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text("#!/bin/sh\nexit 1\n")
+    path.chmod(path.stat().st_mode | stat.S_IXUSR)
+    return path
+
+
+@pytest.fixture
+def no_mpi_anywhere(tmp_path, monkeypatch):
+    """No embedded library and nothing on PATH."""
+    monkeypatch.setattr(discovery, "embedded_prefix", lambda vendor: tmp_path / "venv" / "opt" / vendor)
+    monkeypatch.setenv("PATH", str(tmp_path / "empty-bin"))
+    monkeypatch.delenv("TUNEMPI_MPI", raising=False)
+    monkeypatch.setenv("TUNEMPI_CACHE", str(tmp_path / "cache"))
+    return tmp_path
+
+
+def test_unknown_spec_word_names_the_valid_forms(no_mpi_anywhere):
+    with pytest.raises(UsageError, match=r"unknown MPI spec 'intelmpi'; valid: mpich, openmpi, the path"):
+        discovery.candidates_for("intelmpi")
+
+
+def test_missing_path_and_prefix_without_mpicc(no_mpi_anywhere):
+    with pytest.raises(UsageError, match="no such file or directory"):
+        discovery.candidates_for(str(no_mpi_anywhere / "nope" / "mpicc"))
+    (no_mpi_anywhere / "prefix").mkdir()
+    with pytest.raises(UsageError, match=r"has no bin/mpicc \(tried .*prefix/bin/mpicc"):
+        discovery.candidates_for(str(no_mpi_anywhere / "prefix"))
+
+
+def test_vendor_word_with_nothing_installed_says_what_was_tried(no_mpi_anywhere):
+    with pytest.raises(MPIError, match=r"no mpich library found \(tried .*opt/mpich/bin/mpicc, mpicc.mpich on PATH"):
+        discovery.candidates_for("mpich")
+    with pytest.raises(MPIError, match="no MPI library found"):
+        discovery.find_libraries(None)
+
+
+def test_prefix_bin_dir_and_mpicc_paths_designate_the_same_candidate(no_mpi_anywhere):
+    mpicc = _fake_mpicc(no_mpi_anywhere / "site" / "bin" / "mpicc")
+    for spec in (str(mpicc), str(mpicc.parent.parent), str(mpicc.parent)):
+        (candidate,) = discovery.candidates_for(spec)
+        assert candidate.mpicc == mpicc and not candidate.embedded
+    # Several specs, one library: deduplicated.
+    assert len(discovery.candidates_for(f"{mpicc},{mpicc.parent.parent}")) == 1
+
+
+def test_spec_none_lists_embedded_first_then_path(no_mpi_anywhere, monkeypatch):
+    embedded = _fake_mpicc(no_mpi_anywhere / "venv" / "opt" / "openmpi" / "bin" / "mpicc")
+    site = _fake_mpicc(no_mpi_anywhere / "empty-bin" / "mpicc.mpich")
+    found = discovery.candidates_for(None)
+    assert [c.mpicc for c in found] == [embedded, site]
+    assert found[0].embedded and found[0].vendor == "openmpi"
+    # `mpich` designates the site's mpicc.mpich, and asks for a library of that vendor.
+    (candidate,) = discovery.candidates_for("mpich")
+    assert candidate.mpicc == site and candidate.vendor == "mpich"
+
+
+# ---------------------------------------------------------------------------------------- probe resume
+
+FAKE_PROBE = r'''
+import json, os, signal, sys
+args = sys.argv[1:]
+start = int(args[args.index("--start") + 1]) if "--start" in args else 0
+skip = {int(args[i + 1]) for i, a in enumerate(args) if a == "--skip-value"}
+print(json.dumps({"kind": "library", "version_string": "MPICH Version: 9.9", "mpi_version": [4, 0],
+                  "num_cvars": 6, "num_pvars": 0}), flush=True)
+for index in range(start, 6):
+    if index == 4:
+        os.kill(os.getpid(), signal.SIGSEGV)  # crashes in MPI_T_cvar_get_info, before printing
+    sys.stdout.write('{"kind":"cvar","index":%d,"name":"v%d"' % (index, index))
+    sys.stdout.flush()
+    if index == 2 and index not in skip:
+        os.kill(os.getpid(), signal.SIGSEGV)  # crashes reading the value
+    value = "" if index in skip else ',"value":%d' % index
+    print(value + ',"description":"d"}', flush=True)
+print(json.dumps({"kind": "done"}), flush=True)
+'''
+
+
+def test_probe_resumes_past_variables_that_crash_it(tmp_path, monkeypatch):
+    script = tmp_path / "fake_probe"
+    script.write_text(f"#!{sys.executable}\n{FAKE_PROBE}")
+    script.chmod(0o755)
+    monkeypatch.setattr(probe, "build_probe", lambda library: script)
+    output = probe.probe_library(_library("mpich"))
+    assert [c["index"] for c in output.cvars] == [0, 1, 2, 3, 5]
+    assert "value" not in output.cvars[2] and output.cvars[3]["value"] == 3
+    assert output.unreadable == [2, 4]
+    assert output.version_string == "MPICH Version: 9.9"
+
+
+def test_probe_scrubs_algorithm_forcing_environment(monkeypatch):
+    monkeypatch.setenv("MPIR_CVAR_ALLREDUCE_INTRA_ALGORITHM", "no_such_algorithm")
+    monkeypatch.setenv("OMPI_MCA_coll_tuned_use_dynamic_rules", "1")
+    monkeypatch.setenv("MPIR_CVAR_CH4_NETMOD", "ofi")
+    env = probe.probe_env({"OMPI_MCA_btl": "^ofi"})
+    assert "MPIR_CVAR_ALLREDUCE_INTRA_ALGORITHM" not in env
+    assert "OMPI_MCA_coll_tuned_use_dynamic_rules" not in env
+    assert env["MPIR_CVAR_CH4_NETMOD"] == "ofi" and env["OMPI_MCA_btl"] == "^ofi"
+    assert env["PATH"] == os.environ["PATH"]
+
+
+def test_embedded_openmpi_launches_know_their_relocated_prefix():
+    library = MPILibrary(vendor="openmpi", version="5.0.11", version_string="", device="",
+                         prefix=Path("/venv/opt/openmpi"), mpicc=Path("/venv/opt/openmpi/bin/mpicc"),
+                         mpiexec=Path("/venv/opt/openmpi/bin/mpirun"), embedded=True)
+    adapter = OpenMPIAdapter(library, {"allreduce": [Algorithm("ring", 4)]})
+    assert adapter.launch_env()["OPAL_PREFIX"] == "/venv/opt/openmpi"
+    assert adapter.single_node_env() == {"OMPI_MCA_btl": "^ofi"}
+
+
+def test_broken_site_mpicc_does_not_hide_others_without_spec(no_mpi_anywhere, caplog):
+    _fake_mpicc(no_mpi_anywhere / "empty-bin" / "mpicc")  # exits 1: cannot build the probe
+    with pytest.raises(MPIError, match=r"no usable MPI library:\n.*mpicc on PATH"):
+        discovery.find_libraries(None)
+    assert "skipping mpicc on PATH" in caplog.text
+    # Named explicitly, the same mpicc's failure is the error itself.
+    with pytest.raises(MPIError, match="building mpi_probe with .*mpicc failed"):
+        discovery.find_libraries(str(no_mpi_anywhere / "empty-bin" / "mpicc"))
