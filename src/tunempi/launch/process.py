@@ -1,11 +1,12 @@
 """Running launches: never hang, never leave processes behind.
 
 A launch is started in a new session (so it has its own process group) with a unique marker in its
-environment, TUNEMPI_LAUNCH_ID. Killing a launch kills every process that belongs to it: the process
-group and session, the launcher's descendants, and any process that inherited the marker. The last
-one matters because the launchers do not keep their ranks in one group (measured, docs/launch.md):
-Hydra's proxy puts each rank in a session of its own, and SIGTERM to Open MPI 5's prterun leaves its
-ranks running. A marker survives re-parenting, so orphans are found even after the launcher exits.
+environment, TUNEMPI_LAUNCH_ID. Killing a launch signals every process that belongs to it: the
+launcher's session and process group, its descendants, and any process that inherited the marker.
+Killing the process group alone is not enough (measured, docs/launch.md): Hydra's proxy puts each
+rank in a session of its own, and Open MPI 5's ranks each have their own process group; once
+Open MPI's launcher is SIGKILLed its ranks run on, re-parented to init. The marker survives
+re-parenting, so such orphans are found even after the launcher has gone.
 
 Killing sends SIGTERM, waits `grace_s`, then SIGKILL. Before each signal the process's start time is
 checked again, so a recycled pid is never hit.
@@ -302,9 +303,12 @@ class InteractiveLaunch:
             answer = job.read_line(timeout=60)   # LaunchTimeout if nothing comes
         result = job.result                      # how it ended (close() or kill() also return it)
 
-    Leaving the `with` block normally closes stdin and waits for the job to end (killing it after
-    `close_timeout_s`); leaving it with an exception kills the job. stderr is kept (the last
-    `stderr_lines` lines) for error messages.
+    Leaving the `with` block normally sends `quit_line` (if given), closes stdin and waits for the job
+    to end (killing it after `close_timeout_s`); leaving it with an exception kills the job. stderr is
+    kept (the last `stderr_lines` lines) for error messages.
+
+    Open MPI 5 (PRRTE) never delivers end-of-file to rank 0's stdin (measured with 5.0.11): a program
+    driven through mpirun must stop on an explicit request, hence `quit_line`; Hydra forwards EOF.
     """
 
     def __init__(
@@ -315,6 +319,7 @@ class InteractiveLaunch:
         cwd: str | os.PathLike[str] | None = None,
         grace_s: float = 5.0,
         close_timeout_s: float = 30.0,
+        quit_line: str | None = None,
         stderr_lines: int = 200,
         on_stderr: Callable[[str], None] | None = None,
     ) -> None:
@@ -323,6 +328,7 @@ class InteractiveLaunch:
         self.cwd = cwd
         self.grace_s = grace_s
         self.close_timeout_s = close_timeout_s
+        self.quit_line = quit_line
         self.on_stderr = on_stderr
         self.launch_id = uuid.uuid4().hex
         self.result: LaunchResult | None = None
@@ -414,10 +420,14 @@ class InteractiveLaunch:
 
     # --- ending -----------------------------------------------------------------------------------
     def close(self, timeout: float | None = None) -> LaunchResult:
-        """Close stdin (the program's signal to finish), wait up to `timeout` s, then kill what is left."""
+        """Send quit_line (if set) and close stdin, wait up to `timeout` s (default close_timeout_s),
+        then kill whatever is left."""
         proc = self._require()
         if self.result is not None:
             return self.result
+        if self.quit_line is not None and proc.poll() is None:
+            with contextlib.suppress(LaunchError):
+                self.send_line(self.quit_line)
         with contextlib.suppress(OSError, ValueError):
             assert proc.stdin is not None
             proc.stdin.close()

@@ -17,10 +17,11 @@ from pathlib import Path
 from typing import IO
 
 from tunempi.store.dataset import DatasetRow, iter_dataset, write_dataset
-from tunempi.store.results import Filter, Measurement, ResultStore
+from tunempi.store.results import Filter, Measurement, ResultStore, utc_timestamp
 
 
-def measurement_from_row(row: DatasetRow) -> Measurement:
+def measurement_from_row(row: DatasetRow, *, imported_at: str | None = None) -> Measurement:
+    """A dataset row as a Measurement; rows without a timestamp get `imported_at` (default: now)."""
     return Measurement(
         library_fingerprint=row.library,
         library=row.library,
@@ -41,7 +42,7 @@ def measurement_from_row(row: DatasetRow) -> Measurement:
         iterations=row.iterations,
         errors=row.errors or 0,
         launch_argv=tuple(shlex.split(row.launch)) if row.launch else (),
-        **({"timestamp": row.timestamp} if row.timestamp else {}),
+        timestamp=row.timestamp or imported_at or utc_timestamp(),
     )
 
 
@@ -84,7 +85,8 @@ def import_dataset(
     validated before anything is written, and written in one transaction: a bad line or a failure
     leaves the store untouched.
     """
-    measurements = [measurement_from_row(row) for row in iter_dataset(path)]
+    now = utc_timestamp()
+    measurements = [measurement_from_row(row, imported_at=now) for row in iter_dataset(path)]
     written = store.add_many(measurements, on_conflict="update" if replace else "ignore")
     return len(measurements), written
 

@@ -29,6 +29,7 @@ from tunempi.store.schema import NATURAL_KEY, migrate
 
 STATUSES: tuple[str, ...] = ("ok", "failed", "timeout")
 STATISTICS: tuple[str, ...] = ("median_us", "min_us", "p90_us", "mean_us", "ci_low_us", "ci_high_us")
+_NO_ENV: Mapping[str, str] = MappingProxyType({})
 
 
 def utc_timestamp() -> str:
@@ -69,7 +70,7 @@ class Measurement:
     errors: int = 0
     hosts: tuple[str, ...] = ()
     launch_argv: tuple[str, ...] = ()
-    env: Mapping[str, str] = field(default_factory=lambda: MappingProxyType({}))
+    env: Mapping[str, str] = field(default_factory=lambda: _NO_ENV)
     timestamp: str = field(default_factory=utc_timestamp)
     system: str = ""
     job_id: str = ""
@@ -84,9 +85,12 @@ class Measurement:
             )
         if self.ppn <= 0:
             object.__setattr__(self, "ppn", -(-self.ranks // self.nodes))
-        object.__setattr__(self, "hosts", tuple(self.hosts))
-        object.__setattr__(self, "launch_argv", tuple(self.launch_argv))
-        object.__setattr__(self, "env", MappingProxyType(dict(sorted(dict(self.env).items()))))
+        if type(self.hosts) is not tuple:
+            object.__setattr__(self, "hosts", tuple(self.hosts))
+        if type(self.launch_argv) is not tuple:
+            object.__setattr__(self, "launch_argv", tuple(self.launch_argv))
+        if self.env is not _NO_ENV:
+            object.__setattr__(self, "env", MappingProxyType(dict(sorted(dict(self.env).items()))) if self.env else _NO_ENV)
 
     def __hash__(self) -> int:
         return hash(tuple(
@@ -137,9 +141,9 @@ def _to_row(m: Measurement) -> tuple[Any, ...]:
     for name in _COLUMNS:
         value = getattr(m, name)
         if name == "env":
-            value = json.dumps(dict(value), sort_keys=True)
+            value = json.dumps(dict(value), sort_keys=True) if value else "{}"
         elif name in _JSON_COLUMNS:
-            value = json.dumps(list(value))
+            value = json.dumps(list(value)) if value else "[]"
         values.append(value)
     return tuple(values)
 
@@ -147,7 +151,8 @@ def _to_row(m: Measurement) -> tuple[Any, ...]:
 def _from_row(row: sqlite3.Row) -> Measurement:
     values = {name: row[name] for name in _COLUMNS}
     for name in _JSON_COLUMNS:
-        values[name] = json.loads(values[name])
+        text = values[name]
+        values[name] = json.loads(text) if len(text) > 2 else ({} if name == "env" else ())
     return Measurement(**values)
 
 
@@ -179,24 +184,31 @@ def _where(filters: Mapping[str, Filter]) -> tuple[str, list[Any]]:
 class ResultStore:
     """A results database file. Open with `ResultStore(path)`; use as a context manager or call close().
 
+    `ResultStore(":memory:")` is a private in-memory store (tests, simulations). One connection per
+    instance: use one ResultStore per thread.
+
     Query filters are keyword arguments named after Measurement fields; each takes one value or a
     collection of values, None means "any". Example:
     `store.query(library_fingerprint=fp, collective="allreduce", msg_bytes=[8, 1024], status="ok")`.
     """
 
     def __init__(self, path: str | Path, *, busy_timeout_s: float = 60.0) -> None:
+        in_memory = str(path) == ":memory:"  # for tests and simulations: private, gone on close()
         self.path = Path(path)
-        self.path.parent.mkdir(parents=True, exist_ok=True)
+        if not in_memory:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
         try:
-            self._conn = sqlite3.connect(self.path, timeout=busy_timeout_s, isolation_level=None)
+            self._conn = sqlite3.connect(
+                ":memory:" if in_memory else self.path, timeout=busy_timeout_s, isolation_level=None
+            )
             self._conn.row_factory = sqlite3.Row
             self._conn.execute(f"PRAGMA busy_timeout = {int(busy_timeout_s * 1000)}")
-            mode = self._conn.execute("PRAGMA journal_mode = WAL").fetchone()[0]
-            if str(mode).lower() != "wal":
-                raise TunempiError(f"results database {self.path}: cannot switch to WAL mode (got {mode})")
-            # In WAL mode NORMAL is durable against application crashes, which is what a sweep needs.
-            self._conn.execute("PRAGMA synchronous = NORMAL")
-            self._conn.execute("PRAGMA foreign_keys = ON")
+            if not in_memory:
+                mode = self._conn.execute("PRAGMA journal_mode = WAL").fetchone()[0]
+                if str(mode).lower() != "wal":
+                    raise TunempiError(f"results database {self.path}: cannot switch to WAL mode (got {mode})")
+                # In WAL mode NORMAL is durable against application crashes, which is what a sweep needs.
+                self._conn.execute("PRAGMA synchronous = NORMAL")
             migrate(self._conn, path=str(self.path))
         except sqlite3.DatabaseError as exc:
             raise TunempiError(f"cannot open results database {self.path}: {exc}") from exc
