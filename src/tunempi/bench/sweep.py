@@ -8,6 +8,13 @@ Two ways to select the algorithm of a point (`mode`):
 In both modes the engine reads the cvar back and reports it; a point whose library did not take the
 asked-for algorithm is recorded as failed, never stored as that algorithm.
 
+Strict selection (mode "mpit", on by default): where the library can be told to fail a call instead of
+silently running another algorithm when the forced one cannot take the call's arguments
+(adapter.strict_selection_switch: MPICH), every launch turns that on, so what is stored under an
+algorithm's name was measured with that algorithm. Not in mode "env": measured on MPICH 5.0.2, with the
+algorithm forced through the environment its shared-memory layer reports the algorithm as unusable
+after a few calls even where it runs fine (docs/bench.md).
+
 Points are ordered size by size with every algorithm of a size next to each other, so that in "mpit"
 mode candidates are compared within one process, minutes apart at most.
 """
@@ -133,6 +140,7 @@ class Sweep:
         bind: str | None = None,
         executable: Path | None = None,
         point_timeout_s: float | None = None,
+        strict: bool = True,
     ) -> None:
         if mode not in MODES:
             raise UsageError(f"unknown mode {mode!r}; valid: {', '.join(MODES)}")
@@ -147,6 +155,7 @@ class Sweep:
         self.bind = bind
         self.executable = executable
         self.point_timeout_s = point_timeout_s
+        self.strict = strict and mode == "mpit"
         self.launches = 0
         self._next_id = 0
 
@@ -170,6 +179,10 @@ class Sweep:
     def run(self, points: Sequence[BenchPoint], on_result: OnResult | None = None) -> list[Measurement]:
         """Measure `points` (in "env" mode grouped into one launch per collective and algorithm)."""
         base_env = dict(self.adapter.launch_env())
+        if self.layout.nodes == 1 and self.allocation is None:
+            base_env.update(self.adapter.single_node_env())  # faster start-up, same collectives
+        strict = self.adapter.strict_selection_switch() if self.strict else None
+        setup = (strict,) if strict is not None else ()
         groups: dict[tuple[str, ...], list[tuple[BenchPoint, Selection]]] = {}
         for point in points:
             selection = selection_for(self.adapter, point, self.mode)
@@ -179,7 +192,8 @@ class Sweep:
         for group in groups.values():
             env = {**base_env, **group[0][1].env}
             session = EngineSession(
-                self.library, self.layout, env=env, executable=self.executable, allocation=self.allocation,
+                self.library, self.layout, env=env, setup=setup, executable=self.executable,
+                allocation=self.allocation,
                 bind=self.bind, point_timeout_s=self.point_timeout_s,
             )
             with session:

@@ -52,6 +52,7 @@ class BenchOptions:
     settings: MeasureSettings = MeasureSettings()
     point_timeout_s: float | None = None
     bind: str | None = None
+    strict: bool = True
 
 
 def _layout(options: BenchOptions) -> Layout:
@@ -98,6 +99,7 @@ def run_bench(options: BenchOptions, console: Console) -> list[FastestRow]:
         sweep = Sweep(
             library, adapter, layout, mode=options.mode, settings=options.settings, store=store,
             allocation=allocation, bind=options.bind, point_timeout_s=options.point_timeout_s,
+            strict=options.strict,
         )
         todo = sweep.pending(points, force=options.force)
         console.print(
@@ -214,6 +216,10 @@ def bench_command(
     ] = None,
     bind: Annotated[str | None, typer.Option(help=f"Bind ranks: {', '.join(BINDINGS)} (default: launcher's).")]
     = None,
+    strict: Annotated[
+        bool, typer.Option("--strict/--no-strict", help="Mode mpit: make an algorithm that cannot take a call "
+                                                        "fail it instead of silently running another (MPICH).")
+    ] = True,
 ) -> None:
     """Measure every algorithm of the chosen collectives at the chosen sizes and show the fastest."""
     try:
@@ -226,7 +232,7 @@ def bench_command(
     options = BenchOptions(
         mpi=mpi, collectives=collectives, algorithms=algorithms, sizes=sizes, ranks=ranks, nodes=nodes, ppn=ppn,
         repeat=repeat, db=db, force=force, mode=resolve(mode, "BENCH_MODE", "mpit") or "mpit", settings=settings,
-        point_timeout_s=parse_duration(timeout) if timeout is not None else None, bind=bind,
+        point_timeout_s=parse_duration(timeout) if timeout is not None else None, bind=bind, strict=strict,
     )
     try:
         run_bench(options, wide_console())
