@@ -22,7 +22,7 @@ mode candidates are compared within one process, minutes apart at most.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from tunempi.bench.engine import EngineSession, Layout, PointOutcome
@@ -35,6 +35,22 @@ from tunempi.mpi.vendor import VendorAdapter
 from tunempi.store.results import Measurement, PointKey, ResultStore
 
 MODES: tuple[str, ...] = ("mpit", "env")
+
+#: A point whose median is this many times its minimum (and over CONTENTION_MIN_US above it) was mostly
+#: measured while ranks were descheduled by other work on the node: MPICH busy-polls, and on a shared
+#: 2-core machine its iterations then take whole 4-8 ms scheduler ticks (docs/bench.md). Such a point is
+#: measured again (up to `retries` times) and the attempt with the lowest median is kept: interference
+#: only ever adds time.
+CONTENTION_RATIO = 20.0
+CONTENTION_MIN_US = 200.0
+
+
+def contended(outcome: PointOutcome) -> bool:
+    stats = outcome.statistics
+    return (
+        outcome.ok and stats is not None and stats.median_us > CONTENTION_RATIO * stats.min_us
+        and stats.median_us - stats.min_us > CONTENTION_MIN_US
+    )
 
 
 @dataclass(frozen=True)
@@ -141,6 +157,7 @@ class Sweep:
         executable: Path | None = None,
         point_timeout_s: float | None = None,
         strict: bool = True,
+        retries: int = 2,
     ) -> None:
         if mode not in MODES:
             raise UsageError(f"unknown mode {mode!r}; valid: {', '.join(MODES)}")
@@ -156,6 +173,7 @@ class Sweep:
         self.executable = executable
         self.point_timeout_s = point_timeout_s
         self.strict = strict and mode == "mpit"
+        self.retries = retries
         self.launches = 0
         self._next_id = 0
 
@@ -209,6 +227,24 @@ class Sweep:
         return measurements
 
     def _measure(self, session: EngineSession, point: BenchPoint, selection: Selection) -> PointOutcome:
+        outcome = self._measure_once(session, point, selection)
+        attempts = 1
+        while attempts <= self.retries and contended(outcome):
+            again = self._measure_once(session, point, selection)
+            attempts += 1
+            if not again.ok:
+                break
+            assert again.statistics is not None and outcome.statistics is not None
+            if again.statistics.median_us < outcome.statistics.median_us:
+                outcome = again
+        if attempts > 1 and outcome.statistics is not None:
+            stats = outcome.statistics
+            note = (f"best of {attempts} attempts (others disturbed); kept median {stats.median_us:.2f} us, "
+                    f"min {stats.min_us:.2f} us")
+            outcome = replace(outcome, reason=note)
+        return outcome
+
+    def _measure_once(self, session: EngineSession, point: BenchPoint, selection: Selection) -> PointOutcome:
         self._next_id += 1
         request = PointRequest(
             id=self._next_id, collective=point.collective, msg_bytes=point.msg_bytes, cvar=selection.cvar,
