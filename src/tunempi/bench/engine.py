@@ -267,8 +267,9 @@ class EngineSession:
         result = self._job.kill()
         lines = [_MESSAGE_PREFIX.sub("", ln).strip() for ln in result.stderr.splitlines() + list(self._noise)]
         lines = [ln for ln in lines if ln.isprintable() and ln.strip("-=* ")]
-        telling = [ln for ln in lines if _TELLING.search(ln)][:2]
-        if lines and lines[-1] not in telling:  # MPICH's error stack ends with the actual cause
+        own = [ln for ln in lines if ln.startswith("tunempi engine:")]  # the engine's watchdog says it all
+        telling = own[:1] or [ln for ln in lines if _TELLING.search(ln)][:2]
+        if not own and lines and lines[-1] not in telling:  # MPICH's error stack ends with the actual cause
             telling.append(lines[-1])
         how = result.reason.split(":")[0] if result.reason else f"exit status {result.returncode}"
         return how + (": " + "; ".join(dict.fromkeys(telling)) if telling else "")
