@@ -148,46 +148,46 @@ class EngineSession:
         )
 
     def start(self) -> EngineReady:
-        """Launch the engine (if not running) and wait for its ready line."""
+        """Launch the engine (if not running), wait for its ready line and make the setup writes.
+
+        Raises MPIError (and leaves nothing running) when the engine cannot be started.
+        """
         if self._job is not None and self.ready is not None:
             return self.ready
         command = self.launcher.command(self._spec())
-        job = InteractiveLaunch(command.argv, command.full_env())
-        job.start()
-        self._job = job
+        self._job = InteractiveLaunch(command.argv, command.full_env(), quit_line=QUIT)
+        self._job.start()
         self.launches += 1
+        try:
+            self.ready = self._handshake()
+        except BaseException:
+            self.kill()
+            raise
+        return self.ready
+
+    def _handshake(self) -> EngineReady:
+        assert self._job is not None
         try:
             line = self._read(self.start_timeout_s)
         except LaunchTimeout:
-            self.kill()
             raise MPIError(f"the benchmark engine did not start within {self.start_timeout_s:g} s") from None
         if line is None:
-            why = self._death_note()
-            self.kill()
-            raise MPIError(f"the benchmark engine died at start-up: {why}")
-        reply = decode_line(line)
-        if not isinstance(reply, EngineReady):
-            self.kill()
+            raise MPIError(f"the benchmark engine died at start-up: {self._death_note()}")
+        ready = decode_line(line)
+        if not isinstance(ready, EngineReady):
             raise MPIError(f"the benchmark engine did not say it was ready: {line[:200]!r}")
         for number, switch in enumerate(self.setup, 1):
-            job.send_line(SetupRequest(number, switch.cvar, switch.value, switch.needs_new_communicator).encode())
+            self._job.send_line(SetupRequest(number, switch.cvar, switch.value, switch.needs_new_communicator).encode())
             answer = self._read(self.start_timeout_s)
             done = decode_line(answer) if answer is not None else None
             if not isinstance(done, SetupReply) or not done.ok or done.cvar_value != switch.value:
-                self.kill()
                 raise MPIError(f"the benchmark engine could not set {switch.cvar}={switch.value}: {answer!r}")
-        self.ready = reply
-        return reply
+        return ready
 
     def close(self) -> None:
         """Ask the engine to quit and wait for it (killing it if it does not end)."""
-        if self._job is None:
-            return
-        try:
-            self._job.send_line(QUIT)
-        except LaunchError:
-            pass
-        self._job.close()
+        if self._job is not None:
+            self._job.close()
         self._job = None
         self.ready = None
 
