@@ -214,16 +214,18 @@ class Sweep:
                 allocation=self.allocation,
                 bind=self.bind, point_timeout_s=self.point_timeout_s,
             )
-            with session:
-                for point, selection in group:
-                    outcome = self._measure(session, point, selection)
-                    measurement = to_measurement(self.library, self.layout, point, outcome, system=self.system)
-                    if self.store is not None:
-                        self.store.add(measurement)
-                    measurements.append(measurement)
-                    if on_result is not None:
-                        on_result(point, outcome, measurement)
-            self.launches += session.launches
+            try:
+                with session:
+                    for point, selection in group:
+                        outcome = self._measure(session, point, selection)
+                        measurement = to_measurement(self.library, self.layout, point, outcome, system=self.system)
+                        if self.store is not None:
+                            self.store.add(measurement)
+                        measurements.append(measurement)
+                        if on_result is not None:
+                            on_result(point, outcome, measurement)
+            finally:
+                self.launches += session.launches
         return measurements
 
     def _measure(self, session: EngineSession, point: BenchPoint, selection: Selection) -> PointOutcome:
