@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import stat
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -199,3 +200,25 @@ def test_broken_site_mpicc_does_not_hide_others_without_spec(no_mpi_anywhere, ca
     # Named explicitly, the same mpicc's failure is the error itself.
     with pytest.raises(MPIError, match="building mpi_probe with .*mpicc failed"):
         discovery.find_libraries(str(no_mpi_anywhere / "empty-bin" / "mpicc"))
+
+
+def test_hung_probe_is_killed_with_its_children(tmp_path, monkeypatch):
+    pid_file = tmp_path / "child.pid"
+    script = tmp_path / "hanging_probe"
+    script.write_text(f"#!/bin/sh\nsleep 300 &\necho $! > {pid_file}\nsleep 300\n")
+    script.chmod(0o755)
+    monkeypatch.setattr(probe, "build_probe", lambda library: script)
+    with pytest.raises(MPIError, match="hung for 1 s"):
+        probe.run_probe(_library("openmpi"), timeout=1)
+    child = int(pid_file.read_text())
+    # The probe's own child (an orted, say) went with it; init may take a moment to reap it.
+    for _ in range(50):
+        try:
+            state = Path(f"/proc/{child}/stat").read_text().rsplit(")", 1)[1].split()[0]
+        except (FileNotFoundError, ProcessLookupError):
+            break
+        if state == "Z":  # killed, waiting for a reaper that may never come in a container
+            break
+        time.sleep(0.1)
+    else:
+        pytest.fail(f"child {child} of the hung probe survived")

@@ -134,9 +134,10 @@ def _print_tables(document: dict, console: Console, *, with_cvars: bool) -> None
 
 
 def info(
-    mpi: Annotated[str | None, typer.Option("--mpi", help="mpich, openmpi, path of an mpicc or of an install "
-                                                          "prefix; comma-separated for several [env TUNEMPI_MPI; "
-                                                          "default: every library found]")] = None,
+    mpi: Annotated[str | None, typer.Option(
+        "--mpi", envvar="TUNEMPI_MPI", show_envvar=True,
+        help="mpich, openmpi, the path of an mpicc or of an install prefix; comma-separated for several. "
+             "Default: every library found.")] = None,
     output_format: Annotated[str, typer.Option("--format", help="table or json")] = "table",
     cvars: Annotated[bool, typer.Option("--cvars", help="also list every MPI_T control and performance "
                                                         "variable")] = False,
@@ -146,7 +147,9 @@ def info(
     """Show each MPI library: version, device, the algorithms of each collective, tuning-file mechanisms."""
     if output_format not in FORMATS:
         raise UsageError(f"unknown format {output_format!r}; valid: {', '.join(FORMATS)}")
-    document = info_json(resolve(mpi, "MPI"), with_cvars=cvars, refresh=refresh)
+    # The first look at a library compiles and runs the probe (seconds); later ones read the cache.
+    with Console(stderr=True).status("discovering MPI libraries (probe runs once per library)"):
+        document = info_json(resolve(mpi, "MPI"), with_cvars=cvars, refresh=refresh)
     if output_format == "json":
         typer.echo(json.dumps(document, indent=2))
     else:

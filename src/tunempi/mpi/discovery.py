@@ -308,11 +308,6 @@ def library_info(candidate: Candidate | MPILibrary, *, refresh: bool = False) ->
 # ------------------------------------------------------------------------------------ catalogs
 
 
-def mpich_verification_env(cvar: str, name: str) -> dict[str, str]:
-    """The env var that forces an MPICH algorithm by name (what verification sets)."""
-    return {cvar: name}
-
-
 def _verify_mpich_catalog(info: LibraryInfo) -> None:
     """Set each parsed name through the env var and read the int back through MPI_T.
 

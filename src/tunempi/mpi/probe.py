@@ -11,6 +11,8 @@ from __future__ import annotations
 import json
 import os
 import re
+import resource
+import signal
 import subprocess
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -73,6 +75,18 @@ def probe_env(overrides: Mapping[str, str] | None = None) -> dict[str, str]:
     return env
 
 
+def _no_core_dumps() -> None:
+    resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
+
+
+def _kill_session(process: subprocess.Popen) -> None:
+    try:
+        os.killpg(process.pid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
+    process.communicate()
+
+
 def run_probe(
     library: MPILibrary,
     args: Sequence[str] = (),
@@ -88,13 +102,20 @@ def run_probe(
     binary = build_probe(library)
     argv = [str(binary), *args]
     try:
-        result = subprocess.run(
-            argv, env=probe_env(env), capture_output=True, timeout=timeout, stdin=subprocess.DEVNULL
+        # Own session: a hung probe is killed with everything it started (Open MPI 4 singletons start an
+        # orted). No core files: discovery deliberately runs names and variables that may crash MPI.
+        process = subprocess.Popen(
+            argv, env=probe_env(env), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+            stdin=subprocess.DEVNULL, start_new_session=True, preexec_fn=_no_core_dumps,
         )
-    except subprocess.TimeoutExpired as exc:
-        raise MPIError(f"the MPI probe of {library.mpicc} hung for {timeout:.0f} s: {' '.join(argv)}") from exc
     except OSError as exc:
         raise MPIError(f"cannot run the MPI probe built with {library.mpicc}: {exc}") from exc
+    try:
+        out, err = process.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired as exc:
+        _kill_session(process)
+        raise MPIError(f"the MPI probe of {library.mpicc} hung for {timeout:.0f} s: {' '.join(argv)}") from exc
+    result = subprocess.CompletedProcess(argv, process.returncode, out, err)
     stdout = result.stdout.decode("utf-8", errors="replace")
     records: list[dict] = []
     partial_index: int | None = None
