@@ -119,8 +119,9 @@ enum { TAG_BCAST = 7001, TAG_REDUCE = 7002 };
 /* After a collective call failed on this rank, the other ranks may not have failed with it (MPICH's
  * strict selection can fail a sub-collective on some ranks only) and may be stuck in the call for good.
  * Control messages are then awaited for this long at most before the whole launch is aborted: the
- * driver records the point as failed and relaunches, instead of waiting for its own timeout. */
-static const double WATCHDOG_S = 2.0;
+ * driver records the point as failed and relaunches, instead of waiting for its own timeout. The point
+ * fails either way, so a short wait costs at most a needless relaunch. */
+static const double WATCHDOG_S = 0.5;
 
 /* The first and the last line of a (multi-line) MPI error string: MPICH's error stack ends with its cause. */
 static void first_and_last_line(const char *message, char *out, size_t out_len)
