@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from tunempi.bench.engine import Layout, PointOutcome
+from tunempi.bench.engine import Layout, PointOutcome, condense
 from tunempi.bench.protocol import (
     SET_DEFAULT,
     SET_KEEP,
@@ -259,3 +259,18 @@ def test_a_point_disturbed_by_other_work_is_measured_again_and_the_best_attempt_
     quiet = ScriptedSession([1.0, 1.1, 1.2] * 3)
     assert sweep._measure(quiet, point, selection).reason == ""  # type: ignore[arg-type]
     assert len(quiet.requests) == 1
+
+
+def test_mpich_error_stacks_are_condensed_to_their_first_line_and_cause() -> None:
+    stack = (
+        "Other MPI error, error stack:\n"
+        "internal_Allreduce(142)......: MPI_Allreduce(sendbuf=0x1, count=1, MPI_FLOAT, MPI_SUM) failed\n"
+        "MPID_Allreduce(483)..........: \n"
+        "MPIR_Allreduce_impl(4850)....: User set collective algorithm is not usable for the provided arguments"
+    )
+    assert condense(stack) == (
+        "Other MPI error, error stack: ... User set collective algorithm is not usable for the provided arguments"
+    )
+    assert condense("MPI_ERR_UNSUPPORTED_OPERATION: operation not supported") == (
+        "MPI_ERR_UNSUPPORTED_OPERATION: operation not supported"
+    )
