@@ -201,3 +201,22 @@ def test_ctrl_c_keeps_what_was_measured(tmp_path: Path) -> None:
             sweep.run(points, interrupt_after_two)
         assert len(store) == 2
         assert sweep.pending(points) == points[2:]
+
+
+def test_a_point_changes_only_its_own_algorithm(vendor: str) -> None:
+    """Writing one collective's algorithm puts back the others written before (composite algorithms call
+    other collectives internally: they must run the library's choices, not whatever was measured last)."""
+    session, adapter = session_for(vendor, 2)
+    allreduce = adapter.runtime_switch("allreduce", adapter.algorithms("allreduce")[0].name)
+    bcast = adapter.runtime_switch("bcast", adapter.algorithms("bcast")[0].name)
+    initial = adapter.default_algorithm("allreduce").value
+    assert allreduce.value != initial
+    with session:
+        written = session.measure(PointRequest(1, "allreduce", 8, allreduce.cvar, allreduce.value,
+                                               allreduce.needs_new_communicator, QUICK))
+        assert written.ok and written.reply is not None and written.reply.cvar_value == allreduce.value
+        other = session.measure(PointRequest(2, "bcast", 8, bcast.cvar, bcast.value, bcast.needs_new_communicator,
+                                             QUICK))
+        assert other.ok
+        after = session.measure(PointRequest(3, "allreduce", 8, allreduce.cvar, "keep", settings=QUICK))
+        assert after.ok and after.reply is not None and after.reply.cvar_value == initial

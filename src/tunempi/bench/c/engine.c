@@ -7,9 +7,9 @@
  *     setup id=<n> cvar=<name> set=<int> [newcomm=1]   (a cvar kept for the whole launch)
  *     quit                       (end of input also quits)
  *   rank 0 answers with ONE JSON line per request on stdout, flushed, and a "ready" line at start.
- * `set=<int>` writes the algorithm cvar through MPI_T on every rank; `set=default` restores every cvar this
- * engine has written to the value it had at start; `set=keep` writes nothing (algorithm forced through the
- * environment). `newcomm=1` measures on a communicator duplicated after the write (Open MPI honours a
+ * `set=<int>` writes the algorithm cvar through MPI_T on every rank (and puts back every other cvar written
+ * before to its start-up value); `set=default` restores every cvar this engine has written to the value it
+ * had at start; `set=keep` writes nothing (algorithm forced through the environment). `newcomm=1` measures on a communicator duplicated after the write (Open MPI honours a
  * written algorithm only on communicators created after it). The cvar is read back and reported.
  *
  * Measurement: warm-up iterations, then batches of barrier-synchronised iterations; each iteration's time
@@ -36,6 +36,7 @@ typedef struct {
     char name[MAX_NAME];
     MPI_T_cvar_handle handle;
     int initial; /* value at first use: what `set=default` restores */
+    int current; /* value last written (initial until then) */
     int pinned;  /* written by a setup request: kept for the whole launch, never restored */
 } cvar_slot;
 
@@ -396,6 +397,7 @@ static cvar_slot *cvar_lookup(engine *e, const char *name, char *why, size_t why
         snprintf(why, why_len, "MPI_T_cvar_read failed for %s", name);
         return NULL;
     }
+    slot->current = slot->initial;
     snprintf(slot->name, sizeof slot->name, "%s", name);
     e->ncvars++;
     return slot;
@@ -407,7 +409,22 @@ static int cvar_write(engine *e, cvar_slot *slot, int value, char *why, size_t w
         snprintf(why, why_len, "MPI_T_cvar_write of %d to %s failed (read-only?)", value, slot->name);
         return -1;
     }
+    slot->current = value;
     e->written_since_dup = 1;
+    return 0;
+}
+
+/* Puts every cvar written by earlier points back to its start-up value, except `keep` and pinned ones:
+ * a point's algorithm is the only one changed from the library's choices (an algorithm may call other
+ * collectives internally, e.g. MPICH's smp allreduce calls reduce and bcast). Returns 0 or -1. */
+static int cvar_restore_others(engine *e, const cvar_slot *keep, char *why, size_t why_len)
+{
+    for (int i = 0; i < e->ncvars; i++) {
+        cvar_slot *slot = &e->cvars[i];
+        if (slot != keep && !slot->pinned && slot->current != slot->initial &&
+            cvar_write(e, slot, slot->initial, why, why_len) != 0)
+            return -1;
+    }
     return 0;
 }
 
@@ -517,12 +534,10 @@ static void measure_point(engine *e, request *req)
         slot = cvar_lookup(e, req->cvar, why, sizeof why);
         failed = slot == NULL;
     }
-    if (!failed && req->set == SET_VALUE)
+    if (!failed && req->set != SET_KEEP)
+        failed = cvar_restore_others(e, req->set == SET_VALUE ? slot : NULL, why, sizeof why) != 0;
+    if (!failed && req->set == SET_VALUE && slot->current != req->set_value)
         failed = cvar_write(e, slot, req->set_value, why, sizeof why) != 0;
-    if (!failed && req->set == SET_DEFAULT)
-        for (int i = 0; i < e->ncvars && !failed; i++)
-            if (!e->cvars[i].pinned)
-                failed = cvar_write(e, &e->cvars[i], e->cvars[i].initial, why, sizeof why) != 0;
     if (ctl_any(e, failed)) {
         if (e->rank == 0)
             print_error(req->id, "%s", failed ? why : "failed on another rank");
