@@ -16,7 +16,7 @@ algorithm forced through the environment its shared-memory layer reports the alg
 after a few calls even where it runs fine (docs/bench.md).
 
 Points are ordered size by size with every algorithm of a size next to each other, so that in "mpit"
-mode candidates are compared within one process, minutes apart at most.
+mode candidates are compared within one process, seconds apart.
 """
 
 from __future__ import annotations
