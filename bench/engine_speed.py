@@ -24,6 +24,7 @@ from tunempi.bench.engine import EngineSession, Layout, PointOutcome, build_engi
 from tunempi.bench.protocol import MeasureSettings, PointRequest
 from tunempi.bench.sweep import BenchPoint, Sweep, plan_points, selection_for
 from tunempi.bench.validate import parse_algorithms
+from tunempi.cli.bench import resolve_binding
 from tunempi.mpi.discovery import adapter_for, resolve_library
 from tunempi.units import format_size, parse_duration, parse_sizes
 
@@ -35,6 +36,7 @@ def main() -> None:
     parser.add_argument("--collectives", default="allreduce,bcast")
     parser.add_argument("--algorithms", default="all", help="'all' or a comma list (per collective)")
     parser.add_argument("--sizes", default="8,1KiB,64KiB")
+    parser.add_argument("--bind", default="auto", help="bind ranks: auto (as tunempi bench), core, none")
     parser.add_argument("--time-cap", default="1s", help="measuring time per point at most (tunempi bench's default)")
     args = parser.parse_args()
     console = Console(width=120)
@@ -43,6 +45,7 @@ def main() -> None:
     adapter = adapter_for(library)
     executable = build_engine(library)
     layout = Layout(args.ranks)
+    bind = resolve_binding(args.bind, layout)
     settings = MeasureSettings(time_cap_s=parse_duration(args.time_cap))  # otherwise tunempi bench's defaults
     collectives = [c.strip() for c in args.collectives.split(",") if c.strip()]
     algorithms = {c: parse_algorithms(adapter, c, args.algorithms) for c in collectives}
@@ -53,7 +56,8 @@ def main() -> None:
         """Every point through ONE launch, algorithms switched through MPI_T."""
         outcomes: dict[BenchPoint, PointOutcome] = {}
         # Without strict selection, like the env-forced launches it is compared with (docs/bench.md).
-        sweep = Sweep(library, adapter, layout, mode="mpit", settings=settings, executable=executable, strict=False)
+        sweep = Sweep(library, adapter, layout, mode="mpit", settings=settings, executable=executable, strict=False,
+                      bind=bind)
         started = time.perf_counter()
         sweep.run(points, lambda point, outcome, _: outcomes.__setitem__(point, outcome))
         return outcomes, time.perf_counter() - started, sweep.launches
@@ -65,7 +69,7 @@ def main() -> None:
         for number, point in enumerate(points, 1):
             selection = selection_for(adapter, point, "env")
             env = {**adapter.launch_env(), **adapter.single_node_env(), **selection.env}  # as Sweep does
-            with EngineSession(library, layout, env=env, executable=executable) as session:
+            with EngineSession(library, layout, env=env, executable=executable, bind=bind) as session:
                 outcomes[point] = session.measure(PointRequest(
                     number, point.collective, point.msg_bytes, selection.cvar, selection.set_value,
                     settings=settings,

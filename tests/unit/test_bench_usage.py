@@ -20,7 +20,7 @@ from tunempi.errors import UsageError
         (BenchOptions(collectives="allreduce,alltoal"), "valid: .*alltoall"),
         (BenchOptions(collectives="alltoallv"), "does not measure"),
         (BenchOptions(mode="osu"), "valid: mpit, env"),
-        (BenchOptions(bind="socket"), "valid: core, none"),
+        (BenchOptions(bind="socket"), "valid: auto, core, none"),
         (BenchOptions(sizes="1:1KiB"), "multiples of 4"),  # allreduce cannot take 1 and 2 bytes
         (BenchOptions(sizes="8,1KiX"), "not a size"),
         (BenchOptions(ranks=0), "at least 1"),

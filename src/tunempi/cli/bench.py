@@ -25,7 +25,7 @@ from tunempi.bench.sweep import MODES, BenchPoint, Sweep, plan_points
 from tunempi.bench.validate import check_engine_collective, check_ranks, check_size, parse_algorithms
 from tunempi.config import resolve, resolve_db
 from tunempi.errors import UsageError
-from tunempi.launch.hosts import NodeAllocation
+from tunempi.launch.hosts import NodeAllocation, local_cores
 from tunempi.launch.launchers import BINDINGS
 from tunempi.mpi.discovery import SPEC_HELP, adapter_for, resolve_library
 from tunempi.store.results import Measurement, ResultStore
@@ -51,7 +51,7 @@ class BenchOptions:
     mode: str = "mpit"
     settings: MeasureSettings = MeasureSettings()
     point_timeout_s: float | None = None
-    bind: str | None = None
+    bind: str = "auto"
     strict: bool = True
     hostfile: str | None = None
 
@@ -70,6 +70,20 @@ def _layout(options: BenchOptions) -> Layout:
     return Layout(ranks=ranks, nodes=options.nodes or 1, ppn=options.ppn)
 
 
+BIND_CHOICES: tuple[str, ...] = ("auto", *BINDINGS)
+
+
+def resolve_binding(choice: str, layout: Layout, allocation: NodeAllocation | None = None) -> str | None:
+    """"auto": bind each rank to a core when the ranks fit the cores of this one node, else leave placement
+    to the launcher (oversubscribed, or several nodes). Measured with MPICH at 2 ranks on a busy 2-core
+    node: unbound, both ranks were sometimes put on the same core and every collective of that launch
+    took scheduler ticks (8 B allreduce: 12 ms instead of 1.3 us); bound, never (docs/bench.md)."""
+    if choice != "auto":
+        return choice
+    fits = layout.nodes == 1 and allocation is None and layout.ranks <= local_cores()
+    return "core" if fits else None
+
+
 def run_bench(options: BenchOptions, console: Console) -> list[FastestRow]:
     """Validate, sweep the points not measured yet (each stored as it arrives), print the summary.
 
@@ -77,8 +91,8 @@ def run_bench(options: BenchOptions, console: Console) -> list[FastestRow]:
     """
     if options.mode not in MODES:
         raise UsageError(f"unknown --mode {options.mode!r}; valid: {', '.join(MODES)}")
-    if options.bind is not None and options.bind not in BINDINGS:
-        raise UsageError(f"unknown --bind {options.bind!r}; valid: {', '.join(BINDINGS)}")
+    if options.bind not in BIND_CHOICES:
+        raise UsageError(f"unknown --bind {options.bind!r}; valid: {', '.join(BIND_CHOICES)}")
     if options.repeat < 1:
         raise UsageError(f"--repeat must be at least 1, got {options.repeat}")
     collectives = [check_engine_collective(c) for c in options.collectives.split(",") if c.strip()]
@@ -108,7 +122,8 @@ def run_bench(options: BenchOptions, console: Console) -> list[FastestRow]:
     with ResultStore(db_path) as store:
         sweep = Sweep(
             library, adapter, layout, mode=options.mode, settings=options.settings, store=store,
-            allocation=allocation, bind=options.bind, point_timeout_s=options.point_timeout_s,
+            allocation=allocation, bind=resolve_binding(options.bind, layout, allocation),
+            point_timeout_s=options.point_timeout_s,
             strict=options.strict,
         )
         todo = sweep.pending(points, force=options.force)
@@ -224,8 +239,10 @@ def bench_command(
         str | None, typer.Option(help="Kill the launch when a point gives no result in this time (default: "
                                       "30s + 5 x time cap).")
     ] = None,
-    bind: Annotated[str | None, typer.Option(help=f"Bind ranks: {', '.join(BINDINGS)} (default: launcher's).")]
-    = None,
+    bind: Annotated[
+        str, typer.Option(help="Bind ranks: auto (to cores when they fit this node, else the launcher's "
+                               "default), core, none.")
+    ] = "auto",
     hostfile: Annotated[
         str | None, typer.Option(help="Hosts to run on (default with --nodes: the Slurm/PBS allocation).")
     ] = None,
@@ -258,4 +275,6 @@ def register(app: typer.Typer) -> None:
     app.command("bench")(bench_command)
 
 
-__all__ = ["BenchOptions", "bench_command", "fastest_rich_table", "register", "run_bench", "wide_console"]
+__all__ = [
+    "BenchOptions", "bench_command", "fastest_rich_table", "register", "resolve_binding", "run_bench", "wide_console",
+]
