@@ -74,8 +74,8 @@ BIND_CHOICES: tuple[str, ...] = ("auto", *BINDINGS)
 
 
 def resolve_binding(choice: str, layout: Layout, allocation: NodeAllocation | None = None) -> str | None:
-    """"auto": bind each rank to a core when the ranks fit the cores of this one node, else leave placement
-    to the launcher (oversubscribed, or several nodes). Measured with MPICH at 2 ranks on a busy 2-core
+    """The binding for `choice`; "auto" binds each rank to a core when the ranks fit the cores of this one
+    node, else leaves placement to the launcher (oversubscribed, or several nodes). Measured with MPICH at 2 ranks on a busy 2-core
     node: unbound, both ranks were sometimes put on the same core and every collective of that launch
     took scheduler ticks (8 B allreduce: 12 ms instead of 1.3 us); bound, never (docs/bench.md)."""
     if choice != "auto":
