@@ -1,0 +1,769 @@
+/* tunempi benchmark engine: one launch measures many (collective, algorithm, size) points.
+ *
+ * Protocol (text lines; the Python driver is tunempi/bench/engine.py):
+ *   rank 0 reads requests from stdin and broadcasts each to every rank;
+ *     point id=<n> coll=<name> bytes=<n> cvar=<name|-> set=<int|default|keep> newcomm=<0|1>
+ *           warmup=<n> min_iters=<n> max_iters=<n> rel_ci=<x> time_cap=<seconds> [spoil_every=<n>]
+ *     setup id=<n> cvar=<name> set=<int> [newcomm=1]   (a cvar kept for the whole launch)
+ *     quit                       (end of input also quits)
+ *   rank 0 answers with ONE JSON line per request on stdout, flushed, and a "ready" line at start.
+ * `set=<int>` writes the algorithm cvar through MPI_T on every rank (and puts back every other cvar written
+ * before to its start-up value); `set=default` restores every cvar this engine has written to the value it
+ * had at start; `set=keep` writes nothing (algorithm forced through the environment). `newcomm=1` measures on a communicator duplicated after the write (Open MPI honours a
+ * written algorithm only on communicators created after it). The cvar is read back and reported.
+ *
+ * Measurement: warm-up iterations, then batches of barrier-synchronised iterations; each iteration's time
+ * is the maximum over ranks; rank 0 stops when the 95 % confidence interval of the median is narrow enough
+ * (half-width <= rel_ci * median, after min_iters), at max_iters, or when time_cap is spent. Every
+ * iteration's result is checked; an iteration counts as wrong when any rank's result is wrong.
+ * spoil_every=n (a self-test of that check) spoils one byte of the result of every n-th iteration.
+ */
+#include <errno.h>
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "engine.h"
+
+#define MAX_LINE 4096
+#define MAX_CVARS 64
+#define MAX_NAME 128
+
+typedef struct {
+    char name[MAX_NAME];
+    MPI_T_cvar_handle handle;
+    int initial; /* value at first use: what `set=default` restores */
+    int current; /* value last written (initial until then) */
+    int pinned;  /* written by a setup request: kept for the whole launch, never restored */
+} cvar_slot;
+
+typedef enum { SET_KEEP, SET_DEFAULT, SET_VALUE } set_mode;
+
+typedef struct {
+    long id;
+    char coll[MAX_NAME];
+    long long bytes;
+    char cvar[MAX_NAME]; /* empty: none */
+    set_mode set;
+    int set_value;
+    int newcomm;
+    int spoil_every; /* self-test: spoil the result of every n-th iteration (0: never) */
+    int warmup;
+    int min_iters;
+    int max_iters;
+    double rel_ci;
+    double time_cap;
+} request;
+
+typedef struct {
+    MPI_Comm ctrl; /* requests and the reductions of per-iteration times */
+    MPI_Comm meas; /* the measured communicator; re-created after cvar writes when asked */
+    int rank;
+    int size;
+    int mpi_t;
+    cvar_slot cvars[MAX_CVARS];
+    int ncvars;
+    int written_since_dup;
+    char call_error[MPI_MAX_ERROR_STRING]; /* this rank's first failed collective call of a point */
+    double watchdog; /* MPI_Wtime deadline for control messages after a failed call here; 0: none */
+    double *local;   /* [times(batch) | wrong flags(batch)] of this rank */
+    double *scratch; /* receive buffer of the reductions of `local` */
+    double *samples; /* per-iteration maxima of the point, rank 0 */
+    double *sorted;
+    size_t capacity;
+} engine;
+
+/* ---------------------------------------------------------------- output (rank 0) */
+
+static void json_string(FILE *out, const char *s)
+{
+    fputc('"', out);
+    for (; *s; s++) {
+        unsigned char ch = (unsigned char)*s;
+        if (ch == '"' || ch == '\\')
+            fprintf(out, "\\%c", ch);
+        else if (ch == '\n')
+            fputs("\\n", out);
+        else if (ch < 0x20)
+            fprintf(out, "\\u%04x", ch);
+        else
+            fputc(ch, out);
+    }
+    fputc('"', out);
+}
+
+static void print_error(long id, const char *fmt, ...)
+{
+    char message[512];
+    va_list args;
+    va_start(args, fmt);
+    vsnprintf(message, sizeof message, fmt, args);
+    va_end(args);
+    printf("{\"event\":\"point\",\"id\":%ld,\"status\":\"error\",\"error\":", id);
+    json_string(stdout, message);
+    printf("}\n");
+    fflush(stdout);
+}
+
+/* ---------------------------------------------------------------- control messages
+ *
+ * The engine's own coordination (requests, per-iteration times, decisions) uses point-to-point
+ * binomial trees on the control communicator, never collectives: in MPICH an algorithm cvar applies
+ * to every communicator, so a collective used for control would run the algorithm under test, and
+ * with strict selection fail where that algorithm cannot take the control message. */
+
+enum { TAG_BCAST = 7001, TAG_REDUCE = 7002 };
+
+/* After a collective call failed on this rank, the other ranks may not have failed with it (MPICH's
+ * strict selection can fail a sub-collective on some ranks only) and may be stuck in the call for good.
+ * Control messages are then awaited for this long at most before the whole launch is aborted: the
+ * driver records the point as failed and relaunches, instead of waiting for its own timeout. The point
+ * fails either way, so a short wait costs at most a needless relaunch. */
+static const double WATCHDOG_S = 0.5;
+
+/* The first and the last line of a (multi-line) MPI error string: MPICH's error stack ends with its cause. */
+static void first_and_last_line(const char *message, char *out, size_t out_len)
+{
+    const char *end_first = strchr(message, '\n');
+    if (!end_first) {
+        snprintf(out, out_len, "%s", message);
+        return;
+    }
+    const char *last = end_first, *scan = end_first;
+    while ((scan = strchr(scan + 1, '\n')) != NULL)
+        if (scan[1] != '\0' && scan[1] != '\n')
+            last = scan;
+    snprintf(out, out_len, "%.*s ... %s", (int)(end_first - message), message, last + 1);
+    char *newline = strchr(out, '\n');
+    if (newline)
+        *newline = '\0';
+}
+
+static void ctl_complete(engine *e, MPI_Request *pending, int sleepy)
+{
+    if (!sleepy && e->watchdog == 0) {
+        MPI_Wait(pending, MPI_STATUS_IGNORE);
+        return;
+    }
+    const struct timespec nap = {0, 50 * 1000}; /* 50 us: small next to a point */
+    /* The next request usually comes within a millisecond of the previous answer: poll that long before
+     * napping, since waking from a nap can take a scheduler tick on a busy node. */
+    const double spin_until = MPI_Wtime() + 1e-3;
+    int done = 0;
+    for (MPI_Test(pending, &done, MPI_STATUS_IGNORE); !done && MPI_Wtime() < spin_until;
+         MPI_Test(pending, &done, MPI_STATUS_IGNORE))
+        ;
+    for (; !done; MPI_Test(pending, &done, MPI_STATUS_IGNORE)) {
+        if (e->watchdog != 0 && MPI_Wtime() > e->watchdog) {
+            char why[MPI_MAX_ERROR_STRING];
+            first_and_last_line(e->call_error, why, sizeof why);
+            fprintf(stderr, "tunempi engine: rank %d: a collective call failed here (%s) but other ranks did not "
+                    "follow within %.0f s; aborting the launch\n", e->rank, why, WATCHDOG_S);
+            fflush(stderr);
+            MPI_Abort(MPI_COMM_WORLD, 3);
+        }
+        nanosleep(&nap, NULL);
+    }
+}
+
+/* Broadcast from rank 0. With `sleepy`, ranks wait for their parent's message asleep instead of
+ * busy-polling (MPICH spins in blocking calls): between points the CPU goes to the driver. */
+static void ctl_bcast(engine *e, void *buf, int count, MPI_Datatype type, int sleepy)
+{
+    int mask = 1;
+    while (mask < e->size) {
+        if (e->rank & mask) {
+            MPI_Request pending;
+            MPI_Irecv(buf, count, type, e->rank - mask, TAG_BCAST, e->ctrl, &pending);
+            ctl_complete(e, &pending, sleepy);
+            break;
+        }
+        mask <<= 1;
+    }
+    for (mask >>= 1; mask > 0; mask >>= 1) {
+        if (e->rank + mask < e->size) {
+            MPI_Request pending;
+            MPI_Isend(buf, count, type, e->rank + mask, TAG_BCAST, e->ctrl, &pending);
+            ctl_complete(e, &pending, 0);
+        }
+    }
+}
+
+/* Element-wise maximum of `values` over ranks, in place; complete on rank 0 only. `scratch` holds n. */
+static void ctl_reduce_max(engine *e, double *values, double *scratch, int n)
+{
+    for (int mask = 1; mask < e->size; mask <<= 1) {
+        MPI_Request pending;
+        if (e->rank & mask) {
+            MPI_Isend(values, n, MPI_DOUBLE, e->rank - mask, TAG_REDUCE, e->ctrl, &pending);
+            ctl_complete(e, &pending, 0);
+            return;
+        }
+        if (e->rank + mask < e->size) {
+            MPI_Irecv(scratch, n, MPI_DOUBLE, e->rank + mask, TAG_REDUCE, e->ctrl, &pending);
+            ctl_complete(e, &pending, 0);
+            for (int i = 0; i < n; i++)
+                if (scratch[i] > values[i])
+                    values[i] = scratch[i];
+        }
+    }
+}
+
+/* The maximum of an int over ranks, known to every rank. */
+static int ctl_any(engine *e, int value)
+{
+    double v = value, scratch;
+    ctl_reduce_max(e, &v, &scratch, 1);
+    int result = (int)v;
+    ctl_bcast(e, &result, 1, MPI_INT, 0);
+    return result;
+}
+
+/* ---------------------------------------------------------------- requests */
+
+static int parse_long(const char *text, long long lo, long long hi, long long *out)
+{
+    char *end;
+    errno = 0;
+    long long value = strtoll(text, &end, 10);
+    if (errno || end == text || *end || value < lo || value > hi)
+        return -1;
+    *out = value;
+    return 0;
+}
+
+static int parse_double(const char *text, double *out)
+{
+    char *end;
+    errno = 0;
+    double value = strtod(text, &end);
+    if (errno || end == text || *end || !isfinite(value) || value < 0)
+        return -1;
+    *out = value;
+    return 0;
+}
+
+/* Parses "point|setup key=value ..." into `req`; returns 0, or -1 with `why` filled. */
+static int parse_point(char *line, request *req, char *why, size_t why_len)
+{
+    memset(req, 0, sizeof *req);
+    req->id = -1;
+    req->set = SET_KEEP;
+    req->warmup = 2;
+    req->min_iters = 10;
+    req->max_iters = 1000;
+    req->rel_ci = 0.05;
+    req->time_cap = 1.0;
+    char *save = NULL;
+    strtok_r(line, " \t", &save); /* "point" */
+    for (char *tok = strtok_r(NULL, " \t", &save); tok; tok = strtok_r(NULL, " \t", &save)) {
+        char *eq = strchr(tok, '=');
+        if (!eq) {
+            snprintf(why, why_len, "token without '=': %s", tok);
+            return -1;
+        }
+        *eq = '\0';
+        const char *key = tok, *val = eq + 1;
+        long long n = 0;
+        int bad = 0;
+        if (strcmp(key, "id") == 0) {
+            bad = parse_long(val, 0, 1LL << 62, &n);
+            req->id = (long)n;
+        } else if (strcmp(key, "coll") == 0) {
+            bad = strlen(val) >= MAX_NAME;
+            snprintf(req->coll, sizeof req->coll, "%s", val);
+        } else if (strcmp(key, "bytes") == 0) {
+            bad = parse_long(val, 0, 1LL << 40, &req->bytes);
+        } else if (strcmp(key, "cvar") == 0) {
+            bad = strlen(val) >= MAX_NAME;
+            snprintf(req->cvar, sizeof req->cvar, "%s", strcmp(val, "-") == 0 ? "" : val);
+        } else if (strcmp(key, "set") == 0) {
+            if (strcmp(val, "keep") == 0) {
+                req->set = SET_KEEP;
+            } else if (strcmp(val, "default") == 0) {
+                req->set = SET_DEFAULT;
+            } else {
+                req->set = SET_VALUE;
+                bad = parse_long(val, -2147483647LL, 2147483647LL, &n);
+                req->set_value = (int)n;
+            }
+        } else if (strcmp(key, "newcomm") == 0) {
+            bad = parse_long(val, 0, 1, &n);
+            req->newcomm = (int)n;
+        } else if (strcmp(key, "spoil_every") == 0) {
+            bad = parse_long(val, 0, 1000000, &n);
+            req->spoil_every = (int)n;
+        } else if (strcmp(key, "warmup") == 0) {
+            bad = parse_long(val, 0, 1000000, &n);
+            req->warmup = (int)n;
+        } else if (strcmp(key, "min_iters") == 0) {
+            bad = parse_long(val, 1, 10000000, &n);
+            req->min_iters = (int)n;
+        } else if (strcmp(key, "max_iters") == 0) {
+            bad = parse_long(val, 1, 10000000, &n);
+            req->max_iters = (int)n;
+        } else if (strcmp(key, "rel_ci") == 0) {
+            bad = parse_double(val, &req->rel_ci);
+        } else if (strcmp(key, "time_cap") == 0) {
+            bad = parse_double(val, &req->time_cap);
+        } else {
+            snprintf(why, why_len, "unknown key %s", key);
+            return -1;
+        }
+        if (bad) {
+            snprintf(why, why_len, "bad value for %s: %s", key, val);
+            return -1;
+        }
+    }
+    if (req->id < 0) {
+        snprintf(why, why_len, "a request needs id=");
+        return -1;
+    }
+    if (req->max_iters < req->min_iters)
+        req->max_iters = req->min_iters;
+    if (req->cvar[0] == '\0' && req->set == SET_VALUE) {
+        snprintf(why, why_len, "set=<int> needs a cvar");
+        return -1;
+    }
+    return 0;
+}
+
+/* Rank 0 reads one line and every rank receives it. Returns 0, or -1 at end of input. */
+static int next_line(engine *e, char *line)
+{
+    int length = 0;
+    if (e->rank == 0) {
+        if (!fgets(line, MAX_LINE, stdin)) {
+            length = -1;
+        } else {
+            length = (int)strlen(line);
+            if (length == MAX_LINE - 1 && line[length - 1] != '\n') {
+                int ch;
+                while ((ch = getchar()) != EOF && ch != '\n')
+                    ;
+                snprintf(line, MAX_LINE, "toolong");
+                length = (int)strlen(line);
+            }
+            while (length > 0 && (line[length - 1] == '\n' || line[length - 1] == '\r'))
+                line[--length] = '\0';
+        }
+    }
+    ctl_bcast(e, &length, 1, MPI_INT, 1);
+    if (length < 0)
+        return -1;
+    ctl_bcast(e, line, length + 1, MPI_CHAR, 0);
+    return 0;
+}
+
+/* ---------------------------------------------------------------- MPI_T */
+
+/* The slot of cvar `name`, allocated on first use; NULL with `why` filled when it cannot be used. */
+static cvar_slot *cvar_lookup(engine *e, const char *name, char *why, size_t why_len)
+{
+    for (int i = 0; i < e->ncvars; i++)
+        if (strcmp(e->cvars[i].name, name) == 0)
+            return &e->cvars[i];
+    if (!e->mpi_t) {
+        snprintf(why, why_len, "MPI_T is not available");
+        return NULL;
+    }
+    if (e->ncvars == MAX_CVARS) {
+        snprintf(why, why_len, "too many distinct cvars");
+        return NULL;
+    }
+    int index;
+    if (MPI_T_cvar_get_index(name, &index) != MPI_SUCCESS) {
+        snprintf(why, why_len, "unknown cvar %s", name);
+        return NULL;
+    }
+    char info_name[256], desc[16];
+    int name_len = sizeof info_name, desc_len = sizeof desc, verbosity, bind, scope;
+    MPI_Datatype datatype;
+    MPI_T_enum enumtype;
+    if (MPI_T_cvar_get_info(index, info_name, &name_len, &verbosity, &datatype, &enumtype, desc, &desc_len,
+                            &bind, &scope) != MPI_SUCCESS) {
+        snprintf(why, why_len, "MPI_T_cvar_get_info failed for %s", name);
+        return NULL;
+    }
+    if (datatype != MPI_INT || bind != MPI_T_BIND_NO_OBJECT) {
+        snprintf(why, why_len, "cvar %s is not an unbound int", name);
+        return NULL;
+    }
+    cvar_slot *slot = &e->cvars[e->ncvars];
+    int count;
+    if (MPI_T_cvar_handle_alloc(index, NULL, &slot->handle, &count) != MPI_SUCCESS || count != 1) {
+        snprintf(why, why_len, "MPI_T_cvar_handle_alloc failed for %s", name);
+        return NULL;
+    }
+    if (MPI_T_cvar_read(slot->handle, &slot->initial) != MPI_SUCCESS) {
+        MPI_T_cvar_handle_free(&slot->handle);
+        snprintf(why, why_len, "MPI_T_cvar_read failed for %s", name);
+        return NULL;
+    }
+    slot->current = slot->initial;
+    snprintf(slot->name, sizeof slot->name, "%s", name);
+    e->ncvars++;
+    return slot;
+}
+
+static int cvar_write(engine *e, cvar_slot *slot, int value, char *why, size_t why_len)
+{
+    if (MPI_T_cvar_write(slot->handle, &value) != MPI_SUCCESS) {
+        snprintf(why, why_len, "MPI_T_cvar_write of %d to %s failed (read-only?)", value, slot->name);
+        return -1;
+    }
+    slot->current = value;
+    e->written_since_dup = 1;
+    return 0;
+}
+
+/* Puts every cvar written by earlier points back to its start-up value, except `keep` and pinned ones:
+ * a point's algorithm is the only one changed from the library's choices (an algorithm may call other
+ * collectives internally, e.g. MPICH's smp allreduce calls reduce and bcast). Returns 0 or -1. */
+static int cvar_restore_others(engine *e, const cvar_slot *keep, char *why, size_t why_len)
+{
+    for (int i = 0; i < e->ncvars; i++) {
+        cvar_slot *slot = &e->cvars[i];
+        if (slot != keep && !slot->pinned && slot->current != slot->initial &&
+            cvar_write(e, slot, slot->initial, why, why_len) != 0)
+            return -1;
+    }
+    return 0;
+}
+
+/* A fresh measured communicator (after cvar writes that only apply to new communicators). Its calls
+ * return errors instead of aborting: an algorithm that cannot take a call's arguments (Open MPI's
+ * two-process-only ones on more ranks, MPICH with strict selection) fails that point, not the launch. */
+static void renew_measured_communicator(engine *e)
+{
+    if (e->meas != MPI_COMM_NULL)
+        MPI_Comm_free(&e->meas);
+    MPI_Comm_dup(MPI_COMM_WORLD, &e->meas);
+    MPI_Comm_set_errhandler(e->meas, MPI_ERRORS_RETURN);
+    e->written_since_dup = 0;
+}
+
+static const char *call_name(tm_collective kind)
+{
+    static const char *const names[] = {"MPI_Allreduce", "MPI_Bcast", "MPI_Allgather", "MPI_Alltoall",
+                                        "MPI_Reduce", "MPI_Reduce_scatter", "MPI_Reduce_scatter_block",
+                                        "MPI_Gather", "MPI_Scatter", "MPI_Barrier"};
+    return kind < TM_UNKNOWN ? names[kind] : "?";
+}
+
+/* ---------------------------------------------------------------- measurement */
+
+static int reserve(engine *e, size_t n)
+{
+    if (n <= e->capacity)
+        return 0;
+    size_t capacity = n < 1024 ? 1024 : n;
+    double *local = realloc(e->local, 2 * capacity * sizeof(double));
+    if (local)
+        e->local = local;
+    double *scratch = realloc(e->scratch, 2 * capacity * sizeof(double));
+    if (scratch)
+        e->scratch = scratch;
+    double *samples = realloc(e->samples, capacity * sizeof(double));
+    if (samples)
+        e->samples = samples;
+    double *sorted = realloc(e->sorted, capacity * sizeof(double));
+    if (sorted)
+        e->sorted = sorted;
+    if (!local || !scratch || !samples || !sorted)
+        return -1;
+    e->capacity = capacity;
+    return 0;
+}
+
+/* Runs `batch` iterations; on rank 0, stores per-iteration maxima in samples[first..] (when `samples`
+ * is not NULL), adds the iterations whose call failed on some rank to *failed_calls, and returns the
+ * number of iterations with a wrong result. Per iteration each rank reports 0 (right), 1 (wrong result)
+ * or 2 (the call failed: its result is not checked); the maximum over ranks decides. */
+static int run_batch(engine *e, tm_case *c, int batch, uint32_t *iteration, double *samples, int spoil_every,
+                     int *failed_calls)
+{
+    for (int k = 0; k < batch; k++) {
+        tm_case_fill(c, *iteration);
+        MPI_Barrier(e->meas);
+        double start = MPI_Wtime();
+        int rc = tm_case_run(c);
+        double stop = MPI_Wtime();
+        e->local[k] = stop - start;
+        if (rc != MPI_SUCCESS) {
+            /* No more calls on the measured communicator: if other ranks did not fail with this one,
+             * they may be stuck in this call, and further calls could get this rank stuck as well. */
+            if (!e->call_error[0]) {
+                int length = 0;
+                MPI_Error_string(rc, e->call_error, &length);
+            }
+            for (int rest = k; rest < batch; rest++) {
+                e->local[rest] = e->local[k];
+                e->local[batch + rest] = 2;
+            }
+            *iteration += (uint32_t)(batch - k);
+            e->watchdog = MPI_Wtime() + WATCHDOG_S;
+            break;
+        }
+        if (spoil_every && (*iteration + 1) % (uint32_t)spoil_every == 0)
+            tm_case_spoil(c);
+        e->local[batch + k] = tm_case_check(c, *iteration);
+        (*iteration)++;
+    }
+    ctl_reduce_max(e, e->local, e->scratch, 2 * batch);
+    int wrong = 0;
+    if (e->rank == 0) {
+        for (int k = 0; k < batch; k++) {
+            if (samples)
+                samples[k] = e->local[k];
+            wrong += e->local[batch + k] == 1.0;
+            *failed_calls += e->local[batch + k] >= 2.0;
+        }
+    }
+    return wrong;
+}
+
+static void measure_point(engine *e, request *req)
+{
+    char why[512] = "";
+    int failed = 0;
+    cvar_slot *slot = NULL;
+    tm_collective kind = tm_collective_from_name(req->coll);
+    if (kind == TM_UNKNOWN) {
+        snprintf(why, sizeof why, "unknown collective %s", req->coll);
+        failed = 1;
+    }
+    if (!failed && req->cvar[0]) {
+        slot = cvar_lookup(e, req->cvar, why, sizeof why);
+        failed = slot == NULL;
+    }
+    if (!failed && req->set != SET_KEEP)
+        failed = cvar_restore_others(e, req->set == SET_VALUE ? slot : NULL, why, sizeof why) != 0;
+    if (!failed && req->set == SET_VALUE && slot->current != req->set_value)
+        failed = cvar_write(e, slot, req->set_value, why, sizeof why) != 0;
+    if (ctl_any(e, failed)) {
+        if (e->rank == 0)
+            print_error(req->id, "%s", failed ? why : "failed on another rank");
+        return;
+    }
+    if (req->newcomm && e->written_since_dup)
+        renew_measured_communicator(e);
+    int readback = 0, consistent = 1;
+    if (slot) {
+        MPI_T_cvar_read(slot->handle, &readback);
+        double range[2] = {readback, -readback}, scratch[2]; /* max and -min over ranks */
+        ctl_reduce_max(e, range, scratch, 2);
+        consistent = range[0] == -range[1];
+    }
+
+    tm_case c;
+    failed = tm_case_init(&c, kind, (size_t)req->bytes, e->meas) != 0 || reserve(e, (size_t)req->max_iters) != 0 ||
+             reserve(e, (size_t)req->warmup) != 0;
+    if (ctl_any(e, failed)) {
+        if (e->rank == 0)
+            print_error(req->id, "cannot set up %s with %lld bytes (size not valid or out of memory)", req->coll,
+                        req->bytes);
+        tm_case_free(&c);
+        return;
+    }
+
+    uint32_t iteration = 0;
+    int failed_calls = 0;
+    e->call_error[0] = '\0';
+    e->watchdog = 0;
+    int wrong = req->warmup ? run_batch(e, &c, req->warmup, &iteration, NULL, req->spoil_every, &failed_calls) : 0;
+    const char *stop_reason = "max_iters";
+    int batch = req->min_iters;
+    size_t n = 0;
+    tm_median_ci ci = {0, 0, 0};
+    double start = MPI_Wtime(), elapsed = 0;
+    int next = failed_calls ? 0 : 1;
+    ctl_bcast(e, &next, 1, MPI_INT, 0);
+    if (!next)
+        batch = 0;
+    while (batch > 0) {
+        wrong += run_batch(e, &c, batch, &iteration, e->samples + n, req->spoil_every, &failed_calls);
+        n += (size_t)batch;
+        next = 0;
+        if (e->rank == 0 && failed_calls) {
+            stop_reason = "failed";
+        } else if (e->rank == 0) {
+            elapsed = MPI_Wtime() - start;
+            memcpy(e->sorted, e->samples, n * sizeof(double));
+            tm_sort(e->sorted, n);
+            ci = tm_median_confidence(e->sorted, n);
+            if (n >= (size_t)req->max_iters) {
+                stop_reason = "max_iters";
+            } else if (req->rel_ci > 0 && (ci.ci_high - ci.ci_low) / 2 <= req->rel_ci * ci.median) {
+                stop_reason = "ci";
+            } else if (elapsed >= req->time_cap) {
+                stop_reason = "time_cap";
+            } else {
+                /* Grow batches geometrically (few reductions), but stay within max_iters and the time cap. */
+                double per_iteration = elapsed / (double)n;
+                double affordable = per_iteration > 0 ? (req->time_cap - elapsed) / per_iteration : 1e9;
+                next = (int)(n / 2);
+                if ((double)next > affordable)
+                    next = (int)affordable;
+                if (next > req->max_iters - (int)n)
+                    next = req->max_iters - (int)n;
+                if (next < 1)
+                    next = 1;
+            }
+        }
+        ctl_bcast(e, &next, 1, MPI_INT, 0);
+        batch = next;
+    }
+    tm_case_free(&c);
+    e->watchdog = 0; /* every rank got through the point's control messages: all are in step again */
+    if (e->rank != 0)
+        return;
+    if (failed_calls) {
+        print_error(req->id, "%s failed in %d iteration(s): %s", call_name(kind), failed_calls,
+                    e->call_error[0] ? e->call_error : "an MPI error on another rank");
+        return;
+    }
+
+    printf("{\"event\":\"point\",\"id\":%ld,\"status\":\"ok\",\"collective\":", req->id);
+    json_string(stdout, req->coll);
+    printf(",\"bytes\":%lld,\"ranks\":%d,\"cvar\":", req->bytes, e->size);
+    if (slot) {
+        json_string(stdout, slot->name);
+        printf(",\"cvar_value\":%d,\"cvar_consistent\":%s", readback, consistent ? "true" : "false");
+    } else {
+        printf("null,\"cvar_value\":null,\"cvar_consistent\":true");
+    }
+    printf(",\"warmup\":%d,\"iterations\":%zu,\"errors\":%d,\"checked\":%zu,\"stop\":\"%s\",\"elapsed_s\":%.6f",
+           req->warmup, n, wrong, n + (size_t)req->warmup, stop_reason, elapsed);
+    printf(",\"median_us\":%.6f,\"ci_low_us\":%.6f,\"ci_high_us\":%.6f,\"samples_us\":[", ci.median * 1e6,
+           ci.ci_low * 1e6, ci.ci_high * 1e6);
+    for (size_t i = 0; i < n; i++)
+        printf(i ? ",%.6f" : "%.6f", e->samples[i] * 1e6);
+    printf("]}\n");
+    fflush(stdout);
+}
+
+/* "setup id= cvar= set=<int> [newcomm=1]": write a cvar for the rest of the launch (e.g. a library's
+ * strict algorithm selection); `set=default` in later points does not undo it. */
+static void setup_cvar(engine *e, request *req)
+{
+    char why[512] = "";
+    cvar_slot *slot = NULL;
+    int failed = 0;
+    if (!req->cvar[0] || req->set != SET_VALUE) {
+        snprintf(why, sizeof why, "setup needs cvar= and set=<int>");
+        failed = 1;
+    }
+    if (!failed)
+        failed = (slot = cvar_lookup(e, req->cvar, why, sizeof why)) == NULL;
+    if (!failed)
+        failed = cvar_write(e, slot, req->set_value, why, sizeof why) != 0;
+    if (ctl_any(e, failed)) {
+        if (e->rank == 0)
+            print_error(req->id, "%s", failed ? why : "failed on another rank");
+        return;
+    }
+    slot->pinned = 1;
+    if (req->newcomm)
+        renew_measured_communicator(e);
+    int value = 0;
+    MPI_T_cvar_read(slot->handle, &value);
+    if (e->rank == 0) {
+        printf("{\"event\":\"setup\",\"id\":%ld,\"status\":\"ok\",\"cvar\":", req->id);
+        json_string(stdout, slot->name);
+        printf(",\"cvar_value\":%d}\n", value);
+        fflush(stdout);
+    }
+}
+
+/* ---------------------------------------------------------------- start-up */
+
+static void print_ready(engine *e)
+{
+    char host[MPI_MAX_PROCESSOR_NAME] = "";
+    int host_len = 0;
+    MPI_Get_processor_name(host, &host_len);
+    char *hosts = NULL;
+    if (e->rank == 0)
+        hosts = calloc((size_t)e->size, MPI_MAX_PROCESSOR_NAME);
+    MPI_Gather(host, MPI_MAX_PROCESSOR_NAME, MPI_CHAR, hosts, MPI_MAX_PROCESSOR_NAME, MPI_CHAR, 0, e->ctrl);
+    if (e->rank != 0)
+        return;
+    char version[MPI_MAX_LIBRARY_VERSION_STRING] = "";
+    int version_len = 0;
+    MPI_Get_library_version(version, &version_len);
+    printf("{\"event\":\"ready\",\"ranks\":%d,\"mpi_t\":%s,\"library\":", e->size, e->mpi_t ? "true" : "false");
+    json_string(stdout, version);
+    printf(",\"hosts\":[");
+    int printed = 0;
+    for (int r = 0; r < e->size; r++) {
+        const char *name = hosts + (size_t)r * MPI_MAX_PROCESSOR_NAME;
+        int seen = 0;
+        for (int q = 0; q < r && !seen; q++)
+            seen = strcmp(name, hosts + (size_t)q * MPI_MAX_PROCESSOR_NAME) == 0;
+        if (seen)
+            continue;
+        if (printed++)
+            fputc(',', stdout);
+        json_string(stdout, name);
+    }
+    printf("]}\n");
+    fflush(stdout);
+    free(hosts);
+}
+
+int main(int argc, char **argv)
+{
+    MPI_Init(&argc, &argv);
+    engine e;
+    memset(&e, 0, sizeof e);
+    int provided;
+    e.mpi_t = MPI_T_init_thread(MPI_THREAD_SINGLE, &provided) == MPI_SUCCESS;
+    MPI_Comm_dup(MPI_COMM_WORLD, &e.ctrl);
+    e.meas = MPI_COMM_NULL;
+    renew_measured_communicator(&e);
+    MPI_Comm_rank(e.ctrl, &e.rank);
+    MPI_Comm_size(e.ctrl, &e.size);
+    print_ready(&e);
+
+    char line[MAX_LINE];
+    while (next_line(&e, line) == 0) {
+        if (line[0] == '\0')
+            continue;
+        if (strcmp(line, "quit") == 0)
+            break;
+        int is_point = strncmp(line, "point ", 6) == 0, is_setup = strncmp(line, "setup ", 6) == 0;
+        if (!is_point && !is_setup) {
+            if (e.rank == 0)
+                print_error(-1, "unknown request: %.100s", line);
+            continue;
+        }
+        request req;
+        char why[256] = "";
+        if (parse_point(line, &req, why, sizeof why) != 0 || (is_point && !req.coll[0])) {
+            if (e.rank == 0)
+                print_error(req.id, "%s", why[0] ? why : "a point needs coll=");
+            continue;
+        }
+        if (is_setup)
+            setup_cvar(&e, &req);
+        else
+            measure_point(&e, &req);
+    }
+
+    for (int i = 0; i < e.ncvars; i++)
+        MPI_T_cvar_handle_free(&e.cvars[i].handle);
+    if (e.mpi_t)
+        MPI_T_finalize();
+    free(e.local);
+    free(e.scratch);
+    free(e.samples);
+    free(e.sorted);
+    MPI_Comm_free(&e.meas);
+    MPI_Comm_free(&e.ctrl);
+    MPI_Finalize();
+    return 0;
+}
