@@ -151,7 +151,8 @@ def test_mpich_runs_the_algorithm_written_through_mpi_t_and_strict_selection_cat
     misfit, fine, default = sweep.run(points)
     assert misfit.status == "failed" and "MPI_Allreduce failed" in misfit.reason, misfit.reason
     assert fine.ok and default.ok, (fine.reason, default.reason)
-    assert sweep.launches == 1
+    # One launch for the forced algorithms (shared-memory level pinned to MPIR), one for the default.
+    assert sweep.launches == 2
     lenient = Sweep(library, adapter, Layout(2), settings=QUICK, executable=executable, strict=False)
     assert all(m.ok for m in lenient.run(points))
 
@@ -200,7 +201,8 @@ def test_ctrl_c_keeps_what_was_measured(tmp_path: Path) -> None:
         with pytest.raises(KeyboardInterrupt):
             sweep.run(points, interrupt_after_two)
         assert len(store) == 2
-        assert sweep.pending(points) == points[2:]
+        # Exactly the points not yet measured are pending (in plan order), whatever order launches took.
+        assert sweep.pending(points) == [p for p in points if p not in seen]
 
 
 def test_a_point_changes_only_its_own_algorithm(vendor: str) -> None:

@@ -146,8 +146,8 @@ def test_mpich_ints_are_what_mpich_reads_back_from_the_env_var(libraries, adapte
     algorithms = {c: [adapter.default_algorithm(c), *adapter.algorithms(c)] for c in REQUIRED}
 
     def env_for(collective, name):
-        ((variable, value),) = adapter.force_env(collective, name).items()
-        return variable, value, adapter.runtime_switch(collective, name).cvar
+        cvar = adapter.runtime_switch(collective, name).cvar
+        return cvar, adapter.force_env(collective, name)[cvar], cvar  # (the rest pins the shared-memory level)
 
     seen = _readback(libraries["mpich"], env_for, {c: [a.name for a in algs] for c, algs in algorithms.items()})
     assert seen == {(c, a.name): a.value for c, algs in algorithms.items() for a in algs}
@@ -253,3 +253,32 @@ def test_mpich_strict_selection_makes_an_ill_fitting_algorithm_fail_instead_of_f
     by_count = {(r["count"], r["rank"]): r for r in records}
     assert all(by_count[(1, rank)]["rc"] != 0 for rank in (0, 1))
     assert all(by_count[(1024, rank)]["rc"] == 0 and by_count[(1024, rank)]["ok"] for rank in (0, 1))
+
+
+POSIX_LEVEL_CHECK = Path(__file__).parent / "c" / "posix_level_check.c"
+
+
+def _traced_allreduce(library: MPILibrary, writes: list[tuple[str, int]]) -> list[int]:
+    program = build_c(library, [POSIX_LEVEL_CHECK], "posix_level_check", werror=True)
+    argv = [str(library.mpiexec), "-n", "2", str(program), *(f"{name}={value}" for name, value in writes)]
+    done = subprocess.run(argv, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    return [int(word) for word in done.stdout.split()]
+
+
+def test_mpich_forced_algorithm_survives_the_shared_memory_level(adapters) -> None:
+    """MPICH 5 on one node hands bcast/reduce/barrier/allreduce to its shared-memory release_gather after a
+    few calls, whatever MPIR algorithm was forced; the adapter's switch pins that level, so every call runs
+    the algorithm asked for (ring: halves at 2 ranks; recursive doubling: the whole vector)."""
+    adapter = adapters["mpich"]
+    count = 6144
+    for name, expected in (("ring", count // 2), ("recursive_doubling", count)):
+        switch = adapter.runtime_switch("allreduce", name)
+        assert switch.also, "the MPICH switch must pin the shared-memory level"
+        pinned = _traced_allreduce(adapter.library, [*switch.also, (switch.cvar, switch.value)])
+        assert pinned == [expected] * 12, (name, pinned)
+        unpinned = _traced_allreduce(adapter.library, [(switch.cvar, switch.value)])
+        assert unpinned[0] == expected and unpinned[-1] != expected, (name, unpinned)  # the trap being avoided
+    env = adapter.force_env("allreduce", "ring")
+    assert env["MPIR_CVAR_ALLREDUCE_POSIX_INTRA_ALGORITHM"] == "mpir"
+    assert "MPIR_CVAR_ALLREDUCE_POSIX_INTRA_ALGORITHM" not in adapter.force_env("allreduce", "default")

@@ -55,6 +55,9 @@ class FakeAdapter(VendorAdapter):
     def tuning_file_mechanisms(self) -> list[str]:
         return []
 
+    def parameter_env(self, name: str, value: bool | int | float | str) -> dict[str, str]:
+        return {f"FAKE_{name.upper()}": str(value)}
+
 
 LIBRARY = MPILibrary(
     vendor="mpich", version="0.0", version_string="fake", device="", prefix=Path("/nonexistent"),
@@ -124,6 +127,24 @@ def test_mpit_mode_writes_the_cvar_and_restores_the_start_value_for_default() ->
     assert ring.env == {}
     default = selection_for(ADAPTER, BenchPoint("allreduce", "default", 8), "mpit")
     assert (default.cvar, default.set_value, default.expected_value) == ("fake_allreduce", SET_DEFAULT, None)
+
+
+class PinningAdapter(FakeAdapter):
+    """Like MPICH: a forced algorithm needs a second cvar pinned (the shared-memory level), default does not."""
+
+    def runtime_switch(self, collective: str, name: str) -> CvarSwitch:
+        switch = super().runtime_switch(collective, name)
+        level = 2 if self.check_algorithm(collective, name).name == "auto" else 0
+        return CvarSwitch(switch.cvar, switch.value, switch.needs_new_communicator, also=(("fake_level", level),))
+
+
+def test_mpit_mode_pins_companion_cvars_for_the_launch_and_keeps_default_apart() -> None:
+    adapter = PinningAdapter(LIBRARY, ADAPTER.catalog, ADAPTER.defaults)
+    ring = selection_for(adapter, BenchPoint("allreduce", "ring", 8), "mpit")
+    assert ring.setup == (CvarSwitch("fake_level", 0, False),)
+    assert selection_for(adapter, BenchPoint("allreduce", "default", 8), "mpit").setup == ()
+    # Setup writes last a whole launch (SET_DEFAULT does not undo them): default points need their own.
+    assert ring.setup != selection_for(adapter, BenchPoint("allreduce", "default", 8), "mpit").setup
 
 
 def test_env_mode_forces_through_the_environment_and_only_reads_the_cvar_back() -> None:

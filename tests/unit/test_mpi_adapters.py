@@ -47,6 +47,28 @@ def test_unknown_algorithm_is_a_usage_error_naming_the_valid_ones(mpich_adapter,
         mpich_adapter.runtime_switch("scan", "ring")
 
 
+POSIX_DESCRIPTION = (
+    "Variable to select algorithm for intra-node allreduce\n"
+    "mpir           - Fallback to MPIR collectives\n"
+    "release_gather - Force shm optimized algo using release, gather primitives\n"
+    "auto - Internal algorithm selection (can be overridden with MPIR_CVAR_CH4_POSIX_COLL_SELECTION_TUNING_JSON_FILE)"
+)
+
+
+def test_mpich_forcing_pins_the_shared_memory_level_and_default_leaves_it_alone():
+    from tunempi.mpi.mpich import posix_values
+
+    values = posix_values([{"name": "MPIR_CVAR_ALLREDUCE_POSIX_INTRA_ALGORITHM", "description": POSIX_DESCRIPTION}])
+    assert values == {"allreduce": {"mpir": 0, "release_gather": 1, "auto": 2}}
+    catalog = {"allreduce": [Algorithm("recursive_doubling", 3), Algorithm("ring", 8)]}
+    adapter = MpichAdapter(_library("mpich"), catalog, {"allreduce": Algorithm("auto", 0)}, posix_values=values)
+    assert adapter.force_env("allreduce", "ring") == {
+        "MPIR_CVAR_ALLREDUCE_INTRA_ALGORITHM": "ring", "MPIR_CVAR_ALLREDUCE_POSIX_INTRA_ALGORITHM": "mpir"}
+    assert adapter.force_env("allreduce", "default") == {"MPIR_CVAR_ALLREDUCE_INTRA_ALGORITHM": "auto"}
+    assert adapter.runtime_switch("allreduce", "ring").also == (("MPIR_CVAR_ALLREDUCE_POSIX_INTRA_ALGORITHM", 0),)
+    assert adapter.runtime_switch("allreduce", "auto").also == (("MPIR_CVAR_ALLREDUCE_POSIX_INTRA_ALGORITHM", 2),)
+
+
 def test_default_has_both_spellings(mpich_adapter, openmpi_adapter):
     assert mpich_adapter.check_algorithm("allreduce", "default") == Algorithm("auto", 0)
     assert mpich_adapter.check_algorithm("allreduce", "auto") == Algorithm("auto", 0)

@@ -31,7 +31,7 @@ from tunempi.bench.validate import DEFAULT_ALGORITHM, check_size
 from tunempi.errors import TunempiError, UsageError
 from tunempi.launch.hosts import NodeAllocation
 from tunempi.mpi.library import MPILibrary
-from tunempi.mpi.vendor import VendorAdapter
+from tunempi.mpi.vendor import CvarSwitch, VendorAdapter
 from tunempi.store.results import Measurement, PointKey, ResultStore
 
 MODES: tuple[str, ...] = ("mpit", "env")
@@ -91,6 +91,9 @@ class Selection:
     new_communicator: bool
     env: Mapping[str, str] = field(default_factory=dict)
     expected_value: int | None = None  # what the cvar must read back as (None: not checked)
+    #: Writes for the whole launch that this selection needs (CvarSwitch.also, e.g. MPICH's shared-memory
+    #: level pinned to "mpir"); points with different setups are measured in different launches.
+    setup: tuple[CvarSwitch, ...] = ()
 
 
 def selection_for(adapter: VendorAdapter, point: BenchPoint, mode: str) -> Selection:
@@ -111,7 +114,9 @@ def selection_for(adapter: VendorAdapter, point: BenchPoint, mode: str) -> Selec
     expected = adapter.check_algorithm(collective, point.algorithm).value
     switch = adapter.runtime_switch(collective, point.algorithm)
     if mode == "mpit":
-        return Selection(switch.cvar, switch.value, switch.needs_new_communicator, expected_value=expected)
+        setup = tuple(CvarSwitch(cvar, value, False) for cvar, value in switch.also)
+        return Selection(switch.cvar, switch.value, switch.needs_new_communicator, expected_value=expected,
+                         setup=setup)
     return Selection(switch.cvar, SET_KEEP, False, adapter.force_env(collective, point.algorithm), expected)
 
 
@@ -200,15 +205,15 @@ class Sweep:
         if self.layout.nodes == 1 and self.allocation is None:
             base_env.update(self.adapter.single_node_env())  # faster start-up, same collectives
         strict = self.adapter.strict_selection_switch() if self.strict else None
-        setup = (strict,) if strict is not None else ()
-        groups: dict[tuple[str, ...], list[tuple[BenchPoint, Selection]]] = {}
+        groups: dict[tuple[object, ...], list[tuple[BenchPoint, Selection]]] = {}
         for point in points:
             selection = selection_for(self.adapter, point, self.mode)
-            env_key = tuple(sorted(f"{k}={v}" for k, v in selection.env.items()))
-            groups.setdefault(env_key, []).append((point, selection))
+            launch_key = (tuple(sorted(f"{k}={v}" for k, v in selection.env.items())), selection.setup)
+            groups.setdefault(launch_key, []).append((point, selection))
         measurements: list[Measurement] = []
         for group in groups.values():
             env = {**base_env, **group[0][1].env}
+            setup = ((strict,) if strict is not None else ()) + group[0][1].setup
             session = EngineSession(
                 self.library, self.layout, env=env, setup=setup, executable=self.executable,
                 allocation=self.allocation,

@@ -399,7 +399,7 @@ def adapter_from_info(info: LibraryInfo) -> VendorAdapter:
             if cvar is not None:
                 compositions[collective] = mpich.parse_composition_description(cvar.get("description", ""))
         return mpich.MpichAdapter(info.library, catalog, defaults, names, compositions,
-                                  mpich.fallback_values(info.cvars))
+                                  mpich.fallback_values(info.cvars), mpich.posix_values(info.cvars))
     return openmpi.OpenMPIAdapter(info.library, catalog, defaults, names)
 
 

@@ -57,6 +57,11 @@ def algorithm_cvar(collective: str) -> str:
     return f"MPIR_CVAR_{COLLECTIVE_TOKENS[collective]}_INTRA_ALGORITHM"
 
 
+def posix_cvar(collective: str) -> str:
+    """The shared-memory (CH4 POSIX) level's algorithm cvar: it decides before the MPIR level does."""
+    return f"MPIR_CVAR_{COLLECTIVE_TOKENS[collective]}_POSIX_INTRA_ALGORITHM"
+
+
 def composition_cvar(collective: str) -> str:
     return f"MPIR_CVAR_{COLLECTIVE_TOKENS[collective]}_COMPOSITION"
 
@@ -167,6 +172,24 @@ def parse_composition_description(description: str) -> list[tuple[int, str]]:
     ]
 
 
+def posix_values(cvars: Iterable[dict]) -> dict[str, dict[str, int]]:
+    """collective -> {'mpir': 0, 'release_gather': 1, 'auto': 2, ...} from the POSIX-level cvars' descriptions.
+
+    Why it matters (measured on 5.0.2, one node): after MPIR_CVAR_POSIX_NUM_COLLS_THRESHOLD (5) calls of
+    bcast/reduce/barrier/allreduce on a communicator, the shared-memory level runs its own release_gather
+    algorithm and never asks the MPIR level, so a forced MPIR algorithm (env var, MPI_T or tuning file) is
+    silently ignored unless this level says "mpir".
+    """
+    by_name = {cvar["name"]: cvar for cvar in cvars}
+    values: dict[str, dict[str, int]] = {}
+    for collective in COLLECTIVE_TOKENS:
+        cvar = by_name.get(posix_cvar(collective))
+        if cvar is not None:
+            names = parse_algorithm_description(cvar.get("description", ""))
+            values[collective] = {name: value for value, name in enumerate(names)}
+    return values
+
+
 def fallback_values(cvars: Iterable[dict]) -> dict[str, int]:
     """{'error': 0, 'print': 1, 'silent': 2} from MPIR_CVAR_COLLECTIVE_FALLBACK's description ({} if absent)."""
     for cvar in cvars:
@@ -237,11 +260,13 @@ class MpichAdapter(VendorAdapter):
         cvar_names: Iterable[str] = (),
         compositions: dict[str, list[tuple[int, str]]] | None = None,
         fallback_values: dict[str, int] | None = None,
+        posix_values: dict[str, dict[str, int]] | None = None,
     ) -> None:
         super().__init__(library, catalog, defaults)
         self.cvar_names = frozenset(cvar_names)
         self._compositions = compositions or {}
         self._fallback_values = fallback_values or {}  # MPIR_CVAR_COLLECTIVE_FALLBACK: name -> int
+        self._posix_values = posix_values or {}  # collective -> POSIX-level algorithm name -> int
 
     def default_name(self) -> str:
         return DEFAULT_NAME
@@ -251,11 +276,19 @@ class MpichAdapter(VendorAdapter):
 
     def force_env(self, collective: str, name: str) -> dict[str, str]:
         algorithm = self.check_algorithm(collective, name)
-        return {algorithm_cvar(collective): algorithm.name}
+        env = {algorithm_cvar(collective): algorithm.name}
+        if algorithm.name != DEFAULT_NAME and "mpir" in self._posix_values.get(collective, {}):
+            env[posix_cvar(collective)] = "mpir"  # else the shared-memory level overrides the forced choice
+        return env
 
     def runtime_switch(self, collective: str, name: str) -> CvarSwitch:
         algorithm = self.check_algorithm(collective, name)
-        return CvarSwitch(cvar=algorithm_cvar(collective), value=algorithm.value, needs_new_communicator=False)
+        posix = self._posix_values.get(collective, {})
+        # The library's own choice leaves the shared-memory level on auto; a forced algorithm pins it to mpir.
+        level = "auto" if algorithm.name == DEFAULT_NAME else "mpir"
+        also = ((posix_cvar(collective), posix[level]),) if level in posix else ()
+        return CvarSwitch(cvar=algorithm_cvar(collective), value=algorithm.value, needs_new_communicator=False,
+                          also=also)
 
     def launch_env(self) -> dict[str, str]:
         return {}

@@ -37,6 +37,9 @@ class CvarSwitch:
     cvar: str
     value: int
     needs_new_communicator: bool
+    #: Further (cvar, int) writes that belong to this selection and are made before it, e.g. MPICH's
+    #: shared-memory level pinned to "mpir" so that the forced MPIR algorithm really runs.
+    also: tuple[tuple[str, int], ...] = ()
 
 
 @dataclass(frozen=True)
