@@ -33,6 +33,7 @@ def _root() -> None:
 # One module per subcommand (or group of subcommands); order is the order in --help.
 SUBCOMMAND_MODULES: tuple[str, ...] = (
     "tunempi.cli.info",
+    "tunempi.cli.bench",
     "tunempi.cli.store",
 )
 

@@ -1,0 +1,288 @@
+/* One collective at one message size: buffers, rank/iteration-dependent contents, the call, the check.
+ *
+ * Byte collectives carry blocks whose contents depend on (source rank, destination rank, iteration):
+ * a block that arrives at the wrong place, stale from the previous iteration, or not at all is caught.
+ * Reductions sum floats holding small integers, so every sum is exact whatever the reduction order
+ * (exact while ranks * (ranks + 1024) < 2^24, i.e. up to ~3600 ranks).
+ */
+#include <limits.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "engine.h"
+
+static const struct {
+    const char *name;
+    tm_collective kind;
+} collective_names[] = {
+    {"allreduce", TM_ALLREDUCE},
+    {"bcast", TM_BCAST},
+    {"allgather", TM_ALLGATHER},
+    {"alltoall", TM_ALLTOALL},
+    {"reduce", TM_REDUCE},
+    {"reduce_scatter", TM_REDUCE_SCATTER},
+    {"reduce_scatter_block", TM_REDUCE_SCATTER_BLOCK},
+    {"gather", TM_GATHER},
+    {"scatter", TM_SCATTER},
+    {"barrier", TM_BARRIER},
+};
+
+tm_collective tm_collective_from_name(const char *name)
+{
+    for (size_t i = 0; i < sizeof collective_names / sizeof collective_names[0]; i++)
+        if (strcmp(name, collective_names[i].name) == 0)
+            return collective_names[i].kind;
+    return TM_UNKNOWN;
+}
+
+int tm_collective_is_reduction(tm_collective kind)
+{
+    return kind == TM_ALLREDUCE || kind == TM_REDUCE || kind == TM_REDUCE_SCATTER ||
+           kind == TM_REDUCE_SCATTER_BLOCK;
+}
+
+static const int ROOT = 0;
+
+/* murmur3's finaliser: a cheap, well-mixed 32-bit hash. */
+static uint32_t mix32(uint32_t h)
+{
+    h ^= h >> 16;
+    h *= 0x85ebca6bu;
+    h ^= h >> 13;
+    h *= 0xc2b2ae35u;
+    h ^= h >> 16;
+    return h;
+}
+
+static uint32_t block_seed(int source, int destination, uint32_t iteration)
+{
+    return mix32((uint32_t)source * 0x9e3779b1u ^ mix32((uint32_t)destination * 0x85ebca77u ^ mix32(iteration)));
+}
+
+static uint8_t block_byte(uint32_t seed, size_t i)
+{
+    return (uint8_t)(seed + (uint32_t)i * 7u + (uint32_t)(i >> 8));
+}
+
+static void fill_block(uint8_t *p, size_t n, uint32_t seed)
+{
+    for (size_t i = 0; i < n; i++)
+        p[i] = block_byte(seed, i);
+}
+
+static int block_wrong(const uint8_t *p, size_t n, uint32_t seed)
+{
+    for (size_t i = 0; i < n; i++)
+        if (p[i] != block_byte(seed, i))
+            return 1;
+    return 0;
+}
+
+/* The iteration- and position-dependent part (0..1023) of every rank's contribution to element g. */
+static uint32_t reduction_term(uint32_t iteration, size_t g)
+{
+    return (mix32(iteration) + (uint32_t)g * 7u + (uint32_t)(g >> 10) * 3u) & 1023u;
+}
+
+static void fill_contributions(float *p, size_t n, size_t first_index, int rank, uint32_t iteration)
+{
+    for (size_t i = 0; i < n; i++)
+        p[i] = (float)((uint32_t)rank + 1u + reduction_term(iteration, first_index + i));
+}
+
+static int sums_wrong(const float *p, size_t n, size_t first_index, int ranks, uint32_t iteration)
+{
+    const uint32_t rank_sum = (uint32_t)ranks * ((uint32_t)ranks + 1u) / 2u;
+    for (size_t i = 0; i < n; i++) {
+        float expected = (float)(rank_sum + (uint32_t)ranks * reduction_term(iteration, first_index + i));
+        if (p[i] != expected)
+            return 1;
+    }
+    return 0;
+}
+
+int tm_case_init(tm_case *c, tm_collective kind, size_t bytes, MPI_Comm comm)
+{
+    memset(c, 0, sizeof *c);
+    c->kind = kind;
+    c->comm = comm;
+    c->bytes = bytes;
+    MPI_Comm_rank(comm, &c->rank);
+    MPI_Comm_size(comm, &c->size);
+    const size_t ranks = (size_t)c->size;
+    size_t send_bytes = 0, recv_bytes = 0;
+    if (tm_collective_is_reduction(kind)) {
+        if (bytes % TM_REDUCTION_ELEMENT_BYTES)
+            return -1;
+        c->count = bytes / TM_REDUCTION_ELEMENT_BYTES;
+    } else {
+        c->count = bytes;
+    }
+    switch (kind) {
+    case TM_ALLREDUCE:
+    case TM_REDUCE:
+        send_bytes = recv_bytes = bytes;
+        break;
+    case TM_BCAST:
+        recv_bytes = bytes;
+        break;
+    case TM_ALLGATHER:
+    case TM_GATHER:
+        send_bytes = bytes;
+        recv_bytes = bytes * ranks;
+        break;
+    case TM_ALLTOALL:
+        send_bytes = recv_bytes = bytes * ranks;
+        break;
+    case TM_SCATTER:
+        send_bytes = bytes * ranks;
+        recv_bytes = bytes;
+        break;
+    case TM_REDUCE_SCATTER:
+    case TM_REDUCE_SCATTER_BLOCK:
+        send_bytes = bytes * ranks;
+        recv_bytes = bytes;
+        break;
+    case TM_BARRIER:
+        break;
+    default:
+        return -1;
+    }
+    if (c->count > (size_t)INT_MAX || c->count * ranks > (size_t)INT_MAX)
+        return -1; /* counts are ints in the MPI calls used here */
+    c->sendbuf = malloc(send_bytes ? send_bytes : 1);
+    c->recvbuf = malloc(recv_bytes ? recv_bytes : 1);
+    if (kind == TM_REDUCE_SCATTER) {
+        c->recvcounts = malloc(ranks * sizeof *c->recvcounts);
+        if (c->recvcounts)
+            for (size_t r = 0; r < ranks; r++)
+                c->recvcounts[r] = (int)c->count;
+    }
+    if (!c->sendbuf || !c->recvbuf || (kind == TM_REDUCE_SCATTER && !c->recvcounts)) {
+        tm_case_free(c);
+        return -1;
+    }
+    memset(c->sendbuf, 0, send_bytes ? send_bytes : 1);
+    memset(c->recvbuf, 0, recv_bytes ? recv_bytes : 1);
+    return 0;
+}
+
+void tm_case_free(tm_case *c)
+{
+    free(c->sendbuf);
+    free(c->recvbuf);
+    free(c->recvcounts);
+    c->sendbuf = c->recvbuf = NULL;
+    c->recvcounts = NULL;
+}
+
+void tm_case_fill(tm_case *c, uint32_t iteration)
+{
+    uint8_t *send = c->sendbuf;
+    const size_t n = c->count;
+    switch (c->kind) {
+    case TM_ALLREDUCE:
+    case TM_REDUCE:
+        fill_contributions(c->sendbuf, n, 0, c->rank, iteration);
+        break;
+    case TM_REDUCE_SCATTER:
+    case TM_REDUCE_SCATTER_BLOCK:
+        fill_contributions(c->sendbuf, n * (size_t)c->size, 0, c->rank, iteration);
+        break;
+    case TM_BCAST:
+        if (c->rank == ROOT)
+            fill_block(c->recvbuf, n, block_seed(ROOT, 0, iteration));
+        break;
+    case TM_ALLGATHER:
+    case TM_GATHER:
+        fill_block(send, n, block_seed(c->rank, 0, iteration));
+        break;
+    case TM_ALLTOALL:
+        for (int dest = 0; dest < c->size; dest++)
+            fill_block(send + (size_t)dest * n, n, block_seed(c->rank, dest, iteration));
+        break;
+    case TM_SCATTER:
+        if (c->rank == ROOT)
+            for (int dest = 0; dest < c->size; dest++)
+                fill_block(send + (size_t)dest * n, n, block_seed(ROOT, dest, iteration));
+        break;
+    default:
+        break;
+    }
+}
+
+int tm_case_run(tm_case *c)
+{
+    const int n = (int)c->count;
+    switch (c->kind) {
+    case TM_ALLREDUCE:
+        return MPI_Allreduce(c->sendbuf, c->recvbuf, n, MPI_FLOAT, MPI_SUM, c->comm);
+    case TM_REDUCE:
+        return MPI_Reduce(c->sendbuf, c->recvbuf, n, MPI_FLOAT, MPI_SUM, ROOT, c->comm);
+    case TM_REDUCE_SCATTER:
+        return MPI_Reduce_scatter(c->sendbuf, c->recvbuf, c->recvcounts, MPI_FLOAT, MPI_SUM, c->comm);
+    case TM_REDUCE_SCATTER_BLOCK:
+        return MPI_Reduce_scatter_block(c->sendbuf, c->recvbuf, n, MPI_FLOAT, MPI_SUM, c->comm);
+    case TM_BCAST:
+        return MPI_Bcast(c->recvbuf, n, MPI_BYTE, ROOT, c->comm);
+    case TM_ALLGATHER:
+        return MPI_Allgather(c->sendbuf, n, MPI_BYTE, c->recvbuf, n, MPI_BYTE, c->comm);
+    case TM_ALLTOALL:
+        return MPI_Alltoall(c->sendbuf, n, MPI_BYTE, c->recvbuf, n, MPI_BYTE, c->comm);
+    case TM_GATHER:
+        return MPI_Gather(c->sendbuf, n, MPI_BYTE, c->recvbuf, n, MPI_BYTE, ROOT, c->comm);
+    case TM_SCATTER:
+        return MPI_Scatter(c->sendbuf, n, MPI_BYTE, c->recvbuf, n, MPI_BYTE, ROOT, c->comm);
+    case TM_BARRIER:
+        return MPI_Barrier(c->comm);
+    default:
+        return MPI_ERR_OTHER;
+    }
+}
+
+int tm_case_check(const tm_case *c, uint32_t iteration)
+{
+    const uint8_t *recv = c->recvbuf;
+    const size_t n = c->count;
+    switch (c->kind) {
+    case TM_ALLREDUCE:
+        return sums_wrong(c->recvbuf, n, 0, c->size, iteration);
+    case TM_REDUCE:
+        return c->rank == ROOT ? sums_wrong(c->recvbuf, n, 0, c->size, iteration) : 0;
+    case TM_REDUCE_SCATTER:
+    case TM_REDUCE_SCATTER_BLOCK:
+        return sums_wrong(c->recvbuf, n, (size_t)c->rank * n, c->size, iteration);
+    case TM_BCAST:
+        return c->rank == ROOT ? 0 : block_wrong(recv, n, block_seed(ROOT, 0, iteration));
+    case TM_ALLGATHER:
+        for (int src = 0; src < c->size; src++)
+            if (block_wrong(recv + (size_t)src * n, n, block_seed(src, 0, iteration)))
+                return 1;
+        return 0;
+    case TM_GATHER:
+        if (c->rank != ROOT)
+            return 0;
+        for (int src = 0; src < c->size; src++)
+            if (block_wrong(recv + (size_t)src * n, n, block_seed(src, 0, iteration)))
+                return 1;
+        return 0;
+    case TM_ALLTOALL:
+        for (int src = 0; src < c->size; src++)
+            if (block_wrong(recv + (size_t)src * n, n, block_seed(src, c->rank, iteration)))
+                return 1;
+        return 0;
+    case TM_SCATTER:
+        return block_wrong(recv, n, block_seed(ROOT, c->rank, iteration));
+    default:
+        return 0;
+    }
+}
+
+void tm_case_spoil(tm_case *c)
+{
+    const int rooted = c->kind == TM_REDUCE || c->kind == TM_GATHER; /* only the root checks */
+    const int checker = rooted ? ROOT : c->size - 1;               /* bcast's root does not check */
+    if (c->kind == TM_BARRIER || c->count == 0 || c->rank != checker)
+        return;
+    ((uint8_t *)c->recvbuf)[0] ^= 0x5a;
+}

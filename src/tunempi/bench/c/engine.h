@@ -1,0 +1,72 @@
+/* tunempi benchmark engine: shared declarations.
+ *
+ * engine.c    request loop, MPI_T algorithm switching, JSON output (rank 0)
+ * cases.c     one collective at one message size: buffers, fill, run, check
+ * stats.c     order statistics and the confidence interval of the median
+ */
+#ifndef TUNEMPI_ENGINE_H
+#define TUNEMPI_ENGINE_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include <mpi.h>
+
+/* Elements of reductions are floats, as in OSU: sizes of reductions are multiples of this. */
+#define TM_REDUCTION_ELEMENT_BYTES 4
+
+typedef enum {
+    TM_ALLREDUCE,
+    TM_BCAST,
+    TM_ALLGATHER,
+    TM_ALLTOALL,
+    TM_REDUCE,
+    TM_REDUCE_SCATTER,
+    TM_REDUCE_SCATTER_BLOCK,
+    TM_GATHER,
+    TM_SCATTER,
+    TM_BARRIER,
+    TM_UNKNOWN
+} tm_collective;
+
+tm_collective tm_collective_from_name(const char *name);
+int tm_collective_is_reduction(tm_collective kind);
+
+/* One collective at one message size on one communicator. */
+typedef struct {
+    tm_collective kind;
+    MPI_Comm comm;
+    int rank;
+    int size;
+    size_t bytes;   /* OSU convention: per-rank buffer or per-destination block */
+    size_t count;   /* elements per block (floats for reductions, bytes otherwise) */
+    void *sendbuf;
+    void *recvbuf;
+    int *recvcounts; /* reduce_scatter only */
+} tm_case;
+
+/* Returns 0, or -1 when buffers cannot be allocated or the size does not fit the collective. */
+int tm_case_init(tm_case *c, tm_collective kind, size_t bytes, MPI_Comm comm);
+void tm_case_free(tm_case *c);
+/* Fill the send side with values that depend on (rank, iteration) so that stale or misplaced data
+ * in the result is detected. */
+void tm_case_fill(tm_case *c, uint32_t iteration);
+int tm_case_run(tm_case *c);
+/* 1 when this rank's result for `iteration` is wrong, else 0. */
+int tm_case_check(const tm_case *c, uint32_t iteration);
+/* Self-test of the check: spoil one byte of the result on one rank that checks it. */
+void tm_case_spoil(tm_case *c);
+
+/* Statistics on per-iteration times (sorted in place). */
+typedef struct {
+    double median;
+    double ci_low;
+    double ci_high;
+} tm_median_ci;
+
+void tm_sort(double *values, size_t n);
+/* 95 % confidence interval of the median by the binomial (order-statistics) method.
+ * `sorted` must be sorted ascending; n >= 1. */
+tm_median_ci tm_median_confidence(const double *sorted, size_t n);
+
+#endif

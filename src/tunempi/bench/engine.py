@@ -1,0 +1,254 @@
+"""The Python side of the benchmark engine: build it, launch it once per layout, stream points through it.
+
+`EngineSession` owns one launch of the C engine (bench/c/) for one process layout and one fixed
+environment. `measure(request)` sends one request line to rank 0 and waits for its one JSON answer.
+When a point hangs (no answer within its timeout) or the job dies (an algorithm aborted it), the whole
+job is killed, the point is reported as timed out / failed, and the next `measure` relaunches: a sweep
+goes on.
+"""
+
+from __future__ import annotations
+
+import collections
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from types import MappingProxyType
+
+from tunempi.bench.protocol import QUIT, EngineReady, PointReply, PointRequest, decode_line
+from tunempi.bench.stats import Statistics, summarize
+from tunempi.errors import MPIError
+from tunempi.launch.hosts import NodeAllocation
+from tunempi.launch.launchers import Launcher, LaunchSpec, launcher_for
+from tunempi.launch.process import InteractiveLaunch, LaunchError, LaunchTimeout
+from tunempi.mpi.build import build_c
+from tunempi.mpi.library import MPILibrary
+
+C_DIR = Path(__file__).parent / "c"
+ENGINE_SOURCES: tuple[Path, ...] = (C_DIR / "engine.c", C_DIR / "cases.c", C_DIR / "stats.c")
+ENGINE_NAME = "tunempi_bench_engine"
+
+# Lines of an MPI library's abort message that say what went wrong (Open MPI's "*** An error occurred in
+# MPI_Alltoall" / "*** MPI_ERR_...", MPICH's "Fatal error in ..." / assertion), without the rank prefix.
+_TELLING = re.compile(r"error occurred in|MPI_ERR_|Fatal error|Assertion|[Ss]egmentation|signal \d+")
+_MESSAGE_PREFIX = re.compile(r"^(\[[^\]]*\]\s*)?(\*+\s*)?")
+
+#: Seconds to wait for the engine's "ready" line (MPI_Init of every rank).
+START_TIMEOUT_S = 120.0
+
+
+def build_engine(library: MPILibrary, *, werror: bool = False) -> Path:
+    """Compile the engine with the library's own mpicc (cached by library fingerprint and sources)."""
+    return build_c(library, list(ENGINE_SOURCES), ENGINE_NAME, werror=werror)
+
+
+@dataclass(frozen=True)
+class Layout:
+    """How many processes, and (where several nodes exist) how they are spread."""
+
+    ranks: int
+    nodes: int = 1
+    ppn: int | None = None  # None: the launcher's default placement
+
+    def __post_init__(self) -> None:
+        if self.ranks < 1 or self.nodes < 1 or (self.ppn is not None and self.ppn < 1):
+            raise ValueError(f"bad layout: ranks={self.ranks} nodes={self.nodes} ppn={self.ppn}")
+
+    @property
+    def ppn_or_derived(self) -> int:
+        """Processes per node (the largest count where nodes are not filled evenly)."""
+        return self.ppn if self.ppn is not None else -(-self.ranks // self.nodes)
+
+
+@dataclass(frozen=True)
+class PointOutcome:
+    """What became of one request: status 'ok', 'failed' (engine error, job died) or 'timeout'."""
+
+    request: PointRequest
+    status: str
+    reason: str = ""
+    reply: PointReply | None = None
+    statistics: Statistics | None = None
+    hosts: tuple[str, ...] = ()
+    launch_argv: tuple[str, ...] = ()
+    env: Mapping[str, str] = field(default_factory=lambda: MappingProxyType({}))
+
+    @property
+    def ok(self) -> bool:
+        return self.status == "ok"
+
+
+class EngineSession:
+    """One running engine for one layout and one environment; relaunched after a failure.
+
+    env: variables every rank must see (the adapter's launch_env, plus force_env in one-shot mode).
+    point_timeout_s: None derives it from each request's time cap.
+    """
+
+    def __init__(
+        self,
+        library: MPILibrary,
+        layout: Layout,
+        *,
+        env: Mapping[str, str] | None = None,
+        executable: Path | None = None,
+        launcher: Launcher | None = None,
+        allocation: NodeAllocation | None = None,
+        bind: str | None = None,
+        point_timeout_s: float | None = None,
+        start_timeout_s: float = START_TIMEOUT_S,
+    ) -> None:
+        self.library = library
+        self.layout = layout
+        self.env: Mapping[str, str] = MappingProxyType(dict(env or {}))
+        self.executable = executable if executable is not None else build_engine(library)
+        self.launcher = launcher if launcher is not None else launcher_for(library)
+        self.allocation = allocation
+        self.bind = bind
+        self.point_timeout_s = point_timeout_s
+        self.start_timeout_s = start_timeout_s
+        self.launches = 0  # how many times the engine was started (relaunches after failures included)
+        self.ready: EngineReady | None = None
+        self._job: InteractiveLaunch | None = None
+        self._noise: collections.deque[str] = collections.deque(maxlen=20)  # stray stdout lines
+
+    # --- life cycle -----------------------------------------------------------------------------------
+    @property
+    def launch_argv(self) -> tuple[str, ...]:
+        return tuple(self.launcher.command(self._spec()).argv)
+
+    def _spec(self) -> LaunchSpec:
+        return LaunchSpec(
+            command=(str(self.executable),), ranks=self.layout.ranks,
+            nodes=self.layout.nodes if self.layout.nodes > 1 else None, ppn=self.layout.ppn,
+            allocation=self.allocation, env=self.env, bind=self.bind,
+        )
+
+    def start(self) -> EngineReady:
+        """Launch the engine (if not running) and wait for its ready line."""
+        if self._job is not None and self.ready is not None:
+            return self.ready
+        command = self.launcher.command(self._spec())
+        job = InteractiveLaunch(command.argv, command.full_env())
+        job.start()
+        self._job = job
+        self.launches += 1
+        try:
+            line = self._read(self.start_timeout_s)
+        except LaunchTimeout:
+            self.kill()
+            raise MPIError(f"the benchmark engine did not start within {self.start_timeout_s:g} s") from None
+        if line is None:
+            why = self._death_note()
+            self.kill()
+            raise MPIError(f"the benchmark engine died at start-up: {why}")
+        reply = decode_line(line)
+        if not isinstance(reply, EngineReady):
+            self.kill()
+            raise MPIError(f"the benchmark engine did not say it was ready: {line[:200]!r}")
+        self.ready = reply
+        return reply
+
+    def close(self) -> None:
+        """Ask the engine to quit and wait for it (killing it if it does not end)."""
+        if self._job is None:
+            return
+        try:
+            self._job.send_line(QUIT)
+        except LaunchError:
+            pass
+        self._job.close()
+        self._job = None
+        self.ready = None
+
+    def kill(self) -> None:
+        if self._job is not None:
+            self._job.kill()
+        self._job = None
+        self.ready = None
+
+    def __enter__(self) -> EngineSession:
+        return self
+
+    def __exit__(self, exc_type: object, exc: object, tb: object) -> None:
+        if exc_type is None:
+            self.close()
+        else:
+            self.kill()
+
+    # --- measuring ------------------------------------------------------------------------------------
+    def timeout_for(self, request: PointRequest) -> float:
+        if self.point_timeout_s is not None:
+            return self.point_timeout_s
+        return 30.0 + 5.0 * request.settings.time_cap_s
+
+    def measure(self, request: PointRequest) -> PointOutcome:
+        """Measure one point; never raises for a failure of the point itself (see PointOutcome.status)."""
+        try:
+            ready = self.start()
+        except (MPIError, LaunchError) as exc:
+            return self._outcome(request, "failed", str(exc))
+        assert self._job is not None
+        try:
+            self._job.send_line(request.encode())
+            line = self._read(self.timeout_for(request))
+        except LaunchTimeout:
+            self.kill()
+            return self._outcome(
+                request, "timeout", f"no result within {self.timeout_for(request):g} s; job killed", ready
+            )
+        except LaunchError as exc:
+            why = self._death_note()
+            self.kill()
+            return self._outcome(request, "failed", f"{exc}: {why}", ready)
+        if line is None:
+            why = self._death_note()
+            self.kill()
+            return self._outcome(request, "failed", f"the engine died: {why}", ready)
+        try:
+            reply = decode_line(line)
+        except MPIError as exc:
+            self.kill()
+            return self._outcome(request, "failed", str(exc), ready)
+        if not isinstance(reply, PointReply) or (reply.id != request.id and reply.ok):
+            self.kill()
+            return self._outcome(request, "failed", f"unexpected engine answer: {line[:200]!r}", ready)
+        if not reply.ok:
+            return self._outcome(request, "failed", f"engine: {reply.error}", ready, reply)
+        return PointOutcome(
+            request=request, status="ok", reply=reply, statistics=summarize(reply.samples_us),
+            hosts=ready.hosts, launch_argv=self.launch_argv, env=self.env,
+        )
+
+    # --- helpers --------------------------------------------------------------------------------------
+    def _read(self, timeout: float) -> str | None:
+        """The next JSON line from the engine (other stdout lines are kept as noise), None at the end."""
+        assert self._job is not None
+        while True:
+            line = self._job.read_line(timeout)
+            if line is None or line.startswith("{"):
+                return line
+            self._noise.append(line)
+
+    def _death_note(self) -> str:
+        """Why the job ended: exit status and the MPI library's own error lines, from the job's output."""
+        if self._job is None:
+            return "not running"
+        result = self._job.kill()
+        lines = [_MESSAGE_PREFIX.sub("", ln).strip() for ln in result.stderr.splitlines() + list(self._noise)]
+        lines = [ln for ln in lines if ln.isprintable() and ln.strip("-=* ")]
+        telling = [ln for ln in lines if _TELLING.search(ln)][:2]
+        if lines and lines[-1] not in telling:  # MPICH's error stack ends with the actual cause
+            telling.append(lines[-1])
+        how = result.reason.split(":")[0] if result.reason else f"exit status {result.returncode}"
+        return how + (": " + "; ".join(dict.fromkeys(telling)) if telling else "")
+
+    def _outcome(
+        self, request: PointRequest, status: str, reason: str, ready: EngineReady | None = None,
+        reply: PointReply | None = None,
+    ) -> PointOutcome:
+        return PointOutcome(
+            request=request, status=status, reason=reason, reply=reply,
+            hosts=ready.hosts if ready else (), launch_argv=self.launch_argv, env=self.env,
+        )

@@ -1,0 +1,154 @@
+"""The line protocol between the Python driver and the C engine (bench/c/engine.c).
+
+Requests go to rank 0's stdin, one line each:
+
+    point id=7 coll=allreduce bytes=1024 cvar=<name|-> set=<int|default|keep> newcomm=<0|1>
+          warmup=2 min_iters=10 max_iters=1000 rel_ci=0.05 time_cap=1
+    quit
+
+Rank 0 answers with one JSON object per line: first `{"event":"ready", ...}`, then one
+`{"event":"point", "id":..., "status":"ok"|"error", ...}` per request, in order.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass
+from typing import Any
+
+from tunempi.errors import MPIError
+
+#: `set=` values that are not an int: restore the cvar's start-up value / write nothing.
+SET_DEFAULT = "default"
+SET_KEEP = "keep"
+
+_CVAR_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+
+
+@dataclass(frozen=True)
+class MeasureSettings:
+    """How long and how precisely to measure each point.
+
+    warmup: untimed (but checked) iterations first. Then iterations run in batches until the 95 %
+    confidence interval of the median is within +-rel_ci of it (after min_iters), max_iters is reached,
+    or time_cap_s of measuring is spent.
+    """
+
+    warmup: int = 2
+    min_iters: int = 10
+    max_iters: int = 1000
+    rel_ci: float = 0.05
+    time_cap_s: float = 1.0
+
+    def __post_init__(self) -> None:
+        if self.warmup < 0 or self.min_iters < 1 or self.max_iters < self.min_iters:
+            raise ValueError(
+                f"need warmup >= 0 and 1 <= min_iters <= max_iters, got {self.warmup}, "
+                f"{self.min_iters}, {self.max_iters}"
+            )
+        if self.rel_ci < 0 or self.time_cap_s <= 0:
+            raise ValueError(f"need rel_ci >= 0 and time_cap_s > 0, got {self.rel_ci}, {self.time_cap_s}")
+
+
+@dataclass(frozen=True)
+class PointRequest:
+    """One point for the engine: which collective at which size, and how to select the algorithm.
+
+    cvar: the int control variable that selects the collective's algorithm (read back and reported),
+    or None. set_value: an int to write to it, SET_DEFAULT (restore the start-up values of every cvar
+    written so far) or SET_KEEP (write nothing: the algorithm was forced through the environment).
+    new_communicator: measure on a communicator created after the write.
+    spoil_every: a self-test of the engine's result check: spoil the result of every n-th iteration
+    (warm-up included) on one rank; the reply's `errors` must then count exactly those iterations.
+    """
+
+    id: int
+    collective: str
+    msg_bytes: int
+    cvar: str | None = None
+    set_value: int | str = SET_KEEP
+    new_communicator: bool = False
+    settings: MeasureSettings = MeasureSettings()
+    spoil_every: int = 0
+
+    def encode(self) -> str:
+        """The request line (without newline)."""
+        if self.cvar is not None and not _CVAR_NAME.match(self.cvar):
+            raise ValueError(f"not a cvar name: {self.cvar!r}")
+        if not isinstance(self.set_value, int) and self.set_value not in (SET_DEFAULT, SET_KEEP):
+            raise ValueError(f"set_value must be an int, {SET_DEFAULT!r} or {SET_KEEP!r}")
+        if isinstance(self.set_value, int) and self.cvar is None:
+            raise ValueError("writing a value needs a cvar")
+        s = self.settings
+        return (
+            f"point id={self.id} coll={self.collective} bytes={self.msg_bytes} cvar={self.cvar or '-'} "
+            f"set={self.set_value} newcomm={int(self.new_communicator)} warmup={s.warmup} "
+            f"min_iters={s.min_iters} max_iters={s.max_iters} rel_ci={s.rel_ci:g} time_cap={s.time_cap_s:g}"
+            + (f" spoil_every={self.spoil_every}" if self.spoil_every else "")
+        )
+
+
+QUIT = "quit"
+
+
+@dataclass(frozen=True)
+class EngineReady:
+    """The engine's first line: it is up, on these hosts, with this library."""
+
+    ranks: int
+    library: str
+    hosts: tuple[str, ...]
+    mpi_t: bool
+
+
+@dataclass(frozen=True)
+class PointReply:
+    """The engine's answer to one point request (status "ok" or "error")."""
+
+    id: int
+    status: str
+    error: str = ""
+    cvar: str | None = None
+    cvar_value: int | None = None
+    cvar_consistent: bool = True
+    iterations: int = 0
+    warmup: int = 0
+    errors: int = 0
+    checked: int = 0
+    stop: str = ""
+    elapsed_s: float = 0.0
+    median_us: float | None = None
+    ci_low_us: float | None = None
+    ci_high_us: float | None = None
+    samples_us: tuple[float, ...] = ()
+
+    @property
+    def ok(self) -> bool:
+        return self.status == "ok"
+
+
+def decode_line(line: str) -> EngineReady | PointReply:
+    """Parse one line from the engine; MPIError on anything that is not a known JSON event."""
+    try:
+        data: dict[str, Any] = json.loads(line)
+    except json.JSONDecodeError as exc:
+        raise MPIError(f"engine printed a line that is not JSON: {line[:200]!r}") from exc
+    event = data.get("event") if isinstance(data, dict) else None
+    if event == "ready":
+        return EngineReady(
+            ranks=int(data["ranks"]), library=str(data["library"]),
+            hosts=tuple(str(h) for h in data.get("hosts", ())), mpi_t=bool(data.get("mpi_t", False)),
+        )
+    if event == "point":
+        if data.get("status") != "ok":
+            return PointReply(id=int(data.get("id", -1)), status="error", error=str(data.get("error", "")))
+        return PointReply(
+            id=int(data["id"]), status="ok", cvar=data.get("cvar"), cvar_value=data.get("cvar_value"),
+            cvar_consistent=bool(data.get("cvar_consistent", True)), iterations=int(data["iterations"]),
+            warmup=int(data["warmup"]), errors=int(data["errors"]), checked=int(data["checked"]),
+            stop=str(data["stop"]), elapsed_s=float(data["elapsed_s"]), median_us=float(data["median_us"]),
+            ci_low_us=float(data["ci_low_us"]), ci_high_us=float(data["ci_high_us"]),
+            samples_us=tuple(float(x) for x in data["samples_us"]),
+        )
+    raise MPIError(f"engine printed an unknown event: {line[:200]!r}")

@@ -1,0 +1,221 @@
+"""Exhaustive sweeps: every (collective, algorithm, size, repetition) point of a layout, into the store.
+
+Two ways to select the algorithm of a point (`mode`):
+- "mpit" (default): ONE launch measures every point; the engine switches algorithms between points by
+  writing the library's algorithm cvar through MPI_T (adapter.runtime_switch).
+- "env": one launch per (collective, algorithm) with the algorithm forced through the environment
+  (adapter.force_env): the classic way, kept to cross-check the MPI_T path.
+In both modes the engine reads the cvar back and reports it; a point whose library did not take the
+asked-for algorithm is recorded as failed, never stored as that algorithm.
+
+Points are ordered size by size with every algorithm of a size next to each other, so that in "mpit"
+mode candidates are compared within one process, minutes apart at most.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from tunempi.bench.engine import EngineSession, Layout, PointOutcome
+from tunempi.bench.protocol import SET_DEFAULT, SET_KEEP, MeasureSettings, PointRequest
+from tunempi.bench.validate import DEFAULT_ALGORITHM, check_size
+from tunempi.errors import TunempiError, UsageError
+from tunempi.launch.hosts import NodeAllocation
+from tunempi.mpi.library import MPILibrary
+from tunempi.mpi.vendor import VendorAdapter
+from tunempi.store.results import Measurement, PointKey, ResultStore
+
+MODES: tuple[str, ...] = ("mpit", "env")
+
+
+@dataclass(frozen=True)
+class BenchPoint:
+    """One repetition of one point of a sweep (the layout is the sweep's)."""
+
+    collective: str
+    algorithm: str  # the library's own name, or "default" for the library's own choice
+    msg_bytes: int
+    run: int = 0
+
+
+def plan_points(
+    algorithms: Mapping[str, Sequence[str]], sizes: Sequence[int], *, ranks: int, repeat: int = 1
+) -> list[BenchPoint]:
+    """Every point of a sweep: for each repetition, collective and size, every algorithm.
+
+    algorithms: collective -> validated algorithm names. Barrier moves no data and gets the one size 0.
+    Sizes that a collective cannot take raise UsageError (see validate.size_problem).
+    """
+    if repeat < 1:
+        raise UsageError(f"repeat must be at least 1, got {repeat}")
+    points: list[BenchPoint] = []
+    for run in range(repeat):
+        for collective, names in algorithms.items():
+            for size in [0] if collective == "barrier" else sizes:
+                check_size(collective, size, ranks)
+                points.extend(BenchPoint(collective, name, size, run) for name in names)
+    return points
+
+
+@dataclass(frozen=True)
+class Selection:
+    """How one point's algorithm is selected: the cvar to write/read back, and the launch environment."""
+
+    cvar: str | None
+    set_value: int | str
+    new_communicator: bool
+    env: Mapping[str, str] = field(default_factory=dict)
+    expected_value: int | None = None  # what the cvar must read back as (None: not checked)
+
+
+def selection_for(adapter: VendorAdapter, point: BenchPoint, mode: str) -> Selection:
+    """The cvar write (mode "mpit") or environment (mode "env") that selects `point.algorithm`."""
+    if mode not in MODES:
+        raise UsageError(f"unknown mode {mode!r}; valid: {', '.join(MODES)}")
+    collective = point.collective
+    if point.algorithm == DEFAULT_ALGORITHM:
+        try:  # the cvar is only read back for the library's own choice
+            switch = adapter.runtime_switch(collective, adapter.default_name())
+        except TunempiError:
+            switch = None
+        if switch is None:
+            return Selection(None, SET_KEEP, False)
+        if mode == "mpit":
+            return Selection(switch.cvar, SET_DEFAULT, switch.needs_new_communicator)
+        return Selection(switch.cvar, SET_KEEP, False)
+    expected = adapter.check_algorithm(collective, point.algorithm).value
+    switch = adapter.runtime_switch(collective, point.algorithm)
+    if mode == "mpit":
+        return Selection(switch.cvar, switch.value, switch.needs_new_communicator, expected_value=expected)
+    return Selection(switch.cvar, SET_KEEP, False, adapter.force_env(collective, point.algorithm), expected)
+
+
+def to_measurement(
+    library: MPILibrary, layout: Layout, point: BenchPoint, outcome: PointOutcome, *, system: str = ""
+) -> Measurement:
+    stats = outcome.statistics if outcome.ok else None
+    reply = outcome.reply
+    return Measurement(
+        library_fingerprint=library.fingerprint, library=library.name, collective=point.collective,
+        algorithm=point.algorithm, ranks=layout.ranks, msg_bytes=point.msg_bytes, nodes=layout.nodes,
+        ppn=layout.ppn_or_derived, run=point.run, status=outcome.status, reason=outcome.reason,
+        median_us=stats.median_us if stats else None, min_us=stats.min_us if stats else None,
+        p90_us=stats.p90_us if stats else None, mean_us=stats.mean_us if stats else None,
+        ci_low_us=stats.ci_low_us if stats else None, ci_high_us=stats.ci_high_us if stats else None,
+        iterations=stats.iterations if stats else None, errors=reply.errors if reply and reply.ok else 0,
+        hosts=outcome.hosts, launch_argv=outcome.launch_argv, env=dict(outcome.env), system=system,
+    )
+
+
+OnResult = Callable[[BenchPoint, PointOutcome, Measurement], None]
+
+
+class Sweep:
+    """Runs points of one library and layout through the engine, writing each result as it arrives.
+
+    store: where results go (None: nowhere; the measurements are still returned). Points already in
+    the store (status ok) are skipped by `pending` unless force.
+    """
+
+    def __init__(
+        self,
+        library: MPILibrary,
+        adapter: VendorAdapter,
+        layout: Layout,
+        *,
+        mode: str = "mpit",
+        settings: MeasureSettings | None = None,
+        store: ResultStore | None = None,
+        system: str = "",
+        allocation: NodeAllocation | None = None,
+        bind: str | None = None,
+        executable: Path | None = None,
+        point_timeout_s: float | None = None,
+    ) -> None:
+        if mode not in MODES:
+            raise UsageError(f"unknown mode {mode!r}; valid: {', '.join(MODES)}")
+        self.library = library
+        self.adapter = adapter
+        self.layout = layout
+        self.mode = mode
+        self.settings = settings or MeasureSettings()
+        self.store = store
+        self.system = system
+        self.allocation = allocation
+        self.bind = bind
+        self.executable = executable
+        self.point_timeout_s = point_timeout_s
+        self.launches = 0
+        self._next_id = 0
+
+    def key(self, point: BenchPoint) -> PointKey:
+        return PointKey(
+            point.collective, point.algorithm, self.layout.ranks, self.layout.nodes,
+            self.layout.ppn_or_derived, point.msg_bytes, point.run,
+        )
+
+    def pending(self, points: Iterable[BenchPoint], *, force: bool = False) -> list[BenchPoint]:
+        """The points still to measure: all when force or without a store, else those not stored as ok."""
+        points = list(points)
+        if force or self.store is None:
+            return points
+        done = self.store.measured_points(
+            self.library.fingerprint, system=self.system, ranks=self.layout.ranks, nodes=self.layout.nodes,
+            ppn=self.layout.ppn_or_derived,
+        )
+        return [p for p in points if self.key(p) not in done]
+
+    def run(self, points: Sequence[BenchPoint], on_result: OnResult | None = None) -> list[Measurement]:
+        """Measure `points` (in "env" mode grouped into one launch per collective and algorithm)."""
+        base_env = dict(self.adapter.launch_env())
+        groups: dict[tuple[str, ...], list[tuple[BenchPoint, Selection]]] = {}
+        for point in points:
+            selection = selection_for(self.adapter, point, self.mode)
+            env_key = tuple(sorted(f"{k}={v}" for k, v in selection.env.items()))
+            groups.setdefault(env_key, []).append((point, selection))
+        measurements: list[Measurement] = []
+        for group in groups.values():
+            env = {**base_env, **group[0][1].env}
+            session = EngineSession(
+                self.library, self.layout, env=env, executable=self.executable, allocation=self.allocation,
+                bind=self.bind, point_timeout_s=self.point_timeout_s,
+            )
+            with session:
+                for point, selection in group:
+                    outcome = self._measure(session, point, selection)
+                    measurement = to_measurement(self.library, self.layout, point, outcome, system=self.system)
+                    if self.store is not None:
+                        self.store.add(measurement)
+                    measurements.append(measurement)
+                    if on_result is not None:
+                        on_result(point, outcome, measurement)
+            self.launches += session.launches
+        return measurements
+
+    def _measure(self, session: EngineSession, point: BenchPoint, selection: Selection) -> PointOutcome:
+        self._next_id += 1
+        request = PointRequest(
+            id=self._next_id, collective=point.collective, msg_bytes=point.msg_bytes, cvar=selection.cvar,
+            set_value=selection.set_value, new_communicator=selection.new_communicator, settings=self.settings,
+        )
+        outcome = session.measure(request)
+        reply = outcome.reply
+        if outcome.ok and reply is not None:
+            if not reply.cvar_consistent:
+                return _failed(outcome, f"ranks disagree on {reply.cvar}")
+            if selection.expected_value is not None and reply.cvar_value != selection.expected_value:
+                return _failed(
+                    outcome,
+                    f"{point.algorithm} not selected: {reply.cvar} reads {reply.cvar_value}, "
+                    f"expected {selection.expected_value}",
+                )
+        return outcome
+
+
+def _failed(outcome: PointOutcome, reason: str) -> PointOutcome:
+    return PointOutcome(
+        request=outcome.request, status="failed", reason=reason, reply=outcome.reply,
+        hosts=outcome.hosts, launch_argv=outcome.launch_argv, env=outcome.env,
+    )

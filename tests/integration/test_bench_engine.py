@@ -1,0 +1,194 @@
+"""The benchmark engine on the real embedded libraries: MPICH at 2 ranks, Open MPI at 2 and 4 (oversubscribed).
+
+Kept short: tiny sizes, few iterations. Nothing here asserts a time.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from tunempi.bench.engine import EngineSession, Layout, PointOutcome, build_engine
+from tunempi.bench.protocol import SET_DEFAULT, MeasureSettings, PointRequest
+from tunempi.bench.sweep import BenchPoint, Sweep, plan_points
+from tunempi.bench.validate import ENGINE_COLLECTIVES, REDUCTION_ELEMENT_BYTES
+from tunempi.launch.process import job_processes
+from tunempi.mpi.discovery import adapter_for, resolve_library
+from tunempi.mpi.library import MPILibrary
+from tunempi.mpi.vendor import VendorAdapter
+from tunempi.store.results import ResultStore
+
+pytestmark = pytest.mark.mpi
+
+QUICK = MeasureSettings(warmup=1, min_iters=5, max_iters=20, rel_ci=0.05, time_cap_s=0.05)
+LAYOUTS = [("mpich", 2), ("openmpi", 2), ("openmpi", 4)]
+
+
+@pytest.fixture(scope="module", params=["mpich", "openmpi"])
+def vendor(request: pytest.FixtureRequest) -> str:
+    return str(request.param)
+
+
+def library_and_adapter(vendor: str) -> tuple[MPILibrary, VendorAdapter, Path]:
+    library = resolve_library(vendor)
+    return library, adapter_for(library), build_engine(library, werror=True)
+
+
+def session_for(vendor: str, ranks: int, **kwargs: object) -> tuple[EngineSession, VendorAdapter]:
+    library, adapter, executable = library_and_adapter(vendor)
+    env = {**adapter.launch_env(), **kwargs.pop("env", {})}  # type: ignore[dict-item]
+    return EngineSession(library, Layout(ranks), env=env, executable=executable, **kwargs), adapter  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize(("vendor_name", "ranks"), LAYOUTS)
+def test_every_collective_gives_correct_results_wrong_ones_are_counted_and_statistics_match(
+    vendor_name: str, ranks: int
+) -> None:
+    session, _ = session_for(vendor_name, ranks)
+    sizes = [0, 4, 1000, 4096 + 4]  # zero, one float, sizes that are no power of two
+    with session:
+        ready = session.start()
+        assert ready.ranks == ranks and ready.mpi_t and ready.hosts
+        request_id = 0
+        for collective in ENGINE_COLLECTIVES:
+            for size in [0] if collective == "barrier" else sizes:
+                if size % REDUCTION_ELEMENT_BYTES and collective in ("allreduce", "reduce", "reduce_scatter"):
+                    continue
+                request_id += 1
+                outcome = session.measure(PointRequest(request_id, collective, size, settings=QUICK))
+                assert outcome.ok, (collective, size, outcome.reason)
+                reply, stats = outcome.reply, outcome.statistics
+                assert reply is not None and stats is not None
+                assert reply.errors == 0, (collective, size)
+                assert reply.checked == reply.iterations + QUICK.warmup
+                assert QUICK.min_iters <= reply.iterations <= QUICK.max_iters
+                # The engine's stopping rule and the reported statistics use the same definitions.
+                assert stats.median_us == pytest.approx(reply.median_us, abs=2e-6)
+                assert (stats.ci_low_us, stats.ci_high_us) == pytest.approx((reply.ci_low_us, reply.ci_high_us))
+                assert stats.min_us <= stats.median_us <= stats.p90_us
+                if collective == "barrier" or size == 0:
+                    continue
+                # The check sees wrong data: spoil every 3rd result on one rank, count exactly those.
+                request_id += 1
+                spoiled = session.measure(PointRequest(request_id, collective, size, settings=QUICK, spoil_every=3))
+                assert spoiled.ok and spoiled.reply is not None
+                assert spoiled.reply.errors == spoiled.reply.checked // 3 > 0, (collective, size)
+    assert session.launches == 1  # every point went through one launch
+
+
+@pytest.mark.parametrize(("vendor_name", "ranks"), LAYOUTS)
+def test_every_algorithm_gives_correct_results(vendor_name: str, ranks: int) -> None:
+    library, adapter, executable = library_and_adapter(vendor_name)
+    names = {c: ["default"] + [a.name for a in adapter.algorithms(c)] for c in ("allreduce", "alltoall")}
+    sweep = Sweep(library, adapter, Layout(ranks), settings=QUICK, executable=executable)
+    measurements = sweep.run(plan_points(names, [8, 1024 + 4], ranks=ranks))
+    assert len(measurements) == 2 * sum(len(v) for v in names.values())
+    assert all(m.errors == 0 for m in measurements)
+    ok = [m for m in measurements if m.ok]
+    failed = [m for m in measurements if not m.ok]
+    assert all(m.reason for m in failed)  # a failure always says why
+    if ranks == 2:
+        assert not failed, [(m.algorithm, m.reason) for m in failed]
+    else:  # an algorithm that aborts the job (e.g. a two-process-only one) costs one relaunch, no more
+        assert len(ok) >= len(measurements) - 4
+        assert sweep.launches <= 1 + len(failed)
+
+
+def alltoall_two_process_only(adapter: VendorAdapter) -> str | None:
+    return next((a.name for a in adapter.algorithms("alltoall") if a.name == "two_proc"), None)
+
+
+@pytest.mark.parametrize(("vendor_name", "ranks"), [("mpich", 2), ("openmpi", 4)])
+def test_mpit_and_env_paths_select_the_same_algorithm(vendor_name: str, ranks: int) -> None:
+    library, adapter, executable = library_and_adapter(vendor_name)
+    algorithms = [a.name for a in adapter.algorithms("allreduce")][:4]
+    points = plan_points({"allreduce": ["default", *algorithms]}, [1024], ranks=ranks)
+    selected: dict[str, dict[str, int | None]] = {"mpit": {}, "env": {}}
+    for mode in selected:
+        def remember(point: BenchPoint, outcome: PointOutcome, _: object, mode: str = mode) -> None:
+            assert outcome.ok and outcome.reply is not None, outcome.reason
+            selected[mode][point.algorithm] = outcome.reply.cvar_value
+
+        sweep = Sweep(library, adapter, Layout(ranks), mode=mode, settings=QUICK, executable=executable)
+        sweep.run(points, remember)
+        assert sweep.launches == (1 if mode == "mpit" else len(points))
+    assert selected["mpit"] == selected["env"]
+    expected = {name: adapter.check_algorithm("allreduce", name).value for name in ["default", *algorithms]}
+    assert selected["mpit"] == expected
+
+
+def test_open_mpi_runs_the_algorithm_written_through_mpi_t_not_only_the_variable() -> None:
+    """Reading the cvar back shows the variable; this shows the communicator uses it: Open MPI's
+    two-process-only alltoall aborts on 4 ranks, whichever way it was selected."""
+    library, adapter, executable = library_and_adapter("openmpi")
+    name = alltoall_two_process_only(adapter)
+    assert name is not None, "Open MPI no longer offers a two-process alltoall; pick another witness"
+    for mode in ("mpit", "env"):
+        sweep = Sweep(library, adapter, Layout(4), mode=mode, settings=QUICK, executable=executable)
+        two_proc, default = sweep.run(plan_points({"alltoall": [name, "default"]}, [8], ranks=4))
+        assert two_proc.status == "failed" and "MPI_Alltoall" in two_proc.reason, (mode, two_proc.reason)
+        assert default.ok and default.errors == 0
+
+
+def test_mpich_runs_the_algorithm_written_through_mpi_t_not_only_the_variable() -> None:
+    """With MPICH told to fail instead of falling back, an algorithm written through MPI_T that cannot
+    take the arguments (reduce_scatter_allgather needs at least one element per rank) fails the call."""
+    session, adapter = session_for("mpich", 2, env={"MPIR_CVAR_COLLECTIVE_FALLBACK": "error"})
+    switch = adapter.runtime_switch("allreduce", "reduce_scatter_allgather")
+    fine = adapter.runtime_switch("allreduce", "recursive_doubling")
+    with session:
+        ok = session.measure(PointRequest(1, "allreduce", 4, switch.cvar, fine.value, settings=QUICK))
+        assert ok.ok and ok.reply is not None and ok.reply.cvar_value == fine.value
+        unusable = session.measure(PointRequest(2, "allreduce", 4, switch.cvar, switch.value, settings=QUICK))
+        assert unusable.status == "failed" and "not usable" in unusable.reason, unusable.reason
+        again = session.measure(PointRequest(3, "allreduce", 4, switch.cvar, SET_DEFAULT, settings=QUICK))
+        assert again.ok and again.reply is not None and again.reply.cvar_value == 0
+    assert session.launches == 2
+
+
+def test_engine_errors_are_answers_not_crashes(vendor: str) -> None:
+    session, _ = session_for(vendor, 2)
+    with session:
+        bad_cvar = session.measure(PointRequest(1, "allreduce", 8, "no_such_cvar_anywhere", 1, settings=QUICK))
+        assert bad_cvar.status == "failed" and "unknown cvar" in bad_cvar.reason
+        bad_collective = session.measure(PointRequest(2, "allgatherw", 8, settings=QUICK))
+        assert bad_collective.status == "failed" and "unknown collective" in bad_collective.reason
+        bad_size = session.measure(PointRequest(3, "allreduce", 6, settings=QUICK))
+        assert bad_size.status == "failed"
+        fine = session.measure(PointRequest(4, "allreduce", 8, settings=QUICK))
+        assert fine.ok
+    assert session.launches == 1
+
+
+def test_a_hung_point_is_killed_recorded_and_the_next_point_relaunches(vendor: str) -> None:
+    # Never precise enough (rel_ci=0) and a 10 s time cap: the point outlives its 1.5 s timeout.
+    stuck = MeasureSettings(warmup=0, min_iters=10, max_iters=10_000_000, rel_ci=0.0, time_cap_s=10.0)
+    session, _ = session_for(vendor, 2, point_timeout_s=1.5)
+    with session:
+        session.start()
+        launch_id = session._job.launch_id if session._job else ""
+        hung = session.measure(PointRequest(1, "bcast", 8, settings=stuck))
+        assert hung.status == "timeout" and "killed" in hung.reason
+        assert job_processes(launch_id) == {}  # nothing of the killed launch is left
+        after = session.measure(PointRequest(2, "bcast", 8, settings=QUICK))
+        assert after.ok
+    assert session.launches == 2
+
+
+def test_ctrl_c_keeps_what_was_measured(tmp_path: Path) -> None:
+    library, adapter, executable = library_and_adapter("mpich")
+    points = plan_points({"bcast": ["default", "binomial"]}, [8, 64], ranks=2)
+    seen: list[BenchPoint] = []
+
+    def interrupt_after_two(point: BenchPoint, *_: object) -> None:
+        seen.append(point)
+        if len(seen) == 2:
+            raise KeyboardInterrupt
+
+    with ResultStore(tmp_path / "r.sqlite") as store:
+        sweep = Sweep(library, adapter, Layout(2), settings=QUICK, store=store, executable=executable)
+        with pytest.raises(KeyboardInterrupt):
+            sweep.run(points, interrupt_after_two)
+        assert len(store) == 2
+        assert sweep.pending(points) == points[2:]

@@ -1,0 +1,45 @@
+"""`tunempi bench` refuses bad input before any MPI library is probed or launched."""
+
+from __future__ import annotations
+
+import io
+import subprocess
+import sys
+
+import pytest
+from rich.console import Console
+
+from tunempi.cli.bench import BenchOptions, run_bench
+from tunempi.errors import UsageError
+
+
+@pytest.mark.parametrize(
+    ("options", "message"),
+    [
+        (BenchOptions(collectives="allreduce,alltoal"), "valid: .*alltoall"),
+        (BenchOptions(collectives="alltoallv"), "does not measure"),
+        (BenchOptions(mode="osu"), "valid: mpit, env"),
+        (BenchOptions(bind="socket"), "valid: core, none"),
+        (BenchOptions(sizes="1:1KiB"), "multiples of 4"),  # allreduce cannot take 1 and 2 bytes
+        (BenchOptions(sizes="8,1KiX"), "not a size"),
+        (BenchOptions(ranks=0), "at least 1"),
+        (BenchOptions(ranks=8, nodes=2, ppn=2), "do not fit"),
+        (BenchOptions(repeat=0), "at least 1"),
+    ],
+)
+def test_usage_errors_name_the_problem(options: BenchOptions, message: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    def no_probe(spec: str | None) -> None:
+        raise AssertionError("the library must not be probed for a usage error")
+
+    monkeypatch.setattr("tunempi.cli.bench.resolve_library", no_probe)
+    with pytest.raises(UsageError, match=message):
+        run_bench(options, Console(file=io.StringIO()))
+
+
+def test_usage_error_exits_with_status_2_naming_the_valid_choices() -> None:
+    result = subprocess.run(
+        [sys.executable, "-m", "tunempi", "bench", "--collectives", "allreduse"],
+        capture_output=True, text=True, timeout=60,
+    )
+    assert result.returncode == 2
+    assert "allreduse" in result.stderr and "allreduce" in result.stderr

@@ -1,0 +1,231 @@
+"""Requests to the benchmark engine: validation before MPI, the line protocol, sweep planning, summaries."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from tunempi.bench.engine import Layout, PointOutcome
+from tunempi.bench.protocol import (
+    SET_DEFAULT,
+    SET_KEEP,
+    EngineReady,
+    MeasureSettings,
+    PointReply,
+    PointRequest,
+    decode_line,
+)
+from tunempi.bench.stats import summarize
+from tunempi.bench.summary import fastest_table
+from tunempi.bench.sweep import BenchPoint, Sweep, plan_points, selection_for, to_measurement
+from tunempi.bench.validate import check_engine_collective, parse_algorithms, size_problem
+from tunempi.errors import MPIError, UsageError
+from tunempi.mpi.library import MPILibrary
+from tunempi.mpi.vendor import Algorithm, CvarSwitch, VendorAdapter
+from tunempi.store.results import Measurement, ResultStore
+
+
+class FakeAdapter(VendorAdapter):
+    """The adapter interface with a fixed catalog: what the bench package may rely on, without MPI."""
+
+    vendor = "fake"
+
+    def default_name(self) -> str:
+        return "auto"
+
+    def check_algorithm(self, collective: str, name: str) -> Algorithm:
+        if name in ("default", "auto"):
+            return Algorithm("auto", 0)
+        for algorithm in self.algorithms(collective):
+            if algorithm.name == name:
+                return algorithm
+        valid = ", ".join(a.name for a in self.algorithms(collective))
+        raise UsageError(f"unknown {collective} algorithm {name!r}; valid: default, auto, {valid}")
+
+    def force_env(self, collective: str, name: str) -> dict[str, str]:
+        return {f"FAKE_{collective.upper()}": name}
+
+    def runtime_switch(self, collective: str, name: str) -> CvarSwitch:
+        return CvarSwitch(f"fake_{collective}", self.check_algorithm(collective, name).value, True)
+
+    def launch_env(self) -> dict[str, str]:
+        return {"FAKE_DYNAMIC": "1"}
+
+    def tuning_file_mechanisms(self) -> list[str]:
+        return []
+
+
+LIBRARY = MPILibrary(
+    vendor="mpich", version="0.0", version_string="fake", device="", prefix=Path("/nonexistent"),
+    mpicc=Path("/nonexistent/bin/mpicc"), mpiexec=Path("/nonexistent/bin/mpiexec"),
+)
+ADAPTER = FakeAdapter(LIBRARY, {
+    "allreduce": [Algorithm("ring", 3), Algorithm("tree", 5)],
+    "bcast": [Algorithm("binomial", 1)],
+})
+
+
+# --- validation -----------------------------------------------------------------------------------
+def test_unknown_collective_names_the_valid_ones() -> None:
+    with pytest.raises(UsageError, match="valid: .*allreduce"):
+        check_engine_collective("allreduse")
+    with pytest.raises(UsageError, match="does not measure 'alltoallv'"):
+        check_engine_collective("alltoallv")
+
+
+def test_unknown_algorithm_is_rejected_naming_the_valid_ones() -> None:
+    with pytest.raises(UsageError, match="ring"):
+        parse_algorithms(ADAPTER, "allreduce", "ring,rnig")
+
+
+def test_all_algorithms_start_with_the_default_and_spellings_are_canonical() -> None:
+    assert parse_algorithms(ADAPTER, "allreduce", "all") == ["default", "ring", "tree"]
+    assert parse_algorithms(ADAPTER, "allreduce", "tree, auto,tree") == ["tree", "default"]
+
+
+@pytest.mark.parametrize(
+    ("collective", "size", "ranks", "bad"),
+    [
+        ("allreduce", 6, 2, True),  # not whole floats
+        ("allreduce", 8, 2, False),
+        ("reduce_scatter", 2, 2, True),
+        ("bcast", 3, 2, False),  # byte collectives take any size
+        ("barrier", 8, 2, True),  # barrier only has size 0
+        ("barrier", 0, 2, False),
+        ("alltoall", 2**30, 4, True),  # 4 GiB buffers: counts overflow C ints
+        ("bcast", 2**30, 4, False),
+        ("gather", -1, 2, True),
+    ],
+)
+def test_sizes_a_collective_cannot_take(collective: str, size: int, ranks: int, bad: bool) -> None:
+    assert (size_problem(collective, size, ranks) is not None) == bad
+
+
+def test_plan_rejects_bad_sizes_before_anything_runs() -> None:
+    with pytest.raises(UsageError, match="multiples of 4"):
+        plan_points({"allreduce": ["default"]}, [1, 8], ranks=2)
+
+
+def test_plan_puts_algorithms_of_one_size_next_to_each_other() -> None:
+    points = plan_points({"allreduce": ["default", "ring"], "barrier": ["default"]}, [8, 16], ranks=2, repeat=2)
+    assert points[:5] == [
+        BenchPoint("allreduce", "default", 8, 0), BenchPoint("allreduce", "ring", 8, 0),
+        BenchPoint("allreduce", "default", 16, 0), BenchPoint("allreduce", "ring", 16, 0),
+        BenchPoint("barrier", "default", 0, 0),
+    ]
+    assert len(points) == 10 and points[5].run == 1
+
+
+# --- how a point selects its algorithm ------------------------------------------------------------
+def test_mpit_mode_writes_the_cvar_and_restores_the_start_value_for_default() -> None:
+    ring = selection_for(ADAPTER, BenchPoint("allreduce", "ring", 8), "mpit")
+    assert (ring.cvar, ring.set_value, ring.new_communicator, ring.expected_value) == ("fake_allreduce", 3, True, 3)
+    assert ring.env == {}
+    default = selection_for(ADAPTER, BenchPoint("allreduce", "default", 8), "mpit")
+    assert (default.cvar, default.set_value, default.expected_value) == ("fake_allreduce", SET_DEFAULT, None)
+
+
+def test_env_mode_forces_through_the_environment_and_only_reads_the_cvar_back() -> None:
+    ring = selection_for(ADAPTER, BenchPoint("allreduce", "ring", 8), "env")
+    assert ring.env == {"FAKE_ALLREDUCE": "ring"}
+    assert (ring.cvar, ring.set_value, ring.expected_value) == ("fake_allreduce", SET_KEEP, 3)
+    assert selection_for(ADAPTER, BenchPoint("allreduce", "default", 8), "env").env == {}
+
+
+def test_unknown_mode_is_a_usage_error() -> None:
+    with pytest.raises(UsageError, match="valid: mpit, env"):
+        selection_for(ADAPTER, BenchPoint("allreduce", "ring", 8), "osu")
+
+
+# --- the line protocol ----------------------------------------------------------------------------
+def test_request_encoding() -> None:
+    request = PointRequest(
+        id=7, collective="allreduce", msg_bytes=1024, cvar="MPIR_CVAR_ALLREDUCE_INTRA_ALGORITHM", set_value=3,
+        new_communicator=True, settings=MeasureSettings(warmup=1, min_iters=5, max_iters=50, rel_ci=0.02,
+                                                        time_cap_s=0.5),
+    )
+    assert request.encode() == (
+        "point id=7 coll=allreduce bytes=1024 cvar=MPIR_CVAR_ALLREDUCE_INTRA_ALGORITHM set=3 newcomm=1 "
+        "warmup=1 min_iters=5 max_iters=50 rel_ci=0.02 time_cap=0.5"
+    )
+    plain = PointRequest(id=1, collective="bcast", msg_bytes=0).encode()
+    assert " cvar=- set=keep newcomm=0 " in plain and "spoil" not in plain
+    assert PointRequest(id=1, collective="bcast", msg_bytes=8, spoil_every=3).encode().endswith(" spoil_every=3")
+
+
+@pytest.mark.parametrize(
+    "request_",
+    [
+        PointRequest(id=1, collective="bcast", msg_bytes=8, cvar="a b"),  # would split the line
+        PointRequest(id=1, collective="bcast", msg_bytes=8, set_value=3),  # a write needs a cvar
+        PointRequest(id=1, collective="bcast", msg_bytes=8, cvar="x", set_value="reset"),
+    ],
+)
+def test_requests_that_cannot_be_encoded(request_: PointRequest) -> None:
+    with pytest.raises(ValueError):
+        request_.encode()
+
+
+def test_bad_settings_are_refused() -> None:
+    with pytest.raises(ValueError):
+        MeasureSettings(min_iters=10, max_iters=5)
+
+
+def test_decoding_engine_lines() -> None:
+    ready = decode_line('{"event":"ready","ranks":2,"mpi_t":true,"library":"MPICH\\nVersion","hosts":["a"]}')
+    assert ready == EngineReady(ranks=2, library="MPICH\nVersion", hosts=("a",), mpi_t=True)
+    point = decode_line(
+        '{"event":"point","id":3,"status":"ok","collective":"bcast","bytes":8,"ranks":2,"cvar":"c",'
+        '"cvar_value":2,"cvar_consistent":true,"warmup":2,"iterations":3,"errors":1,"checked":5,"stop":"ci",'
+        '"elapsed_s":0.1,"median_us":2.0,"ci_low_us":1.0,"ci_high_us":3.0,"samples_us":[1.0,2.0,3.0]}'
+    )
+    assert isinstance(point, PointReply) and point.ok
+    assert (point.id, point.cvar_value, point.errors, point.samples_us) == (3, 2, 1, (1.0, 2.0, 3.0))
+    error = decode_line('{"event":"point","id":4,"status":"error","error":"unknown cvar X"}')
+    assert isinstance(error, PointReply) and not error.ok and error.error == "unknown cvar X"
+    with pytest.raises(MPIError):
+        decode_line("Abort(1) on node 0")
+    with pytest.raises(MPIError):
+        decode_line('{"event":"mystery"}')
+
+
+# --- store round trip, resume and summary ----------------------------------------------------------
+def _ok_outcome(point: BenchPoint, samples: list[float], errors: int = 0) -> PointOutcome:
+    request = PointRequest(id=1, collective=point.collective, msg_bytes=point.msg_bytes)
+    reply = PointReply(id=1, status="ok", iterations=len(samples), errors=errors, samples_us=tuple(samples))
+    return PointOutcome(request=request, status="ok", reply=reply, statistics=summarize(samples), hosts=("h",))
+
+
+def test_resume_skips_points_stored_ok_but_retries_failed_ones(tmp_path: Path) -> None:
+    layout = Layout(ranks=2)
+    points = plan_points({"allreduce": ["default", "ring"]}, [8, 16], ranks=2)
+    with ResultStore(tmp_path / "r.sqlite") as store:
+        sweep = Sweep(LIBRARY, ADAPTER, layout, store=store, executable=Path("/bin/true"))
+        store.add(to_measurement(LIBRARY, layout, points[0], _ok_outcome(points[0], [1.0, 2.0])))
+        failed = PointOutcome(request=PointRequest(id=2, collective="allreduce", msg_bytes=8), status="timeout")
+        store.add(to_measurement(LIBRARY, layout, points[1], failed))
+        assert sweep.pending(points) == points[1:]
+        assert sweep.pending(points, force=True) == points
+        # Another layout of the same library is a different point.
+        assert Sweep(LIBRARY, ADAPTER, Layout(ranks=4), store=store).pending(
+            plan_points({"allreduce": ["default"]}, [8], ranks=4)
+        ) == [BenchPoint("allreduce", "default", 8)]
+
+
+def test_fastest_table_compares_with_the_default_and_never_picks_wrong_results() -> None:
+    layout = Layout(ranks=2)
+
+    def m(algorithm: str, size: int, median: float, errors: int = 0, run: int = 0) -> Measurement:
+        point = BenchPoint("allreduce", algorithm, size, run)
+        return to_measurement(LIBRARY, layout, point, _ok_outcome(point, [median] * 3, errors))
+
+    rows = fastest_table([
+        m("default", 8, 4.0), m("ring", 8, 2.0), m("tree", 8, 1.0, errors=3),
+        m("default", 16, 4.0), m("ring", 16, 5.0), m("ring", 16, 6.0, run=1),
+    ])
+    assert [(r.msg_bytes, r.fastest, r.fastest_us, r.default_us, r.failed) for r in rows] == [
+        (8, "ring", 2.0, 4.0, 1),
+        (16, "default", 4.0, 4.0, 0),
+    ]
+    assert rows[0].speedup == 2.0 and rows[1].speedup == 1.0
