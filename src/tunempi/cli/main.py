@@ -24,6 +24,7 @@ app = typer.Typer(
 
 # One module per subcommand (or group of subcommands); order is the order in --help.
 SUBCOMMAND_MODULES: tuple[str, ...] = (
+    "tunempi.cli.simulate",
 )
 
 for _module in SUBCOMMAND_MODULES:
