@@ -34,6 +34,7 @@ def _root() -> None:
 SUBCOMMAND_MODULES: tuple[str, ...] = (
     "tunempi.cli.info",
     "tunempi.cli.bench",
+    "tunempi.cli.simulate",
     "tunempi.cli.store",
 )
 
