@@ -35,6 +35,7 @@ SUBCOMMAND_MODULES: tuple[str, ...] = (
     "tunempi.cli.info",
     "tunempi.cli.bench",
     "tunempi.cli.simulate",
+    "tunempi.cli.tune",
     "tunempi.cli.store",
 )
 
