@@ -36,6 +36,9 @@ SUBCOMMAND_MODULES: tuple[str, ...] = (
     "tunempi.cli.bench",
     "tunempi.cli.simulate",
     "tunempi.cli.tune",
+    "tunempi.cli.verify",
+    "tunempi.cli.run",
+    "tunempi.cli.report",
     "tunempi.cli.store",
 )
 

@@ -203,7 +203,7 @@ def write_result(options: TuneOptions, library: MPILibrary, adapter: VendorAdapt
         "kind": KIND, "version": VERSION, "created": utc_timestamp(),
         "library": {"name": library.name, "vendor": library.vendor, "version": library.version,
                     "fingerprint": library.fingerprint, "prefix": str(library.prefix)},
-        "system": options.system,
+        "system": options.system, "preferred_ppn": preferred_ppn,
         "collectives": sorted({c.collective for c in outcome.selection}),
         "scales": [list(s.key()) for s in scales],
         "sizes": sizes,
@@ -234,3 +234,107 @@ def write_result(options: TuneOptions, library: MPILibrary, adapter: VendorAdapt
                 for r in block.rules)
             console.print(f"  {collective} [{block.min_ranks}{upto} ranks]: {rules}")
     return manifest
+
+
+#: What verify measures per point by default (each cell: `repeats` x tuned and default).
+VERIFY_SETTINGS = MeasureSettings(warmup=2, min_iters=10, max_iters=1000, rel_ci=0.05, time_cap_s=0.1)
+
+
+@dataclass
+class VerifyReport:
+    manifest: Manifest
+    verified: list
+    summary: dict
+    replaced: int
+
+
+def run_verify(directory: Path, console: Console, *, repeats: int = 3, settings: MeasureSettings = VERIFY_SETTINGS,
+               mpi: str | None = None, topology: str = "serial", smoke: bool = True) -> VerifyReport:
+    """Tuned against default, interleaved per layout; slower-beyond-noise rules go back to default and the
+    files are rewritten (smoke-checked). The manifest's `verify` section records every cell."""
+    import time
+
+    from tunempi.mpi.discovery import adapter_for, resolve_library
+    from tunempi.tune.verify import apply_replacements, evaluate, summary, verify_plan
+
+    if repeats < 2:
+        raise UsageError(f"--repeats must be at least 2 (a confidence interval needs two pairs), got {repeats}")
+    manifest = Manifest.load(directory)
+    missing = manifest.missing_files()
+    if missing:
+        raise UsageError(f"{directory}: files named in the manifest are missing: {', '.join(missing)}")
+    recorded = manifest.library
+    library = resolve_library(mpi or recorded["prefix"])
+    if library.fingerprint != recorded["fingerprint"]:
+        raise UsageError(f"{directory} was tuned for {recorded['name']} ({recorded['fingerprint']}), "
+                         f"not {library.name} ({library.fingerprint}); give --mpi with that library")
+    adapter = adapter_for(library)
+    rows = manifest.selection()
+    selection = {row.cell: row.algorithm for row in rows}
+    work = verify_plan(selection, repeats)
+    multi_node = any(layout.nodes > 1 for layout in work)
+    allocation = NodeAllocation.from_environment() if multi_node else None
+
+    def make_runner(layout: Layout, hosts: NodeAllocation | None) -> LayoutRunner:
+        return LayoutRunner(library, adapter, layout, settings=settings, allocation=hosts,
+                            system=str(manifest.data.get("system", "")))
+
+    runner = ParallelRunner(make_runner, scheduling(topology, allocation), allocation)
+    total = sum(len(points) for points in work.values())
+    console.print(f"[bold]{library.name}[/]: verifying {sum(a != DEFAULT_ALGORITHM for a in selection.values())} "
+                  f"tuned cells against the default, {repeats} interleaved pairs each ({total} runs)")
+    started = time.monotonic()
+    columns = (TextColumn("{task.description}"), BarColumn(), TaskProgressColumn(), TimeElapsedColumn())
+    try:
+        with Progress(*columns, console=console, transient=False) as progress:
+            task = progress.add_task("verifying", total=total)
+
+            def on_point(result: PointResult) -> None:
+                p = result.point
+                progress.update(task, advance=1,
+                                description=f"{p.collective} {format_size(p.msg_bytes)} {p.algorithm}")
+
+            results = runner.run(work, on_point=on_point)
+    finally:
+        runner.close()
+    verified = evaluate(selection, results)
+    fixed, verified = apply_replacements(selection, verified)
+    replaced = [v for v in verified if v.replaced]
+    if replaced:
+        table = selection_table(fixed, preferred_ppn=manifest.data.get("preferred_ppn"))
+        rule_sets = rule_sets_for(table)
+        scales = {cell.ranks for cell in fixed}
+        with console.status("rewriting the tuning files (smoke run)"):
+            written = write_tuning_files(manifest.directory, library, adapter, rule_sets,
+                                         smoke_ranks=sorted(scales), smoke=smoke)
+        manifest.data.update({
+            "files": written.files, "env_files": written.env_files, "env": written.env,
+            "env_file": written.env_file, "needs_file": list(written.needs_file),
+            "rule_sets": {c: rs.to_dict() for c, rs in sorted(rule_sets.items())},
+            "smoke": [record.to_dict() for record in written.smoke],
+        })
+        manifest.data["selection"] = [
+            {**SelectionRow(row.cell, fixed[row.cell], row.median_us if fixed[row.cell] == row.algorithm
+                            else row.default_us, row.default_us).to_dict(),
+             **({"replaced_from": row.algorithm} if fixed[row.cell] != row.algorithm else {})}
+            for row in rows
+        ]
+    numbers = summary(verified)
+    manifest.data["verify"] = {
+        "verified_at": utc_timestamp(), "repeats": repeats, "time_cap_s": settings.time_cap_s,
+        "wall_s": round(time.monotonic() - started, 3), "summary": numbers,
+        "cells": [v.to_dict() for v in verified],
+    }
+    manifest.save()
+    for v in replaced:
+        console.print(f"[yellow]replaced[/] {v.cell.collective} {format_size(v.cell.msg_bytes)} at "
+                      f"{v.cell.ranks} ranks: {v.algorithm} was {v.verdict} "
+                      f"(speedup {v.speedup:.3f}, 95% CI {v.ci_low:.3f}..{v.ci_high:.3f}) -> default")
+    console.print(
+        f"verified {numbers['compared']} cells: geo-mean speedup over default {numbers['geo_mean_speedup_compared_after']:.3f}x "
+        f"(before replacements {numbers['geo_mean_speedup_compared_before']:.3f}x; all {numbers['cells']} cells "
+        f"{numbers['geo_mean_speedup_all_cells']:.3f}x); slower beyond noise: {numbers['slower_beyond_noise_before']} "
+        f"-> {numbers['slower_beyond_noise_after']} after verify"
+        + (f"; files rewritten ({len(replaced)} rules -> default)" if replaced else "; files unchanged")
+    )
+    return VerifyReport(manifest, verified, numbers, len(replaced))
