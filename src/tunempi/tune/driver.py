@@ -12,19 +12,22 @@ from __future__ import annotations
 
 import math
 import time
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
 
 from tunempi.bench.engine import Layout
 from tunempi.bench.sweep import BenchPoint
+from tunempi.bench.validate import DEFAULT_ALGORITHM
 from tunempi.space import Cell, FeatureSpace
 from tunempi.store.results import Measurement, ResultStore
 from tunempi.strategy import MeasurementRecord, Request, Strategy, make_strategy
 from tunempi.tune.runner import ParallelRunner, PointResult
 
 STOP_REASONS: tuple[str, ...] = ("converged", "timeout", "interrupted")
+#: An algorithm replaces the library's own choice only where it is estimated this much faster (relative).
+DEFAULT_MARGIN = 0.03
 
 
 def cell_of(measurement: Measurement) -> Cell:
@@ -122,8 +125,13 @@ class Tuner:
         fingerprint: str = "",
         system: str = "",
         strategy_params: Mapping[str, object] | None = None,
+        default_margin: float = DEFAULT_MARGIN,
     ) -> None:
         self.spaces = dict(spaces)
+        self.default_margin = default_margin
+        self.crash_limit = 2
+        self._crashes: dict[tuple, int] = {}
+        self._blocked: set[tuple] = set()
         self.runner = runner
         self.strategy_name = strategy
         self.seed = seed
@@ -143,6 +151,24 @@ class Tuner:
 
     def convergence(self) -> dict[str, float]:
         return {c: (1.0 if s.finished else float(s.convergence())) for c, s in self.strategies.items()}
+
+    def _block_crashing(self, collective: str, crashed: Sequence[MeasurementRecord]) -> list[MeasurementRecord]:
+        """An algorithm that brought the whole job down `crash_limit` times at one scale (e.g. Open MPI's
+        two_proc on 4 ranks: MPI_ERR_UNSUPPORTED_OPERATION aborts the job) is marked failed in every cell
+        of that scale: each further try would cost a relaunch. These records are knowledge (cost 0) and are
+        not stored."""
+        for record in crashed:
+            key = (collective, record.algorithm, record.cell.scale)
+            self._crashes[key] = self._crashes.get(key, 0) + 1
+        blocked: list[MeasurementRecord] = []
+        space = self.spaces[collective]
+        for (coll, algorithm, scale), count in self._crashes.items():
+            if coll != collective or count < self.crash_limit or (coll, algorithm, scale) in self._blocked:
+                continue
+            self._blocked.add((coll, algorithm, scale))
+            blocked += [MeasurementRecord(cell, algorithm, None, launches=0) for cell in space.cells
+                        if cell.scale == scale]
+        return blocked
 
     def plan(self, requests: Mapping[str, Sequence[Request]]) -> dict[Layout, list[BenchPoint]]:
         """Requests -> points per layout, every algorithm of a cell next to the others (compared within
@@ -203,14 +229,18 @@ class Tuner:
                 results = self.runner.run(work, on_point=store_result, deadline=deadline)
                 rounds += 1
                 by_collective: dict[str, list[MeasurementRecord]] = {}
+                crashed: dict[str, list[MeasurementRecord]] = {}
                 for result in results:
                     bench_s += result.wall_s
                     measured += 1
                     failed += not (result.outcome.ok and not result.measurement.errors)
-                    by_collective.setdefault(result.point.collective, []).append(
-                        record_of(result.measurement, cost_s=result.wall_s, launches=result.launches))
+                    record = record_of(result.measurement, cost_s=result.wall_s, launches=result.launches)
+                    by_collective.setdefault(result.point.collective, []).append(record)
+                    if result.outcome.status == "timeout" or result.outcome.reason.startswith("the engine died"):
+                        crashed.setdefault(result.point.collective, []).append(record)
                 for collective, records in by_collective.items():
-                    self.strategies[collective].tell(records)
+                    blocked = self._block_crashing(collective, crashed.get(collective, []))
+                    self.strategies[collective].tell(records + blocked)
                 point = state()
                 curve.append(point)
                 if on_round is not None:
@@ -221,7 +251,7 @@ class Tuner:
         selection: dict[Cell, str] = {}
         if stop_reason != "interrupted":
             for strategy in self.strategies.values():
-                selection.update(strategy.select())
+                selection.update(prefer_default(strategy, strategy.select(), self.default_margin))
         if not curve or curve[-1].bench_s != bench_s:
             curve.append(state())
         return TuneOutcome(
@@ -231,9 +261,22 @@ class Tuner:
         )
 
 
-def finite_or_none(value: float | None) -> float | None:
-    return None if value is None or not math.isfinite(value) else float(value)
-
-
-def selection_items(selection: Mapping[Cell, str]) -> Iterable[tuple[Cell, str]]:
-    return sorted(selection.items())
+def prefer_default(strategy: Strategy, selection: Mapping[Cell, str], margin: float) -> dict[Cell, str]:
+    """Keep the library's own choice wherever the strategy's estimate for it is within `margin` (relative)
+    of the selected algorithm's: a tuning file should only override the library where that is worth it
+    (fewer rules, nothing lost to noise between near-equal algorithms)."""
+    space = strategy.space
+    if margin <= 0 or DEFAULT_ALGORITHM not in space.algorithms:
+        return dict(selection)
+    estimate = strategy.estimate_log_latency()
+    usable = strategy.usable_mask()
+    j_default = space.algorithms.index(DEFAULT_ALGORITHM)
+    chosen = dict(selection)
+    for cell, algorithm in selection.items():
+        if algorithm == DEFAULT_ALGORITHM or algorithm not in space.algorithms:
+            continue
+        i, j = space.index(cell), space.algorithms.index(algorithm)
+        gap = estimate[i, j_default] - estimate[i, j]
+        if usable[i, j_default] and math.isfinite(gap) and gap < math.log1p(margin):
+            chosen[cell] = DEFAULT_ALGORITHM
+    return chosen

@@ -141,7 +141,7 @@ class ParallelRunner:
         key = (layout, hosts if self.allocation is not None else ())
         if key not in self._runners:
             allocation = None
-            if self.allocation is not None and layout.nodes > 1:
+            if self.allocation is not None:  # run exactly where the scheduler placed the job
                 slots = dict(zip(self.allocation.hosts, self.allocation.slots, strict=True))
                 allocation = NodeAllocation(hosts, tuple(slots[h] for h in hosts), self.allocation.source)
             self._runners[key] = self.make_runner(layout, allocation)
