@@ -29,6 +29,13 @@ from tunempi.tune.runner import LayoutRunner, ParallelRunner, PointResult
 from tunempi.tune.space import Scale, candidate_algorithms, feature_space, message_sizes, sub_scales
 from tunempi.units import format_size
 
+#: Strategy parameters for live tuning (the strategies' own defaults suit replayed, noise-free datasets):
+#: bigger batches (each ask refits the models: fewer rounds, less model time per measured point), a regret
+#: tolerance of 1 % (a shared node's run-to-run noise is several %), at most 2 runs per algorithm and cell.
+LIVE_STRATEGY_PARAMS: dict[str, dict[str, object]] = {
+    "tunempi": {"batch_size": 8, "regret_tolerance": 0.01, "max_repeats": 2},
+}
+
 #: What tune measures per point by default: short (a strategy measures many points, and again where close).
 TUNE_SETTINGS = MeasureSettings(warmup=2, min_iters=10, max_iters=1000, rel_ci=0.05, time_cap_s=0.1)
 
@@ -143,7 +150,8 @@ def run_tune(options: TuneOptions, console: Console) -> TuneReport:
     with ResultStore(db) as store:
         tuner = Tuner(spaces, runner, strategy=options.strategy, seed=options.seed, store=store,
                       fingerprint=library.fingerprint, system=options.system,
-                      strategy_params=options.strategy_params)
+                      strategy_params={**LIVE_STRATEGY_PARAMS.get(options.strategy, {}),
+                                       **options.strategy_params})
         if tuner.resumed:
             console.print(f"resuming: {tuner.resumed} earlier runs of these points read from the store")
         try:
@@ -208,6 +216,7 @@ def write_result(options: TuneOptions, library: MPILibrary, adapter: VendorAdapt
         "scales": [list(s.key()) for s in scales],
         "sizes": sizes,
         "strategy": options.strategy, "seed": options.seed,
+        "strategy_params": {**LIVE_STRATEGY_PARAMS.get(options.strategy, {}), **options.strategy_params},
         "run": {"stop_reason": outcome.stop_reason, "wall_s": round(outcome.wall_s, 3),
                 "bench_s": round(outcome.bench_s, 3), "measured": outcome.measured, "resumed": outcome.resumed,
                 "failed": outcome.failed, "launches": outcome.launches},
