@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from tunempi.bench.engine import EngineSession, Layout, PointOutcome, build_engine
-from tunempi.bench.protocol import SET_DEFAULT, MeasureSettings, PointRequest
+from tunempi.bench.protocol import MeasureSettings, PointRequest
 from tunempi.bench.sweep import BenchPoint, Sweep, plan_points
 from tunempi.bench.validate import ENGINE_COLLECTIVES, REDUCTION_ELEMENT_BYTES
 from tunempi.launch.process import job_processes
@@ -87,12 +87,13 @@ def test_every_algorithm_gives_correct_results(vendor_name: str, ranks: int) -> 
     assert all(m.errors == 0 for m in measurements)
     ok = [m for m in measurements if m.ok]
     failed = [m for m in measurements if not m.ok]
-    assert all(m.reason for m in failed)  # a failure always says why
-    if ranks == 2:
-        assert not failed, [(m.algorithm, m.reason) for m in failed]
-    else:  # an algorithm that aborts the job (e.g. a two-process-only one) costs one relaunch, no more
-        assert len(ok) >= len(measurements) - 4
-        assert sweep.launches <= 1 + len(failed)
+    # Some algorithms cannot take some calls (Open MPI's two-process-only ones on 4 ranks; in-place or
+    # hierarchical ones under MPICH's strict selection): such points fail with the MPI error as reason,
+    # and cost at most one relaunch each. The library's own choice never fails.
+    assert all("failed" in m.reason or "tunempi engine" in m.reason for m in failed), [m.reason for m in failed]
+    assert all(m.ok for m in measurements if m.algorithm == "default")
+    assert len(ok) >= 0.6 * len(measurements), [(m.algorithm, m.reason) for m in failed]
+    assert sweep.launches <= 1 + len(failed)
 
 
 def alltoall_two_process_only(adapter: VendorAdapter) -> str | None:
@@ -102,49 +103,57 @@ def alltoall_two_process_only(adapter: VendorAdapter) -> str | None:
 @pytest.mark.parametrize(("vendor_name", "ranks"), [("mpich", 2), ("openmpi", 4)])
 def test_mpit_and_env_paths_select_the_same_algorithm(vendor_name: str, ranks: int) -> None:
     library, adapter, executable = library_and_adapter(vendor_name)
-    algorithms = [a.name for a in adapter.algorithms("allreduce")][:4]
-    points = plan_points({"allreduce": ["default", *algorithms]}, [1024], ranks=ranks)
-    selected: dict[str, dict[str, int | None]] = {"mpit": {}, "env": {}}
+    algorithms = ["default"] + [a.name for a in adapter.algorithms("allreduce")]
+    points = plan_points({"allreduce": algorithms}, [1024], ranks=ranks)
+    selected: dict[str, dict[str, int | str | None]] = {"mpit": {}, "env": {}}
     for mode in selected:
         def remember(point: BenchPoint, outcome: PointOutcome, _: object, mode: str = mode) -> None:
-            assert outcome.ok and outcome.reply is not None, outcome.reason
-            selected[mode][point.algorithm] = outcome.reply.cvar_value
+            reply = outcome.reply
+            selected[mode][point.algorithm] = reply.cvar_value if outcome.ok and reply else "failed"
 
         sweep = Sweep(library, adapter, Layout(ranks), mode=mode, settings=QUICK, executable=executable)
         sweep.run(points, remember)
-        assert sweep.launches == (1 if mode == "mpit" else len(points))
-    assert selected["mpit"] == selected["env"]
-    expected = {name: adapter.check_algorithm("allreduce", name).value for name in ["default", *algorithms]}
-    assert selected["mpit"] == expected
+        if mode == "env":
+            assert sweep.launches >= len(points)
+    # The same algorithm reads back through MPI_T in both paths. (Strict selection, mode mpit only, may
+    # fail an algorithm that cannot take the call where the env path silently runs another one.)
+    expected = {name: adapter.check_algorithm("allreduce", name).value for name in algorithms}
+    assert selected["env"] == expected
+    measured = {name: value for name, value in selected["mpit"].items() if value != "failed"}
+    assert measured == {name: expected[name] for name in measured}
+    assert len(measured) >= len(algorithms) // 2 and "default" in measured
 
 
 def test_open_mpi_runs_the_algorithm_written_through_mpi_t_not_only_the_variable() -> None:
     """Reading the cvar back shows the variable; this shows the communicator uses it: Open MPI's
-    two-process-only alltoall aborts on 4 ranks, whichever way it was selected."""
+    two-process-only alltoall refuses 4 ranks, whichever way it was selected."""
     library, adapter, executable = library_and_adapter("openmpi")
     name = alltoall_two_process_only(adapter)
     assert name is not None, "Open MPI no longer offers a two-process alltoall; pick another witness"
     for mode in ("mpit", "env"):
         sweep = Sweep(library, adapter, Layout(4), mode=mode, settings=QUICK, executable=executable)
         two_proc, default = sweep.run(plan_points({"alltoall": [name, "default"]}, [8], ranks=4))
-        assert two_proc.status == "failed" and "MPI_Alltoall" in two_proc.reason, (mode, two_proc.reason)
+        assert two_proc.status == "failed", mode
+        assert "MPI_Alltoall failed" in two_proc.reason and "MPI_ERR" in two_proc.reason, two_proc.reason
         assert default.ok and default.errors == 0
 
 
-def test_mpich_runs_the_algorithm_written_through_mpi_t_not_only_the_variable() -> None:
-    """With MPICH told to fail instead of falling back, an algorithm written through MPI_T that cannot
-    take the arguments (reduce_scatter_allgather needs at least one element per rank) fails the call."""
-    session, adapter = session_for("mpich", 2, env={"MPIR_CVAR_COLLECTIVE_FALLBACK": "error"})
-    switch = adapter.runtime_switch("allreduce", "reduce_scatter_allgather")
-    fine = adapter.runtime_switch("allreduce", "recursive_doubling")
-    with session:
-        ok = session.measure(PointRequest(1, "allreduce", 4, switch.cvar, fine.value, settings=QUICK))
-        assert ok.ok and ok.reply is not None and ok.reply.cvar_value == fine.value
-        unusable = session.measure(PointRequest(2, "allreduce", 4, switch.cvar, switch.value, settings=QUICK))
-        assert unusable.status == "failed" and "not usable" in unusable.reason, unusable.reason
-        again = session.measure(PointRequest(3, "allreduce", 4, switch.cvar, SET_DEFAULT, settings=QUICK))
-        assert again.ok and again.reply is not None and again.reply.cvar_value == 0
-    assert session.launches == 2
+def test_mpich_runs_the_algorithm_written_through_mpi_t_and_strict_selection_catches_misfits() -> None:
+    """Sweeps turn on MPICH's strict selection: an algorithm written through MPI_T that cannot take the
+    call (reduce_scatter_allgather needs at least one element per rank) fails that point instead of
+    silently running another algorithm under its name, and the launch goes on. Without it the same
+    point is "measured" (with some other algorithm)."""
+    library, adapter, executable = library_and_adapter("mpich")
+    assert adapter.strict_selection_switch() is not None
+    points = plan_points({"allreduce": ["reduce_scatter_allgather", "recursive_doubling", "default"]}, [4],
+                         ranks=2)
+    sweep = Sweep(library, adapter, Layout(2), settings=QUICK, executable=executable)
+    misfit, fine, default = sweep.run(points)
+    assert misfit.status == "failed" and "MPI_Allreduce failed" in misfit.reason, misfit.reason
+    assert fine.ok and default.ok, (fine.reason, default.reason)
+    assert sweep.launches == 1
+    lenient = Sweep(library, adapter, Layout(2), settings=QUICK, executable=executable, strict=False)
+    assert all(m.ok for m in lenient.run(points))
 
 
 def test_engine_errors_are_answers_not_crashes(vendor: str) -> None:
@@ -192,3 +201,22 @@ def test_ctrl_c_keeps_what_was_measured(tmp_path: Path) -> None:
             sweep.run(points, interrupt_after_two)
         assert len(store) == 2
         assert sweep.pending(points) == points[2:]
+
+
+def test_a_point_changes_only_its_own_algorithm(vendor: str) -> None:
+    """Writing one collective's algorithm puts back the others written before (composite algorithms call
+    other collectives internally: they must run the library's choices, not whatever was measured last)."""
+    session, adapter = session_for(vendor, 2)
+    allreduce = adapter.runtime_switch("allreduce", adapter.algorithms("allreduce")[0].name)
+    bcast = adapter.runtime_switch("bcast", adapter.algorithms("bcast")[0].name)
+    initial = adapter.default_algorithm("allreduce").value
+    assert allreduce.value != initial
+    with session:
+        written = session.measure(PointRequest(1, "allreduce", 8, allreduce.cvar, allreduce.value,
+                                               allreduce.needs_new_communicator, QUICK))
+        assert written.ok and written.reply is not None and written.reply.cvar_value == allreduce.value
+        other = session.measure(PointRequest(2, "bcast", 8, bcast.cvar, bcast.value, bcast.needs_new_communicator,
+                                             QUICK))
+        assert other.ok
+        after = session.measure(PointRequest(3, "allreduce", 8, allreduce.cvar, "keep", settings=QUICK))
+        assert after.ok and after.reply is not None and after.reply.cvar_value == initial

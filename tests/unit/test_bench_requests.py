@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from tunempi.bench.engine import Layout, PointOutcome
+from tunempi.bench.engine import Layout, PointOutcome, condense
 from tunempi.bench.protocol import (
     SET_DEFAULT,
     SET_KEEP,
@@ -229,3 +229,48 @@ def test_fastest_table_compares_with_the_default_and_never_picks_wrong_results()
         (16, "default", 4.0, 4.0, 0),
     ]
     assert rows[0].speedup == 2.0 and rows[1].speedup == 1.0
+
+
+class ScriptedSession:
+    """Stands in for an EngineSession: answers each request with the next scripted per-iteration times."""
+
+    def __init__(self, *samples: list[float]) -> None:
+        self.samples = list(samples)
+        self.requests: list[PointRequest] = []
+
+    def measure(self, request: PointRequest) -> PointOutcome:
+        self.requests.append(request)
+        times = self.samples.pop(0)
+        reply = PointReply(id=request.id, status="ok", cvar="fake_allreduce", cvar_value=3,
+                           iterations=len(times), samples_us=tuple(times))
+        return PointOutcome(request=request, status="ok", reply=reply, statistics=summarize(times))
+
+
+def test_a_point_disturbed_by_other_work_is_measured_again_and_the_best_attempt_kept() -> None:
+    sweep = Sweep(LIBRARY, ADAPTER, Layout(ranks=2), executable=Path("/bin/true"), retries=2)
+    point = BenchPoint("allreduce", "ring", 8)
+    selection = selection_for(ADAPTER, point, "mpit")
+    ticks = [1.0] + [4000.0] * 9  # most iterations took a scheduler tick
+    session = ScriptedSession(ticks, [1.0, 1.1, 1.2] * 3, [0.5] * 9)
+    outcome = sweep._measure(session, point, selection)  # type: ignore[arg-type]
+    assert len(session.requests) == 2  # the clean second attempt ends the retries
+    assert outcome.statistics is not None and outcome.statistics.median_us == 1.1
+    assert "best of 2 attempts" in outcome.reason
+    quiet = ScriptedSession([1.0, 1.1, 1.2] * 3)
+    assert sweep._measure(quiet, point, selection).reason == ""  # type: ignore[arg-type]
+    assert len(quiet.requests) == 1
+
+
+def test_mpich_error_stacks_are_condensed_to_their_first_line_and_cause() -> None:
+    stack = (
+        "Other MPI error, error stack:\n"
+        "internal_Allreduce(142)......: MPI_Allreduce(sendbuf=0x1, count=1, MPI_FLOAT, MPI_SUM) failed\n"
+        "MPID_Allreduce(483)..........: \n"
+        "MPIR_Allreduce_impl(4850)....: User set collective algorithm is not usable for the provided arguments"
+    )
+    assert condense(stack) == (
+        "Other MPI error, error stack: ... User set collective algorithm is not usable for the provided arguments"
+    )
+    assert condense("MPI_ERR_UNSUPPORTED_OPERATION: operation not supported") == (
+        "MPI_ERR_UNSUPPORTED_OPERATION: operation not supported"
+    )

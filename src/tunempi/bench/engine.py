@@ -16,7 +16,15 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from types import MappingProxyType
 
-from tunempi.bench.protocol import QUIT, EngineReady, PointReply, PointRequest, decode_line
+from tunempi.bench.protocol import (
+    QUIT,
+    EngineReady,
+    PointReply,
+    PointRequest,
+    SetupReply,
+    SetupRequest,
+    decode_line,
+)
 from tunempi.bench.stats import Statistics, summarize
 from tunempi.errors import MPIError
 from tunempi.launch.hosts import NodeAllocation
@@ -24,14 +32,15 @@ from tunempi.launch.launchers import Launcher, LaunchSpec, launcher_for
 from tunempi.launch.process import InteractiveLaunch, LaunchError, LaunchTimeout
 from tunempi.mpi.build import build_c
 from tunempi.mpi.library import MPILibrary
+from tunempi.mpi.vendor import CvarSwitch
 
 C_DIR = Path(__file__).parent / "c"
 ENGINE_SOURCES: tuple[Path, ...] = (C_DIR / "engine.c", C_DIR / "cases.c", C_DIR / "stats.c")
 ENGINE_NAME = "tunempi_bench_engine"
 
-# Lines of an MPI library's abort message that say what went wrong (Open MPI's "*** An error occurred in
-# MPI_Alltoall" / "*** MPI_ERR_...", MPICH's "Fatal error in ..." / assertion), without the rank prefix.
-_TELLING = re.compile(r"error occurred in|MPI_ERR_|Fatal error|Assertion|[Ss]egmentation|signal \d+")
+# Lines of an abort message that say what went wrong (the engine's own watchdog, Open MPI's "*** An error
+# occurred in MPI_Alltoall" / "*** MPI_ERR_...", MPICH's "Fatal error in ..." / assertion).
+_TELLING = re.compile(r"tunempi engine:|error occurred in|MPI_ERR_|Fatal error|Assertion|[Ss]egmentation|signal \d+")
 _MESSAGE_PREFIX = re.compile(r"^(\[[^\]]*\]\s*)?(\*+\s*)?")
 
 #: Seconds to wait for the engine's "ready" line (MPI_Init of every rank).
@@ -79,10 +88,21 @@ class PointOutcome:
         return self.status == "ok"
 
 
+def condense(message: str) -> str:
+    """One line from a multi-line MPI error (MPICH's error stack): its first line and its cause, the last."""
+    lines = [line.strip() for line in message.splitlines() if line.strip()]
+    if len(lines) <= 2:
+        return " ".join(lines)
+    cause = re.sub(r"^\S+\(\d+\)\.*:\s*", "", lines[-1])  # "MPIR_Allreduce_impl(4850)....: why"
+    return f"{lines[0]} ... {cause}"
+
+
 class EngineSession:
     """One running engine for one layout and one environment; relaunched after a failure.
 
     env: variables every rank must see (the adapter's launch_env, plus force_env in one-shot mode).
+    setup: cvar writes made right after every (re)launch and kept for the whole launch (e.g. the
+    adapter's strict_selection_switch, so that an algorithm that cannot take a call fails it).
     point_timeout_s: None derives it from each request's time cap.
     """
 
@@ -92,6 +112,7 @@ class EngineSession:
         layout: Layout,
         *,
         env: Mapping[str, str] | None = None,
+        setup: tuple[CvarSwitch, ...] = (),
         executable: Path | None = None,
         launcher: Launcher | None = None,
         allocation: NodeAllocation | None = None,
@@ -102,6 +123,7 @@ class EngineSession:
         self.library = library
         self.layout = layout
         self.env: Mapping[str, str] = MappingProxyType(dict(env or {}))
+        self.setup = tuple(setup)
         self.executable = executable if executable is not None else build_engine(library)
         self.launcher = launcher if launcher is not None else launcher_for(library)
         self.allocation = allocation
@@ -126,39 +148,46 @@ class EngineSession:
         )
 
     def start(self) -> EngineReady:
-        """Launch the engine (if not running) and wait for its ready line."""
+        """Launch the engine (if not running), wait for its ready line and make the setup writes.
+
+        Raises MPIError (and leaves nothing running) when the engine cannot be started.
+        """
         if self._job is not None and self.ready is not None:
             return self.ready
         command = self.launcher.command(self._spec())
-        job = InteractiveLaunch(command.argv, command.full_env())
-        job.start()
-        self._job = job
+        self._job = InteractiveLaunch(command.argv, command.full_env(), quit_line=QUIT)
+        self._job.start()
         self.launches += 1
+        try:
+            self.ready = self._handshake()
+        except BaseException:
+            self.kill()
+            raise
+        return self.ready
+
+    def _handshake(self) -> EngineReady:
+        assert self._job is not None
         try:
             line = self._read(self.start_timeout_s)
         except LaunchTimeout:
-            self.kill()
             raise MPIError(f"the benchmark engine did not start within {self.start_timeout_s:g} s") from None
         if line is None:
-            why = self._death_note()
-            self.kill()
-            raise MPIError(f"the benchmark engine died at start-up: {why}")
-        reply = decode_line(line)
-        if not isinstance(reply, EngineReady):
-            self.kill()
+            raise MPIError(f"the benchmark engine died at start-up: {self._death_note()}")
+        ready = decode_line(line)
+        if not isinstance(ready, EngineReady):
             raise MPIError(f"the benchmark engine did not say it was ready: {line[:200]!r}")
-        self.ready = reply
-        return reply
+        for number, switch in enumerate(self.setup, 1):
+            self._job.send_line(SetupRequest(number, switch.cvar, switch.value, switch.needs_new_communicator).encode())
+            answer = self._read(self.start_timeout_s)
+            done = decode_line(answer) if answer is not None else None
+            if not isinstance(done, SetupReply) or not done.ok or done.cvar_value != switch.value:
+                raise MPIError(f"the benchmark engine could not set {switch.cvar}={switch.value}: {answer!r}")
+        return ready
 
     def close(self) -> None:
         """Ask the engine to quit and wait for it (killing it if it does not end)."""
-        if self._job is None:
-            return
-        try:
-            self._job.send_line(QUIT)
-        except LaunchError:
-            pass
-        self._job.close()
+        if self._job is not None:
+            self._job.close()
         self._job = None
         self.ready = None
 
@@ -215,7 +244,7 @@ class EngineSession:
             self.kill()
             return self._outcome(request, "failed", f"unexpected engine answer: {line[:200]!r}", ready)
         if not reply.ok:
-            return self._outcome(request, "failed", f"engine: {reply.error}", ready, reply)
+            return self._outcome(request, "failed", f"engine: {condense(reply.error)}", ready, reply)
         return PointOutcome(
             request=request, status="ok", reply=reply, statistics=summarize(reply.samples_us),
             hosts=ready.hosts, launch_argv=self.launch_argv, env=self.env,
@@ -238,8 +267,9 @@ class EngineSession:
         result = self._job.kill()
         lines = [_MESSAGE_PREFIX.sub("", ln).strip() for ln in result.stderr.splitlines() + list(self._noise)]
         lines = [ln for ln in lines if ln.isprintable() and ln.strip("-=* ")]
-        telling = [ln for ln in lines if _TELLING.search(ln)][:2]
-        if lines and lines[-1] not in telling:  # MPICH's error stack ends with the actual cause
+        own = [ln for ln in lines if ln.startswith("tunempi engine:")]  # the engine's watchdog says it all
+        telling = own[:1] or [ln for ln in lines if _TELLING.search(ln)][:2]
+        if not own and lines and lines[-1] not in telling:  # MPICH's error stack ends with the actual cause
             telling.append(lines[-1])
         how = result.reason.split(":")[0] if result.reason else f"exit status {result.returncode}"
         return how + (": " + "; ".join(dict.fromkeys(telling)) if telling else "")

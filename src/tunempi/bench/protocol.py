@@ -3,11 +3,12 @@
 Requests go to rank 0's stdin, one line each:
 
     point id=7 coll=allreduce bytes=1024 cvar=<name|-> set=<int|default|keep> newcomm=<0|1>
-          warmup=2 min_iters=10 max_iters=1000 rel_ci=0.05 time_cap=1
+          warmup=2 min_iters=10 max_iters=1000 rel_ci=0.05 time_cap=1 [spoil_every=<n>]
+    setup id=1 cvar=<name> set=<int> newcomm=<0|1>      (a cvar kept for the whole launch)
     quit
 
 Rank 0 answers with one JSON object per line: first `{"event":"ready", ...}`, then one
-`{"event":"point", "id":..., "status":"ok"|"error", ...}` per request, in order.
+`{"event":"point"|"setup", "id":..., "status":"ok"|"error", ...}` per request, in order.
 """
 
 from __future__ import annotations
@@ -89,6 +90,21 @@ class PointRequest:
         )
 
 
+@dataclass(frozen=True)
+class SetupRequest:
+    """Write an int cvar on every rank for the rest of the launch (not undone by SET_DEFAULT points)."""
+
+    id: int
+    cvar: str
+    value: int
+    new_communicator: bool = False
+
+    def encode(self) -> str:
+        if not _CVAR_NAME.match(self.cvar):
+            raise ValueError(f"not a cvar name: {self.cvar!r}")
+        return f"setup id={self.id} cvar={self.cvar} set={int(self.value)} newcomm={int(self.new_communicator)}"
+
+
 QUIT = "quit"
 
 
@@ -128,7 +144,19 @@ class PointReply:
         return self.status == "ok"
 
 
-def decode_line(line: str) -> EngineReady | PointReply:
+@dataclass(frozen=True)
+class SetupReply:
+    id: int
+    status: str
+    error: str = ""
+    cvar_value: int | None = None
+
+    @property
+    def ok(self) -> bool:
+        return self.status == "ok"
+
+
+def decode_line(line: str) -> EngineReady | PointReply | SetupReply:
     """Parse one line from the engine; MPIError on anything that is not a known JSON event."""
     try:
         data: dict[str, Any] = json.loads(line)
@@ -139,6 +167,12 @@ def decode_line(line: str) -> EngineReady | PointReply:
         return EngineReady(
             ranks=int(data["ranks"]), library=str(data["library"]),
             hosts=tuple(str(h) for h in data.get("hosts", ())), mpi_t=bool(data.get("mpi_t", False)),
+        )
+    if event == "setup":
+        ok = data.get("status") == "ok"
+        return SetupReply(
+            id=int(data.get("id", -1)), status="ok" if ok else "error", error=str(data.get("error", "")),
+            cvar_value=data.get("cvar_value") if ok else None,
         )
     if event == "point":
         if data.get("status") != "ok":

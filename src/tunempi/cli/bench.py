@@ -52,6 +52,8 @@ class BenchOptions:
     settings: MeasureSettings = MeasureSettings()
     point_timeout_s: float | None = None
     bind: str | None = None
+    strict: bool = True
+    hostfile: str | None = None
 
 
 def _layout(options: BenchOptions) -> Layout:
@@ -87,17 +89,27 @@ def run_bench(options: BenchOptions, console: Console) -> list[FastestRow]:
     for collective in collectives:  # everything typed is checked before a library is probed or launched
         for size in [] if collective == "barrier" else sizes:
             check_size(collective, size, layout.ranks)
+    allocation = (
+        NodeAllocation.from_hostfile(options.hostfile) if options.hostfile
+        else NodeAllocation.from_environment() if layout.nodes > 1 else None
+    )
+    if layout.nodes > 1 and allocation is None:
+        raise UsageError(
+            f"--nodes {layout.nodes} needs a host list: run inside a Slurm or PBS job, or give --hostfile"
+        )
+    if allocation is not None and layout.nodes > allocation.nodes:
+        raise UsageError(f"--nodes {layout.nodes} but the allocation has {allocation.nodes} node(s)")
     library = resolve_library(options.mpi)
     adapter = adapter_for(library)
     algorithms = {c: parse_algorithms(adapter, c, options.algorithms) for c in dict.fromkeys(collectives)}
     points = plan_points(algorithms, sizes, ranks=layout.ranks, repeat=options.repeat)
-    allocation = NodeAllocation.from_environment() if layout.nodes > 1 else None
     db_path = resolve_db(options.db)
 
     with ResultStore(db_path) as store:
         sweep = Sweep(
             library, adapter, layout, mode=options.mode, settings=options.settings, store=store,
             allocation=allocation, bind=options.bind, point_timeout_s=options.point_timeout_s,
+            strict=options.strict,
         )
         todo = sweep.pending(points, force=options.force)
         console.print(
@@ -214,6 +226,13 @@ def bench_command(
     ] = None,
     bind: Annotated[str | None, typer.Option(help=f"Bind ranks: {', '.join(BINDINGS)} (default: launcher's).")]
     = None,
+    hostfile: Annotated[
+        str | None, typer.Option(help="Hosts to run on (default with --nodes: the Slurm/PBS allocation).")
+    ] = None,
+    strict: Annotated[
+        bool, typer.Option("--strict/--no-strict", help="Mode mpit: make an algorithm that cannot take a call "
+                                                        "fail it instead of silently running another (MPICH).")
+    ] = True,
 ) -> None:
     """Measure every algorithm of the chosen collectives at the chosen sizes and show the fastest."""
     try:
@@ -226,7 +245,8 @@ def bench_command(
     options = BenchOptions(
         mpi=mpi, collectives=collectives, algorithms=algorithms, sizes=sizes, ranks=ranks, nodes=nodes, ppn=ppn,
         repeat=repeat, db=db, force=force, mode=resolve(mode, "BENCH_MODE", "mpit") or "mpit", settings=settings,
-        point_timeout_s=parse_duration(timeout) if timeout is not None else None, bind=bind,
+        point_timeout_s=parse_duration(timeout) if timeout is not None else None, bind=bind, strict=strict,
+        hostfile=hostfile,
     )
     try:
         run_bench(options, wide_console())

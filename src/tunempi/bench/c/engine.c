@@ -4,11 +4,12 @@
  *   rank 0 reads requests from stdin and broadcasts each to every rank;
  *     point id=<n> coll=<name> bytes=<n> cvar=<name|-> set=<int|default|keep> newcomm=<0|1>
  *           warmup=<n> min_iters=<n> max_iters=<n> rel_ci=<x> time_cap=<seconds> [spoil_every=<n>]
+ *     setup id=<n> cvar=<name> set=<int> [newcomm=1]   (a cvar kept for the whole launch)
  *     quit                       (end of input also quits)
  *   rank 0 answers with ONE JSON line per request on stdout, flushed, and a "ready" line at start.
- * `set=<int>` writes the algorithm cvar through MPI_T on every rank; `set=default` restores every cvar this
- * engine has written to the value it had at start; `set=keep` writes nothing (algorithm forced through the
- * environment). `newcomm=1` measures on a communicator duplicated after the write (Open MPI honours a
+ * `set=<int>` writes the algorithm cvar through MPI_T on every rank (and puts back every other cvar written
+ * before to its start-up value); `set=default` restores every cvar this engine has written to the value it
+ * had at start; `set=keep` writes nothing (algorithm forced through the environment). `newcomm=1` measures on a communicator duplicated after the write (Open MPI honours a
  * written algorithm only on communicators created after it). The cvar is read back and reported.
  *
  * Measurement: warm-up iterations, then batches of barrier-synchronised iterations; each iteration's time
@@ -35,6 +36,8 @@ typedef struct {
     char name[MAX_NAME];
     MPI_T_cvar_handle handle;
     int initial; /* value at first use: what `set=default` restores */
+    int current; /* value last written (initial until then) */
+    int pinned;  /* written by a setup request: kept for the whole launch, never restored */
 } cvar_slot;
 
 typedef enum { SET_KEEP, SET_DEFAULT, SET_VALUE } set_mode;
@@ -64,8 +67,10 @@ typedef struct {
     cvar_slot cvars[MAX_CVARS];
     int ncvars;
     int written_since_dup;
+    char call_error[MPI_MAX_ERROR_STRING]; /* this rank's first failed collective call of a point */
+    double watchdog; /* MPI_Wtime deadline for control messages after a failed call here; 0: none */
     double *local;   /* [times(batch) | wrong flags(batch)] of this rank */
-    double *reduced; /* the same, maximum over ranks (rank 0) */
+    double *scratch; /* receive buffer of the reductions of `local` */
     double *samples; /* per-iteration maxima of the point, rank 0 */
     double *sorted;
     size_t capacity;
@@ -103,6 +108,114 @@ static void print_error(long id, const char *fmt, ...)
     fflush(stdout);
 }
 
+/* ---------------------------------------------------------------- control messages
+ *
+ * The engine's own coordination (requests, per-iteration times, decisions) uses point-to-point
+ * binomial trees on the control communicator, never collectives: in MPICH an algorithm cvar applies
+ * to every communicator, so a collective used for control would run the algorithm under test, and
+ * with strict selection fail where that algorithm cannot take the control message. */
+
+enum { TAG_BCAST = 7001, TAG_REDUCE = 7002 };
+
+/* After a collective call failed on this rank, the other ranks may not have failed with it (MPICH's
+ * strict selection can fail a sub-collective on some ranks only) and may be stuck in the call for good.
+ * Control messages are then awaited for this long at most before the whole launch is aborted: the
+ * driver records the point as failed and relaunches, instead of waiting for its own timeout. The point
+ * fails either way, so a short wait costs at most a needless relaunch. */
+static const double WATCHDOG_S = 0.5;
+
+/* The first and the last line of a (multi-line) MPI error string: MPICH's error stack ends with its cause. */
+static void first_and_last_line(const char *message, char *out, size_t out_len)
+{
+    const char *end_first = strchr(message, '\n');
+    if (!end_first) {
+        snprintf(out, out_len, "%s", message);
+        return;
+    }
+    const char *last = end_first, *scan = end_first;
+    while ((scan = strchr(scan + 1, '\n')) != NULL)
+        if (scan[1] != '\0' && scan[1] != '\n')
+            last = scan;
+    snprintf(out, out_len, "%.*s ... %s", (int)(end_first - message), message, last + 1);
+    char *newline = strchr(out, '\n');
+    if (newline)
+        *newline = '\0';
+}
+
+static void ctl_complete(engine *e, MPI_Request *pending, int sleepy)
+{
+    if (!sleepy && e->watchdog == 0) {
+        MPI_Wait(pending, MPI_STATUS_IGNORE);
+        return;
+    }
+    const struct timespec nap = {0, 50 * 1000}; /* 50 us: small next to a point */
+    int done = 0;
+    for (MPI_Test(pending, &done, MPI_STATUS_IGNORE); !done; MPI_Test(pending, &done, MPI_STATUS_IGNORE)) {
+        if (e->watchdog != 0 && MPI_Wtime() > e->watchdog) {
+            char why[MPI_MAX_ERROR_STRING];
+            first_and_last_line(e->call_error, why, sizeof why);
+            fprintf(stderr, "tunempi engine: rank %d: a collective call failed here (%s) but other ranks did not "
+                    "follow within %.0f s; aborting the launch\n", e->rank, why, WATCHDOG_S);
+            fflush(stderr);
+            MPI_Abort(MPI_COMM_WORLD, 3);
+        }
+        nanosleep(&nap, NULL);
+    }
+}
+
+/* Broadcast from rank 0. With `sleepy`, ranks wait for their parent's message asleep instead of
+ * busy-polling (MPICH spins in blocking calls): between points the CPU goes to the driver. */
+static void ctl_bcast(engine *e, void *buf, int count, MPI_Datatype type, int sleepy)
+{
+    int mask = 1;
+    while (mask < e->size) {
+        if (e->rank & mask) {
+            MPI_Request pending;
+            MPI_Irecv(buf, count, type, e->rank - mask, TAG_BCAST, e->ctrl, &pending);
+            ctl_complete(e, &pending, sleepy);
+            break;
+        }
+        mask <<= 1;
+    }
+    for (mask >>= 1; mask > 0; mask >>= 1) {
+        if (e->rank + mask < e->size) {
+            MPI_Request pending;
+            MPI_Isend(buf, count, type, e->rank + mask, TAG_BCAST, e->ctrl, &pending);
+            ctl_complete(e, &pending, 0);
+        }
+    }
+}
+
+/* Element-wise maximum of `values` over ranks, in place; complete on rank 0 only. `scratch` holds n. */
+static void ctl_reduce_max(engine *e, double *values, double *scratch, int n)
+{
+    for (int mask = 1; mask < e->size; mask <<= 1) {
+        MPI_Request pending;
+        if (e->rank & mask) {
+            MPI_Isend(values, n, MPI_DOUBLE, e->rank - mask, TAG_REDUCE, e->ctrl, &pending);
+            ctl_complete(e, &pending, 0);
+            return;
+        }
+        if (e->rank + mask < e->size) {
+            MPI_Irecv(scratch, n, MPI_DOUBLE, e->rank + mask, TAG_REDUCE, e->ctrl, &pending);
+            ctl_complete(e, &pending, 0);
+            for (int i = 0; i < n; i++)
+                if (scratch[i] > values[i])
+                    values[i] = scratch[i];
+        }
+    }
+}
+
+/* The maximum of an int over ranks, known to every rank. */
+static int ctl_any(engine *e, int value)
+{
+    double v = value, scratch;
+    ctl_reduce_max(e, &v, &scratch, 1);
+    int result = (int)v;
+    ctl_bcast(e, &result, 1, MPI_INT, 0);
+    return result;
+}
+
 /* ---------------------------------------------------------------- requests */
 
 static int parse_long(const char *text, long long lo, long long hi, long long *out)
@@ -127,7 +240,7 @@ static int parse_double(const char *text, double *out)
     return 0;
 }
 
-/* Parses "point key=value ..." into `req`; returns 0, or -1 with `why` filled. */
+/* Parses "point|setup key=value ..." into `req`; returns 0, or -1 with `why` filled. */
 static int parse_point(char *line, request *req, char *why, size_t why_len)
 {
     memset(req, 0, sizeof *req);
@@ -199,8 +312,8 @@ static int parse_point(char *line, request *req, char *why, size_t why_len)
             return -1;
         }
     }
-    if (req->id < 0 || !req->coll[0]) {
-        snprintf(why, why_len, "a point needs id= and coll=");
+    if (req->id < 0) {
+        snprintf(why, why_len, "a request needs id=");
         return -1;
     }
     if (req->max_iters < req->min_iters)
@@ -232,22 +345,10 @@ static int next_line(engine *e, char *line)
                 line[--length] = '\0';
         }
     }
-    /* Ranks other than 0 wait for the next request asleep rather than spinning in MPI_Bcast (MPICH
-     * busy-polls): between points the CPU goes to the driver, or to whatever else shares the node. */
-    MPI_Request pending;
-    MPI_Ibcast(&length, 1, MPI_INT, 0, e->ctrl, &pending);
-    if (e->rank == 0) {
-        MPI_Wait(&pending, MPI_STATUS_IGNORE);
-    } else {
-        const struct timespec nap = {0, 50 * 1000}; /* 50 us: small next to a point's measuring time */
-        int arrived = 0;
-        for (MPI_Test(&pending, &arrived, MPI_STATUS_IGNORE); !arrived;
-             MPI_Test(&pending, &arrived, MPI_STATUS_IGNORE))
-            nanosleep(&nap, NULL);
-    }
+    ctl_bcast(e, &length, 1, MPI_INT, 1);
     if (length < 0)
         return -1;
-    MPI_Bcast(line, length + 1, MPI_CHAR, 0, e->ctrl);
+    ctl_bcast(e, line, length + 1, MPI_CHAR, 0);
     return 0;
 }
 
@@ -296,6 +397,7 @@ static cvar_slot *cvar_lookup(engine *e, const char *name, char *why, size_t why
         snprintf(why, why_len, "MPI_T_cvar_read failed for %s", name);
         return NULL;
     }
+    slot->current = slot->initial;
     snprintf(slot->name, sizeof slot->name, "%s", name);
     e->ncvars++;
     return slot;
@@ -307,8 +409,43 @@ static int cvar_write(engine *e, cvar_slot *slot, int value, char *why, size_t w
         snprintf(why, why_len, "MPI_T_cvar_write of %d to %s failed (read-only?)", value, slot->name);
         return -1;
     }
+    slot->current = value;
     e->written_since_dup = 1;
     return 0;
+}
+
+/* Puts every cvar written by earlier points back to its start-up value, except `keep` and pinned ones:
+ * a point's algorithm is the only one changed from the library's choices (an algorithm may call other
+ * collectives internally, e.g. MPICH's smp allreduce calls reduce and bcast). Returns 0 or -1. */
+static int cvar_restore_others(engine *e, const cvar_slot *keep, char *why, size_t why_len)
+{
+    for (int i = 0; i < e->ncvars; i++) {
+        cvar_slot *slot = &e->cvars[i];
+        if (slot != keep && !slot->pinned && slot->current != slot->initial &&
+            cvar_write(e, slot, slot->initial, why, why_len) != 0)
+            return -1;
+    }
+    return 0;
+}
+
+/* A fresh measured communicator (after cvar writes that only apply to new communicators). Its calls
+ * return errors instead of aborting: an algorithm that cannot take a call's arguments (Open MPI's
+ * two-process-only ones on more ranks, MPICH with strict selection) fails that point, not the launch. */
+static void renew_measured_communicator(engine *e)
+{
+    if (e->meas != MPI_COMM_NULL)
+        MPI_Comm_free(&e->meas);
+    MPI_Comm_dup(MPI_COMM_WORLD, &e->meas);
+    MPI_Comm_set_errhandler(e->meas, MPI_ERRORS_RETURN);
+    e->written_since_dup = 0;
+}
+
+static const char *call_name(tm_collective kind)
+{
+    static const char *const names[] = {"MPI_Allreduce", "MPI_Bcast", "MPI_Allgather", "MPI_Alltoall",
+                                        "MPI_Reduce", "MPI_Reduce_scatter", "MPI_Reduce_scatter_block",
+                                        "MPI_Gather", "MPI_Scatter", "MPI_Barrier"};
+    return kind < TM_UNKNOWN ? names[kind] : "?";
 }
 
 /* ---------------------------------------------------------------- measurement */
@@ -321,44 +458,63 @@ static int reserve(engine *e, size_t n)
     double *local = realloc(e->local, 2 * capacity * sizeof(double));
     if (local)
         e->local = local;
-    double *reduced = realloc(e->reduced, 2 * capacity * sizeof(double));
-    if (reduced)
-        e->reduced = reduced;
+    double *scratch = realloc(e->scratch, 2 * capacity * sizeof(double));
+    if (scratch)
+        e->scratch = scratch;
     double *samples = realloc(e->samples, capacity * sizeof(double));
     if (samples)
         e->samples = samples;
     double *sorted = realloc(e->sorted, capacity * sizeof(double));
     if (sorted)
         e->sorted = sorted;
-    if (!local || !reduced || !samples || !sorted)
+    if (!local || !scratch || !samples || !sorted)
         return -1;
     e->capacity = capacity;
     return 0;
 }
 
 /* Runs `batch` iterations; on rank 0, stores per-iteration maxima in samples[first..] (when `samples`
- * is not NULL) and returns the number of wrong iterations. */
-static int run_batch(engine *e, tm_case *c, int batch, uint32_t *iteration, double *samples, int spoil_every)
+ * is not NULL), adds the iterations whose call failed on some rank to *failed_calls, and returns the
+ * number of iterations with a wrong result. Per iteration each rank reports 0 (right), 1 (wrong result)
+ * or 2 (the call failed: its result is not checked); the maximum over ranks decides. */
+static int run_batch(engine *e, tm_case *c, int batch, uint32_t *iteration, double *samples, int spoil_every,
+                     int *failed_calls)
 {
     for (int k = 0; k < batch; k++) {
         tm_case_fill(c, *iteration);
         MPI_Barrier(e->meas);
         double start = MPI_Wtime();
-        tm_case_run(c);
+        int rc = tm_case_run(c);
         double stop = MPI_Wtime();
         e->local[k] = stop - start;
+        if (rc != MPI_SUCCESS) {
+            /* No more calls on the measured communicator: if other ranks did not fail with this one,
+             * they may be stuck in this call, and further calls could get this rank stuck as well. */
+            if (!e->call_error[0]) {
+                int length = 0;
+                MPI_Error_string(rc, e->call_error, &length);
+            }
+            for (int rest = k; rest < batch; rest++) {
+                e->local[rest] = e->local[k];
+                e->local[batch + rest] = 2;
+            }
+            *iteration += (uint32_t)(batch - k);
+            e->watchdog = MPI_Wtime() + WATCHDOG_S;
+            break;
+        }
         if (spoil_every && (*iteration + 1) % (uint32_t)spoil_every == 0)
             tm_case_spoil(c);
         e->local[batch + k] = tm_case_check(c, *iteration);
         (*iteration)++;
     }
-    MPI_Reduce(e->local, e->reduced, 2 * batch, MPI_DOUBLE, MPI_MAX, 0, e->ctrl);
+    ctl_reduce_max(e, e->local, e->scratch, 2 * batch);
     int wrong = 0;
     if (e->rank == 0) {
         for (int k = 0; k < batch; k++) {
             if (samples)
-                samples[k] = e->reduced[k];
-            wrong += e->reduced[batch + k] != 0.0;
+                samples[k] = e->local[k];
+            wrong += e->local[batch + k] == 1.0;
+            *failed_calls += e->local[batch + k] >= 2.0;
         }
     }
     return wrong;
@@ -378,35 +534,29 @@ static void measure_point(engine *e, request *req)
         slot = cvar_lookup(e, req->cvar, why, sizeof why);
         failed = slot == NULL;
     }
-    if (!failed && req->set == SET_VALUE)
+    if (!failed && req->set != SET_KEEP)
+        failed = cvar_restore_others(e, req->set == SET_VALUE ? slot : NULL, why, sizeof why) != 0;
+    if (!failed && req->set == SET_VALUE && slot->current != req->set_value)
         failed = cvar_write(e, slot, req->set_value, why, sizeof why) != 0;
-    if (!failed && req->set == SET_DEFAULT)
-        for (int i = 0; i < e->ncvars && !failed; i++)
-            failed = cvar_write(e, &e->cvars[i], e->cvars[i].initial, why, sizeof why) != 0;
-    int any_failed = 0;
-    MPI_Allreduce(&failed, &any_failed, 1, MPI_INT, MPI_MAX, e->ctrl);
-    if (any_failed) {
+    if (ctl_any(e, failed)) {
         if (e->rank == 0)
             print_error(req->id, "%s", failed ? why : "failed on another rank");
         return;
     }
-    if (req->newcomm && e->written_since_dup) {
-        MPI_Comm_free(&e->meas);
-        MPI_Comm_dup(MPI_COMM_WORLD, &e->meas);
-        e->written_since_dup = 0;
-    }
-    int readback[2] = {0, 0}, readback_range[2] = {0, 0};
+    if (req->newcomm && e->written_since_dup)
+        renew_measured_communicator(e);
+    int readback = 0, consistent = 1;
     if (slot) {
-        MPI_T_cvar_read(slot->handle, &readback[0]);
-        readback[1] = -readback[0];
-        MPI_Allreduce(readback, readback_range, 2, MPI_INT, MPI_MAX, e->ctrl); /* max and -min */
+        MPI_T_cvar_read(slot->handle, &readback);
+        double range[2] = {readback, -readback}, scratch[2]; /* max and -min over ranks */
+        ctl_reduce_max(e, range, scratch, 2);
+        consistent = range[0] == -range[1];
     }
 
     tm_case c;
     failed = tm_case_init(&c, kind, (size_t)req->bytes, e->meas) != 0 || reserve(e, (size_t)req->max_iters) != 0 ||
              reserve(e, (size_t)req->warmup) != 0;
-    MPI_Allreduce(&failed, &any_failed, 1, MPI_INT, MPI_MAX, e->ctrl);
-    if (any_failed) {
+    if (ctl_any(e, failed)) {
         if (e->rank == 0)
             print_error(req->id, "cannot set up %s with %lld bytes (size not valid or out of memory)", req->coll,
                         req->bytes);
@@ -415,17 +565,26 @@ static void measure_point(engine *e, request *req)
     }
 
     uint32_t iteration = 0;
-    int wrong = req->warmup ? run_batch(e, &c, req->warmup, &iteration, NULL, req->spoil_every) : 0;
+    int failed_calls = 0;
+    e->call_error[0] = '\0';
+    e->watchdog = 0;
+    int wrong = req->warmup ? run_batch(e, &c, req->warmup, &iteration, NULL, req->spoil_every, &failed_calls) : 0;
     const char *stop_reason = "max_iters";
     int batch = req->min_iters;
     size_t n = 0;
     tm_median_ci ci = {0, 0, 0};
     double start = MPI_Wtime(), elapsed = 0;
+    int next = failed_calls ? 0 : 1;
+    ctl_bcast(e, &next, 1, MPI_INT, 0);
+    if (!next)
+        batch = 0;
     while (batch > 0) {
-        wrong += run_batch(e, &c, batch, &iteration, e->samples + n, req->spoil_every);
+        wrong += run_batch(e, &c, batch, &iteration, e->samples + n, req->spoil_every, &failed_calls);
         n += (size_t)batch;
-        int next = 0;
-        if (e->rank == 0) {
+        next = 0;
+        if (e->rank == 0 && failed_calls) {
+            stop_reason = "failed";
+        } else if (e->rank == 0) {
             elapsed = MPI_Wtime() - start;
             memcpy(e->sorted, e->samples, n * sizeof(double));
             tm_sort(e->sorted, n);
@@ -449,20 +608,25 @@ static void measure_point(engine *e, request *req)
                     next = 1;
             }
         }
-        MPI_Bcast(&next, 1, MPI_INT, 0, e->ctrl);
+        ctl_bcast(e, &next, 1, MPI_INT, 0);
         batch = next;
     }
     tm_case_free(&c);
+    e->watchdog = 0; /* every rank got through the point's control messages: all are in step again */
     if (e->rank != 0)
         return;
+    if (failed_calls) {
+        print_error(req->id, "%s failed in %d iteration(s): %s", call_name(kind), failed_calls,
+                    e->call_error[0] ? e->call_error : "an MPI error on another rank");
+        return;
+    }
 
     printf("{\"event\":\"point\",\"id\":%ld,\"status\":\"ok\",\"collective\":", req->id);
     json_string(stdout, req->coll);
     printf(",\"bytes\":%lld,\"ranks\":%d,\"cvar\":", req->bytes, e->size);
     if (slot) {
         json_string(stdout, slot->name);
-        printf(",\"cvar_value\":%d,\"cvar_consistent\":%s", readback[0],
-               readback_range[0] == -readback_range[1] ? "true" : "false");
+        printf(",\"cvar_value\":%d,\"cvar_consistent\":%s", readback, consistent ? "true" : "false");
     } else {
         printf("null,\"cvar_value\":null,\"cvar_consistent\":true");
     }
@@ -474,6 +638,39 @@ static void measure_point(engine *e, request *req)
         printf(i ? ",%.6f" : "%.6f", e->samples[i] * 1e6);
     printf("]}\n");
     fflush(stdout);
+}
+
+/* "setup id= cvar= set=<int> [newcomm=1]": write a cvar for the rest of the launch (e.g. a library's
+ * strict algorithm selection); `set=default` in later points does not undo it. */
+static void setup_cvar(engine *e, request *req)
+{
+    char why[512] = "";
+    cvar_slot *slot = NULL;
+    int failed = 0;
+    if (!req->cvar[0] || req->set != SET_VALUE) {
+        snprintf(why, sizeof why, "setup needs cvar= and set=<int>");
+        failed = 1;
+    }
+    if (!failed)
+        failed = (slot = cvar_lookup(e, req->cvar, why, sizeof why)) == NULL;
+    if (!failed)
+        failed = cvar_write(e, slot, req->set_value, why, sizeof why) != 0;
+    if (ctl_any(e, failed)) {
+        if (e->rank == 0)
+            print_error(req->id, "%s", failed ? why : "failed on another rank");
+        return;
+    }
+    slot->pinned = 1;
+    if (req->newcomm)
+        renew_measured_communicator(e);
+    int value = 0;
+    MPI_T_cvar_read(slot->handle, &value);
+    if (e->rank == 0) {
+        printf("{\"event\":\"setup\",\"id\":%ld,\"status\":\"ok\",\"cvar\":", req->id);
+        json_string(stdout, slot->name);
+        printf(",\"cvar_value\":%d}\n", value);
+        fflush(stdout);
+    }
 }
 
 /* ---------------------------------------------------------------- start-up */
@@ -520,7 +717,8 @@ int main(int argc, char **argv)
     int provided;
     e.mpi_t = MPI_T_init_thread(MPI_THREAD_SINGLE, &provided) == MPI_SUCCESS;
     MPI_Comm_dup(MPI_COMM_WORLD, &e.ctrl);
-    MPI_Comm_dup(MPI_COMM_WORLD, &e.meas);
+    e.meas = MPI_COMM_NULL;
+    renew_measured_communicator(&e);
     MPI_Comm_rank(e.ctrl, &e.rank);
     MPI_Comm_size(e.ctrl, &e.size);
     print_ready(&e);
@@ -531,19 +729,23 @@ int main(int argc, char **argv)
             continue;
         if (strcmp(line, "quit") == 0)
             break;
-        if (strncmp(line, "point ", 6) != 0) {
+        int is_point = strncmp(line, "point ", 6) == 0, is_setup = strncmp(line, "setup ", 6) == 0;
+        if (!is_point && !is_setup) {
             if (e.rank == 0)
                 print_error(-1, "unknown request: %.100s", line);
             continue;
         }
         request req;
-        char why[256];
-        if (parse_point(line, &req, why, sizeof why) != 0) {
+        char why[256] = "";
+        if (parse_point(line, &req, why, sizeof why) != 0 || (is_point && !req.coll[0])) {
             if (e.rank == 0)
-                print_error(req.id, "%s", why);
+                print_error(req.id, "%s", why[0] ? why : "a point needs coll=");
             continue;
         }
-        measure_point(&e, &req);
+        if (is_setup)
+            setup_cvar(&e, &req);
+        else
+            measure_point(&e, &req);
     }
 
     for (int i = 0; i < e.ncvars; i++)
@@ -551,7 +753,7 @@ int main(int argc, char **argv)
     if (e.mpi_t)
         MPI_T_finalize();
     free(e.local);
-    free(e.reduced);
+    free(e.scratch);
     free(e.samples);
     free(e.sorted);
     MPI_Comm_free(&e.meas);

@@ -5,6 +5,7 @@ from __future__ import annotations
 import io
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 from rich.console import Console
@@ -25,6 +26,7 @@ from tunempi.errors import UsageError
         (BenchOptions(ranks=0), "at least 1"),
         (BenchOptions(ranks=8, nodes=2, ppn=2), "do not fit"),
         (BenchOptions(repeat=0), "at least 1"),
+        (BenchOptions(nodes=2, ppn=1), "needs a host list"),
     ],
 )
 def test_usage_errors_name_the_problem(options: BenchOptions, message: str, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -32,6 +34,8 @@ def test_usage_errors_name_the_problem(options: BenchOptions, message: str, monk
         raise AssertionError("the library must not be probed for a usage error")
 
     monkeypatch.setattr("tunempi.cli.bench.resolve_library", no_probe)
+    for batch_variable in ("SLURM_JOB_NODELIST", "SLURM_NODELIST", "PBS_NODEFILE"):
+        monkeypatch.delenv(batch_variable, raising=False)
     with pytest.raises(UsageError, match=message):
         run_bench(options, Console(file=io.StringIO()))
 
@@ -43,3 +47,11 @@ def test_usage_error_exits_with_status_2_naming_the_valid_choices() -> None:
     )
     assert result.returncode == 2
     assert "allreduse" in result.stderr and "allreduce" in result.stderr
+
+
+def test_more_nodes_than_the_hostfile_has(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr("tunempi.cli.bench.resolve_library", lambda spec: pytest.fail("probed"))
+    hostfile = tmp_path / "hosts"
+    hostfile.write_text("node1 slots=4\n")
+    with pytest.raises(UsageError, match="allocation has 1 node"):
+        run_bench(BenchOptions(nodes=2, ppn=2, hostfile=str(hostfile)), Console(file=io.StringIO()))
