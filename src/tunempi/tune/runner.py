@@ -13,7 +13,6 @@ thread that made them).
 
 from __future__ import annotations
 
-import inspect
 import queue
 import threading
 import time
@@ -66,13 +65,10 @@ class LayoutRunner:
         env = dict(adapter.launch_env())
         if layout.nodes == 1 and allocation is None:
             env.update(adapter.single_node_env())  # faster start-up, same collectives
-        strict = adapter.strict_selection_switch()
-        extra: dict[str, object] = {}
-        if strict is not None and "setup" in inspect.signature(EngineSession).parameters:
-            extra["setup"] = (strict,)  # a forced algorithm that cannot take a call fails instead of hiding
+        strict = adapter.strict_selection_switch()  # a forced algorithm that cannot take a call fails
         self.session = EngineSession(
-            library, layout, env=env, executable=executable, allocation=allocation,
-            point_timeout_s=point_timeout_s, **extra,  # type: ignore[arg-type]
+            library, layout, env=env, setup=(strict,) if strict is not None else (), executable=executable,
+            allocation=allocation, point_timeout_s=point_timeout_s,
         )
         self._next_id = 0
         self._lock = threading.Lock()
