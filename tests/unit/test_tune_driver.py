@@ -147,3 +147,31 @@ def test_prefer_default_keeps_the_library_choice_within_the_margin() -> None:
     kept = prefer_default(strategy, outcome.selection, 0.1)
     assert kept == outcome.selection
     assert math.isclose(len(kept), len(strategy.space.cells))
+
+
+def test_an_algorithm_failing_everywhere_at_a_scale_is_blocked_there_after_three_sizes() -> None:
+    class Refusing(FakeRunner):
+        def run(self, work, on_point=None, settings=None, deadline=None):  # noqa: ANN001, ANN201
+            results = super().run(work, None, settings, deadline)
+            out = []
+            for r in results:
+                if r.point.algorithm == "large" and r.layout.ranks == 4:  # refused, job goes on
+                    m = Measurement(**{**{f: getattr(r.measurement, f) for f in (
+                        "library_fingerprint", "library", "collective", "algorithm", "ranks", "msg_bytes",
+                        "nodes", "ppn", "run")}, "status": "failed", "reason": "engine: MPI_ERR_UNSUPPORTED"})
+                    r = PointResult(r.point, r.layout, PointOutcome(r.outcome.request, "failed",
+                                                                    "engine: MPI_ERR_UNSUPPORTED"), m, 0.01, 0)
+                out.append(r)
+                if on_point is not None:
+                    on_point(r)
+            return out
+
+    runner = Refusing()
+    tuner = Tuner(spaces(), runner, strategy="exhaustive")
+    tuner.run()
+    tried = {p.msg_bytes for call in runner.calls for layout, pts in call.items() for p in pts
+             if p.algorithm == "large" and layout.ranks == 4}
+    assert 3 <= len(tried) < len(SIZES)
+    strategy = tuner.strategies["allreduce"]
+    large = strategy.space.algorithms.index("large")
+    assert not any(strategy.usable_mask()[i, large] for i, c in enumerate(strategy.space.cells) if c.ranks == 4)

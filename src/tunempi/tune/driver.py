@@ -130,7 +130,9 @@ class Tuner:
         self.spaces = dict(spaces)
         self.default_margin = default_margin
         self.crash_limit = 2
+        self.fail_limit = 3
         self._crashes: dict[tuple, int] = {}
+        self._tally: dict[tuple, list] = {}  # (collective, algorithm, scale) -> [failed sizes, successes]
         self._blocked: set[tuple] = set()
         self.runner = runner
         self.strategy_name = strategy
@@ -152,20 +154,32 @@ class Tuner:
     def convergence(self) -> dict[str, float]:
         return {c: (1.0 if s.finished else float(s.convergence())) for c, s in self.strategies.items()}
 
-    def _block_crashing(self, collective: str, crashed: Sequence[MeasurementRecord]) -> list[MeasurementRecord]:
-        """An algorithm that brought the whole job down `crash_limit` times at one scale (e.g. Open MPI's
-        two_proc on 4 ranks: MPI_ERR_UNSUPPORTED_OPERATION aborts the job) is marked failed in every cell
-        of that scale: each further try would cost a relaunch. These records are knowledge (cost 0) and are
-        not stored."""
+    def _block_failing(self, collective: str, records: Sequence[MeasurementRecord],
+                       crashed: Sequence[MeasurementRecord]) -> list[MeasurementRecord]:
+        """An algorithm that cannot run at a scale is marked failed in every cell of that scale, so the
+        strategy stops spending runs (and, for crashes, relaunches) on it: after `crash_limit` crashes of
+        the whole job there, or after `fail_limit` failed cells there without a single success (e.g. Open
+        MPI's two_proc algorithms on 4 ranks: MPI_ERR_UNSUPPORTED_OPERATION at every size). These records
+        are knowledge (cost 0, not stored); a failure at some sizes only leaves the others alone."""
         for record in crashed:
             key = (collective, record.algorithm, record.cell.scale)
             self._crashes[key] = self._crashes.get(key, 0) + 1
+        for record in records:
+            key = (collective, record.algorithm, record.cell.scale)
+            tally = self._tally.setdefault(key, [set(), 0])
+            if record.ok:
+                tally[1] += 1
+            else:
+                tally[0].add(record.cell.msg_bytes)
         blocked: list[MeasurementRecord] = []
         space = self.spaces[collective]
-        for (coll, algorithm, scale), count in self._crashes.items():
-            if coll != collective or count < self.crash_limit or (coll, algorithm, scale) in self._blocked:
+        for key, (failed_sizes, successes) in self._tally.items():
+            coll, algorithm, scale = key
+            hopeless = self._crashes.get(key, 0) >= self.crash_limit or (
+                len(failed_sizes) >= self.fail_limit and successes == 0)
+            if coll != collective or not hopeless or key in self._blocked:
                 continue
-            self._blocked.add((coll, algorithm, scale))
+            self._blocked.add(key)
             blocked += [MeasurementRecord(cell, algorithm, None, launches=0) for cell in space.cells
                         if cell.scale == scale]
         return blocked
@@ -239,7 +253,7 @@ class Tuner:
                     if result.outcome.status == "timeout" or result.outcome.reason.startswith("the engine died"):
                         crashed.setdefault(result.point.collective, []).append(record)
                 for collective, records in by_collective.items():
-                    blocked = self._block_crashing(collective, crashed.get(collective, []))
+                    blocked = self._block_failing(collective, records, crashed.get(collective, []))
                     self.strategies[collective].tell(records + blocked)
                 point = state()
                 curve.append(point)
