@@ -237,11 +237,11 @@ def write_result(options: TuneOptions, library: MPILibrary, adapter: VendorAdapt
     console.print(f"tuning files smoke-checked in {library.name} and written to {options.out} ({path.name})")
     for collective, rule_set in sorted(rule_sets.items()):
         for block in rule_set.blocks:
-            upto = "" if block.max_ranks is None else f"..{block.max_ranks}"
+            upto = "+" if block.max_ranks is None else f"..{block.max_ranks}"
             rules = ", ".join(
                 f"{'<=' + format_size(r.max_bytes) if r.max_bytes is not None else 'above'} {r.algorithm}"
                 for r in block.rules)
-            console.print(f"  {collective} [{block.min_ranks}{upto} ranks]: {rules}")
+            console.print(f"  {collective} [{block.min_ranks}{upto} ranks]: {rules}", soft_wrap=True)
     return manifest
 
 
