@@ -4,7 +4,7 @@ MPICH at 2 ranks and Open MPI at 4 ranks (Open MPI copes with oversubscription o
 busy polling does not), allreduce, bcast, allgather and alltoall up to TUNEMPI_DEMO_MAX_MSG (256KiB), each
 library's tuning capped at TUNEMPI_DEMO_TIMEOUT (75s). Measurements go to the demo database
 (TUNEMPI_DB, else demo.sqlite in tunempi's data directory): rerunning resumes from what is there. The
-tuning directories are demo-tuning/<library> under the current directory (TUNEMPI_DEMO_OUT overrides).
+tuning directories are <tunempi data dir>/demo-tuning/<library> (TUNEMPI_DEMO_OUT overrides).
 """
 
 from __future__ import annotations
@@ -33,7 +33,7 @@ def demo_db() -> Path:
 def main() -> int:
     console = wide_console()
     db = demo_db()
-    out_root = Path(os.environ.get("TUNEMPI_DEMO_OUT") or "demo-tuning")
+    out_root = Path(os.environ.get("TUNEMPI_DEMO_OUT") or data_dir() / "demo-tuning")
     max_msg = parse_size(os.environ.get("TUNEMPI_DEMO_MAX_MSG") or "256KiB")
     timeout_s = parse_duration(os.environ.get("TUNEMPI_DEMO_TIMEOUT") or "75s")
     failures = 0
