@@ -76,3 +76,15 @@ def test_slower_cells_go_back_to_default_and_the_summary_counts_them() -> None:
     assert numbers["geo_mean_speedup_compared_before"] < numbers["geo_mean_speedup_compared_after"]
     for v in verified:  # JSON round trip keeps the verdicts
         assert type(v).from_dict(v.to_dict()).verdict == v.verdict
+
+
+def test_suspicious_cells_get_a_second_pass_with_new_run_indices() -> None:
+    from tunempi.tune.verify import VerifiedCell, suspicious
+
+    verified = [VerifiedCell(A, "ring", 11.0, 10.0, 0.9, 0.6, 1.3, "same"),
+                VerifiedCell(B, "rd", 9.0, 10.0, 1.1, 0.8, 1.4, "same"),
+                VerifiedCell(C, "ring", 12.0, 10.0, 0.8, 0.7, 0.9, "slower")]
+    assert suspicious(verified) == [A]  # B looks fine, C is already decided
+    work = verify_plan({A: "ring"}, 2, first_run=3)
+    assert [(p.algorithm, p.run) for p in work[Layout(2)]] == [("default", 3), ("ring", 3), ("ring", 4),
+                                                                ("default", 4)]  # order alternates by run

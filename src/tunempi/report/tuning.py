@@ -130,7 +130,8 @@ def summary_lines(manifest: Manifest) -> list[str]:
             f"verify: {s['compared']} tuned cells, geo-mean speedup {s['geo_mean_speedup_compared_after']:.3f}x "
             f"over default (all {s['cells']} cells {s['geo_mean_speedup_all_cells']:.3f}x), "
             f"{s['faster_beyond_noise']} faster beyond noise, slower beyond noise {s['slower_beyond_noise_before']}"
-            f" -> {s['slower_beyond_noise_after']} (replaced {s['replaced']})")
+            f" -> {s['slower_beyond_noise_after']} (replaced {s['replaced']}; "
+            f"{s.get('slower_point_estimate_after', '?')} below 1 within noise)")
     else:
         lines.append("not verified yet: run `tunempi verify --tuning DIR`")
     return lines

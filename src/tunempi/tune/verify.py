@@ -86,12 +86,12 @@ def classify(speedup: float, low: float, high: float) -> str:
     return "same"
 
 
-def verify_plan(selection: Mapping[Cell, str], repeats: int) -> dict[Layout, list[BenchPoint]]:
+def verify_plan(selection: Mapping[Cell, str], repeats: int, *, first_run: int = 0) -> dict[Layout, list[BenchPoint]]:
     """Per layout: tuned and default points of every non-default cell, interleaved, order alternating per
-    repetition; the point's `run` is the repetition."""
+    repetition; the point's `run` is the repetition (from `first_run`: a second pass adds pairs)."""
     work: dict[Layout, list[BenchPoint]] = {}
     cells = sorted(c for c, a in selection.items() if a != DEFAULT_ALGORITHM)
-    for run in range(repeats):
+    for run in range(first_run, first_run + repeats):
         for cell in cells:
             pair = [selection[cell], DEFAULT_ALGORITHM]
             if run % 2:
@@ -126,6 +126,15 @@ def evaluate(selection: Mapping[Cell, str], results: Sequence[PointResult]) -> l
         verified.append(VerifiedCell(cell, algorithm, float(np.median(tuned)), float(np.median(default)),
                                      speedup, low, high, classify(speedup, low, high)))
     return verified
+
+
+#: A cell whose speedup estimate is below this but not slower beyond noise gets a second pass of pairs.
+SUSPICIOUS_BELOW = 0.97
+
+
+def suspicious(verified: Sequence[VerifiedCell], threshold: float = SUSPICIOUS_BELOW) -> list[Cell]:
+    """Cells that look slower than default without the evidence to say so: measured again."""
+    return [v.cell for v in verified if v.verdict == "same" and v.speedup < threshold]
 
 
 def apply_replacements(selection: Mapping[Cell, str], verified: Sequence[VerifiedCell]
