@@ -15,6 +15,7 @@ from typing import Any
 
 import numpy as np
 import pandas as pd
+from threadpoolctl import threadpool_limits
 
 from tunempi.sim.metrics import Oracle
 from tunempi.sim.replay import ReplayBackend
@@ -42,6 +43,7 @@ class Trace:
     launches: int = 0
     iterations: int = 0
     step_seconds: list[float] = field(default_factory=list)
+    step_cpu_seconds: list[float] = field(default_factory=list)
 
 
 def run_strategy(
@@ -76,9 +78,9 @@ def run_strategy(
         filled = upto
 
     while True:
-        started = time.perf_counter()
+        started, started_cpu = time.perf_counter(), time.process_time()
         requests = strategy.ask()
-        asked = time.perf_counter() - started
+        asked, asked_cpu = time.perf_counter() - started, time.process_time() - started_cpu
         if not requests:
             break
         records = backend.measure(requests)
@@ -87,9 +89,10 @@ def run_strategy(
             record_state(spent_after)
         else:
             filled = int(np.searchsorted(grid_s, spent_after, side="left"))
-        started = time.perf_counter()
+        started, started_cpu = time.perf_counter(), time.process_time()
         strategy.tell(records)
         trace.step_seconds.append(asked + time.perf_counter() - started)
+        trace.step_cpu_seconds.append(asked_cpu + time.process_time() - started_cpu)
         trace.iterations += 1
     record_state(np.inf)
     final = strategy.select()
@@ -122,6 +125,7 @@ def summarize(traces: Sequence[Trace], oracle: Oracle, exhaustive_cost_s: float,
     curve = np.mean([t.avg_slowdown for t in traces], axis=0)
     geo_curve = np.mean([t.geo_slowdown for t in traces], axis=0)
     steps = [s for t in traces for s in t.step_seconds]
+    cpu_steps = [s for t in traces for s in t.step_cpu_seconds]
     summary: dict[str, Any] = {
         "strategy": traces[0].strategy,
         "seeds": [t.seed for t in traces],
@@ -142,6 +146,9 @@ def summarize(traces: Sequence[Trace], oracle: Oracle, exhaustive_cost_s: float,
         "iterations": float(np.mean([t.iterations for t in traces])),
         "seconds_per_iteration": float(np.mean(steps)) if steps else 0.0,
         "max_seconds_per_iteration": float(np.max(steps)) if steps else 0.0,
+        # CPU time of the process: on a shared machine wall time also counts other users' load.
+        "cpu_seconds_per_iteration": float(np.mean(cpu_steps)) if cpu_steps else 0.0,
+        "max_cpu_seconds_per_iteration": float(np.max(cpu_steps)) if cpu_steps else 0.0,
         "curve": {"cost_s": [float(x) for x in grid_s], "avg_slowdown": _floats(curve),
                   "geo_slowdown": _floats(geo_curve)},
     }
@@ -173,11 +180,33 @@ def simulate(
     seeds: int = 5,
     budget_fraction: float = 1.0,
     max_ranks: int | None = None,
-    resolution: int = 400,
+    resolution: int = 200,
     params: dict[str, dict[str, Any]] | None = None,
     on_run: Callable[[str, int], None] | None = None,
+    blas_threads: int | None = 1,
 ) -> tuple[list[dict[str, Any]], dict[str, list[Trace]]]:
-    """Run every strategy at seeds 0..seeds-1; returns the summaries and the raw traces."""
+    """Run every strategy at seeds 0..seeds-1; returns the summaries and the raw traces.
+
+    BLAS is limited to `blas_threads` (None: leave it alone): the models' matrices are small, and
+    multithreaded BLAS on a few shared cores made every iteration several times slower.
+    """
+    with threadpool_limits(limits=blas_threads):
+        return _simulate(frame, collective, strategies, seeds=seeds, budget_fraction=budget_fraction,
+                         max_ranks=max_ranks, resolution=resolution, params=params, on_run=on_run)
+
+
+def _simulate(
+    frame: pd.DataFrame,
+    collective: str,
+    strategies: Sequence[str],
+    *,
+    seeds: int,
+    budget_fraction: float,
+    max_ranks: int | None,
+    resolution: int,
+    params: dict[str, dict[str, Any]] | None,
+    on_run: Callable[[str, int], None] | None,
+) -> tuple[list[dict[str, Any]], dict[str, list[Trace]]]:
     oracle = Oracle(ReplayBackend(frame, collective, seed=0))
     exhaustive_cost = oracle.exhaustive_cost()
     budget_s = budget_fraction * exhaustive_cost

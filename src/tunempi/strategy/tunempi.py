@@ -29,6 +29,7 @@ import numpy as np
 
 from tunempi.model import TrendGaussianProcess
 from tunempi.strategy.base import MeasurementRecord, Request, Strategy
+from tunempi.strategy.forest_selection import ForestFill
 
 
 class TunempiStrategy(Strategy):
@@ -47,6 +48,10 @@ class TunempiStrategy(Strategy):
         max_repeats: int = 3,
         reoptimize_growth: float = 1.25,
         max_reoptimize: int = 2,
+        uncertainty_scale: float = 1.0,
+        trust_measurements: float = 0.0,
+        distance_uncertainty: float = 0.1,
+        forest_blend: float = 0.5,
         **kwargs: Any,
     ) -> None:
         super().__init__(space, **kwargs)
@@ -58,6 +63,14 @@ class TunempiStrategy(Strategy):
         self.max_repeats = max_repeats
         self.reoptimize_growth = reoptimize_growth
         self.max_reoptimize = max_reoptimize
+        self.uncertainty_scale = uncertainty_scale
+        self.trust_measurements = trust_measurements
+        self.distance_uncertainty = distance_uncertainty
+        self.forest_blend = forest_blend
+        self._forest = ForestFill(n_estimators=50, random_state=self.seed)
+        raw = space.features()
+        #: log2 ranks and log2 message size of every cell: grid distances in doublings.
+        self._log_grid = raw[:, [0, 3]]
         self._models: dict[int, TrendGaussianProcess] = {}
         self._optimized_at: dict[int, int] = {}
         self._fitted_on = -1
@@ -103,8 +116,32 @@ class TunempiStrategy(Strategy):
             residual, cov = model.gp_.predict(self.cell_features, return_cov=True)
             cov = cov - model.noise_ * np.eye(len(cov))
             mean[:, j] = model.coef_[0] + self.cell_features @ model.coef_[1:] + residual
-            std[:, j] = np.sqrt(np.maximum(np.diag(cov), 1e-12))
+            std[:, j] = self.uncertainty_scale * np.sqrt(np.maximum(np.diag(cov), 1e-12))
+            if self.distance_uncertainty > 0:
+                # The model is wrong in ways its own variance does not show (protocol switches,
+                # fallbacks): add doubt that grows with the distance, in doublings of ranks or size, to
+                # the nearest cell where this algorithm was measured.
+                measured_at = np.flatnonzero(np.isfinite(self.measured_median_log()[:, j]))
+                if len(measured_at):
+                    gap = np.abs(self._log_grid[:, None, :] - self._log_grid[None, measured_at, :]).max(axis=2)
+                    distance = gap.min(axis=1)
+                    std[:, j] = np.sqrt(std[:, j] ** 2 + (self.distance_uncertainty * distance) ** 2)
             covariance[j] = (cov, model.noise_)
+            if self.trust_measurements > 0:
+                # A measured median far from the posterior (more than `trust_measurements` noise
+                # standard deviations) is a real jump the smooth model cannot follow: believe it.
+                measured = self.measured_median_log()[:, j]
+                far = np.abs(measured - mean[:, j]) > self.trust_measurements * np.sqrt(model.noise_)
+                mean[far, j] = measured[far]
+        if self.forest_blend > 0:
+            # Forests and GPs err in different places (steps vs. smooth trends): averaging their log
+            # predictions selected better than either alone on the Peak sweeps. Uncertainty stays the GP's.
+            # Beyond the measured scales a forest predicts flat: there the GP's trend alone extrapolates.
+            forest = self._forest.predict(self)
+            largest = max(r.cell.ranks for r in self.records if r.ok)
+            inside = np.array([c.ranks <= largest for c in self.space.cells])[:, None]
+            blended = (1 - self.forest_blend) * mean + self.forest_blend * forest
+            mean = np.where(np.isfinite(forest) & inside, blended, mean)
         return mean, std, covariance
 
     def estimate_log_latency(self) -> np.ndarray:
