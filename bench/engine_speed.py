@@ -35,7 +35,7 @@ def main() -> None:
     parser.add_argument("--collectives", default="allreduce,bcast")
     parser.add_argument("--algorithms", default="all", help="'all' or a comma list (per collective)")
     parser.add_argument("--sizes", default="8,1KiB,64KiB")
-    parser.add_argument("--time-cap", default="100ms", help="measuring time per point at most")
+    parser.add_argument("--time-cap", default="1s", help="measuring time per point at most (tunempi bench's default)")
     args = parser.parse_args()
     console = Console(width=120)
 
@@ -43,8 +43,7 @@ def main() -> None:
     adapter = adapter_for(library)
     executable = build_engine(library)
     layout = Layout(args.ranks)
-    settings = MeasureSettings(warmup=2, min_iters=10, max_iters=2000, rel_ci=0.02,
-                               time_cap_s=parse_duration(args.time_cap))
+    settings = MeasureSettings(time_cap_s=parse_duration(args.time_cap))  # otherwise tunempi bench's defaults
     collectives = [c.strip() for c in args.collectives.split(",") if c.strip()]
     algorithms = {c: parse_algorithms(adapter, c, args.algorithms) for c in collectives}
     points = plan_points(algorithms, parse_sizes(args.sizes), ranks=layout.ranks)
@@ -65,7 +64,7 @@ def main() -> None:
         started = time.perf_counter()
         for number, point in enumerate(points, 1):
             selection = selection_for(adapter, point, "env")
-            env = {**adapter.launch_env(), **selection.env}
+            env = {**adapter.launch_env(), **adapter.single_node_env(), **selection.env}  # as Sweep does
             with EngineSession(library, layout, env=env, executable=executable) as session:
                 outcomes[point] = session.measure(PointRequest(
                     number, point.collective, point.msg_bytes, selection.cvar, selection.set_value,
@@ -101,6 +100,15 @@ def main() -> None:
                   f"({launches} launch(es))")
     console.print(f"launch per point:  {len(points)} points in {separate_s:6.2f} s = {separate_rate:7.1f} points/s")
     console.print(f"[bold]speed-up: {engine_rate / separate_rate:.1f}x[/] (goal >= 10x)")
+
+    def overhead_ms(outcomes: dict[BenchPoint, PointOutcome], wall_s: float) -> float:
+        """Wall time per point beyond the engine's own measuring (launches, protocol, Python)."""
+        measuring = sum(o.reply.elapsed_s for o in outcomes.values() if o.ok and o.reply is not None)
+        return 1e3 * (wall_s - measuring) / len(outcomes)
+
+    console.print(f"time per point beyond measuring: engine {overhead_ms(engine, engine_s):.2f} ms, "
+                  f"launch per point {overhead_ms(separate, separate_s):.1f} ms "
+                  f"(measuring itself: {1e3 * engine_s / len(points) - overhead_ms(engine, engine_s):.2f} ms/point)")
     for label, ratios in (("engine / separate launch", versus_separate), ("engine / engine again   ", versus_itself)):
         if len(ratios) > 1:
             q1, q2, q3 = statistics.quantiles(ratios, n=4)
