@@ -150,6 +150,7 @@ def _pyplot():  # type: ignore[no-untyped-def]
 def plot_speedup(manifest: Manifest, path: Path) -> Path:
     plt = _pyplot()
     figure, axes = plt.subplots(figsize=(7.5, 4.2), dpi=110)
+    estimates: list[float] = []
     groups: dict[str, list[SpeedupRow]] = {}
     for row in speedup_rows(manifest):
         groups.setdefault(f"{row.collective}, {row.scale_label}", []).append(row)
@@ -159,11 +160,16 @@ def plot_speedup(manifest: Manifest, path: Path) -> Path:
             continue
         xs = [max(r.msg_bytes, 1) for r in rows]
         line, = axes.plot(xs, [r.speedup for r in rows], marker="o", markersize=3, linewidth=1.4, label=label)
-        lows = [r.ci_low if r.ci_low is not None else r.speedup for r in rows]
-        highs = [r.ci_high if r.ci_high is not None else r.speedup for r in rows]
-        axes.fill_between(xs, lows, highs, color=line.get_color(), alpha=0.15, linewidth=0)
+        estimates += [r.speedup for r in rows if r.speedup is not None and r.speedup > 0]
+        # A 95 % interval from 3 noisy pairs can span orders of magnitude: draw it clipped to the plot.
+        lows = [max(r.ci_low if r.ci_low is not None else r.speedup, 1e-3) for r in rows]  # type: ignore[type-var]
+        highs = [min(r.ci_high if r.ci_high is not None else r.speedup, 1e3) for r in rows]  # type: ignore[type-var]
+        axes.fill_between(xs, lows, highs, color=line.get_color(), alpha=0.12, linewidth=0)
     axes.axhline(1.0, color="black", linewidth=0.8, linestyle="--")
     axes.set_xscale("log", base=2)
+    axes.set_yscale("log")  # speedups are ratios: 2x and 0.5x are equally far from 1
+    if estimates:
+        axes.set_ylim(min(0.8, min(estimates) / 1.2), max(1.25, max(estimates) * 1.2))
     axes.set_xlabel("message size (bytes, OSU convention)")
     axes.set_ylabel("speedup over library default")
     axes.set_title(f"{manifest.library['name']}: tuned vs default")
