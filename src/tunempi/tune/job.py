@@ -179,12 +179,17 @@ def _tune_with_progress(tuner: Tuner, options: TuneOptions, console: Console) ->
         task = progress.add_task("converging", total=100.0, points=0)
         counter = {"points": 0}
 
+        failures: dict[tuple[str, str, int], int] = {}
+
         def on_result(result: PointResult) -> None:
             counter["points"] += 1
-            if not result.outcome.ok:
-                progress.console.print(f"[red][FAIL][/] {result.point.collective} {result.point.algorithm} "
-                                       f"{format_size(result.point.msg_bytes)} at {result.layout.ranks} ranks: "
-                                       f"{result.outcome.status}: {result.outcome.reason}")
+            if not result.outcome.ok:  # the first failure of an algorithm at a scale in full, then a count
+                key = (result.point.collective, result.point.algorithm, result.layout.ranks)
+                failures[key] = failures.get(key, 0) + 1
+                if failures[key] == 1:
+                    progress.console.print(
+                        f"[red][FAIL][/] {key[0]} {key[1]} {format_size(result.point.msg_bytes)} at {key[2]} "
+                        f"ranks: {result.outcome.status}: {result.outcome.reason}")
             progress.update(task, points=counter["points"],
                             description=f"{result.point.collective} {format_size(result.point.msg_bytes)}")
 
@@ -192,7 +197,12 @@ def _tune_with_progress(tuner: Tuner, options: TuneOptions, console: Console) ->
             per = " ".join(f"{c} {v:.0%}" for c, v in state.per_collective.items())
             progress.update(task, completed=100.0 * state.convergence, description=f"converging ({per})")
 
-        return tuner.run(timeout_s=options.timeout_s, on_round=on_round, on_result=on_result)
+        outcome = tuner.run(timeout_s=options.timeout_s, on_round=on_round, on_result=on_result)
+        repeated = {k: n for k, n in failures.items() if n > 1}
+        if repeated:
+            progress.console.print("failed more than once (not measured further where blocked): " + ", ".join(
+                f"{c} {a} at {r} ranks x{n}" for (c, a, r), n in sorted(repeated.items())))
+        return outcome
 
 
 def write_result(options: TuneOptions, library: MPILibrary, adapter: VendorAdapter, scales: list[Scale],
