@@ -34,6 +34,11 @@ def _root() -> None:
 SUBCOMMAND_MODULES: tuple[str, ...] = (
     "tunempi.cli.info",
     "tunempi.cli.bench",
+    "tunempi.cli.simulate",
+    "tunempi.cli.tune",
+    "tunempi.cli.verify",
+    "tunempi.cli.run",
+    "tunempi.cli.report",
     "tunempi.cli.store",
     "tunempi.cli.profile",
     "tunempi.cli.advise",

@@ -16,7 +16,7 @@ An unknown name in the env var makes MPI_Init segfault, so every name is checked
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 
 from tunempi.errors import UsageError
 from tunempi.mpi.library import MPILibrary
@@ -333,3 +333,46 @@ class MpichAdapter(VendorAdapter):
 
     def parameter_constraints(self) -> list[str]:
         return list(CONSTRAINTS)
+
+#: Parameters of JSON tuning-file leaves (writers.mpich_json.LEAF_PARAMETERS) -> the cvar whose value the
+#: benchmark ran with. A file must carry the same values, or it would run a different algorithm than the
+#: one measured. Leaves with other parameters (tree_type, topology weights, ccl) are not listed: tunempi
+#: cannot state them faithfully, so the tuner leaves those algorithms out of its candidates.
+LEAF_PARAMETER_CVARS: dict[tuple[str, str], dict[str, str]] = {
+    ("allreduce", "recursive_multiplying"): {"k": "MPIR_CVAR_ALLREDUCE_RECURSIVE_MULTIPLYING_KVAL"},
+    ("allreduce", "recexch"): {"k": "MPIR_CVAR_ALLREDUCE_RECEXCH_KVAL",
+                               "single_phase_recv": "MPIR_CVAR_ALLREDUCE_RECEXCH_SINGLE_PHASE_RECV"},
+    ("allreduce", "k_reduce_scatter_allgather"): {
+        "k": "MPIR_CVAR_ALLREDUCE_RECEXCH_KVAL",
+        "single_phase_recv": "MPIR_CVAR_ALLREDUCE_RECEXCH_SINGLE_PHASE_RECV"},
+    ("allgather", "k_brucks"): {"k": "MPIR_CVAR_ALLGATHER_BRUCKS_KVAL"},
+    ("allgather", "recexch_doubling"): {"k": "MPIR_CVAR_ALLGATHER_RECEXCH_KVAL",
+                                        "single_phase_recv": "MPIR_CVAR_ALLGATHER_RECEXCH_SINGLE_PHASE_RECV"},
+    ("allgather", "recexch_halving"): {"k": "MPIR_CVAR_ALLGATHER_RECEXCH_KVAL",
+                                       "single_phase_recv": "MPIR_CVAR_ALLGATHER_RECEXCH_SINGLE_PHASE_RECV"},
+    ("alltoall", "k_brucks"): {"k": "MPIR_CVAR_ALLTOALL_BRUCKS_KVAL"},
+    ("barrier", "k_dissemination"): {"k": "MPIR_CVAR_BARRIER_DISSEM_KVAL"},
+    ("barrier", "recexch"): {"k": "MPIR_CVAR_BARRIER_RECEXCH_KVAL"},
+}
+
+#: Algorithms whose tuning-file leaf takes parameters tunempi cannot state (see LEAF_PARAMETER_CVARS) or
+#: that need a component this build may lack (ccl).
+UNWRITABLE_ALGORITHMS: frozenset[tuple[str, str]] = frozenset({
+    ("allreduce", "tree"), ("allreduce", "ccl"), ("bcast", "tree"), ("bcast", "pipelined_tree"),
+})
+
+
+def leaf_parameters(collective: str, algorithm: str, cvar_value: Callable[[str], object]) -> dict[str, int] | None:
+    """The tuning-file parameters of one algorithm's leaf, from the library's cvar values; {} when it takes
+    none; None when tunempi cannot state them (UNWRITABLE_ALGORITHMS, or a cvar the library lacks)."""
+    if (collective, algorithm) in UNWRITABLE_ALGORITHMS:
+        return None
+    wanted = LEAF_PARAMETER_CVARS.get((collective, algorithm), {})
+    params: dict[str, int] = {}
+    for parameter, cvar in wanted.items():
+        value = cvar_value(cvar)
+        try:
+            params[parameter] = int(value)  # type: ignore[call-overload]
+        except (TypeError, ValueError):
+            return None
+    return params

@@ -1,0 +1,135 @@
+"""Tuning wall time against an exhaustive `tunempi bench` of the same space, in the same run (goal <= 0.2x).
+
+Both start from empty stores and use the same per-point measuring settings:
+1. `tune`: the strategy drives the engine until it converges (or the timeout); wall time of the tuning
+   loop (files and smoke run excluded: the exhaustive run writes none) and of the whole command;
+2. exhaustive: every candidate algorithm (the library default included) at every cell, one run each,
+   through bench.sweep.Sweep (one engine launch per layout, as `tunempi bench` does).
+Quality, from the exhaustive measurements (the oracle is the fastest measured algorithm per cell): the
+average and geometric-mean slowdown of tune's selection and of the library default.
+
+    .venv/bin/python bench/tune_vs_exhaustive.py --mpi openmpi --ranks 4 --max-msg 1MiB
+    .venv/bin/python bench/tune_vs_exhaustive.py --mpi mpich --ranks 2 --collectives allreduce,bcast
+Prints one JSON object (also written to --json).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import tempfile
+import time
+from pathlib import Path
+
+from rich.console import Console
+
+from tunempi.bench.engine import Layout
+from tunempi.bench.protocol import MeasureSettings
+from tunempi.bench.sweep import Sweep, plan_points
+from tunempi.bench.validate import DEFAULT_ALGORITHM
+from tunempi.mpi.discovery import adapter_for, resolve_library
+from tunempi.store.results import ResultStore
+from tunempi.tune.job import TuneOptions, run_tune
+from tunempi.units import parse_duration, parse_size
+
+
+def parse_params(items: list[str]) -> dict[str, object]:
+    params: dict[str, object] = {}
+    for item in items:
+        name, value = item.split("=", 1)
+        params[name] = float(value) if "." in value or "e" in value else int(value)
+    return params
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--mpi", default="openmpi")
+    parser.add_argument("--ranks", type=int, default=4)
+    parser.add_argument("--collectives", default="allreduce,bcast,allgather,alltoall")
+    parser.add_argument("--max-msg", default="1MiB")
+    parser.add_argument("--time-cap", default="100ms")
+    parser.add_argument("--timeout", default="20m")
+    parser.add_argument("--strategy", default="tunempi")
+    parser.add_argument("--param", action="append", default=[], help="strategy parameter name=value")
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--json", type=Path)
+    args = parser.parse_args()
+    console = Console(width=120)
+    settings = MeasureSettings(time_cap_s=parse_duration(args.time_cap), rel_ci=0.05)
+    work = Path(tempfile.mkdtemp(prefix="tune-vs-exhaustive-"))
+
+    options = TuneOptions(
+        out=work / "tuning", collectives=args.collectives, mpi=args.mpi, ranks=args.ranks,
+        max_msg=parse_size(args.max_msg), strategy=args.strategy, seed=args.seed,
+        timeout_s=parse_duration(args.timeout), db=work / "tune.sqlite", settings=settings,
+        strategy_params=parse_params(args.param),
+    )
+    started = time.monotonic()
+    report = run_tune(options, console)
+    tune_total_s = time.monotonic() - started
+    outcome = report.outcome
+
+    library = resolve_library(args.mpi)
+    adapter = adapter_for(library)
+    started = time.monotonic()
+    exhaustive: dict[tuple, float] = {}
+    launches = 0
+    n_points = 0
+    with ResultStore(work / "exhaustive.sqlite") as store:
+        layouts = sorted({(c.ranks, c.nodes, c.ppn) for s in report.spaces.values() for c in s.cells})
+        for ranks, _, _ in layouts:
+            algorithms = {c: list(s.algorithms) for c, s in report.spaces.items()}
+            sizes = sorted({c.msg_bytes for s in report.spaces.values() for c in s.cells})
+            sweep = Sweep(library, adapter, Layout(ranks=ranks), settings=settings, store=store)
+            points = plan_points(algorithms, sizes, ranks=ranks)
+            n_points += len(points)
+            for m in sweep.run(points):
+                if m.ok and not m.errors and m.median_us is not None:
+                    exhaustive[(m.collective, m.ranks, m.msg_bytes, m.algorithm)] = m.median_us
+            launches += sweep.launches
+    exhaustive_s = time.monotonic() - started
+
+    slowdowns, default_slowdowns = [], []
+    for cell, algorithm in outcome.selection.items():
+        row = {a: t for (c, r, m, a), t in exhaustive.items()
+               if (c, r, m) == (cell.collective, cell.ranks, cell.msg_bytes)}
+        if not row:
+            continue
+        best = min(row.values())
+        chosen = row.get(algorithm)
+        slowdowns.append(chosen / best if chosen else float("nan"))
+        if DEFAULT_ALGORITHM in row:
+            default_slowdowns.append(row[DEFAULT_ALGORITHM] / best)
+
+    def avg(values: list[float]) -> float | None:
+        ok = [v for v in values if math.isfinite(v)]
+        return round(sum(ok) / len(ok), 4) if ok else None
+
+    def geo(values: list[float]) -> float | None:
+        ok = [v for v in values if math.isfinite(v) and v > 0]
+        return round(math.exp(sum(math.log(v) for v in ok) / len(ok)), 4) if ok else None
+
+    result = {
+        "library": library.name, "ranks": args.ranks, "collectives": args.collectives, "max_msg": args.max_msg,
+        "time_cap": args.time_cap, "strategy": args.strategy, "params": parse_params(args.param),
+        "cells": len(outcome.selection), "exhaustive_points": n_points,
+        "tune_loop_s": round(outcome.wall_s, 2), "tune_bench_s": round(outcome.bench_s, 2),
+        "tune_total_s": round(tune_total_s, 2), "tune_runs": outcome.measured, "tune_stop": outcome.stop_reason,
+        "exhaustive_s": round(exhaustive_s, 2), "exhaustive_launches": launches,
+        "ratio_loop": round(outcome.wall_s / exhaustive_s, 3),
+        "ratio_total": round(tune_total_s / exhaustive_s, 3),
+        "ratio_bench_time": round(outcome.bench_s / exhaustive_s, 3),
+        "tuned_avg_slowdown": avg(slowdowns), "tuned_geo_slowdown": geo(slowdowns),
+        "tuned_missing": sum(not math.isfinite(v) for v in slowdowns),
+        "default_avg_slowdown": avg(default_slowdowns), "default_geo_slowdown": geo(default_slowdowns),
+        "work_dir": str(work),
+    }
+    text = json.dumps(result, indent=1)
+    print(text)
+    if args.json:
+        args.json.write_text(text + "\n")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,68 @@
+"""`tunempi tune`: tune collective algorithm selection on this allocation and write tuning files."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from tunempi.bench.protocol import MeasureSettings
+from tunempi.cli.bench import wide_console
+from tunempi.config import resolve
+from tunempi.errors import UsageError
+from tunempi.mpi.discovery import SPEC_HELP
+from tunempi.strategy import DEFAULT_STRATEGY, STRATEGIES
+from tunempi.tune.job import TUNE_SETTINGS, TuneOptions, run_tune
+from tunempi.units import parse_duration, parse_size
+
+
+def tune_command(
+    out: Annotated[Path, typer.Option(help="Directory for the tuning files and manifest.json.")],
+    mpi: Annotated[str | None, typer.Option("--mpi", help=f"MPI library: {SPEC_HELP} (env TUNEMPI_MPI).")] = None,
+    collectives: Annotated[str, typer.Option(help="Collectives, comma list.")] = "allreduce,bcast,allgather,alltoall",
+    nodes: Annotated[int, typer.Option(help="Nodes of the allocation (several need Slurm/PBS).")] = 1,
+    ppn: Annotated[int | None, typer.Option(help="Processes per node.")] = None,
+    ranks: Annotated[int | None, typer.Option(help="Processes (one node): tunes 2, 4, ... up to this.")] = None,
+    max_msg: Annotated[str, typer.Option(help="Largest message size (OSU convention), e.g. 1MiB.")] = "1MiB",
+    min_msg: Annotated[str, typer.Option(help="Smallest message size.")] = "4",
+    strategy: Annotated[str | None, typer.Option(
+        help=f"Strategy: {', '.join(STRATEGIES)} (env TUNEMPI_STRATEGY; default {DEFAULT_STRATEGY}).")] = None,
+    seed: Annotated[int, typer.Option(help="Seed of the strategy.")] = 0,
+    timeout: Annotated[str, typer.Option(help="Stop tuning after this long (e.g. 10m) even if not converged.")]
+    = "10m",
+    topology: Annotated[str | None, typer.Option(
+        help="serial (one benchmark at a time), local (all at once, one machine), pattern:REGEX (network "
+             "groups from node names) or a file of 'node group' lines (env TUNEMPI_TOPOLOGY).")] = None,
+    db: Annotated[str | None, typer.Option(help="Results database (default: $TUNEMPI_DB, else a per-user file).")]
+    = None,
+    time_cap: Annotated[str, typer.Option(help="Measuring time per point at most.")] = "100ms",
+    rel_ci: Annotated[float, typer.Option(help="Stop a point when its median's 95% CI is within +-this.")] = 0.05,
+    point_timeout: Annotated[str | None, typer.Option(help="Kill a launch when a point hangs this long.")] = None,
+    smoke: Annotated[bool, typer.Option(help="Load the files into the library before reporting success.")] = True,
+) -> None:
+    """Tune collective algorithms at every sub-scale of the allocation; write smoke-checked tuning files."""
+    try:
+        settings = MeasureSettings(warmup=TUNE_SETTINGS.warmup, min_iters=TUNE_SETTINGS.min_iters,
+                                   max_iters=TUNE_SETTINGS.max_iters, rel_ci=rel_ci,
+                                   time_cap_s=parse_duration(time_cap))
+    except ValueError as exc:
+        raise UsageError(str(exc)) from None
+    if ranks is None and ppn is None and nodes == 1:
+        ranks = 2
+    options = TuneOptions(
+        out=out, collectives=collectives, mpi=mpi, nodes=nodes, ppn=ppn, ranks=ranks,
+        max_msg=parse_size(max_msg), min_msg=parse_size(min_msg),
+        strategy=resolve(strategy, "STRATEGY", DEFAULT_STRATEGY) or DEFAULT_STRATEGY, seed=seed,
+        timeout_s=parse_duration(timeout), topology=resolve(topology, "TOPOLOGY", "serial") or "serial",
+        db=Path(db) if db else None, settings=settings,
+        point_timeout_s=parse_duration(point_timeout) if point_timeout else None, smoke=smoke,
+    )
+    report = run_tune(options, wide_console())
+    if report.outcome.stop_reason == "interrupted":
+        sys.exit(130)
+
+
+def register(app: typer.Typer) -> None:
+    app.command("tune")(tune_command)

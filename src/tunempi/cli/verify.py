@@ -1,0 +1,41 @@
+"""`tunempi verify`: tuned against default, interleaved in the same launch; slower rules go back to default."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from tunempi.bench.protocol import MeasureSettings
+from tunempi.cli.bench import wide_console
+from tunempi.config import resolve
+from tunempi.errors import UsageError
+from tunempi.mpi.discovery import SPEC_HELP
+from tunempi.tune.job import VERIFY_SETTINGS, run_verify
+from tunempi.units import parse_duration
+
+
+def verify_command(
+    tuning: Annotated[Path, typer.Option(help="A tuning directory written by `tunempi tune`.")],
+    repeats: Annotated[int, typer.Option(help="Interleaved tuned/default pairs per cell (>= 2).")] = 3,
+    time_cap: Annotated[str, typer.Option(help="Measuring time per run at most.")] = "100ms",
+    mpi: Annotated[str | None, typer.Option("--mpi", help=f"MPI library ({SPEC_HELP}); default: the "
+                                            "manifest's.")] = None,
+    topology: Annotated[str | None, typer.Option(help="serial, local, pattern:REGEX or a group file "
+                                                 "(env TUNEMPI_TOPOLOGY).")] = None,
+    smoke: Annotated[bool, typer.Option(help="Smoke-check rewritten files in the library.")] = True,
+) -> None:
+    """Benchmark tuned against default side by side; replace rules slower than default beyond noise."""
+    try:
+        settings = MeasureSettings(warmup=VERIFY_SETTINGS.warmup, min_iters=VERIFY_SETTINGS.min_iters,
+                                   max_iters=VERIFY_SETTINGS.max_iters, rel_ci=VERIFY_SETTINGS.rel_ci,
+                                   time_cap_s=parse_duration(time_cap))
+    except ValueError as exc:
+        raise UsageError(str(exc)) from None
+    run_verify(tuning, wide_console(), repeats=repeats, settings=settings, mpi=mpi,
+               topology=resolve(topology, "TOPOLOGY", "serial") or "serial", smoke=smoke)
+
+
+def register(app: typer.Typer) -> None:
+    app.command("verify")(verify_command)

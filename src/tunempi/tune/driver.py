@@ -1,0 +1,296 @@
+"""The tuning loop: strategies ask, the engine measures, the store keeps, the strategies learn.
+
+One strategy per collective (strategies see one collective's FeatureSpace). Every round asks each
+unfinished strategy for its next batch, measures all batches together (grouped by layout, through the
+ParallelRunner), writes every result to the store as it arrives, and tells each strategy its records.
+The loop ends when every strategy has stopped (converged), at the deadline (timeout), or on Ctrl-C
+(interrupted). Everything measured is in the store; a rerun reads it back as the strategies' prior
+records (`records_from_store`) and goes on from there.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from tunempi.bench.engine import Layout
+from tunempi.bench.sweep import BenchPoint
+from tunempi.bench.validate import DEFAULT_ALGORITHM
+from tunempi.space import Cell, FeatureSpace
+from tunempi.store.results import Measurement, ResultStore
+from tunempi.strategy import MeasurementRecord, Request, Strategy, make_strategy
+from tunempi.tune.runner import ParallelRunner, PointResult
+
+STOP_REASONS: tuple[str, ...] = ("converged", "timeout", "interrupted")
+#: An algorithm replaces the library's own choice only where it is estimated this much faster (relative).
+DEFAULT_MARGIN = 0.03
+
+
+def cell_of(measurement: Measurement) -> Cell:
+    return Cell(measurement.collective, measurement.ranks, measurement.nodes, measurement.ppn,
+                measurement.msg_bytes)
+
+
+def layout_of(cell: Cell) -> Layout:
+    return Layout(ranks=cell.ranks, nodes=cell.nodes, ppn=cell.ppn if cell.nodes > 1 else None)
+
+
+def record_of(measurement: Measurement, *, cost_s: float = 0.0, launches: int = 0) -> MeasurementRecord:
+    """A stored measurement as a strategy sees it. The latency is the MEDIAN of the run's iterations: on
+    shared, noisy machines it is the robust statistic (the mean follows outliers); a run with wrong results
+    counts as failed."""
+    good = measurement.ok and not measurement.errors and measurement.median_us is not None
+    return MeasurementRecord(
+        cell=cell_of(measurement), algorithm=measurement.algorithm,
+        latency_us=measurement.median_us if good else None,
+        min_us=measurement.min_us if good else None, max_us=measurement.p90_us if good else None,
+        iterations=measurement.iterations or 0, launches=launches, cost_s=cost_s,
+    )
+
+
+def records_from_store(store: ResultStore, fingerprint: str, spaces: Mapping[str, FeatureSpace], *,
+                       system: str = "") -> tuple[dict[str, list[MeasurementRecord]], dict[tuple, int]]:
+    """Earlier measurements of the spaces' cells (any run: tune's or bench's), and the next free run index
+    per (collective, algorithm, ranks, nodes, ppn, msg_bytes)."""
+    records: dict[str, list[MeasurementRecord]] = {c: [] for c in spaces}
+    next_run: dict[tuple, int] = {}
+    for collective, space in spaces.items():
+        algorithms = set(space.algorithms)
+        for measurement in store.iter_measurements(library_fingerprint=fingerprint, system=system,
+                                                    collective=collective):
+            cell = cell_of(measurement)
+            if cell not in space or measurement.algorithm not in algorithms:
+                continue
+            records[collective].append(record_of(measurement))
+            key = (collective, measurement.algorithm, *cell.scale, cell.msg_bytes)
+            next_run[key] = max(next_run.get(key, 0), measurement.run + 1)
+    return records, next_run
+
+
+@dataclass(frozen=True)
+class CurvePoint:
+    """The state after one round: for the training curve of the report."""
+
+    wall_s: float  # since the start of this tuning run
+    bench_s: float  # benchmark time spent so far (sum of point wall times, launches included)
+    points: int  # measured runs known to the strategies (earlier runs included)
+    convergence: float  # mean of the strategies' convergence measures, in [0, 1]
+    per_collective: Mapping[str, float] = field(default_factory=dict)
+
+
+@dataclass
+class TuneOutcome:
+    """What a tuning run produced."""
+
+    selection: dict[Cell, str]
+    strategies: dict[str, Strategy]
+    curve: list[CurvePoint]
+    stop_reason: str
+    wall_s: float
+    bench_s: float
+    measured: int  # runs measured in this tuning run
+    resumed: int  # runs read back from the store
+    failed: int
+    launches: int
+
+    def measured_medians(self) -> dict[tuple[Cell, str], float]:
+        """(cell, algorithm) -> median over runs of each run's median latency (successful runs only)."""
+        samples: dict[tuple[Cell, str], list[float]] = {}
+        for strategy in self.strategies.values():
+            for record in strategy.records:
+                if record.ok:
+                    samples.setdefault((record.cell, record.algorithm), []).append(float(record.latency_us or 0))
+        return {key: float(np.median(values)) for key, values in samples.items()}
+
+
+OnRound = Callable[[CurvePoint, int], None]  # (state, points measured in the round)
+OnResult = Callable[[PointResult], None]
+
+
+class Tuner:
+    """Drives one strategy per collective against the real engine (through a ParallelRunner)."""
+
+    def __init__(
+        self,
+        spaces: Mapping[str, FeatureSpace],
+        runner: ParallelRunner,
+        *,
+        strategy: str = "tunempi",
+        seed: int = 0,
+        store: ResultStore | None = None,
+        fingerprint: str = "",
+        system: str = "",
+        strategy_params: Mapping[str, object] | None = None,
+        default_margin: float = DEFAULT_MARGIN,
+    ) -> None:
+        self.spaces = dict(spaces)
+        self.default_margin = default_margin
+        self.crash_limit = 2
+        self.fail_limit = 3
+        self._crashes: dict[tuple, int] = {}
+        self._tally: dict[tuple, list] = {}  # (collective, algorithm, scale) -> [failed sizes, successes]
+        self._blocked: set[tuple] = set()
+        self.runner = runner
+        self.strategy_name = strategy
+        self.seed = seed
+        self.store = store
+        self.fingerprint = fingerprint
+        self.system = system
+        self.strategy_params = dict(strategy_params or {})
+        self.next_run: dict[tuple, int] = {}
+        resumed: dict[str, list[MeasurementRecord]] = {c: [] for c in spaces}
+        if store is not None:
+            resumed, self.next_run = records_from_store(store, fingerprint, self.spaces, system=system)
+        self.resumed = sum(len(r) for r in resumed.values())
+        self.strategies: dict[str, Strategy] = {
+            collective: make_strategy(strategy, space, seed=seed, records=resumed[collective], **self.strategy_params)
+            for collective, space in self.spaces.items()
+        }
+
+    def convergence(self) -> dict[str, float]:
+        return {c: (1.0 if s.finished else float(s.convergence())) for c, s in self.strategies.items()}
+
+    def _block_failing(self, collective: str, records: Sequence[MeasurementRecord],
+                       crashed: Sequence[MeasurementRecord]) -> list[MeasurementRecord]:
+        """An algorithm that cannot run at a scale is marked failed in every cell of that scale, so the
+        strategy stops spending runs (and, for crashes, relaunches) on it: after `crash_limit` crashes of
+        the whole job there, or after `fail_limit` failed cells there without a single success (e.g. Open
+        MPI's two_proc algorithms on 4 ranks: MPI_ERR_UNSUPPORTED_OPERATION at every size). These records
+        are knowledge (cost 0, not stored); a failure at some sizes only leaves the others alone."""
+        for record in crashed:
+            key = (collective, record.algorithm, record.cell.scale)
+            self._crashes[key] = self._crashes.get(key, 0) + 1
+        for record in records:
+            key = (collective, record.algorithm, record.cell.scale)
+            tally = self._tally.setdefault(key, [set(), 0])
+            if record.ok:
+                tally[1] += 1
+            else:
+                tally[0].add(record.cell.msg_bytes)
+        blocked: list[MeasurementRecord] = []
+        space = self.spaces[collective]
+        for key, (failed_sizes, successes) in self._tally.items():
+            coll, algorithm, scale = key
+            hopeless = self._crashes.get(key, 0) >= self.crash_limit or (
+                len(failed_sizes) >= self.fail_limit and successes == 0)
+            if coll != collective or not hopeless or key in self._blocked:
+                continue
+            self._blocked.add(key)
+            blocked += [MeasurementRecord(cell, algorithm, None, launches=0) for cell in space.cells
+                        if cell.scale == scale]
+        return blocked
+
+    def plan(self, requests: Mapping[str, Sequence[Request]]) -> dict[Layout, list[BenchPoint]]:
+        """Requests -> points per layout, every algorithm of a cell next to the others (compared within
+        moments in the same launch), each with a fresh run index."""
+        work: dict[Layout, list[BenchPoint]] = {}
+        for collective in requests:
+            for request in sorted(requests[collective], key=lambda r: (r.cell.scale, r.cell.msg_bytes)):
+                cell = request.cell
+                for _ in range(request.repeats):
+                    for algorithm in request.algorithms:
+                        key = (collective, algorithm, *cell.scale, cell.msg_bytes)
+                        run = self.next_run.get(key, 0)
+                        self.next_run[key] = run + 1
+                        work.setdefault(layout_of(cell), []).append(
+                            BenchPoint(collective, algorithm, cell.msg_bytes, run))
+        return work
+
+    def run(self, *, timeout_s: float | None = None, on_round: OnRound | None = None,
+            on_result: OnResult | None = None, max_rounds: int | None = None) -> TuneOutcome:
+        """Tune until every strategy stops, `timeout_s` passes or Ctrl-C (then the outcome says
+        'interrupted'; every point measured until then is in the store)."""
+        started = time.monotonic()
+        deadline = started + timeout_s if timeout_s is not None else None
+        curve: list[CurvePoint] = []
+        bench_s = 0.0
+        measured = failed = 0
+        stop_reason = "converged"
+        rounds = 0
+
+        def state() -> CurvePoint:
+            per = self.convergence()
+            return CurvePoint(
+                wall_s=time.monotonic() - started, bench_s=bench_s,
+                points=sum(len(s.records) for s in self.strategies.values()),
+                convergence=float(np.mean(list(per.values()))) if per else 1.0, per_collective=per,
+            )
+
+        def store_result(result: PointResult) -> None:
+            if self.store is not None:
+                self.store.add(result.measurement)
+            if on_result is not None:
+                on_result(result)
+
+        curve.append(state())
+        try:
+            while True:
+                if deadline is not None and time.monotonic() >= deadline:
+                    stop_reason = "timeout"
+                    break
+                if max_rounds is not None and rounds >= max_rounds:
+                    stop_reason = "timeout"
+                    break
+                requests = {c: s.ask() for c, s in self.strategies.items() if not s.finished}
+                requests = {c: r for c, r in requests.items() if r}
+                if not requests:
+                    break
+                work = self.plan(requests)
+                results = self.runner.run(work, on_point=store_result, deadline=deadline)
+                rounds += 1
+                by_collective: dict[str, list[MeasurementRecord]] = {}
+                crashed: dict[str, list[MeasurementRecord]] = {}
+                for result in results:
+                    bench_s += result.wall_s
+                    measured += 1
+                    failed += not (result.outcome.ok and not result.measurement.errors)
+                    record = record_of(result.measurement, cost_s=result.wall_s, launches=result.launches)
+                    by_collective.setdefault(result.point.collective, []).append(record)
+                    if result.outcome.status == "timeout" or result.outcome.reason.startswith("the engine died"):
+                        crashed.setdefault(result.point.collective, []).append(record)
+                for collective, records in by_collective.items():
+                    blocked = self._block_failing(collective, records, crashed.get(collective, []))
+                    self.strategies[collective].tell(records + blocked)
+                point = state()
+                curve.append(point)
+                if on_round is not None:
+                    on_round(point, len(results))
+        except KeyboardInterrupt:
+            stop_reason = "interrupted"
+        wall = time.monotonic() - started
+        selection: dict[Cell, str] = {}
+        if stop_reason != "interrupted":
+            for strategy in self.strategies.values():
+                selection.update(prefer_default(strategy, strategy.select(), self.default_margin))
+        if not curve or curve[-1].bench_s != bench_s:
+            curve.append(state())
+        return TuneOutcome(
+            selection=selection, strategies=self.strategies, curve=curve, stop_reason=stop_reason,
+            wall_s=wall, bench_s=bench_s, measured=measured, resumed=self.resumed, failed=failed,
+            launches=self.runner.launches,
+        )
+
+
+def prefer_default(strategy: Strategy, selection: Mapping[Cell, str], margin: float) -> dict[Cell, str]:
+    """Keep the library's own choice wherever the strategy's estimate for it is within `margin` (relative)
+    of the selected algorithm's: a tuning file should only override the library where that is worth it
+    (fewer rules, nothing lost to noise between near-equal algorithms)."""
+    space = strategy.space
+    if margin <= 0 or DEFAULT_ALGORITHM not in space.algorithms:
+        return dict(selection)
+    estimate = strategy.estimate_log_latency()
+    usable = strategy.usable_mask()
+    j_default = space.algorithms.index(DEFAULT_ALGORITHM)
+    chosen = dict(selection)
+    for cell, algorithm in selection.items():
+        if algorithm == DEFAULT_ALGORITHM or algorithm not in space.algorithms:
+            continue
+        i, j = space.index(cell), space.algorithms.index(algorithm)
+        gap = estimate[i, j_default] - estimate[i, j]
+        if usable[i, j_default] and math.isfinite(gap) and gap < math.log1p(margin):
+            chosen[cell] = DEFAULT_ALGORITHM
+    return chosen

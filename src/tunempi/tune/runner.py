@@ -1,0 +1,222 @@
+"""Measuring for the tuner: one long-lived engine session per layout, and the topology-aware parallel runner.
+
+`LayoutRunner` keeps one engine launch per (layout, hosts) open for the whole tuning run and streams
+points through it, switching algorithms between points through MPI_T (bench.sweep.selection_for):
+a strategy's rounds cost no launches after the first.
+
+`ParallelRunner` runs the points of one round, grouped by layout, as jobs under
+launch.scheduler.GroupScheduler: jobs for different layouts run at the same time on disjoint node
+groups (`topology`), one at a time (`serial`), or all at once on the same hosts (`local`, tests).
+Results come back to the calling thread, which alone writes the store (SQLite connections stay in the
+thread that made them).
+"""
+
+from __future__ import annotations
+
+import queue
+import threading
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from tunempi.bench.engine import EngineSession, Layout, PointOutcome
+from tunempi.bench.protocol import MeasureSettings, PointRequest
+from tunempi.bench.sweep import BenchPoint, Selection, selection_for, to_measurement
+from tunempi.launch.hosts import NodeAllocation
+from tunempi.launch.scheduler import BenchJob, GroupScheduler, Placement
+from tunempi.mpi.library import MPILibrary
+from tunempi.mpi.vendor import VendorAdapter
+from tunempi.store.results import Measurement
+
+
+@dataclass(frozen=True)
+class PointResult:
+    """One measured point: what the engine said, the stored record, and the wall time it cost."""
+
+    point: BenchPoint
+    layout: Layout
+    outcome: PointOutcome
+    measurement: Measurement
+    wall_s: float
+    launches: int  # engine launches this point caused (0 when the session was already up)
+
+
+class LayoutRunner:
+    """Measures points of one layout through one engine session kept open between calls."""
+
+    def __init__(
+        self,
+        library: MPILibrary,
+        adapter: VendorAdapter,
+        layout: Layout,
+        *,
+        settings: MeasureSettings,
+        allocation: NodeAllocation | None = None,
+        system: str = "",
+        point_timeout_s: float | None = None,
+        executable: Path | None = None,
+    ) -> None:
+        self.library = library
+        self.adapter = adapter
+        self.layout = layout
+        self.settings = settings
+        self.system = system
+        env = dict(adapter.launch_env())
+        if layout.nodes == 1 and allocation is None:
+            env.update(adapter.single_node_env())  # faster start-up, same collectives
+        strict = adapter.strict_selection_switch()  # a forced algorithm that cannot take a call fails
+        self.session = EngineSession(
+            library, layout, env=env, setup=(strict,) if strict is not None else (), executable=executable,
+            allocation=allocation, point_timeout_s=point_timeout_s,
+        )
+        self._next_id = 0
+        self._lock = threading.Lock()
+
+    @property
+    def launches(self) -> int:
+        return self.session.launches
+
+    def measure(self, point: BenchPoint, settings: MeasureSettings | None = None) -> PointResult:
+        """Measure one point (never raises for a failure of the point: see PointOutcome.status)."""
+        with self._lock:
+            selection = selection_for(self.adapter, point, "mpit")
+            launches_before = self.session.launches
+            started = time.perf_counter()
+            outcome = self._measure(point, selection, settings or self.settings)
+            wall = time.perf_counter() - started
+            measurement = to_measurement(self.library, self.layout, point, outcome, system=self.system)
+            return PointResult(point, self.layout, outcome, measurement, wall, self.session.launches - launches_before)
+
+    def _measure(self, point: BenchPoint, selection: Selection, settings: MeasureSettings) -> PointOutcome:
+        self._next_id += 1
+        request = PointRequest(
+            id=self._next_id, collective=point.collective, msg_bytes=point.msg_bytes, cvar=selection.cvar,
+            set_value=selection.set_value, new_communicator=selection.new_communicator, settings=settings,
+        )
+        outcome = self.session.measure(request)
+        reply = outcome.reply
+        if outcome.ok and reply is not None:  # the same checks as bench.sweep.Sweep
+            problem = None
+            if not reply.cvar_consistent:
+                problem = f"ranks disagree on {reply.cvar}"
+            elif selection.expected_value is not None and reply.cvar_value != selection.expected_value:
+                problem = (f"{point.algorithm} not selected: {reply.cvar} reads {reply.cvar_value}, "
+                           f"expected {selection.expected_value}")
+            if problem:
+                return PointOutcome(request=request, status="failed", reason=problem, reply=reply,
+                                    hosts=outcome.hosts, launch_argv=outcome.launch_argv, env=outcome.env)
+        return outcome
+
+    def close(self) -> None:
+        self.session.close()
+
+    def kill(self) -> None:
+        self.session.kill()
+
+
+RunnerFactory = Callable[[Layout, NodeAllocation | None], LayoutRunner]
+OnPoint = Callable[[PointResult], None]
+
+
+class ParallelRunner:
+    """Runs rounds of points, one job per layout, under a GroupScheduler; keeps runners between rounds.
+
+    allocation: the job's hosts (None: this machine only; every placement then runs locally).
+    """
+
+    def __init__(self, make_runner: RunnerFactory, scheduler: GroupScheduler,
+                 allocation: NodeAllocation | None = None) -> None:
+        self.make_runner = make_runner
+        self.scheduler = scheduler
+        self.allocation = allocation
+        self._runners: dict[tuple[Layout, tuple[str, ...]], LayoutRunner] = {}
+        self._stop = threading.Event()
+
+    def runner_for(self, layout: Layout, hosts: tuple[str, ...]) -> LayoutRunner:
+        key = (layout, hosts if self.allocation is not None else ())
+        if key not in self._runners:
+            allocation = None
+            if self.allocation is not None:  # run exactly where the scheduler placed the job
+                slots = dict(zip(self.allocation.hosts, self.allocation.slots, strict=True))
+                allocation = NodeAllocation(hosts, tuple(slots[h] for h in hosts), self.allocation.source)
+            self._runners[key] = self.make_runner(layout, allocation)
+        return self._runners[key]
+
+    @property
+    def launches(self) -> int:
+        return sum(r.launches for r in self._runners.values())
+
+    def run(self, work: Mapping[Layout, Sequence[BenchPoint]], on_point: OnPoint | None = None,
+            settings: MeasureSettings | None = None, deadline: float | None = None) -> list[PointResult]:
+        """Measure every layout's points; `on_point` runs in the calling thread as each result arrives.
+
+        deadline: a time.monotonic() value after which no further point is started.
+
+        On KeyboardInterrupt every worker is stopped and every engine killed before it propagates; the
+        results delivered so far have been passed to on_point.
+        """
+        jobs = [BenchJob(layout, layout.nodes) for layout, points in work.items() if points]
+        for job in jobs:
+            self.scheduler.check(job)
+        pending = sorted(jobs, key=lambda j: -j.nodes)
+        results: queue.Queue[PointResult | Placement | BaseException] = queue.Queue()
+        running: dict[Placement, threading.Thread] = {}
+        delivered: list[PointResult] = []
+        self._stop.clear()
+
+        def work_on(placement: Placement) -> None:
+            try:
+                layout = placement.job.key
+                assert isinstance(layout, Layout)
+                runner = self.runner_for(layout, placement.hosts)
+                for point in work[layout]:
+                    if self._stop.is_set() or (deadline is not None and time.monotonic() > deadline):
+                        break
+                    results.put(runner.measure(point, settings))
+            except BaseException as exc:  # noqa: BLE001 (handed to the main thread)
+                results.put(exc)
+            finally:
+                results.put(placement)
+
+        def start_what_fits() -> None:
+            nonlocal pending
+            waiting = []
+            for job in pending:
+                placement = self.scheduler.place(job)
+                if placement is None:
+                    waiting.append(job)
+                    continue
+                thread = threading.Thread(target=work_on, args=(placement,), daemon=True)
+                running[placement] = thread
+                thread.start()
+            pending = waiting
+
+        try:
+            start_what_fits()
+            while running:
+                item = results.get()
+                if isinstance(item, Placement):
+                    running.pop(item).join()
+                    self.scheduler.release(item)
+                    start_what_fits()
+                elif isinstance(item, BaseException):
+                    raise item
+                else:
+                    delivered.append(item)
+                    if on_point is not None:
+                        on_point(item)
+        except BaseException:
+            self._stop.set()
+            for runner in self._runners.values():
+                runner.kill()
+            for placement, thread in running.items():
+                thread.join(timeout=10)
+                self.scheduler.release(placement)
+            raise
+        return delivered
+
+    def close(self) -> None:
+        for runner in self._runners.values():
+            runner.close()
+        self._runners.clear()

@@ -1,0 +1,177 @@
+"""`tunempi verify`: the tuned choice against the library's default, side by side, in the same launch.
+
+For every cell of the selection whose choice is not `default`, the engine measures the tuned algorithm
+and the library's own choice alternately, `repeats` times, in ONE launch per layout (the algorithm is
+switched through MPI_T between points; the order alternates each repetition so that drift of a shared
+machine hits both sides alike). Each repetition gives a ratio default/tuned of two medians measured
+seconds apart; the speedup is the geometric mean of the ratios and its 95 % confidence interval comes
+from a t-interval on their logarithms (so noise between runs, the dominant noise here, is what the
+interval measures). A cell is *slower beyond noise* when the whole interval lies below 1: its rule is
+replaced by `default`, the rule sets and files are rewritten (and smoke-checked again), and verify
+says so. A verified tuning result therefore never keeps a measured point slower than the default.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+from scipy import stats
+
+from tunempi.bench.engine import Layout
+from tunempi.bench.protocol import MeasureSettings
+from tunempi.bench.sweep import BenchPoint
+from tunempi.bench.validate import DEFAULT_ALGORITHM
+from tunempi.space import Cell
+from tunempi.tune.driver import layout_of
+from tunempi.tune.runner import PointResult
+
+VERDICTS: tuple[str, ...] = ("faster", "same", "slower", "default", "failed")
+
+
+@dataclass(frozen=True)
+class VerifiedCell:
+    """Tuned against default in one cell. speedup = default time / tuned time (> 1: tuning helps)."""
+
+    cell: Cell
+    algorithm: str
+    tuned_us: float | None
+    default_us: float | None
+    speedup: float
+    ci_low: float
+    ci_high: float
+    verdict: str  # one of VERDICTS
+    replaced: bool = False
+
+    def to_dict(self) -> dict:
+        def r(x: float | None) -> float | None:
+            return None if x is None or not math.isfinite(x) else round(float(x), 5)
+
+        return {**self.cell.to_dict(), "algorithm": self.algorithm, "tuned_us": r(self.tuned_us),
+                "default_us": r(self.default_us), "speedup": r(self.speedup), "ci_low": r(self.ci_low),
+                "ci_high": r(self.ci_high), "verdict": self.verdict, "replaced": self.replaced}
+
+    @classmethod
+    def from_dict(cls, data: Mapping) -> VerifiedCell:
+        def f(x: object) -> float:
+            return float("nan") if x is None else float(x)  # type: ignore[arg-type]
+
+        return cls(Cell.from_dict(data), str(data["algorithm"]), data.get("tuned_us"), data.get("default_us"),
+                   f(data.get("speedup")), f(data.get("ci_low")), f(data.get("ci_high")), str(data["verdict"]),
+                   bool(data.get("replaced", False)))
+
+
+def speedup_interval(tuned: Sequence[float], default: Sequence[float], *, confidence: float = 0.95
+                     ) -> tuple[float, float, float]:
+    """(speedup, low, high) from paired per-repetition medians: geometric mean of default/tuned with a
+    t-interval on the log ratios. One pair: the interval is the point (no noise estimate)."""
+    if len(tuned) != len(default) or not tuned:
+        raise ValueError("need the same, non-zero number of tuned and default runs")
+    logs = np.log(np.asarray(default, dtype=float) / np.asarray(tuned, dtype=float))
+    centre = float(logs.mean())
+    if len(logs) < 2:
+        return math.exp(centre), math.exp(centre), math.exp(centre)
+    half = float(stats.t.ppf(0.5 + confidence / 2, len(logs) - 1) * logs.std(ddof=1) / math.sqrt(len(logs)))
+    return math.exp(centre), math.exp(centre - half), math.exp(centre + half)
+
+
+def classify(speedup: float, low: float, high: float) -> str:
+    """faster / slower beyond noise (the interval excludes 1), else same."""
+    if high < 1.0:
+        return "slower"
+    if low > 1.0:
+        return "faster"
+    return "same"
+
+
+def verify_plan(selection: Mapping[Cell, str], repeats: int, *, first_run: int = 0) -> dict[Layout, list[BenchPoint]]:
+    """Per layout: tuned and default points of every non-default cell, interleaved, order alternating per
+    repetition; the point's `run` is the repetition (from `first_run`: a second pass adds pairs)."""
+    work: dict[Layout, list[BenchPoint]] = {}
+    cells = sorted(c for c, a in selection.items() if a != DEFAULT_ALGORITHM)
+    for run in range(first_run, first_run + repeats):
+        for cell in cells:
+            pair = [selection[cell], DEFAULT_ALGORITHM]
+            if run % 2:
+                pair.reverse()
+            work.setdefault(layout_of(cell), []).extend(
+                BenchPoint(cell.collective, name, cell.msg_bytes, run) for name in pair)
+    return work
+
+
+def evaluate(selection: Mapping[Cell, str], results: Sequence[PointResult]) -> list[VerifiedCell]:
+    """One VerifiedCell per selection cell, from the interleaved results of `verify_plan`."""
+    runs: dict[tuple[Cell, str, int], float] = {}
+    for result in results:
+        m = result.measurement
+        if m.ok and not m.errors and m.median_us is not None:
+            cell = Cell(m.collective, m.ranks, m.nodes, m.ppn, m.msg_bytes)
+            runs[(cell, m.algorithm, m.run)] = float(m.median_us)
+    verified = []
+    for cell, algorithm in sorted(selection.items()):
+        if algorithm == DEFAULT_ALGORITHM:
+            verified.append(VerifiedCell(cell, algorithm, None, None, 1.0, 1.0, 1.0, "default"))
+            continue
+        repetitions = sorted({run for (c, a, run) in runs if c == cell and a == algorithm})
+        pairs = [(runs[(cell, algorithm, r)], runs[(cell, DEFAULT_ALGORITHM, r)]) for r in repetitions
+                 if (cell, DEFAULT_ALGORITHM, r) in runs]
+        if not pairs:
+            nan = float("nan")
+            verified.append(VerifiedCell(cell, algorithm, None, None, nan, nan, nan, "failed"))
+            continue
+        tuned, default = [p[0] for p in pairs], [p[1] for p in pairs]
+        speedup, low, high = speedup_interval(tuned, default)
+        verified.append(VerifiedCell(cell, algorithm, float(np.median(tuned)), float(np.median(default)),
+                                     speedup, low, high, classify(speedup, low, high)))
+    return verified
+
+
+#: A cell whose speedup estimate is below this but not slower beyond noise gets a second pass of pairs.
+SUSPICIOUS_BELOW = 0.97
+
+
+def suspicious(verified: Sequence[VerifiedCell], threshold: float = SUSPICIOUS_BELOW) -> list[Cell]:
+    """Cells that look slower than default without the evidence to say so: measured again."""
+    return [v.cell for v in verified if v.verdict == "same" and v.speedup < threshold]
+
+
+def apply_replacements(selection: Mapping[Cell, str], verified: Sequence[VerifiedCell]
+                       ) -> tuple[dict[Cell, str], list[VerifiedCell]]:
+    """Cells slower beyond noise (or whose tuned run failed) go back to `default`."""
+    fixed = dict(selection)
+    out = []
+    for v in verified:
+        if v.verdict in ("slower", "failed"):
+            fixed[v.cell] = DEFAULT_ALGORITHM
+            v = VerifiedCell(v.cell, v.algorithm, v.tuned_us, v.default_us, v.speedup, v.ci_low, v.ci_high,
+                             v.verdict, replaced=True)
+        out.append(v)
+    return fixed, out
+
+
+def summary(verified: Sequence[VerifiedCell]) -> dict[str, float | int]:
+    """Geo-mean speedup over default before and after the replacements, and counts."""
+    measured = [v for v in verified if v.verdict not in ("default", "failed")]
+    before = [v.speedup for v in measured]
+    after = [1.0 if v.replaced else v.speedup for v in measured]
+    everywhere = after + [1.0] * (len(verified) - len(measured))
+
+    def geo(values: Sequence[float]) -> float:
+        return float(math.exp(np.mean(np.log(values)))) if values else 1.0
+
+    return {
+        "cells": len(verified), "compared": len(measured),
+        "geo_mean_speedup_compared_before": geo(before), "geo_mean_speedup_compared_after": geo(after),
+        "geo_mean_speedup_all_cells": geo(everywhere),
+        "slower_beyond_noise_before": sum(v.verdict == "slower" for v in verified),
+        "slower_beyond_noise_after": sum(v.verdict == "slower" and not v.replaced for v in verified),
+        "slower_point_estimate_after": sum(v.speedup < 1.0 and not v.replaced for v in measured),
+        "faster_beyond_noise": sum(v.verdict == "faster" for v in verified),
+        "replaced": sum(v.replaced for v in verified),
+        "failed": sum(v.verdict == "failed" for v in verified),
+    }
+
+
+Measure = Callable[[Mapping[Layout, Sequence[BenchPoint]], MeasureSettings], Sequence[PointResult]]

@@ -1,0 +1,113 @@
+"""`tune`, `verify`, `run`, `report` end to end on the real embedded libraries, on tiny spaces.
+
+MPICH at 2 ranks, Open MPI at 2 and 4 ranks (oversubscribed); a few message sizes, short time caps, so
+the whole file runs in about a minute on the 2-core machine.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from rich.console import Console
+
+from tunempi.bench.protocol import MeasureSettings
+from tunempi.store.results import ResultStore
+from tunempi.tune.job import TuneOptions, run_tune, run_verify
+from tunempi.tune.manifest import Manifest
+from tunempi.writers.openmpi_rules import read_openmpi_rules
+
+pytestmark = pytest.mark.mpi
+
+FAST = MeasureSettings(warmup=1, min_iters=5, max_iters=200, rel_ci=0.1, time_cap_s=0.02)
+TUNEMPI = [sys.executable, "-m", "tunempi"]
+
+
+def quiet() -> Console:
+    return Console(width=120, record=True, force_terminal=False)
+
+
+def options(tmp_path: Path, mpi: str, collectives: str, ranks: int, max_msg: int, **more: object) -> TuneOptions:
+    return TuneOptions(out=tmp_path / f"tuning-{mpi}", collectives=collectives, mpi=mpi, ranks=ranks,
+                       max_msg=max_msg, timeout_s=more.pop("timeout_s", 40.0), db=tmp_path / "results.sqlite",  # type: ignore[arg-type]
+                       settings=FAST, **more)  # type: ignore[arg-type]
+
+
+def test_mpich_tune_verify_run_report(tmp_path: Path) -> None:
+    report = run_tune(options(tmp_path, "mpich", "allreduce,bcast", 2, 64), quiet())
+    manifest = report.manifest
+    assert manifest is not None and report.outcome.stop_reason in ("converged", "timeout")
+    assert report.outcome.measured > 0 and not manifest.missing_files()
+    assert [s["ok"] for s in manifest.data["smoke"]] == [True]  # loaded into MPICH before success
+    env = manifest.env()
+    assert Path(env["MPIR_CVAR_COLL_SELECTION_TUNING_JSON_FILE"]).is_file()
+    assert Path(env["MPIR_CVAR_CH4_POSIX_COLL_SELECTION_TUNING_JSON_FILE"]).is_file()
+    rule_sets = manifest.rule_sets()
+    for row in manifest.selection():  # the files' rule sets say what the selection says, at every cell
+        assert rule_sets[row.cell.collective].select(row.cell.ranks, row.cell.msg_bytes) == row.algorithm
+    with ResultStore(tmp_path / "results.sqlite") as store:
+        assert len(store) == report.outcome.measured  # every run is in the store
+
+    verified = run_verify(manifest.directory, quiet(), repeats=2, settings=FAST)
+    summary = verified.summary
+    assert summary["slower_beyond_noise_after"] == 0
+    data = Manifest.load(manifest.directory).data
+    assert data["verify"]["summary"] == summary
+    replaced = {(c["collective"], c["msg_bytes"]) for c in data["verify"]["cells"] if c["replaced"]}
+    after = Manifest.load(manifest.directory).rule_sets()
+    for collective, size in replaced:
+        assert after[collective].select(2, size) == "default"
+
+    shown = subprocess.run([*TUNEMPI, "run", "--tuning", str(manifest.directory), "--", "sh", "-c",
+                            "echo $MPIR_CVAR_COLL_SELECTION_TUNING_JSON_FILE"], capture_output=True, text=True)
+    assert shown.returncode == 0, shown.stderr
+    assert shown.stdout.strip() == env["MPIR_CVAR_COLL_SELECTION_TUNING_JSON_FILE"]
+    failing = subprocess.run([*TUNEMPI, "run", "--tuning", str(manifest.directory), "--", "sh", "-c", "exit 3"])
+    assert failing.returncode == 3  # the command's exit status is passed on
+
+    html = tmp_path / "report.html"
+    done = subprocess.run([*TUNEMPI, "report", "--tuning", str(manifest.directory), "--html", str(html)],
+                          capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    assert (manifest.directory / "report" / "speedup.png").is_file() and "base64" in html.read_text()
+
+
+def test_openmpi_tunes_two_and_four_ranks_and_writes_a_strict_rules_file(tmp_path: Path) -> None:
+    report = run_tune(options(tmp_path, "openmpi", "alltoall", 4, 32), quiet())
+    manifest = report.manifest
+    assert manifest is not None
+    assert sorted({c.ranks for c in report.outcome.selection}) == [2, 4]
+    assert sorted(s["ranks"] for s in manifest.data["smoke"] if s["ok"]) == [2, 4]
+    read_openmpi_rules((manifest.directory / "openmpi.rules").read_text())
+    assert manifest.env()["OMPI_MCA_coll_tuned_use_dynamic_rules"] == "1"
+
+
+def test_timeout_keeps_points_and_a_rerun_resumes_from_the_store(tmp_path: Path) -> None:
+    first = run_tune(options(tmp_path, "mpich", "allgather", 2, 256, timeout_s=2.0, smoke=False), quiet())
+    assert first.outcome.stop_reason == "timeout" and first.outcome.measured > 0
+    second = run_tune(options(tmp_path, "mpich", "allgather", 2, 256, timeout_s=2.0, smoke=False), quiet())
+    assert second.outcome.resumed >= first.outcome.measured
+    with ResultStore(tmp_path / "results.sqlite") as store:
+        assert len(store) == first.outcome.measured + second.outcome.measured
+
+
+def test_ctrl_c_keeps_measured_points_and_writes_no_files(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from tunempi.tune import runner as runner_module
+
+    original = runner_module.LayoutRunner.measure
+    calls = {"n": 0}
+
+    def interrupting(self, point, settings=None):  # noqa: ANN001, ANN202
+        calls["n"] += 1
+        if calls["n"] == 4:
+            raise KeyboardInterrupt
+        return original(self, point, settings)
+
+    monkeypatch.setattr(runner_module.LayoutRunner, "measure", interrupting)
+    report = run_tune(options(tmp_path, "mpich", "bcast", 2, 64), quiet())
+    assert report.outcome.stop_reason == "interrupted" and report.manifest is None
+    assert not (tmp_path / "tuning-mpich" / "manifest.json").exists()
+    with ResultStore(tmp_path / "results.sqlite") as store:
+        assert len(store) == 3

@@ -1,0 +1,74 @@
+"""The tuning report from a manifest alone: speedups pick the best evidence, plots and HTML are written."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from rich.console import Console
+
+from tunempi.report.tuning import (
+    rules_table,
+    speedup_rows,
+    speedup_table,
+    summary_lines,
+    write_html,
+    write_plots,
+)
+from tunempi.rules import SelectionTable, build_rule_sets
+from tunempi.space import Cell
+from tunempi.tune.manifest import KIND, Manifest, SelectionRow
+
+
+@pytest.fixture()
+def manifest(tmp_path: Path) -> Manifest:
+    cells = [Cell("allreduce", 2, 1, 2, s) for s in (8, 1024, 65536)] + [Cell("bcast", 4, 1, 4, 8)]
+    rows = [SelectionRow(cells[0], "default", 3.0, 3.0), SelectionRow(cells[1], "ring", 5.0, 6.0),
+            SelectionRow(cells[2], "rd", 50.0, 40.0), SelectionRow(cells[3], "binomial", 2.0, 3.0)]
+    selection = [r.to_dict() for r in rows]
+    selection[2] = {**selection[2], "algorithm": "default", "replaced_from": "rd"}
+    table = SelectionTable.from_items((r["collective"], r["ranks"], r["msg_bytes"], r["algorithm"]) for r in selection)
+    verify_cells = [
+        {**cells[1].to_dict(), "algorithm": "ring", "speedup": 1.25, "ci_low": 1.1, "ci_high": 1.4,
+         "verdict": "faster", "replaced": False},
+        {**cells[2].to_dict(), "algorithm": "rd", "speedup": 0.8, "ci_low": 0.75, "ci_high": 0.85,
+         "verdict": "slower", "replaced": True},
+    ]
+    return Manifest(tmp_path, {
+        "kind": KIND, "version": 1, "library": {"name": "openmpi-5.0.11", "fingerprint": "f", "prefix": "/x"},
+        "collectives": ["allreduce", "bcast"], "scales": [[2, 1, 2], [4, 1, 4]], "strategy": "tunempi",
+        "run": {"stop_reason": "converged", "wall_s": 10.0, "bench_s": 5.0, "measured": 40, "resumed": 0},
+        "files": {"openmpi-rules": "openmpi.rules"}, "env_file": "tuning.env",
+        "smoke": [{"ranks": 2, "ok": True}], "selection": selection,
+        "rule_sets": {c: rs.to_dict() for c, rs in build_rule_sets(table).items()},
+        "training_curve": [{"wall_s": 0, "bench_s": 0, "points": 0, "convergence": 0, "per_collective": {}},
+                           {"wall_s": 5, "bench_s": 4, "points": 40, "convergence": 1.0,
+                            "per_collective": {"allreduce": 1.0, "bcast": 1.0}}],
+        "verify": {"summary": {"compared": 2, "cells": 4, "geo_mean_speedup_compared_after": 1.118,
+                               "geo_mean_speedup_all_cells": 1.06, "faster_beyond_noise": 1,
+                               "slower_beyond_noise_before": 1, "slower_beyond_noise_after": 0, "replaced": 1},
+                   "cells": verify_cells},
+    })
+
+
+def test_speedups_come_from_verify_then_tuning_then_default(manifest: Manifest) -> None:
+    rows = {(r.collective, r.msg_bytes): r for r in speedup_rows(manifest)}
+    assert rows[("allreduce", 8)].speedup == 1.0 and rows[("allreduce", 8)].source == "default"
+    assert rows[("allreduce", 1024)].speedup == 1.25 and rows[("allreduce", 1024)].source == "verify"
+    assert rows[("allreduce", 65536)].replaced_from == "rd" and rows[("allreduce", 65536)].speedup == 1.0
+    assert rows[("bcast", 8)].speedup == pytest.approx(1.5) and rows[("bcast", 8)].source == "tune"
+
+
+def test_tables_summary_plots_and_html(manifest: Manifest, tmp_path: Path) -> None:
+    console = Console(width=150, record=True)
+    console.print(rules_table(manifest))
+    console.print(speedup_table(manifest))
+    text = console.export_text()
+    assert "ring" in text and "binomial" in text and "1.118" not in text
+    lines = summary_lines(manifest)
+    assert any("slower beyond noise 1 -> 0" in line for line in lines)
+    plots = write_plots(manifest, tmp_path / "plots")
+    for path in plots.values():
+        assert path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    page = write_html(manifest, plots, tmp_path / "r.html").read_text()
+    assert page.count("data:image/png;base64,") == 3 and "replaced rd" in page

@@ -1,0 +1,136 @@
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+import typer
+from typer.testing import CliRunner
+
+from tunempi.sim import CostModel, Oracle, ReplayBackend, load_frame, simulate
+from tunempi.sim.synthetic import synthetic_frame
+from tunempi.space import Cell
+from tunempi.strategy import Request
+
+PEAK = Path(__file__).resolve().parents[2] / ".." / "shared" / "datasets" / "ornl-peak.csv.gz"
+
+
+def _tiny() -> pd.DataFrame:
+    """Two cells, algorithms a and b, plus default; medians chosen for a known answer."""
+    rows = []
+    data = {
+        (2, 8): {"a": [10, 12, 11], "b": [20, 19, 21], "default": [15, 15, 15]},
+        (4, 16384): {"a": [40, 44, 42], "b": [21, 20, 22]},  # no default here
+    }
+    for (ranks, size), algos in data.items():
+        for algorithm, values in algos.items():
+            for run, value in enumerate(values):
+                rows.append(("bcast", algorithm, ranks, 1, ranks, size, run, float(value)))
+    return pd.DataFrame(rows, columns=["collective", "algorithm", "ranks", "nodes", "ppn", "msg_bytes", "run",
+                                       "latency_us"])
+
+
+def test_slowdown_metrics_on_a_hand_made_dataset() -> None:
+    oracle = Oracle(ReplayBackend(_tiny(), "bcast"))
+    small, large = Cell("bcast", 2, 1, 2, 8), Cell("bcast", 4, 1, 4, 16384)
+    assert oracle.best_algorithm == ["a", "b"]
+    # medians: small a=11 b=20; large a=42 b=21
+    assert oracle.slowdowns({small: "b", large: "b"}).tolist() == pytest.approx([20 / 11, 1.0])
+    assert oracle.average_slowdown({small: "b", large: "a"}) == pytest.approx((20 / 11 + 2.0) / 2)
+    assert oracle.geometric_slowdown({small: "b", large: "a"}) == pytest.approx(np.sqrt(20 / 11 * 2.0))
+    assert oracle.default_slowdown() == pytest.approx(15 / 11)  # only where default was measured
+    # `default` is never a candidate, and a missing selection is charged the worst algorithm
+    assert oracle.average_slowdown({small: "default"}) == pytest.approx((20 / 11 + 2.0) / 2)
+    # exhaustive cost: 4 launches + 1200 iterations at 11 and 20 us + 110 iterations at 42 and 21 us
+    expected = 4 * 1.0 + 1200 * (11 + 20) * 1e-6 + 110 * (42 + 21) * 1e-6
+    assert oracle.exhaustive_cost() == pytest.approx(expected)
+
+
+def test_cost_model_iterations_follow_osu() -> None:
+    model = CostModel()
+    assert model.iterations(8192) == 1200 and model.iterations(8193) == 110
+    assert model.run_seconds(8, 100.0) == pytest.approx(1.0 + 1200 * 100e-6)
+    assert model.run_seconds(8, None) == 1.0  # a failed run still pays its launch
+
+
+def test_replay_cycles_through_real_runs_and_fails_missing_points() -> None:
+    backend = ReplayBackend(_tiny(), "bcast", seed=4)
+    small = Cell("bcast", 2, 1, 2, 8)
+    values = [r.latency_us for r in backend.measure([Request(small, ("a",), repeats=3)])]
+    assert sorted(values) == [10, 11, 12]  # each stored run once before any repeats
+    space = backend.space()
+    assert space.algorithms == ("a", "b")  # default is not a candidate
+    failed = backend.measure([Request(Cell("bcast", 8, 1, 8, 8), ("a",))])[0]
+    assert not failed.ok and failed.cost_s == 1.0
+
+
+def test_simulate_summary_keys_and_exhaustive_reaches_oracle() -> None:
+    summaries, traces = simulate(synthetic_frame(noise=0.0), "allreduce", ["exhaustive", "random"], seeds=2,
+                                 budget_fraction=1.0)
+    keys = {"strategy", "seeds", "avg_slowdown", "geo_slowdown", "default_slowdown", "cost_s",
+            "exhaustive_cost_s", "cost_fraction", "cost_to_1_03_s"}
+    for summary in summaries:
+        assert keys <= set(summary)
+        assert summary["seeds"] == [0, 1]
+        assert summary["avg_slowdown"] == pytest.approx(1.0)  # every cell measured, no noise
+        assert summary["cost_fraction"] == pytest.approx(1.0)
+        assert summary["cost_to_1_03_s"] is not None and summary["cost_to_1_03_s"] <= summary["cost_s"] + 1e-6
+        assert summary["default_slowdown"] > 1.0
+    curve = np.array(traces["exhaustive"][0].avg_slowdown)
+    assert curve[-1] == pytest.approx(1.0)
+
+
+def test_train_max_ranks_reports_extrapolated_cells() -> None:
+    summaries, _ = simulate(synthetic_frame(), "allreduce", ["tunempi"], seeds=1, max_ranks=8)
+    summary = summaries[0]
+    assert summary["train_max_ranks"] == 8
+    assert summary["avg_slowdown_extrapolated"] is not None and summary["avg_slowdown_measurable"] is not None
+
+
+def _app() -> typer.Typer:
+    from tunempi.cli import simulate as simulate_cli
+
+    app = typer.Typer()
+
+    @app.callback()
+    def _root() -> None:
+        """tunempi (test stand-in: a callback keeps `simulate` a subcommand)."""
+
+    simulate_cli.register(app)
+    return app
+
+
+def test_cli_json_plot_and_usage_errors(tmp_path: Path) -> None:
+    from tunempi.store.dataset import DatasetRow, write_dataset
+
+    frame = synthetic_frame()
+    path = tmp_path / "synthetic.csv.gz"
+    write_dataset((DatasetRow(system="synthetic", library="none", **row) for row in frame.to_dict("records")),
+                  path)
+    runner = CliRunner()
+    png = tmp_path / "curves.png"
+    result = runner.invoke(_app(), ["simulate", "--dataset", str(path), "--collective", "allreduce",
+                                    "--compare", "random,tunempi", "--seeds", "1", "--budget-fraction", "0.5",
+                                    "--plot", str(png), "--format", "json"])
+    assert result.exit_code == 0, result.output
+    data = json.loads(result.stdout)
+    assert [d["strategy"] for d in data] == ["random", "tunempi"]
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    table = runner.invoke(_app(), ["simulate", "--dataset", str(path), "--strategy", "exhaustive", "--seeds", "1"])
+    assert table.exit_code == 0 and "exhaustive" in table.stdout
+    from tunempi.errors import UsageError
+
+    bad = runner.invoke(_app(), ["simulate", "--dataset", str(path), "--strategy", "bogus"])
+    assert isinstance(bad.exception, UsageError) and "acclaim" in str(bad.exception)
+
+
+@pytest.mark.skipif(not PEAK.exists(), reason="shared Peak dataset not present")
+def test_peak_dataset_quick_run() -> None:
+    frame = load_frame(PEAK)
+    summaries, _ = simulate(frame, "allreduce", ["tunempi"], seeds=1, budget_fraction=0.03)
+    summary = summaries[0]
+    assert summary["default_slowdown"] == pytest.approx(1.628, abs=0.01)  # the anchors' figure
+    assert summary["cost_fraction"] < 0.06
+    assert 1.0 <= summary["avg_slowdown"] < summary["default_slowdown"]

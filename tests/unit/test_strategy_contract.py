@@ -1,0 +1,106 @@
+"""Contract tests run over every strategy (as Optuna does for its samplers)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from tunempi.errors import UsageError
+from tunempi.sim import Oracle, ReplayBackend
+from tunempi.sim.synthetic import synthetic_frame
+from tunempi.strategy import STRATEGIES, MeasurementRecord, Request, Strategy, make_strategy
+
+FRAME = synthetic_frame(seed=3)
+
+
+def _drive(strategy: Strategy, backend: ReplayBackend, max_steps: int = 500) -> list[Request]:
+    asked: list[Request] = []
+    for _ in range(max_steps):
+        requests = strategy.ask()
+        if not requests:
+            break
+        asked.extend(requests)
+        strategy.tell(backend.measure(requests))
+    return asked
+
+
+@pytest.fixture(params=sorted(STRATEGIES))
+def name(request: pytest.FixtureRequest) -> str:
+    return request.param
+
+
+def _setup(name: str, seed: int, budget_fraction: float, max_ranks: int | None = None):
+    backend = ReplayBackend(FRAME, "allreduce", seed=seed)
+    space = backend.space()
+    measurable = space.restrict(max_ranks=max_ranks) if max_ranks else space
+    budget = budget_fraction * Oracle(backend).exhaustive_cost()
+    return backend, space, make_strategy(name, space, seed=seed, measurable=measurable, budget_s=budget)
+
+
+def test_same_seed_same_requests_and_selection(name: str) -> None:
+    runs = []
+    for _ in range(2):
+        backend, _, strategy = _setup(name, seed=7, budget_fraction=0.3)
+        runs.append((_drive(strategy, backend), strategy.select()))
+    assert runs[0][0] == runs[1][0]
+    assert runs[0][1] == runs[1][1]
+
+
+def test_never_asks_outside_measurable_space_or_for_unavailable_algorithms(name: str) -> None:
+    backend, space, strategy = _setup(name, seed=1, budget_fraction=1.0, max_ranks=8)
+    asked = _drive(strategy, backend)
+    assert asked
+    for request in asked:
+        assert request.cell.ranks <= 8
+        assert set(request.algorithms) <= set(space.candidates(request.cell))
+    assert all(record.ok for record in strategy.records)  # nothing unavailable was ever run
+    table = strategy.select()
+    assert set(table) == set(space.cells)  # selection covers cells beyond the measurable ones too
+    assert all(table[cell] in space.candidates(cell) for cell in space.cells)
+
+
+def test_stops_within_budget(name: str) -> None:
+    backend, _, strategy = _setup(name, seed=2, budget_fraction=0.15)
+    asked = _drive(strategy, backend)
+    largest_batch = max(
+        sum(r.cost_s for r in backend.measure([request])) for request in asked
+    )
+    assert strategy.finished and strategy.ask() == []
+    assert strategy.spent_s <= strategy.budget_s + 3 * largest_batch
+    assert 0.0 <= strategy.convergence() <= 1.0
+
+
+def test_failed_algorithm_is_not_selected_where_it_failed(name: str) -> None:
+    backend, space, strategy = _setup(name, seed=0, budget_fraction=1.0)
+    cell = space.cells[0]
+    failing = space.candidates(cell)[0]
+    strategy.tell([MeasurementRecord(cell, failing, None, cost_s=1.0)])
+    strategy.tell(backend.measure([Request(space.cells[-1], space.candidates(space.cells[-1]))]))
+    assert strategy.select()[cell] != failing
+
+
+def test_reaches_the_oracle_on_noise_free_data_with_full_budget(name: str) -> None:
+    frame = synthetic_frame(noise=0.0)
+    backend = ReplayBackend(frame, "allreduce", seed=0)
+    oracle = Oracle(backend)
+    strategy = make_strategy(name, backend.space(), seed=0, budget_s=oracle.exhaustive_cost())
+    _drive(strategy, backend)
+    assert oracle.average_slowdown(strategy.select()) < 1.05
+
+
+def test_unknown_strategy_names_the_valid_ones() -> None:
+    backend = ReplayBackend(FRAME, "allreduce", seed=0)
+    with pytest.raises(UsageError, match="exhaustive"):
+        make_strategy("bogus", backend.space())
+
+
+def test_acclaim_prefers_non_power_of_two_neighbour_when_perturbing() -> None:
+    from tunempi.space import FeatureSpace, in_between_sizes, power_of_two_sizes
+
+    sizes = power_of_two_sizes(4, 4096) + in_between_sizes(4, 4096, align=4)
+    space = FeatureSpace.grid("allreduce", [(2, 1, 2), (4, 1, 4)], sizes, ["a", "b"])
+    strategy = make_strategy("acclaim", space, seed=0, perturb_probability=1.0)
+    index = space.index(next(c for c in space.cells if c.ranks == 4 and c.msg_bytes == 256))
+    todo = np.arange(len(space.cells))
+    picked = space.cells[strategy._nearby_non_power_of_two(index, todo)]
+    assert picked.ranks == 4 and picked.msg_bytes in (192, 384)

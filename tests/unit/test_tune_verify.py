@@ -1,0 +1,90 @@
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from tunempi.bench.engine import Layout, PointOutcome
+from tunempi.bench.protocol import PointRequest
+from tunempi.rules import DEFAULT_ALGORITHM
+from tunempi.space import Cell
+from tunempi.store.results import Measurement
+from tunempi.tune.runner import PointResult
+from tunempi.tune.verify import apply_replacements, classify, evaluate, speedup_interval, summary, verify_plan
+
+A = Cell("allreduce", 2, 1, 2, 1024)
+B = Cell("allreduce", 2, 1, 2, 65536)
+C = Cell("allreduce", 4, 1, 4, 1024)
+D = Cell("bcast", 2, 1, 2, 8)
+
+
+def test_plan_interleaves_tuned_and_default_and_alternates_the_order() -> None:
+    work = verify_plan({A: "ring", B: "rd", C: "ring", D: DEFAULT_ALGORITHM}, repeats=2)
+    assert set(work) == {Layout(2), Layout(4)}
+    names = [(p.msg_bytes, p.algorithm, p.run) for p in work[Layout(2)]]
+    assert names == [(1024, "ring", 0), (1024, "default", 0), (65536, "rd", 0), (65536, "default", 0),
+                     (1024, "default", 1), (1024, "ring", 1), (65536, "default", 1), (65536, "rd", 1)]
+    assert all(p.collective != "bcast" for pts in work.values() for p in pts)  # default cells: nothing to compare
+
+
+def test_speedup_interval_is_a_t_interval_on_log_ratios() -> None:
+    speedup, low, high = speedup_interval([10.0, 10.0, 10.0], [12.0, 12.0, 12.0])
+    assert speedup == pytest.approx(1.2) and low == pytest.approx(1.2) and high == pytest.approx(1.2)
+    speedup, low, high = speedup_interval([10.0, 11.0, 9.0], [10.5, 10.0, 10.0])
+    assert low < speedup < high and low < 1.0 < high
+    logs = [math.log(10.5 / 10), math.log(10 / 11), math.log(10 / 9)]
+    assert math.log(speedup) == pytest.approx(sum(logs) / 3)
+    with pytest.raises(ValueError):
+        speedup_interval([1.0], [])
+
+
+def test_classify_needs_the_whole_interval_on_one_side() -> None:
+    assert classify(0.9, 0.85, 0.95) == "slower"
+    assert classify(0.9, 0.7, 1.05) == "same"
+    assert classify(1.3, 1.1, 1.5) == "faster"
+
+
+def result(cell: Cell, algorithm: str, run: int, median: float | None) -> PointResult:
+    request = PointRequest(id=1, collective=cell.collective, msg_bytes=cell.msg_bytes)
+    status = "ok" if median is not None else "failed"
+    from tunempi.bench.sweep import BenchPoint
+
+    m = Measurement(library_fingerprint="f", library="x", collective=cell.collective, algorithm=algorithm,
+                    ranks=cell.ranks, msg_bytes=cell.msg_bytes, nodes=cell.nodes, ppn=cell.ppn, run=run,
+                    status=status, median_us=median)
+    return PointResult(BenchPoint(cell.collective, algorithm, cell.msg_bytes, run), Layout(cell.ranks),
+                       PointOutcome(request, status), m, 0.1, 0)
+
+
+def test_slower_cells_go_back_to_default_and_the_summary_counts_them() -> None:
+    selection = {A: "ring", B: "rd", C: "ring", D: DEFAULT_ALGORITHM}
+    results = []
+    for run in range(3):
+        results += [result(A, "ring", run, 10.0 + run * 0.1), result(A, "default", run, 12.0 + run * 0.1)]  # faster
+        results += [result(B, "rd", run, 20.0 + run * 0.1), result(B, "default", run, 16.0 + run * 0.1)]  # slower
+        results += [result(C, "ring", run, None), result(C, "default", run, 5.0)]  # tuned failed
+    verified = evaluate(selection, results)
+    by_cell = {v.cell: v for v in verified}
+    assert by_cell[A].verdict == "faster" and by_cell[B].verdict == "slower"
+    assert by_cell[C].verdict == "failed" and by_cell[D].verdict == "default"
+    fixed, verified = apply_replacements(selection, verified)
+    assert fixed == {A: "ring", B: DEFAULT_ALGORITHM, C: DEFAULT_ALGORITHM, D: DEFAULT_ALGORITHM}
+    numbers = summary(verified)
+    assert numbers["slower_beyond_noise_before"] == 1 and numbers["slower_beyond_noise_after"] == 0
+    assert numbers["replaced"] == 2 and numbers["compared"] == 2
+    assert numbers["geo_mean_speedup_compared_after"] == pytest.approx(math.sqrt(by_cell[A].speedup * 1.0))
+    assert numbers["geo_mean_speedup_compared_before"] < numbers["geo_mean_speedup_compared_after"]
+    for v in verified:  # JSON round trip keeps the verdicts
+        assert type(v).from_dict(v.to_dict()).verdict == v.verdict
+
+
+def test_suspicious_cells_get_a_second_pass_with_new_run_indices() -> None:
+    from tunempi.tune.verify import VerifiedCell, suspicious
+
+    verified = [VerifiedCell(A, "ring", 11.0, 10.0, 0.9, 0.6, 1.3, "same"),
+                VerifiedCell(B, "rd", 9.0, 10.0, 1.1, 0.8, 1.4, "same"),
+                VerifiedCell(C, "ring", 12.0, 10.0, 0.8, 0.7, 0.9, "slower")]
+    assert suspicious(verified) == [A]  # B looks fine, C is already decided
+    work = verify_plan({A: "ring"}, 2, first_run=3)
+    assert [(p.algorithm, p.run) for p in work[Layout(2)]] == [("default", 3), ("ring", 3), ("ring", 4),
+                                                                ("default", 4)]  # order alternates by run
