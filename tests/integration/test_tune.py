@@ -85,9 +85,12 @@ def test_openmpi_tunes_two_and_four_ranks_and_writes_a_strict_rules_file(tmp_pat
 
 
 def test_timeout_keeps_points_and_a_rerun_resumes_from_the_store(tmp_path: Path) -> None:
-    first = run_tune(options(tmp_path, "mpich", "allgather", 2, 256, timeout_s=2.0, smoke=False), quiet())
+    # A space far too big to converge in 3 s (about 60 cells: 12 cells took ~2 s), so the deadline stops it.
+    first = run_tune(options(tmp_path, "mpich", "allgather,alltoall", 2, 65536, timeout_s=3.0, smoke=False),
+                     quiet())
     assert first.outcome.stop_reason == "timeout" and first.outcome.measured > 0
-    second = run_tune(options(tmp_path, "mpich", "allgather", 2, 256, timeout_s=2.0, smoke=False), quiet())
+    second = run_tune(options(tmp_path, "mpich", "allgather,alltoall", 2, 65536, timeout_s=3.0, smoke=False),
+                      quiet())
     assert second.outcome.resumed >= first.outcome.measured
     with ResultStore(tmp_path / "results.sqlite") as store:
         assert len(store) == first.outcome.measured + second.outcome.measured
