@@ -37,6 +37,7 @@ SUBCOMMAND_MODULES: tuple[str, ...] = (
     "tunempi.cli.profile",
     "tunempi.cli.advise",
     "tunempi.cli.search",
+    "tunempi.cli.simulate",
 )
 
 for _module in SUBCOMMAND_MODULES:

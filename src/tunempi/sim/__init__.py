@@ -1,1 +1,13 @@
+"""Replay of benchmark datasets as a benchmark engine, with a cost model and oracle-based metrics."""
 
+from __future__ import annotations
+
+from tunempi.sim.cost import CostModel
+from tunempi.sim.metrics import Oracle
+from tunempi.sim.replay import DEFAULT_ALGORITHM, ReplayBackend, load_frame
+from tunempi.sim.run import Trace, run_strategy, simulate, summarize
+
+__all__ = [
+    "DEFAULT_ALGORITHM", "CostModel", "Oracle", "ReplayBackend", "Trace", "load_frame", "run_strategy",
+    "simulate", "summarize",
+]

@@ -1,1 +1,32 @@
+"""Collective-tuning strategies behind one ask/tell base class; one module per strategy."""
 
+from __future__ import annotations
+
+from typing import Any
+
+from tunempi.errors import UsageError
+from tunempi.space import FeatureSpace
+from tunempi.strategy.acclaim import AcclaimStrategy
+from tunempi.strategy.base import MeasurementRecord, Request, SelectionTable, Strategy
+from tunempi.strategy.exhaustive import ExhaustiveStrategy
+from tunempi.strategy.random_sampling import RandomStrategy
+from tunempi.strategy.tunempi import TunempiStrategy
+
+STRATEGIES: dict[str, type[Strategy]] = {
+    cls.name: cls for cls in (ExhaustiveStrategy, RandomStrategy, AcclaimStrategy, TunempiStrategy)
+}
+DEFAULT_STRATEGY = "tunempi"
+
+
+def make_strategy(name: str, space: FeatureSpace, **kwargs: Any) -> Strategy:
+    try:
+        cls = STRATEGIES[name]
+    except KeyError:
+        raise UsageError(f"unknown strategy {name!r}; valid: {', '.join(STRATEGIES)}") from None
+    return cls(space, **kwargs)
+
+
+__all__ = [
+    "DEFAULT_STRATEGY", "STRATEGIES", "AcclaimStrategy", "ExhaustiveStrategy", "MeasurementRecord",
+    "RandomStrategy", "Request", "SelectionTable", "Strategy", "TunempiStrategy", "make_strategy",
+]

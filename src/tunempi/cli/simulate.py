@@ -1,0 +1,111 @@
+"""`tunempi simulate`: replay a benchmark dataset and compare tuning strategies against the oracle."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.table import Table
+
+from tunempi.collectives import check_collective
+from tunempi.config import resolve
+from tunempi.errors import UsageError
+from tunempi.sim import load_frame, simulate
+from tunempi.strategy import DEFAULT_STRATEGY, STRATEGIES
+
+
+def _strategies(strategy: str | None, compare: str | None) -> list[str]:
+    if strategy and compare:
+        raise UsageError("give --strategy or --compare, not both")
+    names = [n.strip() for n in (compare or strategy or DEFAULT_STRATEGY).split(",") if n.strip()]
+    unknown = [n for n in names if n not in STRATEGIES]
+    if unknown or not names:
+        raise UsageError(f"unknown strategy {', '.join(unknown) or '(none)'}; valid: {', '.join(STRATEGIES)}")
+    return list(dict.fromkeys(names))
+
+
+def _fraction(value: float | None, whole: float) -> str:
+    return "never" if value is None else f"{value / whole:.3f}"
+
+
+def _table(summaries: list[dict[str, Any]], collective: str) -> Table:
+    table = Table(title=f"{collective}: average slowdown vs oracle (mean over seeds)")
+    fractions = list(summaries[0]["slowdown_at_fraction"])
+    for column in ("strategy", "final", "geo", "cost/exh", "first<=1.03", "stays<=1.03",
+                   *[f"@{f}" for f in fractions], "s/iter"):
+        table.add_column(column, justify="left" if column == "strategy" else "right")
+    for s in summaries:
+        exhaustive = s["exhaustive_cost_s"]
+        table.add_row(
+            s["strategy"], f"{s['avg_slowdown']:.4f}", f"{s['geo_slowdown']:.4f}", f"{s['cost_fraction']:.3f}",
+            _fraction(s["cost_to_1_03_s"], exhaustive), _fraction(s["cost_to_stay_1_03_s"], exhaustive),
+            *["-" if s["slowdown_at_fraction"].get(f) is None else f"{s['slowdown_at_fraction'][f]:.3f}"
+              for f in fractions],
+            f"{s['seconds_per_iteration']:.3f}",
+        )
+    return table
+
+
+def register(app: typer.Typer) -> None:
+    @app.command("simulate")
+    def simulate_command(
+        dataset: Annotated[str | None, typer.Option(help="Benchmark dataset (CSV, .gz ok); env TUNEMPI_DATASET.")] = None,
+        collective: Annotated[str, typer.Option(help="Collective to tune, e.g. allreduce.")] = "allreduce",
+        strategy: Annotated[str | None, typer.Option(help=f"One strategy: {', '.join(STRATEGIES)}.")] = None,
+        compare: Annotated[str | None, typer.Option(help="Comma list of strategies to compare.")] = None,
+        seeds: Annotated[int, typer.Option(min=1, help="Seeds 0..N-1 per strategy.")] = 5,
+        budget_fraction: Annotated[float, typer.Option(help="Budget as a fraction of the exhaustive cost.")] = 1.0,
+        train_max_ranks: Annotated[int | None, typer.Option(
+            help="Only cells with ranks <= R may be measured; all cells are evaluated.")] = None,
+        plot: Annotated[Path | None, typer.Option(help="Write slowdown-vs-cost curves to this PNG.")] = None,
+        output_format: Annotated[str, typer.Option("--format", help="table or json.")] = "table",
+    ) -> None:
+        """Replay a dataset as the benchmark engine and score strategies by slowdown against the oracle."""
+        path = resolve(dataset, "DATASET")
+        if not path:
+            raise UsageError("no dataset: give --dataset FILE or set TUNEMPI_DATASET")
+        if output_format not in ("table", "json"):
+            raise UsageError(f"unknown format {output_format!r}; valid: table, json")
+        if not 0 < budget_fraction <= 10:
+            raise UsageError(f"--budget-fraction must be in (0, 10], got {budget_fraction}")
+        names = _strategies(strategy, compare)
+        collective_name = check_collective(collective)
+        frame = load_frame(path)
+        if train_max_ranks is not None and train_max_ranks < int(frame["ranks"].min()):
+            raise UsageError(f"--train-max-ranks {train_max_ranks} leaves nothing to measure; "
+                             f"smallest scale in the dataset: {int(frame['ranks'].min())} ranks")
+        console = Console(stderr=True)
+        with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+                      console=console, transient=True, disable=output_format == "json" and not console.is_terminal
+                      ) as progress:
+            task = progress.add_task(f"simulate {collective_name}", total=len(names) * seeds)
+
+            def advance(name: str, seed: int) -> None:
+                progress.update(task, advance=1, description=f"{collective_name}: {name} seed {seed}")
+
+            summaries, _ = simulate(frame, collective_name, names, seeds=seeds, budget_fraction=budget_fraction,
+                                    max_ranks=train_max_ranks, on_run=advance)
+        for summary in summaries:
+            summary["collective"] = collective_name
+            summary["dataset"] = str(path)
+        if plot is not None:
+            from tunempi.report.curves import plot_slowdown_curves
+
+            plot_slowdown_curves(summaries, plot, title=f"{collective_name} ({Path(path).name})")
+        if output_format == "json":
+            typer.echo(json.dumps(summaries, indent=1))
+            return
+        out = Console()
+        if not out.is_terminal:  # redirected: do not squeeze the table into 80 columns
+            out = Console(width=160)
+        out.print(_table(summaries, collective_name))
+        out.print(f"default's slowdown: {summaries[0]['default_slowdown']:.3f}; exhaustive cost "
+                  f"{summaries[0]['exhaustive_cost_s']:.0f} s; cost fractions are of the exhaustive cost")
+        if train_max_ranks is not None:
+            for s in summaries:
+                out.print(f"{s['strategy']}: cells with ranks <= {train_max_ranks}: {s['avg_slowdown_measurable']:.4f}, "
+                          f"beyond (extrapolated): {s['avg_slowdown_extrapolated'] or float('nan'):.4f}")

@@ -1,0 +1,70 @@
+"""Evaluation against the oracle: average slowdown of a selection table, default's slowdown, costs.
+
+Per cell the oracle is the algorithm (never `default`) with the best median latency over the dataset's
+runs; a selection's slowdown in a cell is median(selected) / median(oracle). An algorithm selected where
+the dataset has no run of it is charged the worst candidate's median there (it would have to fall back).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+import numpy as np
+
+from tunempi.sim.cost import CostModel
+from tunempi.sim.replay import DEFAULT_ALGORITHM, ReplayBackend
+from tunempi.space import Cell
+
+
+class Oracle:
+    """Median latency of every (cell, algorithm) of a replayed dataset and the best per cell."""
+
+    def __init__(self, backend: ReplayBackend) -> None:
+        self.cells = backend.cells
+        self.algorithms = backend.algorithms
+        self._column = {a: j for j, a in enumerate(self.algorithms)}
+        self.median_us = np.full((len(self.cells), len(self.algorithms)), np.nan)
+        self.default_us = np.full(len(self.cells), np.nan)
+        for i, cell in enumerate(self.cells):
+            for j, algorithm in enumerate(self.algorithms):
+                runs = backend.runs(cell, algorithm)
+                if runs is not None:
+                    self.median_us[i, j] = float(np.median(runs))
+            runs = backend.runs(cell, DEFAULT_ALGORITHM)
+            if runs is not None:
+                self.default_us[i] = float(np.median(runs))
+        self.best_us = np.nanmin(self.median_us, axis=1)
+        self.worst_us = np.nanmax(self.median_us, axis=1)
+        self.best_algorithm = [self.algorithms[int(np.nanargmin(row))] for row in self.median_us]
+        self._cost_model = backend.cost_model
+
+    def slowdowns(self, selection: Mapping[Cell, str]) -> np.ndarray:
+        """Slowdown of the selection in every cell (cells missing from the selection count as worst)."""
+        chosen = np.empty(len(self.cells))
+        for i, cell in enumerate(self.cells):
+            j = self._column.get(selection.get(cell, ""), -1)
+            value = self.median_us[i, j] if j >= 0 else np.nan
+            chosen[i] = value if np.isfinite(value) else self.worst_us[i]
+        return chosen / self.best_us
+
+    def average_slowdown(self, selection: Mapping[Cell, str]) -> float:
+        return float(np.mean(self.slowdowns(selection)))
+
+    def geometric_slowdown(self, selection: Mapping[Cell, str]) -> float:
+        return float(np.exp(np.mean(np.log(self.slowdowns(selection)))))
+
+    def default_slowdown(self) -> float | None:
+        known = np.isfinite(self.default_us)
+        if not known.any():
+            return None
+        return float(np.mean(self.default_us[known] / self.best_us[known]))
+
+    def exhaustive_cost(self, cost_model: CostModel | None = None) -> float:
+        """Seconds to run every candidate (cell, algorithm) once, at its median latency."""
+        model = cost_model or self._cost_model
+        total = 0.0
+        for i, cell in enumerate(self.cells):
+            for value in self.median_us[i]:
+                if np.isfinite(value):
+                    total += model.run_seconds(cell.msg_bytes, float(value))
+        return total

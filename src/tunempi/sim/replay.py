@@ -1,0 +1,96 @@
+"""Replay a benchmark dataset as if it were the benchmark engine.
+
+Measuring (cell, algorithm) returns one of the dataset's repeated runs of that point: the runs are
+visited in a seeded random order per point (without replacement until all were used, then again), so
+asking twice gives two different real runs, as re-running the benchmark would. Points missing from the
+dataset behave as failed runs (latency None; the launch is still paid).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from tunempi.collectives import check_collective
+from tunempi.errors import UsageError
+from tunempi.sim.cost import CostModel
+from tunempi.space import Cell, FeatureSpace
+from tunempi.store.dataset import read_dataset
+from tunempi.strategy.base import MeasurementRecord, Request
+
+#: The library's own choice: reported as a baseline, never a candidate.
+DEFAULT_ALGORITHM = "default"
+
+
+def load_frame(path: str | Path) -> pd.DataFrame:
+    """The dataset as a DataFrame (via the shared reader, which validates the format)."""
+    rows = read_dataset(path)
+    frame = pd.DataFrame(
+        [(r.collective, r.algorithm, r.ranks, r.nodes, r.ppn, r.msg_bytes, r.run, r.latency_us) for r in rows],
+        columns=["collective", "algorithm", "ranks", "nodes", "ppn", "msg_bytes", "run", "latency_us"],
+    )
+    return frame
+
+
+class ReplayBackend:
+    """The benchmark engine, replayed from a dataset for one collective."""
+
+    def __init__(self, frame: pd.DataFrame, collective: str, *, seed: int = 0,
+                 cost_model: CostModel | None = None) -> None:
+        collective = check_collective(collective)
+        data = frame[(frame["collective"] == collective) & frame["latency_us"].notna() & (frame["latency_us"] > 0)]
+        if data.empty:
+            present = sorted(frame["collective"].unique())
+            raise UsageError(f"no {collective} rows in the dataset; it has: {', '.join(present)}")
+        self.collective = collective
+        self.cost_model = cost_model or CostModel()
+        self.rng = np.random.default_rng(seed)
+        self._runs: dict[tuple[Cell, str], np.ndarray] = {}
+        for (algorithm, ranks, nodes, ppn, msg), group in data.groupby(
+            ["algorithm", "ranks", "nodes", "ppn", "msg_bytes"], sort=True
+        ):
+            cell = Cell(collective, int(ranks), int(nodes), int(ppn), int(msg))
+            self._runs[(cell, str(algorithm))] = group.sort_values("run")["latency_us"].to_numpy(float)
+        self._order: dict[tuple[Cell, str], list[int]] = {}
+        self.cells = tuple(sorted({cell for cell, _ in self._runs}))
+        self.algorithms = tuple(sorted({a for _, a in self._runs} - {DEFAULT_ALGORITHM}))
+        if not self.algorithms:
+            raise UsageError(f"the dataset has no {collective} algorithm other than {DEFAULT_ALGORITHM!r}")
+
+    def space(self) -> FeatureSpace:
+        """Every cell of the dataset; an algorithm missing in a cell is marked unavailable there."""
+        unavailable = {
+            cell: frozenset(a for a in self.algorithms if (cell, a) not in self._runs) for cell in self.cells
+        }
+        return FeatureSpace(self.collective, self.cells, self.algorithms, unavailable)
+
+    def runs(self, cell: Cell, algorithm: str) -> np.ndarray | None:
+        return self._runs.get((cell, algorithm))
+
+    def _next_run(self, key: tuple[Cell, str], runs: np.ndarray) -> float:
+        order = self._order.get(key)
+        if not order:
+            order = list(self.rng.permutation(len(runs)))
+            self._order[key] = order
+        return float(runs[order.pop()])
+
+    def measure(self, requests: Sequence[Request]) -> list[MeasurementRecord]:
+        records = []
+        for request in requests:
+            if request.cell.collective != self.collective:
+                raise UsageError(f"request for {request.cell.collective} on a {self.collective} replay")
+            iterations = self.cost_model.iterations(request.cell.msg_bytes)
+            for algorithm in request.algorithms:
+                for _ in range(request.repeats):
+                    runs = self._runs.get((request.cell, algorithm))
+                    latency = None if runs is None or algorithm == DEFAULT_ALGORITHM else self._next_run(
+                        (request.cell, algorithm), runs)
+                    records.append(MeasurementRecord(
+                        cell=request.cell, algorithm=algorithm, latency_us=latency,
+                        iterations=iterations, launches=1,
+                        cost_s=self.cost_model.run_seconds(request.cell.msg_bytes, latency),
+                    ))
+        return records

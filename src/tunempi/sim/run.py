@@ -1,0 +1,195 @@
+"""Drive strategies against a replayed dataset and measure them against the oracle.
+
+Each (strategy, seed) run gets its own replay backend seeded with the same seed, so strategies compared
+at one seed draw from the same stream of runs. The average slowdown is recorded on a grid of cost
+checkpoints (every `1/resolution` of the exhaustive cost): the value at a checkpoint is that of the
+selection the strategy would hand out having spent at most that much.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from tunempi.sim.metrics import Oracle
+from tunempi.sim.replay import ReplayBackend
+from tunempi.space import FeatureSpace
+from tunempi.strategy import make_strategy
+
+#: Fractions of the exhaustive cost at which the slowdown is reported.
+REPORT_FRACTIONS: tuple[float, ...] = (0.05, 0.1, 0.15, 0.2, 0.3, 0.5, 1.0)
+TARGET_SLOWDOWN = 1.03
+
+
+@dataclass
+class Trace:
+    """One strategy run at one seed."""
+
+    strategy: str
+    seed: int
+    grid_s: np.ndarray
+    avg_slowdown: np.ndarray  # at every grid checkpoint, NaN before the first selection
+    geo_slowdown: np.ndarray
+    final_avg: float = float("nan")
+    final_geo: float = float("nan")
+    final_slowdowns: np.ndarray = field(default_factory=lambda: np.empty(0))
+    cost_s: float = 0.0
+    launches: int = 0
+    iterations: int = 0
+    step_seconds: list[float] = field(default_factory=list)
+
+
+def run_strategy(
+    name: str,
+    frame: pd.DataFrame,
+    collective: str,
+    *,
+    seed: int,
+    budget_s: float,
+    grid_s: np.ndarray,
+    max_ranks: int | None = None,
+    params: dict[str, Any] | None = None,
+    oracle: Oracle | None = None,
+) -> Trace:
+    backend = ReplayBackend(frame, collective, seed=seed)
+    oracle = oracle or Oracle(backend)
+    space: FeatureSpace = backend.space()
+    measurable = space.restrict(max_ranks=max_ranks) if max_ranks is not None else space
+    strategy = make_strategy(name, space, seed=seed, measurable=measurable, budget_s=budget_s, **(params or {}))
+    trace = Trace(name, seed, grid_s, np.full(len(grid_s), np.nan), np.full(len(grid_s), np.nan))
+    filled = 0  # grid checkpoints already assigned
+
+    def record_state(until_s: float) -> None:
+        """Assign the current selection to every checkpoint below `until_s` not assigned yet."""
+        nonlocal filled
+        upto = int(np.searchsorted(grid_s, until_s, side="left"))
+        if upto <= filled:
+            return
+        selection = strategy.select()
+        trace.avg_slowdown[filled:upto] = oracle.average_slowdown(selection)
+        trace.geo_slowdown[filled:upto] = oracle.geometric_slowdown(selection)
+        filled = upto
+
+    while True:
+        started = time.perf_counter()
+        requests = strategy.ask()
+        asked = time.perf_counter() - started
+        if not requests:
+            break
+        records = backend.measure(requests)
+        spent_after = strategy.spent_s + sum(r.cost_s for r in records)
+        if strategy.records:  # nothing measured yet: no selection to evaluate before this step
+            record_state(spent_after)
+        else:
+            filled = int(np.searchsorted(grid_s, spent_after, side="left"))
+        started = time.perf_counter()
+        strategy.tell(records)
+        trace.step_seconds.append(asked + time.perf_counter() - started)
+        trace.iterations += 1
+    record_state(np.inf)
+    final = strategy.select()
+    trace.final_slowdowns = oracle.slowdowns(final)
+    trace.final_avg = float(np.mean(trace.final_slowdowns))
+    trace.final_geo = oracle.geometric_slowdown(final)
+    trace.cost_s = strategy.spent_s
+    trace.launches = strategy.launches
+    return trace
+
+
+def _first_cost_below(grid_s: np.ndarray, curve: np.ndarray, target: float) -> float | None:
+    hits = np.flatnonzero(curve <= target)
+    return float(grid_s[hits[0]]) if len(hits) else None
+
+
+def _cost_staying_below(grid_s: np.ndarray, curve: np.ndarray, target: float) -> float | None:
+    above = np.flatnonzero(~(curve <= target))
+    if len(above) == 0:
+        return float(grid_s[0])
+    if above[-1] + 1 >= len(curve):
+        return None
+    return float(grid_s[above[-1] + 1])
+
+
+def summarize(traces: Sequence[Trace], oracle: Oracle, exhaustive_cost_s: float,
+              max_ranks: int | None = None) -> dict[str, Any]:
+    """The JSON object of one strategy over its seeds (keys documented in docs/strategies.md)."""
+    grid_s = traces[0].grid_s
+    curve = np.mean([t.avg_slowdown for t in traces], axis=0)
+    geo_curve = np.mean([t.geo_slowdown for t in traces], axis=0)
+    steps = [s for t in traces for s in t.step_seconds]
+    summary: dict[str, Any] = {
+        "strategy": traces[0].strategy,
+        "seeds": [t.seed for t in traces],
+        "avg_slowdown": float(np.mean([t.final_avg for t in traces])),
+        "geo_slowdown": float(np.mean([t.final_geo for t in traces])),
+        "default_slowdown": oracle.default_slowdown(),
+        "cost_s": float(np.mean([t.cost_s for t in traces])),
+        "launches": float(np.mean([t.launches for t in traces])),
+        "exhaustive_cost_s": exhaustive_cost_s,
+        "cost_fraction": float(np.mean([t.cost_s for t in traces]) / exhaustive_cost_s),
+        "cost_to_1_03_s": _first_cost_below(grid_s, curve, TARGET_SLOWDOWN),
+        "cost_to_stay_1_03_s": _cost_staying_below(grid_s, curve, TARGET_SLOWDOWN),
+        "cost_to_1_03_by_seed_s": [_first_cost_below(grid_s, t.avg_slowdown, TARGET_SLOWDOWN) for t in traces],
+        "slowdown_at_fraction": {
+            f"{fraction:g}": _value_at(grid_s, curve, fraction * exhaustive_cost_s)
+            for fraction in REPORT_FRACTIONS if fraction * exhaustive_cost_s <= grid_s[-1] * (1 + 1e-9)
+        },
+        "iterations": float(np.mean([t.iterations for t in traces])),
+        "seconds_per_iteration": float(np.mean(steps)) if steps else 0.0,
+        "max_seconds_per_iteration": float(np.max(steps)) if steps else 0.0,
+        "curve": {"cost_s": [float(x) for x in grid_s], "avg_slowdown": _floats(curve),
+                  "geo_slowdown": _floats(geo_curve)},
+    }
+    if max_ranks is not None:
+        inside = np.array([c.ranks <= max_ranks for c in oracle.cells])
+        slowdowns = np.array([t.final_slowdowns for t in traces])
+        summary["train_max_ranks"] = max_ranks
+        summary["avg_slowdown_measurable"] = float(slowdowns[:, inside].mean()) if inside.any() else None
+        summary["avg_slowdown_extrapolated"] = float(slowdowns[:, ~inside].mean()) if (~inside).any() else None
+    return summary
+
+
+def _floats(values: np.ndarray) -> list[float | None]:
+    return [None if not np.isfinite(v) else round(float(v), 5) for v in values]
+
+
+def _value_at(grid_s: np.ndarray, curve: np.ndarray, cost_s: float) -> float | None:
+    index = int(np.searchsorted(grid_s, cost_s * (1 + 1e-9), side="right")) - 1
+    if index < 0 or not np.isfinite(curve[index]):
+        return None
+    return float(curve[index])
+
+
+def simulate(
+    frame: pd.DataFrame,
+    collective: str,
+    strategies: Sequence[str],
+    *,
+    seeds: int = 5,
+    budget_fraction: float = 1.0,
+    max_ranks: int | None = None,
+    resolution: int = 400,
+    params: dict[str, dict[str, Any]] | None = None,
+    on_run: Callable[[str, int], None] | None = None,
+) -> tuple[list[dict[str, Any]], dict[str, list[Trace]]]:
+    """Run every strategy at seeds 0..seeds-1; returns the summaries and the raw traces."""
+    oracle = Oracle(ReplayBackend(frame, collective, seed=0))
+    exhaustive_cost = oracle.exhaustive_cost()
+    budget_s = budget_fraction * exhaustive_cost
+    grid_s = np.arange(0, int(np.floor(budget_fraction * resolution + 1e-9)) + 1) * exhaustive_cost / resolution
+    summaries, traces = [], {}
+    for name in strategies:
+        runs = []
+        for seed in range(seeds):
+            runs.append(run_strategy(name, frame, collective, seed=seed, budget_s=budget_s, grid_s=grid_s,
+                                     max_ranks=max_ranks, params=(params or {}).get(name), oracle=oracle))
+            if on_run is not None:
+                on_run(name, seed)
+        traces[name] = runs
+        summaries.append(summarize(runs, oracle, exhaustive_cost, max_ranks))
+    return summaries, traces

@@ -1,0 +1,58 @@
+"""Selection shared by the model-light strategies: measured medians where measured, a forest elsewhere."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from tunempi.model import RandomForestSurrogate
+from tunempi.strategy.base import Strategy
+
+
+class ForestFill:
+    """Fits a random forest on a strategy's records and predicts log latency in every (cell, algorithm).
+
+    The fit is cached on the number of records, so `select()` after `ask()` costs one fit, not two.
+    """
+
+    def __init__(self, n_estimators: int = 100, random_state: int = 0) -> None:
+        self.n_estimators = n_estimators
+        self.random_state = random_state
+        self.model_: RandomForestSurrogate | None = None
+        self._fitted_on = -1
+
+    def fit(self, strategy: Strategy) -> RandomForestSurrogate | None:
+        if self._fitted_on != len(strategy.records):
+            cells, algorithms, target = strategy.training_rows()
+            self._fitted_on = len(strategy.records)
+            if len(target) == 0:
+                self.model_ = None
+            else:
+                self.model_ = RandomForestSurrogate(
+                    n_estimators=self.n_estimators, random_state=self.random_state,
+                ).fit(strategy.one_hot_rows(cells, algorithms), target)
+        return self.model_
+
+    def grid_rows(self, strategy: Strategy) -> tuple[np.ndarray, np.ndarray]:
+        n_cells, n_algorithms = strategy.usable_mask().shape
+        cells = np.repeat(np.arange(n_cells), n_algorithms)
+        algorithms = np.tile(np.arange(n_algorithms), n_cells)
+        return cells, algorithms
+
+    def predict(self, strategy: Strategy) -> np.ndarray:
+        """(cells x algorithms) predicted log latency; NaN when there is no data yet."""
+        shape = strategy.usable_mask().shape
+        model = self.fit(strategy)
+        if model is None:
+            return np.full(shape, np.nan)
+        cells, algorithms = self.grid_rows(strategy)
+        return model.predict(strategy.one_hot_rows(cells, algorithms)).reshape(shape)
+
+
+def measured_then_model(strategy: Strategy, fill: ForestFill) -> np.ndarray:
+    """Measured median where an algorithm was measured in a cell, the forest's prediction elsewhere.
+
+    In a cell where some algorithms were measured, unmeasured ones keep their prediction: that way an
+    algorithm is never chosen only because it was never tried, nor excluded for the same reason.
+    """
+    measured = strategy.measured_median_log()
+    return np.where(np.isnan(measured), fill.predict(strategy), measured)

@@ -1,0 +1,245 @@
+"""tunempi's default strategy: measure where the *decision* is uncertain, per second of benchmark time.
+
+What matters is not the latency surface but which algorithm wins in each cell. The strategy
+
+1. models every algorithm's log latency with a Gaussian process on a linear trend (model/
+   gaussian_process.py): it interpolates smoothly, extrapolates log-linearly beyond the measured range
+   and is uncertain far from data (a forest is the opposite: its trees agree where nothing was measured);
+2. draws joint samples of all algorithms in every cell and computes, per cell, the probability that each
+   algorithm is the best and the *expected regret* of the current choice (E[latency(choice)/latency(best)]-1);
+   the mean expected regret over the cells estimates the average slowdown still to gain;
+3. measures, in a cell, only the algorithms still in contention (P(best) >= `contention`): clearly losing
+   algorithms are never benchmarked again there, which saves most launches and the slowest (costliest) runs;
+4. scores each measurable cell by the regret it would remove, everywhere in the space (the GP covariance
+   says how much measuring this cell tells about the others), divided by its predicted cost (launches x
+   overhead + iterations x predicted latency, both learned from the records), and measures the best few;
+   a cell whose contenders are close and noisy keeps a high score, so it is measured again (up to
+   `max_repeats` runs per algorithm);
+5. stops when the expected regret over the measurable cells stays below `regret_tolerance`.
+
+Selection is the lowest posterior-mean latency per cell.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+from tunempi.model import TrendGaussianProcess
+from tunempi.strategy.base import MeasurementRecord, Request, Strategy
+
+
+class TunempiStrategy(Strategy):
+    name = "tunempi"
+    derived_features = True
+
+    def __init__(
+        self,
+        space: Any,
+        *,
+        batch_size: int = 3,
+        contention: float = 0.02,
+        n_samples: int = 256,
+        regret_tolerance: float = 0.002,
+        patience: int = 3,
+        max_repeats: int = 3,
+        reoptimize_growth: float = 1.25,
+        max_reoptimize: int = 2,
+        **kwargs: Any,
+    ) -> None:
+        super().__init__(space, **kwargs)
+        self.batch_size = batch_size
+        self.contention = contention
+        self.n_samples = n_samples
+        self.regret_tolerance = regret_tolerance
+        self.patience = patience
+        self.max_repeats = max_repeats
+        self.reoptimize_growth = reoptimize_growth
+        self.max_reoptimize = max_reoptimize
+        self._models: dict[int, TrendGaussianProcess] = {}
+        self._optimized_at: dict[int, int] = {}
+        self._fitted_on = -1
+        self._below = 0
+        self._initial_done = False
+        self.expected_regret_: float | None = None
+        self._first_regret: float | None = None
+
+    # -- model ----------------------------------------------------------------------------------
+    def _fit(self) -> None:
+        """(Re)fit one GP per algorithm; hyperparameters re-optimised only when the data grew enough."""
+        if self._fitted_on == len(self.records):
+            return
+        self._fitted_on = len(self.records)
+        cells, algorithms, target = self.training_rows()
+        # Hyperparameter optimisation dominates the time of an iteration: at most `max_reoptimize`
+        # algorithms per iteration, those whose data grew most since their last optimisation.
+        growth = {int(j): (algorithms == j).sum() / max(self._optimized_at.get(int(j), 0), 1)
+                  for j in np.unique(algorithms) if int(j) in self._models}
+        due = sorted((g, j) for j, g in growth.items() if g >= self.reoptimize_growth)[::-1]
+        reoptimize = {j for _, j in due[: self.max_reoptimize]}
+        for j in np.unique(algorithms):
+            rows = algorithms == j
+            n = int(rows.sum())
+            previous = self._models.get(int(j))
+            optimize = previous is None or int(j) in reoptimize
+            model = TrendGaussianProcess(
+                kernel=None if previous is None else previous.kernel_, optimize=optimize,
+                random_state=self.seed,
+            ).fit(self.cell_features[cells[rows]], target[rows])
+            if optimize:
+                self._optimized_at[int(j)] = n
+            self._models[int(j)] = model
+
+    def _posterior(self) -> tuple[np.ndarray, np.ndarray, dict[int, tuple[np.ndarray, float]]]:
+        """Mean and latent std (cells x algorithms) and, per algorithm, the latent covariance over cells."""
+        self._fit()
+        shape = self.usable_mask().shape
+        mean = np.full(shape, np.nan)
+        std = np.full(shape, np.nan)
+        covariance: dict[int, tuple[np.ndarray, float]] = {}
+        for j, model in self._models.items():
+            residual, cov = model.gp_.predict(self.cell_features, return_cov=True)
+            cov = cov - model.noise_ * np.eye(len(cov))
+            mean[:, j] = model.coef_[0] + self.cell_features @ model.coef_[1:] + residual
+            std[:, j] = np.sqrt(np.maximum(np.diag(cov), 1e-12))
+            covariance[j] = (cov, model.noise_)
+        return mean, std, covariance
+
+    def estimate_log_latency(self) -> np.ndarray:
+        if not self.records:
+            return np.full(self.usable_mask().shape, np.nan)
+        mean, _, _ = self._posterior()
+        return mean
+
+    # -- decision uncertainty ---------------------------------------------------------------------
+    def _decision(self, mean: np.ndarray, std: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """Per cell: index of the chosen algorithm, expected regret, P(best) per algorithm."""
+        usable = self.usable_mask() & np.isfinite(mean)
+        # Algorithms never measured anywhere have no model: they are in contention everywhere.
+        big = np.where(usable, mean, np.inf)
+        chosen = np.argmin(big, axis=1)
+        rng = np.random.default_rng(self.rng.integers(2**32))
+        draws = mean[None] + std[None] * rng.standard_normal((self.n_samples, *mean.shape))
+        draws = np.where(usable[None], draws, np.inf)
+        best = draws.min(axis=2)
+        rows = np.arange(len(chosen))
+        regret = np.mean(np.exp(np.minimum(draws[:, rows, chosen] - best, 5.0)), axis=0) - 1.0
+        regret[~usable.any(axis=1)] = 0.0
+        winners = draws.argmin(axis=2)
+        p_best = np.zeros(mean.shape)
+        for j in range(mean.shape[1]):
+            p_best[:, j] = (winners == j).mean(axis=0)
+        p_best[~usable] = 0.0
+        return chosen, regret, p_best
+
+    # -- cost ----------------------------------------------------------------------------------
+    def _predicted_cost(self, mean: np.ndarray) -> np.ndarray:
+        """(cells x algorithms) seconds a run would cost, from what the records say about costs."""
+        ok = [r for r in self.records if r.ok and r.cost_s > 0]
+        if ok:
+            overhead = float(np.median([
+                max(r.cost_s - r.iterations * r.latency_us * 1e-6, 0.0) / max(r.launches, 1)  # type: ignore[operator]
+                for r in ok
+            ]))
+        else:
+            overhead = 1.0
+        sizes = np.array(sorted({r.cell.msg_bytes for r in ok})) if ok else np.array([])
+        iterations_at = {r.cell.msg_bytes: r.iterations for r in ok}
+        per_cell = np.ones(len(self.space.cells))
+        if len(sizes):
+            for i, cell in enumerate(self.space.cells):
+                nearest = sizes[int(np.argmin(np.abs(np.log2(sizes) - np.log2(max(cell.msg_bytes, 1)))))]
+                per_cell[i] = iterations_at[int(nearest)]
+        latency_s = np.exp(np.where(np.isfinite(mean), mean, np.nanmax(mean) if np.isfinite(mean).any() else 0.0))
+        return overhead + per_cell[:, None] * latency_s * 1e-6
+
+    # -- ask/tell ---------------------------------------------------------------------------------
+    def _initial_cells(self) -> list[int]:
+        """Cheap corners and middle of the measurable space (never the largest scale x largest size)."""
+        cells = self.measurable.cells
+        scales = sorted({c.scale for c in cells})
+        sizes = sorted({c.msg_bytes for c in cells})
+        lo_s, mid_s, hi_s = scales[0], scales[len(scales) // 2], scales[-1]
+        lo_m, mid_m, hi_m = sizes[0], sizes[len(sizes) // 2], sizes[-1]
+        wanted = [(lo_s, lo_m), (lo_s, hi_m), (hi_s, lo_m), (mid_s, mid_m), (hi_s, mid_m)]
+        chosen = []
+        for scale, size in dict.fromkeys(wanted):
+            matches = [c for c in cells if c.scale == scale and c.msg_bytes == size]
+            if matches:
+                index = self.space.index(matches[0])
+                if self.measured_counts()[index].sum() == 0:
+                    chosen.append(index)
+        return chosen
+
+    def _ask(self) -> list[Request]:
+        if not self._initial_done:
+            self._initial_done = True
+            initial = self._initial_cells()
+            if initial:
+                return [self.full_request(i) for i in initial]
+        mean, std, covariance = self._posterior()
+        # Algorithms without any data yet: make them maximally uncertain rather than invisible.
+        unknown = ~np.isfinite(mean) & self.usable_mask()
+        if unknown.any():
+            fill = np.nanmean(mean) if np.isfinite(mean).any() else 0.0
+            mean = np.where(unknown, fill, mean)
+            std = np.where(unknown, 3.0, std)
+        chosen, regret, p_best = self._decision(mean, std)
+        measurable_regret = float(regret[self._measurable_mask].mean())
+        self.expected_regret_ = measurable_regret
+        self._first_regret = self._first_regret or measurable_regret
+        self._below = self._below + 1 if measurable_regret < self.regret_tolerance else 0
+        if self._below >= self.patience:
+            return []
+
+        counts = self.measured_counts()
+        contenders = (p_best >= self.contention) & self.usable_mask()
+        contenders[np.arange(len(chosen)), chosen] &= self.usable_mask()[np.arange(len(chosen)), chosen]
+        contenders[np.arange(len(chosen)), chosen] |= self.usable_mask()[np.arange(len(chosen)), chosen]
+        contenders &= counts < self.max_repeats
+        contenders[~self._measurable_mask] = False
+        n_contenders = np.maximum(((p_best >= self.contention) & self.usable_mask()).sum(axis=1), 1)
+        cost = np.where(contenders, self._predicted_cost(mean), 0.0).sum(axis=1)
+
+        # fraction[k, i]: share of cell k's contenders' variance removed by measuring them in cell i.
+        fraction = np.zeros((len(chosen), len(chosen)))
+        in_contention = (p_best >= self.contention) & self.usable_mask()
+        for j, (cov, noise) in covariance.items():
+            var = np.maximum(np.diag(cov), 1e-12)
+            reduction = cov**2 / (var[None, :] + noise) / var[:, None]
+            fraction += reduction * in_contention[:, j][:, None] * contenders[:, j][None, :]
+        fraction /= n_contenders[:, None]
+        # Algorithms with no model yet: measuring them anywhere is worth their cell's regret.
+        fraction += np.diag(unknown.any(axis=1) & contenders.any(axis=1)).astype(float)
+        np.clip(fraction, 0.0, 1.0, out=fraction)
+
+        remaining = regret.copy()
+        requests: list[Request] = []
+        candidates = np.flatnonzero(self._measurable_mask & contenders.any(axis=1))
+        for _ in range(self.batch_size):
+            if len(candidates) == 0:
+                break
+            value = (remaining @ fraction[:, candidates]) / np.maximum(cost[candidates], 1e-9)
+            best = int(np.argmax(value))
+            if value[best] <= 0:
+                break
+            pick = int(candidates[best])
+            algorithms = tuple(a for j, a in enumerate(self.space.algorithms) if contenders[pick, j])
+            requests.append(Request(self.space.cells[pick], algorithms))
+            remaining = remaining * (1.0 - fraction[:, pick])
+            candidates = np.delete(candidates, best)
+        return requests
+
+    def _after_tell(self, records: Sequence[MeasurementRecord]) -> None:
+        pass
+
+    def convergence(self) -> float:
+        if self.expected_regret_ is None or not self._first_regret:
+            return 0.0
+        if self.expected_regret_ <= self.regret_tolerance:
+            return 1.0
+        span = np.log(self._first_regret / self.regret_tolerance)
+        done = np.log(self._first_regret / self.expected_regret_)
+        return float(np.clip(done / span if span > 0 else 1.0, 0.0, 1.0))
