@@ -7,14 +7,13 @@ sizes, communicator sizes, nodes and ppn are compared exactly; times only for co
 from __future__ import annotations
 
 import json
-import os
 import sys
 from collections import Counter, defaultdict
 from pathlib import Path
 from typing import Any
 
 import pytest
-from profile_support import embedded_library, rank_env_argv, run
+from profile_support import clean_env, embedded_library, rank_env_argv, run
 
 from tunempi.mpi.build import build_c
 from tunempi.mpi.library import MPILibrary
@@ -153,18 +152,25 @@ def test_mode_off_runs_untouched_and_writes_nothing(tmp_path: Path) -> None:
     assert not out.exists()
 
 
-def test_cli_profile_end_to_end(tmp_path: Path) -> None:
-    library = embedded_library("mpich")
+@pytest.mark.parametrize(("vendor", "launcher_args"), [
+    pytest.param("mpich", ["mpiexec", "-n", "2"], id="mpich-mpiexec"),
+    pytest.param("openmpi", ["mpirun", "--allow-run-as-root", "--oversubscribe", "-n", "2"], id="openmpi-mpirun"),
+])
+def test_cli_profile_end_to_end(vendor: str, launcher_args: list[str], tmp_path: Path) -> None:
+    """`tunempi profile -- mpiexec -n 2 ./app`: a user's command line; the bare launcher name means the
+    library's own launcher, and the variables go in that launcher's syntax (Hydra -genv, mpirun -x)."""
+    library = embedded_library(vendor)
     app = build_c(library, [APP_SOURCE], "profile-known-comm", werror=True)
     out = tmp_path / "cli.json"
-    env = {k: v for k, v in os.environ.items() if not k.startswith("TUNEMPI_") or k == "TUNEMPI_CACHE"}
     result = run(
-        [sys.executable, "-m", "tunempi", "profile", "--mpi", str(library.prefix), "-o", str(out), "--",
-         "mpiexec", "-n", "2", str(app), "init"], timeout=120, env={**env, "COLUMNS": "200"})
+        [sys.executable, "-m", "tunempi", "profile", "--mpi", vendor, "-o", str(out), "--",
+         *launcher_args, str(app), "init"], timeout=120, env={**clean_env(), "COLUMNS": "200"})
     assert result.returncode == 0, result.stdout + result.stderr
     assert "profile written to" in result.stdout
     data = json.loads(out.read_text())
     assert data["header"]["settings"]["TUNEMPI_MODE"] == "profile"
+    assert data["header"]["ranks"] == 2
+    assert ("MPICH" if vendor == "mpich" else "Open MPI") in data["header"]["library"]
     assert sum(row["calls"] for row in data["collectives"] if row["collective"] == "allreduce") == 26
 
 

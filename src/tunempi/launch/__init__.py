@@ -15,6 +15,8 @@ from tunempi.launch.launchers import (
     SrunLauncher,
     get_launcher,
     launcher_for,
+    launcher_for_argv,
+    rank_env_command,
     register_launcher,
 )
 from tunempi.launch.process import (
@@ -31,6 +33,6 @@ from tunempi.launch.topology import group_nodes, read_group_file
 __all__ = [
     "LAUNCHERS", "SCHEDULING_MODES", "BenchJob", "GroupScheduler", "Placement", "plan_waves", "HydraLauncher", "InteractiveLaunch", "LaunchCommand", "LaunchError", "LaunchResult",
     "LaunchSpec", "LaunchTimeout", "Launcher", "NodeAllocation", "OpenMPILauncher", "SrunLauncher",
-    "expand_counts", "expand_hostlist", "get_launcher", "group_nodes", "launcher_for", "local_cores",
+    "expand_counts", "expand_hostlist", "get_launcher", "group_nodes", "launcher_for", "launcher_for_argv", "local_cores", "rank_env_command",
     "read_group_file", "register_launcher", "run_launch", "terminate_job",
 ]

@@ -16,11 +16,12 @@ An unknown name in the env var makes MPI_Init segfault, so every name is checked
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
+from typing import Any
 
 from tunempi.errors import UsageError
 from tunempi.mpi.library import MPILibrary
-from tunempi.mpi.vendor import Algorithm, CvarSwitch, VendorAdapter
+from tunempi.mpi.vendor import Algorithm, CvarSwitch, ThresholdKnob, VendorAdapter
 
 DEFAULT_NAME = "auto"
 
@@ -46,6 +47,25 @@ TUNING_FILE_CVARS: tuple[str, ...] = (
     "MPIR_CVAR_CH4_COLL_SELECTION_TUNING_JSON_FILE",
     "MPIR_CVAR_CH4_POSIX_COLL_SELECTION_TUNING_JSON_FILE",
 )
+
+
+#: Point-to-point protocol thresholds, by transport (cvar names as MPICH spells them; each is only
+#: offered when the library's MPI_T lists it).
+CMA_ENABLE_CVAR = "MPIR_CVAR_CH4_CMA_ENABLE"
+CMA_THRESHOLD_CVAR = "MPIR_CVAR_CH4_IPC_CMA_P2P_THRESHOLD"
+IQUEUE_CELL_SIZE_CVAR = "MPIR_CVAR_CH4_SHM_POSIX_IQUEUE_CELL_SIZE"
+OFI_EAGER_CVAR = "MPIR_CVAR_CH4_OFI_EAGER_THRESHOLD"
+CH3_EAGER_CVAR = "MPIR_CVAR_CH3_EAGER_MAX_MSG_SIZE"
+NEMESIS_SHM_EAGER_CVAR = "MPIR_CVAR_NEMESIS_SHM_EAGER_MAX_SZ"
+#: UCX's own variable (not an MPI_T cvar): the size from which UCX uses its rendezvous protocol.
+UCX_RNDV_THRESH = "UCX_RNDV_THRESH"
+
+
+def device_parts(device: str) -> tuple[str, list[str]]:
+    """('ch4', ['ucx', 'ofi']) from MPICH's device string 'ch4:ucx ofi' (netmods in build order; the
+    first is used unless MPIR_CVAR_CH4_NETMOD says otherwise)."""
+    channel, _, rest = device.strip().partition(":")
+    return channel.strip(), rest.replace(",", " ").split()
 
 
 #: What MPICH does when a forced algorithm does not fit the arguments (error | print | silent).
@@ -216,9 +236,11 @@ class MpichAdapter(VendorAdapter):
         cvar_names: Iterable[str] = (),
         compositions: dict[str, list[tuple[int, str]]] | None = None,
         fallback_values: dict[str, int] | None = None,
+        cvar_values: Mapping[str, Any] | None = None,
     ) -> None:
         super().__init__(library, catalog, defaults)
-        self.cvar_names = frozenset(cvar_names)
+        self.cvar_values = dict(cvar_values or {})  # name -> default value read through MPI_T
+        self.cvar_names = frozenset(cvar_names) | frozenset(self.cvar_values)
         self._compositions = compositions or {}
         self._fallback_values = fallback_values or {}  # MPIR_CVAR_COLLECTIVE_FALLBACK: name -> int
 
@@ -258,6 +280,41 @@ class MpichAdapter(VendorAdapter):
             raise UsageError(f"unknown tuning-file mechanism {mechanism!r} for {self.library.name}; "
                              f"valid: {', '.join(valid)}")
         return {mechanism: path}
+
+    def _knob(self, cvar: str, transport: str, locality: str, powers_of_two: bool = False) -> ThresholdKnob | None:
+        if cvar not in self.cvar_names:
+            return None
+        value = self.cvar_values.get(cvar)
+        default = int(value) if isinstance(value, int) and value >= 0 else None  # -1: "the library decides"
+        return ThresholdKnob(cvar, transport, locality, default, powers_of_two)
+
+    def eager_threshold_knobs(self, *, intra_node: bool = True, inter_node: bool = False) -> list[ThresholdKnob]:
+        """ch4, same node: the POSIX shm module sends a message in iqueue cells (eager, payload up to a
+        cell) and, from the CMA threshold on, by a single copy after a handshake (rendezvous); both are
+        MPI_T cvars. ch4 across nodes: the netmod's threshold (UCX: UCX_RNDV_THRESH; OFI: its eager cvar).
+        ch3: its eager cvars."""
+        channel, netmods = device_parts(self.library.device)
+        knobs: list[ThresholdKnob | None] = []
+        if channel == "ch3":
+            if intra_node:
+                knobs.append(self._knob(NEMESIS_SHM_EAGER_CVAR, "Nemesis shared memory", "intra-node"))
+            if inter_node:
+                knobs.append(self._knob(CH3_EAGER_CVAR, "ch3 network module", "inter-node"))
+            return [k for k in knobs if k is not None]
+        if intra_node:
+            cma_enabled = self.cvar_values.get(CMA_ENABLE_CVAR, 1) not in (0, False)
+            if cma_enabled:
+                knobs.append(self._knob(CMA_THRESHOLD_CVAR, "POSIX shared memory: CMA single copy from this size",
+                                        "intra-node"))
+            # MPICH 5 aborts MPI_Init on a cell size that is not a power of two.
+            knobs.append(self._knob(IQUEUE_CELL_SIZE_CVAR, "POSIX shared memory: eager iqueue cell size",
+                                    "intra-node", powers_of_two=True))
+        if inter_node and netmods:
+            if netmods[0] == "ucx":
+                knobs.append(ThresholdKnob(UCX_RNDV_THRESH, "UCX netmod (ch4:ucx)", "inter-node"))
+            elif netmods[0] == "ofi":
+                knobs.append(self._knob(OFI_EAGER_CVAR, "OFI netmod (ch4:ofi)", "inter-node"))
+        return [k for k in knobs if k is not None]
 
     def compositions(self, collective: str) -> list[tuple[int, str]]:
         """MPICH 5 inter-/intra-node compositions (value, description); empty where there are none."""

@@ -39,6 +39,23 @@ class CvarSwitch:
     needs_new_communicator: bool
 
 
+@dataclass(frozen=True)
+class ThresholdKnob:
+    """A run-time parameter that moves a point-to-point protocol switch-over (eager -> rendezvous or
+    single copy) for the transport a library uses between ranks on one node or across nodes.
+
+    `name` is the environment variable that sets it at launch (what `tunempi search` applies); `default`
+    is the library's value in bytes where the library reports it (None: set elsewhere, e.g. UCX's "auto");
+    `powers_of_two` when the library only accepts powers of two.
+    """
+
+    name: str
+    transport: str  # for people: which path it governs ("POSIX shared memory (ch4 shm)", "UCX", ...)
+    locality: str  # "intra-node" or "inter-node"
+    default: int | None = None
+    powers_of_two: bool = False
+
+
 class VendorAdapter(ABC):
     """Vendor-specific knowledge about one library. Stateless apart from the discovered catalog."""
 
@@ -128,6 +145,12 @@ class VendorAdapter(ABC):
         collectives would then fail when an ill-fitting algorithm is forced).
         """
         return None
+
+    def eager_threshold_knobs(self, *, intra_node: bool = True, inter_node: bool = False) -> list[ThresholdKnob]:
+        """The knobs of the eager/rendezvous threshold for messages between ranks on one node
+        (`intra_node`) and across nodes (`inter_node`), for the transport the library selects at run time;
+        the first of each locality is the main one. Empty where nothing is known."""
+        return []
 
     def single_node_env(self) -> dict[str, str]:
         """Environment that makes launches confined to ONE node start faster without changing collectives.
