@@ -19,7 +19,7 @@ import re
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from tunempi.errors import UsageError
+from tunempi.errors import TunempiError, UsageError
 from tunempi.mpi.library import MPILibrary
 from tunempi.mpi.vendor import Algorithm, CvarSwitch, ThresholdKnob, VendorAdapter
 
@@ -243,6 +243,7 @@ class MpichAdapter(VendorAdapter):
         self.cvar_names = frozenset(cvar_names) | frozenset(self.cvar_values)
         self._compositions = compositions or {}
         self._fallback_values = fallback_values or {}  # MPIR_CVAR_COLLECTIVE_FALLBACK: name -> int
+        self._trees: dict[str, dict] | None = None  # built-in selection trees, read on first use
 
     def default_name(self) -> str:
         return DEFAULT_NAME
@@ -315,6 +316,38 @@ class MpichAdapter(VendorAdapter):
             elif netmods[0] == "ofi":
                 knobs.append(self._knob(OFI_EAGER_CVAR, "OFI netmod (ch4:ofi)", "inter-node"))
         return [k for k in knobs if k is not None]
+
+    def default_choice(self, collective: str, msg_bytes: int, ranks: int, nodes: int) -> str | None:
+        """Evaluates the library's built-in selection trees (mpi.default_tree) the way MPICH walks them.
+
+        On one node the CH4 level hands allreduce, bcast, reduce and barrier to the POSIX tree, whose
+        only leaves are `release_gather` (after MPIR_CVAR_POSIX_NUM_COLLS_THRESHOLD calls on the
+        communicator); everywhere else the MPIR tree's leaf is the algorithm (reductions assume 4-byte
+        elements, as the benchmarks do). None where the trees cannot be read or do not decide.
+        """
+        from tunempi.mpi.default_tree import default_trees, find_libmpi
+        from tunempi.writers.mpich_json import MpichCall, select_mpich
+
+        try:
+            if self._trees is None:
+                self._trees = {level: t.tree for level, t in default_trees(find_libmpi(self.library.prefix)).items()}
+            type_size = 4 if collective in ("allreduce", "reduce", "reduce_scatter", "reduce_scatter_block") else 1
+            if msg_bytes % type_size:
+                type_size = 1
+            call = MpichCall.from_osu(collective, msg_bytes, ranks, type_size=type_size, hierarchical=nodes > 1)
+            if nodes == 1 and "posix" in self._trees:
+                leaf = select_mpich(self._trees["posix"], call)
+                if leaf:
+                    return leaf.rsplit(f"_{collective}_", 1)[-1]
+            leaf = select_mpich(self._trees["mpir"], call)
+        except (TunempiError, OSError, KeyError, ZeroDivisionError):
+            return None
+        if not leaf:
+            return None
+        for marker in ("_intra_", "_allcomm_"):
+            if marker in leaf:
+                return leaf.split(marker, 1)[1]
+        return leaf
 
     def compositions(self, collective: str) -> list[tuple[int, str]]:
         """MPICH 5 inter-/intra-node compositions (value, description); empty where there are none."""

@@ -152,6 +152,11 @@ class VendorAdapter(ABC):
         the first of each locality is the main one. Empty where nothing is known."""
         return []
 
+    def default_choice(self, collective: str, msg_bytes: int, ranks: int, nodes: int) -> str | None:
+        """The algorithm the library's own selection picks for a call (OSU size convention), when that can
+        be known without running it; None otherwise (e.g. Open MPI's fixed decision rules are C code)."""
+        return None
+
     def single_node_env(self) -> dict[str, str]:
         """Environment that makes launches confined to ONE node start faster without changing collectives.
 
