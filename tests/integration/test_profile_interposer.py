@@ -241,3 +241,35 @@ def test_calls_made_inside_the_library_are_not_counted(vendor: str, tmp_path: Pa
     # only the application's own sendrecv: the 3 inner ones per rank ran while the barrier wrapper was active
     assert data["p2p_histogram"]["calls"] == [2, 0, 0, 0, 0, 0, 0]
     assert data["p2p_histogram"]["bytes"] == [16, 0, 0, 0, 0, 0, 0]
+
+
+@pytest.mark.parametrize("vendor", ["mpich", "openmpi"])
+def test_advise_on_a_real_profile_with_the_real_library(vendor: str, tmp_path: Path) -> None:
+    """A profile of known_comm.c, a store holding measurements of this very library (its fingerprint) for
+    allreduce 8 B at 2 ranks: advise names the measured best and saving, what MPICH's own trees pick (Open
+    MPI: "library default"), and the eager knob of the transport this library selects here (MPICH ch4
+    shm; Open MPI ob1 + btl sm, probed), in a space the search loader accepts."""
+    from tunempi.space.params import load_space
+    from tunempi.store.results import Measurement, ResultStore
+
+    library = embedded_library(vendor)
+    data = profile_run(library, 2, "init_thread" if vendor == "openmpi" else "init", tmp_path)
+    # make the sends look like a halo exchange of 6 KiB messages (the exact test already checked the real ones)
+    data["p2p_histogram"]["bytes"] = [100, 0, 6000, 0, 0, 0, 0]
+    profile = tmp_path / "app.json"
+    profile.write_text(json.dumps(data))
+    default = "auto" if vendor == "mpich" else "ignore"
+    with ResultStore(tmp_path / "r.sqlite") as store:
+        store.add_many([Measurement(library.fingerprint, library.name, "allreduce", algorithm, 2, 8, median_us=us)
+                        for algorithm, us in ((default, 50.0), ("recursive_doubling", 2.0), ("ring", 30.0))])
+    space = tmp_path / "eager.toml"
+    result = run([sys.executable, "-m", "tunempi", "advise", "--profile", str(profile), "--mpi", vendor,
+                  "--db", str(tmp_path / "r.sqlite"), "--space-out", str(space), "--min-saving", "0"],
+                 timeout=120, env={**clean_env(), "COLUMNS": "250"})
+    assert result.returncode == 0, result.stdout + result.stderr
+    row = next(line for line in result.stdout.splitlines() if "allreduce" in line and " 8B " in line)
+    assert "recursive_doubling 2.00us" in row and "measured" in row and "480.00us" in row  # 10 calls x 48 us
+    assert ("release_gather" if vendor == "mpich" else "library default") in row
+    assert f"tunempi tune --mpi {vendor} --collectives allreduce --ranks 2" in result.stdout
+    knob = "MPIR_CVAR_CH4_IPC_CMA_P2P_THRESHOLD" if vendor == "mpich" else "OMPI_MCA_btl_sm_eager_limit"
+    assert knob in load_space(space).names
