@@ -10,7 +10,8 @@ Not a test (timings on a shared machine are noisy). Two figures:
    bootstrap 95 % confidence interval (pairs resampled, seeded).
 2. In process: inside each "profile" launch the program alternates blocks of MPI_Allreduce (through
    the interposer) and PMPI_Allreduce (direct) in ABBA order; each quadruple gives one paired
-   difference; the median over all of them is the wrapper's cost without launch-to-launch noise.
+   difference; the median over all of them is the wrapper's cost without launch-to-launch noise. The
+   same at 1 rank (`--single-rank-launches`; no partner to wait for) is the wrapper's intrinsic CPU cost.
 
 Launches go through tunempi.launch (the library's own launcher, ranks bound to cores, a whole-job
 timeout); the machine's load average is printed before and after, since other jobs on a shared node
@@ -36,9 +37,10 @@ from tunempi.mpi.library import MPILibrary
 from tunempi.profile.build import build_interposer
 
 
-def launch(library: MPILibrary, program: list[str], env: dict[str, str], base_env: dict[str, str]) -> list[tuple[str, float]]:
-    """One 2-rank launch; the (path, ns per call) of every block rank 0 printed."""
-    spec = LaunchSpec(tuple(program), 2, bind="core", env={**base_env, **env})
+def launch(library: MPILibrary, program: list[str], env: dict[str, str], base_env: dict[str, str],
+           ranks: int = 2) -> list[tuple[str, float]]:
+    """One launch; the (path, ns per call) of every block rank 0 printed."""
+    spec = LaunchSpec(tuple(program), ranks, bind="core", env={**base_env, **env})
     command = launcher_for(library).command(spec)
     clean = {k: v for k, v in os.environ.items() if not k.startswith("TUNEMPI_") or k == "TUNEMPI_CACHE"}
     result = run_launch(command.argv, command.full_env(clean), timeout=300)
@@ -77,6 +79,8 @@ def main() -> None:
     parser.add_argument("--iters", type=int, default=5000, help="allreduce calls per block")
     parser.add_argument("--blocks", type=int, default=10, help="blocks of each path per launch")
     parser.add_argument("--seed", type=int, default=0, help="seed of the bootstrap")
+    parser.add_argument("--single-rank-launches", type=int, default=5,
+                        help="1-rank launches for the intrinsic in-process cost (0: none)")
     args = parser.parse_args()
 
     library = resolve_library(args.mpi)
@@ -107,6 +111,10 @@ def main() -> None:
             ratios.append(measured[args.mode] / measured["none"])
             print(f"pair {i + 1:3d}/{args.pairs} ({order[0]} first): none {measured['none']:8.1f}  "
                   f"{args.mode} {measured[args.mode]:8.1f} ns/call  ratio {ratios[-1]:.4f}", flush=True)
+        intrinsic: list[float] = []
+        if args.mode == "profile":
+            for _ in range(args.single_rank_launches):
+                intrinsic += paired_differences(launch(library, program, tool_env, base_env, ranks=1))
     load_after = os.getloadavg()
 
     median_ratio = statistics.median(ratios)
@@ -125,6 +133,10 @@ def main() -> None:
         print(f"  in process (MPI_ minus PMPI_ blocks, median of {len(in_process)} ABBA quadruples): "
               f"{wrapper:+.1f} ns/call (quartiles {q[0]:+.1f} / {q[2]:+.1f}) = "
               f"{100 * wrapper / statistics.median(none_ns):+.2f} % of a call")
+    if intrinsic:
+        q = statistics.quantiles(intrinsic, n=4)
+        print(f"  in process, 1 rank (intrinsic wrapper cost, median of {len(intrinsic)} quadruples): "
+              f"{statistics.median(intrinsic):+.1f} ns/call (quartiles {q[0]:+.1f} / {q[2]:+.1f})")
 
 
 if __name__ == "__main__":
