@@ -23,6 +23,7 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 
 import numpy as np
+from threadpoolctl import threadpool_limits
 
 from tunempi.model import TrendGaussianProcess
 from tunempi.profile.advise import Cell, CellPerformance
@@ -96,22 +97,33 @@ class PredictedCells:
     """PerformanceSource from the collective-tuning model (strategy/tunempi.py's surrogate).
 
     One `TrendGaussianProcess` per (collective, algorithm) with at least `min_runs` successful runs,
-    fitted lazily on first use on log latency. Features are scaled to [0, 1] over the measured cells of
+    fitted lazily on first use on the log of each measured cell's median latency (at most `max_cells`
+    cells per algorithm, a seeded sample beyond that). Features are scaled to [0, 1] over the measured cells of
     the collective (constant ones dropped), as the strategy does; cells outside that range extrapolate
     along the model's linear trend, with a growing standard deviation.
     """
 
-    def __init__(self, records: Iterable[Measurement], *, min_runs: int = 3, random_state: int | None = 0,
-                 default_choice: DefaultChoice | None = None) -> None:
+    def __init__(self, records: Iterable[Measurement], *, min_runs: int = 3, max_cells: int = 800,
+                 random_state: int | None = 0, default_choice: DefaultChoice | None = None) -> None:
         self.min_runs = min_runs
+        self.max_cells = max_cells
         self.random_state = random_state
         self.default_choice = default_choice
-        self._runs: dict[str, list[tuple[FeatureCell, str, float]]] = defaultdict(list)
+        # One training point per (cell, algorithm): the median of its runs. A GP fit is cubic in the
+        # points, and repeated runs of one cell add noise, not shape (the white-noise kernel takes the rest).
+        records = list(records)
+        runs_per: dict[tuple[CellKey, str], int] = defaultdict(int)
         for m in records:
-            latency = _latency(m) if m.ok else None
-            if latency is not None:
-                cell = FeatureCell(m.collective, m.ranks, m.nodes, m.ppn, m.msg_bytes)
-                self._runs[m.collective].append((cell, _algorithm(m.algorithm), math.log(latency)))
+            if m.ok and _latency(m) is not None:
+                runs_per[(_key(m.collective, m.ranks, m.nodes, m.ppn, m.msg_bytes), _algorithm(m.algorithm))] += 1
+        self._runs: dict[str, list[tuple[FeatureCell, str, float]]] = defaultdict(list)
+        self._n_runs: dict[tuple[str, str], int] = defaultdict(int)
+        for key, latencies in cell_table(records).items():
+            collective, ranks, nodes, ppn, size = key
+            for algorithm, latency in latencies.items():
+                cell = FeatureCell(collective, ranks, nodes, ppn, size)
+                self._runs[collective].append((cell, algorithm, math.log(latency)))
+                self._n_runs[(collective, algorithm)] += runs_per[(key, algorithm)]
         self._fitted: dict[str, tuple[dict[str, _Fitted], np.ndarray, np.ndarray, np.ndarray]] = {}
 
     @staticmethod
@@ -122,6 +134,12 @@ class PredictedCells:
     def _fit(self, collective: str) -> tuple[dict[str, _Fitted], np.ndarray, np.ndarray, np.ndarray]:
         if collective in self._fitted:
             return self._fitted[collective]
+        # Small matrices: threaded BLAS only adds contention (measured on the shared 2-core machine: 171
+        # cells x 7 algorithms fitted in 54 s with the default threads, 3.5 s with one).
+        with threadpool_limits(limits=1):
+            return self._fit_unlimited(collective)
+
+    def _fit_unlimited(self, collective: str) -> tuple[dict[str, _Fitted], np.ndarray, np.ndarray, np.ndarray]:
         runs = self._runs.get(collective, [])
         models: dict[str, _Fitted] = {}
         lo = hi = varying = np.zeros(0)
@@ -132,12 +150,16 @@ class PredictedCells:
             scaled = (raw[:, varying] - lo[varying]) / (hi[varying] - lo[varying])
             algorithms = np.array([a for _, a, _ in runs])
             target = np.array([t for _, _, t in runs])
+            rng = np.random.default_rng(self.random_state)
             if scaled.shape[1] > 0:
                 for algorithm in sorted(set(algorithms)):
-                    rows = algorithms == algorithm
-                    if rows.sum() >= self.min_runs:
-                        model = TrendGaussianProcess(random_state=self.random_state).fit(scaled[rows], target[rows])
-                        models[str(algorithm)] = _Fitted(model, int(rows.sum()))
+                    rows = np.flatnonzero(algorithms == algorithm)
+                    if self._n_runs[(collective, str(algorithm))] < self.min_runs or len(rows) < 2:
+                        continue
+                    if len(rows) > self.max_cells:
+                        rows = np.sort(rng.choice(rows, self.max_cells, replace=False))
+                    model = TrendGaussianProcess(random_state=self.random_state).fit(scaled[rows], target[rows])
+                    models[str(algorithm)] = _Fitted(model, len(rows))
         self._fitted[collective] = (models, lo, hi, varying)
         return self._fitted[collective]
 
@@ -149,9 +171,10 @@ class PredictedCells:
         raw = self._raw([FeatureCell(cell.collective, cell.ranks, cell.nodes, cell.ppn, cell.msg_bytes)])
         x = (raw[:, varying] - lo[varying]) / (hi[varying] - lo[varying])
         out = {}
-        for algorithm, fitted in models.items():
-            mean, std = fitted.model.predict(x, return_std=True)
-            out[algorithm] = (float(math.exp(mean[0])), float(std[0]))
+        with threadpool_limits(limits=1):
+            for algorithm, fitted in models.items():
+                mean, std = fitted.model.predict(x, return_std=True)
+                out[algorithm] = (float(math.exp(mean[0])), float(std[0]))
         return out
 
     def performance(self, cell: Cell) -> CellPerformance | None:
