@@ -13,16 +13,18 @@ from typer.testing import CliRunner
 from tunempi.cli.main import app
 from tunempi.mpi.library import MPILibrary
 from tunempi.mpi.mpich import MpichAdapter
+from tunempi.mpi.vendor import ThresholdKnob
 from tunempi.profile.advise import (
     Cell,
     CellPerformance,
     DatasetSource,
     advise,
+    eager_search_space,
     eager_verdict,
     tune_command,
 )
 from tunempi.profile.reader import P2PBucket, parse_profile
-from tunempi.space.params import load_space
+from tunempi.space.params import load_space, parse_toml
 from tunempi.store.dataset import DatasetRow
 from tunempi.store.results import Measurement, ResultStore
 
@@ -237,3 +239,28 @@ def test_eager_space_on_both_sides_of_thirty_percent(tmp_path: Path, monkeypatch
     cells = loaded["MPIR_CVAR_CH4_SHM_POSIX_IQUEUE_CELL_SIZE"]
     assert cells.grid() == (2048, 4096, 8192, 16384) and cells.default == 8192  # powers of two only
     assert "UCX_RNDV_THRESH" not in loaded.names  # one node: the netmod is not used
+
+
+def test_eager_space_keeps_within_the_library_limits() -> None:
+    """MPICH 5.0.2 aborts MPI_Init with cells larger than its pack buffer (16 KiB): a busy (32, 64] KiB
+    bucket searches 16 - 128 KiB, the cell size only up to 16 KiB; the CMA threshold over the whole range."""
+    library = fake_library()
+    adapter = MpichAdapter(library, {}, cvar_values={"MPIR_CVAR_CH4_CMA_ENABLE": 1,
+                                                     "MPIR_CVAR_CH4_IPC_CMA_P2P_THRESHOLD": 8192,
+                                                     "MPIR_CVAR_CH4_SHM_POSIX_IQUEUE_CELL_SIZE": 8192,
+                                                     "MPIR_CVAR_CH4_PACK_BUFFER_SIZE": 16384})
+    knobs = adapter.eager_threshold_knobs()
+    assert [k.maximum for k in knobs] == [None, 16384]
+    verdict = eager_verdict(buckets([100, 0, 0, 0, 0, 900, 0]))
+    assert (verdict.low, verdict.high) == (16384, 131072)
+    text = eager_search_space(verdict, knobs, library="mpich-5.0.2")
+    assert text is not None
+    space = parse_toml(text, "eager.toml")
+    assert space["MPIR_CVAR_CH4_SHM_POSIX_IQUEUE_CELL_SIZE"].grid() == (16384,)
+    cma = space["MPIR_CVAR_CH4_IPC_CMA_P2P_THRESHOLD"]
+    assert (cma.low, cma.high, cma.default) == (16384, 131072, None)  # 8 KiB default lies outside
+    tight = [k for k in knobs if k.maximum is not None]
+    only_cells = eager_search_space(eager_verdict(buckets([0, 0, 0, 0, 0, 0, 0])), tight, library="x")
+    assert only_cells is None  # not worth searching
+    narrow = [ThresholdKnob("CELLS", "shm", "intra-node", 8192, powers_of_two=True, maximum=4096)]
+    assert eager_search_space(verdict, narrow, library="x") is None  # nothing of 16 - 128 KiB fits

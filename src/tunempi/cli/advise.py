@@ -112,7 +112,9 @@ def eager_advice(profile: Profile, adapter: VendorAdapter, library: MPILibrary, 
     where = "on one node" if not multi_node else f"on {profile.header.get('nodes')} nodes"
     text = eager_search_space(verdict, knobs, library=library.name,
                               note=f"the application ran {where}: knobs of the transports it used")
-    assert text is not None
+    if text is None:
+        console.print("  no knob can take the searched range within the library's limits: nothing to search")
+        return
     parse_toml(text, str(space_out or "<advice>"))  # what we hand out must load
     if space_out is None:
         console.print("  search space (write it with --space-out FILE):")

@@ -54,6 +54,7 @@ TUNING_FILE_CVARS: tuple[str, ...] = (
 CMA_ENABLE_CVAR = "MPIR_CVAR_CH4_CMA_ENABLE"
 CMA_THRESHOLD_CVAR = "MPIR_CVAR_CH4_IPC_CMA_P2P_THRESHOLD"
 IQUEUE_CELL_SIZE_CVAR = "MPIR_CVAR_CH4_SHM_POSIX_IQUEUE_CELL_SIZE"
+PACK_BUFFER_SIZE_CVAR = "MPIR_CVAR_CH4_PACK_BUFFER_SIZE"
 OFI_EAGER_CVAR = "MPIR_CVAR_CH4_OFI_EAGER_THRESHOLD"
 CH3_EAGER_CVAR = "MPIR_CVAR_CH3_EAGER_MAX_MSG_SIZE"
 NEMESIS_SHM_EAGER_CVAR = "MPIR_CVAR_NEMESIS_SHM_EAGER_MAX_SZ"
@@ -282,12 +283,13 @@ class MpichAdapter(VendorAdapter):
                              f"valid: {', '.join(valid)}")
         return {mechanism: path}
 
-    def _knob(self, cvar: str, transport: str, locality: str, powers_of_two: bool = False) -> ThresholdKnob | None:
+    def _knob(self, cvar: str, transport: str, locality: str, powers_of_two: bool = False,
+              maximum: int | None = None) -> ThresholdKnob | None:
         if cvar not in self.cvar_names:
             return None
         value = self.cvar_values.get(cvar)
         default = int(value) if isinstance(value, int) and value >= 0 else None  # -1: "the library decides"
-        return ThresholdKnob(cvar, transport, locality, default, powers_of_two)
+        return ThresholdKnob(cvar, transport, locality, default, powers_of_two, maximum)
 
     def eager_threshold_knobs(self, *, intra_node: bool = True, inter_node: bool = False) -> list[ThresholdKnob]:
         """ch4, same node: the POSIX shm module sends a message in iqueue cells (eager, payload up to a
@@ -307,9 +309,12 @@ class MpichAdapter(VendorAdapter):
             if cma_enabled:
                 knobs.append(self._knob(CMA_THRESHOLD_CVAR, "POSIX shared memory: CMA single copy from this size",
                                         "intra-node"))
-            # MPICH 5 aborts MPI_Init on a cell size that is not a power of two.
+            # MPICH 5 aborts MPI_Init on a cell size that is not a power of two, and (measured on 5.0.2:
+            # 32 KiB cells abort, with a 32 KiB pack buffer they run) on cells larger than the pack buffer.
+            pack = self.cvar_values.get(PACK_BUFFER_SIZE_CVAR)
             knobs.append(self._knob(IQUEUE_CELL_SIZE_CVAR, "POSIX shared memory: eager iqueue cell size",
-                                    "intra-node", powers_of_two=True))
+                                    "intra-node", powers_of_two=True,
+                                    maximum=int(pack) if isinstance(pack, int) and pack > 0 else None))
         if inter_node and netmods:
             if netmods[0] == "ucx":
                 knobs.append(ThresholdKnob(UCX_RNDV_THRESH, "UCX netmod (ch4:ucx)", "inter-node"))

@@ -46,7 +46,8 @@ class ThresholdKnob:
 
     `name` is the environment variable that sets it at launch (what `tunempi search` applies); `default`
     is the library's value in bytes where the library reports it (None: set elsewhere, e.g. UCX's "auto");
-    `powers_of_two` when the library only accepts powers of two.
+    `powers_of_two` when the library only accepts powers of two; `maximum` the largest value the library
+    starts with (None: no known limit).
     """
 
     name: str
@@ -54,6 +55,7 @@ class ThresholdKnob:
     locality: str  # "intra-node" or "inter-node"
     default: int | None = None
     powers_of_two: bool = False
+    maximum: int | None = None
 
 
 class VendorAdapter(ABC):

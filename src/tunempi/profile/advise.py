@@ -200,8 +200,9 @@ def tune_command(advice: Advice, mpi_spec: str, *, db: str | None = None, out: s
 def eager_search_space(verdict: EagerVerdict, knobs: Sequence[ThresholdKnob], *, library: str,
                        note: str = "") -> str | None:
     """The eager verdict as a ready `tunempi search` space (TOML, docs/search.md), or None when the
-    threshold is not worth searching or no knob is known. Every knob gets the verdict's range (a log
-    range; a list of powers of two where the library only accepts those) and its default when inside."""
+    threshold is not worth searching or no knob fits. Every knob gets the verdict's range (a log range; a
+    list of powers of two where the library only accepts those), cut at the knob's maximum (a knob whose
+    range is then empty is left out, with a comment), and its default when inside."""
     if not verdict.search or not knobs:
         return None
     lines = [f"# eager/rendezvous threshold search for {library}, written by `tunempi advise`",
@@ -210,17 +211,29 @@ def eager_search_space(verdict: EagerVerdict, knobs: Sequence[ThresholdKnob], *,
     if note:
         lines.append(f"# {note}")
     lines += ["", "[space]", f"library = {_toml_str(library)}"]
+    kept = 0
     for knob in knobs:
-        lines += ["", f"# {knob.transport} ({knob.locality})", "[[param]]", f"name = {_toml_str(knob.name)}"]
+        high = min(verdict.high, knob.maximum) if knob.maximum is not None else verdict.high
+        low = verdict.low
         if knob.powers_of_two:
-            low, high = _pow2_floor(verdict.low), _pow2_floor(verdict.high)
-            lines += ["kind = \"int\"", f"range = \"{low}:*2:{high}\""]
+            low, high = _pow2_floor(low), _pow2_floor(high)
+        if low > high:
+            lines += ["", f"# {knob.name} left out: the library does not start with values above {knob.maximum}"]
+            continue
+        kept += 1
+        lines += ["", f"# {knob.transport} ({knob.locality})"
+                  + (f"; at most {knob.maximum}, the library's limit" if high < verdict.high else ""),
+                  "[[param]]", f"name = {_toml_str(knob.name)}", "kind = \"int\""]
+        if knob.powers_of_two:
+            lines.append(f"range = \"{low}:*2:{high}\"")
             inside = knob.default is not None and low <= knob.default <= high and _pow2_floor(knob.default) == knob.default
         else:
-            lines += ["kind = \"int\"", f"low = {verdict.low}", f"high = {verdict.high}", "log = true"]
-            inside = knob.default is not None and verdict.low <= knob.default <= verdict.high
+            lines += [f"low = {low}", f"high = {high}", "log = true"]
+            inside = knob.default is not None and low <= knob.default <= high
         if inside:
             lines.append(f"default = {knob.default}")
+    if not kept:
+        return None
     return "\n".join(lines) + "\n"
 
 
