@@ -264,3 +264,18 @@ def test_eager_space_keeps_within_the_library_limits() -> None:
     assert only_cells is None  # not worth searching
     narrow = [ThresholdKnob("CELLS", "shm", "intra-node", 8192, powers_of_two=True, maximum=4096)]
     assert eager_search_space(verdict, narrow, library="x") is None  # nothing of 16 - 128 KiB fits
+
+
+def test_eager_knobs_follow_where_the_ranks_ran(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """One rank per node on two nodes: only the cross-node knob (MPICH ch4:ucx: UCX's threshold)."""
+    with ResultStore(tmp_path / "r.sqlite") as store:
+        store.add(measurement("default", 8, 10.0))
+    KnownLibrary(monkeypatch)
+    data = profile_data()
+    data["header"].update(nodes=2, hosts={"n1": 1, "n2": 1}, ranks=2)
+    data["p2p_histogram"]["bytes"] = [0, 0, 0, 0, 1000, 0, 0]  # all in (16, 32] KiB
+    space = tmp_path / "eager.toml"
+    run_advise(tmp_path, monkeypatch, data, "--space-out", str(space))
+    loaded = load_space(space)
+    assert loaded.names == ("UCX_RNDV_THRESH",)
+    assert (loaded["UCX_RNDV_THRESH"].low, loaded["UCX_RNDV_THRESH"].high) == (8192, 65536)

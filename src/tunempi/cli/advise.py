@@ -99,8 +99,11 @@ def eager_advice(profile: Profile, adapter: VendorAdapter, library: MPILibrary, 
         console.print(f"eager limit: not worth searching ({share}; the rule asks for at least "
                       f"{100 * verdict.threshold:.0f}%)")
         return
-    multi_node = int(profile.header.get("nodes") or 1) > 1
-    knobs: list[ThresholdKnob] = adapter.eager_threshold_knobs(intra_node=True, inter_node=multi_node)
+    # Same-node knobs where some node hosted two ranks or more, cross-node ones where there were nodes.
+    hosts = {str(h): int(n) for h, n in (profile.header.get("hosts") or {}).items()}
+    multi_node = len(hosts) > 1 if hosts else int(profile.header.get("nodes") or 1) > 1
+    shared_node = any(n >= 2 for n in hosts.values()) if hosts else True
+    knobs: list[ThresholdKnob] = adapter.eager_threshold_knobs(intra_node=shared_node, inter_node=multi_node)
     console.print(f"eager limit: [bold]worth searching[/] ({share}; busiest {verdict.busiest.label}): "
                   f"search {format_size(verdict.low)} - {format_size(verdict.high)} on a log scale")
     if not knobs:
