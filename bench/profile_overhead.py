@@ -2,119 +2,150 @@
 
 Not a test (timings on a shared machine are noisy). Two figures:
 
-1. Launch level (the issue's goal, < 2 %): alternating launches of the same program without the
-   interposer ("none"), with it in profile mode ("profile") and preloaded but disabled ("off"); each
-   launch reports the median ns per call of its MPI_Allreduce blocks; the medians over launches are
-   compared.
+1. Launch level (the issue's goal, < 2 % in profile mode): PAIRS of launches of the same program, one
+   without the interposer ("none") and one with it ("profile", or "off": preloaded but disabled), run
+   back to back in alternating order (none-first, then profile-first, ...) so slow drifts of the machine
+   hit both sides alike. Each launch times blocks of MPI_Allreduce calls and is summarised twice: by the
+   median block and by the fastest block (the one least disturbed by other jobs: on a shared node a
+   preempted busy-polling rank makes blocks slower, never faster). Each pair gives the ratio with /
+   without; the figure is the median ratio over pairs with a percentile bootstrap 95 % confidence
+   interval (pairs resampled, seeded).
 2. In process: inside each "profile" launch the program alternates blocks of MPI_Allreduce (through
    the interposer) and PMPI_Allreduce (direct) in ABBA order; each quadruple gives one paired
-   difference, and the median over all quadruples of all launches is the wrapper's cost with the
-   launch-to-launch noise removed. The same at 1 rank (no partner to wait for) gives the wrapper's
-   intrinsic CPU cost.
+   difference; the median over all of them is the wrapper's cost without launch-to-launch noise. The
+   same at 1 rank (`--single-rank-launches`; no partner to wait for) is the wrapper's intrinsic CPU cost.
 
-    .venv/bin/python bench/profile_overhead.py [--mpi mpich|openmpi|PREFIX] [--launches 8]
+Launches go through tunempi.launch (the library's own launcher, ranks bound to cores, a whole-job
+timeout); the machine's load average is printed before and after, since other jobs on a shared node
+preempt busy-polling ranks.
+
+    .venv/bin/python bench/profile_overhead.py [--mpi mpich|openmpi|SPEC] [--pairs 30] [--mode profile|off]
 """
 
 from __future__ import annotations
 
 import argparse
 import os
-import signal
 import statistics
-import subprocess
 import tempfile
 from pathlib import Path
 
+import numpy as np
+
+from tunempi.launch import LaunchSpec, launcher_for, run_launch
 from tunempi.mpi.build import build_c
+from tunempi.mpi.discovery import adapter_for, resolve_library
+from tunempi.mpi.library import MPILibrary
 from tunempi.profile.build import build_interposer
-from tunempi.profile.stopgap import inject_env, resolve_library
-
-VARIANTS = ("none", "profile", "off")
 
 
-def launch(argv: list[str], env: dict[str, str], vendor: str) -> dict[str, list[float]]:
-    command, extra = inject_env(argv, env, vendor) if env else (argv, {})
-    proc = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            env={**os.environ, **extra}, start_new_session=True)
-    try:
-        stdout, stderr = proc.communicate(timeout=300)
-    except subprocess.TimeoutExpired:
-        os.killpg(proc.pid, signal.SIGKILL)  # the launcher and every rank
-        proc.communicate()
-        raise SystemExit(f"{' '.join(command)} timed out") from None
-    if proc.returncode != 0:
-        raise SystemExit(f"{' '.join(command)} failed:\n{stdout}\n{stderr}")
-    blocks: dict[str, list[float]] = {"mpi": [], "pmpi": [], "order": []}
-    for line in stdout.splitlines():
+def launch(library: MPILibrary, program: list[str], env: dict[str, str], base_env: dict[str, str],
+           ranks: int = 2) -> list[tuple[str, float]]:
+    """One launch; the (path, ns per call) of every block rank 0 printed."""
+    spec = LaunchSpec(tuple(program), ranks, bind="core", env={**base_env, **env})
+    command = launcher_for(library).command(spec)
+    clean = {k: v for k, v in os.environ.items() if not k.startswith("TUNEMPI_") or k == "TUNEMPI_CACHE"}
+    result = run_launch(command.argv, command.full_env(clean), timeout=300)
+    if not result.ok:
+        raise SystemExit(f"{' '.join(command.argv)}: {result.reason}\n{result.stdout}\n{result.stderr}")
+    blocks = []
+    for line in result.stdout.splitlines():
         kind, _, value = line.partition(" ")
         if kind in ("mpi", "pmpi"):
-            blocks[kind].append(float(value))
-            blocks["order"].append(float(value))
+            blocks.append((kind, float(value)))
     return blocks
 
 
-def paired_differences(order: list[float]) -> list[float]:
+def paired_differences(blocks: list[tuple[str, float]]) -> list[float]:
     """(A + A') / 2 - (B + B') / 2 for each ABBA quadruple (A: MPI_, B: PMPI_), in ns per call."""
+    order = [value for _, value in blocks]
     return [(order[i] + order[i + 3]) / 2 - (order[i + 1] + order[i + 2]) / 2 for i in range(0, len(order) - 3, 4)]
 
 
-def quartiles(values: list[float]) -> tuple[float, float, float]:
-    q = statistics.quantiles(values, n=4) if len(values) > 1 else [values[0]] * 3
-    return q[0], q[1], q[2]
+def bootstrap_median_ci(values: list[float], *, seed: int, resamples: int = 10_000,
+                        level: float = 0.95) -> tuple[float, float]:
+    """Percentile bootstrap interval of the median."""
+    rng = np.random.default_rng(seed)
+    data = np.asarray(values, dtype=float)
+    medians = np.median(data[rng.integers(0, len(data), size=(resamples, len(data)))], axis=1)
+    tail = (1 - level) / 2 * 100
+    low, high = np.percentile(medians, [tail, 100 - tail])
+    return float(low), float(high)
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--mpi", default="mpich")
-    parser.add_argument("--launches", type=int, default=8, help="launches per variant")
-    parser.add_argument("--iters", type=int, default=5000, help="allreduce calls per block")
-    parser.add_argument("--blocks", type=int, default=20, help="blocks of each path per launch")
+    parser.add_argument("--mpi", default="mpich", help="MPI library SPEC (mpich, openmpi, a prefix, an mpicc)")
+    parser.add_argument("--pairs", type=int, default=30, help="pairs of launches (with / without)")
+    parser.add_argument("--mode", choices=("profile", "off"), default="profile", help="interposer mode measured")
+    parser.add_argument("--iters", type=int, default=1000, help="allreduce calls per block")
+    parser.add_argument("--blocks", type=int, default=40, help="blocks of each path per launch")
+    parser.add_argument("--seed", type=int, default=0, help="seed of the bootstrap")
+    parser.add_argument("--single-rank-launches", type=int, default=5,
+                        help="1-rank launches for the intrinsic in-process cost (0: none)")
     args = parser.parse_args()
 
     library = resolve_library(args.mpi)
+    # Same variables for both sides; on one node Open MPI starts ~1 s faster without its libfabric btl.
+    base_env = adapter_for(library).single_node_env()
     interposer = build_interposer(library)
     app = build_c(library, [Path(__file__).with_name("profile_overhead.c")], "profile-overhead")
-    base = [str(library.mpiexec), "-n", "2"]
-    if library.vendor == "mpich":
-        base += ["-bind-to", "core"]
-    else:
-        base += ["--allow-run-as-root", "--bind-to", "core"]
-    argv = base + [str(app), str(args.iters), str(args.blocks)]
-    single = [str(library.mpiexec), "-n", "1"] + base[3:] + [str(app), str(args.iters), str(args.blocks)]
+    program = [str(app), str(args.iters), str(args.blocks)]
+    load_before = os.getloadavg()
 
-    per_launch: dict[str, list[float]] = {v: [] for v in VARIANTS}
+    ratios: list[float] = []  # median blocks
+    fastest_ratios: list[float] = []  # fastest blocks
+    none_ns: list[float] = []
+    with_ns: list[float] = []
     in_process: list[float] = []
-    intrinsic: list[float] = []
     with tempfile.TemporaryDirectory(prefix="tunempi-overhead-") as tmp:
-        for i in range(args.launches):
-            order = VARIANTS[i % 3:] + VARIANTS[: i % 3]  # rotate: no variant always runs first
-            for variant in order:
-                env = {} if variant == "none" else {
-                    "LD_PRELOAD": str(interposer), "TUNEMPI_MODE": variant,
+        tool_env = {"LD_PRELOAD": str(interposer), "TUNEMPI_MODE": args.mode,
                     "TUNEMPI_PROFILE_OUT": str(Path(tmp) / "p.json")}
-                blocks = launch(argv, env, library.vendor)
-                per_launch[variant].append(statistics.median(blocks["mpi"]))
+        for i in range(args.pairs):
+            order = ("none", args.mode) if i % 2 == 0 else (args.mode, "none")
+            measured: dict[str, float] = {}
+            fastest: dict[str, float] = {}
+            for variant in order:
+                blocks = launch(library, program, {} if variant == "none" else tool_env, base_env)
+                measured[variant] = statistics.median(value for kind, value in blocks if kind == "mpi")
+                fastest[variant] = min(value for kind, value in blocks if kind == "mpi")
                 if variant == "profile":
-                    in_process += paired_differences(blocks["order"])
-                    intrinsic += paired_differences(launch(single, env, library.vendor)["order"])
-                print(f"launch {i + 1}/{args.launches} {variant:8s} {per_launch[variant][-1]:8.1f} ns/call",
-                      flush=True)
+                    in_process += paired_differences(blocks)
+            none_ns.append(measured["none"])
+            with_ns.append(measured[args.mode])
+            ratios.append(measured[args.mode] / measured["none"])
+            fastest_ratios.append(fastest[args.mode] / fastest["none"])
+            print(f"pair {i + 1:3d}/{args.pairs} ({order[0]} first): median blocks none {measured['none']:8.1f} "
+                  f"{args.mode} {measured[args.mode]:8.1f} ns/call (ratio {ratios[-1]:.4f}); fastest blocks "
+                  f"{fastest['none']:7.1f} {fastest[args.mode]:7.1f} (ratio {fastest_ratios[-1]:.4f})", flush=True)
+        intrinsic: list[float] = []
+        if args.mode == "profile":
+            for _ in range(args.single_rank_launches):
+                intrinsic += paired_differences(launch(library, program, tool_env, base_env, ranks=1))
+    load_after = os.getloadavg()
 
-    none = statistics.median(per_launch["none"])
-    print(f"\n{library.name}, 2 ranks, 8-byte MPI_Allreduce, {args.launches} launches per variant, "
-          f"{args.blocks} x {args.iters} calls per launch")
-    for variant in VARIANTS:
-        med = statistics.median(per_launch[variant])
-        print(f"  {variant:8s} median {med:8.1f} ns/call  ({100 * (med - none) / none:+.2f} % vs none)")
-    lo, spread_med, hi = quartiles(per_launch["none"])
-    print(f"  launch-to-launch spread of 'none' (quartiles): {lo:.0f} / {spread_med:.0f} / {hi:.0f} ns/call")
-    lo, wrapper, hi = quartiles(in_process)
-    direct = statistics.median(per_launch["none"])
-    print(f"  in process, 2 ranks: MPI_ minus PMPI_ (median of {len(in_process)} ABBA pairs): {wrapper:+.1f} ns/call "
-          f"(quartiles {lo:+.1f} / {hi:+.1f}) = {100 * wrapper / direct:+.2f} % of a call")
-    lo, cost, hi = quartiles(intrinsic)
-    print(f"  in process, 1 rank (intrinsic wrapper cost, median of {len(intrinsic)} pairs): {cost:+.1f} ns/call "
-          f"(quartiles {lo:+.1f} / {hi:+.1f})")
+    print(f"\n{library.name}, 2 ranks bound to cores, 8-byte MPI_Allreduce, {args.pairs} interleaved launch pairs, "
+          f"{args.blocks} x {args.iters} calls per path per launch; load average {load_before[0]:.1f} before, "
+          f"{load_after[0]:.1f} after")
+    for label, values in (("median blocks", ratios), ("fastest blocks", fastest_ratios)):
+        median_ratio = statistics.median(values)
+        low, high = bootstrap_median_ci(values, seed=args.seed)
+        print(f"  {args.mode} / none, {label}, median over pairs: {median_ratio:.4f} "
+              f"({100 * (median_ratio - 1):+.2f} %), bootstrap 95 % CI [{100 * (low - 1):+.2f} %, "
+              f"{100 * (high - 1):+.2f} %]")
+    q = statistics.quantiles(none_ns, n=4)
+    print(f"  ns/call without the interposer: median {statistics.median(none_ns):.0f} "
+          f"(quartiles over launches {q[0]:.0f} / {q[2]:.0f}); with: median {statistics.median(with_ns):.0f}")
+    if in_process:
+        q = statistics.quantiles(in_process, n=4)
+        wrapper = statistics.median(in_process)
+        print(f"  in process (MPI_ minus PMPI_ blocks, median of {len(in_process)} ABBA quadruples): "
+              f"{wrapper:+.1f} ns/call (quartiles {q[0]:+.1f} / {q[2]:+.1f}) = "
+              f"{100 * wrapper / statistics.median(none_ns):+.2f} % of a call")
+    if intrinsic:
+        q = statistics.quantiles(intrinsic, n=4)
+        print(f"  in process, 1 rank (intrinsic wrapper cost, median of {len(intrinsic)} quadruples): "
+              f"{statistics.median(intrinsic):+.1f} ns/call (quartiles {q[0]:+.1f} / {q[2]:+.1f})")
 
 
 if __name__ == "__main__":

@@ -1,69 +1,48 @@
-"""Test helpers for the profile integration tests: the embedded libraries and plain launch command lines.
-
-TODO(launch/, mpi/): replace `embedded_library` with tunempi.mpi.discovery and `launch_argv` with the
-launch/ package's launchers once those land.
+"""Helpers for the profile integration tests: the embedded libraries (mpi.discovery) and launches built the
+way `tunempi profile` builds them: a plain launcher command line (launch.launcher_for), then the variables
+for the ranks inserted in that launcher's syntax (launch.rank_env_command), run with launch.run_launch
+(whole-job timeout, no orphans).
 """
 
 from __future__ import annotations
 
 import os
-import re
-import signal
-import subprocess
-import sys
 from collections.abc import Mapping, Sequence
-from pathlib import Path
 
+from tunempi.launch import LaunchCommand, LaunchResult, LaunchSpec, launcher_for, rank_env_command, run_launch
+from tunempi.mpi.discovery import resolve_library
 from tunempi.mpi.library import MPILibrary
-
-VENV_OPT = Path(sys.prefix) / "opt"
 
 
 def embedded_library(vendor: str) -> MPILibrary:
-    """The embedded MPICH 5.0.2 / Open MPI 5.0.11 of `make setup`, described by hand."""
-    prefix = VENV_OPT / vendor
-    bin_dir = prefix / "bin"
-    if vendor == "mpich":
-        text = subprocess.run([str(bin_dir / "mpichversion")], capture_output=True, text=True, check=True).stdout
-        version = re.search(r"MPICH Version:\s*(\S+)", text)
-        assert version, text
-        return MPILibrary("mpich", version.group(1), text.strip(), "ch4:ucx", prefix, bin_dir / "mpicc",
-                          bin_dir / "mpiexec", embedded=True)
-    text = subprocess.run([str(bin_dir / "ompi_info"), "--version"], capture_output=True, text=True,
-                          check=True).stdout
-    version = re.search(r"Open MPI v(\S+)", text)
-    assert version, text
-    return MPILibrary("openmpi", version.group(1), text.strip().splitlines()[0], "", prefix, bin_dir / "mpicc",
-                      bin_dir / "mpirun", embedded=True)
+    """The embedded MPICH 5.0.2 / Open MPI 5.0.11 of `make setup`, as discovery sees it."""
+    library = resolve_library(vendor)
+    assert library.embedded, f"{vendor}: expected the embedded library, got {library.prefix}"
+    return library
 
 
 def launch_argv(library: MPILibrary, ranks: int, program: Sequence[str]) -> list[str]:
-    """A plain launch command line (Hydra mpiexec, or Open MPI mpirun oversubscribed as root)."""
-    if library.vendor == "mpich":
-        return [str(library.mpiexec), "-n", str(ranks), *program]
-    return [str(library.mpiexec), "--allow-run-as-root", "--oversubscribe", "-n", str(ranks), *program]
+    """The command line a user would type (Open MPI: root and oversubscription flags where needed)."""
+    return list(launcher_for(library).command(LaunchSpec(tuple(program), ranks)).argv)
 
 
-def rank_env_argv(library: MPILibrary, ranks: int, program: Sequence[str], env: Mapping[str, str]) -> list[str]:
-    """Like launch_argv, with `env` passed to the ranks on the launcher's command line."""
-    argv = launch_argv(library, ranks, program)
-    flags: list[str] = []
-    for name, value in env.items():
-        flags += ["-genv", name, value] if library.vendor == "mpich" else ["-x", f"{name}={value}"]
-    return [argv[0], *flags, *argv[1:]]
+def rank_env_argv(library: MPILibrary, ranks: int, program: Sequence[str], env: Mapping[str, str]) -> LaunchCommand:
+    """launch_argv with `env` passed to the ranks, exactly as `tunempi profile` passes its variables."""
+    return rank_env_command(launch_argv(library, ranks, program), env, library)
 
 
-def run(argv: Sequence[str], timeout: float = 60, env: Mapping[str, str] | None = None
-        ) -> subprocess.CompletedProcess[str]:
-    """Run a launch in its own session; on timeout kill the whole group (launcher, proxies, ranks)."""
-    if env is None:
-        env = {k: v for k, v in os.environ.items() if not k.startswith("TUNEMPI_")}
-    proc = subprocess.Popen(list(argv), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=dict(env),
-                            start_new_session=True)
-    try:
-        out, err = proc.communicate(timeout=timeout)
-    except subprocess.TimeoutExpired:
-        os.killpg(proc.pid, signal.SIGKILL)
-        out, err = proc.communicate()
-        raise AssertionError(f"timed out after {timeout} s: {' '.join(argv)}\n{out}\n{err}") from None
-    return subprocess.CompletedProcess(list(argv), proc.returncode, out, err)
+def clean_env() -> dict[str, str]:
+    """This environment without the caller's TUNEMPI_* settings (the tests set what they mean)."""
+    return {k: v for k, v in os.environ.items() if not k.startswith("TUNEMPI_") or k == "TUNEMPI_CACHE"}
+
+
+def run(command: LaunchCommand | Sequence[str], timeout: float = 60, env: Mapping[str, str] | None = None
+        ) -> LaunchResult:
+    """Run a launch to completion; on timeout the whole job is killed and the test fails."""
+    if isinstance(command, LaunchCommand):
+        argv, full_env = list(command.argv), command.full_env(clean_env() if env is None else env)
+    else:
+        argv, full_env = list(command), dict(clean_env() if env is None else env)
+    result = run_launch(argv, full_env, timeout=timeout)
+    assert not result.timed_out, f"{result.reason}: {' '.join(argv)}\n{result.stdout}\n{result.stderr}"
+    return result

@@ -7,14 +7,13 @@ sizes, communicator sizes, nodes and ppn are compared exactly; times only for co
 from __future__ import annotations
 
 import json
-import os
 import sys
 from collections import Counter, defaultdict
 from pathlib import Path
 from typing import Any
 
 import pytest
-from profile_support import embedded_library, rank_env_argv, run
+from profile_support import clean_env, embedded_library, rank_env_argv, run
 
 from tunempi.mpi.build import build_c
 from tunempi.mpi.library import MPILibrary
@@ -153,18 +152,25 @@ def test_mode_off_runs_untouched_and_writes_nothing(tmp_path: Path) -> None:
     assert not out.exists()
 
 
-def test_cli_profile_end_to_end(tmp_path: Path) -> None:
-    library = embedded_library("mpich")
+@pytest.mark.parametrize(("vendor", "launcher_args"), [
+    pytest.param("mpich", ["mpiexec", "-n", "2"], id="mpich-mpiexec"),
+    pytest.param("openmpi", ["mpirun", "--allow-run-as-root", "--oversubscribe", "-n", "2"], id="openmpi-mpirun"),
+])
+def test_cli_profile_end_to_end(vendor: str, launcher_args: list[str], tmp_path: Path) -> None:
+    """`tunempi profile -- mpiexec -n 2 ./app`: a user's command line; the bare launcher name means the
+    library's own launcher, and the variables go in that launcher's syntax (Hydra -genv, mpirun -x)."""
+    library = embedded_library(vendor)
     app = build_c(library, [APP_SOURCE], "profile-known-comm", werror=True)
     out = tmp_path / "cli.json"
-    env = {k: v for k, v in os.environ.items() if not k.startswith("TUNEMPI_") or k == "TUNEMPI_CACHE"}
     result = run(
-        [sys.executable, "-m", "tunempi", "profile", "--mpi", str(library.prefix), "-o", str(out), "--",
-         "mpiexec", "-n", "2", str(app), "init"], timeout=120, env={**env, "COLUMNS": "200"})
+        [sys.executable, "-m", "tunempi", "profile", "--mpi", vendor, "-o", str(out), "--",
+         *launcher_args, str(app), "init"], timeout=120, env={**clean_env(), "COLUMNS": "200"})
     assert result.returncode == 0, result.stdout + result.stderr
     assert "profile written to" in result.stdout
     data = json.loads(out.read_text())
     assert data["header"]["settings"]["TUNEMPI_MODE"] == "profile"
+    assert data["header"]["ranks"] == 2
+    assert ("MPICH" if vendor == "mpich" else "Open MPI") in data["header"]["library"]
     assert sum(row["calls"] for row in data["collectives"] if row["collective"] == "allreduce") == 26
 
 
@@ -235,3 +241,35 @@ def test_calls_made_inside_the_library_are_not_counted(vendor: str, tmp_path: Pa
     # only the application's own sendrecv: the 3 inner ones per rank ran while the barrier wrapper was active
     assert data["p2p_histogram"]["calls"] == [2, 0, 0, 0, 0, 0, 0]
     assert data["p2p_histogram"]["bytes"] == [16, 0, 0, 0, 0, 0, 0]
+
+
+@pytest.mark.parametrize("vendor", ["mpich", "openmpi"])
+def test_advise_on_a_real_profile_with_the_real_library(vendor: str, tmp_path: Path) -> None:
+    """A profile of known_comm.c, a store holding measurements of this very library (its fingerprint) for
+    allreduce 8 B at 2 ranks: advise names the measured best and saving, what MPICH's own trees pick (Open
+    MPI: "library default"), and the eager knob of the transport this library selects here (MPICH ch4
+    shm; Open MPI ob1 + btl sm, probed), in a space the search loader accepts."""
+    from tunempi.space.params import load_space
+    from tunempi.store.results import Measurement, ResultStore
+
+    library = embedded_library(vendor)
+    data = profile_run(library, 2, "init_thread" if vendor == "openmpi" else "init", tmp_path)
+    # make the sends look like a halo exchange of 6 KiB messages (the exact test already checked the real ones)
+    data["p2p_histogram"]["bytes"] = [100, 0, 6000, 0, 0, 0, 0]
+    profile = tmp_path / "app.json"
+    profile.write_text(json.dumps(data))
+    default = "auto" if vendor == "mpich" else "ignore"
+    with ResultStore(tmp_path / "r.sqlite") as store:
+        store.add_many([Measurement(library.fingerprint, library.name, "allreduce", algorithm, 2, 8, median_us=us)
+                        for algorithm, us in ((default, 50.0), ("recursive_doubling", 2.0), ("ring", 30.0))])
+    space = tmp_path / "eager.toml"
+    result = run([sys.executable, "-m", "tunempi", "advise", "--profile", str(profile), "--mpi", vendor,
+                  "--db", str(tmp_path / "r.sqlite"), "--space-out", str(space), "--min-saving", "0"],
+                 timeout=120, env={**clean_env(), "COLUMNS": "250"})
+    assert result.returncode == 0, result.stdout + result.stderr
+    row = next(line for line in result.stdout.splitlines() if "allreduce" in line and " 8B " in line)
+    assert "recursive_doubling 2.00us" in row and "measured" in row and "480.00us" in row  # 10 calls x 48 us
+    assert ("release_gather" if vendor == "mpich" else "library default") in row
+    assert f"tunempi tune --mpi {vendor} --collectives allreduce --ranks 2" in result.stdout
+    knob = "MPIR_CVAR_CH4_IPC_CMA_P2P_THRESHOLD" if vendor == "mpich" else "OMPI_MCA_btl_sm_eager_limit"
+    assert knob in load_space(space).names

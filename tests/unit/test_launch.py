@@ -19,6 +19,8 @@ from tunempi.launch import (
     get_launcher,
     group_nodes,
     launcher_for,
+    launcher_for_argv,
+    rank_env_command,
     read_group_file,
 )
 from tunempi.mpi.library import MPILibrary
@@ -243,3 +245,70 @@ def test_group_nodes_by_pattern_mapping_or_all(tmp_path: Path) -> None:
     groups_file.write_text("lonely\n")
     with pytest.raises(UsageError, match="groups:1"):
         read_group_file(groups_file)
+
+
+# --- a user's own command line: variables for the ranks ---------------------------------------------
+RANK_ENV = {"LD_PRELOAD": "/c/tmpi.so", "TUNEMPI_MODE": "profile"}
+
+
+def _user_library(vendor: str, prefix: str = "/nowhere") -> MPILibrary:
+    launcher = "mpiexec" if vendor == "mpich" else "mpirun"
+    return MPILibrary(vendor, "5.0", "", "", Path(prefix), Path(prefix) / "bin/mpicc",
+                      Path(prefix) / "bin" / launcher)
+
+
+def test_rank_env_on_a_hydra_command_line() -> None:
+    command = rank_env_command(["/opt/mpich/bin/mpiexec", "-n", "4", "./app", "-genv"], RANK_ENV,
+                               _user_library("mpich"))
+    assert command.argv == ("/opt/mpich/bin/mpiexec", "-genv", "LD_PRELOAD", "/c/tmpi.so", "-genv", "TUNEMPI_MODE",
+                            "profile", "-n", "4", "./app", "-genv")
+    assert dict(command.env) == {}  # the launcher itself does not get the preload
+
+
+def test_rank_env_on_an_open_mpi_command_line() -> None:
+    command = rank_env_command(["mpirun", "--oversubscribe", "-n", "4", "./app"], RANK_ENV, _user_library("openmpi"))
+    assert command.argv == ("mpirun", "-x", "LD_PRELOAD=/c/tmpi.so", "-x", "TUNEMPI_MODE=profile",
+                            "--oversubscribe", "-n", "4", "./app")
+    assert dict(command.env) == {}
+
+
+def test_rank_env_specific_launcher_names_win_over_the_library() -> None:
+    assert isinstance(launcher_for_argv(["mpiexec.hydra", "-n", "2", "a"], _user_library("openmpi")), HydraLauncher)
+    assert isinstance(launcher_for_argv(["/usr/bin/mpirun.openmpi", "a"], _user_library("mpich")), OpenMPILauncher)
+    assert isinstance(launcher_for_argv(["prterun", "a"]), OpenMPILauncher)
+    assert launcher_for_argv(["./app", "mpiexec"]) is None
+
+
+def test_rank_env_generic_name_decided_by_the_files_next_to_it(tmp_path: Path) -> None:
+    for vendor, marker, expected in (("hydra", "hydra_pmi_proxy", HydraLauncher), ("ompi", "prterun", OpenMPILauncher)):
+        bin_dir = tmp_path / vendor
+        bin_dir.mkdir()
+        for name in ("mpiexec", marker):
+            (bin_dir / name).write_text("#!/bin/sh\n")
+            (bin_dir / name).chmod(0o755)
+        # the library says the other vendor: the launcher's own directory wins
+        other = _user_library("openmpi" if expected is HydraLauncher else "mpich")
+        assert isinstance(launcher_for_argv([str(bin_dir / "mpiexec"), "a"], other), expected)
+
+
+def test_rank_env_generic_name_without_any_clue_is_a_usage_error() -> None:
+    with pytest.raises(UsageError, match="Hydra or Open MPI"):
+        launcher_for_argv(["/nonexistent/mpiexec", "-n", "2", "a"])
+    assert isinstance(launcher_for_argv(["/nonexistent/mpiexec", "a"], _user_library("mpich")), HydraLauncher)
+
+
+def test_rank_env_srun_uses_export_for_the_tasks_only() -> None:
+    command = rank_env_command(["srun", "-n", "4", "./app"], RANK_ENV)
+    assert command.argv == ("srun", "--export=ALL,LD_PRELOAD=/c/tmpi.so,TUNEMPI_MODE=profile", "-n", "4", "./app")
+    assert dict(command.env) == {}
+    command = rank_env_command(["srun", "-n", "4", "--export=HOME,PATH", "./app"], RANK_ENV)
+    assert command.argv[3] == "--export=HOME,PATH,LD_PRELOAD=/c/tmpi.so,TUNEMPI_MODE=profile"
+    command = rank_env_command(["srun", "--export", "NONE", "./app"], RANK_ENV)
+    assert command.argv == ("srun", "--export=LD_PRELOAD=/c/tmpi.so,TUNEMPI_MODE=profile", "./app")
+    with pytest.raises(UsageError, match="','"):
+        rank_env_command(["srun", "./app"], {"X": "a,b"})
+
+
+def test_rank_env_for_a_plain_program_goes_in_its_environment() -> None:
+    command = rank_env_command(["./app", "1"], RANK_ENV)
+    assert command.argv == ("./app", "1") and dict(command.env) == RANK_ENV

@@ -244,3 +244,67 @@ def test_hung_probe_is_killed_with_its_children(tmp_path, monkeypatch):
         time.sleep(0.1)
     else:
         pytest.fail(f"child {child} of the hung probe survived")
+
+
+# --- eager/rendezvous threshold knobs ------------------------------------------------------------------
+MPICH_P2P_CVARS = {"MPIR_CVAR_CH4_CMA_ENABLE": 1, "MPIR_CVAR_CH4_IPC_CMA_P2P_THRESHOLD": 8192,
+                   "MPIR_CVAR_CH4_SHM_POSIX_IQUEUE_CELL_SIZE": 8192, "MPIR_CVAR_CH4_OFI_EAGER_THRESHOLD": -1,
+                   "MPIR_CVAR_CH3_EAGER_MAX_MSG_SIZE": 131072, "MPIR_CVAR_NEMESIS_SHM_EAGER_MAX_SZ": -1}
+
+
+def _mpich_with(device: str, values: dict[str, int]) -> MpichAdapter:
+    library = MPILibrary("mpich", "5.0.2", "", device, Path("/nonexistent"), Path("/nonexistent/bin/mpicc"),
+                         Path("/nonexistent/bin/mpiexec"))
+    return MpichAdapter(library, {}, cvar_values=values)
+
+
+def test_mpich_ch4_ucx_knobs_same_node_and_across_nodes() -> None:
+    adapter = _mpich_with("ch4:ucx ofi", MPICH_P2P_CVARS)
+    same_node = adapter.eager_threshold_knobs(intra_node=True, inter_node=False)
+    assert [(k.name, k.locality, k.default, k.powers_of_two) for k in same_node] == [
+        ("MPIR_CVAR_CH4_IPC_CMA_P2P_THRESHOLD", "intra-node", 8192, False),
+        ("MPIR_CVAR_CH4_SHM_POSIX_IQUEUE_CELL_SIZE", "intra-node", 8192, True),
+    ]
+    across = adapter.eager_threshold_knobs(intra_node=False, inter_node=True)
+    assert [(k.name, k.default) for k in across] == [("UCX_RNDV_THRESH", None)]  # ucx: the first netmod
+
+
+def test_mpich_knobs_follow_the_device_and_the_cvars_the_library_has() -> None:
+    ofi = _mpich_with("ch4:ofi", MPICH_P2P_CVARS).eager_threshold_knobs(intra_node=False, inter_node=True)
+    assert [(k.name, k.default) for k in ofi] == [("MPIR_CVAR_CH4_OFI_EAGER_THRESHOLD", None)]  # -1: auto
+    no_cma = _mpich_with("ch4:ucx", {**MPICH_P2P_CVARS, "MPIR_CVAR_CH4_CMA_ENABLE": 0}).eager_threshold_knobs()
+    assert [k.name for k in no_cma] == ["MPIR_CVAR_CH4_SHM_POSIX_IQUEUE_CELL_SIZE"]
+    ch3 = _mpich_with("ch3:nemesis", MPICH_P2P_CVARS).eager_threshold_knobs(inter_node=True)
+    assert [k.name for k in ch3] == ["MPIR_CVAR_NEMESIS_SHM_EAGER_MAX_SZ", "MPIR_CVAR_CH3_EAGER_MAX_MSG_SIZE"]
+    assert _mpich_with("ch4:ucx", {}).eager_threshold_knobs() == []  # names only where MPI_T lists them
+
+
+OMPI_P2P_CVARS = {"btl_sm_eager_limit": 4096, "btl_vader_eager_limit": 4096, "btl_tcp_eager_limit": 65536}
+
+
+def test_openmpi_knobs_follow_the_selected_pml() -> None:
+    probed: list[int] = []
+
+    def probe_pml() -> str:
+        probed.append(1)
+        return "ob1"
+
+    adapter = OpenMPIAdapter(_library("openmpi"), {}, cvar_values=OMPI_P2P_CVARS, pml_probe=probe_pml)
+    knobs = adapter.eager_threshold_knobs(intra_node=True, inter_node=True)
+    assert [(k.name, k.locality, k.default) for k in knobs] == [
+        ("OMPI_MCA_btl_sm_eager_limit", "intra-node", 4096), ("OMPI_MCA_btl_tcp_eager_limit", "inter-node", 65536)]
+    adapter.eager_threshold_knobs()
+    assert probed == [1]  # the pml is probed once per adapter
+    ucx = adapter.eager_threshold_knobs(intra_node=True, inter_node=True, pml="ucx")
+    assert [(k.name, k.locality) for k in ucx] == [("UCX_RNDV_THRESH", "intra-node, inter-node")]
+    assert adapter.eager_threshold_knobs(pml="cm") == []  # the MTL's provider decides
+
+
+def test_parse_selected_pml_from_verbose_output() -> None:
+    from tunempi.mpi.openmpi import parse_selected_pml
+
+    text = ("[vm:1] select: init returned failure for component cm\n[vm:1] select: initializing pml component ob1\n"
+            "[vm:1] select: init returned priority 20\n[vm:1] selected ob1 best priority 20\n"
+            "[vm:1] select: component ob1 selected\n")
+    assert parse_selected_pml(text) == "ob1"
+    assert parse_selected_pml("nothing here") is None

@@ -1,4 +1,5 @@
-"""Advice from a profile: savings, what is worth tuning, the eager verdict, the dataset source (no MPI)."""
+"""Advice from a profile: savings, what is worth tuning, the tune command, the eager search space; the
+dataset source, and the results store with measured and model-predicted cells (no MPI)."""
 
 from __future__ import annotations
 
@@ -10,16 +11,22 @@ from rich.console import Console
 from typer.testing import CliRunner
 
 from tunempi.cli.main import app
+from tunempi.mpi.library import MPILibrary
+from tunempi.mpi.mpich import MpichAdapter
+from tunempi.mpi.vendor import ThresholdKnob
 from tunempi.profile.advise import (
     Cell,
     CellPerformance,
     DatasetSource,
     advise,
+    eager_search_space,
     eager_verdict,
     tune_command,
 )
 from tunempi.profile.reader import P2PBucket, parse_profile
-from tunempi.store.dataset import DatasetRow, write_dataset
+from tunempi.space.params import load_space, parse_toml
+from tunempi.store.dataset import DatasetRow
+from tunempi.store.results import Measurement, ResultStore
 
 BOUNDS = [2048, 4096, 8192, 16384, 32768, 65536, None]
 
@@ -84,8 +91,10 @@ def test_advise_predicts_savings_per_run_and_picks_what_is_worth_tuning() -> Non
     assert top.saving_s == pytest.approx(1000 * 6e-6)  # 1000 calls per rank x 6 us
     assert top.share_of_run == pytest.approx(8e-3 / 40e-3)
     assert advice.worth_tuning == ("allreduce",)  # 6 ms of a 10 ms run; bcast saves nothing
-    assert tune_command(advice, "mpich") == (
-        "tunempi tune --mpi mpich --collectives allreduce --nodes 2 --ppn 2 --max-msg 8 --out tuned")
+    command = tune_command(advice, "mpich", db="r.sqlite")
+    assert command is not None and command.text == (
+        "tunempi tune --mpi mpich --collectives allreduce --nodes 2 --ppn 2 --min-msg 8 --max-msg 8 "
+        "--db r.sqlite --out tuned")
 
 
 def test_small_savings_are_not_worth_tuning() -> None:
@@ -109,20 +118,164 @@ def test_dataset_source_exact_nearest_and_unknown() -> None:
     assert source.performance(Cell("allreduce", 8, 2, 4, 8)) is None  # another scale
 
 
-def test_advise_cli(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+# --- against a real results database ------------------------------------------------------------------
+FP = "mpich-5.0.2-abcdef"
+
+
+def measurement(algorithm: str, size: int, median_us: float, run: int = 0, ranks: int = 4, nodes: int = 2,
+                fingerprint: str = FP) -> Measurement:
+    return Measurement(fingerprint, "mpich-5.0.2", "allreduce", algorithm, ranks, size, nodes=nodes,
+                       ppn=ranks // nodes, run=run, median_us=median_us, mean_us=median_us * 1.5)
+
+
+def fake_library() -> MPILibrary:
+    prefix = Path("/nonexistent/mpich")
+    return MPILibrary("mpich", "5.0.2", "MPICH Version: 5.0.2", "ch4:ucx", prefix, prefix / "bin/mpicc",
+                      prefix / "bin/mpiexec")
+
+
+class KnownLibrary:
+    """Stands in for discovery: the library's fingerprint is FP; its adapter an MpichAdapter built from
+    known MPI_T values (no MPI needed); the library's default tree says 'ring' where asked."""
+
+    def __init__(self, monkeypatch: pytest.MonkeyPatch, default_choice: str | None = None) -> None:
+        import tunempi.mpi.discovery as discovery
+
+        library = fake_library()
+        monkeypatch.setattr(type(library), "fingerprint", property(lambda self: FP))
+        adapter = MpichAdapter(library, {}, cvar_values={"MPIR_CVAR_CH4_CMA_ENABLE": 1,
+                                                         "MPIR_CVAR_CH4_IPC_CMA_P2P_THRESHOLD": 8192,
+                                                         "MPIR_CVAR_CH4_SHM_POSIX_IQUEUE_CELL_SIZE": 8192})
+        monkeypatch.setattr(adapter, "default_choice", lambda *args: default_choice)
+        monkeypatch.setattr(discovery, "resolve_library", lambda spec: library)
+        monkeypatch.setattr(discovery, "adapter_for", lambda lib: adapter)
+
+
+def run_advise(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, data: dict, *extra: str) -> str:
     import tunempi.cli.advise as cli_advise
-    import tunempi.profile.stopgap as stopgap
 
     monkeypatch.setattr(cli_advise, "_out", Console(width=250))
-    monkeypatch.setattr(stopgap, "resolve_library", lambda spec: type("L", (), {"name": "mpich-5.0.2"})())
-    monkeypatch.setattr(stopgap, "eager_threshold_knobs", lambda library: ["UCX_RNDV_THRESH"])
-    data = profile_data()
-    data["p2p_histogram"]["bytes"] = [0, 0, 9000, 0, 0, 0, 1000]
     (tmp_path / "p.json").write_text(json.dumps(data))
-    write_dataset([row("default", 8, 10.0), row("ring", 8, 4.0)], tmp_path / "d.csv")
-    result = CliRunner().invoke(app, ["advise", "--profile", str(tmp_path / "p.json"), "--dataset",
-                                      str(tmp_path / "d.csv"), "--mpi", "mpich"])
+    result = CliRunner().invoke(app, ["advise", "--profile", str(tmp_path / "p.json"), "--db",
+                                      str(tmp_path / "r.sqlite"), "--mpi", "mpich", *extra])
     assert result.exit_code == 0, result.output
-    assert "tunempi tune --mpi mpich --collectives allreduce --nodes 2 --ppn 2 --max-msg 8" in result.output
-    assert "eager limit: worth searching (90% of point-to-point bytes" in result.output
-    assert 'name = "UCX_RNDV_THRESH"' in result.output and "low = 2048  high = 16384" in result.output
+    return result.output
+
+
+def test_advise_from_the_store_gives_the_measured_best_and_saving(tmp_path: Path,
+                                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    with ResultStore(tmp_path / "r.sqlite") as store:
+        store.add_many([
+            measurement("default", 8, 9.0), measurement("default", 8, 11.0, run=1),  # median 10 us
+            measurement("ring", 8, 4.0), measurement("ring", 8, 40.0, run=1), measurement("ring", 8, 4.0, run=2),
+            measurement("recursive_doubling", 8, 5.0),
+            measurement("ring", 8, 1.0, fingerprint="mpich-5.0.2-otherbuild"),  # another build: not used
+            Measurement(FP, "mpich-5.0.2", "bcast", "auto", 4, 1000, nodes=2, ppn=2, median_us=5.0),
+            Measurement(FP, "mpich-5.0.2", "bcast", "binomial", 4, 1000, nodes=2, ppn=2, median_us=6.0),
+        ])
+    KnownLibrary(monkeypatch)
+    output = run_advise(tmp_path, monkeypatch, profile_data())
+    assert "measurements from" in output and "8 runs of this build of mpich-5.0.2" in output
+    lines = {line.split("│")[1].strip(): line for line in output.splitlines() if line.count("│") > 5}
+    # allreduce 8 B: default median 10 us, best ring (median of 4, 40, 4 = 4 us): 1000 calls/rank x 6 us
+    assert "ring 4.00us" in lines["allreduce"] and "10.00us" in lines["allreduce"]
+    assert "measured" in lines["allreduce"] and "6.00ms" in lines["allreduce"]
+    # bcast 1000 B: the library's own choice (stored as "auto") is already the best: no saving
+    assert "auto" not in lines["bcast"] and "default 5.00us" in lines["bcast"] and "0.00us" in lines["bcast"]
+    assert "worth tuning (predicted saving per run, at least 1% of the run time): allreduce 6.00ms" in output
+    assert ("tunempi tune --mpi mpich --collectives allreduce --nodes 2 --ppn 2 --min-msg 8 --max-msg 8 --db "
+            f"{tmp_path / 'r.sqlite'} --out tuned") in output
+
+
+def test_advise_predicts_unmeasured_sizes_with_the_model(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    laws = {"default": (10.0, 0.01), "ring": (20.0, 0.002), "recursive_doubling": (5.0, 0.02)}
+    with ResultStore(tmp_path / "r.sqlite") as store:
+        store.add_many([measurement(name, size, a + b * size)
+                        for name, (a, b) in laws.items() for size in (2 ** k for k in range(3, 17))])
+    sources = ("measured", "predicted")
+    data = profile_data()
+    data["collectives"] = [  # 3000 B and 24 B were never measured; 8 B was
+        {**data["collectives"][0], "size_lo": 2049, "size_hi": 4096, "bytes": 4000 * 3000, "exact_sizes": {"3000": 4000}},
+        {**data["collectives"][0], "size_lo": 17, "size_hi": 32, "calls": 40, "bytes": 40 * 24, "time_ns": 4000,
+         "exact_sizes": {"24": 40}},
+    ]
+    KnownLibrary(monkeypatch, default_choice=None)
+    output = run_advise(tmp_path, monkeypatch, data, "--top", "0")
+    rows = [line for line in output.splitlines() if line.count("│") > 5 and "allreduce" in line]
+    by_size = {line.split("│")[4].strip(): line for line in rows}
+    assert set(by_size) == {"3000B", "24B"} and all(any(s in r for s in sources) for r in rows)
+    assert "predicted" in by_size["3000B"] and "predicted" in by_size["24B"]
+    assert "ring" in by_size["3000B"] and "recursive_doubling" in by_size["24B"]  # the laws' winners there
+
+    from tunempi.profile.sources import PredictedCells
+    with ResultStore(tmp_path / "r.sqlite") as store:
+        model = PredictedCells(store.query())
+    perf = model.performance(Cell("allreduce", 4, 2, 2, 3000))
+    assert perf is not None and perf.source == "predicted" and perf.best_algorithm == "ring"
+    assert perf.default_us == pytest.approx(40.0, rel=0.1) and perf.best_us == pytest.approx(26.0, rel=0.1)
+
+
+def test_eager_space_on_both_sides_of_thirty_percent(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    with ResultStore(tmp_path / "r.sqlite") as store:
+        store.add(measurement("default", 8, 10.0))
+    KnownLibrary(monkeypatch)
+    below = profile_data()
+    below["header"]["nodes"] = 1
+    below["p2p_histogram"]["bytes"] = [710, 290, 0, 0, 0, 0, 0]  # 29 % in 2 - 64 KiB
+    space = tmp_path / "eager.toml"
+    output = run_advise(tmp_path, monkeypatch, below, "--space-out", str(space))
+    assert "eager limit: not worth searching (29% of point-to-point bytes" in output and not space.exists()
+
+    above = profile_data()
+    above["header"].update(nodes=1, ranks=4, command=["./app", "-x"])
+    above["p2p_histogram"]["bytes"] = [600, 100, 300, 0, 0, 0, 0]  # 40 %, busiest (4, 8] KiB
+    output = run_advise(tmp_path, monkeypatch, above, "--space-out", str(space))
+    assert "eager limit: worth searching (40% of point-to-point bytes" in output
+    assert f"tunempi search --space {space} -- mpiexec -n 4 ./app -x" in output
+    loaded = load_space(space)  # the search's own loader accepts it
+    assert loaded.library == "mpich-5.0.2"
+    cma = loaded["MPIR_CVAR_CH4_IPC_CMA_P2P_THRESHOLD"]
+    assert (cma.low, cma.high, cma.log, cma.default) == (2048, 16384, True, 8192)
+    cells = loaded["MPIR_CVAR_CH4_SHM_POSIX_IQUEUE_CELL_SIZE"]
+    assert cells.grid() == (2048, 4096, 8192, 16384) and cells.default == 8192  # powers of two only
+    assert "UCX_RNDV_THRESH" not in loaded.names  # one node: the netmod is not used
+
+
+def test_eager_space_keeps_within_the_library_limits() -> None:
+    """MPICH 5.0.2 aborts MPI_Init with cells larger than its pack buffer (16 KiB): a busy (32, 64] KiB
+    bucket searches 16 - 128 KiB, the cell size only up to 16 KiB; the CMA threshold over the whole range."""
+    library = fake_library()
+    adapter = MpichAdapter(library, {}, cvar_values={"MPIR_CVAR_CH4_CMA_ENABLE": 1,
+                                                     "MPIR_CVAR_CH4_IPC_CMA_P2P_THRESHOLD": 8192,
+                                                     "MPIR_CVAR_CH4_SHM_POSIX_IQUEUE_CELL_SIZE": 8192,
+                                                     "MPIR_CVAR_CH4_PACK_BUFFER_SIZE": 16384})
+    knobs = adapter.eager_threshold_knobs()
+    assert [k.maximum for k in knobs] == [None, 16384]
+    verdict = eager_verdict(buckets([100, 0, 0, 0, 0, 900, 0]))
+    assert (verdict.low, verdict.high) == (16384, 131072)
+    text = eager_search_space(verdict, knobs, library="mpich-5.0.2")
+    assert text is not None
+    space = parse_toml(text, "eager.toml")
+    assert space["MPIR_CVAR_CH4_SHM_POSIX_IQUEUE_CELL_SIZE"].grid() == (16384,)
+    cma = space["MPIR_CVAR_CH4_IPC_CMA_P2P_THRESHOLD"]
+    assert (cma.low, cma.high, cma.default) == (16384, 131072, None)  # 8 KiB default lies outside
+    tight = [k for k in knobs if k.maximum is not None]
+    only_cells = eager_search_space(eager_verdict(buckets([0, 0, 0, 0, 0, 0, 0])), tight, library="x")
+    assert only_cells is None  # not worth searching
+    narrow = [ThresholdKnob("CELLS", "shm", "intra-node", 8192, powers_of_two=True, maximum=4096)]
+    assert eager_search_space(verdict, narrow, library="x") is None  # nothing of 16 - 128 KiB fits
+
+
+def test_eager_knobs_follow_where_the_ranks_ran(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """One rank per node on two nodes: only the cross-node knob (MPICH ch4:ucx: UCX's threshold)."""
+    with ResultStore(tmp_path / "r.sqlite") as store:
+        store.add(measurement("default", 8, 10.0))
+    KnownLibrary(monkeypatch)
+    data = profile_data()
+    data["header"].update(nodes=2, hosts={"n1": 1, "n2": 1}, ranks=2)
+    data["p2p_histogram"]["bytes"] = [0, 0, 0, 0, 1000, 0, 0]  # all in (16, 32] KiB
+    space = tmp_path / "eager.toml"
+    run_advise(tmp_path, monkeypatch, data, "--space-out", str(space))
+    loaded = load_space(space)
+    assert loaded.names == ("UCX_RNDV_THRESH",)
+    assert (loaded["UCX_RNDV_THRESH"].low, loaded["UCX_RNDV_THRESH"].high) == (8192, 65536)

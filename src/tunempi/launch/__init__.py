@@ -15,7 +15,9 @@ from tunempi.launch.launchers import (
     SrunLauncher,
     get_launcher,
     launcher_for,
+    launcher_for_argv,
     launcher_in_command,
+    rank_env_command,
     register_launcher,
 )
 from tunempi.launch.process import (
@@ -32,6 +34,7 @@ from tunempi.launch.topology import group_nodes, read_group_file
 __all__ = [
     "LAUNCHERS", "SCHEDULING_MODES", "BenchJob", "GroupScheduler", "Placement", "plan_waves", "HydraLauncher", "InteractiveLaunch", "LaunchCommand", "LaunchError", "LaunchResult",
     "LaunchSpec", "LaunchTimeout", "Launcher", "NodeAllocation", "OpenMPILauncher", "SrunLauncher",
-    "expand_counts", "expand_hostlist", "get_launcher", "group_nodes", "launcher_for", "launcher_in_command", "local_cores",
+    "expand_counts", "expand_hostlist", "get_launcher", "group_nodes", "launcher_for", "launcher_for_argv",
+    "launcher_in_command", "local_cores", "rank_env_command",
     "read_group_file", "register_launcher", "run_launch", "terminate_job",
 ]

@@ -10,14 +10,18 @@
 A launcher returns a `LaunchCommand`: the argv plus the variables to ADD to the launcher process's own
 environment. Running it is launch/process.py's job. `launcher_for(library)` picks the launcher that
 belongs to an MPI library from its vendor; this package knows nothing else about libraries.
+`rank_env_command(argv, env)` takes a user's own launcher command line instead of a spec and inserts
+the variables the ranks must see in that launcher's syntax (`tunempi profile -- mpiexec -n 4 ./app`).
 """
 
 from __future__ import annotations
 
 import os
+import shutil
 from abc import ABC, abstractmethod
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from types import MappingProxyType
 from typing import TYPE_CHECKING, Any, ClassVar
 
@@ -113,6 +117,15 @@ class Launcher(ABC):
         launch command (the same spelling `command` uses); [] where the environment is inherited."""
         return []
 
+    def with_rank_env(self, argv: Sequence[str], env: Mapping[str, str]) -> LaunchCommand:
+        """A user's own command line for this launcher, with `env` passed to the RANKS only.
+
+        `argv[0]` is this launcher; the variables go in as global options right after it (so they also
+        apply to every section of an MPMD command line). The launcher process itself does not get them:
+        an LD_PRELOAD meant for the ranks must not be loaded into the launcher.
+        """
+        raise NotImplementedError(f"{type(self).__name__} cannot pass variables on a user's command line")
+
     def __repr__(self) -> str:
         return f"{type(self).__name__}({self.executable!r})"
 
@@ -171,6 +184,11 @@ class HydraLauncher(Launcher):
 
     def env_args(self, env: Mapping[str, str]) -> list[str]:
         return [token for key in sorted(env) for token in ("-genv", key, env[key])]
+
+    def with_rank_env(self, argv: Sequence[str], env: Mapping[str, str]) -> LaunchCommand:
+        _check_env_names(env)
+        flags = self.env_args(env)
+        return LaunchCommand((argv[0], *flags, *argv[1:]))
 
 
 @register_launcher
@@ -247,6 +265,12 @@ class OpenMPILauncher(Launcher):
         # OMPI_*/PMIX_* and what -x names travel, so every variable is named.
         return [token for key in sorted(env) for token in ("-x", f"{key}={env[key]}")]
 
+    def with_rank_env(self, argv: Sequence[str], env: Mapping[str, str]) -> LaunchCommand:
+        # mpirun forwards nothing but what -x names (and OMPI_*/PRTE_* of its own environment).
+        _check_env_names(env)
+        flags = self.env_args(env)
+        return LaunchCommand((argv[0], *flags, *argv[1:]))
+
 
 @register_launcher
 class SrunLauncher(Launcher):
@@ -276,6 +300,90 @@ class SrunLauncher(Launcher):
         argv += ["--kill-on-bad-exit=1", "--export=ALL"]
         return LaunchCommand((*argv, *spec.extra_args, *spec.command), MappingProxyType(dict(spec.env)))
 
+    def with_rank_env(self, argv: Sequence[str], env: Mapping[str, str]) -> LaunchCommand:
+        """The variables go in `--export=...,NAME=VALUE` (for the tasks only: srun's own environment is
+        left alone, a preload meant for the ranks must not be loaded into srun). A user's `--export` list
+        is extended (`NONE` is replaced by the variables); without one, `--export=ALL,...` is added
+        right after `srun`."""
+        _check_env_names(env)
+        bad = [k for k, v in env.items() if "," in v]
+        if bad:
+            raise UsageError(f"srun: cannot pass a value containing ',' through --export: {bad}")
+        pairs = ",".join(f"{key}={env[key]}" for key in sorted(env))
+        if not pairs:
+            return LaunchCommand(tuple(argv))
+        # srun's options and the program are not told apart without srun's option table: the user's
+        # first --export (an application option of that name is unlikely) is extended, else one is added.
+        out = list(argv)
+        for i, token in enumerate(out):
+            if token.startswith("--export=") or (token == "--export" and i + 1 < len(out)):
+                value = token[len("--export="):] if token.startswith("--export=") else out.pop(i + 1)
+                out[i] = f"--export={pairs}" if value.upper() == "NONE" else f"--export={value},{pairs}"
+                return LaunchCommand(tuple(out))
+        return LaunchCommand((out[0], f"--export=ALL,{pairs}", *out[1:]))
+
+
+def _check_env_names(env: Mapping[str, str]) -> None:
+    bad = [k for k in env if not k or "=" in k]
+    if bad:
+        raise UsageError(f"launch: bad environment variable name(s): {bad}")
+
+
+#: Launcher executables recognised by name on a user's command line.
+_HYDRA_NAMES = frozenset({"mpiexec.hydra", "mpiexec.mpich", "mpirun.mpich"})
+_OPENMPI_NAMES = frozenset({"mpirun.openmpi", "mpiexec.openmpi", "orterun", "prterun", "prun"})
+_GENERIC_NAMES = frozenset({"mpiexec", "mpirun"})
+#: Files next to a generic mpiexec/mpirun that tell whose launcher it is.
+_HYDRA_MARKERS = ("hydra_pmi_proxy", "mpiexec.hydra", "mpichversion")
+_OPENMPI_MARKERS = ("prterun", "orterun", "ompi_info")
+
+
+def launcher_for_argv(argv: Sequence[str], library: MPILibrary | None = None) -> Launcher | None:
+    """The launcher a user's command line starts with, or None when it is no launcher (a singleton
+    program or a script).
+
+    Specific names (`mpiexec.hydra`, `mpirun.openmpi`, `prterun`, `srun`, ...) decide by themselves. A
+    generic `mpiexec`/`mpirun` is Hydra or Open MPI's after the files next to it (`hydra_pmi_proxy`,
+    `prterun`, ...), else after `library`'s vendor.
+    """
+    if not argv:
+        raise UsageError("no command given; e.g. mpiexec -n 4 ./app")
+    executable = str(argv[0])
+    name = os.path.basename(executable)
+    if name == "srun":
+        return SrunLauncher(executable)
+    if name in _HYDRA_NAMES:
+        return HydraLauncher(executable)
+    if name in _OPENMPI_NAMES:
+        return OpenMPILauncher(executable)
+    if name not in _GENERIC_NAMES:
+        return None
+    where = shutil.which(executable)
+    if where:
+        directory = Path(os.path.realpath(where)).parent
+        if any((directory / marker).exists() for marker in _HYDRA_MARKERS):
+            return HydraLauncher(executable)
+        if any((directory / marker).exists() for marker in _OPENMPI_MARKERS):
+            return OpenMPILauncher(executable)
+    if library is not None and library.vendor in VENDOR_LAUNCHERS:
+        return get_launcher(VENDOR_LAUNCHERS[library.vendor], executable=executable)
+    raise UsageError(
+        f"cannot tell whose launcher {executable!r} is (Hydra or Open MPI); give --mpi, or the launcher's "
+        f"specific name ({', '.join(sorted(_HYDRA_NAMES | _OPENMPI_NAMES))})"
+    )
+
+
+def rank_env_command(
+    argv: Sequence[str], env: Mapping[str, str], library: MPILibrary | None = None
+) -> LaunchCommand:
+    """A user's command line with `env` passed to its ranks: on the launcher's command line for a
+    recognised launcher (launcher_for_argv), else in the environment of the command itself."""
+    launcher = launcher_for_argv(argv, library)
+    if launcher is None:
+        _check_env_names(env)
+        return LaunchCommand(tuple(str(a) for a in argv), MappingProxyType(dict(env)))
+    return launcher.with_rank_env([str(a) for a in argv], env)
+
 
 #: The launcher that belongs to each vendor's own library.
 VENDOR_LAUNCHERS: Mapping[str, str] = MappingProxyType({"mpich": "hydra", "openmpi": "mpirun"})
@@ -298,18 +406,9 @@ def launcher_for(library: MPILibrary, *, use_srun: bool = False, **options: Any)
 
 
 
-#: Executable names (without a .suffix such as .hydra or .mpich) recognised as a launcher in a user's command.
-MPI_LAUNCHER_NAMES: tuple[str, ...] = ("mpiexec", "mpirun")
-
-
 def launcher_in_command(argv: Sequence[str], library: MPILibrary) -> Launcher | None:
     """The launcher a user's command starts with (`mpiexec ...`, `mpirun ...`, `srun ...`), or None
-    when it starts the program directly. MPI launchers are taken to belong to `library`."""
-    if not argv:
-        return None
-    name = os.path.basename(str(argv[0])).split(".")[0]
-    if name == "srun":
-        return SrunLauncher(argv[0])
-    if name in MPI_LAUNCHER_NAMES:
-        return launcher_for(library)
-    return None
+    when it starts the program directly; a generic name nothing else places belongs to `library`."""
+    # One recogniser for every user command line (launcher_for_argv): a generic mpiexec/mpirun is told
+    # apart by the files next to it, so a site's launcher is not mistaken for the library's own.
+    return launcher_for_argv(argv, library) if argv else None

@@ -30,7 +30,15 @@ from tunempi.config import cache_dir, env_value
 from tunempi.errors import MPIError, UsageError
 from tunempi.mpi import mpich, openmpi
 from tunempi.mpi.library import VENDORS, MPILibrary
-from tunempi.mpi.probe import PROBE_SOURCE, ProbeCrash, probe_build_library, probe_library, read_cvars
+from tunempi.mpi.probe import (
+    PROBE_SOURCE,
+    ProbeCrash,
+    build_probe,
+    probe_build_library,
+    probe_env,
+    probe_library,
+    read_cvars,
+)
 from tunempi.mpi.vendor import Algorithm, VendorAdapter
 
 _log = logging.getLogger(__name__)
@@ -392,6 +400,7 @@ def _apply_verification(
 def adapter_from_info(info: LibraryInfo) -> VendorAdapter:
     catalog, defaults = catalog_of(info)
     names = [c["name"] for c in info.cvars]
+    values = {c["name"]: c["value"] for c in info.cvars if "value" in c}
     if info.library.vendor == "mpich":
         compositions = {}
         for collective in mpich.COLLECTIVE_TOKENS:
@@ -399,8 +408,25 @@ def adapter_from_info(info: LibraryInfo) -> VendorAdapter:
             if cvar is not None:
                 compositions[collective] = mpich.parse_composition_description(cvar.get("description", ""))
         return mpich.MpichAdapter(info.library, catalog, defaults, names, compositions,
-                                  mpich.fallback_values(info.cvars), mpich.posix_values(info.cvars))
-    return openmpi.OpenMPIAdapter(info.library, catalog, defaults, names)
+                                  mpich.fallback_values(info.cvars), mpich.posix_values(info.cvars),
+                                  cvar_values=values)
+    return openmpi.OpenMPIAdapter(info.library, catalog, defaults, names, cvar_values=values,
+                                  pml_probe=lambda: openmpi_selected_pml(info.library))
+
+
+def openmpi_selected_pml(library: MPILibrary) -> str | None:
+    """Which pml Open MPI selects on this machine: the probe runs once as a singleton with the pml
+    framework's verbose output on (measured: Open MPI 5.0.11 here selects ob1; cm and ucx decline)."""
+    try:
+        binary = build_probe(library)
+        result = subprocess.run(
+            [str(binary), "--only", "pml", "--no-pvars"], env=probe_env(openmpi.PML_VERBOSE_ENV),
+            capture_output=True, text=True, timeout=60, stdin=subprocess.DEVNULL, start_new_session=True,
+        )
+    except (OSError, subprocess.TimeoutExpired, MPIError) as exc:
+        _log.warning("cannot tell which pml %s selects: %s", library.name, exc)
+        return None
+    return openmpi.parse_selected_pml(result.stdout + result.stderr)
 
 
 def adapter_for(library: MPILibrary) -> VendorAdapter:

@@ -16,12 +16,20 @@ An unknown name in the env var makes MPI_Init segfault, so every name is checked
 from __future__ import annotations
 
 import re
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
+from typing import Any
 
-from tunempi.errors import UsageError
+from tunempi.errors import TunempiError, UsageError
 from tunempi.mpi.library import MPILibrary
 from tunempi.mpi.ucx import UCX_TUNABLES
-from tunempi.mpi.vendor import Algorithm, CvarSwitch, Tunable, VendorAdapter, format_parameter_value
+from tunempi.mpi.vendor import (
+    Algorithm,
+    CvarSwitch,
+    ThresholdKnob,
+    Tunable,
+    VendorAdapter,
+    format_parameter_value,
+)
 
 DEFAULT_NAME = "auto"
 
@@ -47,6 +55,26 @@ TUNING_FILE_CVARS: tuple[str, ...] = (
     "MPIR_CVAR_CH4_COLL_SELECTION_TUNING_JSON_FILE",
     "MPIR_CVAR_CH4_POSIX_COLL_SELECTION_TUNING_JSON_FILE",
 )
+
+
+#: Point-to-point protocol thresholds, by transport (cvar names as MPICH spells them; each is only
+#: offered when the library's MPI_T lists it).
+CMA_ENABLE_CVAR = "MPIR_CVAR_CH4_CMA_ENABLE"
+CMA_THRESHOLD_CVAR = "MPIR_CVAR_CH4_IPC_CMA_P2P_THRESHOLD"
+IQUEUE_CELL_SIZE_CVAR = "MPIR_CVAR_CH4_SHM_POSIX_IQUEUE_CELL_SIZE"
+PACK_BUFFER_SIZE_CVAR = "MPIR_CVAR_CH4_PACK_BUFFER_SIZE"
+OFI_EAGER_CVAR = "MPIR_CVAR_CH4_OFI_EAGER_THRESHOLD"
+CH3_EAGER_CVAR = "MPIR_CVAR_CH3_EAGER_MAX_MSG_SIZE"
+NEMESIS_SHM_EAGER_CVAR = "MPIR_CVAR_NEMESIS_SHM_EAGER_MAX_SZ"
+#: UCX's own variable (not an MPI_T cvar): the size from which UCX uses its rendezvous protocol.
+UCX_RNDV_THRESH = "UCX_RNDV_THRESH"
+
+
+def device_parts(device: str) -> tuple[str, list[str]]:
+    """('ch4', ['ucx', 'ofi']) from MPICH's device string 'ch4:ucx ofi' (netmods in build order; the
+    first is used unless MPIR_CVAR_CH4_NETMOD says otherwise)."""
+    channel, _, rest = device.strip().partition(":")
+    return channel.strip(), rest.replace(",", " ").split()
 
 
 #: What MPICH does when a forced algorithm does not fit the arguments (error | print | silent).
@@ -261,12 +289,15 @@ class MpichAdapter(VendorAdapter):
         compositions: dict[str, list[tuple[int, str]]] | None = None,
         fallback_values: dict[str, int] | None = None,
         posix_values: dict[str, dict[str, int]] | None = None,
+        cvar_values: Mapping[str, Any] | None = None,
     ) -> None:
         super().__init__(library, catalog, defaults)
-        self.cvar_names = frozenset(cvar_names)
+        self.cvar_values = dict(cvar_values or {})  # name -> default value read through MPI_T
+        self.cvar_names = frozenset(cvar_names) | frozenset(self.cvar_values)
         self._compositions = compositions or {}
         self._fallback_values = fallback_values or {}  # MPIR_CVAR_COLLECTIVE_FALLBACK: name -> int
         self._posix_values = posix_values or {}  # collective -> POSIX-level algorithm name -> int
+        self._trees: dict[str, dict] | None = None  # built-in selection trees, read on first use
 
     def default_name(self) -> str:
         return DEFAULT_NAME
@@ -312,6 +343,77 @@ class MpichAdapter(VendorAdapter):
             raise UsageError(f"unknown tuning-file mechanism {mechanism!r} for {self.library.name}; "
                              f"valid: {', '.join(valid)}")
         return {mechanism: path}
+
+    def _knob(self, cvar: str, transport: str, locality: str, powers_of_two: bool = False,
+              maximum: int | None = None) -> ThresholdKnob | None:
+        if cvar not in self.cvar_names:
+            return None
+        value = self.cvar_values.get(cvar)
+        default = int(value) if isinstance(value, int) and value >= 0 else None  # -1: "the library decides"
+        return ThresholdKnob(cvar, transport, locality, default, powers_of_two, maximum)
+
+    def eager_threshold_knobs(self, *, intra_node: bool = True, inter_node: bool = False) -> list[ThresholdKnob]:
+        """ch4, same node: the POSIX shm module sends a message in iqueue cells (eager, payload up to a
+        cell) and, from the CMA threshold on, by a single copy after a handshake (rendezvous); both are
+        MPI_T cvars. ch4 across nodes: the netmod's threshold (UCX: UCX_RNDV_THRESH; OFI: its eager cvar).
+        ch3: its eager cvars."""
+        channel, netmods = device_parts(self.library.device)
+        knobs: list[ThresholdKnob | None] = []
+        if channel == "ch3":
+            if intra_node:
+                knobs.append(self._knob(NEMESIS_SHM_EAGER_CVAR, "Nemesis shared memory", "intra-node"))
+            if inter_node:
+                knobs.append(self._knob(CH3_EAGER_CVAR, "ch3 network module", "inter-node"))
+            return [k for k in knobs if k is not None]
+        if intra_node:
+            cma_enabled = self.cvar_values.get(CMA_ENABLE_CVAR, 1) not in (0, False)
+            if cma_enabled:
+                knobs.append(self._knob(CMA_THRESHOLD_CVAR, "POSIX shared memory: CMA single copy from this size",
+                                        "intra-node"))
+            # MPICH 5 aborts MPI_Init on a cell size that is not a power of two, and (measured on 5.0.2:
+            # 32 KiB cells abort, with a 32 KiB pack buffer they run) on cells larger than the pack buffer.
+            pack = self.cvar_values.get(PACK_BUFFER_SIZE_CVAR)
+            knobs.append(self._knob(IQUEUE_CELL_SIZE_CVAR, "POSIX shared memory: eager iqueue cell size",
+                                    "intra-node", powers_of_two=True,
+                                    maximum=int(pack) if isinstance(pack, int) and pack > 0 else None))
+        if inter_node and netmods:
+            if netmods[0] == "ucx":
+                knobs.append(ThresholdKnob(UCX_RNDV_THRESH, "UCX netmod (ch4:ucx)", "inter-node"))
+            elif netmods[0] == "ofi":
+                knobs.append(self._knob(OFI_EAGER_CVAR, "OFI netmod (ch4:ofi)", "inter-node"))
+        return [k for k in knobs if k is not None]
+
+    def default_choice(self, collective: str, msg_bytes: int, ranks: int, nodes: int) -> str | None:
+        """Evaluates the library's built-in selection trees (mpi.default_tree) the way MPICH walks them.
+
+        On one node the CH4 level hands allreduce, bcast, reduce and barrier to the POSIX tree, whose
+        only leaves are `release_gather` (after MPIR_CVAR_POSIX_NUM_COLLS_THRESHOLD calls on the
+        communicator); everywhere else the MPIR tree's leaf is the algorithm (reductions assume 4-byte
+        elements, as the benchmarks do). None where the trees cannot be read or do not decide.
+        """
+        from tunempi.mpi.default_tree import default_trees, find_libmpi
+        from tunempi.writers.mpich_json import MpichCall, select_mpich
+
+        try:
+            if self._trees is None:
+                self._trees = {level: t.tree for level, t in default_trees(find_libmpi(self.library.prefix)).items()}
+            type_size = 4 if collective in ("allreduce", "reduce", "reduce_scatter", "reduce_scatter_block") else 1
+            if msg_bytes % type_size:
+                type_size = 1
+            call = MpichCall.from_osu(collective, msg_bytes, ranks, type_size=type_size, hierarchical=nodes > 1)
+            if nodes == 1 and "posix" in self._trees:
+                leaf = select_mpich(self._trees["posix"], call)
+                if leaf:
+                    return leaf.rsplit(f"_{collective}_", 1)[-1]
+            leaf = select_mpich(self._trees["mpir"], call)
+        except (TunempiError, OSError, KeyError, ZeroDivisionError):
+            return None
+        if not leaf:
+            return None
+        for marker in ("_intra_", "_allcomm_"):
+            if marker in leaf:
+                return leaf.split(marker, 1)[1]
+        return leaf
 
     def compositions(self, collective: str) -> list[tuple[int, str]]:
         """MPICH 5 inter-/intra-node compositions (value, description); empty where there are none."""

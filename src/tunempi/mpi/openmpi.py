@@ -13,7 +13,8 @@ by communicators created after the write, so the caller duplicates its communica
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable, Mapping
+from typing import Any
 
 from tunempi.errors import UsageError
 from tunempi.mpi.library import MPILibrary
@@ -22,6 +23,7 @@ from tunempi.mpi.vendor import (
     DEFAULT_ALGORITHM,
     Algorithm,
     CvarSwitch,
+    ThresholdKnob,
     Tunable,
     VendorAdapter,
     format_parameter_value,
@@ -106,6 +108,19 @@ def _public_name(name: str, value: int) -> str:
     return f"{name}_{value}" if name == DEFAULT_ALGORITHM else name
 
 
+#: MCA verbosity that makes the pml framework print which component it selected (to stderr).
+PML_VERBOSE_ENV = {"OMPI_MCA_pml_base_verbose": "10"}
+_SELECTED_PML = re.compile(r"select: component (\w+) selected|selected (\w+) best priority")
+#: UCX's own variable (not an MCA parameter): the size from which UCX uses its rendezvous protocol.
+UCX_RNDV_THRESH = "UCX_RNDV_THRESH"
+
+
+def parse_selected_pml(verbose_output: str) -> str | None:
+    """The pml component named by `pml_base_verbose` output ("select: component ob1 selected")."""
+    match = _SELECTED_PML.search(verbose_output)
+    return (match.group(1) or match.group(2)) if match else None
+
+
 def enum_items_from_cvars(cvars: Iterable[dict]) -> dict[str, list[tuple[int, str]]]:
     """cvar name -> MPI_T enum items (value, name), for the coll/tuned algorithm cvars that have one."""
     return {
@@ -138,12 +153,55 @@ class OpenMPIAdapter(VendorAdapter):
         catalog: dict[str, list[Algorithm]],
         defaults: dict[str, Algorithm] | None = None,
         cvar_names: Iterable[str] = (),
+        cvar_values: Mapping[str, Any] | None = None,
+        pml_probe: Callable[[], str | None] | None = None,
     ) -> None:
         super().__init__(library, catalog, defaults)
-        self.cvar_names = frozenset(cvar_names)
+        self.cvar_values = dict(cvar_values or {})  # name -> default value read through MPI_T
+        self.cvar_names = frozenset(cvar_names) | frozenset(self.cvar_values)
+        self._pml_probe = pml_probe  # runs the library once to see which pml it selects
+        self._pml: str | None = None
 
     def default_name(self) -> str:
         return DEFAULT_NAME
+
+    def selected_pml(self) -> str | None:
+        """The point-to-point messaging layer this library selects on this machine (`ob1`, `ucx`, `cm`),
+        learnt once by running it (the choice is made per process from the local devices, so a singleton
+        on this node selects what the application's ranks on nodes like it select); None if unknown."""
+        if self._pml is None and self._pml_probe is not None:
+            self._pml = self._pml_probe()
+        return self._pml
+
+    def eager_threshold_knobs(
+        self, *, intra_node: bool = True, inter_node: bool = False, pml: str | None = None
+    ) -> list[ThresholdKnob]:
+        """pml ucx: UCX's rendezvous threshold (UCX carries shared-memory and network traffic alike).
+        pml ob1: the eager limit of the BTL that reaches the peer: btl sm on the same node, btl tcp across
+        nodes (the fabric BTLs uct/ofi have their own btl_<name>_eager_limit). pml cm: the MTL's provider
+        decides; no knob. `pml` None: the one this library selects here (selected_pml)."""
+        pml = pml or self.selected_pml()
+        knobs: list[ThresholdKnob] = []
+        if pml == "ucx":
+            where = [loc for loc, wanted in (("intra-node", intra_node), ("inter-node", inter_node)) if wanted]
+            return [ThresholdKnob(UCX_RNDV_THRESH, "UCX (pml ucx)", ", ".join(where) or "intra-node")]
+        if pml != "ob1":
+            return knobs
+        wanted = []
+        if intra_node:
+            # btl/sm was called vader before 5.0; 5.0 keeps the old names as aliases.
+            wanted.append(("intra-node", ("sm", "vader")))
+        if inter_node:
+            wanted.append(("inter-node", ("tcp",)))
+        for locality, btls in wanted:
+            for btl in btls:
+                param = f"btl_{btl}_eager_limit"
+                if param in self.cvar_names:
+                    value = self.cvar_values.get(param)
+                    knobs.append(ThresholdKnob(mca_env(param), f"pml ob1, btl {btl}", locality,
+                                               int(value) if isinstance(value, int) else None))
+                    break
+        return knobs
 
     def check_algorithm(self, collective: str, name: str) -> Algorithm:
         return self._check(collective, name)

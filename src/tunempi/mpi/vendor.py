@@ -59,6 +59,25 @@ class Tunable:
     minimum: int = 1
 
 
+@dataclass(frozen=True)
+class ThresholdKnob:
+    """A run-time parameter that moves a point-to-point protocol switch-over (eager -> rendezvous or
+    single copy) for the transport a library uses between ranks on one node or across nodes.
+
+    `name` is the environment variable that sets it at launch (what `tunempi search` applies); `default`
+    is the library's value in bytes where the library reports it (None: set elsewhere, e.g. UCX's "auto");
+    `powers_of_two` when the library only accepts powers of two; `maximum` the largest value the library
+    starts with (None: no known limit).
+    """
+
+    name: str
+    transport: str  # for people: which path it governs ("POSIX shared memory (ch4 shm)", "UCX", ...)
+    locality: str  # "intra-node" or "inter-node"
+    default: int | None = None
+    powers_of_two: bool = False
+    maximum: int | None = None
+
+
 class VendorAdapter(ABC):
     """Vendor-specific knowledge about one library. Stateless apart from the discovered catalog."""
 
@@ -147,6 +166,17 @@ class VendorAdapter(ABC):
         Write it after MPI_Init on every rank, never through the environment (MPICH: MPI_Init's own
         collectives would then fail when an ill-fitting algorithm is forced).
         """
+        return None
+
+    def eager_threshold_knobs(self, *, intra_node: bool = True, inter_node: bool = False) -> list[ThresholdKnob]:
+        """The knobs of the eager/rendezvous threshold for messages between ranks on one node
+        (`intra_node`) and across nodes (`inter_node`), for the transport the library selects at run time;
+        the first of each locality is the main one. Empty where nothing is known."""
+        return []
+
+    def default_choice(self, collective: str, msg_bytes: int, ranks: int, nodes: int) -> str | None:
+        """The algorithm the library's own selection picks for a call (OSU size convention), when that can
+        be known without running it; None otherwise (e.g. Open MPI's fixed decision rules are C code)."""
         return None
 
     def single_node_env(self) -> dict[str, str]:

@@ -4,8 +4,8 @@
 - c/: the interposer runtime (one generated wrapper layer calling per-mode hooks; profile mode here,
   the online mode of issue 6 slots in as another tmpi_mode).
 - run.py: run a launch command with the interposer preloaded into its ranks.
-- reader.py: the JSON profile as frozen records; advise.py: what is worth tuning for the application.
-- stopgap.py: library resolution and launcher env injection until mpi/ and launch/ provide them.
+- reader.py: the JSON profile as frozen records; advise.py: what is worth tuning for the application;
+  sources.py: the numbers advice uses (measured cells from the results store, the model's predictions).
 
 See docs/profile.md.
 """

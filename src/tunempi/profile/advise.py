@@ -3,7 +3,7 @@
 The profile says what the application does (`Profile.usage()`); a PerformanceSource says, per cell
 (collective, ranks, nodes, ppn, message size), how fast the library default is and which algorithm is
 best. That interface is all advice needs: the results store (measured cells) and the model (cells never
-measured) implement it; `DatasetSource` implements it from a benchmark dataset file until they land.
+measured) implement it (profile/sources.py); `DatasetSource` implements it from a benchmark dataset file.
 
 Savings are per run: a rank that makes N calls of a cell saves N x (default - best) seconds; calls in a
 profile are summed over ranks, so N = calls / ranks that made them.
@@ -11,12 +11,15 @@ profile are summed over ranks, so N = calls / ranks that made them.
 
 from __future__ import annotations
 
+import json
 import math
+import shlex
 from collections import defaultdict
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
 
+from tunempi.mpi.vendor import ThresholdKnob
 from tunempi.profile.reader import P2PBucket, Profile, UsageRow
 from tunempi.store.dataset import DatasetRow
 
@@ -37,8 +40,13 @@ class CellPerformance:
     default_us: float
     best_algorithm: str
     best_us: float
-    source: str  # "measured", "model", or "nearest measured size <n>B" (DatasetSource's fallback)
-    default_algorithm: str | None = None  # what the default resolves to, when the source knows
+    source: str  # "measured", "predicted", or "nearest measured size <n>B" (DatasetSource's fallback)
+    default_algorithm: str | None = None  # what the library's own selection picks, when that can be known
+    log_std: float | None = None  # predictions: the model's standard deviation of log latency
+
+    @property
+    def best_is_default(self) -> bool:
+        return self.best_us >= self.default_us
 
 
 class PerformanceSource(Protocol):
@@ -117,7 +125,7 @@ def advise(profile: Profile, source: PerformanceSource, *, min_saving_fraction: 
         ranks = max(row.ranks, 1)
         perf = source.performance(Cell(row.collective, row.comm_size, row.nodes, row.ppn, row.msg_size))
         saving = 0.0
-        if perf is not None and perf.best_us < perf.default_us:
+        if perf is not None and not perf.best_is_default:
             saving = (row.calls / ranks) * (perf.default_us - perf.best_us) * 1e-6
         share = row.time_s / profile.wall_s if profile.wall_s else 0.0
         cells.append(CellAdvice(row, ranks, share, perf, saving))
@@ -131,17 +139,106 @@ def advise(profile: Profile, source: PerformanceSource, *, min_saving_fraction: 
     return Advice(tuple(cells), worth, dict(by_collective), eager_verdict(profile.p2p), profile.elapsed_s)
 
 
-def tune_command(advice: Advice, mpi_spec: str) -> str | None:
-    """The `tunempi tune` command restricted to the collectives, scales and sizes the application uses."""
-    chosen = [c for c in advice.cells if c.usage.collective in advice.worth_tuning]
-    if not chosen:
+#: The collectives `tunempi tune` measures (the benchmark engine's, bench/validate.py on branch `tune`),
+#: without barrier, which has no message size to tune.
+TUNABLE_COLLECTIVES: tuple[str, ...] = (
+    "allreduce", "bcast", "allgather", "alltoall", "reduce", "reduce_scatter", "reduce_scatter_block",
+    "gather", "scatter",
+)
+
+
+@dataclass(frozen=True)
+class TuneCommand:
+    """`tunempi tune` restricted to what the application uses; `left_out` names what tune cannot take."""
+
+    argv: tuple[str, ...]
+    collectives: tuple[str, ...]
+    left_out: tuple[str, ...]
+
+    @property
+    def text(self) -> str:
+        return shlex.join(self.argv)
+
+
+def _pow2_floor(value: int) -> int:
+    return 1 << (max(value, 1).bit_length() - 1)
+
+
+def _pow2_ceil(value: int) -> int:
+    return 1 << max(0, math.ceil(math.log2(max(value, 1))))
+
+
+def tune_command(advice: Advice, mpi_spec: str, *, db: str | None = None, out: str = "tuned") -> TuneCommand | None:
+    """The `tunempi tune` command for the collectives worth tuning, restricted to the scales and sizes the
+    application uses them at: one node -> `--ranks` = the largest communicator (tune covers 2, 4, ...
+    and that size); several nodes -> `--nodes`/`--ppn` = the largest used; `--min-msg`/`--max-msg` = the
+    smallest/largest size rounded down/up to a power of two (at least 4 bytes: one reduction element)."""
+    chosen = [c for c in advice.cells if c.usage.collective in advice.worth_tuning
+              and c.usage.collective in TUNABLE_COLLECTIVES and c.usage.nodes >= 1]
+    collectives = tuple(dict.fromkeys(c.usage.collective for c in chosen))
+    left_out = tuple(name for name in advice.worth_tuning if name not in collectives)
+    if not collectives:
         return None
     nodes = max(c.usage.nodes for c in chosen)
-    ppn = max(c.usage.ppn for c in chosen)
-    max_msg = max(c.usage.msg_size for c in chosen)
-    max_msg = 1 << max(0, math.ceil(math.log2(max_msg))) if max_msg > 0 else 1
-    return (f"tunempi tune --mpi {mpi_spec} --collectives {','.join(advice.worth_tuning)} "
-            f"--nodes {nodes} --ppn {ppn} --max-msg {max_msg} --out tuned")
+    argv = ["tunempi", "tune", "--mpi", mpi_spec, "--collectives", ",".join(collectives)]
+    if nodes == 1:
+        argv += ["--ranks", str(max(c.usage.comm_size for c in chosen))]
+    else:
+        argv += ["--nodes", str(nodes), "--ppn", str(max(c.usage.ppn for c in chosen))]
+    sizes = [c.usage.msg_size for c in chosen]
+    argv += ["--min-msg", str(max(4, _pow2_floor(min(sizes)))),
+             "--max-msg", str(max(4, _pow2_ceil(max(sizes))))]
+    if db:
+        argv += ["--db", db]
+    argv += ["--out", out]
+    return TuneCommand(tuple(argv), collectives, left_out)
+
+
+# -------------------------------------------------------------------------------------- eager space
+
+
+def eager_search_space(verdict: EagerVerdict, knobs: Sequence[ThresholdKnob], *, library: str,
+                       note: str = "") -> str | None:
+    """The eager verdict as a ready `tunempi search` space (TOML, docs/search.md), or None when the
+    threshold is not worth searching or no knob fits. Every knob gets the verdict's range (a log range; a
+    list of powers of two where the library only accepts those), cut at the knob's maximum (a knob whose
+    range is then empty is left out, with a comment), and its default when inside."""
+    if not verdict.search or not knobs:
+        return None
+    lines = [f"# eager/rendezvous threshold search for {library}, written by `tunempi advise`",
+             f"# {100 * verdict.fraction:.0f}% of point-to-point bytes are sent in 2 KiB - 64 KiB "
+             f"(busiest: {verdict.busiest.label if verdict.busiest else '-'})"]
+    if note:
+        lines.append(f"# {note}")
+    lines += ["", "[space]", f"library = {_toml_str(library)}"]
+    kept = 0
+    for knob in knobs:
+        high = min(verdict.high, knob.maximum) if knob.maximum is not None else verdict.high
+        low = verdict.low
+        if knob.powers_of_two:
+            low, high = _pow2_floor(low), _pow2_floor(high)
+        if low > high:
+            lines += ["", f"# {knob.name} left out: the library does not start with values above {knob.maximum}"]
+            continue
+        kept += 1
+        lines += ["", f"# {knob.transport} ({knob.locality})"
+                  + (f"; at most {knob.maximum}, the library's limit" if high < verdict.high else ""),
+                  "[[param]]", f"name = {_toml_str(knob.name)}", "kind = \"int\""]
+        if knob.powers_of_two:
+            lines.append(f"range = \"{low}:*2:{high}\"")
+            inside = knob.default is not None and low <= knob.default <= high and _pow2_floor(knob.default) == knob.default
+        else:
+            lines += [f"low = {low}", f"high = {high}", "log = true"]
+            inside = knob.default is not None and low <= knob.default <= high
+        if inside:
+            lines.append(f"default = {knob.default}")
+    if not kept:
+        return None
+    return "\n".join(lines) + "\n"
+
+
+def _toml_str(text: str) -> str:
+    return json.dumps(text)  # a JSON string is a valid TOML basic string
 
 
 class DatasetSource:

@@ -10,9 +10,9 @@ from pathlib import Path
 
 from tunempi.config import ENV_PREFIX
 from tunempi.errors import MPIError
+from tunempi.launch import rank_env_command
 from tunempi.mpi.library import MPILibrary
 from tunempi.profile.build import build_interposer
-from tunempi.profile.stopgap import inject_env
 
 
 @dataclass(frozen=True)
@@ -43,9 +43,13 @@ def run_profiled(argv: Sequence[str], library: MPILibrary, output: Path | str) -
         # A bare launcher name means "this library's launcher": the ranks must run the library the
         # interposer was built against, whatever comes first in PATH.
         argv[0] = str(library.mpiexec)
-    command, extra_env = inject_env(argv, interposer_env(interposer, output), library.vendor)
+    # The variables reach the ranks through the launcher's own syntax (Hydra -genv, mpirun -x, srun
+    # --export); the launcher process never gets the preload (it links no MPI).
+    command = rank_env_command(argv, interposer_env(interposer, output), library)
     try:
-        result = subprocess.run(command, env={**os.environ, **extra_env})
+        # Not launch.run_launch: the application keeps the terminal (stdin for `< input`, output as it
+        # comes, uncaptured), and Ctrl-C reaches the launcher in the foreground process group as usual.
+        result = subprocess.run(list(command.argv), env=command.full_env())
     except OSError as exc:
-        raise MPIError(f"cannot run {command[0]}: {exc.strerror}") from exc
+        raise MPIError(f"cannot run {command.argv[0]}: {exc.strerror}") from exc
     return ProfileRun(result.returncode, output, output.exists())
