@@ -266,3 +266,27 @@ class MpichAdapter(VendorAdapter):
     def algorithm_cvar(self, collective: str) -> str:
         self._check_collective(collective)
         return algorithm_cvar(collective)
+
+
+def posix_algorithm_cvar(collective: str) -> str:
+    return f"MPIR_CVAR_{COLLECTIVE_TOKENS[collective]}_POSIX_INTRA_ALGORITHM"
+
+
+def posix_mpir_writes(cvars: Iterable[dict], collective: str) -> tuple[tuple[str, int], ...]:
+    """The extra MPI_T write that makes a forced MPIR-level algorithm effective on ONE node.
+
+    Measured on 5.0.2: after MPIR_CVAR_POSIX_NUM_COLLS_THRESHOLD calls on a communicator, the POSIX
+    level serves bcast/reduce/barrier/allreduce with release_gather and ignores the MPIR algorithm
+    cvar, unless MPIR_CVAR_<COLL>_POSIX_INTRA_ALGORITHM is `mpir`. Its int is the position of `mpir`
+    in the cvar's description (0 on 5.0.2, where auto is listed last), so it is read, not assumed.
+    Empty when the library has no such cvar for the collective.
+
+    TODO(lead): superseded by CvarSwitch.also once runtime_switch returns these writes itself.
+    """
+    name = posix_algorithm_cvar(collective)
+    for cvar in cvars:
+        if cvar.get("name") == name:
+            names = parse_algorithm_description(cvar.get("description", ""))
+            if "mpir" in names:
+                return ((name, names.index("mpir")),)
+    return ()

@@ -84,6 +84,7 @@ typedef struct {
 } tmpi_mode;
 
 extern const tmpi_mode tmpi_profile_mode;
+extern const tmpi_mode tmpi_online_mode; /* tmpi_online.c (issue 6) */
 
 /* ---- thread role and global state ---- */
 enum { TMPI_ROLE_UNKNOWN = 0, TMPI_ROLE_OWNER = 1, TMPI_ROLE_PASS = 2 };

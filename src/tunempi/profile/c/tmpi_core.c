@@ -19,7 +19,7 @@ static const tmpi_mode tmpi_idle_mode = {"idle", NULL, NULL, tmpi_idle_end, NULL
 const tmpi_mode *tmpi_active = &tmpi_idle_mode;
 
 /* Every mode the interposer knows; TUNEMPI_MODE picks one ("off" disables the tool). */
-static const tmpi_mode *const tmpi_modes[] = {&tmpi_profile_mode};
+static const tmpi_mode *const tmpi_modes[] = {&tmpi_profile_mode, &tmpi_online_mode};
 
 tmpi_globals_t tmpi_globals = {0, 0, 0, -1, 0, 0};
 
@@ -101,7 +101,7 @@ static const tmpi_mode *tmpi_choose_mode(void)
     for (size_t i = 0; i < sizeof tmpi_modes / sizeof tmpi_modes[0]; i++)
         if (strcmp(tmpi_modes[i]->name, name) == 0)
             return tmpi_modes[i];
-    tmpi_warn("unknown TUNEMPI_MODE=%s (valid: profile, off); running untouched", name);
+    tmpi_warn("unknown TUNEMPI_MODE=%s (valid: profile, online, off); running untouched", name);
     return NULL;
 }
 
