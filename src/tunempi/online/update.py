@@ -130,8 +130,15 @@ class UpdateResult:
     cells_predicted: int
 
 
-def _cells_to_set(collective: str, sizes: SizeRanges, layouts: Iterable[tuple[int, int, int]]) -> list[Cell]:
-    indices = [0] if collective == "barrier" else list(range(len(sizes)))
+def _cells_to_set(collective: str, sizes: SizeRanges, layouts: Iterable[tuple[int, int, int]],
+                  measured_indices: Iterable[int]) -> list[Cell]:
+    """Every layout (measured or configured) x the size ranges the model may speak for: those measured
+    for the collective at any layout, and one range either side (no farther extrapolation in size)."""
+    if collective == "barrier":
+        indices = [0]
+    else:
+        measured = set(measured_indices)
+        indices = sorted({i + d for i in measured for d in (-1, 0, 1) if 0 <= i + d < len(sizes)})
     return [Cell(collective, r, n, p, s) for r, n, p in sorted(set(layouts)) for s in indices]
 
 
@@ -155,7 +162,8 @@ def compute_update(records: Iterable[Record], switches: Mapping[str, CollectiveS
         rows = [(alg, float(b), rk, n, p, float(np.median(t)))
                 for (coll, alg, b, rk, n, p), t in per_point.items() if coll == collective]
         model = CellTimeModel(random_state=config.seed).fit(rows) if rows else None
-        for cell in _cells_to_set(collective, sizes, layouts[collective] | set(config.layouts)):
+        measured_indices = {cell.size_index for cell, _ in per_cell if cell.collective == collective}
+        for cell in _cells_to_set(collective, sizes, layouts[collective] | set(config.layouts), measured_indices):
             times: dict[str, float | None] = {}
             samples: dict[str, int] = {}
             for name in switch.names:
