@@ -25,37 +25,36 @@ _log = logging.getLogger(__name__)
 
 
 def bounded_probabilities(weights: Mapping[str, float], min_p: float, max_p: float) -> dict[str, float]:
-    """Normalise non-negative weights to probabilities with every one in [min_p, max_p].
+    """Probabilities proportional to the weights, each clipped to [min_p, max_p], summing to 1.
 
-    Bounds that cannot hold for this many algorithms are relaxed to 1/n. Values pinned at a bound stay
-    there; the rest share the remaining mass in proportion to their weights.
+    p_i = clip(c * w_i, min_p, max_p) with the scale c found by bisection: the order of the weights is
+    kept, every bound holds exactly, and algorithms pinned at the floor or the ceiling give or take the
+    mass the others need. Bounds that cannot hold for this many algorithms are relaxed to 1/n.
     """
     names = list(weights)
     n = len(names)
     if n == 0:
         return {}
     lo, hi = min(min_p, 1.0 / n), max(max_p, 1.0 / n)
-    w = {k: max(float(v), 0.0) for k, v in weights.items()}
-    if sum(w.values()) <= 0:
-        w = dict.fromkeys(names, 1.0)
-    fixed: dict[str, float] = {}
-    for _ in range(2 * n + 1):
-        free = [k for k in names if k not in fixed]
-        mass = 1.0 - sum(fixed.values())
-        total = sum(w[k] for k in free)
-        share = {k: (w[k] / total * mass if total > 0 else mass / len(free)) for k in free} if free else {}
-        low = [k for k in free if share[k] < lo - 1e-12]
-        if low:
-            fixed.update(dict.fromkeys(low, lo))
-            continue
-        high = [k for k in free if share[k] > hi + 1e-12]
-        if high:
-            fixed.update(dict.fromkeys(high, hi))
-            continue
-        fixed.update(share)
-        break
-    total = sum(fixed.values())
-    return {k: fixed[k] / total for k in names}
+    top = max((float(v) for v in weights.values()), default=0.0)
+    if not top > 0:
+        return dict.fromkeys(names, 1.0 / n)
+    w = {k: max(float(v) / top, 1e-12) for k, v in weights.items()}  # zero weights: below everything else
+
+    def total(scale: float) -> float:
+        return sum(min(max(scale * v, lo), hi) for v in w.values())
+
+    low, high = -40.0, 40.0  # log10 of the scale: total(10**-40) = n*lo <= 1 <= n*hi = total(10**40)
+    for _ in range(200):
+        middle = (low + high) / 2
+        if total(10.0 ** middle) < 1.0:
+            low = middle
+        else:
+            high = middle
+    scale = 10.0 ** high
+    p = {k: min(max(scale * v, lo), hi) for k, v in w.items()}
+    mass = sum(p.values())
+    return {k: v / mass for k, v in p.items()}
 
 
 def probabilities_from_times(times: Mapping[str, float | None], *, sharpness: float, min_p: float,
