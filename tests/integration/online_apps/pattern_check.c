@@ -5,7 +5,7 @@
  * (512/512), a linear algorithm (Open MPI basic_linear) or MPICH's tree everything on rank 0 only
  * (1024/0). Prints one line per call and rank: "P <rank> <call> <elements>", and checks every sum.
  *
- *   pattern_check CALLS
+ *   pattern_check CALLS [multiple]      (multiple: MPI_Init_thread(MPI_THREAD_MULTIPLE))
  */
 #include <mpi.h>
 #include <stdio.h>
@@ -25,7 +25,12 @@ static void counting_sum(void *in, void *inout, int *len, MPI_Datatype *type)
 
 int main(int argc, char **argv)
 {
-    MPI_Init(&argc, &argv);
+    if (argc > 2) {
+        int provided;
+        MPI_Init_thread(&argc, &argv, MPI_THREAD_MULTIPLE, &provided);
+    } else {
+        MPI_Init(&argc, &argv);
+    }
     int calls = argc > 1 ? atoi(argv[1]) : 20, rank, size;
     MPI_Comm_rank(MPI_COMM_WORLD, &rank);
     MPI_Comm_size(MPI_COMM_WORLD, &size);
