@@ -21,9 +21,15 @@ def mix64(z: int) -> int:
     return z ^ (z >> 31)
 
 
+def key(seed: int, run: int, stream: int) -> int:
+    """The key of one communicator's stream in one run (tmpi_online_key)."""
+    return mix64((seed & MASK64) ^ mix64((run & MASK64) ^ mix64(stream & MASK64)))
+
+
 def uniform(seed: int, run: int, stream: int, index: int) -> float:
-    """The draw in [0, 1) for call `index` of the communicator `stream` in run `run` (tmpi_online_uniform)."""
-    x = mix64((seed & MASK64) ^ mix64((run & MASK64) ^ mix64((stream & MASK64) ^ mix64(index & MASK64))))
+    """The draw in [0, 1) for call `index` of the communicator `stream` in run `run` (tmpi_online_uniform):
+    splitmix64 seeded with the stream's key."""
+    x = mix64((key(seed, run, stream) + (index & MASK64) * 0x9E3779B97F4A7C15) & MASK64)
     return (x >> 11) * (1.0 / 9007199254740992.0)
 
 

@@ -67,7 +67,7 @@ typedef struct {
 typedef struct {
     int enabled; /* intracommunicator whose members are all in MPI_COMM_WORLD */
     int size, nodes, ppn;
-    uint64_t stream;
+    uint64_t stream, key; /* stream id (member list) and its key in this run */
     uint64_t calls;
     const double **cum;   /* [coll * nsizes + size_index] */
     int owned;            /* some cum vectors are this communicator's own copies (see ranks_only) */
@@ -104,7 +104,8 @@ static struct {
     online_record *records;
     long nrecords;
     uint64_t switchable_calls, switches, shadows_created;
-    int dirty; /* the collective whose cvars are not at their start values, or -1 */
+    int dirty, dirty_alg; /* the collective whose cvars are not at their start values (-1: none) and
+                             the algorithm they select: the common case, same as last call, writes nothing */
 } on = {.dirty = -1};
 
 /* The call in flight (single recorded thread, no nesting: the re-entry guard sees to that). */
@@ -446,6 +447,7 @@ static online_comm *online_comm_state(MPI_Comm comm, tmpi_comm_info *info)
     const int *members = tmpi_shape_members(info->shape, &size);
     cs->size = size;
     cs->stream = tmpi_online_stream_id(members, size);
+    cs->key = tmpi_online_key(on.seed, on.run, cs->stream);
     cs->enabled = !inter && size > 0 && members[0] >= 0; /* sorted: -1 first when outside the world */
     if (!cs->enabled)
         return cs;
@@ -584,7 +586,7 @@ static void online_begin(tmpi_call *call)
     const online_coll *coll = &on.colls[c];
     const double *cum = cs->cum[c * (on.nbounds + 1) + online_size_index(call->bytes)];
     uint64_t seq = cs->calls++;
-    int a = tmpi_online_pick(cum, coll->nalg, tmpi_online_uniform(on.seed, on.run, cs->stream, seq));
+    int a = tmpi_online_pick(cum, coll->nalg, tmpi_online_draw(cs->key, seq));
     if (coll->needs_new_comm) {
         if (a != 0)
             call->comm = online_shadow(cs, c, a, call->comm);
@@ -593,10 +595,15 @@ static void online_begin(tmpi_call *call)
          * algorithms (MPICH's smp allreduce runs a reduce and a bcast inside) read the other
          * collectives' cvars too, and those may have been left different on different ranks by draws
          * on disjoint communicators (a split): measured as a hang before this reset existed. */
-        if (on.dirty >= 0 && on.dirty != c)
+        if (on.dirty >= 0 && (on.dirty != c || on.dirty_alg != a)) {
             online_apply(&on.colls[on.dirty].algs[0]);
-        online_apply(&coll->algs[a]);
-        on.dirty = a ? c : -1;
+            on.dirty = -1;
+        }
+        if (a != 0 && on.dirty < 0) {
+            online_apply(&coll->algs[a]);
+            on.dirty = c;
+            on.dirty_alg = a;
+        }
     }
     on.switchable_calls++;
     pending.active = 1;

@@ -23,11 +23,22 @@ static inline uint64_t tmpi_mix64(uint64_t z)
     return z ^ (z >> 31);
 }
 
-/* A uniform double in [0, 1) with 53 random bits. */
+/* The key of one communicator's stream in one run: computed once per communicator. */
+static inline uint64_t tmpi_online_key(uint64_t seed, uint64_t run, uint64_t stream)
+{
+    return tmpi_mix64(seed ^ tmpi_mix64(run ^ tmpi_mix64(stream)));
+}
+
+/* Draw `index` of a stream: splitmix64 seeded with the key, as a uniform double in [0, 1) with 53
+ * random bits. One multiply-add and one mix per call. */
+static inline double tmpi_online_draw(uint64_t key, uint64_t index)
+{
+    return (double)(tmpi_mix64(key + index * 0x9e3779b97f4a7c15ULL) >> 11) * (1.0 / 9007199254740992.0);
+}
+
 static inline double tmpi_online_uniform(uint64_t seed, uint64_t run, uint64_t stream, uint64_t index)
 {
-    uint64_t x = tmpi_mix64(seed ^ tmpi_mix64(run ^ tmpi_mix64(stream ^ tmpi_mix64(index))));
-    return (double)(x >> 11) * (1.0 / 9007199254740992.0);
+    return tmpi_online_draw(tmpi_online_key(seed, run, stream), index);
 }
 
 /* FNV-1a over 32-bit words: the stream id of a communicator from its sorted world ranks. */
