@@ -170,3 +170,18 @@ def test_cli_loop_end_to_end(tmp_path):
     result = runner.invoke(app, ["online", "run", "--state", str(state), "--mpi", "openmpi", "--", "mpirun",
                                  "-n", "2", str(program), "4"])
     assert isinstance(result.exception, UsageError) and "never mixed" in str(result.exception)
+
+
+def test_records_are_capped_and_come_from_the_chosen_ranks(tmp_path, capfd):
+    library = _library("openmpi")
+    program = _app(library, "pattern_check")
+    config = OnlineConfig(collectives=["allreduce"], record_ranks="1", max_records=10)
+    state = open_state(tmp_path / "state", library, config)
+    run = run_online(state, library, _argv(library, 2, str(program), "24"), timeout=60)
+    capfd.readouterr()
+    records = read_records(run.records)
+    assert run.returncode == 0 and len(records.records) == 10
+    assert {r.rank for r in records.records} == {1}
+    assert [r.seq for r in records.records] == list(range(10))  # the first calls, in order
+    assert all(r.end_ns > r.start_ns > 0 for r in records.records)
+    assert int(records.header["rank0_switchable_calls"]) == 24  # rank 0 drew for every call
