@@ -340,6 +340,17 @@ tmpi_comm_info *tmpi_comm_lookup(MPI_Comm comm)
     return &(last_comm = &comm_slots[j])->info;
 }
 
+tmpi_comm_info *tmpi_comm_find(MPI_Comm comm)
+{
+    uint64_t key = tmpi_handle_key(&comm, sizeof comm);
+    if (!comm_capacity)
+        return NULL;
+    for (size_t j = tmpi_hash_slot(key, comm_capacity); comm_slots[j].used; j = (j + 1) & (comm_capacity - 1))
+        if (comm_slots[j].key == key)
+            return &comm_slots[j].info;
+    return NULL;
+}
+
 void tmpi_comm_forget(MPI_Comm comm)
 {
     if (!comm_capacity)

@@ -517,8 +517,8 @@ static void online_free_owned(online_comm *cs)
  * every member created the same shadows, in the same order) and forgets it. */
 static void online_comm_release(MPI_Comm comm)
 {
-    tmpi_comm_info *info = tmpi_comm_lookup(comm);
-    online_comm *cs = info->mode_data;
+    tmpi_comm_info *info = tmpi_comm_find(comm);
+    online_comm *cs = info ? info->mode_data : NULL;
     if (cs != NULL) {
         for (int i = 0; cs->shadows && i < on.ncolls * on.maxalg; i++)
             if (cs->shadows[i] != MPI_COMM_NULL)
