@@ -89,7 +89,8 @@ def main() -> None:
         online_runs: dict[int, list[dict[int, float]]] = defaultdict(list)
         for batch in range(args.batches):
             for _ in range(args.runs):
-                result = run_launch(program, {**os.environ, **adapter.launch_env()}, timeout=600)
+                command, extra = with_rank_env(program, adapter.launch_env(), library.vendor)
+                result = run_launch(command, {**os.environ, **adapter.launch_env(), **extra}, timeout=600)
                 default_runs.append(phases(result.stdout))
                 capture = Path(tmp) / "out.txt"
                 with capture.open("w") as out:

@@ -37,7 +37,7 @@ VARIANTS = ("none", "online")
 
 
 def launch(argv: list[str], env: dict[str, str], vendor: str, launcher_env: dict[str, str]) -> dict[str, list[float]]:
-    command, extra = with_rank_env(argv, env, vendor) if env else (argv, {})
+    command, extra = with_rank_env(argv, env, vendor)
     result = run_launch(command, {**os.environ, **launcher_env, **extra}, timeout=300)
     if not result.ok:
         raise SystemExit(f"{' '.join(command)} failed: {result.reason}\n{result.stderr}")
