@@ -260,3 +260,13 @@ def test_config_checks():
         OnlineConfig(min_probability=0.5, max_probability=0.4).check()
     with pytest.raises(UsageError, match="record ranks"):
         OnlineConfig(record_ranks="zero").check()
+
+
+def test_estimates_keep_recurring_stalls_and_drop_rare_ones():
+    from tunempi.online.update import upper_trimmed_mean
+
+    steady = [100.0] * 99 + [100000.0]  # one preemption in 100 calls
+    stalling = [50.0] * 80 + [5000.0] * 20  # stalls one call in five
+    assert upper_trimmed_mean(steady, 0.05) == pytest.approx(100.0)
+    assert upper_trimmed_mean(stalling, 0.05) > 8 * upper_trimmed_mean(steady, 0.05)  # 15 of 20 stalls stay
+    assert upper_trimmed_mean([7.0], 0.05) == 7.0

@@ -78,7 +78,8 @@ class OnlineConfig:
     batch_runs: int = 10
     max_records: int = 10000
     record_ranks: str = "0"  # "all" or a comma list of world ranks
-    min_samples: int = 5  # a cell's measured median is trusted from this many records on
+    min_samples: int = 5  # a cell's measured mean is trusted from this many records on
+    trim: float = 0.05  # estimates leave out this fraction of the slowest calls
     seed: int = 1
 
     def check(self) -> None:
@@ -86,6 +87,8 @@ class OnlineConfig:
             raise UsageError("probability bounds must satisfy 0 <= min < 1 and 0 < max <= 1")
         if self.min_probability > self.max_probability:
             raise UsageError(f"min probability {self.min_probability} is above max {self.max_probability}")
+        if not 0 <= self.trim < 0.5:
+            raise UsageError(f"trim {self.trim} must be in [0, 0.5)")
         if self.batch_runs < 1 or self.max_records < 0 or self.min_samples < 1:
             raise UsageError("batch runs and min samples must be >= 1, max records >= 0")
         if self.record_ranks != "all":

@@ -1,6 +1,6 @@
 """Between batches: estimate every algorithm's time in every cell, then favour the faster ones.
 
-Estimates: a cell's measured MEAN time per call where it has at least `min_samples` records of that
+Estimates: a cell's measured MEAN time per call (without the slowest `trim`, 5 %, of the calls) where it has at least `min_samples` records of that
 algorithm, else a per-(collective, algorithm) XGBoost regressor over the cells (features: log2 message
 size, log2 ranks, nodes, ppn; target: log time) fitted on the mean of every (size, layout) measured,
 which also covers cells never measured (the paper's "predict configurations never seen").
@@ -71,6 +71,14 @@ def probabilities_from_times(times: Mapping[str, float | None], *, sharpness: fl
     weights: dict[str, float] = {k: (best / t) ** sharpness for k, t in known.items()}
     middle = float(np.median(list(weights.values())))
     return bounded_probabilities({k: weights.get(k, middle) for k in times}, min_p, max_p)
+
+
+def upper_trimmed_mean(values: Sequence[float], trim: float) -> float:
+    """The mean without the largest `trim` fraction: stalls that recur are kept, rare preemptions of a
+    rank by other jobs (milliseconds on calls of microseconds) do not decide alone."""
+    ordered = np.sort(np.asarray(values, dtype=float))
+    keep = max(1, int(np.ceil(len(ordered) * (1.0 - trim))))
+    return float(ordered[:keep].mean())
 
 
 def _features(msg_bytes: float, ranks: int, nodes: int, ppn: int) -> list[float]:
@@ -162,7 +170,7 @@ def compute_update(records: Iterable[Record], switches: Mapping[str, CollectiveS
     out = Probabilities(batch)
     measured_cells, predicted_cells = set(), set()
     for collective, switch in switches.items():
-        rows = [(alg, float(b), rk, n, p, float(np.mean(t)))
+        rows = [(alg, float(b), rk, n, p, upper_trimmed_mean(t, config.trim))
                 for (coll, alg, b, rk, n, p), t in per_point.items() if coll == collective]
         model = CellTimeModel(random_state=config.seed).fit(rows) if rows else None
         measured_indices = {cell.size_index for cell, _ in per_cell if cell.collective == collective}
@@ -173,7 +181,7 @@ def compute_update(records: Iterable[Record], switches: Mapping[str, CollectiveS
                 measured = per_cell.get((cell, name), [])
                 samples[name] = len(measured)
                 if len(measured) >= config.min_samples:
-                    times[name] = float(np.mean(measured))
+                    times[name] = upper_trimmed_mean(measured, config.trim)
                     measured_cells.add(cell)
                 elif model is not None:
                     size = sizes.representative(cell.size_index) if collective != "barrier" else 0
