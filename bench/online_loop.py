@@ -123,8 +123,12 @@ def main() -> None:
             probs = final.cells[cells[size].key]
             favourite = max(probs, key=probs.get)
             ranked = sorted(names, key=lambda n: statistics.median(reference[n][size]))
+            best_times, fav_times = reference[fastest[size]][size], reference[favourite][size]
+            ratio = statistics.median(fav_times) / statistics.median(best_times)
+            overlap = "overlap" if min(fav_times) <= max(best_times) else "do not overlap"
             print(f"{size} B: reference fastest {fastest[size]} (then {', '.join(ranked[1:3])}); online favourite "
-                  f"{favourite} p={probs[favourite]:.2f} (reference rank {ranked.index(favourite) + 1} of {len(names)})")
+                  f"{favourite} p={probs[favourite]:.2f} (reference rank {ranked.index(favourite) + 1} of "
+                  f"{len(names)}, median x{ratio:.2f} of the fastest; their reference ranges {overlap})")
         default_total = statistics.median(sum(r.values()) for r in default_runs)
         for batch, runs in online_runs.items():
             total = statistics.median(sum(r.values()) for r in runs)
