@@ -79,7 +79,7 @@ class OnlineConfig:
     max_records: int = 10000
     record_ranks: str = "0"  # "all" or a comma list of world ranks
     min_samples: int = 5  # a cell's measured mean is trusted from this many records on
-    trim: float = 0.05  # estimates leave out this fraction of the slowest calls
+    trim: float = 0.0  # estimates may leave out this fraction of the slowest calls (see update.py: 0 by default)
     seed: int = 1
 
     def check(self) -> None:

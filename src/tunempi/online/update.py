@@ -1,13 +1,15 @@
 """Between batches: estimate every algorithm's time in every cell, then favour the faster ones.
 
-Estimates: a cell's measured MEAN time per call (without the slowest `trim`, 5 %, of the calls) where it has at least `min_samples` records of that
+Estimates: a cell's measured MEAN time per call (optionally without the slowest `trim` fraction) where it has at least `min_samples` records of that
 algorithm, else a per-(collective, algorithm) XGBoost regressor over the cells (features: log2 message
 size, log2 ranks, nodes, ppn; target: log time) fitted on the mean of every (size, layout) measured,
 which also covers cells never measured (the paper's "predict configurations never seen").
 The mean, not the median: an application's time is the SUM of its calls, and some algorithms cost
 little most of the time and a lot now and then. Measured (MPICH 5.0.2, 2 ranks, 256 KiB allreduce,
 about 100 records per algorithm and size): the default (shared-memory release_gather) had the 4th-best median per call
-(94 us) and by far the worst mean (38 ms), and it was the slowest by the program's own clock.
+(94 us) and by far the worst mean (38 ms), and it was the slowest by the program's own clock. At 1 MiB,
+3-5 % of its calls stalled for about a second: even a 5 % trimmed mean (tried) made it look like the
+best algorithm, so `trim` is 0 by default.
 Probabilities: weight (best / time) ** sharpness, normalised, then bounded to [min, max] (the paper kept
 losers at a 3% floor so that a changed situation can still be noticed).
 """
