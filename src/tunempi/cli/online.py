@@ -143,6 +143,8 @@ def update(
     min_probability: float | None = typer.Option(None, "--min-prob", help="Floor for every algorithm "
                                                  "(default 0.03)."),
     max_probability: float | None = typer.Option(None, "--max-prob", help="Ceiling (default 0.94)."),
+    trim: float | None = typer.Option(None, "--trim", help="Leave this fraction of the slowest calls out of "
+                                      "the estimates (default 0: stalls are real costs)."),
 ) -> None:
     """Fit the per-algorithm models on the records and set the next batch's probabilities."""
     from tunempi.online.state import OnlineState
@@ -150,8 +152,9 @@ def update(
 
     _warnings_to_console()
     online_state = OnlineState(_state_dir(state))
-    if min_probability is not None or max_probability is not None:
+    if min_probability is not None or max_probability is not None or trim is not None:
         config = online_state.config
+        config.trim = config.trim if trim is None else trim
         config.min_probability = config.min_probability if min_probability is None else min_probability
         config.max_probability = config.max_probability if max_probability is None else max_probability
         online_state.set_config(config)
