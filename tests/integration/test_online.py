@@ -185,3 +185,16 @@ def test_records_are_capped_and_come_from_the_chosen_ranks(tmp_path, capfd):
     assert [r.seq for r in records.records] == list(range(10))  # the first calls, in order
     assert all(r.end_ns > r.start_ns > 0 for r in records.records)
     assert int(records.header["rank0_switchable_calls"]) == 24  # rank 0 drew for every call
+
+
+def test_a_library_that_cannot_switch_runs_the_command_untouched(tmp_path, monkeypatch):
+    import tunempi.online.run as online_run
+
+    library = _library("mpich")
+    program = _app(library, "pattern_check")
+    monkeypatch.setattr(online_run, "collective_switches", lambda *args, **kwargs: [])
+    result = CliRunner().invoke(app, ["online", "run", "--state", str(tmp_path / "state"), "--mpi", "mpich", "--",
+                                      "mpiexec", "-n", "2", str(program), "3"])
+    assert result.exit_code == 0, result.output
+    assert "cannot switch" in result.output and "untouched" in result.output
+    assert not (tmp_path / "state").exists()

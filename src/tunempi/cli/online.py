@@ -86,7 +86,7 @@ def run(
 ) -> None:
     """Run the application with online tuning (creates the state directory on first use)."""
     from tunempi.online.cells import SizeRanges, parse_layouts
-    from tunempi.online.run import open_state, run_online
+    from tunempi.online.run import CannotSwitch, open_state, run_online, run_untouched
     from tunempi.online.state import OnlineConfig, OnlineState
     from tunempi.online.update import update_state
 
@@ -115,7 +115,14 @@ def run(
         config.max_records = max_records
     if batch_runs is not None:
         config.batch_runs = batch_runs
-    online_state = open_state(directory, library, config)
+    try:
+        online_state = open_state(directory, library, config)
+    except CannotSwitch as exc:
+        _err.print(f"[yellow]warning:[/] {exc}; running the command untouched", highlight=False)
+        status = run_untouched(library, command, timeout=timeout)
+        if status:
+            raise typer.Exit(status) from None
+        return
     switches = online_state.switches
     _out.print(f"online tuning of {', '.join(switches)} with {library.name}; state {directory}", highlight=False)
     status = 0

@@ -28,6 +28,10 @@ from tunempi.profile.build import build_interposer
 
 _log = logging.getLogger(__name__)
 
+class CannotSwitch(UsageError):
+    """The library cannot switch any of the requested collectives at run time."""
+
+
 _HYDRA = {"mpiexec.hydra", "mpiexec.mpich"}
 _OPENMPI = {"mpirun.openmpi", "mpiexec.openmpi", "orterun", "prterun"}
 _GENERIC = {"mpiexec", "mpirun"}
@@ -70,9 +74,21 @@ def open_state(directory: Path | str, library: MPILibrary, config: OnlineConfig 
     adapter = adapter_for(library)
     switches = collective_switches(adapter, config.collectives, library_info(library).cvars)
     if not switches:
-        raise UsageError(f"{library.name} cannot switch any of {', '.join(config.collectives)} at run time")
+        raise CannotSwitch(f"{library.name} cannot switch any of {', '.join(config.collectives)} at run time")
     state.create(config, library.fingerprint, library.name, switches)
     return state
+
+
+def run_untouched(library: MPILibrary, argv: Sequence[str], *, timeout: float | None = None) -> int:
+    """Run the command as it is (no interposer): for libraries that cannot switch."""
+    argv = list(argv)
+    if argv and argv[0] in _GENERIC:
+        argv[0] = str(library.mpiexec)
+    command, launcher_env = with_rank_env(argv, {}, library.vendor)
+    result = run_launch(command, {**os.environ, **launcher_env}, timeout=timeout,
+                        on_stdout=lambda line: print(line, flush=True),
+                        on_stderr=lambda line: print(line, file=sys.stderr, flush=True))
+    return result.returncode
 
 
 @dataclass(frozen=True)
