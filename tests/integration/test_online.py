@@ -163,9 +163,13 @@ def test_cli_loop_end_to_end(tmp_path):
                                  str(tmp_path / "best")])
     assert result.exit_code == 0, result.output
     env_text = (tmp_path / "best" / "tunempi.env").read_text()
-    assert "export MPIR_CVAR_COLL_SELECTION_TUNING_JSON_FILE=" in env_text
-    tuning = json.loads((tmp_path / "best" / "mpich-tuning.json").read_text())
-    assert "collective=allreduce" in tuning
+    tuning_file = tmp_path / "best" / "mpich-tuning.json"
+    if tuning_file.exists():
+        assert "collective=allreduce" in json.loads(tuning_file.read_text())
+        assert f"export MPIR_CVAR_COLL_SELECTION_TUNING_JSON_FILE={tuning_file}" in env_text
+    else:  # the winner needs parameters (k=...) the JSON writer is not given: said so, env file still there
+        assert "no MPICH JSON file" in result.output
+    assert "# allreduce:" in env_text
     # The other library is refused on this state directory.
     result = runner.invoke(app, ["online", "run", "--state", str(state), "--mpi", "openmpi", "--", "mpirun",
                                  "-n", "2", str(program), "4"])

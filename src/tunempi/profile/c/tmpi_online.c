@@ -104,13 +104,11 @@ static struct {
     online_record *records;
     long nrecords;
     uint64_t switchable_calls, switches, shadows_created;
-    int dirty, dirty_alg; /* the collective whose cvars are not at their start values (-1: none) and
-                             the algorithm they select: the common case, same as last call, writes nothing */
-} on = {.dirty = -1};
+} on;
 
 /* The call in flight (single recorded thread, no nesting: the re-entry guard sees to that). */
 static struct {
-    int active, coll, alg;
+    int active, coll, alg, restore;
     online_comm *comm;
     uint64_t seq;
 } pending;
@@ -571,6 +569,7 @@ static int online_size_index(uint64_t bytes)
 static void online_begin(tmpi_call *call)
 {
     pending.active = 0;
+    pending.restore = 0;
     int c = on.enabled ? on.op_coll[call->op] : -1;
     if (c < 0) {
         if (on.enabled && tmpi_op_table[call->op].kind == TMPI_KIND_COMM_FREE)
@@ -591,18 +590,16 @@ static void online_begin(tmpi_call *call)
         if (a != 0)
             call->comm = online_shadow(cs, c, a, call->comm);
     } else {
-        /* At most one collective's cvars are away from their start values at any time: composite
-         * algorithms (MPICH's smp allreduce runs a reduce and a bcast inside) read the other
-         * collectives' cvars too, and those may have been left different on different ranks by draws
-         * on disjoint communicators (a split): measured as a hang before this reset existed. */
-        if (on.dirty >= 0 && (on.dirty != c || on.dirty_alg != a)) {
-            online_apply(&on.colls[on.dirty].algs[0]);
-            on.dirty = -1;
-        }
-        if (a != 0 && on.dirty < 0) {
+        /* The library is back in its start state between calls (the end hook undoes the writes):
+         * composite algorithms read other collectives' cvars (MPICH's smp allreduce runs a reduce and
+         * a bcast inside), and so do calls the mode does not see (communicator constructors, non-blocking
+         * collectives). Values left behind by draws on disjoint communicators (the halves of a split)
+         * would differ between ranks and mismatch those inner calls: measured as a hang (smp allreduce
+         * on MPI_COMM_WORLD after draws on the split halves) when the writes were left in place. Both
+         * writes are outside the timed section; a pinned default writes nothing. */
+        if (a != 0) {
             online_apply(&coll->algs[a]);
-            on.dirty = c;
-            on.dirty_alg = a;
+            pending.restore = 1;
         }
     }
     on.switchable_calls++;
@@ -618,6 +615,8 @@ static void online_end(tmpi_call *call)
     if (!pending.active)
         return;
     pending.active = 0;
+    if (pending.restore)
+        online_apply(&on.colls[pending.coll].algs[0]);
     if (call->rc != MPI_SUCCESS || on.nrecords >= on.cap)
         return;
     online_record *r = &on.records[on.nrecords++];
