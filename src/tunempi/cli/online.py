@@ -106,9 +106,16 @@ def run(
             config.layouts = parse_layouts(layouts)
         if seed is not None:
             config.seed = seed
-    elif collectives or sizes or layouts or seed is not None:
-        raise UsageError(f"{directory} exists: --collectives, --sizes, --layout and --seed only apply to a "
-                         "new state directory")
+    else:
+        asked = {"--collectives": (parse_collectives(collectives) if collectives else None, config.collectives),
+                 "--sizes": (list(SizeRanges.parse(sizes).bounds) if sizes else None, config.bounds),
+                 "--layout": ([list(x) for x in parse_layouts(layouts)] if layouts else None,
+                              [list(x) for x in config.layouts]),
+                 "--seed": (seed, config.seed)}
+        changed = [flag for flag, (new, old) in asked.items() if new is not None and new != old]
+        if changed:
+            raise UsageError(f"{directory} exists with other {', '.join(changed)}: these only apply to a new "
+                             "state directory (use another --state)")
     if record_ranks is not None:
         config.record_ranks = _parse_ranks(record_ranks)
     if max_records is not None:
