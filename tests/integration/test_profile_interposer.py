@@ -209,7 +209,7 @@ def test_unknown_mode_runs_untouched_with_a_warning(tmp_path: Path) -> None:
     env = {"LD_PRELOAD": str(interposer), "TUNEMPI_PROFILE_OUT": str(out), "TUNEMPI_MODE": "bogus"}
     result = run(rank_env_argv(library, 2, [str(app), "init"], env))
     assert result.returncode == 0, result.stdout + result.stderr
-    assert "unknown TUNEMPI_MODE=bogus (valid: profile, off)" in result.stderr
+    assert "unknown TUNEMPI_MODE=bogus (valid: profile, online, off)" in result.stderr
     assert not out.exists()
 
 

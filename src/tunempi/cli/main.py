@@ -43,6 +43,7 @@ SUBCOMMAND_MODULES: tuple[str, ...] = (
     "tunempi.cli.profile",
     "tunempi.cli.advise",
     "tunempi.cli.search",
+    "tunempi.cli.online",
 )
 
 for _module in SUBCOMMAND_MODULES:

@@ -15,8 +15,8 @@ from tunempi.mpi.build import build_c, build_dir
 from tunempi.mpi.library import MPILibrary
 from tunempi.profile.generate import generate, parse_prototypes, preprocess_mpi_h
 
-RUNTIME_SOURCES: tuple[str, ...] = ("tmpi_core.c", "tmpi_sizes.c", "tmpi_profile.c")
-HEADERS: tuple[str, ...] = ("tmpi.h",)
+RUNTIME_SOURCES: tuple[str, ...] = ("tmpi_core.c", "tmpi_sizes.c", "tmpi_profile.c", "tmpi_online.c")
+HEADERS: tuple[str, ...] = ("tmpi.h", "tmpi_online_stream.h")
 
 
 def c_source_dir() -> Path:

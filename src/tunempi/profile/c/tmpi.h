@@ -84,6 +84,7 @@ typedef struct {
 } tmpi_mode;
 
 extern const tmpi_mode tmpi_profile_mode;
+extern const tmpi_mode tmpi_online_mode; /* tmpi_online.c (issue 6) */
 
 /* ---- thread role and global state ---- */
 enum { TMPI_ROLE_UNKNOWN = 0, TMPI_ROLE_OWNER = 1, TMPI_ROLE_PASS = 2 };
@@ -168,6 +169,7 @@ typedef struct {
 } tmpi_comm_info;
 
 tmpi_comm_info *tmpi_comm_lookup(MPI_Comm comm);
+tmpi_comm_info *tmpi_comm_find(MPI_Comm comm); /* like lookup, but NULL when not cached (no new entry) */
 void tmpi_comm_forget(MPI_Comm comm);
 int tmpi_shape_count(void);
 const int *tmpi_shape_members(int shape, int *size); /* sorted world ranks (-1: not in MPI_COMM_WORLD) */

@@ -19,7 +19,7 @@ static const tmpi_mode tmpi_idle_mode = {"idle", NULL, NULL, tmpi_idle_end, NULL
 const tmpi_mode *tmpi_active = &tmpi_idle_mode;
 
 /* Every mode the interposer knows; TUNEMPI_MODE picks one ("off" disables the tool). */
-static const tmpi_mode *const tmpi_modes[] = {&tmpi_profile_mode};
+static const tmpi_mode *const tmpi_modes[] = {&tmpi_profile_mode, &tmpi_online_mode};
 
 tmpi_globals_t tmpi_globals = {0, 0, 0, -1, 0, 0};
 
@@ -101,7 +101,7 @@ static const tmpi_mode *tmpi_choose_mode(void)
     for (size_t i = 0; i < sizeof tmpi_modes / sizeof tmpi_modes[0]; i++)
         if (strcmp(tmpi_modes[i]->name, name) == 0)
             return tmpi_modes[i];
-    tmpi_warn("unknown TUNEMPI_MODE=%s (valid: profile, off); running untouched", name);
+    tmpi_warn("unknown TUNEMPI_MODE=%s (valid: profile, online, off); running untouched", name);
     return NULL;
 }
 
@@ -338,6 +338,17 @@ tmpi_comm_info *tmpi_comm_lookup(MPI_Comm comm)
     comm_slots[j].info.shape = tmpi_shape_of(comm, &comm_slots[j].info.size);
     comm_used++;
     return &(last_comm = &comm_slots[j])->info;
+}
+
+tmpi_comm_info *tmpi_comm_find(MPI_Comm comm)
+{
+    uint64_t key = tmpi_handle_key(&comm, sizeof comm);
+    if (!comm_capacity)
+        return NULL;
+    for (size_t j = tmpi_hash_slot(key, comm_capacity); comm_slots[j].used; j = (j + 1) & (comm_capacity - 1))
+        if (comm_slots[j].key == key)
+            return &comm_slots[j].info;
+    return NULL;
 }
 
 void tmpi_comm_forget(MPI_Comm comm)
