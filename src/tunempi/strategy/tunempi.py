@@ -41,7 +41,7 @@ class TunempiStrategy(Strategy):
         space: Any,
         *,
         batch_size: int = 3,
-        contention: float = 0.02,
+        contention: float = 0.05,
         n_samples: int = 256,
         regret_tolerance: float = 0.002,
         patience: int = 3,
