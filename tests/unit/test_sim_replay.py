@@ -75,7 +75,7 @@ def test_simulate_summary_keys_and_exhaustive_reaches_oracle() -> None:
             "exhaustive_cost_s", "cost_fraction", "cost_to_1_03_s"}
     for summary in summaries:
         assert keys <= set(summary)
-        assert summary["seeds"] == [0, 1]
+        assert summary["seeds"] == 2 and summary["seed_values"] == [0, 1]
         assert summary["avg_slowdown"] == pytest.approx(1.0)  # every cell measured, no noise
         assert summary["cost_fraction"] == pytest.approx(1.0)
         assert summary["cost_to_1_03_s"] is not None and summary["cost_to_1_03_s"] <= summary["cost_s"] + 1e-6
