@@ -128,7 +128,8 @@ def summarize(traces: Sequence[Trace], oracle: Oracle, exhaustive_cost_s: float,
     cpu_steps = [s for t in traces for s in t.step_cpu_seconds]
     summary: dict[str, Any] = {
         "strategy": traces[0].strategy,
-        "seeds": [t.seed for t in traces],
+        "seeds": len(traces),
+        "seed_values": [t.seed for t in traces],
         "avg_slowdown": float(np.mean([t.final_avg for t in traces])),
         "geo_slowdown": float(np.mean([t.final_geo for t in traces])),
         "default_slowdown": oracle.default_slowdown(),

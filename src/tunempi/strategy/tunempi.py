@@ -3,8 +3,11 @@
 What matters is not the latency surface but which algorithm wins in each cell. The strategy
 
 1. models every algorithm's log latency with a Gaussian process on a linear trend (model/
-   gaussian_process.py): it interpolates smoothly, extrapolates log-linearly beyond the measured range
-   and is uncertain far from data (a forest is the opposite: its trees agree where nothing was measured);
+   gaussian_process.py, Matern 3/2 on log features plus log2 bytes-per-rank): it interpolates, extrapolates
+   log-linearly beyond the measured range and is uncertain far from data (a forest is the opposite: its
+   trees agree where nothing was measured). Inside the measured scales its mean is averaged with a small
+   forest's (they err in different places); its std gets a misspecification term growing with the distance,
+   in doublings, to the nearest measurement of that algorithm;
 2. draws joint samples of all algorithms in every cell and computes, per cell, the probability that each
    algorithm is the best and the *expected regret* of the current choice (E[latency(choice)/latency(best)]-1);
    the mean expected regret over the cells estimates the average slowdown still to gain;
@@ -22,13 +25,12 @@ Selection is the lowest posterior-mean latency per cell.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
 
 from tunempi.model import TrendGaussianProcess
-from tunempi.strategy.base import MeasurementRecord, Request, Strategy
+from tunempi.strategy.base import Request, Strategy
 from tunempi.strategy.forest_selection import ForestFill
 
 
@@ -41,7 +43,7 @@ class TunempiStrategy(Strategy):
         space: Any,
         *,
         batch_size: int = 3,
-        contention: float = 0.02,
+        contention: float = 0.05,
         n_samples: int = 256,
         regret_tolerance: float = 0.002,
         patience: int = 3,
@@ -233,8 +235,8 @@ class TunempiStrategy(Strategy):
 
         counts = self.measured_counts()
         contenders = (p_best >= self.contention) & self.usable_mask()
-        contenders[np.arange(len(chosen)), chosen] &= self.usable_mask()[np.arange(len(chosen)), chosen]
-        contenders[np.arange(len(chosen)), chosen] |= self.usable_mask()[np.arange(len(chosen)), chosen]
+        rows = np.arange(len(chosen))
+        contenders[rows, chosen] |= self.usable_mask()[rows, chosen]  # the current choice is always checked
         contenders &= counts < self.max_repeats
         contenders[~self._measurable_mask] = False
         n_contenders = np.maximum(((p_best >= self.contention) & self.usable_mask()).sum(axis=1), 1)
@@ -268,9 +270,6 @@ class TunempiStrategy(Strategy):
             remaining = remaining * (1.0 - fraction[:, pick])
             candidates = np.delete(candidates, best)
         return requests
-
-    def _after_tell(self, records: Sequence[MeasurementRecord]) -> None:
-        pass
 
     def convergence(self) -> float:
         if self.expected_regret_ is None or not self._first_regret:
