@@ -19,6 +19,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
 
+from tunempi.bench.validate import ENGINE_COLLECTIVES
 from tunempi.mpi.vendor import ThresholdKnob
 from tunempi.profile.reader import P2PBucket, Profile, UsageRow
 from tunempi.space.feature import Cell, is_power_of_two, power_of_two_ceil, power_of_two_floor
@@ -131,12 +132,9 @@ def advise(profile: Profile, source: PerformanceSource, *, min_saving_fraction: 
     return Advice(tuple(cells), worth, dict(by_collective), eager_verdict(profile.p2p), profile.elapsed_s)
 
 
-#: The collectives `tunempi tune` measures (the benchmark engine's, bench/validate.py on branch `tune`),
-#: without barrier, which has no message size to tune.
-TUNABLE_COLLECTIVES: tuple[str, ...] = (
-    "allreduce", "bcast", "allgather", "alltoall", "reduce", "reduce_scatter", "reduce_scatter_block",
-    "gather", "scatter",
-)
+#: The collectives `tunempi tune` takes: the benchmark engine's (bench.validate), without barrier, which
+#: has no message size to tune (tune refuses it).
+TUNABLE_COLLECTIVES: tuple[str, ...] = tuple(c for c in ENGINE_COLLECTIVES if c != "barrier")
 
 
 @dataclass(frozen=True)
