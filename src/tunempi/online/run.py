@@ -36,7 +36,7 @@ class CannotSwitch(UsageError):
 _GENERIC = {"mpiexec", "mpirun"}
 
 
-def _rank_command(argv: Sequence[str], env: Mapping[str, str], library: MPILibrary) -> LaunchCommand:
+def rank_command(argv: Sequence[str], env: Mapping[str, str], library: MPILibrary) -> LaunchCommand:
     """The user's command with `env` passed to its ranks (launch.rank_env_command); as root, Open MPI's
     mpirun also gets the permission to run (the user's command line need not say --allow-run-as-root)."""
     command = rank_env_command(argv, env, library)
@@ -68,7 +68,7 @@ def run_untouched(library: MPILibrary, argv: Sequence[str], *, timeout: float | 
     argv = list(argv)
     if argv and argv[0] in _GENERIC:
         argv[0] = str(library.mpiexec)
-    command = _rank_command(argv, {}, library)
+    command = rank_command(argv, {}, library)
     result = run_launch(list(command.argv), command.full_env(), timeout=timeout,
                         on_stdout=lambda line: print(line, flush=True),
                         on_stderr=lambda line: print(line, file=sys.stderr, flush=True))
@@ -106,7 +106,7 @@ def run_online(state: OnlineState, library: MPILibrary, argv: Sequence[str], *, 
     rank_env.update(adapter.launch_env())
     rank_env.update({"LD_PRELOAD": preload, "TUNEMPI_MODE": "online", "TUNEMPI_ONLINE_TABLE": str(run_table),
                      "TUNEMPI_ONLINE_OUT": str(records)})
-    command = _rank_command(argv, rank_env, library)
+    command = rank_command(argv, rank_env, library)
     env = command.full_env({**os.environ, **adapter.launch_env()})
     started = time.monotonic()
     result = run_launch(list(command.argv), env, timeout=timeout,
