@@ -26,7 +26,7 @@ from tunempi.launch import run_launch
 from tunempi.mpi.build import build_c
 from tunempi.mpi.discovery import adapter_for, resolve_library
 from tunempi.online.cells import Cell
-from tunempi.online.run import open_state, run_online, with_rank_env
+from tunempi.online.run import open_state, rank_command, run_online
 from tunempi.online.state import OnlineConfig, Probabilities
 from tunempi.online.update import update_state
 from tunempi.profile.build import build_interposer
@@ -75,8 +75,8 @@ def main() -> None:
                                           path=Path(tmp) / "pinned.table")
                 env = {"LD_PRELOAD": str(interposer), "TUNEMPI_MODE": "online", "TUNEMPI_ONLINE_TABLE": str(table),
                        "TUNEMPI_ONLINE_OUT": str(Path(tmp) / "pinned.csv"), **adapter.launch_env()}
-                command, extra = with_rank_env(program, env, library.vendor)
-                result = run_launch(command, {**os.environ, **adapter.launch_env(), **extra}, timeout=600)
+                command = rank_command(program, env, library)
+                result = run_launch(command.argv, command.full_env({**os.environ, **adapter.launch_env()}), timeout=600)
                 if not result.ok:
                     raise SystemExit(f"{name}: {result.reason}")
                 for size, seconds in phases(result.stdout).items():
@@ -89,8 +89,9 @@ def main() -> None:
         online_runs: dict[int, list[dict[int, float]]] = defaultdict(list)
         for batch in range(args.batches):
             for _ in range(args.runs):
-                command, extra = with_rank_env(program, adapter.launch_env(), library.vendor)
-                result = run_launch(command, {**os.environ, **adapter.launch_env(), **extra}, timeout=600)
+                command = rank_command(program, adapter.launch_env(), library)
+                result = run_launch(command.argv, command.full_env({**os.environ, **adapter.launch_env()}),
+                                    timeout=600)
                 default_runs.append(phases(result.stdout))
                 capture = Path(tmp) / "out.txt"
                 with capture.open("w") as out:

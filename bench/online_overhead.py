@@ -25,29 +25,41 @@ from pathlib import Path
 from tunempi.launch import run_launch
 from tunempi.mpi.build import build_c
 from tunempi.mpi.discovery import adapter_for, resolve_library
+from tunempi.mpi.library import MPILibrary
 from tunempi.online.cells import Cell
-from tunempi.online.run import open_state, with_rank_env
+from tunempi.online.run import open_state, rank_command
 from tunempi.online.state import OnlineConfig, Probabilities
 from tunempi.profile.build import build_interposer
 
 sys.path.insert(0, str(Path(__file__).parent))
-from profile_overhead import paired_differences, quartiles  # noqa: E402
+from profile_overhead import paired_differences  # noqa: E402
 
 VARIANTS = ("none", "online")
 
 
-def launch(argv: list[str], env: dict[str, str], vendor: str, launcher_env: dict[str, str]) -> dict[str, list[float]]:
-    command, extra = with_rank_env(argv, env, vendor)
-    result = run_launch(command, {**os.environ, **launcher_env, **extra}, timeout=300)
+def quartiles(values: list[float]) -> tuple[float, float, float]:
+    """(lower quartile, median, upper quartile)."""
+    if len(values) < 2:
+        return (values[0],) * 3 if values else (float("nan"),) * 3
+    lo, mid, hi = statistics.quantiles(values, n=4, method="inclusive")
+    return lo, mid, hi
+
+
+def launch(argv: list[str], env: dict[str, str], library: MPILibrary, launcher_env: dict[str, str]
+           ) -> tuple[dict[str, list[float]], list[tuple[str, float]]]:
+    """Per-path block times (ns/call) and the blocks in the order they ran (for paired_differences)."""
+    command = rank_command(argv, env, library)
+    result = run_launch(command.argv, command.full_env({**os.environ, **launcher_env}), timeout=300)
     if not result.ok:
-        raise SystemExit(f"{' '.join(command)} failed: {result.reason}\n{result.stderr}")
-    blocks: dict[str, list[float]] = {"mpi": [], "pmpi": [], "order": []}
+        raise SystemExit(f"{' '.join(command.argv)} failed: {result.reason}\n{result.stderr}")
+    blocks: dict[str, list[float]] = {"mpi": [], "pmpi": []}
+    order: list[tuple[str, float]] = []
     for line in result.stdout.splitlines():
         kind, _, value = line.partition(" ")
         if kind in ("mpi", "pmpi"):
             blocks[kind].append(float(value))
-            blocks["order"].append(float(value))
-    return blocks
+            order.append((kind, float(value)))
+    return blocks, order
 
 
 def main() -> None:
@@ -85,11 +97,11 @@ def main() -> None:
             order = VARIANTS if i % 2 == 0 else VARIANTS[::-1]  # no variant always runs first
             for variant in order:
                 env = {} if variant == "none" else online_env
-                blocks = launch(argv, env, library.vendor, launcher_env)
+                blocks, ran = launch(argv, env, library, launcher_env)
                 per_launch[variant].append(statistics.median(blocks["mpi"]))
                 if variant == "online":
-                    in_process += paired_differences(blocks["order"])
-                    intrinsic += paired_differences(launch(single, env, library.vendor, launcher_env)["order"])
+                    in_process += paired_differences(ran)
+                    intrinsic += paired_differences(launch(single, env, library, launcher_env)[1])
                 print(f"launch {i + 1}/{args.launches} {variant:8s} {per_launch[variant][-1]:8.1f} ns/call", flush=True)
 
     none = statistics.median(per_launch["none"])

@@ -6,7 +6,15 @@ import numpy as np
 import pytest
 
 from tunempi.errors import UsageError
-from tunempi.space import Cell, FeatureSpace, in_between_sizes, is_power_of_two, power_of_two_sizes
+from tunempi.space import (
+    Cell,
+    FeatureSpace,
+    in_between_sizes,
+    is_power_of_two,
+    power_of_two_ceil,
+    power_of_two_floor,
+    power_of_two_sizes,
+)
 
 
 def _space() -> FeatureSpace:
@@ -24,6 +32,13 @@ def test_sizes_powers_of_two_and_in_between() -> None:
     assert all(not is_power_of_two(s) for s in in_between_sizes(1, 1 << 20))
     with pytest.raises(UsageError):
         power_of_two_sizes(0, 8)
+
+
+def test_power_of_two_floor_and_ceil() -> None:
+    assert [power_of_two_floor(v) for v in (0, 1, 2, 3, 4, 5, 1023, 1024)] == [1, 1, 2, 2, 4, 4, 512, 1024]
+    assert [power_of_two_ceil(v) for v in (0, 1, 2, 3, 4, 5, 1023, 1024)] == [1, 1, 2, 4, 4, 8, 1024, 1024]
+    huge = (1 << 60) + 1  # exact in integers, where a float log2 would round down to 2**60
+    assert power_of_two_ceil(huge) == 1 << 61 and power_of_two_floor(huge) == 1 << 60
 
 
 def test_grid_candidates_and_availability() -> None:

@@ -4,7 +4,7 @@ from pathlib import Path
 
 from tunempi.mpi.library import MPILibrary
 from tunempi.rules import SelectionTable, build_rule_set
-from tunempi.writers.smoke import launch_argv, parse_probe_output, probe_points
+from tunempi.writers.smoke import launch_command, parse_probe_output, probe_points
 
 
 def test_probe_points_straddle_every_bound() -> None:
@@ -22,11 +22,11 @@ def test_probe_output_is_parsed_per_point() -> None:
                                        ("bcast", 4096): {}}
 
 
-def test_launch_argv_is_plain_and_vendor_aware() -> None:
+def test_launch_command_is_the_library_launchers() -> None:
     def lib(vendor: str, launcher: str) -> MPILibrary:
         prefix = Path("/opt/x")
         return MPILibrary(vendor, "1", "", "", prefix, prefix / "bin/mpicc", prefix / "bin" / launcher)
 
-    assert launch_argv(lib("mpich", "mpiexec"), 2, ["./p", "a"]) == ["/opt/x/bin/mpiexec", "-n", "2", "./p", "a"]
-    assert launch_argv(lib("openmpi", "mpirun"), 4, ["./p"]) == [
-        "/opt/x/bin/mpirun", "--allow-run-as-root", "--oversubscribe", "-n", "4", "./p"]
+    assert launch_command(lib("mpich", "mpiexec"), 2, ["./p", "a"]).argv == ("/opt/x/bin/mpiexec", "-n", "2", "./p", "a")
+    assert launch_command(lib("openmpi", "mpirun"), 4, ["./p"], as_root=True, cores=2).argv == (
+        "/opt/x/bin/mpirun", "--allow-run-as-root", "-n", "4", "--oversubscribe", "./p")

@@ -19,7 +19,7 @@ import re
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
-from tunempi.errors import TunempiError, UsageError
+from tunempi.errors import TunempiError
 from tunempi.mpi.library import MPILibrary
 from tunempi.mpi.ucx import UCX_TUNABLES
 from tunempi.mpi.vendor import (
@@ -291,9 +291,7 @@ class MpichAdapter(VendorAdapter):
         posix_values: dict[str, dict[str, int]] | None = None,
         cvar_values: Mapping[str, Any] | None = None,
     ) -> None:
-        super().__init__(library, catalog, defaults)
-        self.cvar_values = dict(cvar_values or {})  # name -> default value read through MPI_T
-        self.cvar_names = frozenset(cvar_names) | frozenset(self.cvar_values)
+        super().__init__(library, catalog, defaults, cvar_names, cvar_values)
         self._compositions = compositions or {}
         self._fallback_values = fallback_values or {}  # MPIR_CVAR_COLLECTIVE_FALLBACK: name -> int
         self._posix_values = posix_values or {}  # collective -> POSIX-level algorithm name -> int
@@ -301,9 +299,6 @@ class MpichAdapter(VendorAdapter):
 
     def default_name(self) -> str:
         return DEFAULT_NAME
-
-    def check_algorithm(self, collective: str, name: str) -> Algorithm:
-        return self._check(collective, name)
 
     def force_env(self, collective: str, name: str) -> dict[str, str]:
         algorithm = self.check_algorithm(collective, name)
@@ -338,10 +333,7 @@ class MpichAdapter(VendorAdapter):
         return [name for name in TUNING_FILE_CVARS if name in self.cvar_names]
 
     def tuning_file_env(self, mechanism: str, path: str) -> dict[str, str]:
-        valid = self.tuning_file_mechanisms()
-        if mechanism not in valid:
-            raise UsageError(f"unknown tuning-file mechanism {mechanism!r} for {self.library.name}; "
-                             f"valid: {', '.join(valid)}")
+        self._check_mechanism(mechanism)
         return {mechanism: path}
 
     def _knob(self, cvar: str, transport: str, locality: str, powers_of_two: bool = False,

@@ -16,7 +16,6 @@ import re
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
-from tunempi.errors import UsageError
 from tunempi.mpi.library import MPILibrary
 from tunempi.mpi.ucx import UCX_TUNABLES
 from tunempi.mpi.vendor import (
@@ -156,9 +155,7 @@ class OpenMPIAdapter(VendorAdapter):
         cvar_values: Mapping[str, Any] | None = None,
         pml_probe: Callable[[], str | None] | None = None,
     ) -> None:
-        super().__init__(library, catalog, defaults)
-        self.cvar_values = dict(cvar_values or {})  # name -> default value read through MPI_T
-        self.cvar_names = frozenset(cvar_names) | frozenset(self.cvar_values)
+        super().__init__(library, catalog, defaults, cvar_names, cvar_values)
         self._pml_probe = pml_probe  # runs the library once to see which pml it selects
         self._pml: str | None = None
 
@@ -203,9 +200,6 @@ class OpenMPIAdapter(VendorAdapter):
                     break
         return knobs
 
-    def check_algorithm(self, collective: str, name: str) -> Algorithm:
-        return self._check(collective, name)
-
     def force_env(self, collective: str, name: str) -> dict[str, str]:
         algorithm = self.check_algorithm(collective, name)
         if algorithm.name == DEFAULT_NAME:
@@ -240,10 +234,7 @@ class OpenMPIAdapter(VendorAdapter):
         return [RULES_FILE_CVAR]
 
     def tuning_file_env(self, mechanism: str, path: str) -> dict[str, str]:
-        valid = self.tuning_file_mechanisms()
-        if mechanism not in valid:
-            raise UsageError(f"unknown tuning-file mechanism {mechanism!r} for {self.library.name}; "
-                             f"valid: {', '.join(valid) or 'none'}")
+        self._check_mechanism(mechanism)
         # The rules file is only read when dynamic rules are on, and only at start (read-only cvars).
         return {mca_env(DYNAMIC_RULES_CVAR): "1", mca_env(RULES_FILE_CVAR): path}
 

@@ -8,7 +8,9 @@ at run time (MPI_T), never from a hard-coded table, and cached per library finge
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
+from typing import Any
 
 from tunempi.errors import UsageError
 from tunempi.mpi.library import MPILibrary
@@ -88,11 +90,15 @@ class VendorAdapter(ABC):
         library: MPILibrary,
         catalog: dict[str, list[Algorithm]],
         defaults: dict[str, Algorithm] | None = None,
+        cvar_names: Iterable[str] = (),
+        cvar_values: Mapping[str, Any] | None = None,
     ) -> None:
         self.library = library
         self.catalog = catalog  # collective -> algorithms, discovered from the library
         # collective -> the library's own "let the library choose" entry (MPICH auto, Open MPI ignore)
         self.defaults = dict(defaults or {})
+        self.cvar_values = dict(cvar_values or {})  # name -> default value read through MPI_T
+        self.cvar_names = frozenset(cvar_names) | frozenset(self.cvar_values)  # empty: not discovered
 
     def collectives(self) -> list[str]:
         """The collectives (tunempi names) whose algorithm this library lets us choose."""
@@ -118,8 +124,12 @@ class VendorAdapter(ABC):
                 f"{self.library.name} has no selectable algorithms for collective {collective!r}; valid: {valid}"
             )
 
-    def _check(self, collective: str, name: str) -> Algorithm:
-        """Shared implementation of check_algorithm: the default (either spelling) or a catalog entry."""
+    def check_algorithm(self, collective: str, name: str) -> Algorithm:
+        """Return the algorithm or raise UsageError naming the valid ones (MPICH segfaults otherwise).
+
+        'default' (tunempi's name) and default_name() both return default_algorithm(collective); any other
+        name must be in the discovered catalog.
+        """
         self._check_collective(collective)
         if name in (DEFAULT_ALGORITHM, self.default_name()):
             return self.default_algorithm(collective)
@@ -134,13 +144,6 @@ class VendorAdapter(ABC):
     @abstractmethod
     def default_name(self) -> str:
         """The name of 'let the library choose' (MPICH: 'auto'; Open MPI: 'ignore')."""
-
-    @abstractmethod
-    def check_algorithm(self, collective: str, name: str) -> Algorithm:
-        """Return the algorithm or raise UsageError naming the valid ones (MPICH segfaults otherwise).
-
-        'default' (tunempi's name) and default_name() both return default_algorithm(collective).
-        """
 
     @abstractmethod
     def force_env(self, collective: str, name: str) -> dict[str, str]:
@@ -190,6 +193,13 @@ class VendorAdapter(ABC):
         """Environment that makes a launch read tuning file `path` through `mechanism`
         (one of tuning_file_mechanisms())."""
         raise NotImplementedError(f"{type(self).__name__} has no tuning-file mechanisms")
+
+    def _check_mechanism(self, mechanism: str) -> None:
+        """UsageError unless `mechanism` is one of tuning_file_mechanisms()."""
+        valid = self.tuning_file_mechanisms()
+        if mechanism not in valid:
+            raise UsageError(f"unknown tuning-file mechanism {mechanism!r} for {self.library.name}; "
+                             f"valid: {', '.join(valid) or 'none'}")
 
     # -- run-time parameters (tunempi search; names checked by mpi/runtime.check_parameters) -------------
     def canonical_parameter(self, name: str) -> str:

@@ -16,10 +16,11 @@ import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from types import MappingProxyType
 
 from tunempi.config import ENV_PREFIX
 from tunempi.errors import UsageError
-from tunempi.launch import OpenMPILauncher, run_launch
+from tunempi.launch import LaunchCommand, OpenMPILauncher, launcher_for_argv, rank_env_command, run_launch
 from tunempi.mpi.discovery import adapter_for
 from tunempi.mpi.library import MPILibrary
 from tunempi.online.state import OnlineConfig, OnlineState
@@ -32,34 +33,17 @@ class CannotSwitch(UsageError):
     """The library cannot switch any of the requested collectives at run time."""
 
 
-_HYDRA = {"mpiexec.hydra", "mpiexec.mpich"}
-_OPENMPI = {"mpirun.openmpi", "mpiexec.openmpi", "orterun", "prterun"}
 _GENERIC = {"mpiexec", "mpirun"}
 
 
-def with_rank_env(argv: Sequence[str], env: Mapping[str, str], vendor: str) -> tuple[list[str], dict[str, str]]:
-    """(argv, extra environment of the launcher) that give the RANKS of `argv` the variables in `env`.
-
-    TODO(launch/): launch/ builds command lines from a LaunchSpec; it has no way yet to add variables
-    to a command line the user wrote, which is what this does.
-    """
-    if not argv:
-        raise UsageError("no command to run; give it after --, e.g. -- mpiexec -n 4 ./app")
-    launcher = os.path.basename(argv[0])
-    head, rest = [argv[0]], list(argv[1:])
-    if launcher in _HYDRA or (launcher in _GENERIC and vendor == "mpich"):
-        for name, value in env.items():
-            head += ["-genv", name, value]
-        return head + rest, {}
-    if launcher in _OPENMPI or (launcher in _GENERIC and vendor == "openmpi"):
-        for name, value in env.items():
-            head += ["-x", f"{name}={value}"]
-        extra = dict(OpenMPILauncher.ROOT_ENV) if os.geteuid() == 0 else {}
-        return head + rest, extra
-    if launcher == "srun":
-        exports = ",".join(f"{name}={value}" for name, value in env.items())
-        return head + [f"--export=ALL,{exports}"] + rest, {}
-    return list(argv), dict(env)
+def rank_command(argv: Sequence[str], env: Mapping[str, str], library: MPILibrary) -> LaunchCommand:
+    """The user's command with `env` passed to its ranks (launch.rank_env_command); as root, Open MPI's
+    mpirun also gets the permission to run (the user's command line need not say --allow-run-as-root)."""
+    command = rank_env_command(argv, env, library)
+    launcher = launcher_for_argv(argv, library)
+    if isinstance(launcher, OpenMPILauncher) and launcher.as_root:
+        return LaunchCommand(command.argv, MappingProxyType({**OpenMPILauncher.ROOT_ENV, **command.env}))
+    return command
 
 
 def open_state(directory: Path | str, library: MPILibrary, config: OnlineConfig | None = None) -> OnlineState:
@@ -84,8 +68,8 @@ def run_untouched(library: MPILibrary, argv: Sequence[str], *, timeout: float | 
     argv = list(argv)
     if argv and argv[0] in _GENERIC:
         argv[0] = str(library.mpiexec)
-    command, launcher_env = with_rank_env(argv, {}, library.vendor)
-    result = run_launch(command, {**os.environ, **launcher_env}, timeout=timeout,
+    command = rank_command(argv, {}, library)
+    result = run_launch(list(command.argv), command.full_env(), timeout=timeout,
                         on_stdout=lambda line: print(line, flush=True),
                         on_stderr=lambda line: print(line, file=sys.stderr, flush=True))
     return result.returncode
@@ -122,10 +106,10 @@ def run_online(state: OnlineState, library: MPILibrary, argv: Sequence[str], *, 
     rank_env.update(adapter.launch_env())
     rank_env.update({"LD_PRELOAD": preload, "TUNEMPI_MODE": "online", "TUNEMPI_ONLINE_TABLE": str(run_table),
                      "TUNEMPI_ONLINE_OUT": str(records)})
-    command, launcher_env = with_rank_env(argv, rank_env, library.vendor)
-    env = {**os.environ, **adapter.launch_env(), **launcher_env}
+    command = rank_command(argv, rank_env, library)
+    env = command.full_env({**os.environ, **adapter.launch_env()})
     started = time.monotonic()
-    result = run_launch(command, env, timeout=timeout,
+    result = run_launch(list(command.argv), env, timeout=timeout,
                         on_stdout=(lambda line: print(line, file=sys.stdout, flush=True)) if echo else None,
                         on_stderr=(lambda line: print(line, file=sys.stderr, flush=True)) if echo else None)
     duration = time.monotonic() - started

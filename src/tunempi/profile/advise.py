@@ -19,18 +19,11 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
 
+from tunempi.bench.validate import ENGINE_COLLECTIVES
 from tunempi.mpi.vendor import ThresholdKnob
 from tunempi.profile.reader import P2PBucket, Profile, UsageRow
+from tunempi.space.feature import Cell, is_power_of_two, power_of_two_ceil, power_of_two_floor
 from tunempi.store.dataset import DatasetRow
-
-
-@dataclass(frozen=True)
-class Cell:
-    collective: str
-    ranks: int
-    nodes: int
-    ppn: int
-    msg_bytes: int
 
 
 @dataclass(frozen=True)
@@ -139,12 +132,9 @@ def advise(profile: Profile, source: PerformanceSource, *, min_saving_fraction: 
     return Advice(tuple(cells), worth, dict(by_collective), eager_verdict(profile.p2p), profile.elapsed_s)
 
 
-#: The collectives `tunempi tune` measures (the benchmark engine's, bench/validate.py on branch `tune`),
-#: without barrier, which has no message size to tune.
-TUNABLE_COLLECTIVES: tuple[str, ...] = (
-    "allreduce", "bcast", "allgather", "alltoall", "reduce", "reduce_scatter", "reduce_scatter_block",
-    "gather", "scatter",
-)
+#: The collectives `tunempi tune` takes: the benchmark engine's (bench.validate), without barrier, which
+#: has no message size to tune (tune refuses it).
+TUNABLE_COLLECTIVES: tuple[str, ...] = tuple(c for c in ENGINE_COLLECTIVES if c != "barrier")
 
 
 @dataclass(frozen=True)
@@ -158,14 +148,6 @@ class TuneCommand:
     @property
     def text(self) -> str:
         return shlex.join(self.argv)
-
-
-def _pow2_floor(value: int) -> int:
-    return 1 << (max(value, 1).bit_length() - 1)
-
-
-def _pow2_ceil(value: int) -> int:
-    return 1 << max(0, math.ceil(math.log2(max(value, 1))))
 
 
 def tune_command(advice: Advice, mpi_spec: str, *, db: str | None = None, out: str = "tuned") -> TuneCommand | None:
@@ -186,8 +168,8 @@ def tune_command(advice: Advice, mpi_spec: str, *, db: str | None = None, out: s
     else:
         argv += ["--nodes", str(nodes), "--ppn", str(max(c.usage.ppn for c in chosen))]
     sizes = [c.usage.msg_size for c in chosen]
-    argv += ["--min-msg", str(max(4, _pow2_floor(min(sizes)))),
-             "--max-msg", str(max(4, _pow2_ceil(max(sizes))))]
+    argv += ["--min-msg", str(max(4, power_of_two_floor(min(sizes)))),
+             "--max-msg", str(max(4, power_of_two_ceil(max(sizes))))]
     if db:
         argv += ["--db", db]
     argv += ["--out", out]
@@ -216,7 +198,7 @@ def eager_search_space(verdict: EagerVerdict, knobs: Sequence[ThresholdKnob], *,
         high = min(verdict.high, knob.maximum) if knob.maximum is not None else verdict.high
         low = verdict.low
         if knob.powers_of_two:
-            low, high = _pow2_floor(low), _pow2_floor(high)
+            low, high = power_of_two_floor(low), power_of_two_floor(high)
         if low > high:
             lines += ["", f"# {knob.name} left out: the library does not start with values above {knob.maximum}"]
             continue
@@ -226,7 +208,7 @@ def eager_search_space(verdict: EagerVerdict, knobs: Sequence[ThresholdKnob], *,
                   "[[param]]", f"name = {_toml_str(knob.name)}", "kind = \"int\""]
         if knob.powers_of_two:
             lines.append(f"range = \"{low}:*2:{high}\"")
-            inside = knob.default is not None and low <= knob.default <= high and _pow2_floor(knob.default) == knob.default
+            inside = knob.default is not None and low <= knob.default <= high and is_power_of_two(knob.default)
         else:
             lines += [f"low = {low}", f"high = {high}", "log = true"]
             inside = knob.default is not None and low <= knob.default <= high

@@ -9,7 +9,10 @@ from tunempi.space.feature import (
     FeatureSpace,
     in_between_sizes,
     is_power_of_two,
+    power_of_two_ceil,
+    power_of_two_floor,
     power_of_two_sizes,
 )
 
-__all__ = ["DERIVED_FEATURE_NAMES", "FEATURE_NAMES", "Cell", "FeatureSpace", "in_between_sizes", "is_power_of_two", "power_of_two_sizes"]
+__all__ = ["DERIVED_FEATURE_NAMES", "FEATURE_NAMES", "Cell", "FeatureSpace", "in_between_sizes", "is_power_of_two",
+           "power_of_two_ceil", "power_of_two_floor", "power_of_two_sizes"]

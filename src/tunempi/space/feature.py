@@ -68,11 +68,21 @@ def is_power_of_two(value: int) -> bool:
     return value > 0 and value & (value - 1) == 0
 
 
+def power_of_two_floor(value: int) -> int:
+    """The largest power of two <= value (1 for value <= 1)."""
+    return 1 << (max(value, 1).bit_length() - 1)
+
+
+def power_of_two_ceil(value: int) -> int:
+    """The smallest power of two >= value (1 for value <= 1)."""
+    return 1 << (max(value, 1) - 1).bit_length()
+
+
 def power_of_two_sizes(lo: int, hi: int) -> list[int]:
     """Powers of two from the smallest >= lo to the largest <= hi."""
     if lo < 1 or hi < lo:
         raise UsageError(f"bad size range {lo}..{hi}: need 1 <= lo <= hi")
-    size = 1 << max(0, math.ceil(math.log2(lo)))
+    size = power_of_two_ceil(lo)
     sizes = []
     while size <= hi:
         sizes.append(size)

@@ -164,7 +164,8 @@ class Param:
         raise NotImplementedError
 
     def sample(self, rng: np.random.Generator) -> Value:
-        raise NotImplementedError
+        """A random value: uniform in the unit interval, mapped by from_unit (log-uniform on log ranges)."""
+        return self.from_unit(float(rng.random()))
 
     def to_unit(self, value: Value) -> float:
         raise NotImplementedError
@@ -231,6 +232,16 @@ def _check_name(name: str) -> None:
         raise UsageError(f"bad parameter name {name!r}: use letters, digits, '_' and '.'")
 
 
+def _unit_in_range(value: float, low: float, high: float, top: float, log: bool) -> float:
+    """`value` of a numeric range mapped to [0, 1]: by its logarithm on log ranges, else linearly up to
+    `top` (the largest value the range holds); 0.5 for a range of one value."""
+    if high == low:
+        return 0.5
+    if log:
+        return math.log(value / low) / math.log(high / low)
+    return (value - low) / (top - low) if top > low else 0.5
+
+
 @dataclass(frozen=True)
 class IntParam(Param):
     """Integers in [low, high]: every `step`-th from low, or (log=True) any integer, log-uniformly.
@@ -290,15 +301,8 @@ class IntParam(Param):
             return False
         return self.log or (value - self.low) % self.step_size == 0
 
-    def sample(self, rng: np.random.Generator) -> int:
-        return self.from_unit(float(rng.random()))
-
     def to_unit(self, value: Value) -> float:
-        if self.high == self.low:
-            return 0.5
-        if self.log:
-            return math.log(float(value) / self.low) / math.log(self.high / self.low)
-        return (float(value) - self.low) / (self._top() - self.low) if self._top() > self.low else 0.5
+        return _unit_in_range(float(value), self.low, self.high, self._top(), self.log)
 
     def from_unit(self, u: float) -> int:
         u = min(max(float(u), 0.0), 1.0)
@@ -367,15 +371,8 @@ class FloatParam(Param):
         k = (value - self.low) / self.step_size
         return abs(k - round(k)) < 1e-6
 
-    def sample(self, rng: np.random.Generator) -> float:
-        return self.from_unit(float(rng.random()))
-
     def to_unit(self, value: Value) -> float:
-        if self.high == self.low:
-            return 0.5
-        if self.log:
-            return math.log(float(value) / self.low) / math.log(self.high / self.low)
-        return (float(value) - self.low) / (self.high - self.low)
+        return _unit_in_range(float(value), self.low, self.high, self.high, self.log)
 
     def from_unit(self, u: float) -> float:
         u = min(max(float(u), 0.0), 1.0)

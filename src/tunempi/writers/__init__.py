@@ -2,7 +2,7 @@
 
 Nothing here measures, launches or reads the environment; inputs (the library's default tree, its
 algorithm ids, the adapter's env spellings) are passed in. `writers.smoke` is the one exception: it
-loads a written file into the real library and lives here until the tuner command owns it.
+loads a written file into the real library (compiled with mpi.build, launched through launch/).
 """
 
 from __future__ import annotations

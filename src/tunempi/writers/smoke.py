@@ -1,8 +1,8 @@
 """Load a written tuning file into the real library and run a short, checked workload with it.
 
-NOT a pure writer: it compiles and launches. It lives here until the tuner command owns it; the launch
-argv is deliberately plain (mpiexec -n N / mpirun --allow-run-as-root --oversubscribe -n N) and is
-marked for replacement by launch/.
+NOT a pure writer: it compiles and launches (launch/ builds the command line and runs it under a
+whole-job timeout). architecture.md gives the smoke check to writers/; it is the one module here that
+is not pure.
 
 A file passes when the probe (smoke_probe.c) runs every point to completion with correct results.
 MPICH aborts on a partial or malformed tree, so a bad MPICH file fails here. Open MPI silently ignores
@@ -14,11 +14,12 @@ from __future__ import annotations
 
 import os
 import re
-import subprocess
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
+from tunempi.launch import LaunchCommand, LaunchSpec, launcher_for, run_launch
 from tunempi.mpi.build import build_c
 from tunempi.mpi.library import MPILibrary
 from tunempi.rules.ruleset import RuleSet
@@ -65,11 +66,10 @@ def probe_points(rule_set: RuleSet, *, element: int = 4, max_bytes: int = 1 << 2
     return sorted(points)
 
 
-def launch_argv(library: MPILibrary, ranks: int, program: Sequence[str]) -> list[str]:
-    """The plain launch line. TODO(launch/): replace with the launcher registry's argv."""
-    if library.vendor == "openmpi":
-        return [str(library.mpiexec), "--allow-run-as-root", "--oversubscribe", "-n", str(ranks), *program]
-    return [str(library.mpiexec), "-n", str(ranks), *program]
+def launch_command(library: MPILibrary, ranks: int, program: Sequence[str], **launcher_options: Any) -> LaunchCommand:
+    """The library's own launcher running `program` on `ranks` ranks of this machine (`launcher_options`
+    go to the launcher, e.g. Open MPI's as_root/cores)."""
+    return launcher_for(library, **launcher_options).command(LaunchSpec(tuple(program), ranks))
 
 
 def parse_probe_output(stdout: str) -> dict[tuple[str, int], dict[str, int]]:
@@ -92,12 +92,11 @@ def smoke_check(library: MPILibrary, tuning_env: Mapping[str, str], points: Sequ
     """
     probe = build_c(library, [PROBE_SOURCE], "smoke_probe")
     wanted = [(coll, int(size)) for coll, size in points if coll in PROBE_COLLECTIVES]
-    argv = launch_argv(library, ranks, [str(probe), *(f"{coll}:{size}" for coll, size in wanted)])
-    env = {**os.environ, **tuning_env}
-    try:
-        done = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=timeout)
-    except subprocess.TimeoutExpired as expired:
-        return SmokeResult(False, -1, tuple(argv), str(expired.stdout or ""), f"timed out after {timeout:.0f} s")
+    command = launch_command(library, ranks, [str(probe), *(f"{coll}:{size}" for coll, size in wanted)])
+    argv = command.argv
+    done = run_launch(argv, command.full_env({**os.environ, **tuning_env}), timeout=timeout)
+    if done.timed_out or done.returncode is None:
+        return SmokeResult(False, -1, argv, done.stdout, f"timed out after {timeout:.0f} s")
     observations = parse_probe_output(done.stdout)
     ok = done.returncode == 0 and all(point in observations for point in wanted)
-    return SmokeResult(ok, done.returncode, tuple(argv), done.stdout, done.stderr, observations)
+    return SmokeResult(ok, done.returncode, argv, done.stdout, done.stderr, observations)
