@@ -53,6 +53,7 @@ def main() -> None:
     parser.add_argument("--strategy", default="tunempi")
     parser.add_argument("--param", action="append", default=[], help="strategy parameter name=value")
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--lanes", type=int, default=0, help="1: no overlap of model fitting and measuring; 0: auto")
     parser.add_argument("--json", type=Path)
     args = parser.parse_args()
     console = Console(width=120)
@@ -63,7 +64,7 @@ def main() -> None:
         out=work / "tuning", collectives=args.collectives, mpi=args.mpi, ranks=args.ranks,
         max_msg=parse_size(args.max_msg), strategy=args.strategy, seed=args.seed,
         timeout_s=parse_duration(args.timeout), db=work / "tune.sqlite", settings=settings,
-        strategy_params=parse_params(args.param),
+        strategy_params=parse_params(args.param), lanes=args.lanes,
     )
     started = time.monotonic()
     report = run_tune(options, console)
@@ -91,6 +92,8 @@ def main() -> None:
     exhaustive_s = time.monotonic() - started
 
     slowdowns, default_slowdowns = [], []
+    worst: list[tuple[float, str]] = []
+    tuned_medians = outcome.measured_medians()
     for cell, algorithm in outcome.selection.items():
         row = {a: t for (c, r, m, a), t in exhaustive.items()
                if (c, r, m) == (cell.collective, cell.ranks, cell.msg_bytes)}
@@ -99,6 +102,12 @@ def main() -> None:
         best = min(row.values())
         chosen = row.get(algorithm)
         slowdowns.append(chosen / best if chosen else float("nan"))
+        if chosen:
+            fastest = min(row, key=row.__getitem__)
+            seen = tuned_medians.get((cell, algorithm))
+            worst.append((chosen / best, f"{cell.collective} {cell.ranks}r {cell.msg_bytes}B: tuned {algorithm} "
+                          f"{chosen:.1f} us (tune saw {seen if seen is None else round(seen, 1)}), "
+                          f"exhaustive best {fastest} {best:.1f} us"))
         if DEFAULT_ALGORITHM in row:
             default_slowdowns.append(row[DEFAULT_ALGORITHM] / best)
 
@@ -112,10 +121,11 @@ def main() -> None:
 
     result = {
         "library": library.name, "ranks": args.ranks, "collectives": args.collectives, "max_msg": args.max_msg,
-        "time_cap": args.time_cap, "strategy": args.strategy, "params": parse_params(args.param),
+        "time_cap": args.time_cap, "strategy": args.strategy, "params": parse_params(args.param), "lanes": args.lanes,
         "cells": len(outcome.selection), "exhaustive_points": n_points,
         "tune_loop_s": round(outcome.wall_s, 2), "tune_bench_s": round(outcome.bench_s, 2),
-        "tune_total_s": round(tune_total_s, 2), "tune_runs": outcome.measured, "tune_stop": outcome.stop_reason,
+        "tune_total_s": round(tune_total_s, 2), "tune_model_s": round(outcome.model_s, 2),
+        "tune_files_s": round(tune_total_s - outcome.wall_s, 2), "tune_launches": outcome.launches, "tune_runs": outcome.measured, "tune_stop": outcome.stop_reason,
         "exhaustive_s": round(exhaustive_s, 2), "exhaustive_launches": launches,
         "ratio_loop": round(outcome.wall_s / exhaustive_s, 3),
         "ratio_total": round(tune_total_s / exhaustive_s, 3),
@@ -123,6 +133,7 @@ def main() -> None:
         "tuned_avg_slowdown": avg(slowdowns), "tuned_geo_slowdown": geo(slowdowns),
         "tuned_missing": sum(not math.isfinite(v) for v in slowdowns),
         "default_avg_slowdown": avg(default_slowdowns), "default_geo_slowdown": geo(default_slowdowns),
+        "worst_cells": [text for _, text in sorted(worst, reverse=True)[:5]],
         "work_dir": str(work),
     }
     text = json.dumps(result, indent=1)

@@ -89,8 +89,9 @@ def test_timeout_keeps_points_and_a_rerun_resumes_from_the_store(tmp_path: Path,
                                                                  monkeypatch: pytest.MonkeyPatch) -> None:
     from tunempi.tune import runner as runner_module
 
-    # Every point takes at least 0.1 s more than it would, so this space (hundreds of runs) cannot converge
-    # before the 4 s deadline however quiet the machine is: the deadline, not the clock's luck, stops it.
+    # Every point takes at least 0.1 s more than it would, and the strategy is told to measure every
+    # contender until the regret is tiny, so this space (hundreds of runs) cannot converge before the 4 s
+    # deadline however quiet the machine is: the deadline, not the clock's luck, stops it.
     original = runner_module.LayoutRunner.measure
 
     def slowed(self, point, settings=None):  # noqa: ANN001, ANN202
@@ -98,9 +99,12 @@ def test_timeout_keeps_points_and_a_rerun_resumes_from_the_store(tmp_path: Path,
         return original(self, point, settings)
 
     monkeypatch.setattr(runner_module.LayoutRunner, "measure", slowed)
-    first = run_tune(options(tmp_path, "mpich", "allgather", 2, 4096, timeout_s=4.0, smoke=False), quiet())
+    eager = {"contention": 0.0, "regret_tolerance": 1e-6, "max_repeats": 3}
+    first = run_tune(options(tmp_path, "mpich", "allgather", 2, 4096, timeout_s=4.0, smoke=False,
+                             strategy_params=eager), quiet())
     assert first.outcome.stop_reason == "timeout" and first.outcome.measured > 0
-    second = run_tune(options(tmp_path, "mpich", "allgather", 2, 4096, timeout_s=4.0, smoke=False), quiet())
+    second = run_tune(options(tmp_path, "mpich", "allgather", 2, 4096, timeout_s=4.0, smoke=False,
+                              strategy_params=eager), quiet())
     assert second.outcome.stop_reason == "timeout"
     assert second.outcome.resumed >= first.outcome.measured
     with ResultStore(tmp_path / "results.sqlite") as store:

@@ -175,3 +175,45 @@ def test_an_algorithm_failing_everywhere_at_a_scale_is_blocked_there_after_three
     strategy = tuner.strategies["allreduce"]
     large = strategy.space.algorithms.index("large")
     assert not any(strategy.usable_mask()[i, large] for i, c in enumerate(strategy.space.cells) if c.ranks == 4)
+
+
+def test_every_override_of_the_library_is_measured_against_it_in_its_cell() -> None:
+    """tunempi stops on its regret estimate, with cells selected from the model alone; the confirmation
+    round measures `default` and the chosen algorithm wherever the selection overrides the library."""
+    tuner = Tuner(spaces(), FakeRunner(), strategy="tunempi",
+                  strategy_params={"batch_size": 4, "regret_tolerance": 0.05, "max_repeats": 1,
+                                   "contention": 0.3})
+    outcome = tuner.run()
+    assert outcome.stop_reason == "converged"
+    strategy = tuner.strategies["allreduce"]
+    counts = strategy.measured_counts()
+    algorithms = strategy.space.algorithms
+    overrides = [(cell, a) for cell, a in outcome.selection.items() if a != DEFAULT_ALGORITHM]
+    assert overrides
+    for cell, algorithm in overrides:
+        i = strategy.space.index(cell)
+        assert counts[i, algorithms.index(DEFAULT_ALGORITHM)] >= 1, cell
+        assert counts[i, algorithms.index(algorithm)] >= 1, cell
+    assert tuner.confirmation_requests() == {}  # nothing left to confirm
+    assert outcome.model_s > 0  # the strategies fitted models; the time is reported, not judged
+
+
+def test_lanes_split_the_collectives_and_every_strategy_still_converges() -> None:
+    both = {**spaces(), "bcast": feature_space("bcast", SCALES, SIZES, (DEFAULT_ALGORITHM, "small", "large"))}
+    runner = FakeRunner()
+    tuner = Tuner(both, runner, strategy="exhaustive", lanes=2)
+    assert tuner.lanes() == [("allreduce",), ("bcast",)]
+    outcome = tuner.run()
+    assert outcome.stop_reason == "converged"
+    assert all(len(call) and len({p.collective for pts in call.values() for p in pts}) == 1
+               for call in runner.calls)  # one lane per engine round
+    assert len(outcome.selection) == sum(len(s.cells) for s in both.values())
+    assert Tuner(both, FakeRunner(), lanes=1).lanes() == [("allreduce", "bcast")]
+
+
+def test_auto_lanes_overlap_only_with_a_core_to_spare() -> None:
+    from tunempi.tune.job import auto_lanes
+
+    assert auto_lanes([Scale(1, 2), Scale(1, 4)], cpus=2) == 1
+    assert auto_lanes([Scale(1, 2), Scale(1, 4)], cpus=8) == 2
+    assert auto_lanes([Scale(4, 12)], cpus=12) == 1

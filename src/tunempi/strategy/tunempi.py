@@ -114,6 +114,7 @@ class TunempiStrategy(Strategy):
         mean = np.full(shape, np.nan)
         std = np.full(shape, np.nan)
         covariance: dict[int, tuple[np.ndarray, float]] = {}
+        measured_log = self.measured_median_log()
         for j, model in self._models.items():
             residual, cov = model.gp_.predict(self.cell_features, return_cov=True)
             cov = cov - model.noise_ * np.eye(len(cov))
@@ -123,7 +124,7 @@ class TunempiStrategy(Strategy):
                 # The model is wrong in ways its own variance does not show (protocol switches,
                 # fallbacks): add doubt that grows with the distance, in doublings of ranks or size, to
                 # the nearest cell where this algorithm was measured.
-                measured_at = np.flatnonzero(np.isfinite(self.measured_median_log()[:, j]))
+                measured_at = np.flatnonzero(np.isfinite(measured_log[:, j]))
                 if len(measured_at):
                     gap = np.abs(self._log_grid[:, None, :] - self._log_grid[None, measured_at, :]).max(axis=2)
                     distance = gap.min(axis=1)
@@ -132,7 +133,7 @@ class TunempiStrategy(Strategy):
             if self.trust_measurements > 0:
                 # A measured median far from the posterior (more than `trust_measurements` noise
                 # standard deviations) is a real jump the smooth model cannot follow: believe it.
-                measured = self.measured_median_log()[:, j]
+                measured = measured_log[:, j]
                 far = np.abs(measured - mean[:, j]) > self.trust_measurements * np.sqrt(model.noise_)
                 mean[far, j] = measured[far]
         if self.forest_blend > 0:

@@ -13,6 +13,7 @@ from __future__ import annotations
 import math
 import time
 from collections.abc import Callable, Mapping, Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -96,6 +97,8 @@ class TuneOutcome:
     resumed: int  # runs read back from the store
     failed: int
     launches: int
+    model_s: float = 0.0  # time the strategies spent choosing points and selecting (model fits)
+    model_wait_s: float = 0.0  # part of it the loop waited for (the rest overlapped with measuring)
 
     def measured_medians(self) -> dict[tuple[Cell, str], float]:
         """(cell, algorithm) -> median over runs of each run's median latency (successful runs only)."""
@@ -126,8 +129,12 @@ class Tuner:
         system: str = "",
         strategy_params: Mapping[str, object] | None = None,
         default_margin: float = DEFAULT_MARGIN,
+        lanes: int = 2,
+        confirm: bool = True,
     ) -> None:
         self.spaces = dict(spaces)
+        self.n_lanes = lanes
+        self.confirm = confirm
         self.default_margin = default_margin
         self.crash_limit = 2
         self.fail_limit = 3
@@ -150,6 +157,36 @@ class Tuner:
             collective: make_strategy(strategy, space, seed=seed, records=resumed[collective], **self.strategy_params)
             for collective, space in self.spaces.items()
         }
+
+    def confirmation_requests(self) -> dict[str, list[Request]]:
+        """After convergence: wherever the selection would override the library's own choice, both the
+        selected algorithm and `default` must have been measured in that cell (a model-only winner, or
+        a default judged from its neighbours, is how a tuned rule ends up slower than the library). One
+        run of whichever is missing; the selection is then made with them."""
+        requests: dict[str, list[Request]] = {}
+        for collective, strategy in self.strategies.items():
+            space = strategy.space
+            if DEFAULT_ALGORITHM not in space.algorithms:
+                continue
+            counts = strategy.measured_counts()
+            usable = strategy.usable_mask()
+            j_default = space.algorithms.index(DEFAULT_ALGORITHM)
+            for cell, algorithm in prefer_default(strategy, strategy.select(), self.default_margin).items():
+                if algorithm == DEFAULT_ALGORITHM or cell not in strategy.measurable:
+                    continue
+                i = space.index(cell)
+                missing = tuple(a for a in (DEFAULT_ALGORITHM, algorithm)
+                                if usable[i, space.algorithms.index(a)] and counts[i, space.algorithms.index(a)] == 0)
+                if missing and usable[i, j_default]:
+                    requests.setdefault(collective, []).append(Request(cell, missing))
+        return requests
+
+    def lanes(self) -> list[tuple[str, ...]]:
+        """The collectives split into up to `n_lanes` groups that take turns on the engine (round robin):
+        one lane is measured while the model thread fits the others (1: no overlap)."""
+        collectives = list(self.strategies)
+        count = max(1, min(self.n_lanes, len(collectives)))
+        return [tuple(collectives[i::count]) for i in range(count)]
 
     def convergence(self) -> dict[str, float]:
         return {c: (1.0 if s.finished else float(s.convergence())) for c, s in self.strategies.items()}
@@ -209,6 +246,7 @@ class Tuner:
         curve: list[CurvePoint] = []
         bench_s = 0.0
         measured = failed = 0
+        wait_s = 0.0  # time the loop waited for the model thread
         stop_reason = "converged"
         rounds = 0
 
@@ -226,52 +264,97 @@ class Tuner:
             if on_result is not None:
                 on_result(result)
 
+        def measure_round(requests: Mapping[str, Sequence[Request]]) -> None:
+            nonlocal bench_s, measured, failed
+            work = self.plan(requests)
+            results = self.runner.run(work, on_point=store_result, deadline=deadline)
+            by_collective: dict[str, list[MeasurementRecord]] = {}
+            crashed: dict[str, list[MeasurementRecord]] = {}
+            for result in results:
+                bench_s += result.wall_s
+                measured += 1
+                failed += not (result.outcome.ok and not result.measurement.errors)
+                record = record_of(result.measurement, cost_s=result.wall_s, launches=result.launches)
+                by_collective.setdefault(result.point.collective, []).append(record)
+                if result.outcome.status == "timeout" or result.outcome.reason.startswith("the engine died"):
+                    crashed.setdefault(result.point.collective, []).append(record)
+            for collective, records in by_collective.items():  # cheap: models are fitted in `ask`
+                blocked = self._block_failing(collective, records, crashed.get(collective, []))
+                self.strategies[collective].tell(records + blocked)
+            point = state()
+            curve.append(point)
+            if on_round is not None:
+                on_round(point, len(results))
+
         curve.append(state())
+        lanes = self.lanes()
+        thinker = ThreadPoolExecutor(max_workers=1, thread_name_prefix="tunempi-model")
+        model_clock = {"s": 0.0}
+
+        def think(lane: Sequence[str]) -> dict[str, list[Request]]:
+            """The lane's next requests (runs in the model thread: the strategies fit their models)."""
+            began = time.monotonic()
+            try:
+                return {c: self.strategies[c].ask() for c in lane if not self.strategies[c].finished}
+            finally:
+                model_clock["s"] += time.monotonic() - began
+
+        # Lanes take turns: while the engine measures one lane's batch, the model thread already fits
+        # the other lanes' strategies on their latest records (the loop waits on a lane's asks only if
+        # they are not ready yet). Every strategy still asks after it was told all of its own results.
+        asks: dict[int, Future[dict[str, list[Request]]]] = {i: thinker.submit(think, lane)
+                                                                for i, lane in enumerate(lanes)}
+        done_lanes: set[int] = set()
+        turn = 0
         try:
-            while True:
+            while len(done_lanes) < len(lanes):
                 if deadline is not None and time.monotonic() >= deadline:
                     stop_reason = "timeout"
                     break
                 if max_rounds is not None and rounds >= max_rounds:
                     stop_reason = "timeout"
                     break
-                requests = {c: s.ask() for c, s in self.strategies.items() if not s.finished}
-                requests = {c: r for c, r in requests.items() if r}
+                lane = turn % len(lanes)
+                turn += 1
+                if lane in done_lanes:
+                    continue
+                waited = time.monotonic()
+                requests = {c: r for c, r in asks.pop(lane).result().items() if r}
+                wait_s += time.monotonic() - waited
                 if not requests:
-                    break
-                work = self.plan(requests)
-                results = self.runner.run(work, on_point=store_result, deadline=deadline)
+                    done_lanes.add(lane)
+                    continue
+                measure_round(requests)
                 rounds += 1
-                by_collective: dict[str, list[MeasurementRecord]] = {}
-                crashed: dict[str, list[MeasurementRecord]] = {}
-                for result in results:
-                    bench_s += result.wall_s
-                    measured += 1
-                    failed += not (result.outcome.ok and not result.measurement.errors)
-                    record = record_of(result.measurement, cost_s=result.wall_s, launches=result.launches)
-                    by_collective.setdefault(result.point.collective, []).append(record)
-                    if result.outcome.status == "timeout" or result.outcome.reason.startswith("the engine died"):
-                        crashed.setdefault(result.point.collective, []).append(record)
-                for collective, records in by_collective.items():
-                    blocked = self._block_failing(collective, records, crashed.get(collective, []))
-                    self.strategies[collective].tell(records + blocked)
-                point = state()
-                curve.append(point)
-                if on_round is not None:
-                    on_round(point, len(results))
+                asks[lane] = thinker.submit(think, lanes[lane])
+            if stop_reason == "converged" and self.confirm:
+                thinker.shutdown(wait=True)
+                began = time.monotonic()
+                confirm = self.confirmation_requests()
+                model_clock["s"] += time.monotonic() - began
+                wait_s += time.monotonic() - began
+                if confirm and not (deadline is not None and time.monotonic() >= deadline):
+                    measure_round(confirm)
         except KeyboardInterrupt:
             stop_reason = "interrupted"
-        wall = time.monotonic() - started
+        finally:
+            # No strategy may still be fitting when it is asked to select (or when the caller reads it).
+            thinker.shutdown(wait=True, cancel_futures=True)
+        model_s = model_clock["s"]
+        selecting = time.monotonic()
         selection: dict[Cell, str] = {}
         if stop_reason != "interrupted":
             for strategy in self.strategies.values():
                 selection.update(prefer_default(strategy, strategy.select(), self.default_margin))
+        model_s += time.monotonic() - selecting
+        wait_s += time.monotonic() - selecting
+        wall = time.monotonic() - started
         if not curve or curve[-1].bench_s != bench_s:
             curve.append(state())
         return TuneOutcome(
             selection=selection, strategies=self.strategies, curve=curve, stop_reason=stop_reason,
             wall_s=wall, bench_s=bench_s, measured=measured, resumed=self.resumed, failed=failed,
-            launches=self.runner.launches,
+            launches=self.runner.launches, model_s=model_s, model_wait_s=wait_s,
         )
 
 

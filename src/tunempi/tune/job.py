@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -29,13 +30,15 @@ from tunempi.tune.runner import LayoutRunner, ParallelRunner, PointResult
 from tunempi.tune.space import Scale, candidate_algorithms, feature_space, message_sizes, sub_scales
 from tunempi.units import format_size
 
-#: Strategy parameters for live tuning (the strategies' own defaults suit replayed datasets): bigger
-#: batches (each ask refits the models: fewer rounds, less model time per measured run), a regret
-#: tolerance of 3 % (a shared node's run-to-run noise is several %: below it the strategy chases noise),
-#: one run per algorithm and cell (repeats of near-ties are what `verify` is for). Measured with
-#: bench/tune_vs_exhaustive.py (docs/tune.md): 738 runs instead of 3448-like counts with (8, 1 %, 2).
+#: Strategy parameters for live tuning (the strategies' own defaults suit replayed datasets): batches of
+#: 32 cells (each ask refits the models: fewer rounds, less model time per measured run), a regret
+#: tolerance of 5 % and contention at P(best) >= 0.3 (a shared node's run-to-run noise is several %:
+#: below that the strategy chases noise and measures nearly every point), one run per algorithm and cell
+#: (near-ties are what `verify` is for; the driver's confirmation round measures `default` and the choice
+#: wherever the selection overrides the library). Measured with bench/tune_vs_exhaustive.py (docs/tune.md):
+#: Open MPI 4 ranks 1854-1959 runs of 2232 with (16, 3 %, 1, 0.05), 641-1094 with these.
 LIVE_STRATEGY_PARAMS: dict[str, dict[str, object]] = {
-    "tunempi": {"batch_size": 16, "regret_tolerance": 0.03, "max_repeats": 1},
+    "tunempi": {"batch_size": 32, "regret_tolerance": 0.05, "max_repeats": 1, "contention": 0.3},
 }
 
 #: What tune measures per point by default: short (a strategy measures many points, and again where close).
@@ -64,6 +67,17 @@ class TuneOptions:
     smoke: bool = True
     system: str = ""
     strategy_params: dict[str, object] = field(default_factory=dict)
+    lanes: int = 0  # collectives' turns on the engine (one measured while the others' models fit); 0: auto_lanes
+
+
+def auto_lanes(scales: list[Scale], cpus: int | None = None) -> int:
+    """2 (fit the models of some collectives while the others are measured) when this node has a core
+    to spare beyond the most ranks a benchmark puts on it, else 1. Measured on a 2-core node with 2
+    MPICH ranks: the model thread beside the busy-polling ranks made every run cost 4x (scheduler
+    stalls, contended runs measured again), far more than the model time it hid."""
+    cpus = cpus if cpus is not None else (os.cpu_count() or 1)
+    per_node = max(s.ppn for s in scales) if scales else 1
+    return 2 if cpus > per_node else 1
 
 
 def scheduling(topology: str, allocation: NodeAllocation | None) -> GroupScheduler:
@@ -152,6 +166,7 @@ def run_tune(options: TuneOptions, console: Console) -> TuneReport:
     with ResultStore(db) as store:
         tuner = Tuner(spaces, runner, strategy=options.strategy, seed=options.seed, store=store,
                       fingerprint=library.fingerprint, system=options.system,
+                      lanes=options.lanes or auto_lanes(scales),
                       strategy_params={**LIVE_STRATEGY_PARAMS.get(options.strategy, {}),
                                        **options.strategy_params})
         if tuner.resumed:

@@ -22,11 +22,11 @@ from pathlib import Path
 
 from tunempi.bench.engine import EngineSession, Layout, PointOutcome
 from tunempi.bench.protocol import MeasureSettings, PointRequest
-from tunempi.bench.sweep import BenchPoint, Selection, selection_for, to_measurement
+from tunempi.bench.sweep import BenchPoint, Selection, contended, selection_for, to_measurement
 from tunempi.launch.hosts import NodeAllocation
 from tunempi.launch.scheduler import BenchJob, GroupScheduler, Placement
 from tunempi.mpi.library import MPILibrary
-from tunempi.mpi.vendor import VendorAdapter
+from tunempi.mpi.vendor import CvarSwitch, VendorAdapter
 from tunempi.store.results import Measurement
 
 
@@ -43,7 +43,18 @@ class PointResult:
 
 
 class LayoutRunner:
-    """Measures points of one layout through one engine session kept open between calls."""
+    """Measures points of one layout through engine sessions kept open between calls.
+
+    One session per launch-wide setup: the strict-selection write plus the point's `Selection.setup`
+    (CvarSwitch.also: a forced MPICH allreduce/bcast algorithm pins the shared-memory level to `mpir`,
+    else release_gather silently runs instead after a few calls; the library's default runs without the
+    pin). These are the launches `bench.sweep.Sweep` makes, so tune measures what `bench` measures; on
+    MPICH that is up to three sessions per layout (no pin, allreduce pinned, bcast pinned), on Open MPI
+    one. They stay open side by side (an idle engine naps between control messages) so that the
+    algorithms of a cell are still compared seconds apart, without a relaunch per switch. A point that
+    was mostly measured while ranks were descheduled (`bench.sweep.contended`) is measured again, up to
+    `retries` times, keeping the lowest median: the same rule as Sweep's.
+    """
 
     def __init__(
         self,
@@ -56,45 +67,69 @@ class LayoutRunner:
         system: str = "",
         point_timeout_s: float | None = None,
         executable: Path | None = None,
+        retries: int = 2,
     ) -> None:
         self.library = library
         self.adapter = adapter
         self.layout = layout
         self.settings = settings
         self.system = system
+        self.retries = retries
         env = dict(adapter.launch_env())
         if layout.nodes == 1 and allocation is None:
             env.update(adapter.single_node_env())  # faster start-up, same collectives
+        self._env = env
+        self._allocation = allocation
+        self._point_timeout_s = point_timeout_s
+        self._executable = executable
         strict = adapter.strict_selection_switch()  # a forced algorithm that cannot take a call fails
-        self.session = EngineSession(
-            library, layout, env=env, setup=(strict,) if strict is not None else (), executable=executable,
-            allocation=allocation, point_timeout_s=point_timeout_s,
-        )
+        self._strict: tuple[CvarSwitch, ...] = (strict,) if strict is not None else ()
+        self.sessions: dict[tuple[CvarSwitch, ...], EngineSession] = {}
         self._next_id = 0
         self._lock = threading.Lock()
 
     @property
     def launches(self) -> int:
-        return self.session.launches
+        return sum(session.launches for session in self.sessions.values())
+
+    def session_for(self, selection: Selection) -> EngineSession:
+        setup = self._strict + tuple(selection.setup)
+        if setup not in self.sessions:
+            self.sessions[setup] = EngineSession(
+                self.library, self.layout, env=self._env, setup=setup, executable=self._executable,
+                allocation=self._allocation, point_timeout_s=self._point_timeout_s,
+            )
+        return self.sessions[setup]
 
     def measure(self, point: BenchPoint, settings: MeasureSettings | None = None) -> PointResult:
         """Measure one point (never raises for a failure of the point: see PointOutcome.status)."""
         with self._lock:
             selection = selection_for(self.adapter, point, "mpit")
-            launches_before = self.session.launches
+            session = self.session_for(selection)
+            launches_before = self.launches
             started = time.perf_counter()
-            outcome = self._measure(point, selection, settings or self.settings)
+            outcome = self._measure(session, point, selection, settings or self.settings)
+            attempts = 1
+            while attempts <= self.retries and contended(outcome):
+                again = self._measure(session, point, selection, settings or self.settings)
+                attempts += 1
+                if not again.ok:
+                    break
+                assert again.statistics is not None and outcome.statistics is not None
+                if again.statistics.median_us < outcome.statistics.median_us:
+                    outcome = again
             wall = time.perf_counter() - started
             measurement = to_measurement(self.library, self.layout, point, outcome, system=self.system)
-            return PointResult(point, self.layout, outcome, measurement, wall, self.session.launches - launches_before)
+            return PointResult(point, self.layout, outcome, measurement, wall, self.launches - launches_before)
 
-    def _measure(self, point: BenchPoint, selection: Selection, settings: MeasureSettings) -> PointOutcome:
+    def _measure(self, session: EngineSession, point: BenchPoint, selection: Selection,
+                 settings: MeasureSettings) -> PointOutcome:
         self._next_id += 1
         request = PointRequest(
             id=self._next_id, collective=point.collective, msg_bytes=point.msg_bytes, cvar=selection.cvar,
             set_value=selection.set_value, new_communicator=selection.new_communicator, settings=settings,
         )
-        outcome = self.session.measure(request)
+        outcome = session.measure(request)
         reply = outcome.reply
         if outcome.ok and reply is not None:  # the same checks as bench.sweep.Sweep
             problem = None
@@ -109,10 +144,12 @@ class LayoutRunner:
         return outcome
 
     def close(self) -> None:
-        self.session.close()
+        for session in self.sessions.values():
+            session.close()
 
     def kill(self) -> None:
-        self.session.kill()
+        for session in self.sessions.values():
+            session.kill()
 
 
 RunnerFactory = Callable[[Layout, NodeAllocation | None], LayoutRunner]
