@@ -10,8 +10,8 @@ algorithms cost little most of the time and a lot now and then. But the plain me
 cores, bench/online_loop.py, 20 runs of 200 x 256 KiB + 200 x 1 MiB allreduce): calls over 10x the
 cell's median made 20-50 % of every algorithm's total time, yet 12 of the 20 runs had none at 1 MiB and
 the others had them in every algorithm they ran; the favourite of a disturbed batch collects most of them
-and is dropped the next batch (the mean's favourite went nb -> reduce_scatter_allgather ->
-k_reduce_scatter_allgather -> nb). The default `estimator="run_median"` takes the median over runs of
+and is dropped the next batch (at 1 MiB the mean's favourite went reduce_scatter_allgather ->
+k_reduce_scatter_allgather -> nb in three batches). The default `estimator="run_median"` takes the median over runs of
 each run's mean: stalls an algorithm causes in most runs still count, disturbed runs do not decide alone.
 A 5 % trimmed mean (`trim`) was tried earlier and is off by default: at 1 MiB the default algorithm
 stalled in 3-5 % of its calls, in every run, and trimming them made it look like the best.
