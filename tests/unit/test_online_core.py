@@ -295,3 +295,10 @@ def test_update_with_run_median_is_not_decided_by_one_disturbed_run():
     plain, _, _ = compute_update(runs, SWITCHES, OnlineConfig(collectives=["allreduce"], estimator="mean"), batch=1)
     assert robust.cells[cell]["fast"] > robust.cells[cell]["default"]
     assert plain.cells[cell]["fast"] < plain.cells[cell]["default"]
+
+
+def test_unknown_estimator_is_a_usage_error_naming_the_valid_ones():
+    from tunempi.errors import UsageError
+
+    with pytest.raises(UsageError, match="run_median, mean"):
+        OnlineConfig(estimator="median").check()
