@@ -95,7 +95,7 @@ def test_update_favours_the_measured_faster_algorithm_and_predicts_unseen_layout
     records += (_records("fast", 3000, ranks=4, nodes=2, ppn=2) + _records("slow", 9000, ranks=4, nodes=2, ppn=2)
                 + _records("default", 3300, ranks=4, nodes=2, ppn=2))
     config = OnlineConfig(collectives=["allreduce"], layouts=[(4, 1, 4)], min_probability=0.03)
-    probabilities, measured, predicted = compute_update(records, SWITCHES, config, batch=1)
+    probabilities, measured, predicted = compute_update([records], SWITCHES, config, batch=1)
     sizes = config.sizes
     for size in (8, 64, 4096):
         cell = Cell("allreduce", 2, 1, 2, sizes.index(size)).key
@@ -270,3 +270,35 @@ def test_estimates_keep_recurring_stalls_and_drop_rare_ones():
     assert upper_trimmed_mean(steady, 0.05) == pytest.approx(100.0)
     assert upper_trimmed_mean(stalling, 0.05) > 8 * upper_trimmed_mean(steady, 0.05)  # 15 of 20 stalls stay
     assert upper_trimmed_mean([7.0], 0.05) == 7.0
+
+
+def test_run_median_estimate_ignores_disturbed_runs_but_keeps_stalls_of_every_run():
+    from tunempi.online.update import cell_estimate
+
+    steady = [100.0] * 20
+    disturbed = [100.0] * 15 + [5000.0] * 5
+    # Other work stalled one run of three: the mean follows it, the run median does not.
+    assert cell_estimate([steady, disturbed, steady], "run_median", 0.0) == pytest.approx(100.0)
+    assert cell_estimate([steady, disturbed, steady], "mean", 0.0) > 4 * 100.0
+    # An algorithm that stalls in every run pays for it under both.
+    assert cell_estimate([disturbed] * 3, "run_median", 0.0) == pytest.approx(cell_estimate([disturbed] * 3, "mean", 0.0))
+    assert cell_estimate([[], steady], "run_median", 0.0) == pytest.approx(100.0)  # runs without calls skipped
+
+
+def test_update_with_run_median_is_not_decided_by_one_disturbed_run():
+    def run(fast_time: int, other_time: int, seq0: int) -> list[Record]:
+        return _records("fast", fast_time, seq0=seq0) + _records("default", other_time, seq0=seq0 + 100)
+
+    runs = [run(1000, 1300, 0), run(1000, 1300, 1000), run(40000, 1300, 2000)]  # run 3: "fast" was preempted
+    cell = Cell("allreduce", 2, 1, 2, OnlineConfig().sizes.index(64)).key
+    robust, _, _ = compute_update(runs, SWITCHES, OnlineConfig(collectives=["allreduce"]), batch=1)
+    plain, _, _ = compute_update(runs, SWITCHES, OnlineConfig(collectives=["allreduce"], estimator="mean"), batch=1)
+    assert robust.cells[cell]["fast"] > robust.cells[cell]["default"]
+    assert plain.cells[cell]["fast"] < plain.cells[cell]["default"]
+
+
+def test_unknown_estimator_is_a_usage_error_naming_the_valid_ones():
+    from tunempi.errors import UsageError
+
+    with pytest.raises(UsageError, match="run_median, mean"):
+        OnlineConfig(estimator="median").check()

@@ -159,6 +159,8 @@ def update(
     max_probability: float | None = typer.Option(None, "--max-prob", help="Ceiling (default 0.94)."),
     trim: float | None = typer.Option(None, "--trim", help="Leave this fraction of the slowest calls out of "
                                       "the estimates (default 0: stalls are real costs)."),
+    estimator: str | None = typer.Option(None, "--estimator", help="Expected time per call of an algorithm: "
+                                         "run_median (median over runs of each run's mean; default) or mean."),
 ) -> None:
     """Fit the per-algorithm models on the records and set the next batch's probabilities."""
     from tunempi.online.state import OnlineState
@@ -166,9 +168,10 @@ def update(
 
     _warnings_to_console()
     online_state = OnlineState(_state_dir(state))
-    if min_probability is not None or max_probability is not None or trim is not None:
+    if min_probability is not None or max_probability is not None or trim is not None or estimator is not None:
         config = online_state.config
         config.trim = config.trim if trim is None else trim
+        config.estimator = config.estimator if estimator is None else estimator
         config.min_probability = config.min_probability if min_probability is None else min_probability
         config.max_probability = config.max_probability if max_probability is None else max_probability
         online_state.set_config(config)

@@ -80,6 +80,7 @@ class OnlineConfig:
     record_ranks: str = "0"  # "all" or a comma list of world ranks
     min_samples: int = 5  # a cell's measured mean is trusted from this many records on
     trim: float = 0.0  # estimates may leave out this fraction of the slowest calls (see update.py: 0 by default)
+    estimator: str = "run_median"  # expected time per call: "run_median" (of per-run means) or "mean" (update.py)
     seed: int = 1
 
     def check(self) -> None:
@@ -87,6 +88,8 @@ class OnlineConfig:
             raise UsageError("probability bounds must satisfy 0 <= min < 1 and 0 < max <= 1")
         if self.min_probability > self.max_probability:
             raise UsageError(f"min probability {self.min_probability} is above max {self.max_probability}")
+        if self.estimator not in ("run_median", "mean"):
+            raise UsageError(f"estimator {self.estimator!r}; valid: run_median, mean")
         if not 0 <= self.trim < 0.5:
             raise UsageError(f"trim {self.trim} must be in [0, 0.5)")
         if self.batch_runs < 1 or self.max_records < 0 or self.min_samples < 1:

@@ -1,15 +1,20 @@
 """Between batches: estimate every algorithm's time in every cell, then favour the faster ones.
 
-Estimates: a cell's measured MEAN time per call (optionally without the slowest `trim` fraction) where it has at least `min_samples` records of that
-algorithm, else a per-(collective, algorithm) XGBoost regressor over the cells (features: log2 message
-size, log2 ranks, nodes, ppn; target: log time) fitted on the mean of every (size, layout) measured,
-which also covers cells never measured (the paper's "predict configurations never seen").
-The mean, not the median: an application's time is the SUM of its calls, and some algorithms cost
-little most of the time and a lot now and then. Measured (MPICH 5.0.2, 2 ranks, 256 KiB allreduce,
-about 100 records per algorithm and size): the default (shared-memory release_gather) had the 4th-best median per call
-(94 us) and by far the worst mean (38 ms), and it was the slowest by the program's own clock. At 1 MiB,
-3-5 % of its calls stalled for about a second: even a 5 % trimmed mean (tried) made it look like the
-best algorithm, so `trim` is 0 by default.
+Estimates: a cell's expected time per call of each algorithm where it has at least `min_samples` records
+of it (`cell_estimate`), else a per-(collective, algorithm) XGBoost regressor over the cells (features:
+log2 message size, log2 ranks, nodes, ppn; target: log time) fitted on the estimate of every (size,
+layout) measured, which also covers cells never measured (the paper's "predict configurations never seen").
+An application's time is the SUM of its calls, so the estimate is a mean, never a per-call median: some
+algorithms cost little most of the time and a lot now and then. But the plain mean over every call
+(`estimator="mean"`) lets other work on the node decide. Measured (MPICH 5.0.2, 2 ranks on 2 shared
+cores, bench/online_loop.py, 20 runs of 200 x 256 KiB + 200 x 1 MiB allreduce): calls over 10x the
+cell's median made 20-50 % of every algorithm's total time, yet 12 of the 20 runs had none at 1 MiB and
+the others had them in every algorithm they ran; the favourite of a disturbed batch collects most of them
+and is dropped the next batch (at 1 MiB the mean's favourite went reduce_scatter_allgather ->
+k_reduce_scatter_allgather -> nb in three batches). The default `estimator="run_median"` takes the median over runs of
+each run's mean: stalls an algorithm causes in most runs still count, disturbed runs do not decide alone.
+A 5 % trimmed mean (`trim`) was tried earlier and is off by default: at 1 MiB the default algorithm
+stalled in 3-5 % of its calls, in every run, and trimming them made it look like the best.
 Probabilities: weight (best / time) ** sharpness, normalised, then bounded to [min, max] (the paper kept
 losers at a 3% floor so that a changed situation can still be noticed).
 """
@@ -81,6 +86,23 @@ def upper_trimmed_mean(values: Sequence[float], trim: float) -> float:
     ordered = np.sort(np.asarray(values, dtype=float))
     keep = max(1, int(np.ceil(len(ordered) * (1.0 - trim))))
     return float(ordered[:keep].mean())
+
+
+ESTIMATORS: tuple[str, ...] = ("run_median", "mean")
+
+
+def cell_estimate(runs: Sequence[Sequence[float]], estimator: str, trim: float) -> float:
+    """Expected time per call of one algorithm in one cell, from its calls grouped by run.
+
+    "run_median": the median over runs of each run's mean per call. Each run's mean keeps the stalls
+    that happen in that run (an algorithm that stalls in most runs pays for them), while runs disturbed
+    by other work on the node (measured: stalls cluster in a minority of runs and hit every algorithm
+    in them) cannot decide alone. "mean": the mean over every call (optionally upper-trimmed by `trim`).
+    """
+    runs = [r for r in runs if len(r)]
+    if estimator == "run_median":
+        return float(np.median([upper_trimmed_mean(r, trim) for r in runs]))
+    return upper_trimmed_mean([t for r in runs for t in r], trim)
 
 
 def _features(msg_bytes: float, ranks: int, nodes: int, ppn: int) -> list[float]:
@@ -155,24 +177,29 @@ def _cells_to_set(collective: str, sizes: SizeRanges, layouts: Iterable[tuple[in
     return [Cell(collective, r, n, p, s) for r, n, p in sorted(set(layouts)) for s in indices]
 
 
-def compute_update(records: Iterable[Record], switches: Mapping[str, CollectiveSwitch], config: OnlineConfig,
+def compute_update(runs: Iterable[Iterable[Record]], switches: Mapping[str, CollectiveSwitch], config: OnlineConfig,
                    batch: int) -> tuple[Probabilities, int, int]:
-    """The next batch's probabilities from records; also (cells measured, cells predicted only)."""
+    """The next batch's probabilities from the records of each run; also (cells measured, cells predicted only)."""
     sizes = config.sizes
-    per_cell: dict[tuple[Cell, str], list[int]] = defaultdict(list)
-    per_point: dict[tuple[str, str, int, int, int, int], list[int]] = defaultdict(list)
+    per_cell: dict[tuple[Cell, str], dict[int, list[int]]] = defaultdict(lambda: defaultdict(list))
+    per_point: dict[tuple[str, str, int, int, int, int], dict[int, list[int]]] = defaultdict(lambda: defaultdict(list))
     layouts: dict[str, set[tuple[int, int, int]]] = defaultdict(set)
-    for r in records:
-        if r.collective not in switches or r.algorithm not in switches[r.collective].names or r.nodes < 1:
-            continue
-        cell = Cell(r.collective, r.ranks, r.nodes, r.ppn, sizes.index(r.msg_bytes))
-        per_cell[(cell, r.algorithm)].append(r.time_ns)
-        per_point[(r.collective, r.algorithm, r.msg_bytes, r.ranks, r.nodes, r.ppn)].append(r.time_ns)
-        layouts[r.collective].add((r.ranks, r.nodes, r.ppn))
+    for run, records in enumerate(runs):
+        for r in records:
+            if r.collective not in switches or r.algorithm not in switches[r.collective].names or r.nodes < 1:
+                continue
+            cell = Cell(r.collective, r.ranks, r.nodes, r.ppn, sizes.index(r.msg_bytes))
+            per_cell[(cell, r.algorithm)][run].append(r.time_ns)
+            per_point[(r.collective, r.algorithm, r.msg_bytes, r.ranks, r.nodes, r.ppn)][run].append(r.time_ns)
+            layouts[r.collective].add((r.ranks, r.nodes, r.ppn))
+
+    def estimate(by_run: Mapping[int, list[int]]) -> float:
+        return cell_estimate(list(by_run.values()), config.estimator, config.trim)
+
     out = Probabilities(batch)
     measured_cells, predicted_cells = set(), set()
     for collective, switch in switches.items():
-        rows = [(alg, float(b), rk, n, p, upper_trimmed_mean(t, config.trim))
+        rows = [(alg, float(b), rk, n, p, estimate(t))
                 for (coll, alg, b, rk, n, p), t in per_point.items() if coll == collective]
         model = CellTimeModel(random_state=config.seed).fit(rows) if rows else None
         measured_indices = {cell.size_index for cell, _ in per_cell if cell.collective == collective}
@@ -180,10 +207,10 @@ def compute_update(records: Iterable[Record], switches: Mapping[str, CollectiveS
             times: dict[str, float | None] = {}
             samples: dict[str, int] = {}
             for name in switch.names:
-                measured = per_cell.get((cell, name), [])
-                samples[name] = len(measured)
-                if len(measured) >= config.min_samples:
-                    times[name] = upper_trimmed_mean(measured, config.trim)
+                measured = per_cell.get((cell, name), {})
+                samples[name] = sum(len(t) for t in measured.values())
+                if samples[name] >= config.min_samples:
+                    times[name] = estimate(measured)
                     measured_cells.add(cell)
                 elif model is not None:
                     size = sizes.representative(cell.size_index) if collective != "barrier" else 0
@@ -210,11 +237,10 @@ def update_state(state: OnlineState, *, force: bool = False) -> UpdateResult:
     if done < config.batch_runs and not force:
         raise UsageError(f"batch {batch} has {done} of {config.batch_runs} runs; run more, or pass --force")
     files = state.record_files()
-    records = [r for f in files for r in f.records]
-    if not records:
+    if not any(f.records for f in files):
         raise UsageError(f"no records of {state.library_name} in {state.dir}; run the application first "
                          "with `tunempi online run`")
-    probabilities, measured, predicted = compute_update(records, state.switches, config, batch + 1)
+    probabilities, measured, predicted = compute_update([f.records for f in files], state.switches, config, batch + 1)
     state.save_probabilities(probabilities)
     state.start_batch(batch + 1)
-    return UpdateResult(probabilities, len(records), len(files), measured, predicted)
+    return UpdateResult(probabilities, sum(len(f.records) for f in files), len(files), measured, predicted)
