@@ -78,6 +78,18 @@ def test_slower_cells_go_back_to_default_and_the_summary_counts_them() -> None:
         assert type(v).from_dict(v.to_dict()).verdict == v.verdict
 
 
+def test_a_rule_estimated_slower_within_noise_also_goes_back_to_default() -> None:
+    from tunempi.tune.verify import VerifiedCell
+
+    verified = [VerifiedCell(A, "ring", 11.0, 10.0, 0.91, 0.6, 1.3, "same"),  # no evidence it helps
+                VerifiedCell(B, "rd", 9.0, 10.0, 1.04, 0.8, 1.4, "same")]  # may help: kept
+    fixed, verified = apply_replacements({A: "ring", B: "rd"}, verified)
+    assert fixed == {A: DEFAULT_ALGORITHM, B: "rd"}
+    numbers = summary(verified)
+    assert numbers["replaced"] == 1 and numbers["slower_point_estimate_after"] == 0
+    assert numbers["geo_mean_speedup_compared_after"] == pytest.approx(math.sqrt(1.04))
+
+
 def test_suspicious_cells_get_a_second_pass_with_new_run_indices() -> None:
     from tunempi.tune.verify import VerifiedCell, suspicious
 

@@ -372,7 +372,8 @@ def run_verify(directory: Path, console: Console, *, repeats: int = 3, settings:
     manifest.save()
     for v in replaced:
         console.print(f"[yellow]replaced[/] {v.cell.collective} {format_size(v.cell.msg_bytes)} at "
-                      f"{v.cell.ranks} ranks: {v.algorithm} was {v.verdict} "
+                      f"{v.cell.ranks} ranks: {v.algorithm} was "
+                      f"{'slower within noise' if v.verdict == 'same' else v.verdict} "
                       f"(speedup {v.speedup:.3f}, 95% CI {v.ci_low:.3f}..{v.ci_high:.3f}) -> default")
     console.print(
         f"verified {numbers['compared']} cells: geo-mean speedup over default {numbers['geo_mean_speedup_compared_after']:.3f}x "

@@ -6,9 +6,11 @@ switched through MPI_T between points; the order alternates each repetition so t
 machine hits both sides alike). Each repetition gives a ratio default/tuned of two medians measured
 seconds apart; the speedup is the geometric mean of the ratios and its 95 % confidence interval comes
 from a t-interval on their logarithms (so noise between runs, the dominant noise here, is what the
-interval measures). A cell is *slower beyond noise* when the whole interval lies below 1: its rule is
-replaced by `default`, the rule sets and files are rewritten (and smoke-checked again), and verify
-says so. A verified tuning result therefore never keeps a measured point slower than the default.
+interval measures). A cell is *slower beyond noise* when the whole interval lies below 1. Its rule is
+replaced by `default`, and so is the rule of a cell whose estimate stays below 1 after the second pass
+(no evidence the rule helps, and the best estimate says it hurts: the library's own choice costs
+nothing to keep). The rule sets and files are rewritten (and smoke-checked again), and verify says so.
+A verified tuning result therefore keeps no measured point that it estimates slower than the default.
 """
 
 from __future__ import annotations
@@ -139,11 +141,12 @@ def suspicious(verified: Sequence[VerifiedCell], threshold: float = SUSPICIOUS_B
 
 def apply_replacements(selection: Mapping[Cell, str], verified: Sequence[VerifiedCell]
                        ) -> tuple[dict[Cell, str], list[VerifiedCell]]:
-    """Cells slower beyond noise (or whose tuned run failed) go back to `default`."""
+    """Cells slower beyond noise, estimated slower within noise, or whose tuned run failed go back to
+    `default`."""
     fixed = dict(selection)
     out = []
     for v in verified:
-        if v.verdict in ("slower", "failed"):
+        if v.verdict in ("slower", "failed") or (v.verdict == "same" and v.speedup < 1.0):
             fixed[v.cell] = DEFAULT_ALGORITHM
             v = VerifiedCell(v.cell, v.algorithm, v.tuned_us, v.default_us, v.speedup, v.ci_low, v.ci_high,
                              v.verdict, replaced=True)
