@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import json
 import sqlite3
+import time
 from collections.abc import Collection, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field, fields
 from datetime import UTC, datetime
@@ -204,14 +205,30 @@ class ResultStore:
             self._conn.row_factory = sqlite3.Row
             self._conn.execute(f"PRAGMA busy_timeout = {int(busy_timeout_s * 1000)}")
             if not in_memory:
-                mode = self._conn.execute("PRAGMA journal_mode = WAL").fetchone()[0]
-                if str(mode).lower() != "wal":
-                    raise TunempiError(f"results database {self.path}: cannot switch to WAL mode (got {mode})")
+                self._switch_to_wal(busy_timeout_s)
                 # In WAL mode NORMAL is durable against application crashes, which is what a sweep needs.
                 self._conn.execute("PRAGMA synchronous = NORMAL")
             migrate(self._conn, path=str(self.path))
         except sqlite3.DatabaseError as exc:
             raise TunempiError(f"cannot open results database {self.path}: {exc}") from exc
+
+    def _switch_to_wal(self, busy_timeout_s: float) -> None:
+        """WAL mode, waiting like any other write: when two processes open a fresh file at once, SQLite can
+        answer the journal-mode change with "locked" (or leave the old mode) without calling the busy
+        handler, so the switch is retried until the busy timeout."""
+        deadline = time.monotonic() + busy_timeout_s
+        while True:
+            try:
+                mode = str(self._conn.execute("PRAGMA journal_mode = WAL").fetchone()[0]).lower()
+            except sqlite3.OperationalError as exc:
+                if "locked" not in str(exc) and "busy" not in str(exc):
+                    raise
+                mode = "locked"
+            if mode == "wal":
+                return
+            if time.monotonic() >= deadline:
+                raise TunempiError(f"results database {self.path}: cannot switch to WAL mode (got {mode})")
+            time.sleep(0.05)
 
     # --- life cycle -------------------------------------------------------------------------------
     def close(self) -> None:
