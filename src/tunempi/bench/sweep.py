@@ -234,41 +234,61 @@ class Sweep:
         return measurements
 
     def _measure(self, session: EngineSession, point: BenchPoint, selection: Selection) -> PointOutcome:
-        outcome = self._measure_once(session, point, selection)
-        attempts = 1
-        while attempts <= self.retries and contended(outcome):
-            again = self._measure_once(session, point, selection)
-            attempts += 1
-            if not again.ok:
-                break
-            assert again.statistics is not None and outcome.statistics is not None
-            if again.statistics.median_us < outcome.statistics.median_us:
-                outcome = again
-        if attempts > 1 and outcome.statistics is not None:
-            stats = outcome.statistics
-            note = (f"best of {attempts} attempts (others disturbed); kept median {stats.median_us:.2f} us, "
-                    f"min {stats.min_us:.2f} us")
-            outcome = replace(outcome, reason=note)
-        return outcome
+        return measure_point(session, point, selection, self.settings, next_id=self._take_id, retries=self.retries)
 
-    def _measure_once(self, session: EngineSession, point: BenchPoint, selection: Selection) -> PointOutcome:
+    def _take_id(self) -> int:
         self._next_id += 1
-        request = PointRequest(
-            id=self._next_id, collective=point.collective, msg_bytes=point.msg_bytes, cvar=selection.cvar,
-            set_value=selection.set_value, new_communicator=selection.new_communicator, settings=self.settings,
-        )
-        outcome = session.measure(request)
-        reply = outcome.reply
-        if outcome.ok and reply is not None:
-            if not reply.cvar_consistent:
-                return _failed(outcome, f"ranks disagree on {reply.cvar}")
-            if selection.expected_value is not None and reply.cvar_value != selection.expected_value:
-                return _failed(
-                    outcome,
-                    f"{point.algorithm} not selected: {reply.cvar} reads {reply.cvar_value}, "
-                    f"expected {selection.expected_value}",
-                )
-        return outcome
+        return self._next_id
+
+
+def measure_point(
+    session: EngineSession,
+    point: BenchPoint,
+    selection: Selection,
+    settings: MeasureSettings,
+    *,
+    next_id: Callable[[], int],
+    retries: int,
+) -> PointOutcome:
+    """One point as every caller measures it (bench's Sweep, tune's runner): the request, the checks that
+    the algorithm asked for really ran, and up to `retries` re-measurements of a disturbed point, the
+    attempt with the lowest median kept and noted in `reason`."""
+    outcome = _measure_once(session, point, selection, settings, next_id())
+    attempts = 1
+    while attempts <= retries and contended(outcome):
+        again = _measure_once(session, point, selection, settings, next_id())
+        attempts += 1
+        if not again.ok:
+            break
+        assert again.statistics is not None and outcome.statistics is not None
+        if again.statistics.median_us < outcome.statistics.median_us:
+            outcome = again
+    if attempts > 1 and outcome.statistics is not None:
+        stats = outcome.statistics
+        note = (f"best of {attempts} attempts (others disturbed); kept median {stats.median_us:.2f} us, "
+                f"min {stats.min_us:.2f} us")
+        outcome = replace(outcome, reason=note)
+    return outcome
+
+
+def _measure_once(session: EngineSession, point: BenchPoint, selection: Selection, settings: MeasureSettings,
+                  request_id: int) -> PointOutcome:
+    request = PointRequest(
+        id=request_id, collective=point.collective, msg_bytes=point.msg_bytes, cvar=selection.cvar,
+        set_value=selection.set_value, new_communicator=selection.new_communicator, settings=settings,
+    )
+    outcome = session.measure(request)
+    reply = outcome.reply
+    if outcome.ok and reply is not None:
+        if not reply.cvar_consistent:
+            return _failed(outcome, f"ranks disagree on {reply.cvar}")
+        if selection.expected_value is not None and reply.cvar_value != selection.expected_value:
+            return _failed(
+                outcome,
+                f"{point.algorithm} not selected: {reply.cvar} reads {reply.cvar_value}, "
+                f"expected {selection.expected_value}",
+            )
+    return outcome
 
 
 def _failed(outcome: PointOutcome, reason: str) -> PointOutcome:

@@ -21,8 +21,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from tunempi.bench.engine import EngineSession, Layout, PointOutcome
-from tunempi.bench.protocol import MeasureSettings, PointRequest
-from tunempi.bench.sweep import BenchPoint, Selection, contended, selection_for, to_measurement
+from tunempi.bench.protocol import MeasureSettings
+from tunempi.bench.sweep import BenchPoint, Selection, measure_point, selection_for, to_measurement
 from tunempi.launch.hosts import NodeAllocation
 from tunempi.launch.scheduler import BenchJob, GroupScheduler, Placement
 from tunempi.mpi.library import MPILibrary
@@ -108,40 +108,15 @@ class LayoutRunner:
             session = self.session_for(selection)
             launches_before = self.launches
             started = time.perf_counter()
-            outcome = self._measure(session, point, selection, settings or self.settings)
-            attempts = 1
-            while attempts <= self.retries and contended(outcome):
-                again = self._measure(session, point, selection, settings or self.settings)
-                attempts += 1
-                if not again.ok:
-                    break
-                assert again.statistics is not None and outcome.statistics is not None
-                if again.statistics.median_us < outcome.statistics.median_us:
-                    outcome = again
+            outcome = measure_point(session, point, selection, settings or self.settings,
+                                    next_id=self._take_id, retries=self.retries)
             wall = time.perf_counter() - started
             measurement = to_measurement(self.library, self.layout, point, outcome, system=self.system)
             return PointResult(point, self.layout, outcome, measurement, wall, self.launches - launches_before)
 
-    def _measure(self, session: EngineSession, point: BenchPoint, selection: Selection,
-                 settings: MeasureSettings) -> PointOutcome:
+    def _take_id(self) -> int:
         self._next_id += 1
-        request = PointRequest(
-            id=self._next_id, collective=point.collective, msg_bytes=point.msg_bytes, cvar=selection.cvar,
-            set_value=selection.set_value, new_communicator=selection.new_communicator, settings=settings,
-        )
-        outcome = session.measure(request)
-        reply = outcome.reply
-        if outcome.ok and reply is not None:  # the same checks as bench.sweep.Sweep
-            problem = None
-            if not reply.cvar_consistent:
-                problem = f"ranks disagree on {reply.cvar}"
-            elif selection.expected_value is not None and reply.cvar_value != selection.expected_value:
-                problem = (f"{point.algorithm} not selected: {reply.cvar} reads {reply.cvar_value}, "
-                           f"expected {selection.expected_value}")
-            if problem:
-                return PointOutcome(request=request, status="failed", reason=problem, reply=reply,
-                                    hosts=outcome.hosts, launch_argv=outcome.launch_argv, env=outcome.env)
-        return outcome
+        return self._next_id
 
     def close(self) -> None:
         for session in self.sessions.values():
