@@ -17,6 +17,9 @@ from tunempi.launch.process import job_processes
 from tunempi.mpi.discovery import adapter_for, resolve_library
 from tunempi.mpi.library import MPILibrary
 from tunempi.mpi.vendor import VendorAdapter
+from tunempi.profile.build import build_interposer
+from tunempi.profile.reader import load_profile
+from tunempi.profile.run import interposer_env
 from tunempi.store.results import ResultStore
 
 pytestmark = pytest.mark.mpi
@@ -226,3 +229,26 @@ def test_a_point_changes_only_its_own_algorithm(vendor: str) -> None:
         assert other.ok
         after = session.measure(PointRequest(3, "allreduce", 8, allreduce.cvar, "keep", settings=QUICK))
         assert after.ok and after.reply is not None and after.reply.cvar_value == initial
+
+
+@pytest.mark.parametrize("vendor_name", ["mpich", "openmpi"])
+def test_back_to_back_iterations_make_that_many_calls_and_still_check_results(
+    vendor_name: str, tmp_path: Path
+) -> None:
+    """back_to_back=n: n calls per timed iteration (counted by the profiling interposer in the ranks),
+    the per-call time reported, and wrong results still caught."""
+    library, adapter, executable = library_and_adapter(vendor_name)
+    profile = tmp_path / "engine-profile.json"
+    env = {**adapter.launch_env(), **interposer_env(build_interposer(library, werror=True), profile)}
+    session = EngineSession(library, Layout(2), env=env, executable=executable)
+    fixed = MeasureSettings(warmup=1, min_iters=5, max_iters=5, rel_ci=0.05, time_cap_s=1.0, back_to_back=7)
+    with session:
+        session.start()
+        plain = session.measure(PointRequest(1, "allreduce", 1024, settings=fixed))
+        spoiled = session.measure(PointRequest(2, "bcast", 4096, settings=fixed, spoil_every=2))
+    assert plain.ok and plain.reply is not None and plain.reply.errors == 0
+    assert plain.reply.iterations == 5 and plain.reply.checked == 6
+    assert spoiled.ok and spoiled.reply is not None and spoiled.reply.errors == 3  # iterations 2, 4, 6 of 6
+    calls = {(row.collective, row.msg_size): row.calls for row in load_profile(profile).usage()}
+    # (warm-up + 5 iterations) x 7 calls, on each of the 2 ranks
+    assert calls[("allreduce", 1024)] == calls[("bcast", 4096)] == 2 * 6 * 7

@@ -171,7 +171,11 @@ def test_request_encoding() -> None:
         "warmup=1 min_iters=5 max_iters=50 rel_ci=0.02 time_cap=0.5"
     )
     plain = PointRequest(id=1, collective="bcast", msg_bytes=0).encode()
-    assert " cvar=- set=keep newcomm=0 " in plain and "spoil" not in plain
+    assert " cvar=- set=keep newcomm=0 " in plain and "spoil" not in plain and "back_to_back" not in plain
+    pipelined = PointRequest(id=1, collective="bcast", msg_bytes=8, settings=MeasureSettings(back_to_back=50))
+    assert pipelined.encode().endswith(" time_cap=1 back_to_back=50")
+    with pytest.raises(ValueError):
+        MeasureSettings(back_to_back=0)
     assert PointRequest(id=1, collective="bcast", msg_bytes=8, spoil_every=3).encode().endswith(" spoil_every=3")
 
 

@@ -3,7 +3,7 @@
 Requests go to rank 0's stdin, one line each:
 
     point id=7 coll=allreduce bytes=1024 cvar=<name|-> set=<int|default|keep> newcomm=<0|1>
-          warmup=2 min_iters=10 max_iters=1000 rel_ci=0.05 time_cap=1 [spoil_every=<n>]
+          warmup=2 min_iters=10 max_iters=1000 rel_ci=0.05 time_cap=1 [back_to_back=<n>] [spoil_every=<n>]
     setup id=1 cvar=<name> set=<int> newcomm=<0|1>      (a cvar kept for the whole launch)
     quit
 
@@ -34,6 +34,8 @@ class MeasureSettings:
     warmup: untimed (but checked) iterations first. Then iterations run in batches until the 95 %
     confidence interval of the median is within +-rel_ci of it (after min_iters), max_iters is reached,
     or time_cap_s of measuring is spent.
+    back_to_back: calls per timed iteration, in a row with no barrier between them (as applications
+    call); the iteration's time divided by it is the per-call sample. 1: every call between barriers.
     """
 
     warmup: int = 2
@@ -41,6 +43,7 @@ class MeasureSettings:
     max_iters: int = 1000
     rel_ci: float = 0.05
     time_cap_s: float = 1.0
+    back_to_back: int = 1
 
     def __post_init__(self) -> None:
         if self.warmup < 0 or self.min_iters < 1 or self.max_iters < self.min_iters:
@@ -50,6 +53,8 @@ class MeasureSettings:
             )
         if self.rel_ci < 0 or self.time_cap_s <= 0:
             raise ValueError(f"need rel_ci >= 0 and time_cap_s > 0, got {self.rel_ci}, {self.time_cap_s}")
+        if not 1 <= self.back_to_back <= 1_000_000:
+            raise ValueError(f"need 1 <= back_to_back <= 1000000, got {self.back_to_back}")
 
 
 @dataclass(frozen=True)
@@ -86,6 +91,7 @@ class PointRequest:
             f"point id={self.id} coll={self.collective} bytes={self.msg_bytes} cvar={self.cvar or '-'} "
             f"set={self.set_value} newcomm={int(self.new_communicator)} warmup={s.warmup} "
             f"min_iters={s.min_iters} max_iters={s.max_iters} rel_ci={s.rel_ci:g} time_cap={s.time_cap_s:g}"
+            + (f" back_to_back={s.back_to_back}" if s.back_to_back != 1 else "")
             + (f" spoil_every={self.spoil_every}" if self.spoil_every else "")
         )
 

@@ -3,7 +3,8 @@
  * Protocol (text lines; the Python driver is tunempi/bench/engine.py):
  *   rank 0 reads requests from stdin and broadcasts each to every rank;
  *     point id=<n> coll=<name> bytes=<n> cvar=<name|-> set=<int|default|keep> newcomm=<0|1>
- *           warmup=<n> min_iters=<n> max_iters=<n> rel_ci=<x> time_cap=<seconds> [spoil_every=<n>]
+ *           warmup=<n> min_iters=<n> max_iters=<n> rel_ci=<x> time_cap=<seconds> [back_to_back=<n>]
+ *           [spoil_every=<n>]
  *     setup id=<n> cvar=<name> set=<int> [newcomm=1]   (a cvar kept for the whole launch)
  *     quit                       (end of input also quits)
  *   rank 0 answers with ONE JSON line per request on stdout, flushed, and a "ready" line at start.
@@ -16,6 +17,9 @@
  * is the maximum over ranks; rank 0 stops when the 95 % confidence interval of the median is narrow enough
  * (half-width <= rel_ci * median, after min_iters), at max_iters, or when time_cap is spent. Every
  * iteration's result is checked; an iteration counts as wrong when any rank's result is wrong.
+ * back_to_back=n (default 1) makes an iteration n calls in a row with no barrier between them, as an
+ * application calls, timed together and reported per call; the last call's result is checked (every call
+ * writes the whole result, so the check still sees a wrong algorithm, not a wrong call in the middle).
  * spoil_every=n (a self-test of that check) spoils one byte of the result of every n-th iteration.
  */
 #include <errno.h>
@@ -51,6 +55,7 @@ typedef struct {
     int set_value;
     int newcomm;
     int spoil_every; /* self-test: spoil the result of every n-th iteration (0: never) */
+    int back_to_back; /* calls per timed iteration, in a row without a barrier */
     int warmup;
     int min_iters;
     int max_iters;
@@ -262,6 +267,7 @@ static int parse_point(char *line, request *req, char *why, size_t why_len)
     req->max_iters = 1000;
     req->rel_ci = 0.05;
     req->time_cap = 1.0;
+    req->back_to_back = 1;
     char *save = NULL;
     strtok_r(line, " \t", &save); /* "point" */
     for (char *tok = strtok_r(NULL, " \t", &save); tok; tok = strtok_r(NULL, " \t", &save)) {
@@ -301,6 +307,9 @@ static int parse_point(char *line, request *req, char *why, size_t why_len)
         } else if (strcmp(key, "spoil_every") == 0) {
             bad = parse_long(val, 0, 1000000, &n);
             req->spoil_every = (int)n;
+        } else if (strcmp(key, "back_to_back") == 0) {
+            bad = parse_long(val, 1, 1000000, &n);
+            req->back_to_back = (int)n;
         } else if (strcmp(key, "warmup") == 0) {
             bad = parse_long(val, 0, 1000000, &n);
             req->warmup = (int)n;
@@ -489,15 +498,17 @@ static int reserve(engine *e, size_t n)
  * number of iterations with a wrong result. Per iteration each rank reports 0 (right), 1 (wrong result)
  * or 2 (the call failed: its result is not checked); the maximum over ranks decides. */
 static int run_batch(engine *e, tm_case *c, int batch, uint32_t *iteration, double *samples, int spoil_every,
-                     int *failed_calls)
+                     int back_to_back, int *failed_calls)
 {
     for (int k = 0; k < batch; k++) {
         tm_case_fill(c, *iteration);
         MPI_Barrier(e->meas);
         double start = MPI_Wtime();
         int rc = tm_case_run(c);
+        for (int call = 1; call < back_to_back && rc == MPI_SUCCESS; call++)
+            rc = tm_case_run(c);
         double stop = MPI_Wtime();
-        e->local[k] = stop - start;
+        e->local[k] = (stop - start) / back_to_back;
         if (rc != MPI_SUCCESS) {
             /* No more calls on the measured communicator: if other ranks did not fail with this one,
              * they may be stuck in this call, and further calls could get this rank stuck as well. */
@@ -579,7 +590,9 @@ static void measure_point(engine *e, request *req)
     int failed_calls = 0;
     e->call_error[0] = '\0';
     e->watchdog = 0;
-    int wrong = req->warmup ? run_batch(e, &c, req->warmup, &iteration, NULL, req->spoil_every, &failed_calls) : 0;
+    int wrong = req->warmup ? run_batch(e, &c, req->warmup, &iteration, NULL, req->spoil_every, req->back_to_back,
+                                        &failed_calls)
+                            : 0;
     const char *stop_reason = "max_iters";
     int batch = req->min_iters;
     size_t n = 0;
@@ -590,7 +603,8 @@ static void measure_point(engine *e, request *req)
     if (!next)
         batch = 0;
     while (batch > 0) {
-        wrong += run_batch(e, &c, batch, &iteration, e->samples + n, req->spoil_every, &failed_calls);
+        wrong += run_batch(e, &c, batch, &iteration, e->samples + n, req->spoil_every, req->back_to_back,
+                           &failed_calls);
         n += (size_t)batch;
         next = 0;
         if (e->rank == 0 && failed_calls) {
