@@ -3,15 +3,22 @@
 1. Reference: the benchmark engine (`tunempi.bench.sweep.Sweep`, mode mpit: the same MPI_T switching
    as `tunempi bench`, including MPICH's shared-memory pin), every allreduce algorithm and the default
    at the program's sizes, `--reference` repetitions, each a fresh sweep (fresh launches) in alternating
-   algorithm order. Per size: the best (lowest median over repetitions of the engine's per-call median)
-   and the set TIED with it: algorithms not significantly slower (one-sided Mann-Whitney U over the
-   per-repetition medians, p >= 0.05) or within `--tie` (default 5 %) of it. A favourite within the tie set counts as a match.
+   algorithm order. The engine times `--back-to-back` calls in a row per iteration (default 20), as the
+   program calls them (1: every call between barriers, as `tunempi bench` does). Per size: the best
+   (lowest median over repetitions of the engine's per-call median) and the set TIED with it: algorithms
+   within `--tie` (default 5 %) of it (median over repetitions of the per-repetition ratio) or not
+   significantly slower (one-sided Wilcoxon signed-rank test over the repetitions' log ratios,
+   p >= 0.05). A favourite within the tie set counts as a match.
 2. The loop: `--batches` batches of `--runs` runs in online mode from uniform probabilities, with
    `tunempi online update` after each batch (paper settings: 3 % floor). Each online run is preceded by
    a run of the untouched program (the library's default, no interposer): program time is compared
    within the same batch, side by side.
+3. Exploitation: `tunempi online best` writes the tuning files; `--final-pairs` rotating triplets of runs
+   of the program (no interposer): untouched, with those files, and with files holding the engine's
+   best per size (of the algorithms a tuning file can select), compared within each triplet.
 Then: is each size's favourite (and the `tunempi online best` choice) the engine's best or tied with
-it, and does the program's run time fall back to at most the default's?
+it, how much probability the tie set holds, and does the program's run time fall back to at most the
+default's?
 
     .venv/bin/python bench/online_loop.py [--mpi mpich] [--sizes 262144,1048576] [--batches 5]
 """
@@ -20,14 +27,16 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import math
 import os
+import random
 import re
 import statistics
 import tempfile
 from collections import defaultdict
 from pathlib import Path
 
-from scipy.stats import mannwhitneyu
+from scipy.stats import wilcoxon
 
 from tunempi.bench.engine import Layout
 from tunempi.bench.protocol import MeasureSettings
@@ -37,10 +46,14 @@ from tunempi.mpi.build import build_c
 from tunempi.mpi.discovery import adapter_for, resolve_library
 from tunempi.mpi.vendor import DEFAULT_ALGORITHM
 from tunempi.online.cells import Cell
-from tunempi.online.report import best_choices
+from tunempi.online.report import write_best
 from tunempi.online.run import open_state, rank_command, run_online
 from tunempi.online.state import OnlineConfig
 from tunempi.online.update import update_state
+from tunempi.rules import ScaledChoice, SelectionTable, build_rule_sets
+from tunempi.tune.files import write_tuning_files
+from tunempi.tune.job import tunable_algorithms
+from tunempi.writers.env_file import read_env_file
 
 PHASE = re.compile(r"^phase (\d+) ([0-9.]+)$", re.M)
 
@@ -61,6 +74,10 @@ def main() -> None:
     parser.add_argument("--batches", type=int, default=5)
     parser.add_argument("--state", help="keep the online state (records, probabilities) in this new directory")
     parser.add_argument("--runs", type=int, default=4, help="runs per batch")
+    parser.add_argument("--back-to-back", type=int, default=20,
+                        help="engine calls per timed iteration, in a row (1: each call between barriers)")
+    parser.add_argument("--final-pairs", type=int, default=12,
+                        help="triplets of runs (untouched, online best files, engine best files) after the loop")
     args = parser.parse_args()
 
     library = resolve_library(args.mpi)
@@ -84,54 +101,47 @@ def main() -> None:
 
         # 1. Reference: the benchmark engine, repeated in fresh sweeps with alternating order.
         algorithms = [DEFAULT_ALGORITHM, *(n for n in names if n != DEFAULT_ALGORITHM)]
-        settings = MeasureSettings(time_cap_s=args.cap, max_iters=2000)
+        settings = MeasureSettings(time_cap_s=args.cap, max_iters=2000, back_to_back=args.back_to_back)
         reference: dict[str, dict[int, list[float]]] = defaultdict(lambda: defaultdict(list))
         reference_mean: dict[str, dict[int, list[float]]] = defaultdict(lambda: defaultdict(list))
-        for rep in range(args.reference):
-            order = algorithms if rep % 2 == 0 else algorithms[::-1]
+        rounds = 0
+
+        def reference_round() -> None:
+            nonlocal rounds
+            order = algorithms if rounds % 2 == 0 else algorithms[::-1]
             sweep = Sweep(library, adapter, Layout(ranks=args.ranks), settings=settings)
-            points = plan_points({"allreduce": order}, sizes, ranks=args.ranks)
-            for m in sweep.run(points):
+            measured_now: dict[tuple[str, int], tuple[float, float]] = {}
+            for m in sweep.run(plan_points({"allreduce": order}, sizes, ranks=args.ranks)):
                 if m.status != "ok" or m.errors:
-                    print(f"  reference {m.algorithm} {m.msg_bytes} B: {m.status} {m.reason}", flush=True)
+                    print(f"  reference {m.algorithm} {m.msg_bytes} B: {m.status} {m.reason[:80]}", flush=True)
                     continue
-                reference[m.algorithm][m.msg_bytes].append(m.median_us)
-                reference_mean[m.algorithm][m.msg_bytes].append(m.mean_us)
-            print(f"reference round {rep + 1}/{args.reference} done", flush=True)
-        measured = [n for n in names if all(reference[n][s] for s in sizes)]
-        ranked = {size: sorted(measured, key=lambda n: statistics.median(reference[n][size])) for size in sizes}
-        fastest = {size: ranked[size][0] for size in sizes}
+                measured_now[(m.algorithm, m.msg_bytes)] = (m.median_us, m.mean_us)
+            for (name, size), (median, mean) in measured_now.items():
+                reference[name][size].append(median)
+                reference_mean[name][size].append(mean)
+            rounds += 1
 
-        def tied(size: int, name: str) -> bool:
-            """Not significantly slower than the best (one-sided Mann-Whitney U over the per-repetition
-            medians, p >= 0.05), or within the --tie margin of it."""
-            best, times = reference[fastest[size]][size], reference[name][size]
-            if name == fastest[size] or statistics.median(times) <= (1 + args.tie) * statistics.median(best):
-                return True
-            return bool(mannwhitneyu(times, best, alternative="greater").pvalue >= 0.05)
+        for _ in range(args.reference):
+            reference_round()
+        print(f"reference: {rounds} engine rounds before the loop", flush=True)
 
-        tie_sets = {size: [n for n in ranked[size] if tied(size, n)] for size in sizes}
-        print(f"reference (engine, per-call median us over {args.reference} repetitions; mean us in brackets):")
-        for size in sizes:
-            for name in ranked[size]:
-                times = reference[name][size]
-                print(f"  {size:>8d} B {name:28s} {statistics.median(times):9.1f} "
-                      f"(range {min(times):.1f}-{max(times):.1f}; mean {statistics.median(reference_mean[name][size]):.1f})"
-                      f"{'  TIED' if name in tie_sets[size] else ''}")
-
-        # 2 + 3. The loop, each online run next to a run of the untouched program.
+        # 2. The loop, each online run next to a run of the untouched program.
         default_runs: dict[int, list[dict[int, float]]] = defaultdict(list)
         online_runs: dict[int, list[dict[int, float]]] = defaultdict(list)
         favourite_p: dict[int, dict[int, tuple[str, float]]] = {}
         capture = Path(tmp) / "out.txt"
+        def run_plain(extra_env: dict[str, str]) -> dict[int, float]:
+            """The program without the interposer: the library's default, or with tuning files."""
+            env = {**adapter.launch_env(), **extra_env}
+            command = rank_command(program, env, library)
+            result = run_launch(command.argv, command.full_env({**os.environ, **env}), timeout=600)
+            if not result.ok:
+                raise SystemExit(f"run failed: {result.reason}")
+            return phases(result.stdout)
+
         for batch in range(args.batches):
             for _ in range(args.runs):
-                command = rank_command(program, adapter.launch_env(), library)
-                result = run_launch(command.argv, command.full_env({**os.environ, **adapter.launch_env()}),
-                                    timeout=600)
-                if not result.ok:
-                    raise SystemExit(f"default run failed: {result.reason}")
-                default_runs[batch].append(phases(result.stdout))
+                default_runs[batch].append(run_plain({}))
                 with capture.open("w") as out, contextlib.redirect_stdout(out):
                     run = run_online(state, library, program, timeout=600)
                 if run.returncode != 0:
@@ -145,9 +155,59 @@ def main() -> None:
             default = statistics.median(sum(r.values()) for r in default_runs[batch])
             print(f"batch {batch}: program allreduce time median {online:.3f} s vs default {default:.3f} s "
                   f"({100 * (online - default) / default:+.1f} %)", flush=True)
+            reference_round()  # the reference sees the machine in the same states as the loop
+
+        # Only algorithms measured in every repetition (the tie test pairs repetitions).
+        measured = [n for n in names if all(len(reference[n][s]) == rounds for s in sizes)]
+        ranked = {size: sorted(measured, key=lambda n: statistics.median(reference[n][size])) for size in sizes}
+        fastest = {size: ranked[size][0] for size in sizes}
+
+        def tied(size: int, name: str) -> bool:
+            """Within the --tie margin of the best (median over repetitions of the per-repetition ratio), or
+            not significantly slower: one-sided Wilcoxon signed-rank test on the log ratios, p >= 0.05.
+            Paired by repetition because a whole launch can run fast or slow (this VM has such states)."""
+            if name == fastest[size]:
+                return True
+            ratios = [t / b for t, b in zip(reference[name][size], reference[fastest[size]][size], strict=False)]
+            if statistics.median(ratios) <= 1 + args.tie:
+                return True
+            return bool(wilcoxon([math.log(r) for r in ratios], alternative="greater").pvalue >= 0.05)
+
+        tie_sets = {size: [n for n in ranked[size] if tied(size, n)] for size in sizes}
+        print(f"reference (engine, {args.back_to_back} calls in a row per timed iteration; per-call median us "
+              f"over {rounds} repetitions, {args.reference} before the loop and one after each batch; mean us in brackets):")
+        for size in sizes:
+            for name in ranked[size]:
+                times = reference[name][size]
+                print(f"  {size:>8d} B {name:28s} {statistics.median(times):9.1f} "
+                      f"(range {min(times):.1f}-{max(times):.1f}; mean {statistics.median(reference_mean[name][size]):.1f})"
+                      f"{'  TIED' if name in tie_sets[size] else ''}")
 
         final = state.probabilities()
-        choices = {choice.cell.key: choice.algorithm for choice in best_choices(final, config.sizes)}
+
+        # 3. Exploitation: the `online best` files against the untouched program, in alternating pairs.
+        best_list, written = write_best(state, library, Path(tmp) / "best")
+        choices = {choice.cell.key: choice.algorithm for choice in best_list}
+        tuned_env = read_env_file(written.files["env"].read_text())
+        for note in written.notes:
+            print(f"online best: {note}", flush=True)
+        # The engine's own best (of what a tuning file can select), written the same way: the yardstick
+        # for what the online files give.
+        writable = tunable_algorithms(library, adapter, "allreduce")
+        engine_pick = {size: next(n for n in ranked[size] if n == DEFAULT_ALGORITHM or n in writable)
+                       for size in sizes}
+        engine_rules = build_rule_sets(SelectionTable.from_scaled(
+            [ScaledChoice("allreduce", 1, args.ranks, size, engine_pick[size]) for size in sizes]))
+        engine_files = write_tuning_files(Path(tmp) / "engine-best", library, adapter, engine_rules,
+                                          smoke_ranks=[args.ranks])
+        engine_env = engine_files.activation_env(Path(tmp) / "engine-best")
+        engine_env.update(read_env_file((Path(tmp) / "engine-best" / engine_files.env_file).read_text()))
+        variants = {"default": {}, "online best": tuned_env, "engine best": engine_env}
+        trials: dict[str, list[dict[int, float]]] = defaultdict(list)
+        for trial in range(args.final_pairs):
+            order = list(variants)[trial % 3:] + list(variants)[:trial % 3]  # rotate who goes first
+            for label in order:
+                trials[label].append(run_plain(variants[label]))
         print(f"\n{library.name}, {args.ranks} ranks, allreduce {args.calls} calls x sizes {sizes}, "
               f"{args.batches} batches x {args.runs} runs")
         print("per batch: favourite (p) of the probabilities the batch ran with; program time vs default "
@@ -167,15 +227,31 @@ def main() -> None:
             favourite = max(probs, key=probs.get)
             best = choices.get(cells[size].key, "?")
             estimates = final.estimates.get(cells[size].key, {})
+            tie_mass = sum(probs.get(name, 0.0) for name in tie_sets[size])
             verdict = ("the engine's best" if favourite == fastest[size] else
                        "tied with the engine's best" if favourite in tie_sets[size] else "NOT in the tie set")
             print(f"  {size} B: engine best {fastest[size]}, tie set {{{', '.join(tie_sets[size])}}}; "
                   f"online favourite {favourite} p={probs[favourite]:.2f} ({verdict}; engine rank "
                   f"{ranked[size].index(favourite) + 1 if favourite in ranked[size] else '?'} of {len(ranked[size])}); "
                   f"`online best` {best} ({'match' if best in tie_sets[size] else 'NO match'}); "
+                  f"p of the tie set {tie_mass:.2f} ({len(tie_sets[size])} of {len(names)} algorithms); "
                   "online estimates us/call: "
                   + ", ".join(f"{k} {v / 1000:.0f}" for k, v in sorted(estimates.items(), key=lambda kv: kv[1])[:4]))
 
+        print(f"exploitation: tuning files vs untouched, {args.final_pairs} rotating triplets (default, `online "
+              f"best` files, files with the engine's best per size: {engine_pick}); ratio to the default's "
+              "allreduce time in the same triplet: median [bootstrap 95 % interval], triplets faster")
+        rng = random.Random(0)
+        for label in ("online best", "engine best"):
+            for part, key in [*((f"{size} B", size) for size in sizes), ("both phases", None)]:
+                ratios = [(t[key] / d[key]) if key is not None else sum(t.values()) / sum(d.values())
+                          for t, d in zip(trials[label], trials["default"], strict=True)]
+                boot = sorted(statistics.median(rng.choices(ratios, k=len(ratios))) for _ in range(2000))
+                print(f"  {label:11s} {part:12s}: {statistics.median(ratios):.3f} [{boot[50]:.3f}, {boot[1949]:.3f}], "
+                      f"{sum(r < 1 for r in ratios)} of {len(ratios)} faster")
+        ratios = [sum(o.values()) / sum(e.values()) for o, e in zip(trials["online best"], trials["engine best"],
+                                                                      strict=True)]
+        print(f"  online best / engine best, both phases: {statistics.median(ratios):.3f}")
 
 if __name__ == "__main__":
     main()

@@ -302,3 +302,18 @@ def test_unknown_estimator_is_a_usage_error_naming_the_valid_ones():
 
     with pytest.raises(UsageError, match="run_median, mean"):
         OnlineConfig(estimator="median").check()
+
+
+def test_best_choices_keep_to_what_a_tuning_file_can_select():
+    from tunempi.online.report import best_choices
+
+    key = "allreduce/2/1x2/5"
+    estimates = Probabilities(1, estimates={key: {"ccl": 30.0, "nb": 31.0, "ring": 40.0, "default": 90.0}})
+    sizes = SizeRanges((8, 64, 512, 4096, 32768, 262144))
+    (free,) = best_choices(estimates, sizes)
+    assert (free.algorithm, free.fastest, free.default_ns) == ("ccl", "ccl", 90.0)
+    (kept,) = best_choices(estimates, sizes, {"allreduce": ["nb", "ring"]})
+    assert (kept.algorithm, kept.time_ns, kept.fastest) == ("nb", 31.0, "ccl")
+    # `default` needs no file: it wins when nothing writable beats it
+    (fallback,) = best_choices(estimates, sizes, {"allreduce": []})
+    assert fallback.algorithm == "default"

@@ -4,16 +4,20 @@ algorithm per cell written as tuning files with the same writers as `tunempi tun
 from __future__ import annotations
 
 import logging
-from collections.abc import Sequence
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from tunempi.errors import UsageError
+from tunempi.errors import MPIError, UsageError
 from tunempi.mpi.library import MPILibrary
+from tunempi.mpi.vendor import DEFAULT_ALGORITHM
 from tunempi.online.cells import Cell, SizeRanges
 from tunempi.online.state import OnlineState, Probabilities, uniform
 
 _log = logging.getLogger(__name__)
+
+#: `online best` smoke-checks its files at the measured single-node rank counts up to this many.
+MAX_SMOKE_RANKS = 8
 
 
 @dataclass(frozen=True)
@@ -102,16 +106,23 @@ class BestChoice:
     algorithm: str
     time_ns: float
     default_ns: float | None
+    fastest: str = ""  # the fastest estimate of all, when no tuning file can select it (else == algorithm)
 
 
-def best_choices(probabilities: Probabilities, sizes: SizeRanges) -> list[BestChoice]:
-    """The fastest estimated algorithm of every cell with estimates."""
+def best_choices(probabilities: Probabilities, sizes: SizeRanges,
+                 writable: Mapping[str, Collection[str]] | None = None) -> list[BestChoice]:
+    """The fastest estimated algorithm of every cell with estimates; with `writable` (collective ->
+    algorithms a tuning file can select), the fastest of those (`default` always counts)."""
     out = []
     for key, estimates in sorted(probabilities.estimates.items(), key=lambda kv: Cell.from_key(kv[0])):
-        if not estimates:
+        cell = Cell.from_key(key)
+        allowed = None if writable is None else {DEFAULT_ALGORITHM, *writable.get(cell.collective, ())}
+        candidates = {k: v for k, v in estimates.items() if allowed is None or k in allowed}
+        if not candidates:
             continue
-        name = min(estimates, key=lambda k: estimates[k])
-        out.append(BestChoice(Cell.from_key(key), name, estimates[name], estimates.get("default")))
+        name = min(candidates, key=lambda k: candidates[k])
+        out.append(BestChoice(cell, name, candidates[name], estimates.get(DEFAULT_ALGORITHM),
+                              min(estimates, key=lambda k: estimates[k])))
     return out
 
 
@@ -122,54 +133,44 @@ class WrittenFiles:
 
 
 def write_best(state: OnlineState, library: MPILibrary, out_dir: Path | str) -> tuple[list[BestChoice], WrittenFiles]:
-    """Write the best algorithm per cell as the library's tuning file(s) plus an env file."""
+    """Write the best algorithm per cell as the library's tuning file(s) plus an env file.
+
+    The files come from `tunempi tune`'s writer path (tune.files.write_tuning_files): MPICH leaf
+    parameters from the library's cvars (what the online runs used), the POSIX-level companion, and a
+    smoke check in the real library at the measured single-node rank counts before anything is kept.
+    The env file also sets the variables that load the files, so sourcing it is enough.
+    """
     from tunempi.mpi.discovery import adapter_for
     from tunempi.rules import ScaledChoice, SelectionTable, build_rule_sets
-    from tunempi.writers import write_env_file, write_mpich_json, write_mpich_posix_json, write_openmpi_rules
+    from tunempi.tune.files import TuningFileError, write_tuning_files
+    from tunempi.tune.job import tunable_algorithms
+    from tunempi.writers import write_env_file
 
     state.check_library(library.fingerprint, library.name)
     sizes = state.config.sizes
-    choices = best_choices(state.probabilities(), sizes)
+    adapter = adapter_for(library)
+    writable = {c: tunable_algorithms(library, adapter, c) for c in state.config.collectives}
+    choices = best_choices(state.probabilities(), sizes, writable)
     if not choices:
         raise UsageError(f"no estimates in {state.dir} yet: run a batch, then `tunempi online update`")
     scaled = [ScaledChoice(c.cell.collective, c.cell.nodes, c.cell.ppn,
                            sizes.representative(c.cell.size_index) if c.cell.collective != "barrier" else 1,
                            c.algorithm) for c in choices]
     rule_sets = build_rule_sets(SelectionTable.from_scaled(scaled))
-    out = Path(out_dir)
-    out.mkdir(parents=True, exist_ok=True)
-    adapter = adapter_for(library)
-    files: dict[str, Path] = {}
-    notes: list[str] = []
-    extra_env: dict[str, str] = {}
-    if library.vendor == "openmpi":
-        ids = {coll: {a.name: a.value for a in adapter.algorithms(coll)} for coll in rule_sets}
-        path = out / "openmpi-rules.conf"
-        path.write_text(write_openmpi_rules(rule_sets, ids))
-        files["openmpi-rules"] = path
-        mechanism = adapter.tuning_file_mechanisms()[0]
-        extra_env.update(adapter.tuning_file_env(mechanism, str(path.resolve())))
-    elif library.vendor == "mpich":
-        from tunempi.mpi.default_tree import default_trees, find_libmpi, known_leaves
-
-        libmpi = find_libmpi(library.prefix)
-        trees = default_trees(libmpi)
-        try:
-            path = out / "mpich-tuning.json"
-            path.write_text(write_mpich_json(trees["mpir"].tree, rule_sets, known_leaves=known_leaves(libmpi)))
-            files["mpich-json"] = path
-            mechanisms = adapter.tuning_file_mechanisms()
-            extra_env.update(adapter.tuning_file_env(mechanisms[0], str(path.resolve())))
-            if "posix" in trees and len(mechanisms) > 2:
-                posix = out / "mpich-tuning-posix.json"
-                posix.write_text(write_mpich_posix_json(trees["posix"].tree, rule_sets))
-                files["mpich-posix-json"] = posix
-                extra_env.update(adapter.tuning_file_env(mechanisms[-1], str(posix.resolve())))
-        except UsageError as exc:
-            notes.append(f"no MPICH JSON file: {exc}")
-    env = write_env_file(rule_sets, adapter.force_env, extra_env=extra_env,
+    out = Path(out_dir).resolve()
+    # Smoke-check where it can run here: the single-node layouts (predicted multi-node ones cannot).
+    smoke_ranks = sorted({c.cell.ranks for c in choices if c.cell.nodes == 1 and c.cell.ranks <= MAX_SMOKE_RANKS})
+    try:
+        written = write_tuning_files(out, library, adapter, rule_sets, smoke_ranks=smoke_ranks or (2,))
+    except TuningFileError as exc:
+        raise MPIError(f"cannot write the tuning files: {exc}") from None
+    env = write_env_file(rule_sets, adapter.force_env, extra_env=written.activation_env(out),
                          title=f"tunempi online best ({library.name})")
-    env_path = out / "tunempi.env"
-    env_path.write_text(env.text)
-    files["env"] = env_path
+    (out / written.env_file).write_text(env.text)
+    files = {role: out / name for role, name in written.files.items()}
+    files["env"] = out / written.env_file
+    notes = [f"{cell_label(c.cell, sizes)}: {c.fastest} was estimated fastest but no tuning file of "
+             f"{library.name} can select it; wrote {c.algorithm}" for c in choices if c.fastest != c.algorithm]
+    notes += [f"loaded and run by {library.name} at {record.ranks} ranks ({record.points} sizes): {record.message}"
+             for record in written.smoke]
     return choices, WrittenFiles(files, notes)
