@@ -74,6 +74,7 @@ def main() -> None:
     parser.add_argument("--batches", type=int, default=5)
     parser.add_argument("--state", help="keep the online state (records, probabilities) in this new directory")
     parser.add_argument("--runs", type=int, default=4, help="runs per batch")
+    parser.add_argument("--min-prob", type=float, default=0.03, help="probability floor (the paper's 3 %%)")
     parser.add_argument("--back-to-back", type=int, default=20,
                         help="engine calls per timed iteration, in a row (1: each call between barriers)")
     parser.add_argument("--final-pairs", type=int, default=12,
@@ -94,7 +95,8 @@ def main() -> None:
         if state_dir.exists() and any(state_dir.iterdir()):
             raise SystemExit(f"{state_dir} is not empty: the loop starts from uniform probabilities")
         state = open_state(state_dir, library,
-                           OnlineConfig(collectives=["allreduce"], batch_runs=args.runs, record_ranks="all"))
+                           OnlineConfig(collectives=["allreduce"], batch_runs=args.runs, record_ranks="all",
+                                        min_probability=args.min_prob))
         config = state.config
         names = state.switches["allreduce"].names
         cells = {size: Cell("allreduce", args.ranks, 1, args.ranks, config.sizes.index(size)) for size in sizes}

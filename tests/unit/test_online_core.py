@@ -317,3 +317,51 @@ def test_best_choices_keep_to_what_a_tuning_file_can_select():
     # `default` needs no file: it wins when nothing writable beats it
     (fallback,) = best_choices(estimates, sizes, {"allreduce": []})
     assert fallback.algorithm == "default"
+
+
+def _state_runs(pattern: list[tuple[int, int, int]]) -> list[list[Record]]:
+    """One run per (default, fast, slow) time: the machine's state moves all three together."""
+    return [_records("default", d, seq0=1000 * i) + _records("fast", f, seq0=1000 * i + 100)
+            + _records("slow", s, seq0=1000 * i + 200) for i, (d, f, s) in enumerate(pattern)]
+
+
+def test_paired_evidence_compares_within_runs_so_machine_states_cancel():
+    # Runs alternate between a fast and a 3x slower machine state; "fast" is 10 % faster than the
+    # default in every run, "slow" 30 % slower in one state and 23 % faster in the other (the ranking
+    # flips with the state).
+    states = [1, 3, 1, 3, 1, 3, 1, 3]
+    runs = _state_runs([(1000 * k, 900 * k, 2300 if k == 3 else 1300) for k in states])
+    cell = Cell("allreduce", 2, 1, 2, OnlineConfig().sizes.index(64)).key
+    probabilities, _, _ = compute_update(runs, SWITCHES, OnlineConfig(collectives=["allreduce"]), batch=1)
+    evidence = probabilities.versus_default[cell]
+    assert evidence["fast"]["runs"] == 8 and evidence["fast"]["ratio"] == pytest.approx(0.9, abs=0.01)
+    assert evidence["fast"]["p"] < 0.01
+    assert evidence["slow"]["p"] > 0.1  # faster in half the runs, slower in the other half: no verdict
+    # ...which the unpaired run_median estimate alone cannot tell: it puts "slow" below the default.
+    assert probabilities.estimates[cell]["slow"] < probabilities.estimates[cell]["default"]
+    assert Probabilities.from_json(json.loads(json.dumps(probabilities.to_json()))) == probabilities
+
+
+def test_paired_evidence_needs_enough_runs():
+    few = _state_runs([(1000, 500, 2000)] * 4)  # 2x faster, but only 4 runs: no verdict yet
+    cell = Cell("allreduce", 2, 1, 2, OnlineConfig().sizes.index(64)).key
+    probabilities, _, _ = compute_update(few, SWITCHES, OnlineConfig(collectives=["allreduce"]), batch=1)
+    assert probabilities.versus_default[cell]["fast"]["p"] == 1.0
+
+
+def test_best_keeps_the_default_unless_the_runs_show_a_faster_algorithm():
+    from tunempi.online.report import best_choices
+
+    sizes = OnlineConfig().sizes
+    flip = _state_runs([(1000 * k, 950 * k, 2300 if k == 3 else 1300) for k in [1, 3] * 4])
+    probabilities, _, _ = compute_update(flip, SWITCHES, OnlineConfig(collectives=["allreduce"]), batch=1)
+    chosen = {c.cell.key: c for c in best_choices(probabilities, sizes)}
+    measured = chosen[Cell("allreduce", 2, 1, 2, sizes.index(64)).key]
+    assert measured.measured and measured.algorithm == "fast"  # 5 % faster in every run
+    steady = _state_runs([(1000 * k, 1100 * k, 2300 if k == 3 else 1300) for k in [1, 3] * 4])
+    probabilities, _, _ = compute_update(steady, SWITCHES, OnlineConfig(collectives=["allreduce"]), batch=1)
+    chosen = {c.cell.key: c for c in best_choices(probabilities, sizes)}
+    measured = chosen[Cell("allreduce", 2, 1, 2, sizes.index(64)).key]
+    # "slow" has the lowest run-median estimate (1800 against the default's 2000) but is faster in one
+    # machine state only: the default stays
+    assert measured.fastest == "slow" and measured.algorithm == "default"

@@ -228,7 +228,7 @@ def best(
     mpi: str | None = typer.Option(None, "--mpi", help=_MPI_HELP),
 ) -> None:
     """Write the best algorithm per cell with the tuning-file writers (and an env file)."""
-    from tunempi.online.report import cell_label, write_best
+    from tunempi.online.report import BestChoice, cell_label, write_best
     from tunempi.online.state import OnlineState
 
     _warnings_to_console()
@@ -236,12 +236,22 @@ def best(
     library = _library(mpi)
     choices, written = write_best(online_state, library, out)
     sizes = online_state.config.sizes
-    table = Table(title="Best algorithm per cell (estimates)")
-    for column in ("cell", "best", "time", "default"):
-        table.add_column(column, justify="left" if column in ("cell", "best") else "right")
+    table = Table(title="Best algorithm per cell (estimates; vs default: the same runs, paired)")
+    for column in ("cell", "best", "time", "default", "vs default"):
+        table.add_column(column, justify="left" if column in ("cell", "best", "vs default") else "right")
+    versus = online_state.probabilities().versus_default
+
+    def evidence(c: BestChoice) -> str:
+        if not c.measured:
+            return "predicted"
+        found = versus.get(c.cell.key, {}).get(c.algorithm)
+        if found is None:
+            return "(default)" if c.algorithm == "default" else ""
+        return f"{found['ratio']:.2f}x, p={found['p']:.2g}, {int(found['runs'])} runs"
 
     for c in choices:
-        table.add_row(cell_label(c.cell, sizes), c.algorithm, _seconds(c.time_ns), _seconds(c.default_ns))
+        table.add_row(cell_label(c.cell, sizes), c.algorithm, _seconds(c.time_ns), _seconds(c.default_ns),
+                      evidence(c))
     _out.print(table)
     for kind, path in written.files.items():
         _out.print(f"{kind}: {path}", highlight=False)

@@ -106,23 +106,42 @@ class BestChoice:
     algorithm: str
     time_ns: float
     default_ns: float | None
-    fastest: str = ""  # the fastest estimate of all, when no tuning file can select it (else == algorithm)
+    fastest: str = ""  # the fastest estimate of all (differs when it may not replace the default)
+    measured: bool = False  # the cell has paired evidence against the default (else: predicted)
+
+
+#: `online best` writes a non-default algorithm for a measured cell only when the runs that drew both
+#: show it faster than the default at this one-sided level (update.paired_evidence).
+EVIDENCE_LEVEL = 0.05
 
 
 def best_choices(probabilities: Probabilities, sizes: SizeRanges,
                  writable: Mapping[str, Collection[str]] | None = None) -> list[BestChoice]:
-    """The fastest estimated algorithm of every cell with estimates; with `writable` (collective ->
-    algorithms a tuning file can select), the fastest of those (`default` always counts)."""
+    """The best algorithm of every cell with estimates: the fastest estimate among `default` and the
+    algorithms that may replace it. With `writable` (collective -> algorithms a tuning file can select)
+    only those may. In a measured cell (paired evidence present) an algorithm may replace the default
+    only when it was significantly faster than the default in the same runs (EVIDENCE_LEVEL): the
+    default costs nothing, and a ranking that flips with the machine's state is no reason to leave it.
+    Predicted cells have no such evidence and follow the estimates."""
+    def may_replace_default(name: str, collective: str, evidence: Mapping[str, Mapping[str, float]] | None) -> bool:
+        if writable is not None and name not in writable.get(collective, ()):
+            return False
+        if evidence is None:
+            return True
+        found = evidence.get(name)
+        return found is not None and found["p"] < EVIDENCE_LEVEL and found["ratio"] < 1
+
     out = []
     for key, estimates in sorted(probabilities.estimates.items(), key=lambda kv: Cell.from_key(kv[0])):
         cell = Cell.from_key(key)
-        allowed = None if writable is None else {DEFAULT_ALGORITHM, *writable.get(cell.collective, ())}
-        candidates = {k: v for k, v in estimates.items() if allowed is None or k in allowed}
+        evidence = probabilities.versus_default.get(key)
+        candidates = {k: v for k, v in estimates.items()
+                      if k == DEFAULT_ALGORITHM or may_replace_default(k, cell.collective, evidence)}
         if not candidates:
             continue
         name = min(candidates, key=lambda k: candidates[k])
         out.append(BestChoice(cell, name, candidates[name], estimates.get(DEFAULT_ALGORITHM),
-                              min(estimates, key=lambda k: estimates[k])))
+                              min(estimates, key=lambda k: estimates[k]), evidence is not None))
     return out
 
 
@@ -169,8 +188,13 @@ def write_best(state: OnlineState, library: MPILibrary, out_dir: Path | str) -> 
     (out / written.env_file).write_text(env.text)
     files = {role: out / name for role, name in written.files.items()}
     files["env"] = out / written.env_file
-    notes = [f"{cell_label(c.cell, sizes)}: {c.fastest} was estimated fastest but no tuning file of "
-             f"{library.name} can select it; wrote {c.algorithm}" for c in choices if c.fastest != c.algorithm]
+    notes = []
+    for c in choices:
+        if c.fastest == c.algorithm:
+            continue
+        why = (f"no tuning file of {library.name} can select it" if c.fastest not in writable.get(c.cell.collective, ())
+               else "the runs that drew it and the default do not show it faster")
+        notes.append(f"{cell_label(c.cell, sizes)}: {c.fastest} was estimated fastest but {why}; wrote {c.algorithm}")
     notes += [f"loaded and run by {library.name} at {record.ranks} ranks ({record.points} sizes): {record.message}"
              for record in written.smoke]
     return choices, WrittenFiles(files, notes)

@@ -118,10 +118,13 @@ class Probabilities:
     cells: dict[str, dict[str, float]] = field(default_factory=dict)
     estimates: dict[str, dict[str, float]] = field(default_factory=dict)
     samples: dict[str, dict[str, int]] = field(default_factory=dict)
+    # Measured cells: each algorithm against `default` in the runs that drew both (update.paired_evidence):
+    # {"runs": n, "ratio": median of the per-run ratios, "p": one-sided p-value of "faster"}.
+    versus_default: dict[str, dict[str, dict[str, float]]] = field(default_factory=dict)
 
     def to_json(self) -> dict:
         return {"schema": PROBABILITIES_SCHEMA, "batch": self.batch, "cells": self.cells,
-                "estimates": self.estimates, "samples": self.samples}
+                "estimates": self.estimates, "samples": self.samples, "versus_default": self.versus_default}
 
     @classmethod
     def from_json(cls, data: Mapping) -> Probabilities:
@@ -135,7 +138,9 @@ class Probabilities:
                 raise ValueError(f"cell {key}: probabilities do not sum to 1 ({total})")
         return cls(int(data["batch"]), cells,
                    {str(k): {str(a): float(t) for a, t in v.items()} for k, v in data.get("estimates", {}).items()},
-                   {str(k): {str(a): int(n) for a, n in v.items()} for k, v in data.get("samples", {}).items()})
+                   {str(k): {str(a): int(n) for a, n in v.items()} for k, v in data.get("samples", {}).items()},
+                   {str(k): {str(a): {str(f): float(x) for f, x in e.items()} for a, e in v.items()}
+                    for k, v in data.get("versus_default", {}).items()})
 
 
 @dataclass(frozen=True)
