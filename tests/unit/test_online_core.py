@@ -365,3 +365,37 @@ def test_best_keeps_the_default_unless_the_runs_show_a_faster_algorithm():
     # "slow" has the lowest run-median estimate (1800 against the default's 2000) but is faster in one
     # machine state only: the default stays
     assert measured.fastest == "slow" and measured.algorithm == "default"
+
+
+def test_settled_losers_drop_to_the_lower_floor_near_ties_keep_the_paper_floor():
+    # 8 runs in two machine states; "slow" is 2.5x the default in every run, "fast" 5 % faster.
+    runs = _state_runs([(1000 * k, 950 * k, 2500 * k) for k in [1, 3] * 4])
+    cell = Cell("allreduce", 2, 1, 2, OnlineConfig().sizes.index(64)).key
+    lower, _, _ = compute_update(runs, SWITCHES, OnlineConfig(collectives=["allreduce"], min_probability=0.03,
+                                                              settled_probability=0.01), batch=1)
+    assert lower.cells[cell]["slow"] == pytest.approx(0.01)
+    assert lower.cells[cell]["default"] > 0.03  # 5 % behind the leader: not settled, and weighted above the floor
+    paper, _, _ = compute_update(runs, SWITCHES, OnlineConfig(collectives=["allreduce"], min_probability=0.03,
+                                                              settled_probability=0.03), batch=1)
+    assert paper.cells[cell]["slow"] == pytest.approx(0.03)
+    # Too few runs to settle anything: the paper's floor.
+    early, _, _ = compute_update(runs[:4], SWITCHES, OnlineConfig(collectives=["allreduce"]), batch=1)
+    assert early.cells[cell]["slow"] == pytest.approx(0.03)
+
+
+def test_per_algorithm_floors_hold_exactly_and_keep_the_order():
+    rng = random.Random(5)
+    for _ in range(100):
+        names = [f"a{i}" for i in range(rng.randint(2, 9))]
+        weights = {n: rng.random() ** 3 for n in names}
+        floors = {n: 0.005 for n in names if rng.random() < 0.5}
+        p = bounded_probabilities(weights, 0.03, 0.9, floors)
+        assert sum(p.values()) == pytest.approx(1.0)
+        for n in names:
+            floor = min(floors.get(n, 0.03), 1 / len(names))
+            assert p[n] >= floor - 1e-9 and p[n] <= max(0.9, 1 / len(names)) + 1e-9
+
+
+def test_settled_floor_must_not_exceed_the_floor():
+    with pytest.raises(UsageError):
+        OnlineConfig(min_probability=0.02, settled_probability=0.05).check()

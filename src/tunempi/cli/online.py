@@ -157,6 +157,9 @@ def update(
     min_probability: float | None = typer.Option(None, "--min-prob", help="Floor for every algorithm "
                                                  "(default 0.03)."),
     max_probability: float | None = typer.Option(None, "--max-prob", help="Ceiling (default 0.94)."),
+    settled_probability: float | None = typer.Option(None, "--settled-prob", help="Floor of a loser the runs "
+                                                     "show clearly slower than the leader (default 0.01; "
+                                                     "= --min-prob: the paper's behaviour)."),
     trim: float | None = typer.Option(None, "--trim", help="Leave this fraction of the slowest calls out of "
                                       "the estimates (default 0: stalls are real costs)."),
     estimator: str | None = typer.Option(None, "--estimator", help="Expected time per call of an algorithm: "
@@ -168,12 +171,17 @@ def update(
 
     _warnings_to_console()
     online_state = OnlineState(_state_dir(state))
-    if min_probability is not None or max_probability is not None or trim is not None or estimator is not None:
+    changes = (min_probability, max_probability, settled_probability, trim, estimator)
+    if any(change is not None for change in changes):
         config = online_state.config
         config.trim = config.trim if trim is None else trim
         config.estimator = config.estimator if estimator is None else estimator
         config.min_probability = config.min_probability if min_probability is None else min_probability
         config.max_probability = config.max_probability if max_probability is None else max_probability
+        if settled_probability is not None:
+            config.settled_probability = settled_probability
+        elif min_probability is not None:  # a lowered floor takes the settled one with it
+            config.settled_probability = min(config.settled_probability, min_probability)
         online_state.set_config(config)
     result = update_state(online_state, force=force)
     _out.print(f"batch {result.probabilities.batch}: {len(result.probabilities.cells)} cells from "

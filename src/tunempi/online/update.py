@@ -16,7 +16,10 @@ each run's mean: stalls an algorithm causes in most runs still count, disturbed 
 A 5 % trimmed mean (`trim`) was tried earlier and is off by default: at 1 MiB the default algorithm
 stalled in 3-5 % of its calls, in every run, and trimming them made it look like the best.
 Probabilities: weight (best / time) ** sharpness, normalised, then bounded to [min, max] (the paper kept
-losers at a 3% floor so that a changed situation can still be noticed).
+losers at a 3% floor so that a changed situation can still be noticed). A loser the runs have settled
+(significantly and >= 10 % slower than the cell's leader in the runs that drew both) gets the lower
+`settled_probability` floor (1 %): at 3 % each, a handful of 1.3-2x slower algorithms cost the program
+about 5 % (measured: Open MPI 2 ranks, allreduce 256 KiB / 1 MiB, where the default is among the best).
 Evidence against the default (`paired_evidence`): in a measured cell, every algorithm's mean per call is
 compared with the default's mean IN THE SAME RUN, over the runs that drew both. Runs share the machine's
 state, and on a shared VM that state moves everything by up to 3x for minutes and can reorder close
@@ -41,10 +44,12 @@ from tunempi.online.state import CollectiveSwitch, OnlineConfig, OnlineState, Pr
 _log = logging.getLogger(__name__)
 
 
-def bounded_probabilities(weights: Mapping[str, float], min_p: float, max_p: float) -> dict[str, float]:
-    """Probabilities proportional to the weights, each clipped to [min_p, max_p], summing to 1.
+def bounded_probabilities(weights: Mapping[str, float], min_p: float, max_p: float,
+                          floors: Mapping[str, float] | None = None) -> dict[str, float]:
+    """Probabilities proportional to the weights, each clipped to [floor, max_p], summing to 1; the floor
+    is min_p, or floors[name] for the names given there (settled losers).
 
-    p_i = clip(c * w_i, min_p, max_p) with the scale c found by bisection: the order of the weights is
+    p_i = clip(c * w_i, floor_i, max_p) with the scale c found by bisection: the order of the weights is
     kept, every bound holds exactly, and algorithms pinned at the floor or the ceiling give or take the
     mass the others need. Bounds that cannot hold for this many algorithms are relaxed to 1/n.
     """
@@ -52,16 +57,17 @@ def bounded_probabilities(weights: Mapping[str, float], min_p: float, max_p: flo
     n = len(names)
     if n == 0:
         return {}
-    lo, hi = min(min_p, 1.0 / n), max(max_p, 1.0 / n)
+    hi = max(max_p, 1.0 / n)
+    lo = {k: min((floors or {}).get(k, min_p), 1.0 / n) for k in names}
     top = max((float(v) for v in weights.values()), default=0.0)
     if not top > 0:
         return dict.fromkeys(names, 1.0 / n)
     w = {k: max(float(v) / top, 1e-12) for k, v in weights.items()}  # zero weights: below everything else
 
     def total(scale: float) -> float:
-        return sum(min(max(scale * v, lo), hi) for v in w.values())
+        return sum(min(max(scale * v, lo[k]), hi) for k, v in w.items())
 
-    low, high = -40.0, 40.0  # log10 of the scale: total(10**-40) = n*lo <= 1 <= n*hi = total(10**40)
+    low, high = -40.0, 40.0  # log10 of the scale: total(10**-40) = sum(lo) <= 1 <= n*hi = total(10**40)
     for _ in range(200):
         middle = (low + high) / 2
         if total(10.0 ** middle) < 1.0:
@@ -69,21 +75,21 @@ def bounded_probabilities(weights: Mapping[str, float], min_p: float, max_p: flo
         else:
             high = middle
     scale = 10.0 ** high
-    p = {k: min(max(scale * v, lo), hi) for k, v in w.items()}
+    p = {k: min(max(scale * v, lo[k]), hi) for k, v in w.items()}
     mass = sum(p.values())
     return {k: v / mass for k, v in p.items()}
 
 
 def probabilities_from_times(times: Mapping[str, float | None], *, sharpness: float, min_p: float,
-                             max_p: float) -> dict[str, float]:
+                             max_p: float, floors: Mapping[str, float] | None = None) -> dict[str, float]:
     """Faster algorithms get more: weight (best / time) ** sharpness; unknown times get the median weight."""
     known = {k: t for k, t in times.items() if t is not None and t > 0}
     if not known:
-        return bounded_probabilities(dict.fromkeys(times, 1.0), min_p, max_p)
+        return bounded_probabilities(dict.fromkeys(times, 1.0), min_p, max_p, floors)
     best = min(known.values())
     weights: dict[str, float] = {k: (best / t) ** sharpness for k, t in known.items()}
     middle = float(np.median(list(weights.values())))
-    return bounded_probabilities({k: weights.get(k, middle) for k in times}, min_p, max_p)
+    return bounded_probabilities({k: weights.get(k, middle) for k in times}, min_p, max_p, floors)
 
 
 def upper_trimmed_mean(values: Sequence[float], trim: float) -> float:
@@ -129,11 +135,36 @@ def paired_evidence(candidate: Mapping[int, Sequence[float]], default: Mapping[i
               if len(candidate[run]) >= MIN_PAIRED_CALLS and len(default[run]) >= MIN_PAIRED_CALLS]
     if not ratios:
         return None
-    p = 1.0
+    p = p_slower = 1.0
     logs = [math.log(r) for r in ratios]
     if len(ratios) >= MIN_PAIRED_RUNS and any(logs):
         p = float(wilcoxon(logs, alternative="less").pvalue)
-    return {"runs": float(len(ratios)), "ratio": float(np.median(ratios)), "p": p}
+        p_slower = float(wilcoxon(logs, alternative="greater").pvalue)
+    return {"runs": float(len(ratios)), "ratio": float(np.median(ratios)), "p": p, "p_slower": p_slower}
+
+
+#: A loser is settled when the runs that drew it and the cell's leader show it slower at this level...
+SETTLE_LEVEL = 0.01
+#: ...and by at least this much (median per-run ratio): near-ties keep the full floor.
+SETTLE_MARGIN = 1.10
+
+
+def settled_losers(per_run: Mapping[str, Mapping[int, Sequence[float]]], times: Mapping[str, float | None],
+                   trim: float = 0.0) -> list[str]:
+    """Algorithms significantly and clearly slower than the leader (lowest estimate) of a measured cell,
+    compared run by run (paired_evidence): they may drop to the lower settled floor."""
+    known = {k: t for k, t in times.items() if t is not None and k in per_run}
+    if len(known) < 2:
+        return []
+    leader = min(known, key=lambda k: known[k])
+    out = []
+    for name in known:
+        if name == leader:
+            continue
+        found = paired_evidence(per_run[name], per_run[leader], trim)
+        if found is not None and found["p_slower"] < SETTLE_LEVEL and found["ratio"] >= SETTLE_MARGIN:
+            out.append(name)
+    return out
 
 
 def _features(msg_bytes: float, ranks: int, nodes: int, ppn: int) -> list[float]:
@@ -252,8 +283,11 @@ def compute_update(runs: Iterable[Iterable[Record]], switches: Mapping[str, Coll
                 continue
             if cell not in measured_cells:
                 predicted_cells.add(cell)
+            by_run = {name: per_cell[(cell, name)] for name in switch.names if (cell, name) in per_cell}
+            floors = dict.fromkeys(settled_losers(by_run, times, config.trim), config.settled_probability)
             out.cells[cell.key] = probabilities_from_times(times, sharpness=config.sharpness,
-                                                           min_p=config.min_probability, max_p=config.max_probability)
+                                                           min_p=config.min_probability, max_p=config.max_probability,
+                                                           floors=floors)
             out.estimates[cell.key] = {k: v for k, v in times.items() if v is not None}
             out.samples[cell.key] = samples
             baseline = per_cell.get((cell, DEFAULT_ALGORITHM))
