@@ -396,6 +396,6 @@ def test_per_algorithm_floors_hold_exactly_and_keep_the_order():
             assert p[n] >= floor - 1e-9 and p[n] <= max(0.9, 1 / len(names)) + 1e-9
 
 
-def test_settled_floor_must_not_exceed_the_floor():
+def test_settled_floor_is_a_probability():
     with pytest.raises(UsageError):
-        OnlineConfig(min_probability=0.02, settled_probability=0.05).check()
+        OnlineConfig(settled_probability=1.5).check()

@@ -180,8 +180,6 @@ def update(
         config.max_probability = config.max_probability if max_probability is None else max_probability
         if settled_probability is not None:
             config.settled_probability = settled_probability
-        elif min_probability is not None:  # a lowered floor takes the settled one with it
-            config.settled_probability = min(config.settled_probability, min_probability)
         online_state.set_config(config)
     result = update_state(online_state, force=force)
     _out.print(f"batch {result.probabilities.batch}: {len(result.probabilities.cells)} cells from "

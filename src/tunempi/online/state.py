@@ -75,7 +75,8 @@ class OnlineConfig:
     min_probability: float = 0.03  # the paper's floor for losers
     # Floor of a SETTLED loser: significantly slower than the cell's leader in the runs that drew both
     # (update.settled_losers). Lower than the paper's, so exploring costs less once the runs have decided;
-    # still drawn, so a changed situation is noticed. Equal to min_probability: the paper's behaviour.
+    # still drawn, so a changed situation is noticed. Never above min_probability (the lower one holds);
+    # equal to it: the paper's behaviour.
     settled_probability: float = 0.01
     max_probability: float = 0.94
     sharpness: float = 8.0  # weight of an algorithm = (best time / its time) ** sharpness
@@ -92,9 +93,8 @@ class OnlineConfig:
             raise UsageError("probability bounds must satisfy 0 <= min < 1 and 0 < max <= 1")
         if self.min_probability > self.max_probability:
             raise UsageError(f"min probability {self.min_probability} is above max {self.max_probability}")
-        if not 0 <= self.settled_probability <= self.min_probability:
-            raise UsageError(f"settled probability {self.settled_probability} must be in [0, min probability "
-                             f"{self.min_probability}]")
+        if not 0 <= self.settled_probability < 1:
+            raise UsageError(f"settled probability {self.settled_probability} must be in [0, 1)")
         if self.estimator not in ("run_median", "mean"):
             raise UsageError(f"estimator {self.estimator!r}; valid: run_median, mean")
         if not 0 <= self.trim < 0.5:

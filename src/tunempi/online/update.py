@@ -284,7 +284,8 @@ def compute_update(runs: Iterable[Iterable[Record]], switches: Mapping[str, Coll
             if cell not in measured_cells:
                 predicted_cells.add(cell)
             by_run = {name: per_cell[(cell, name)] for name in switch.names if (cell, name) in per_cell}
-            floors = dict.fromkeys(settled_losers(by_run, times, config.trim), config.settled_probability)
+            floors = dict.fromkeys(settled_losers(by_run, times, config.trim),
+                                   min(config.settled_probability, config.min_probability))
             out.cells[cell.key] = probabilities_from_times(times, sharpness=config.sharpness,
                                                            min_p=config.min_probability, max_p=config.max_probability,
                                                            floors=floors)
