@@ -111,8 +111,13 @@ class BestChoice:
 
 
 #: `online best` writes a non-default algorithm for a measured cell only when the runs that drew both
-#: show it faster than the default at this one-sided level (update.paired_evidence).
+#: show it faster than the default at this one-sided level (update.paired_evidence)...
 EVIDENCE_LEVEL = 0.05
+#: ...and it was faster in at least this share of those runs. On this shared VM the machine's state
+#: (minutes long) reorders close algorithms: Open MPI 1 MiB allreduce, basic_linear 0.84x the default
+#: in one state, 1.20x in the other; a loop that ran 5 runs of 8 in the first state found it
+#: "significantly" faster. A choice that loses in one run of three is no reason to leave the default.
+CONSISTENT_WINS = 0.75
 
 
 def best_choices(probabilities: Probabilities, sizes: SizeRanges,
@@ -129,7 +134,8 @@ def best_choices(probabilities: Probabilities, sizes: SizeRanges,
         if evidence is None:
             return True
         found = evidence.get(name)
-        return found is not None and found["p"] < EVIDENCE_LEVEL and found["ratio"] < 1
+        return (found is not None and found["p"] < EVIDENCE_LEVEL and found["ratio"] < 1
+                and found.get("wins", 1.0) >= CONSISTENT_WINS)
 
     out = []
     for key, estimates in sorted(probabilities.estimates.items(), key=lambda kv: Cell.from_key(kv[0])):
@@ -193,7 +199,7 @@ def write_best(state: OnlineState, library: MPILibrary, out_dir: Path | str) -> 
         if c.fastest == c.algorithm:
             continue
         why = (f"no tuning file of {library.name} can select it" if c.fastest not in writable.get(c.cell.collective, ())
-               else "the runs that drew it and the default do not show it faster")
+               else "the runs that drew it and the default do not show it consistently faster")
         notes.append(f"{cell_label(c.cell, sizes)}: {c.fastest} was estimated fastest but {why}; wrote {c.algorithm}")
     notes += [f"loaded and run by {library.name} at {record.ranks} ranks ({record.points} sizes): {record.message}"
              for record in written.smoke]

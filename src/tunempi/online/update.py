@@ -125,9 +125,10 @@ MIN_PAIRED_RUNS = 5
 
 def paired_evidence(candidate: Mapping[int, Sequence[float]], default: Mapping[int, Sequence[float]],
                     trim: float = 0.0) -> dict[str, float] | None:
-    """The candidate against the default, run by run: the median ratio of their per-run means and the
-    one-sided Wilcoxon signed-rank p-value of "the candidate is faster" over the log ratios (1.0 with
-    fewer than MIN_PAIRED_RUNS runs); None when no run has enough calls of both. Both are keyed by run."""
+    """The candidate against a baseline, run by run: the median ratio of their per-run means, the share
+    of runs the candidate was faster in ("wins"), and the one-sided Wilcoxon signed-rank p-values of
+    "faster" ("p") and "slower" ("p_slower") over the log ratios (1.0 with fewer than MIN_PAIRED_RUNS
+    runs); None when no run has enough calls of both. Both are keyed by run."""
     from scipy.stats import wilcoxon
 
     ratios = [upper_trimmed_mean(candidate[run], trim) / upper_trimmed_mean(default[run], trim)
@@ -140,7 +141,9 @@ def paired_evidence(candidate: Mapping[int, Sequence[float]], default: Mapping[i
     if len(ratios) >= MIN_PAIRED_RUNS and any(logs):
         p = float(wilcoxon(logs, alternative="less").pvalue)
         p_slower = float(wilcoxon(logs, alternative="greater").pvalue)
-    return {"runs": float(len(ratios)), "ratio": float(np.median(ratios)), "p": p, "p_slower": p_slower}
+    wins = sum(r < 1 for r in ratios) / len(ratios)
+    return {"runs": float(len(ratios)), "ratio": float(np.median(ratios)), "p": p, "p_slower": p_slower,
+            "wins": wins}
 
 
 #: A loser is settled when the runs that drew it and the cell's leader show it slower at this level...
