@@ -49,7 +49,7 @@ from tunempi.online.cells import Cell
 from tunempi.online.report import write_best
 from tunempi.online.run import open_state, rank_command, run_online
 from tunempi.online.state import OnlineConfig
-from tunempi.online.update import update_state
+from tunempi.online.update import probabilities_from_times, update_state
 from tunempi.rules import ScaledChoice, SelectionTable, build_rule_sets
 from tunempi.tune.files import write_tuning_files
 from tunempi.tune.job import tunable_algorithms
@@ -260,6 +260,18 @@ def main() -> None:
                   f"p of the tie set {tie_mass:.2f} ({len(tie_sets[size])} of {len(names)} algorithms); "
                   "online estimates us/call: "
                   + ", ".join(f"{k} {v / 1000:.0f}" for k, v in sorted(estimates.items(), key=lambda kv: kv[1])[:4]))
+            # What exploring costs: the table's expected time per call against always the best estimate
+            # and always the default, and what the same estimates give with the paper's floor for all.
+            if estimates and all(n in estimates for n in probs):
+                paper = probabilities_from_times(estimates, sharpness=config.sharpness,
+                                                 min_p=config.min_probability, max_p=config.max_probability)
+                expected = sum(probs[n] * estimates[n] for n in probs)
+                expected_paper = sum(paper[n] * estimates[n] for n in paper)
+                best_estimate = min(estimates.values())
+                print(f"    expected time per call of this table: {expected / best_estimate:.3f}x the best estimate, "
+                      f"{expected / estimates[DEFAULT_ALGORITHM]:.3f}x the default's; with the paper's "
+                      f"{config.min_probability:.0%} floor for every loser: {expected_paper / best_estimate:.3f}x, "
+                      f"{expected_paper / estimates[DEFAULT_ALGORITHM]:.3f}x")
 
         print(f"exploitation: tuning files vs untouched, {args.final_pairs} rotating triplets (default, `online "
               f"best` files, files with the engine's best per size: {engine_pick}); ratio to the default's "
