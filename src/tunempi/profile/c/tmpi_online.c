@@ -570,8 +570,11 @@ static void online_begin(tmpi_call *call)
 {
     pending.active = 0;
     pending.restore = 0;
+    /* Times are only needed for a record: not on ranks that do not record, nor after the cap. */
+    call->untimed = on.nrecords >= on.cap;
     int c = on.enabled ? on.op_coll[call->op] : -1;
     if (c < 0) {
+        call->untimed = 1;
         if (on.enabled && tmpi_op_table[call->op].kind == TMPI_KIND_COMM_FREE)
             online_comm_release(call->comm);
         else if (tmpi_op_table[call->op].kind == TMPI_KIND_COMM_FREE)
