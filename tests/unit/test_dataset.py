@@ -8,8 +8,6 @@ import pytest
 from tunempi.errors import UsageError
 from tunempi.store.dataset import DatasetRow, read_dataset, write_dataset
 
-SHARED = Path(__file__).resolve().parents[3] / "shared" / "datasets"
-
 
 def _row(**over: object) -> DatasetRow:
     base = dict(system="s", library="l", collective="allreduce", algorithm="ring", ranks=4, nodes=1, ppn=4,
@@ -46,8 +44,8 @@ def test_bad_input_names_line_and_column(tmp_path: Path) -> None:
         read_dataset(tmp_path / "short.csv")
 
 
-def test_shared_peak_dataset_reads() -> None:
-    rows = read_dataset(SHARED / "ornl-peak.csv.gz")
+def test_shared_peak_dataset_reads(peak_dataset: Path) -> None:
+    rows = read_dataset(peak_dataset)
     assert len(rows) == 30861
     assert {r.collective for r in rows} >= {"allreduce", "bcast", "allgather", "alltoall"}
     assert all(r.latency_us > 0 for r in rows)

@@ -14,8 +14,6 @@ from tunempi.sim.synthetic import synthetic_frame
 from tunempi.space import Cell
 from tunempi.strategy import Request
 
-PEAK = Path(__file__).resolve().parents[2] / ".." / "shared" / "datasets" / "ornl-peak.csv.gz"
-
 
 def _tiny() -> pd.DataFrame:
     """Two cells, algorithms a and b, plus default; medians chosen for a known answer."""
@@ -129,9 +127,8 @@ def test_cli_json_plot_and_usage_errors(tmp_path: Path) -> None:
     assert isinstance(bad.exception, UsageError) and "acclaim" in str(bad.exception)
 
 
-@pytest.mark.skipif(not PEAK.exists(), reason="shared Peak dataset not present")
-def test_peak_dataset_quick_run() -> None:
-    frame = load_frame(PEAK)
+def test_peak_dataset_quick_run(peak_dataset: Path) -> None:
+    frame = load_frame(peak_dataset)
     summaries, _ = simulate(frame, "allreduce", ["tunempi"], seeds=1, budget_fraction=0.03)
     summary = summaries[0]
     assert summary["default_slowdown"] == pytest.approx(1.628, abs=0.01)  # the anchors' figure

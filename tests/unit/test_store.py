@@ -26,7 +26,6 @@ from tunempi.store import schema as schema_module
 from tunempi.store.dataset import read_dataset, write_dataset
 from tunempi.store.exchange import row_from_measurement
 
-SHARED = Path(__file__).resolve().parents[3] / "shared" / "datasets"
 FP = "mpich-5.0.2-0123456789ab"
 
 
@@ -213,10 +212,10 @@ def test_two_processes_write_at_once(tmp_path: Path) -> None:
             assert store.count(algorithm=name, collective="bcast") == 5 * len(range(0, count, 10))
 
 
-def test_import_shared_dataset_once(store: ResultStore) -> None:
-    read, written = import_dataset(store, SHARED / "ornl-peak.csv.gz")
+def test_import_shared_dataset_once(store: ResultStore, peak_dataset: Path) -> None:
+    read, written = import_dataset(store, peak_dataset)
     assert read == written == 30861 == len(store)
-    assert import_dataset(store, SHARED / "ornl-peak.csv.gz") == (30861, 0)
+    assert import_dataset(store, peak_dataset) == (30861, 0)
     assert len(store) == 30861
     library = "openmpi-master@4318d41+ucx-1.7.0"
     assert store.libraries() == [(library, library)]

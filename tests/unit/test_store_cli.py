@@ -11,8 +11,6 @@ import pytest
 from tunempi.cli.main import main
 from tunempi.store import Measurement, ResultStore
 
-SHARED = Path(__file__).resolve().parents[3] / "shared" / "datasets"
-
 
 def _run(monkeypatch: pytest.MonkeyPatch, *args: str) -> int:
     monkeypatch.setattr(sys, "argv", ["tunempi", *args])
@@ -74,10 +72,10 @@ def test_export_missing_db_exit_2(tmp_path: Path, monkeypatch: pytest.MonkeyPatc
 
 
 def test_import_then_reimport(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
-                              capsys: pytest.CaptureFixture[str]) -> None:
+                              capsys: pytest.CaptureFixture[str], peak_dataset: Path) -> None:
     db = tmp_path / "r.sqlite"
-    assert _run(monkeypatch, "import", "--db", str(db), str(SHARED / "ornl-peak.csv.gz")) == 0
-    assert _run(monkeypatch, "import", "--db", str(db), str(SHARED / "ornl-peak.csv.gz")) == 0
+    assert _run(monkeypatch, "import", "--db", str(db), str(peak_dataset)) == 0
+    assert _run(monkeypatch, "import", "--db", str(db), str(peak_dataset)) == 0
     err = " ".join(capsys.readouterr().err.split())
     assert "imported 30861 of 30861" in err and "imported 0 of 30861" in err
     with ResultStore(db) as store:
