@@ -6,7 +6,7 @@ Imports a benchmark dataset into a temporary results store, keeps every other po
 measured best, the regret of the predicted choice (its measured latency / the measured best - 1) and the
 error of the predicted default latency.
 
-    .venv/bin/python bench/advise_model_holdout.py ../shared/datasets/ornl-peak-pr7730.csv.gz [--collective allreduce]
+    .venv/bin/python bench/advise_model_holdout.py data/ornl-peak-pr7730.csv.gz [--collective allreduce]
 """
 
 from __future__ import annotations
