@@ -134,3 +134,50 @@ def test_peak_dataset_quick_run(peak_dataset: Path) -> None:
     assert summary["default_slowdown"] == pytest.approx(1.628, abs=0.01)  # the anchors' figure
     assert summary["cost_fraction"] < 0.06
     assert 1.0 <= summary["avg_slowdown"] < summary["default_slowdown"]
+
+
+def test_engine_cost_model_charges_one_launch_per_layout_not_per_point() -> None:
+    backend = ReplayBackend(_tiny(), "bcast", seed=0, cost_model=CostModel.named("engine"))
+    small, large = Cell("bcast", 2, 1, 2, 8), Cell("bcast", 4, 1, 4, 16384)
+    first = backend.measure([Request(small, ("a", "b"), repeats=2)])
+    assert [r.launches for r in first] == [1, 0, 0, 0]  # the engine for 2 ranks starts once
+    for record in first[1:]:  # later points cost their iterations only
+        assert record.cost_s == pytest.approx(1200 * record.latency_us * 1e-6)
+    assert backend.measure([Request(small, ("a",))])[0].launches == 0  # still up in a later batch
+    other = backend.measure([Request(large, ("a", "b"))])
+    assert [r.launches for r in other] == [1, 0]  # a new layout pays its own launch
+    # exhaustive under the engine model: 2 layouts + iterations; under acclaim's model: 4 launches
+    oracle = Oracle(backend)
+    iterations = 1200 * (11 + 20) * 1e-6 + 110 * (42 + 21) * 1e-6
+    assert oracle.exhaustive_cost() == pytest.approx(2.0 + iterations)
+    assert oracle.exhaustive_cost(CostModel.named("acclaim")) == pytest.approx(4.0 + iterations)
+
+
+def test_engine_cost_model_in_a_whole_simulation() -> None:
+    frame = synthetic_frame(ranks=(2, 4, 8), msg_sizes=(4, 256, 16384), noise=0.0)
+    small_forest = {"exhaustive": {"n_estimators": 10}}
+    engine, traces = simulate(frame, "allreduce", ["exhaustive"], seeds=1, params=small_forest,
+                              cost_model=CostModel.named("engine"))
+    acclaim, _ = simulate(frame, "allreduce", ["exhaustive"], seeds=1, params=small_forest)
+    assert engine[0]["cost_model"] == "engine" and acclaim[0]["cost_model"] == "acclaim"
+    assert engine[0]["launches"] == 3  # one per layout (2, 4, 8 ranks)
+    assert acclaim[0]["launches"] > 20  # one per (cell, algorithm)
+    assert engine[0]["cost_fraction"] == pytest.approx(1.0)
+    assert engine[0]["exhaustive_cost_s"] < acclaim[0]["exhaustive_cost_s"] - 20
+
+
+def test_warm_start_gets_small_scales_free_and_scores_the_rest() -> None:
+    frame = synthetic_frame(ranks=(2, 4, 8, 16, 32), msg_sizes=(4, 64, 1024, 16384))
+    backend = ReplayBackend(frame, "allreduce", seed=0)
+    prior = backend.prior_records(8)
+    assert prior and all(r.cell.ranks <= 8 and r.cost_s == 0 and r.launches == 0 for r in prior)
+    assert len({(r.cell, r.algorithm) for r in prior}) == len(prior)  # one run per point
+    options = {"seeds": 1, "budget_fraction": 5.0, "params": {"exhaustive": {"n_estimators": 10}}}
+    warm, traces = simulate(frame, "allreduce", ["exhaustive"], prior_max_ranks=8, **options)
+    cold, _ = simulate(frame, "allreduce", ["exhaustive"], evaluate_above=8, **options)
+    assert warm[0]["prior_max_ranks"] == 8 and warm[0]["evaluated_above_ranks"] == 8
+    # both are scored on the 16- and 32-rank cells, against the exhaustive cost of those cells only
+    assert warm[0]["exhaustive_cost_s"] == pytest.approx(cold[0]["exhaustive_cost_s"])
+    assert warm[0]["cost_fraction"] == pytest.approx(1.0, abs=0.02)  # measured only the rest (noisy runs)
+    assert cold[0]["cost_fraction"] > 2.0  # paid for the 2-, 4- and 8-rank cells too
+    assert warm[0]["avg_slowdown"] < 1.05 and cold[0]["avg_slowdown"] < 1.05
