@@ -80,6 +80,7 @@ class TunempiStrategy(Strategy):
         self._initial_done = False
         self.expected_regret_: float | None = None
         self._first_regret: float | None = None
+        self._posterior_cache: tuple[int, tuple[np.ndarray, np.ndarray, dict[int, tuple[np.ndarray, float]]]] | None = None
 
     # -- model ----------------------------------------------------------------------------------
     def _fit(self) -> None:
@@ -102,13 +103,24 @@ class TunempiStrategy(Strategy):
             model = TrendGaussianProcess(
                 kernel=None if previous is None else previous.kernel_, optimize=optimize,
                 random_state=self.seed,
-            ).fit(self.cell_features[cells[rows]], target[rows])
+            ).fit(self.row_features[cells[rows]], target[rows])
             if optimize:
                 self._optimized_at[int(j)] = n
             self._models[int(j)] = model
 
     def _posterior(self) -> tuple[np.ndarray, np.ndarray, dict[int, tuple[np.ndarray, float]]]:
-        """Mean and latent std (cells x algorithms) and, per algorithm, the latent covariance over cells."""
+        """Mean and latent std (cells x algorithms) and, per algorithm, the latent covariance over cells.
+
+        Cached on the number of records: `select()` between `ask()` and `tell()` (the replay's curve, the
+        live tuner's progress) sees the same data, and this is most of an iteration's time. Callers must
+        not modify the arrays in place."""
+        if self._posterior_cache is not None and self._posterior_cache[0] == len(self.records):
+            return self._posterior_cache[1]
+        posterior = self._compute_posterior()
+        self._posterior_cache = (len(self.records), posterior)
+        return posterior
+
+    def _compute_posterior(self) -> tuple[np.ndarray, np.ndarray, dict[int, tuple[np.ndarray, float]]]:
         self._fit()
         shape = self.usable_mask().shape
         mean = np.full(shape, np.nan)
