@@ -47,6 +47,9 @@ class Trace:
     iterations: int = 0
     step_seconds: list[float] = field(default_factory=list)
     step_cpu_seconds: list[float] = field(default_factory=list)
+    #: Process CPU seconds of the whole run, and of drawing its curve (selection + oracle at checkpoints).
+    cpu_seconds: float = 0.0
+    curve_cpu_seconds: float = 0.0
 
 
 def run_strategy(
@@ -65,6 +68,7 @@ def run_strategy(
 ) -> Trace:
     """One strategy at one seed. `prior_max_ranks`: the strategy starts with one free run of every point
     at <= that many ranks (an earlier job's data in the store)."""
+    run_started_cpu = time.process_time()
     backend = ReplayBackend(frame, collective, seed=seed, cost_model=cost_model)
     oracle = oracle or Oracle(backend)
     space: FeatureSpace = backend.space()
@@ -81,10 +85,12 @@ def run_strategy(
         upto = int(np.searchsorted(grid_s, until_s, side="left"))
         if upto <= filled:
             return
+        started_cpu = time.process_time()
         selection = strategy.select()
         trace.avg_slowdown[filled:upto] = oracle.average_slowdown(selection)
         trace.geo_slowdown[filled:upto] = oracle.geometric_slowdown(selection)
         filled = upto
+        trace.curve_cpu_seconds += time.process_time() - started_cpu
 
     while True:
         started, started_cpu = time.perf_counter(), time.process_time()
@@ -110,6 +116,7 @@ def run_strategy(
     trace.final_geo = oracle.geometric_slowdown(final)
     trace.cost_s = strategy.spent_s
     trace.launches = strategy.launches
+    trace.cpu_seconds = time.process_time() - run_started_cpu
     return trace
 
 
@@ -161,6 +168,11 @@ def summarize(traces: Sequence[Trace], oracle: Oracle, exhaustive_cost_s: float,
         # CPU time of the process: on a shared machine wall time also counts other users' load.
         "cpu_seconds_per_iteration": float(np.mean(cpu_steps)) if cpu_steps else 0.0,
         "max_cpu_seconds_per_iteration": float(np.max(cpu_steps)) if cpu_steps else 0.0,
+        # Where a replay's time goes, summed over seeds: the strategy's own ask + tell (its model work),
+        # drawing the curve (selections at checkpoints), and the whole runs.
+        "strategy_cpu_s": float(np.sum(cpu_steps)) if cpu_steps else 0.0,
+        "curve_cpu_s": float(sum(t.curve_cpu_seconds for t in traces)),
+        "total_cpu_s": float(sum(t.cpu_seconds for t in traces)),
         "curve": {"cost_s": [float(x) for x in grid_s], "avg_slowdown": _floats(curve),
                   "geo_slowdown": _floats(geo_curve)},
     }

@@ -94,7 +94,8 @@ class Strategy(ABC):
         self._algorithm_index = {a: j for j, a in enumerate(space.algorithms)}
         self._samples: dict[tuple[int, int], list[float]] = {}
         self._context_samples: dict[tuple[int, int], list[float]] = {}
-        self._median_cache: tuple[int, np.ndarray] | None = None
+        self._median_table = np.full((n_cells, n_algorithms), np.nan)
+        self._median_dirty: set[tuple[int, int]] = set()
         self._failed = np.zeros((n_cells, n_algorithms), dtype=bool)
         self._available = space.availability()
         self._measurable_mask = np.array([c in self.measurable for c in space.cells])
@@ -196,6 +197,7 @@ class Strategy(ABC):
         self.records.append(record)
         if record.ok:
             self._samples.setdefault(key, []).append(float(record.latency_us))  # type: ignore[arg-type]
+            self._median_dirty.add(key)
         else:
             self._failed[key] = True
 
@@ -211,14 +213,12 @@ class Strategy(ABC):
 
     def measured_median_log(self) -> np.ndarray:
         """(cells x algorithms) log of the median measured latency; NaN where not measured."""
-        # Cached on the number of records (only `_ingest` adds samples): model-based strategies ask for it
-        # several times per round, and recomputing every median was a fifth of their model time.
-        if self._median_cache is None or self._median_cache[0] != len(self.records):
-            table = np.full(self._failed.shape, np.nan)
-            for (i, j), values in self._samples.items():
-                table[i, j] = math.log(float(np.median(values)))
-            self._median_cache = (len(self.records), table)
-        return self._median_cache[1].copy()
+        # Kept up to date incrementally (only `_ingest` adds samples, and marks what changed): strategies
+        # ask for it several times per round, and recomputing every median was a fifth of their model time.
+        for i, j in self._median_dirty:
+            self._median_table[i, j] = math.log(float(np.median(self._samples[i, j])))
+        self._median_dirty.clear()
+        return self._median_table.copy()
 
     def training_rows(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """(row of `row_features`, algorithm index, log latency) of every successful run so far, context
