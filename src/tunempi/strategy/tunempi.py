@@ -43,6 +43,8 @@ class TunempiStrategy(Strategy):
         space: Any,
         *,
         batch_size: int = 3,
+        max_batch: int = 24,
+        batch_cost_fraction: float = 0.1,
         contention: float = 0.05,
         n_samples: int = 256,
         regret_tolerance: float = 0.002,
@@ -58,6 +60,8 @@ class TunempiStrategy(Strategy):
     ) -> None:
         super().__init__(space, **kwargs)
         self.batch_size = batch_size
+        self.max_batch = max(max_batch, batch_size)
+        self.batch_cost_fraction = batch_cost_fraction
         self.contention = contention
         self.n_samples = n_samples
         self.regret_tolerance = regret_tolerance
@@ -270,8 +274,12 @@ class TunempiStrategy(Strategy):
         remaining = regret.copy()
         requests: list[Request] = []
         candidates = np.flatnonzero(self._measurable_mask & contenders.any(axis=1))
-        for _ in range(self.batch_size):
-            if len(candidates) == 0:
+        batch_cost = 0.0
+        for picked in range(self.max_batch):
+            # At least `batch_size` cells; more while the batch is cheap next to what was spent so far
+            # (points that cost milliseconds, as in a running engine, are not worth a model refit each).
+            if len(candidates) == 0 or (picked >= self.batch_size
+                                        and batch_cost >= self.batch_cost_fraction * self.spent_s):
                 break
             value = (remaining @ fraction[:, candidates]) / np.maximum(cost[candidates], 1e-9)
             best = int(np.argmax(value))
@@ -281,6 +289,7 @@ class TunempiStrategy(Strategy):
             algorithms = tuple(a for j, a in enumerate(self.space.algorithms) if contenders[pick, j])
             requests.append(Request(self.space.cells[pick], algorithms))
             remaining = remaining * (1.0 - fraction[:, pick])
+            batch_cost += float(cost[pick])
             candidates = np.delete(candidates, best)
         return requests
 
