@@ -194,3 +194,12 @@ def test_peak_curve_key_points_regression(peak_dataset: Path, collective: str, a
     assert summary["slowdown_at_fraction"]["0.1"] <= at_15_percent + 0.05
     assert summary["slowdown_at_fraction"]["0.15"] < summary["default_slowdown"] - 0.2
     assert summary["cost_fraction"] <= 0.17  # stops at the budget
+
+
+def test_parallel_runs_give_the_same_summaries() -> None:
+    frame = synthetic_frame(ranks=(2, 4, 8), msg_sizes=(4, 256, 16384))
+    options = {"seeds": 2, "budget_fraction": 0.5, "params": {"random": {"n_estimators": 10}}}
+    serial, _ = simulate(frame, "allreduce", ["random"], **options)
+    parallel, _ = simulate(frame, "allreduce", ["random"], jobs=2, **options)
+    assert parallel[0]["curve"] == serial[0]["curve"]
+    assert parallel[0]["cost_s"] == serial[0]["cost_s"]

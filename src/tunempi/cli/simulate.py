@@ -68,6 +68,7 @@ def register(app: typer.Typer) -> None:
             help="Warm start: every point at <= R ranks is known for free; only the cells above are scored.")] = None,
         evaluate_above: Annotated[int | None, typer.Option(
             help="Score only the cells above R ranks (a cold start to compare with --prior-max-ranks R).")] = None,
+        jobs: Annotated[int, typer.Option(min=1, help="Run the (strategy, seed) runs in this many processes.")] = 1,
         plot: Annotated[Path | None, typer.Option(help="Write slowdown-vs-cost curves to this PNG.")] = None,
         output_format: Annotated[str, typer.Option("--format", help="table or json.")] = "table",
     ) -> None:
@@ -101,7 +102,7 @@ def register(app: typer.Typer) -> None:
 
             summaries, _ = simulate(frame, collective_name, names, seeds=seeds, budget_fraction=budget_fraction,
                                     max_ranks=train_max_ranks, on_run=advance, cost_model=model,
-                                    prior_max_ranks=prior_max_ranks, evaluate_above=evaluate_above)
+                                    prior_max_ranks=prior_max_ranks, evaluate_above=evaluate_above, jobs=jobs)
         for summary in summaries:
             summary["collective"] = collective_name
             summary["dataset"] = str(path)

@@ -10,7 +10,9 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Sequence
+from concurrent.futures import ProcessPoolExecutor, as_completed
 from dataclasses import dataclass, field
+from multiprocessing import get_context
 from typing import Any
 
 import numpy as np
@@ -120,6 +122,11 @@ def run_strategy(
     return trace
 
 
+def _limit_blas() -> None:
+    """Worker initializer: one BLAS thread per process (see `simulate`)."""
+    threadpool_limits(limits=1)
+
+
 def _first_cost_below(grid_s: np.ndarray, curve: np.ndarray, target: float) -> float | None:
     hits = np.flatnonzero(curve <= target)
     return float(grid_s[hits[0]]) if len(hits) else None
@@ -211,13 +218,15 @@ def simulate(
     cost_model: CostModel | None = None,
     prior_max_ranks: int | None = None,
     evaluate_above: int | None = None,
+    jobs: int = 1,
 ) -> tuple[list[dict[str, Any]], dict[str, list[Trace]]]:
     """Run every strategy at seeds 0..seeds-1; returns the summaries and the raw traces.
 
     `cost_model`: how benchmark seconds are charged (default: one launch per point). `prior_max_ranks`:
     every point at <= R ranks is given for free (warm start). `evaluate_above`: slowdowns, curves and the
     exhaustive cost cover only the cells with more ranks (default: `prior_max_ranks`), so a warm start and
-    a cold start are compared on the same cells.
+    a cold start are compared on the same cells. `jobs` > 1 runs the (strategy, seed) runs in that many
+    processes (same results: every run is seeded on its own).
     BLAS is limited to `blas_threads` (None: leave it alone): the models' matrices are small, and
     multithreaded BLAS on a few shared cores made every iteration several times slower.
     """
@@ -225,7 +234,8 @@ def simulate(
         return _simulate(frame, collective, strategies, seeds=seeds, budget_fraction=budget_fraction,
                          max_ranks=max_ranks, resolution=resolution, params=params, on_run=on_run,
                          cost_model=cost_model or CostModel(), prior_max_ranks=prior_max_ranks,
-                         evaluate_above=evaluate_above if evaluate_above is not None else prior_max_ranks)
+                         evaluate_above=evaluate_above if evaluate_above is not None else prior_max_ranks,
+                         jobs=jobs)
 
 
 def _simulate(
@@ -242,6 +252,7 @@ def _simulate(
     cost_model: CostModel,
     prior_max_ranks: int | None,
     evaluate_above: int | None,
+    jobs: int,
 ) -> tuple[list[dict[str, Any]], dict[str, list[Trace]]]:
     oracle = Oracle(ReplayBackend(frame, collective, seed=0, cost_model=cost_model), above_ranks=evaluate_above)
     # The exhaustive cost of the evaluated cells: after a warm start, of the cells still to tune.
@@ -250,14 +261,29 @@ def _simulate(
     budget_s = budget_fraction * exhaustive_cost
     grid_s = np.arange(0, int(np.floor(budget_fraction * resolution + 1e-9)) + 1) * exhaustive_cost / resolution
     summaries, traces = [], {}
-    for name in strategies:
-        runs = []
-        for seed in range(seeds):
-            runs.append(run_strategy(name, frame, collective, seed=seed, budget_s=budget_s, grid_s=grid_s,
-                                     max_ranks=max_ranks, params=(params or {}).get(name), oracle=oracle,
-                                     cost_model=cost_model, prior_max_ranks=prior_max_ranks))
+    tasks = [(name, seed) for name in strategies for seed in range(seeds)]
+    options: dict[str, Any] = {"budget_s": budget_s, "grid_s": grid_s, "max_ranks": max_ranks, "oracle": oracle,
+               "cost_model": cost_model, "prior_max_ranks": prior_max_ranks}
+    done: dict[tuple[str, int], Trace] = {}
+    if jobs > 1 and len(tasks) > 1:
+        # Runs are independent: one process each (spawned, each limiting its own BLAS threads).
+        with ProcessPoolExecutor(max_workers=min(jobs, len(tasks)), mp_context=get_context("spawn"),
+                                 initializer=_limit_blas) as pool:
+            futures = {pool.submit(run_strategy, name, frame, collective, seed=seed,
+                                   params=(params or {}).get(name), **options): (name, seed)
+                       for name, seed in tasks}
+            for future in as_completed(futures):
+                done[futures[future]] = future.result()
+                if on_run is not None:
+                    on_run(*futures[future])
+    else:
+        for name, seed in tasks:
+            done[name, seed] = run_strategy(name, frame, collective, seed=seed, params=(params or {}).get(name),
+                                            **options)
             if on_run is not None:
                 on_run(name, seed)
+    for name in strategies:
+        runs = [done[name, seed] for seed in range(seeds)]
         traces[name] = runs
         summary = summarize(runs, oracle, exhaustive_cost, max_ranks)
         summary["cost_model"] = "engine" if cost_model.launch_per == "layout" else "acclaim"
