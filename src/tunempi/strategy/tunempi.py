@@ -44,7 +44,7 @@ class TunempiStrategy(Strategy):
         *,
         batch_size: int = 3,
         max_batch: int = 24,
-        batch_cost_fraction: float = 0.1,
+        batch_cost_fraction: float = 0.03,
         contention: float = 0.05,
         n_samples: int = 256,
         regret_tolerance: float = 0.002,
