@@ -203,3 +203,11 @@ def test_parallel_runs_give_the_same_summaries() -> None:
     parallel, _ = simulate(frame, "allreduce", ["random"], jobs=2, **options)
     assert parallel[0]["curve"] == serial[0]["curve"]
     assert parallel[0]["cost_s"] == serial[0]["cost_s"]
+
+
+def test_cells_where_only_the_default_ran_are_not_cells_to_tune() -> None:
+    frame = _tiny()
+    only_default = frame[(frame["ranks"] == 2) & (frame["algorithm"] == "default")].assign(ranks=8, ppn=8)
+    backend = ReplayBackend(pd.concat([frame, only_default]), "bcast")
+    assert [c.ranks for c in backend.cells] == [2, 4]
+    assert Oracle(backend).best_algorithm == ["a", "b"]
