@@ -1,7 +1,7 @@
 ! A Fortran program whose MPI calls are known exactly (tests/integration/test_fortran_mpi.py restates them).
 ! One source for the three Fortran bindings, chosen when compiling: -DUSE_F08 (use mpi_f08), -DUSE_MPIFH
 ! (include 'mpif.h'; needs -fallow-argument-mismatch with gfortran >= 10), neither (use mpi). Every result is checked; a wrong one aborts the job.
-! Needs an even number of ranks.
+! Needs an even number of ranks. Optional argument: how many times to repeat everything (default 1).
 program known_calls
 #if defined(USE_F08)
   use mpi_f08
@@ -20,7 +20,8 @@ program known_calls
   integer :: half, dup, request, pair(2)
   integer :: status(MPI_STATUS_SIZE)
 #endif
-  integer :: ierr, rank, nranks, i, k, half_rank, half_size
+  integer :: ierr, rank, nranks, i, k, half_rank, half_size, rep, repeats
+  character(len=16) :: arg
   double precision :: one(1), total(1), vec(500)
   integer :: ints(25), blocks(2 * 64), gathered(64), msg(100), root(1), token(1)
   double precision :: sub(16), subsum(16)
@@ -28,6 +29,13 @@ program known_calls
   call MPI_Init(ierr)
   call MPI_Comm_rank(MPI_COMM_WORLD, rank, ierr)
   call MPI_Comm_size(MPI_COMM_WORLD, nranks, ierr)
+  repeats = 1
+  if (command_argument_count() >= 1) then
+    call get_command_argument(1, arg)
+    read (arg, *) repeats
+  end if
+
+  do rep = 1, repeats
 
   ! allreduce, 8 B, 10 calls
   do i = 1, 10
@@ -125,6 +133,7 @@ program known_calls
   call MPI_Waitall(2, pair, MPI_STATUSES_IGNORE, ierr)
   call check(pair(1) == MPI_REQUEST_NULL .and. pair(2) == MPI_REQUEST_NULL, 'waitall requests')
   call check(token(1) == ieor(rank, 1), 'isend/irecv')
+  end do
   call MPI_Barrier(MPI_COMM_WORLD, ierr)
   if (rank == 0) print '(a)', 'known_calls: all results correct'
   call MPI_Finalize(ierr)
