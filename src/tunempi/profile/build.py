@@ -12,8 +12,8 @@ from importlib import resources
 from pathlib import Path
 
 from tunempi.mpi.build import build_c, build_dir
-from tunempi.mpi.library import MPILibrary
 from tunempi.mpi.fortran import fortran_bindings
+from tunempi.mpi.library import MPILibrary
 from tunempi.profile.generate import generate, generate_fortran, parse_prototypes, preprocess_mpi_h
 
 RUNTIME_SOURCES: tuple[str, ...] = ("tmpi_core.c", "tmpi_sizes.c", "tmpi_profile.c", "tmpi_online.c")
