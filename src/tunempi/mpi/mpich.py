@@ -388,7 +388,7 @@ class MpichAdapter(VendorAdapter):
 
         try:
             if self._trees is None:
-                self._trees = {level: t.tree for level, t in default_trees(find_libmpi(self.library.prefix)).items()}
+                self._trees = {level: t.tree for level, t in default_trees(find_libmpi(self.library)).items()}
             type_size = 4 if collective in ("allreduce", "reduce", "reduce_scatter", "reduce_scatter_block") else 1
             if msg_bytes % type_size:
                 type_size = 1

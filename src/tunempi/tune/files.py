@@ -121,7 +121,7 @@ def _write_mpich(library: MPILibrary, adapter: VendorAdapter, rule_sets: Mapping
     from tunempi.mpi.default_tree import TUNING_FILE_CVAR, default_trees, find_libmpi, known_leaves
     from tunempi.writers.mpich_json import write_mpich_json, write_mpich_posix_json
 
-    libmpi = find_libmpi(library.prefix)
+    libmpi = find_libmpi(library)
     trees = default_trees(libmpi)
     (staging / MPICH_MPIR_FILE).write_text(write_mpich_json(
         trees["mpir"].tree, rule_sets, params=mpich_leaf_params(library, rule_sets),

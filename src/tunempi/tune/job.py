@@ -104,7 +104,7 @@ def tunable_algorithms(library: MPILibrary, adapter: VendorAdapter, collective: 
     from tunempi.mpi.mpich import leaf_parameters
     from tunempi.writers.mpich_json import leaf_function
 
-    leaves = known_leaves(find_libmpi(library.prefix))
+    leaves = known_leaves(find_libmpi(library))
     info = library_info(library)
 
     def value(name: str) -> object:
@@ -237,7 +237,8 @@ def write_result(options: TuneOptions, library: MPILibrary, adapter: VendorAdapt
     manifest = Manifest(options.out, {
         "kind": KIND, "version": VERSION, "created": utc_timestamp(),
         "library": {"name": library.name, "vendor": library.vendor, "version": library.version,
-                    "fingerprint": library.fingerprint, "prefix": str(library.prefix)},
+                    "fingerprint": library.fingerprint, "prefix": str(library.prefix),
+                    "mpicc": str(library.mpicc)},
         "system": options.system, "preferred_ppn": preferred_ppn,
         "collectives": sorted({c.collective for c in outcome.selection}),
         "scales": [list(s.key()) for s in scales],
@@ -300,7 +301,9 @@ def run_verify(directory: Path, console: Console, *, repeats: int = 3, settings:
     if missing:
         raise UsageError(f"{directory}: files named in the manifest are missing: {', '.join(missing)}")
     recorded = manifest.library
-    library = resolve_library(mpi or recorded["prefix"])
+    # The mpicc, not the prefix: Debian's MPICH and Open MPI share the prefix /usr (whose bin/mpicc is
+    # whichever the alternatives pick). Manifests written before the mpicc was recorded have the prefix.
+    library = resolve_library(mpi or recorded.get("mpicc") or recorded["prefix"])
     if library.fingerprint != recorded["fingerprint"]:
         raise UsageError(f"{directory} was tuned for {recorded['name']} ({recorded['fingerprint']}), "
                          f"not {library.name} ({library.fingerprint}); give --mpi with that library")
