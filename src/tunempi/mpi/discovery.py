@@ -124,7 +124,9 @@ def candidates_for(spec: str | None) -> list[Candidate]:
             word = part.lower()
             if word in VENDORS:
                 site_names = [f"mpicc.{word}", "mpicc"]
-                vendor_found = _embedded_candidates([word]) + [
+                # The embedded library when there is one; the site's only in its absence (name the site's
+                # by its mpicc: --mpi /usr/bin/mpicc.mpich).
+                vendor_found = _embedded_candidates([word]) or [
                     Candidate(c.mpicc, False, c.origin, word) for c in _site_candidates(site_names)
                 ]
                 if not vendor_found:
