@@ -1,0 +1,289 @@
+"""Rule sets -> a COMPLETE MPICH collective-selection JSON file (MPIR level) and its POSIX-level companion.
+
+Pure syntax: the library's default trees, the leaves its parser accepts, the leaf parameters and each
+leaf's restrictions are passed in by the vendor adapter (mpi/mpich.py), which also holds the evaluator
+that walks a tree as MPICH does (mpi/mpich_selection.py).
+
+The file is the library's own default MPIR tree with the `comm_type=intra`
+subtree of each tuned collective replaced; everything else (untuned collectives, intercommunicators,
+non-blocking collectives) stays the library's default. MPICH aborts on a tree that lacks a collective.
+
+Facts this module relies on (MPICH 5.0.2; src/mpi/coll/src/csel.c, csel_container.c,
+src/mpi/coll/coll_algorithms.txt of pmodels/mpich; checked against the embedded library):
+
+* Sibling keys are tried in file order, first match wins; `comm_size<=N`, `avg_msg_size<=N`, ... must
+  have a following sibling (the `=any` key closes every list). Python dicts keep insertion order and
+  json-c iterates objects in insertion order, so the order written is the order MPICH tries.
+* Message size keys (csel.c get_avg_msgsize / get_total_msgsize):
+  - `avg_msg_size` = type size x count for allreduce, bcast, reduce; type size x sendcount for alltoall.
+    Defined for these four only: any other collective ASSERTS on it.
+  - `total_msg_size` = avg x comm size for the four above; recvcount x type size x comm size for
+    allgather; sum(recvcounts) x type size for reduce_scatter, recvcount x type size x comm size for
+    reduce_scatter_block; sum(sendcounts) x type size for alltoallv; and for gather/scatter
+    (send|recv)count x comm size WITHOUT the type size (the code overwrites it: bytes only for 1-byte
+    types, which is what OSU's gather/scatter use).
+  tunempi's bytes are OSU's (per-rank buffer for allreduce/bcast/reduce, per-destination block for
+  allgather/alltoall/gather/scatter), so: avg key = OSU bytes (comm-size independent, used wherever
+  defined); total key = OSU bytes x comm size for allgather/gather/scatter/alltoallv, = OSU bytes for
+  reduce_scatter(_block) (OSU's size there is the per-rank send buffer).
+* `count<pow2` is true when count < the largest power of two <= comm size (get_count: count for
+  bcast/allreduce/reduce, recvcount for allgather, sum(recvcounts) for reduce_scatter).
+* Leaves are `algorithm=MPIR_<Coll>_intra_<name>` (`MPIR_<Coll>_allcomm_nb` for `nb`); the parser
+  asserts on unknown names. Parametrised algorithms read their parameters from child keys (`k=2`);
+  the container is malloc'ed, NOT zeroed, so a missing parameter is garbage: they are required here.
+* The selected algorithm's preconditions are NOT checked on this path (reduce_scatter_allgather with
+  count < pow2 asserts), so every tuned leaf is wrapped in guards for its restrictions (`restrictions`:
+  leaf function -> names from GUARDS, given by the adapter), and the guard's other branch is the
+  library's own default subtree for the collective (valid for every call).
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+from collections.abc import Callable, Mapping
+
+from tunempi.errors import UsageError
+from tunempi.rules.ruleset import DEFAULT_ALGORITHM, CommBlock, MsgRule, RuleSet
+
+#: collective -> (message key, whether tunempi's OSU bytes are multiplied by the comm size for it).
+MSG_SEMANTICS: dict[str, tuple[str, bool]] = {
+    "allreduce": ("avg_msg_size", False),
+    "bcast": ("avg_msg_size", False),
+    "reduce": ("avg_msg_size", False),
+    "alltoall": ("avg_msg_size", False),
+    "allgather": ("total_msg_size", True),
+    "allgatherv": ("total_msg_size", True),
+    "alltoallv": ("total_msg_size", True),
+    "gather": ("total_msg_size", True),
+    "scatter": ("total_msg_size", True),
+    "reduce_scatter": ("total_msg_size", False),
+    "reduce_scatter_block": ("total_msg_size", False),
+    "barrier": ("", False),  # no message size: one algorithm per communicator-size block
+}
+
+#: Parameters a leaf must carry (csel_container.c parse_container_params, MPICH 5.0.2).
+LEAF_PARAMETERS: dict[str, tuple[str, ...]] = {
+    "MPIR_Bcast_intra_tree": ("tree_type", "k", "is_non_blocking", "topo_overhead", "topo_diff_groups",
+                              "topo_diff_switches", "topo_same_switches"),
+    "MPIR_Bcast_intra_pipelined_tree": ("tree_type", "k", "is_non_blocking", "chunk_size", "recv_pre_posted"),
+    "MPIR_Allreduce_intra_recursive_multiplying": ("k",),
+    "MPIR_Allreduce_intra_tree": ("tree_type", "k", "chunk_size", "buffer_per_child", "topo_overhead",
+                                  "topo_diff_groups", "topo_diff_switches", "topo_same_switches"),
+    "MPIR_Allreduce_intra_recexch": ("k", "single_phase_recv"),
+    "MPIR_Allreduce_intra_k_reduce_scatter_allgather": ("k", "single_phase_recv"),
+    "MPIR_Allreduce_intra_ccl": ("ccl",),
+    "MPIR_Allgather_intra_k_brucks": ("k",),
+    "MPIR_Allgather_intra_recexch_doubling": ("k", "single_phase_recv"),
+    "MPIR_Allgather_intra_recexch_halving": ("k", "single_phase_recv"),
+    "MPIR_Alltoall_intra_k_brucks": ("k",),
+    "MPIR_Barrier_intra_k_dissemination": ("k",),
+    "MPIR_Barrier_intra_recexch": ("k",),
+}
+
+#: restriction -> (key where the tuned leaf may NOT run, key closing the pair, tuned leaf goes second).
+GUARDS: dict[str, tuple[str, str, bool]] = {
+    "size-ge-pof2": ("count<pow2", "count=any", True),
+    "builtin-op": ("is_op_built_in=no", "is_op_built_in=yes", True),
+    "commutative": ("is_commutative=no", "is_commutative=yes", True),
+    "noinplace": ("is_sendbuf_inplace=yes", "is_sendbuf_inplace=no", True),
+    "inplace": ("is_sendbuf_inplace=no", "is_sendbuf_inplace=yes", True),
+    "power-of-two": ("comm_size=pow2", "comm_size=any", False),
+    "parent-comm": ("comm_hierarchy=parent", "comm_hierarchy=any", False),
+}
+
+
+def mpir_name(collective: str) -> str:
+    """'allreduce' -> 'Allreduce', 'reduce_scatter_block' -> 'Reduce_scatter_block' (MPICH's spelling)."""
+    return collective[:1].upper() + collective[1:]
+
+
+def leaf_function(collective: str, algorithm: str) -> str:
+    """The MPIR function a tunempi/cvar algorithm name selects ('nb' is an allcomm algorithm)."""
+    kind = "allcomm" if algorithm == "nb" else "intra"
+    return f"MPIR_{mpir_name(collective)}_{kind}_{algorithm}"
+
+
+def library_bound(collective: str, osu_bytes: int, ranks: int) -> int:
+    """tunempi's (OSU) byte bound -> the value MPICH compares its message key against."""
+    if collective not in MSG_SEMANTICS:
+        raise UsageError(f"MPICH has no message-size key for {collective}; tunable: {sorted(MSG_SEMANTICS)}")
+    _, scaled = MSG_SEMANTICS[collective]
+    return osu_bytes * ranks if scaled else osu_bytes
+
+
+LeafFactory = Callable[[str], dict]
+
+
+#: leaf function (`MPIR_Allreduce_intra_ring`) -> the restrictions (GUARDS keys) its calls must meet.
+Restrictions = Mapping[str, tuple[str, ...]]
+LeafParams = Mapping[tuple[str, str], Mapping[str, int | str]]
+
+
+def _leaf(collective: str, algorithm: str, fallback: dict, params: Mapping[str, int | str] | None,
+          known: frozenset[str] | None, restrictions: Restrictions) -> dict:
+    if algorithm == DEFAULT_ALGORITHM:
+        return copy.deepcopy(fallback)  # the library's own choice, i.e. its default subtree
+    function = leaf_function(collective, algorithm)
+    key = f"algorithm={function}"
+    if known is not None and key not in known:
+        offered = sorted(k.split("_intra_", 1)[1] for k in known
+                         if k.startswith(f"algorithm=MPIR_{mpir_name(collective)}_intra_"))
+        raise UsageError(f"MPICH has no JSON leaf {key} (MPI_Init would abort); {collective} offers: "
+                         f"{', '.join(offered) or 'nothing'}")
+    required = LEAF_PARAMETERS.get(function, ())
+    given = dict(params or {})
+    missing = [name for name in required if name not in given]
+    if missing:
+        raise UsageError(f"{function} needs parameters {', '.join(missing)} in the tuning file (MPICH leaves "
+                         f"them uninitialised otherwise); pass them in params[({collective!r}, {algorithm!r})]")
+    node: dict = {key: {f"{name}={given[name]}": {} for name in required}}
+    for restriction in reversed(restrictions.get(function, ())):
+        if restriction not in GUARDS:
+            raise UsageError(f"{function}: no JSON guard for restriction {restriction!r}; known: {', '.join(GUARDS)}")
+        blocked, other, tuned_second = GUARDS[restriction]
+        if tuned_second:
+            node = {blocked: copy.deepcopy(fallback), other: node}
+        else:
+            node = {blocked: node, other: copy.deepcopy(fallback)}
+    return node
+
+
+def _message_subtree(collective: str, rules: tuple[MsgRule, ...], ranks: int, leaf: LeafFactory) -> dict:
+    key, _ = MSG_SEMANTICS[collective]
+    if len(rules) == 1:
+        return leaf(rules[0].algorithm)
+    if not key:
+        raise UsageError(f"MPICH selects {collective} without a message size; one algorithm per "
+                         f"communicator size is all a tuning file can say")
+    subtree = {}
+    for rule in rules[:-1]:
+        assert rule.max_bytes is not None
+        subtree[f"{key}<={library_bound(collective, rule.max_bytes, ranks)}"] = leaf(rule.algorithm)
+    subtree[f"{key}=any"] = leaf(rules[-1].algorithm)
+    return subtree
+
+
+def _block_subtree(collective: str, block: CommBlock, leaf: LeafFactory) -> dict:
+    """Message rules of one block; split by measured comm size where bounds scale with it."""
+    _, scaled = MSG_SEMANTICS[collective]
+    measured = block.measured_ranks or (block.min_ranks,)
+    if not scaled or len(block.rules) == 1 or len(measured) == 1:
+        return _message_subtree(collective, block.rules, measured[-1], leaf)
+    # Total-bytes bound = OSU bound x comm size: exact at each measured size; sizes between two measured
+    # ones use the next measured size's scaling (off by at most that ratio, e.g. 2 on a power-of-two grid).
+    subtree = {}
+    for ranks in measured[:-1]:
+        subtree[f"comm_size<={ranks}"] = _message_subtree(collective, block.rules, ranks, leaf)
+    subtree["comm_size=any"] = _message_subtree(collective, block.rules, measured[-1], leaf)
+    return subtree
+
+
+def _rule_set_subtree(rule_set: RuleSet, leaf: LeafFactory) -> dict:
+    collective = rule_set.collective
+    if collective not in MSG_SEMANTICS:
+        raise UsageError(f"cannot write MPICH rules for {collective}; tunable: {', '.join(sorted(MSG_SEMANTICS))}")
+    blocks = rule_set.blocks
+    if len(blocks) == 1:
+        return _block_subtree(collective, blocks[0], leaf)
+    subtree = {}
+    for block in blocks[:-1]:
+        subtree[f"comm_size<={block.max_ranks}"] = _block_subtree(collective, block, leaf)
+    subtree["comm_size=any"] = _block_subtree(collective, blocks[-1], leaf)
+    return subtree
+
+
+def tuned_intra_subtree(rule_set: RuleSet, default_intra: dict, *, restrictions: Restrictions,
+                        params: LeafParams | None = None, known_leaves: frozenset[str] | None = None) -> dict:
+    """The `comm_type=intra` subtree for one tuned collective, in numeric order.
+
+    The algorithm name `default` (rules.DEFAULT_ALGORITHM) stands for the library's own choice: its
+    default subtree is put there.
+    """
+    params = params or {}
+    collective = rule_set.collective
+
+    def leaf(algorithm: str) -> dict:
+        return _leaf(collective, algorithm, default_intra, params.get((collective, algorithm)), known_leaves,
+                     restrictions)
+
+    return _rule_set_subtree(rule_set, leaf)
+
+
+def build_selection_tree(default_tree: Mapping, rule_sets: Mapping[str, RuleSet] | list[RuleSet], *,
+                         restrictions: Restrictions, params: LeafParams | None = None,
+                         known_leaves: frozenset[str] | None = None) -> dict:
+    """The complete tree: a deep copy of `default_tree` with each rule set's intra subtree in place."""
+    tree = copy.deepcopy(dict(default_tree))
+    sets = list(rule_sets.values()) if isinstance(rule_sets, Mapping) else list(rule_sets)
+    for rule_set in sets:
+        key = f"collective={rule_set.collective}"
+        if key not in tree or "comm_type=intra" not in tree[key]:
+            raise UsageError(f"the library's default tree has no intra subtree for {rule_set.collective}; "
+                             f"it has {', '.join(k.split('=', 1)[1] for k in tree)}")
+        default_intra = tree[key]["comm_type=intra"]
+        tree[key]["comm_type=intra"] = tuned_intra_subtree(rule_set, default_intra, restrictions=restrictions,
+                                                           params=params, known_leaves=known_leaves)
+    return tree
+
+
+def write_selection_json(default_tree: Mapping, rule_sets: Mapping[str, RuleSet] | list[RuleSet], *,
+                         restrictions: Restrictions, params: LeafParams | None = None,
+                         known_leaves: frozenset[str] | None = None) -> str:
+    """The text of a complete MPICH tuning file (load it with MPIR_CVAR_COLL_SELECTION_TUNING_JSON_FILE)."""
+    tree = build_selection_tree(default_tree, rule_sets, restrictions=restrictions, params=params,
+                                known_leaves=known_leaves)
+    return json.dumps(tree, indent=1) + "\n"
+
+
+# --- the POSIX (shared-memory) level ---------------------------------------------------------------
+
+
+def _first_leaf(subtree: Mapping) -> str:
+    for key, child in subtree.items():
+        if key.startswith(("algorithm=", "composition=")):
+            return key
+        found = _first_leaf(child)
+        if found:
+            return found
+    return ""
+
+
+def build_posix_tree(default_posix_tree: Mapping,
+                           rule_sets: Mapping[str, RuleSet] | list[RuleSet]) -> dict:
+    """The POSIX-level tree that hands every tuned choice to the MPIR level.
+
+    Measured on MPICH 5.0.2 (2 ranks, one node): once a communicator has made more than
+    MPIR_CVAR_POSIX_NUM_COLLS_THRESHOLD bcast/reduce/barrier/allreduce calls, the POSIX level takes them
+    over with its release_gather algorithms, and neither the MPIR JSON file nor
+    MPIR_CVAR_<COLL>_INTRA_ALGORITHM is consulted any more. Where the POSIX search finds no leaf,
+    MPICH calls MPIR_<Coll>_impl, i.e. the MPIR tree with the tuned rules. So: a tuned collective
+    without any `default` rule is removed from the POSIX tree; one with `default` rules gets the same
+    size rules here, with the library's POSIX subtree where the rule says `default` and a branch that
+    never matches an intracommunicator (`comm_type=inter`) everywhere else.
+    """
+    tree = copy.deepcopy(dict(default_posix_tree))
+    sets = list(rule_sets.values()) if isinstance(rule_sets, Mapping) else list(rule_sets)
+    for rule_set in sets:
+        key = f"collective={rule_set.collective}"
+        if key not in tree:
+            continue  # the POSIX level does not handle this collective: MPIR decides already
+        default_intra = tree[key].get("comm_type=intra")
+        if default_intra is None or DEFAULT_ALGORITHM not in rule_set.algorithms():
+            del tree[key]
+            continue
+        to_mpir = {"comm_type=inter": {_first_leaf(default_intra): {}}}
+
+        def leaf(algorithm: str, default_intra: dict = default_intra, to_mpir: dict = to_mpir) -> dict:
+            return copy.deepcopy(default_intra if algorithm == DEFAULT_ALGORITHM else to_mpir)
+
+        tree[key] = {"comm_type=intra": _rule_set_subtree(rule_set, leaf)}
+    if not tree:
+        # MPICH cannot prune an empty object; keep one entry that never matches (POSIX sees no intercomms).
+        tree = {"collective=barrier": {"comm_type=inter": {"algorithm=MPIDI_POSIX_mpi_barrier_release_gather": {}}}}
+    return tree
+
+
+def write_posix_json(default_posix_tree: Mapping, rule_sets: Mapping[str, RuleSet] | list[RuleSet]) -> str:
+    """Text of the POSIX-level file (load it with MPIR_CVAR_CH4_POSIX_COLL_SELECTION_TUNING_JSON_FILE)."""
+    return json.dumps(build_posix_tree(default_posix_tree, rule_sets), indent=1) + "\n"
