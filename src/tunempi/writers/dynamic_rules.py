@@ -1,6 +1,6 @@
 """Rule sets -> an Open MPI coll/tuned dynamic rules file (classic format), and a strict reader.
 
-Pure syntax: the algorithm ids come from the vendor adapter (mpi/openmpi.py), which also holds the
+Pure syntax: the algorithm ids come from Open MPI's vendor adapter (in mpi/), which also holds the
 evaluator that looks a call up in a parsed file as Open MPI does.
 
 Format (ompi/mca/coll/tuned/coll_tuned_dynamic_file.c, Open MPI 5.0.x): whitespace-separated integers,

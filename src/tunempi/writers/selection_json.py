@@ -1,15 +1,15 @@
 """Rule sets -> a COMPLETE MPICH collective-selection JSON file (MPIR level) and its POSIX-level companion.
 
 Pure syntax: the library's default trees, the leaves its parser accepts, the leaf parameters and each
-leaf's restrictions are passed in by the vendor adapter (mpi/mpich.py), which also holds the evaluator
-that walks a tree as MPICH does (mpi/mpich_selection.py).
+leaf's restrictions are passed in by MPICH's vendor adapter (in mpi/), which also holds the evaluator
+that walks a tree as MPICH does.
 
 The file is the library's own default MPIR tree with the `comm_type=intra`
 subtree of each tuned collective replaced; everything else (untuned collectives, intercommunicators,
 non-blocking collectives) stays the library's default. MPICH aborts on a tree that lacks a collective.
 
 Facts this module relies on (MPICH 5.0.2; src/mpi/coll/src/csel.c, csel_container.c,
-src/mpi/coll/coll_algorithms.txt of pmodels/mpich; checked against the embedded library):
+src/mpi/coll/coll_algorithms.txt of MPICH's repository; checked against the embedded library):
 
 * Sibling keys are tried in file order, first match wins; `comm_size<=N`, `avg_msg_size<=N`, ... must
   have a following sibling (the `=any` key closes every list). Python dicts keep insertion order and
