@@ -522,7 +522,7 @@ UNWRITABLE_ALGORITHMS: dict[tuple[str, str], str] = {
     ("allreduce", "tree"): _TREE_PARAMETERS,
     ("bcast", "tree"): _TREE_PARAMETERS,
     ("bcast", "pipelined_tree"): _TREE_PARAMETERS,
-    ("allreduce", "ccl"): "it needs a CCL component this build may lack (its leaf names one)",
+    ("allreduce", "ccl"): "its leaf names a CCL component, which this build may lack",
 }
 
 

@@ -111,14 +111,6 @@ def default_trees(library_file: Path) -> dict[str, DefaultTree]:
     return trees
 
 
-def default_tree(library_file: Path, level: str = "mpir") -> dict:
-    """The built-in tree of one level, as parsed JSON."""
-    trees = default_trees(library_file)
-    if level not in trees:
-        raise MPIError(f"{library_file}: no built-in {level} tree; found {sorted(trees)}")
-    return trees[level].tree
-
-
 def known_leaves(library_file: Path) -> frozenset[str]:
     """Every `algorithm=...`/`composition=...` key the library's JSON parser accepts."""
     return frozenset(m.decode() for m in _LEAF_KEY.findall(Path(library_file).read_bytes()))
