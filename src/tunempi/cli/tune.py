@@ -116,9 +116,12 @@ class TuneProgress:
                 self.console.print(f"  {collective} [{block.min_ranks}{upto} ranks]: {rules}", soft_wrap=True)
 
     def _update(self, description: str, *, completed: float | None = None, points: int | None = None) -> None:
-        if self.progress is not None and self.task is not None:
-            counted = {"points": points} if points is not None else {}
-            self.progress.update(self.task, description=description, completed=completed, **counted)
+        if self.progress is None or self.task is None:
+            return
+        if points is None:
+            self.progress.update(self.task, description=description, completed=completed)
+        else:
+            self.progress.update(self.task, description=description, completed=completed, points=points)
 
     def close(self) -> None:
         """Stop the progress bar or status line (also when tuning failed half-way)."""

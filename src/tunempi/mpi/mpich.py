@@ -161,7 +161,7 @@ def parse_glued_description(description: str, vocabulary: Iterable[str] = ()) ->
         return run[len(run) - length:] if 0 < length <= len(run) else None
 
     def supported(name: str | None, own: set[str]) -> bool:
-        return bool(name) and name.split("_")[0] in own  # type: ignore[union-attr]
+        return name is not None and bool(name) and name.split("_")[0] in own
 
     width: int | None = None
     padded = [e for e in entries if e[1] > 1]
@@ -534,14 +534,19 @@ def leaf_parameters(collective: str, algorithm: str, cvar_value: Callable[[str],
     params: dict[str, int] = {}
     for parameter, cvar in LEAF_PARAMETER_CVARS.get((collective, algorithm), {}).items():
         value = cvar_value(cvar)
+        why = (f"its leaf parameter {parameter} comes from {cvar}, which the library does not report as an "
+               f"integer ({value!r})")
+        if not isinstance(value, (int, float, str)):
+            raise TuningFileError(why)  # the library lacks the cvar (None) or gave something that is not a number
         try:
-            params[parameter] = int(value)  # type: ignore[call-overload]
-        except (TypeError, ValueError):
-            raise TuningFileError(f"its leaf parameter {parameter} comes from {cvar}, which the library does "
-                                  f"not report as an integer ({value!r})") from None
+            params[parameter] = int(value)
+        except ValueError:
+            raise TuningFileError(why) from None
     return params
-#: Preconditions per tuning-file leaf (writers.selection_json.GUARDS turns each into a guard): MPICH's coll_algorithms.txt `restrictions`, plus `commutative` for the newer
-#: reduction algorithms (recursive_multiplying asserts it; conservative for the others: a guard only
+
+
+#: Preconditions per tuning-file leaf (writers.selection_json.GUARDS turns each into a guard): MPICH's
+#: coll_algorithms.txt `restrictions`, plus `commutative` for the newer reduction algorithms (recursive_multiplying asserts it; conservative for the others: a guard only
 #: sends non-commutative user ops to the default choice).
 LEAF_RESTRICTIONS: dict[str, tuple[str, ...]] = {
     "MPIR_Allreduce_intra_smp": ("commutative", "parent-comm"),
