@@ -1,4 +1,8 @@
-"""MPICH's built-in collective-selection JSON trees, read out of the library itself.
+"""MPICH's collective-selection JSON trees: the built-in ones read out of the library, and an evaluator.
+
+The evaluator (`select_mpich`) walks a tree the way MPICH's csel search does, for a call described by
+`MpichCall`: the adapter uses it to tell the library's own choice (MpichAdapter.default_choice), the
+tests to check written files.
 
 MPICH ships no default tuning file: the default trees are C strings compiled into libmpi. A tuning
 file replaces a whole tree, and a tree that lacks a collective aborts MPI_Init (`Assertion ... cnt`),
@@ -15,7 +19,7 @@ MPICH 5.0.2 (the embedded wheel, lib/libmpi.so.12) holds three trees, told apart
 | posix | `algorithm=MPIDI_POSIX_mpi_<coll>_<name>` | MPIR_CVAR_CH4_POSIX_COLL_SELECTION_TUNING_JSON_FILE |
 
 The library also holds the table of every leaf key its JSON parser accepts (`algorithm=...` and
-`composition=...` strings); `known_leaves` returns it so writers can refuse a name MPICH would abort on.
+`composition=...` strings); `known_leaves` returns it so the writer can refuse a name MPICH would abort on.
 """
 
 from __future__ import annotations
@@ -24,10 +28,11 @@ import functools
 import json
 import re
 import subprocess
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
-from tunempi.errors import MPIError
+from tunempi.errors import MPIError, UsageError
 from tunempi.mpi.library import MPILibrary
 
 LEVELS: tuple[str, ...] = ("mpir", "ch4", "posix")
@@ -126,14 +131,102 @@ def default_trees(library_file: Path) -> dict[str, DefaultTree]:
     return trees
 
 
-def default_tree(library_file: Path, level: str = "mpir") -> dict:
-    """The built-in tree of one level, as parsed JSON."""
-    trees = default_trees(library_file)
-    if level not in trees:
-        raise MPIError(f"{library_file}: no built-in {level} tree; found {sorted(trees)}")
-    return trees[level].tree
-
-
 def known_leaves(library_file: Path) -> frozenset[str]:
     """Every `algorithm=...`/`composition=...` key the library's JSON parser accepts."""
     return frozenset(m.decode() for m in _LEAF_KEY.findall(Path(library_file).read_bytes()))
+
+
+# --- evaluation: what MPICH's selection search picks for a call ----------------------------------------
+
+
+@dataclass(frozen=True)
+class MpichCall:
+    """The arguments of one collective call as MPICH's selection sees them (intracommunicator)."""
+
+    collective: str
+    comm_size: int
+    count: int  # count (allreduce/bcast/reduce), sendcount (alltoall), recvcount (allgather, r_s_block)
+    type_size: int = 1
+    is_commutative: bool = True
+    is_op_built_in: bool = True
+    sendbuf_inplace: bool = False
+    hierarchical: bool = False  # comm_hierarchy=parent: the communicator spans several nodes
+    multi_threaded: bool = False
+
+    def avg_msg_size(self) -> int:
+        if self.collective not in ("allreduce", "bcast", "reduce", "alltoall"):
+            raise UsageError(f"MPICH asserts on avg_msg_size for {self.collective}")
+        return self.count * self.type_size
+
+    def total_msg_size(self) -> int:
+        if self.collective in ("gather", "scatter"):
+            return self.count * self.comm_size  # MPICH drops the type size here
+        if self.collective == "reduce_scatter":
+            return self.count * self.comm_size * self.type_size  # regular blocks of `count`
+        return self.count * self.type_size * self.comm_size
+
+    def mpich_count(self) -> int:
+        return self.count * self.comm_size if self.collective == "reduce_scatter" else self.count
+
+    @classmethod
+    def from_osu(cls, collective: str, msg_bytes: int, comm_size: int, type_size: int = 1, **flags: bool) -> MpichCall:
+        """The call an OSU benchmark makes for `msg_bytes` (per-rank buffer or per-destination block)."""
+        if msg_bytes % type_size:
+            raise UsageError(f"{msg_bytes} B is not a whole number of {type_size}-byte elements")
+        count = msg_bytes // type_size
+        if collective == "reduce_scatter":
+            count //= comm_size
+        elif collective == "reduce_scatter_block":
+            count //= comm_size
+        return cls(collective, comm_size, count, type_size, **flags)
+
+
+def _matches(key: str, call: MpichCall) -> bool:
+    if key == "any" or key.endswith("=any"):
+        return True
+    pof2 = 1 << (call.comm_size.bit_length() - 1)
+    for prefix, test in (
+        ("comm_size<=", lambda v: call.comm_size <= v),
+        ("comm_size<", lambda v: call.comm_size < v),
+        ("avg_msg_size<=", lambda v: call.avg_msg_size() <= v),
+        ("avg_msg_size<", lambda v: call.avg_msg_size() < v),
+        ("total_msg_size<=", lambda v: call.total_msg_size() <= v),
+        ("total_msg_size<", lambda v: call.total_msg_size() < v),
+        ("count<=", lambda v: call.mpich_count() <= v),
+    ):
+        if key.startswith(prefix):
+            return test(int(key[len(prefix):]))
+    flags = {
+        "comm_type=intra": True, "comm_type=inter": False,
+        "comm_size=pow2": call.comm_size & (call.comm_size - 1) == 0,
+        "comm_size=node_comm_size": not call.hierarchical,
+        "count<pow2": call.mpich_count() < pof2,
+        "is_commutative=yes": call.is_commutative, "is_commutative=no": not call.is_commutative,
+        "is_op_built_in=yes": call.is_op_built_in, "is_op_built_in=no": not call.is_op_built_in,
+        "is_sendbuf_inplace=yes": call.sendbuf_inplace, "is_sendbuf_inplace=no": not call.sendbuf_inplace,
+        "comm_hierarchy=parent": call.hierarchical, "comm_hierarchy=node_roots": not call.hierarchical,
+        "comm_hierarchy=node": not call.hierarchical, "comm_hierarchy=flat": not call.hierarchical,
+        "is_multi_threaded=yes": call.multi_threaded, "is_multi_threaded=no": not call.multi_threaded,
+        "is_block_regular=yes": True, "is_block_regular=no": False,
+        "is_node_consecutive=yes": True, "is_node_consecutive=no": False,
+    }
+    if key.startswith("collective="):
+        return key == f"collective={call.collective}"
+    if key not in flags:
+        raise UsageError(f"unknown MPICH selection key {key!r}")
+    return flags[key]
+
+
+def select_mpich(tree: Mapping, call: MpichCall) -> str | None:
+    """The leaf (`algorithm=...` without the prefix) MPICH's first-match search reaches, or None."""
+    node: Mapping = tree
+    while True:
+        leaves = [key for key in node if key.startswith(("algorithm=", "composition="))]
+        if leaves:
+            return leaves[0].split("=", 1)[1]
+        for key, child in node.items():
+            if _matches(key.replace(" ", ""), call):
+                node = child
+                break
+        else:
+            return None
