@@ -360,13 +360,19 @@ def launcher_for_argv(argv: Sequence[str], library: MPILibrary | None = None) ->
         return None
     where = shutil.which(executable)
     if where:
-        directory = Path(os.path.realpath(where)).parent
-        if any((directory / marker).exists() for marker in _HYDRA_MARKERS):
+        # Debian: /usr/bin/mpirun -> alternatives -> orterun, or -> mpiexec.hydra: the real name decides.
+        # Only then the files next to it; Debian's MPICH and Open MPI share /usr/bin, where both kinds are.
+        resolved = Path(os.path.realpath(where))
+        if resolved.name in _HYDRA_NAMES:
             return HydraLauncher(executable)
-        if any((directory / marker).exists() for marker in _OPENMPI_MARKERS):
+        if resolved.name in _OPENMPI_NAMES:
             return OpenMPILauncher(executable)
-    if library is not None and library.vendor in VENDOR_LAUNCHERS:
-        return get_launcher(VENDOR_LAUNCHERS[library.vendor], executable=executable)
+        hydra = any((resolved.parent / marker).exists() for marker in _HYDRA_MARKERS)
+        openmpi = any((resolved.parent / marker).exists() for marker in _OPENMPI_MARKERS)
+        if hydra != openmpi:
+            return HydraLauncher(executable) if hydra else OpenMPILauncher(executable)
+    if library is not None and library.launcher is not None:
+        return get_launcher(library.launcher, executable=executable)
     raise UsageError(
         f"cannot tell whose launcher {executable!r} is (Hydra or Open MPI); give --mpi, or the launcher's "
         f"specific name ({', '.join(sorted(_HYDRA_NAMES | _OPENMPI_NAMES))})"
@@ -385,24 +391,18 @@ def rank_env_command(
     return launcher.with_rank_env([str(a) for a in argv], env)
 
 
-#: The launcher that belongs to each vendor's own library.
-VENDOR_LAUNCHERS: Mapping[str, str] = MappingProxyType({"mpich": "hydra", "openmpi": "mpirun"})
-
-
 def launcher_for(library: MPILibrary, *, use_srun: bool = False, **options: Any) -> Launcher:
     """The launcher for an MPI library: its own mpiexec/mpirun, or srun when asked.
 
-    Only `library.vendor` and `library.mpiexec` are used. `options` go to the launcher's constructor.
+    Only `library.launcher` and `library.mpiexec` are used. `options` go to the launcher's constructor.
     """
     if use_srun:
         return SrunLauncher(**options)
-    try:
-        name = VENDOR_LAUNCHERS[library.vendor]
-    except KeyError:
-        raise UsageError(
-            f"no launcher known for vendor {library.vendor!r}; known: {', '.join(VENDOR_LAUNCHERS)}"
-        ) from None
-    return get_launcher(name, executable=library.mpiexec, **options)
+    if library.launcher is None:
+        from tunempi.mpi.library import LAUNCHERS as OWN_LAUNCHERS
+
+        raise UsageError(f"no launcher known for vendor {library.vendor!r}; known: {', '.join(OWN_LAUNCHERS)}")
+    return get_launcher(library.launcher, executable=library.mpiexec, **options)
 
 
 
