@@ -5,6 +5,10 @@ the value it had when the run started ("orig"), i.e. exactly what the run would 
 other algorithm is `adapter.runtime_switch(collective, name)`: its cvar write, plus the extra writes
 that make it effective (MPICH on one node: the POSIX-level cvar to `mpir`, else release_gather takes
 bcast/reduce/barrier/allreduce over after a few calls and the algorithm cvar is ignored).
+
+Each algorithm carries the requirements a call must meet for it (mpi/restrictions.py, as the
+interposer's bit mask): the interposer draws among the algorithms the call meets, so a non-commutative
+op never runs an algorithm that is only correct for commutative ones.
 """
 
 from __future__ import annotations
@@ -12,6 +16,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Iterable
 
+from tunempi.mpi.restrictions import online_mask
 from tunempi.mpi.vendor import DEFAULT_ALGORITHM, VendorAdapter
 from tunempi.online.state import SWITCHABLE, AlgorithmSwitch, CollectiveSwitch
 
@@ -44,7 +49,9 @@ def collective_switches(adapter: VendorAdapter, collectives: Iterable[str]) -> l
             chosen.append((algorithm.name, writes, switch.needs_new_communicator))
         needs_new = any(needs for _, _, needs in chosen)
         algorithms.append(AlgorithmSwitch(DEFAULT_ALGORITHM, tuple((cvar, "orig") for cvar in cvars)))
+        library = adapter.library
         for name, writes, _ in chosen:
-            algorithms.append(AlgorithmSwitch(name, tuple(writes), RANKS_ONLY.get(name, 0)))
+            requires = online_mask(library.vendor, library.version, collective, name)
+            algorithms.append(AlgorithmSwitch(name, tuple(writes), RANKS_ONLY.get(name, 0), requires))
         out.append(CollectiveSwitch(collective, needs_new, tuple(algorithms)))
     return out

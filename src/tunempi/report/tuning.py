@@ -134,6 +134,8 @@ def summary_lines(manifest: Manifest) -> list[str]:
             f"{s.get('slower_point_estimate_after', '?')} below 1 within noise)")
     else:
         lines.append("not verified yet: run `tunempi verify --tuning DIR`")
+    for row in data.get("excluded") or []:
+        lines.append(f"left out of the files: {row['collective']} {row['algorithm']}: {row['reason']}")
     return lines
 
 

@@ -170,6 +170,19 @@ def smoke_points(rule_sets: Mapping[str, RuleSet]) -> list[tuple[str, int]]:
             for size in probe_points(rule_set)]
 
 
+def _refuse_restricted(library: MPILibrary, adapter: VendorAdapter, rule_sets: Mapping[str, RuleSet]) -> None:
+    """TuningFileError if a rule selects an algorithm the file cannot restrict to the calls it is correct
+    for (tune.job.file_exclusions; e.g. an older manifest, or a selection made elsewhere)."""
+    from tunempi.tune.job import file_exclusions
+
+    for collective, rule_set in rule_sets.items():
+        excluded = file_exclusions(library, adapter, collective)
+        for algorithm in rule_set.algorithms():
+            if algorithm in excluded:
+                raise TuningFileError(f"{library.name}: a tuning file must not select {collective} {algorithm}: "
+                                      f"{excluded[algorithm]}")
+
+
 def write_tuning_files(
     out_dir: Path,
     library: MPILibrary,
@@ -184,6 +197,7 @@ def write_tuning_files(
 
     TuningFileError when writing fails or the library rejects a file; `out_dir` is then untouched.
     """
+    _refuse_restricted(library, adapter, rule_sets)
     out_dir.mkdir(parents=True, exist_ok=True)
     staging = Path(tempfile.mkdtemp(prefix=".staging-", dir=out_dir))
     try:

@@ -93,10 +93,29 @@ def scheduling(topology: str, allocation: NodeAllocation | None) -> GroupSchedul
                      f"'node group' lines (modes: {', '.join(SCHEDULING_MODES)})")
 
 
+def file_exclusions(library: MPILibrary, adapter: VendorAdapter, collective: str) -> dict[str, str]:
+    """Algorithm -> why a tuning file must not select it: it is only correct for some calls (e.g.
+    commutative ops, mpi/restrictions.py) and the file format cannot state that condition, so every call
+    the file serves, non-commutative or in place alike, would run it."""
+    from tunempi.mpi.restrictions import file_exclusion
+
+    if library.vendor == "mpich":
+        from tunempi.writers.mpich_json import EXPRESSIBLE
+    else:
+        from tunempi.writers.openmpi_rules import EXPRESSIBLE
+    out = {}
+    for algorithm in adapter.algorithms(collective):
+        reason = file_exclusion(library.vendor, library.version, collective, algorithm.name, EXPRESSIBLE)
+        if reason is not None:
+            out[algorithm.name] = reason
+    return out
+
+
 def tunable_algorithms(library: MPILibrary, adapter: VendorAdapter, collective: str) -> list[str]:
     """The library's algorithms a tuning file can select (MPICH: a known JSON leaf whose parameters
-    tunempi can state; Open MPI: every algorithm with an id)."""
-    names = [a.name for a in adapter.algorithms(collective)]
+    tunempi can state; Open MPI: every algorithm with an id), without those file_exclusions() names."""
+    excluded = file_exclusions(library, adapter, collective)
+    names = [a.name for a in adapter.algorithms(collective) if a.name not in excluded]
     if library.vendor != "mpich":
         return names
     from tunempi.mpi.default_tree import find_libmpi, known_leaves
@@ -258,6 +277,7 @@ def write_result(options: TuneOptions, library: MPILibrary, adapter: VendorAdapt
             for p in outcome.curve
         ],
         "smoke": [record.to_dict() for record in written.smoke],
+        "excluded": excluded_rows(library, adapter, sorted({c.collective for c in outcome.selection})),
         "verify": None,
     })
     path = manifest.save()
@@ -270,6 +290,20 @@ def write_result(options: TuneOptions, library: MPILibrary, adapter: VendorAdapt
                 for r in block.rules)
             console.print(f"  {collective} [{block.min_ranks}{upto} ranks]: {rules}", soft_wrap=True)
     return manifest
+
+
+def excluded_rows(library: MPILibrary, adapter: VendorAdapter, collectives: list[str]) -> list[dict[str, str]]:
+    """The manifest's `excluded` section: each algorithm left out of the files, with the reason and how the
+    restriction was established."""
+    from tunempi.mpi.restrictions import restrictions_for
+
+    rows = []
+    for collective in collectives:
+        for algorithm, reason in sorted(file_exclusions(library, adapter, collective).items()):
+            evidence = "; ".join(r.evidence for r in restrictions_for(library.vendor, library.version,
+                                                                        collective, algorithm))
+            rows.append({"collective": collective, "algorithm": algorithm, "reason": reason, "evidence": evidence})
+    return rows
 
 
 #: What verify measures per point by default (each cell: `repeats` x tuned and default).

@@ -40,6 +40,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
 from tunempi.errors import UsageError
+from tunempi.mpi.restrictions import RESTRICTIONS as ALGORITHM_RESTRICTIONS
 from tunempi.rules.ruleset import DEFAULT_ALGORITHM, CommBlock, MsgRule, RuleSet
 
 #: collective -> (message key, whether tunempi's OSU bytes are multiplied by the comm size for it).
@@ -58,34 +59,12 @@ MSG_SEMANTICS: dict[str, tuple[str, bool]] = {
     "barrier": ("", False),  # no message size: one algorithm per communicator-size block
 }
 
-#: Preconditions per leaf: MPICH's coll_algorithms.txt `restrictions`, plus `commutative` for the newer
-#: reduction algorithms (recursive_multiplying asserts it; conservative for the others: a guard only
-#: sends non-commutative user ops to the default choice).
+#: Preconditions per leaf, from the restriction table (mpi/restrictions.py: MPICH's coll_algorithms.txt
+#: `restrictions`, its fallback checks, and the conformance suite).
 RESTRICTIONS: dict[str, tuple[str, ...]] = {
-    "MPIR_Allreduce_intra_smp": ("commutative", "parent-comm"),
-    "MPIR_Allreduce_intra_reduce_scatter_allgather": ("size-ge-pof2", "builtin-op"),
-    "MPIR_Allreduce_intra_recursive_multiplying": ("commutative",),
-    "MPIR_Allreduce_intra_ring": ("commutative",),
-    "MPIR_Allreduce_intra_recexch": ("commutative",),
-    "MPIR_Allreduce_intra_tree": ("commutative",),
-    "MPIR_Allreduce_intra_k_reduce_scatter_allgather": ("commutative",),
-    "MPIR_Reduce_intra_smp": ("commutative", "parent-comm"),
-    "MPIR_Reduce_intra_reduce_scatter_gather": ("size-ge-pof2", "builtin-op"),
-    "MPIR_Bcast_intra_smp": ("parent-comm",),
-    "MPIR_Bcast_intra_scatter_recursive_doubling_allgather": ("power-of-two",),
-    "MPIR_Allgather_intra_recursive_doubling": ("power-of-two",),
-    "MPIR_Allgatherv_intra_recursive_doubling": ("power-of-two",),
-    "MPIR_Alltoall_intra_brucks": ("noinplace",),
-    "MPIR_Alltoall_intra_k_brucks": ("noinplace",),
-    "MPIR_Alltoall_intra_pairwise": ("noinplace",),
-    "MPIR_Alltoall_intra_scattered": ("noinplace",),
-    "MPIR_Alltoall_intra_pairwise_sendrecv_replace": ("inplace",),
-    "MPIR_Barrier_intra_smp": ("parent-comm",),
-    "MPIR_Reduce_scatter_intra_pairwise": ("commutative",),
-    "MPIR_Reduce_scatter_intra_recursive_halving": ("commutative",),
-    "MPIR_Reduce_scatter_block_intra_noncommutative": ("power-of-two",),
-    "MPIR_Reduce_scatter_block_intra_pairwise": ("commutative",),
-    "MPIR_Reduce_scatter_block_intra_recursive_halving": ("commutative",),
+    leaf_name: r.requires for r in ALGORITHM_RESTRICTIONS if r.vendor == "mpich"
+    for leaf_name in (f"MPIR_{r.collective[:1].upper() + r.collective[1:]}_"
+                      f"{'allcomm' if r.algorithm == 'nb' else 'intra'}_{r.algorithm}",)
 }
 
 #: Parameters a leaf must carry (csel_container.c parse_container_params, MPICH 5.0.2).
@@ -108,15 +87,19 @@ LEAF_PARAMETERS: dict[str, tuple[str, ...]] = {
 }
 
 _GUARDS: dict[str, tuple[str, str, bool]] = {
-    # restriction -> (key where the tuned leaf may NOT run, key closing the pair, tuned leaf goes second)
-    "size-ge-pof2": ("count<pow2", "count=any", True),
+    # requirement -> (key where the tuned leaf may NOT run, key closing the pair, tuned leaf goes second)
+    "count-ge-pow2": ("count<pow2", "count=any", True),
     "builtin-op": ("is_op_built_in=no", "is_op_built_in=yes", True),
     "commutative": ("is_commutative=no", "is_commutative=yes", True),
-    "noinplace": ("is_sendbuf_inplace=yes", "is_sendbuf_inplace=no", True),
+    "not-inplace": ("is_sendbuf_inplace=yes", "is_sendbuf_inplace=no", True),
     "inplace": ("is_sendbuf_inplace=no", "is_sendbuf_inplace=yes", True),
     "power-of-two": ("comm_size=pow2", "comm_size=any", False),
     "parent-comm": ("comm_hierarchy=parent", "comm_hierarchy=any", False),
 }
+
+#: The requirements this file can state (a guard around the leaf); an algorithm needing anything else is
+#: never written (tune.job.file_exclusions).
+EXPRESSIBLE: frozenset[str] = frozenset(_GUARDS)
 
 
 def mpir_name(collective: str) -> str:

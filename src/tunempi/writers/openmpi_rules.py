@@ -40,6 +40,12 @@ COLLECTIVE_IDS: dict[str, int] = {
 }
 COLLECTIVE_COUNT = 22  # COLLCOUNT: ids must be below it
 
+#: The call properties a rules file can condition on beyond communicator and message size: none. It
+#: cannot tell commutative from non-commutative ops, in place from not, or the datatypes; and a
+#: communicator-size section also serves every size up to the next section, so "exactly two ranks" cannot
+#: be stated either. An algorithm with any requirement (mpi/restrictions.py) is never written.
+EXPRESSIBLE: frozenset[str] = frozenset()
+
 #: How Open MPI's message size relates to tunempi's OSU bytes: "same", "x_comm_size" or "zero".
 MSG_SEMANTICS: dict[str, str] = {
     "allreduce": "same", "bcast": "same", "reduce": "same", "reduce_scatter": "same",

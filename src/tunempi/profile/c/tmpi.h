@@ -66,6 +66,9 @@ typedef struct {
     int op;                 /* index into tmpi_op_table */
     MPI_Comm comm;          /* the call's communicator; a mode's begin hook may replace it */
     uint64_t bytes;         /* message size by tunempi's convention (docs/profile.md) */
+    const void *buffer;     /* collectives: the buffer that may be MPI_IN_PLACE (NULL: none) */
+    long count;             /* collectives: the element count the library's selection sees (-1: none) */
+    MPI_Op mpi_op;          /* reductions: the operation (MPI_OP_NULL otherwise) */
     MPI_Request *requests;  /* SEND_INIT: the new request; START: the started requests */
     int nrequests;
     uint64_t t_begin, t_end; /* clock ticks (tmpi_ticks); tmpi_ticks_to_ns converts after calibration */
