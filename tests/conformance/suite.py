@@ -51,7 +51,7 @@ def build_program(library: MPILibrary) -> Path:
 def launch_command(library: MPILibrary, ranks: int, program: Sequence[str]) -> tuple[list[str], dict[str, str]]:
     """(argv, launcher environment) for `program` on `ranks` ranks of this machine (flags as environment,
     so the same argv can be given to `tunempi online run` / `tunempi profile`)."""
-    launcher = launcher_for(library, flags_as_env=True)
+    launcher = launcher_for(library, **({"flags_as_env": True} if library.vendor == "openmpi" else {}))
     command = launcher.command(LaunchSpec(command=tuple(program), ranks=ranks))
     return list(command.argv), dict(command.env)
 

@@ -40,9 +40,14 @@ def collective_switches(adapter: VendorAdapter, collectives: Iterable[str]) -> l
         algorithms: list[AlgorithmSwitch] = []
         cvars: list[str] = []
         chosen = []
+        # Where the library can refuse an algorithm that does not fit the call instead of silently running
+        # another (MPICH: fallback=error), every drawn algorithm switches that on for its call: the
+        # interposer then reruns the call as the library's choice and records nothing under the drawn name.
+        strict = adapter.strict_selection_switch()
+        strict_writes = ((strict.cvar, strict.value),) if strict is not None else ()
         for algorithm in adapter.algorithms(collective):
             switch = adapter.runtime_switch(collective, algorithm.name)
-            writes = ((switch.cvar, switch.value), *switch.also)
+            writes = ((switch.cvar, switch.value), *switch.also, *strict_writes)
             for cvar, _ in writes:
                 if cvar not in cvars:
                     cvars.append(cvar)

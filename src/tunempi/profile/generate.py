@@ -334,7 +334,8 @@ def _emit_wrapper(spec: WrapSpec, op: int, proto: Prototype) -> str:
             f"    tmpi_call call = {{{', '.join(fields)}}};",
             "    tmpi_begin(&call);",
             f"    call.rc = {pmpi}({', '.join(forwarded)});",
-            "    tmpi_end(&call);",
+            # a mode may ask for the call once more (online: a drawn algorithm refused the arguments)
+            f"    while (tmpi_end(&call)) call.rc = {pmpi}({', '.join(forwarded)});",
             "    return call.rc;",
         ]
     lines.append("}")

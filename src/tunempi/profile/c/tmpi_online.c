@@ -118,12 +118,16 @@ static struct {
     long cap; /* records this rank keeps */
     online_record *records;
     long nrecords;
-    uint64_t switchable_calls, switches, shadows_created, restricted_calls;
+    uint64_t switchable_calls, switches, shadows_created, restricted_calls, refused_calls;
 } on;
 
 /* The call in flight (single recorded thread, no nesting: the re-entry guard sees to that). */
 static struct {
     int active, coll, alg, restore;
+    int retrying;          /* the drawn algorithm refused the call: it runs again as the library's choice */
+    int errhandler_set;    /* the user communicator's handler is saved in `errhandler` for the call */
+    MPI_Errhandler errhandler;
+    MPI_Comm user_comm;
     online_comm *comm;
     uint64_t seq;
 } pending;
@@ -552,14 +556,13 @@ static void online_comm_release(MPI_Comm comm)
 /* The shadow communicator of (collective c, algorithm a), created now if this is its first draw: every
  * member draws the same algorithm at the same call, so every member gets here together. The shadow is
  * an MPI_Comm_create over the whole group rather than an MPI_Comm_dup, so the application's attribute
- * copy callbacks never run for it; it takes the user communicator's error handler. */
+ * copy callbacks never run for it. */
 static MPI_Comm online_shadow(online_comm *cs, int c, int a, MPI_Comm user)
 {
     MPI_Comm *slot = &cs->shadows[c * on.maxalg + a];
     if (*slot != MPI_COMM_NULL)
         return *slot;
     MPI_Group group;
-    MPI_Errhandler handler;
     online_apply(&on.colls[c].algs[a]);
     PMPI_Comm_group(user, &group);
     int rc = PMPI_Comm_create(user, group, slot);
@@ -569,9 +572,9 @@ static MPI_Comm online_shadow(online_comm *cs, int c, int a, MPI_Comm user)
         *slot = MPI_COMM_NULL;
         return user;
     }
-    PMPI_Comm_get_errhandler(user, &handler);
-    PMPI_Comm_set_errhandler(*slot, handler);
-    PMPI_Errhandler_free(&handler);
+    /* Errors come back to the mode, which reruns the call as the library's choice on the user's
+     * communicator (whose handler then decides): an algorithm that refuses the arguments is never fatal. */
+    PMPI_Comm_set_errhandler(*slot, MPI_ERRORS_RETURN);
     on.shadows_created++;
     return *slot;
 }
@@ -648,6 +651,9 @@ static void online_begin(tmpi_call *call)
 {
     pending.active = 0;
     pending.restore = 0;
+    pending.retrying = 0;
+    pending.errhandler_set = 0;
+    pending.user_comm = call->comm;
     /* Times are only needed for a record: not on ranks that do not record, nor after the cap. */
     call->untimed = on.nrecords >= on.cap;
     int c = on.enabled ? on.op_coll[call->op] : -1;
@@ -690,6 +696,12 @@ static void online_begin(tmpi_call *call)
         if (a != 0) {
             online_apply(&coll->algs[a]);
             pending.restore = 1;
+            /* The algorithm's writes include the library's strict selection where it has one (MPICH:
+             * fallback=error): a drawn algorithm that cannot take these arguments returns an error instead
+             * of silently running another one, whose time would be recorded under the drawn name. */
+            PMPI_Comm_get_errhandler(call->comm, &pending.errhandler);
+            PMPI_Comm_set_errhandler(call->comm, MPI_ERRORS_RETURN);
+            pending.errhandler_set = 1;
         }
     }
     on.switchable_calls++;
@@ -704,9 +716,29 @@ static void online_end(tmpi_call *call)
 {
     if (!pending.active)
         return;
-    pending.active = 0;
+    if (pending.retrying) { /* the rerun as the library's choice: not recorded (its time includes the refusal) */
+        pending.active = 0;
+        if (call->rc != MPI_SUCCESS)
+            PMPI_Comm_call_errhandler(pending.user_comm, call->rc);
+        return;
+    }
     if (pending.restore)
         online_apply(&on.colls[pending.coll].algs[0]);
+    if (pending.errhandler_set) {
+        PMPI_Comm_set_errhandler(pending.user_comm, pending.errhandler);
+        PMPI_Errhandler_free(&pending.errhandler);
+    }
+    if (call->rc != MPI_SUCCESS && pending.alg != 0) {
+        /* Refused by the drawn algorithm (the library's checks are on arguments every rank shares, made
+         * before any communication, so every member refuses together): run it again as the library's
+         * own choice on the user's communicator. */
+        on.refused_calls++;
+        pending.retrying = 1;
+        call->comm = pending.user_comm;
+        call->retry = 1;
+        return;
+    }
+    pending.active = 0;
     if (call->rc != MPI_SUCCESS || on.nrecords >= on.cap)
         return;
     online_record *r = &on.records[on.nrecords++];
@@ -739,10 +771,11 @@ static void online_write(const online_record *all, long n, const char *path)
             nodes = on.node_of[r] + 1;
     fprintf(f, "# tunempi-online-records 1\n# fingerprint %s\n# batch %d\n# run %llu\n# world_ranks %d\n"
                "# world_nodes %d\n# rank0_switchable_calls %llu\n# rank0_cvar_writes %llu\n"
-               "# rank0_shadow_communicators %llu\n# rank0_restricted_draws %llu\n",
+               "# rank0_shadow_communicators %llu\n# rank0_restricted_draws %llu\n# rank0_refused_draws %llu\n",
             on.fingerprint, on.batch, (unsigned long long)on.run, tmpi_globals.world_size, nodes,
             (unsigned long long)on.switchable_calls, (unsigned long long)on.switches,
-            (unsigned long long)on.shadows_created, (unsigned long long)on.restricted_calls);
+            (unsigned long long)on.shadows_created, (unsigned long long)on.restricted_calls,
+            (unsigned long long)on.refused_calls);
     fputs("rank,seq,stream,collective,msg_bytes,ranks,nodes,ppn,algorithm,start_ns,end_ns\n", f);
     for (long i = 0; i < n; i++) {
         const online_record *r = &all[i];
