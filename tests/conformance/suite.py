@@ -93,7 +93,7 @@ def run_suite(
     program_args: Sequence[str] = (),
     wrap: Callable[[list[str]], list[str]] | None = None,
     timeout: float = 120.0,
-    max_restarts: int = 40,
+    max_restarts: int = 400,
 ) -> dict[int, Outcome]:
     """Run every case (of `colls`), restarting after a crashed or hung case. `wrap` turns the launch argv
     into the command actually run (e.g. under `tunempi online run`)."""

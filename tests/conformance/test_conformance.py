@@ -14,7 +14,6 @@ sys.path.insert(0, str(Path(__file__).parent))
 
 from modes import (  # noqa: E402
     library_forced,
-    per_algorithm,
     tuning_file_rounds,
     under_online,
     under_profiler,
@@ -50,21 +49,28 @@ def layout(request):
 
 
 def test_every_failure_of_a_forced_algorithm_is_a_known_restriction_or_the_library_s_own(layout):
-    """Each algorithm forced without tunempi (the experiment behind mpi/restrictions.py): a case it gets
-    wrong must either fail with the library's default too, or the algorithm must have a restriction."""
+    """Each algorithm forced without tunempi (the experiment behind mpi/restrictions.py), in rounds that
+    force one algorithm of every collective at once: a case it gets wrong must fail with the library's
+    default too, or the algorithm must have a restriction, or (a composite algorithm running a forced inner
+    collective, e.g. Open MPI's allreduce nonoverlapping = reduce + bcast) another algorithm of the round."""
     library, ranks, program, default, name = layout
-    forced = per_algorithm(library_forced(library, ranks, program, isolated=False))
-    runs = sum(1 for _ in forced)
-    details, unexplained = [], []
-    for (collective, algorithm), fails in sorted(forced.items()):
-        known = requirements(library.vendor, library.version, collective, algorithm)
-        for o in fails:
+    rounds = library_forced(library, ranks, program)
+    details, unexplained, runs = [], [], 0
+    for choice, outcomes in rounds:
+        runs += len(outcomes)
+        restricted = {c: requirements(library.vendor, library.version, c, n) for c, n in choice.items()}
+        for o in failures(outcomes):
+            algorithm = choice[o.collective]
             own = not default.get(o.index, o).passed
-            tag = "library's own (default fails too)" if own else f"restriction {', '.join(known) or 'NONE'}"
-            details.append(f"{collective} {algorithm}: {o.case}: {o.verdict} [{tag}]")
-            if not own and not known:
-                unexplained.append(f"{collective} {algorithm}: {o.case}: {o.verdict}")
-    _record(name, "each algorithm forced (env)", f"{runs} algorithms, {len(details)} failing cases", details)
+            known = restricted[o.collective]
+            mates = [f"{c} {choice[c]}" for c, r in restricted.items() if r and c != o.collective]
+            tag = ("library's own (default fails too)" if own else f"restriction {', '.join(known)}" if known
+                   else f"inner collective forced in the same round: {', '.join(mates)}" if mates else "NONE")
+            details.append(f"{o.collective} {algorithm}: {o.case}: {o.verdict} [{tag}]")
+            if tag == "NONE":
+                unexplained.append(f"{o.collective} {algorithm}: {o.case}: {o.verdict}")
+    _record(name, "each algorithm forced (env)", f"run {runs}, pass {runs - len(details)}, fail {len(details)}",
+            details)
     assert not unexplained, "failures of forced algorithms with no restriction recorded:\n" + "\n".join(unexplained)
 
 
