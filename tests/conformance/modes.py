@@ -11,10 +11,10 @@ from __future__ import annotations
 import os
 import sys
 import tempfile
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from pathlib import Path
 
-from suite import COLLECTIVES, Outcome, build_program, failures, new_failures, run_suite, summary
+from suite import COLLECTIVES, Outcome, build_program, crashing, failures, new_failures, run_suite, summary
 
 from tunempi.mpi.discovery import adapter_for, resolve_library
 from tunempi.mpi.library import MPILibrary
@@ -70,23 +70,25 @@ def per_algorithm(results: list[tuple[dict[str, str], dict[int, Outcome]]]) -> d
 
 
 def library_forced(library: MPILibrary, ranks: int, program: Path, *, strict: bool = False,
-                   isolated: bool = False) -> list[tuple[dict[str, str], dict[int, Outcome]]]:
+                   isolated: bool = False, skip: Iterable[tuple[str, str]] = ()
+                   ) -> list[tuple[dict[str, str], dict[int, Outcome]]]:
     """Every algorithm forced, without tunempi: through the environment, or (strict) through MPI_T with the
     library's strict selection on."""
     adapter = adapter_for(library)
     results = []
     for choice in rounds(adapter, isolated=isolated):
         if strict:
-            outcomes = run_suite(library, ranks, program=program, colls=list(choice),
+            outcomes = run_suite(library, ranks, program=program, colls=list(choice), skip=skip,
                                  program_args=strict_cvars(adapter, choice))
         else:
-            outcomes = run_suite(library, ranks, program=program, colls=list(choice),
+            outcomes = run_suite(library, ranks, program=program, colls=list(choice), skip=skip,
                                  env=forced_env(adapter, choice))
         results.append((choice, outcomes))
     return results
 
 
-def tuning_file_rounds(library: MPILibrary, ranks: int, program: Path, directory: Path
+def tuning_file_rounds(library: MPILibrary, ranks: int, program: Path, directory: Path, *,
+                       skip: Iterable[tuple[str, str]] = ()
                        ) -> list[tuple[dict[str, str], dict[int, Outcome], dict[str, str]]]:
     """Round k through a tuning file tunempi writes (tune's own writer path, smoke check included) that
     selects the k-th algorithm of every collective at every size, as far as the file may select it.
@@ -103,7 +105,7 @@ def tuning_file_rounds(library: MPILibrary, ranks: int, program: Path, directory
         written = write_tuning_files(out, library, adapter, rule_sets_selecting(selected, ranks),
                                      smoke_ranks=(ranks,), smoke=False)
         env = written.activation_env(out)
-        outcomes = run_suite(library, ranks, program=program, colls=list(selected), env=env)
+        outcomes = run_suite(library, ranks, program=program, colls=list(selected), env=env, skip=skip)
         results.append((choice, outcomes, selected))
     return results
 
@@ -116,7 +118,8 @@ def rule_sets_selecting(selected: Mapping[str, str], ranks: int):
     return build_rule_sets(SelectionTable.from_scaled(choices))
 
 
-def under_online(library: MPILibrary, ranks: int, program: Path, state: Path, *, runs: int = 1) -> dict[int, Outcome]:
+def under_online(library: MPILibrary, ranks: int, program: Path, state: Path, *,
+                 skip: Iterable[tuple[str, str]] = ()) -> dict[int, Outcome]:
     """The whole suite under `tunempi online run` (every switchable collective, uniform draws)."""
     colls = "allreduce,bcast,allgather,alltoall,reduce,barrier,gather,scatter,reduce_scatter,reduce_scatter_block,allgatherv"
 
@@ -124,14 +127,15 @@ def under_online(library: MPILibrary, ranks: int, program: Path, state: Path, *,
         return [TUNEMPI, "online", "run", "--state", str(state), "--mpi", library.vendor,
                 "--collectives", colls, "--record-ranks", "all", "--", *argv]
 
-    return run_suite(library, ranks, program=program, wrap=wrap, timeout=300)
+    return run_suite(library, ranks, program=program, wrap=wrap, timeout=300, skip=skip)
 
 
-def under_profiler(library: MPILibrary, ranks: int, program: Path, out: Path) -> dict[int, Outcome]:
+def under_profiler(library: MPILibrary, ranks: int, program: Path, out: Path, *,
+                   skip: Iterable[tuple[str, str]] = ()) -> dict[int, Outcome]:
     def wrap(argv: list[str]) -> list[str]:
         return [TUNEMPI, "profile", "-o", str(out), "--mpi", library.vendor, "--", *argv]
 
-    return run_suite(library, ranks, program=program, wrap=wrap, timeout=300)
+    return run_suite(library, ranks, program=program, wrap=wrap, timeout=300, skip=skip)
 
 
 LAYOUTS = (("openmpi", 2), ("openmpi", 4), ("mpich", 2))
@@ -149,7 +153,8 @@ def main(argv: list[str]) -> int:
         print(f"{head} | library default | {summary(default)}")
         for o in failures(default):
             print(f"    library's own: {o}")
-        forced = library_forced(library, ranks, program)
+        skip = crashing(default)
+        forced = library_forced(library, ranks, program, skip=skip)
         runs = sum(len(o) for _, o in forced)
         bad = sum(len(f) for f in per_algorithm(forced).values())
         print(f"{head} | library, each algorithm forced (env) | run {runs}, pass {runs - bad}, fail {bad}")
@@ -157,7 +162,7 @@ def main(argv: list[str]) -> int:
             for o in fails:
                 print(f"    {c} {n}: {o.case}: {o.verdict}")
         if vendor == "mpich":
-            strict = library_forced(library, ranks, program, strict=True)
+            strict = library_forced(library, ranks, program, strict=True, skip=skip)
             runs = sum(len(o) for _, o in strict)
             bad = sum(len(f) for f in per_algorithm(strict).values())
             print(f"{head} | library, each algorithm forced (MPI_T, fallback=error) | run {runs}, pass "
@@ -166,7 +171,7 @@ def main(argv: list[str]) -> int:
                 for o in fails:
                     print(f"    {c} {n}: {o.case}: {o.verdict}")
         with tempfile.TemporaryDirectory() as tmp:
-            files = tuning_file_rounds(library, ranks, program, Path(tmp))
+            files = tuning_file_rounds(library, ranks, program, Path(tmp), skip=skip)
             runs = sum(len(o) for _, o, _ in files)
             bad = [o for _, o, _ in files for o in new_failures(o, default)]
             own = sum(len(failures(o)) for _, o, _ in files) - len(bad)
@@ -174,11 +179,11 @@ def main(argv: list[str]) -> int:
                   f"fail {len(bad)} (+{own} the library's own)")
             for o in bad:
                 print(f"    NEW: {o}")
-            online = under_online(library, ranks, program, Path(tmp) / "state")
+            online = under_online(library, ranks, program, Path(tmp) / "state", skip=skip)
             print(f"{head} | online | {summary(online, default)}")
             for o in new_failures(online, default):
                 print(f"    NEW: {o}")
-            profiled = under_profiler(library, ranks, program, Path(tmp) / "profile.json")
+            profiled = under_profiler(library, ranks, program, Path(tmp) / "profile.json", skip=skip)
             print(f"{head} | profiler | {summary(profiled, default)}")
             for o in new_failures(profiled, default):
                 print(f"    NEW: {o}")

@@ -34,11 +34,17 @@ class Outcome:
     index: int
     collective: str
     case: str  # "<comm> <inplace|copy> <types/op> <count> <root>"
-    verdict: str  # ok | FAIL | ERROR | CRASH | HANG | SETUP (the launch died before its first case)
+    verdict: str  # ok | FAIL | ERROR | CRASH | HANG | SETUP (the launch died before its first case) |
+    #               OWN (not run: it crashes or hangs the library on its own, see run_suite's skip)
 
     @property
     def passed(self) -> bool:
         return self.verdict == "ok"
+
+    @property
+    def key(self) -> tuple[str, str]:
+        """What the case is (indexes depend on which collectives a launch runs)."""
+        return (self.collective, self.case)
 
     def __str__(self) -> str:
         return f"{self.collective} {self.case}: {self.verdict}"
@@ -92,19 +98,24 @@ def run_suite(
     colls: Iterable[str] | None = None,
     program_args: Sequence[str] = (),
     wrap: Callable[[list[str]], list[str]] | None = None,
+    skip: Iterable[tuple[str, str]] = (),
     timeout: float = 120.0,
     max_restarts: int = 400,
 ) -> dict[int, Outcome]:
     """Run every case (of `colls`), restarting after a crashed or hung case. `wrap` turns the launch argv
-    into the command actually run (e.g. under `tunempi online run`)."""
+    into the command actually run (e.g. under `tunempi online run`). `skip`: cases (Outcome.key) not to run,
+    recorded as OWN: those that crash the library on its own (each crash costs a relaunch)."""
     colls = list(colls) if colls is not None else None
     if colls == []:
         return {}
     listed = list_cases(library, program, colls)
-    outcomes: dict[int, Outcome] = {}
+    skipped = set(skip)
+    outcomes: dict[int, Outcome] = {i: Outcome(i, c, case, "OWN") for i, (c, case) in listed.items()
+                                    if (c, case) in skipped}
+    skip_args = ["--skip", ",".join(str(i) for i in sorted(outcomes))] if outcomes else []
     start = 0
     for _ in range(max_restarts):
-        args = [str(program), *_colls_args(colls), "--start", str(start), *program_args]
+        args = [str(program), *_colls_args(colls), "--start", str(start), *skip_args, *program_args]
         argv, launch_env = launch_command(library, ranks, args)
         if wrap is not None:
             argv = wrap(argv)
@@ -141,13 +152,26 @@ def run_suite(
     return outcomes
 
 
+def crashing(outcomes: Mapping[int, Outcome]) -> list[tuple[str, str]]:
+    """The cases that crashed or hung (what later runs skip)."""
+    return [o.key for o in outcomes.values() if o.verdict in ("CRASH", "HANG", "OWN")]
+
+
 def failures(outcomes: Mapping[int, Outcome]) -> list[Outcome]:
     return [o for _, o in sorted(outcomes.items()) if not o.passed]
 
 
+def passes_in(reference: Mapping[int, Outcome], outcome: Outcome) -> bool:
+    """Whether the same case passes in `reference` (matched by what the case is, not its index)."""
+    for other in reference.values():
+        if other.key == outcome.key:
+            return other.passed
+    raise KeyError(f"{outcome} is not in the reference run")
+
+
 def new_failures(outcomes: Mapping[int, Outcome], reference: Mapping[int, Outcome]) -> list[Outcome]:
     """Cases that fail here but pass in `reference` (the library on its own)."""
-    return [o for i, o in sorted(outcomes.items()) if not o.passed and reference.get(i, o).passed]
+    return [o for _, o in sorted(outcomes.items()) if not o.passed and passes_in(reference, o)]
 
 
 def summary(outcomes: Mapping[int, Outcome], reference: Mapping[int, Outcome] | None = None) -> str:
@@ -155,7 +179,7 @@ def summary(outcomes: Mapping[int, Outcome], reference: Mapping[int, Outcome] | 
     bad = failures(outcomes)
     text = f"run {len(outcomes)}, pass {len(outcomes) - len(bad)}, fail {len(bad)}"
     if reference is not None:
-        own = [o for o in bad if not reference.get(o.index, o).passed]
+        own = [o for o in bad if not passes_in(reference, o)]
         text += f" (library's own: {len(own)})"
     return text
 

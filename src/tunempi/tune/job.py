@@ -100,12 +100,13 @@ def file_exclusions(library: MPILibrary, adapter: VendorAdapter, collective: str
     from tunempi.mpi.restrictions import file_exclusion
 
     if library.vendor == "mpich":
-        from tunempi.writers.mpich_json import EXPRESSIBLE
+        from tunempi.writers.mpich_json import expressible
     else:
-        from tunempi.writers.openmpi_rules import EXPRESSIBLE
+        from tunempi.writers.openmpi_rules import expressible
     out = {}
     for algorithm in adapter.algorithms(collective):
-        reason = file_exclusion(library.vendor, library.version, collective, algorithm.name, EXPRESSIBLE)
+        reason = file_exclusion(library.vendor, library.version, collective, algorithm.name,
+                                expressible(collective))
         if reason is not None:
             out[algorithm.name] = reason
     return out

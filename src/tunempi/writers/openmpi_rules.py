@@ -46,6 +46,11 @@ COLLECTIVE_COUNT = 22  # COLLCOUNT: ids must be below it
 #: be stated either. An algorithm with any requirement (mpi/restrictions.py) is never written.
 EXPRESSIBLE: frozenset[str] = frozenset()
 
+
+def expressible(collective: str) -> frozenset[str]:
+    """The requirements a rules file can state for this collective: none."""
+    return EXPRESSIBLE
+
 #: How Open MPI's message size relates to tunempi's OSU bytes: "same", "x_comm_size" or "zero".
 MSG_SEMANTICS: dict[str, str] = {
     "allreduce": "same", "bcast": "same", "reduce": "same", "reduce_scatter": "same",
