@@ -62,9 +62,10 @@ def launch_command(library: MPILibrary, ranks: int, program: Sequence[str]) -> t
     return list(command.argv), dict(command.env)
 
 
-def list_cases(library: MPILibrary, program: Path, colls: Iterable[str] | None = None) -> dict[int, tuple[str, str]]:
-    """index -> (collective, case) without running anything."""
-    argv, env = launch_command(library, 2, [str(program), "--list", *_colls_args(colls)])
+def list_cases(library: MPILibrary, program: Path, colls: Iterable[str] | None = None, ranks: int = 2
+               ) -> dict[int, tuple[str, str]]:
+    """index -> (collective, case) without running anything (roots depend on the number of ranks)."""
+    argv, env = launch_command(library, ranks, [str(program), "--list", *_colls_args(colls)])
     result = run_launch(argv, {**os.environ, **env, **library_env(library)}, timeout=120)
     cases = {}
     for line in result.stdout.splitlines():
@@ -108,7 +109,7 @@ def run_suite(
     colls = list(colls) if colls is not None else None
     if colls == []:
         return {}
-    listed = list_cases(library, program, colls)
+    listed = list_cases(library, program, colls, ranks)
     skipped = set(skip)
     outcomes: dict[int, Outcome] = {i: Outcome(i, c, case, "OWN") for i, (c, case) in listed.items()
                                     if (c, case) in skipped}

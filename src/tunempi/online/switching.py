@@ -16,7 +16,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Iterable
 
-from tunempi.mpi.restrictions import online_mask
+from tunempi.mpi.restrictions import ONLINE_NEVER, online_mask
 from tunempi.mpi.vendor import DEFAULT_ALGORITHM, VendorAdapter
 from tunempi.online.state import SWITCHABLE, AlgorithmSwitch, CollectiveSwitch
 
@@ -25,6 +25,10 @@ _log = logging.getLogger(__name__)
 #: Algorithms that only work on communicators of a given size (they return an error otherwise,
 #: measured for Open MPI's two_proc variants: "two_proc" forced on 4 ranks fails the call).
 RANKS_ONLY: dict[str, int] = {"two_proc": 2}
+
+#: Algorithms that call their own collective again on sub-communicators (MPICH's smp): never run with
+#: the strict selection (below).
+SELF_NESTING: frozenset[str] = frozenset({"smp"})
 
 
 def collective_switches(adapter: VendorAdapter, collectives: Iterable[str]) -> list[CollectiveSwitch]:
@@ -43,11 +47,15 @@ def collective_switches(adapter: VendorAdapter, collectives: Iterable[str]) -> l
         # Where the library can refuse an algorithm that does not fit the call instead of silently running
         # another (MPICH: fallback=error), every drawn algorithm switches that on for its call: the
         # interposer then reruns the call as the library's choice and records nothing under the drawn name.
+        # Not for algorithms that run the SAME collective inside on the library's own sub-communicators
+        # (MPICH's smp: the inner call reads the same algorithm cvar and must fall back there; with
+        # fallback=error it fails half-way, after some ranks communicated: measured as a hang).
         strict = adapter.strict_selection_switch()
         strict_writes = ((strict.cvar, strict.value),) if strict is not None else ()
         for algorithm in adapter.algorithms(collective):
             switch = adapter.runtime_switch(collective, algorithm.name)
-            writes = ((switch.cvar, switch.value), *switch.also, *strict_writes)
+            extra = strict_writes if algorithm.name not in SELF_NESTING else ()
+            writes = ((switch.cvar, switch.value), *switch.also, *extra)
             for cvar, _ in writes:
                 if cvar not in cvars:
                     cvars.append(cvar)
@@ -57,6 +65,9 @@ def collective_switches(adapter: VendorAdapter, collectives: Iterable[str]) -> l
         library = adapter.library
         for name, writes, _ in chosen:
             requires = online_mask(library.vendor, library.version, collective, name)
+            if strict is not None and name in SELF_NESTING:
+                # no strict selection for it, so a silent fallback could not be told apart: never drawn
+                requires |= ONLINE_NEVER
             algorithms.append(AlgorithmSwitch(name, tuple(writes), RANKS_ONLY.get(name, 0), requires))
         out.append(CollectiveSwitch(collective, needs_new, tuple(algorithms)))
     return out
