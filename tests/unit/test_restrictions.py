@@ -5,6 +5,9 @@ from __future__ import annotations
 
 import json
 
+import pytest
+
+from tunempi.errors import UsageError
 from tunempi.mpi.restrictions import (
     ONLINE_BITS,
     ONLINE_NEVER,
@@ -59,9 +62,14 @@ def test_rules_files_cannot_restrict_but_mpich_json_can():
 
 def test_mpich_json_guards_a_commutative_only_leaf():
     default = {"algorithm=MPIR_Reduce_scatter_intra_noncommutative": {}}
-    rule_set = RuleSet("reduce_scatter", (CommBlock(1, None, (MsgRule(None, "pairwise"),)),))
+    rule_set = RuleSet("reduce_scatter", (CommBlock(1, None, (MsgRule(None, "recursive_halving"),)),))
     tree = mpich_json.tuned_intra_subtree(rule_set, default)
-    leaf = {"algorithm=MPIR_Reduce_scatter_intra_pairwise": {}}
-    # commutative ops only (MPICH's check), and not in place (the conformance suite: it crashes)
-    assert json.dumps(tree) == json.dumps({"is_commutative=no": default, "is_commutative=yes": {
-        "is_sendbuf_inplace=yes": default, "is_sendbuf_inplace=no": leaf}})
+    leaf = {"algorithm=MPIR_Reduce_scatter_intra_recursive_halving": {}}
+    assert json.dumps(tree) == json.dumps({"is_commutative=no": default, "is_commutative=yes": leaf})
+
+
+def test_mpich_json_refuses_a_leaf_whose_requirement_it_cannot_state():
+    # reduce_scatter pairwise crashes in place; csel has no in-place key for reduce_scatter (it asserts)
+    rule_set = RuleSet("reduce_scatter", (CommBlock(1, None, (MsgRule(None, "pairwise"),)),))
+    with pytest.raises(UsageError, match="cannot state"):
+        mpich_json.tuned_intra_subtree(rule_set, {"algorithm=MPIR_Reduce_scatter_intra_noncommutative": {}})
