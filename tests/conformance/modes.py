@@ -94,11 +94,10 @@ def tuning_file_rounds(library: MPILibrary, ranks: int, program: Path, directory
     selects the k-th algorithm of every collective at every size, as far as the file may select it.
     Returns (choice, outcomes, collective -> what the file really selects)."""
     from tunempi.tune.files import write_tuning_files
-    from tunempi.tune.job import tunable_algorithms
 
     adapter = adapter_for(library)
     results = []
-    writable = {c: tunable_algorithms(library, adapter, c) for c in catalog(adapter) if c != "barrier"}
+    writable = {c: list(adapter.tuning_file_algorithms(c).selectable) for c in catalog(adapter) if c != "barrier"}
     for k, choice in enumerate(rounds(adapter)):
         selected = {c: (n if n in writable.get(c, []) else "default") for c, n in choice.items() if c in writable}
         out = directory / f"round{k}"
