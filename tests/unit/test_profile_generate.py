@@ -28,6 +28,7 @@ typedef int MPI_Comm; typedef int MPI_Datatype; typedef int MPI_Op; typedef int 
 typedef long long MPI_Count;
 typedef struct MPI_Status { int MPI_SOURCE; } MPI_Status;
 #define MPI_SUCCESS 0
+#define MPI_OP_NULL ((MPI_Op)0)
 #define MPI_THREAD_SINGLE 0
 #define ATTR __attribute__((deprecated("no")))
 int MPI_Init(int *argc, char ***argv);
@@ -96,6 +97,9 @@ def test_generate_keeps_the_header_types_and_skips_absent_optional_functions() -
     assert "const int a4[]" in text  # array parameter kept as written
     assert "MPI_Iallreduce" not in text  # optional and not declared: skipped
     assert "tmpi_bytes_vavg(a4, a6, a7)" in text
+    # what the online mode needs to know which algorithms can serve the call: buffer, count, op
+    assert ".buffer = a0, .count = a2, .mpi_op = a4" in text  # MPI_Allreduce
+    assert ".buffer = a0, .count = -1, .mpi_op = MPI_OP_NULL" in text  # MPI_Allgatherv
     # the collective runs on call.comm so that a mode can substitute a communicator
     assert "PMPI_Allreduce(a0, a1, a2, a3, a4, call.comm)" in text
     assert f"const int tmpi_op_count = {len(SPECS) - 1};" in text

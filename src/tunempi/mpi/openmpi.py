@@ -19,6 +19,7 @@ from typing import Any
 
 from tunempi.errors import TuningFileError
 from tunempi.mpi.library import MPILibrary
+from tunempi.mpi.restrictions import file_exclusion
 from tunempi.mpi.ucx import UCX_TUNABLES
 from tunempi.mpi.vendor import (
     DEFAULT_ALGORITHM,
@@ -249,6 +250,12 @@ class OpenMPIAdapter(VendorAdapter):
         self._check_mechanism(mechanism)
         # The rules file is only read when dynamic rules are on, and only at start (read-only cvars).
         return {mca_env(DYNAMIC_RULES_CVAR): "1", mca_env(RULES_FILE_CVAR): path}
+
+    def tuning_file_exclusion(self, collective: str, algorithm: str) -> str | None:
+        # The rules file conditions on communicator and message size only: no commutativity, no
+        # MPI_IN_PLACE, no datatypes, and a communicator-size section also serves every size up to the
+        # next one. An algorithm with any restriction (mpi/restrictions.py) is never written.
+        return file_exclusion(self.vendor, self.library.version, collective, algorithm, frozenset())
 
     def write_tuning_files(self, rule_sets: Mapping[str, RuleSet], directory: Path) -> TuningFiles:
         """A dynamic rules file, read back by the strict reader first: Open MPI drops a file it cannot

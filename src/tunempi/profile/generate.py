@@ -102,32 +102,36 @@ class WrapSpec:
     size_args: tuple[int, ...] = ()
     requests: tuple[int, ...] = ()
     required: bool = True
+    #: collectives: positions of (send buffer that may be MPI_IN_PLACE, count, op); -1 where the
+    #: collective has none. The online mode reads them to know which algorithms can serve the call.
+    traits: tuple[int, int, int] = (-1, -1, -1)
 
 
 def _collectives() -> list[WrapSpec]:
     # (name, size rule, argument positions); positions are those of the blocking form, and the
     # non-blocking form has the same leading arguments plus a trailing request.
+    # traits: (in-place buffer, count, op) positions (scatter: the root's receive buffer is MPI_IN_PLACE).
     table = [
-        ("allreduce", "count", (2, 3)),
-        ("bcast", "count", (1, 2)),
-        ("reduce", "count", (2, 3)),
-        ("allgather", "block_inplace", (0, 1, 2, 4, 5)),
-        ("alltoall", "block_inplace", (0, 1, 2, 4, 5)),
-        ("gather", "block_inplace", (0, 1, 2, 4, 5)),
-        ("scatter", "scatter", (1, 2, 3, 4, 5)),
-        ("allgatherv", "vavg", (4, 6, 7)),
-        ("alltoallv", "alltoallv", (0, 1, 3, 5, 7, 8)),
-        ("gatherv", "gatherv", (0, 1, 2, 4, 6, 8)),
-        ("scatterv", "scatterv", (1, 3, 4, 5, 6, 8)),
-        ("reduce_scatter", "vsum", (2, 3, 5)),
-        ("reduce_scatter_block", "block_total", (2, 3, 5)),
-        ("barrier", "none", ()),
+        ("allreduce", "count", (2, 3), (0, 2, 4)),
+        ("bcast", "count", (1, 2), (-1, 1, -1)),
+        ("reduce", "count", (2, 3), (0, 2, 4)),
+        ("allgather", "block_inplace", (0, 1, 2, 4, 5), (0, 4, -1)),
+        ("alltoall", "block_inplace", (0, 1, 2, 4, 5), (0, 4, -1)),
+        ("gather", "block_inplace", (0, 1, 2, 4, 5), (0, -1, -1)),
+        ("scatter", "scatter", (1, 2, 3, 4, 5), (3, -1, -1)),
+        ("allgatherv", "vavg", (4, 6, 7), (0, -1, -1)),
+        ("alltoallv", "alltoallv", (0, 1, 3, 5, 7, 8), (0, -1, -1)),
+        ("gatherv", "gatherv", (0, 1, 2, 4, 6, 8), (0, -1, -1)),
+        ("scatterv", "scatterv", (1, 3, 4, 5, 6, 8), (4, -1, -1)),
+        ("reduce_scatter", "vsum", (2, 3, 5), (0, -1, 4)),
+        ("reduce_scatter_block", "block_total", (2, 3, 5), (0, 2, 4)),
+        ("barrier", "none", (), (-1, -1, -1)),
     ]
     specs = []
-    for label, rule, args in table:
+    for label, rule, args, traits in table:
         c_name = "MPI_" + label.capitalize()
-        specs.append(WrapSpec(c_name, "coll", label, rule, args))
-        specs.append(WrapSpec("MPI_I" + label, "coll", "i" + label, rule, args, required=False))
+        specs.append(WrapSpec(c_name, "coll", label, rule, args, traits=traits))
+        specs.append(WrapSpec("MPI_I" + label, "coll", "i" + label, rule, args, required=False, traits=traits))
     return specs
 
 
@@ -312,6 +316,11 @@ def _emit_wrapper(spec: WrapSpec, op: int, proto: Prototype) -> str:
             _check_types(spec, proto)
             args = ", ".join(names[i] for i in spec.size_args)
             fields.append(f".bytes = tmpi_bytes_{spec.size}({args})")
+            if spec.kind == "coll":
+                inplace, count, mpi_op = spec.traits
+                fields.append(f".buffer = {names[inplace] if inplace >= 0 else 'NULL'}")
+                fields.append(f".count = {names[count] if count >= 0 else -1}")
+                fields.append(f".mpi_op = {names[mpi_op] if mpi_op >= 0 else 'MPI_OP_NULL'}")
         if spec.kind == "send_init":
             fields += [f".requests = {names[spec.requests[0]]}", ".nrequests = 1"]
         elif spec.kind == "start":
@@ -327,7 +336,8 @@ def _emit_wrapper(spec: WrapSpec, op: int, proto: Prototype) -> str:
             f"    tmpi_call call = {{{', '.join(fields)}}};",
             "    tmpi_begin(&call);",
             f"    call.rc = {pmpi}({', '.join(forwarded)});",
-            "    tmpi_end(&call);",
+            # a mode may ask for the call once more (online: a drawn algorithm refused the arguments)
+            f"    while (tmpi_end(&call)) call.rc = {pmpi}({', '.join(forwarded)});",
             "    return call.rc;",
         ]
     lines.append("}")
