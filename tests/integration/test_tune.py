@@ -16,8 +16,9 @@ from rich.console import Console
 
 from tunempi.bench.protocol import MeasureSettings
 from tunempi.store.results import ResultStore
-from tunempi.tune.job import TuneOptions, run_tune, run_verify
+from tunempi.tune.job import TuneOptions, run_tune
 from tunempi.tune.manifest import Manifest
+from tunempi.tune.verify import run_verify
 from tunempi.writers.openmpi_rules import read_openmpi_rules
 
 pytestmark = pytest.mark.mpi
@@ -51,7 +52,7 @@ def test_mpich_tune_verify_run_report(tmp_path: Path) -> None:
     with ResultStore(tmp_path / "results.sqlite") as store:
         assert len(store) == report.outcome.measured  # every run is in the store
 
-    verified = run_verify(manifest.directory, quiet(), repeats=2, settings=FAST)
+    verified = run_verify(manifest.directory, repeats=2, settings=FAST)
     summary = verified.summary
     assert summary["slower_beyond_noise_after"] == 0
     data = Manifest.load(manifest.directory).data

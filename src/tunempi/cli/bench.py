@@ -28,6 +28,7 @@ from tunempi.errors import UsageError
 from tunempi.launch.hosts import NodeAllocation, local_cores
 from tunempi.launch.launchers import BINDINGS
 from tunempi.mpi.discovery import SPEC_HELP, adapter_for, resolve_library
+from tunempi.report.console import wide_console
 from tunempi.store.results import Measurement, ResultStore
 from tunempi.units import format_size, parse_duration, parse_sizes
 
@@ -201,12 +202,6 @@ def fastest_rich_table(rows: list[FastestRow], title: str) -> Table:
             "-" if speedup is None else f"{speedup:.2f}x", str(row.algorithms), str(row.failed or ""),
         )
     return table
-
-
-def wide_console() -> Console:
-    """A console for tables: the terminal's width, or 120 columns when output goes to a file or pipe."""
-    console = Console()
-    return console if console.is_terminal else Console(width=120)
 
 
 def bench_command(
