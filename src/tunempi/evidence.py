@@ -6,13 +6,17 @@ losers of `online update`: an algorithm against another in the same application 
 the same pairs get the same verdict whichever command measured them.
 
 The rule (docs/evidence.md says why):
-- each pair gives the log ratio log(baseline / candidate): a 10 % gain is 10 % at any scale, and the logs
-  tame the right skew of run times; the shared state of a pair (a slow machine minute, a drift) cancels;
-- the speedup estimate is the geometric mean of the ratios, with a Student t interval on the logs;
-- "faster" at level `level` needs (1) at least MIN_PAIRS pairs, (2) the one-sided t-test of "faster"
-  below `level` (equivalently: the two-sided 1 - 2 * level interval lies above 1), and (3) consistency:
-  the candidate faster in at least CONSISTENCY of the pairs. "slower" is the mirror image. Anything else
-  is "same" (no evidence either way).
+- each pair gives the log ratio log(baseline / candidate): a 10 % gain is 10 % at any scale, and the
+  state a pair shares (a slow machine minute, a drift) cancels;
+- "faster" at level `level` needs (1) at least MIN_PAIRS pairs, (2) a one-sided test of "faster" below
+  `level`, and (3) consistency: the candidate faster in at least CONSISTENCY of the pairs. "slower" is the
+  mirror image. Anything else is "same" (no evidence either way);
+- the test: Wilcoxon's exact signed-rank test as soon as it can reach the level (2^-n < level: from 6
+  pairs at 2.5 %), exact whatever the noise's shape and not swamped by one stalled run; below that,
+  Student's t on the log ratios (exact for lognormal noise, conservative with heavy tails);
+- the estimate and the two-sided 1 - 2 * level interval come from the same test (Hodges-Lehmann with the
+  signed-rank interval; the geometric mean with the t interval), so the interval excludes 1 exactly when
+  the test is significant.
 """
 
 from __future__ import annotations
@@ -45,9 +49,9 @@ T = TypeVar("T")
 
 @dataclass(frozen=True)
 class Comparison:
-    """A candidate against a baseline over `pairs` pairs. speedup = baseline / candidate (> 1: the candidate
-    is faster); [low, high] its two-sided 1 - 2 * level interval; wins / losses the shares of pairs in which
-    the candidate was faster / slower."""
+    """A candidate against a baseline over `pairs` pairs. speedup: the estimate of baseline / candidate
+    (> 1: the candidate is faster); [low, high] its two-sided 1 - 2 * level interval; p_faster / p_slower
+    the one-sided p-values; wins / losses the shares of pairs in which the candidate was faster / slower."""
 
     pairs: int
     speedup: float

@@ -26,7 +26,7 @@ class Verdict:
     """The outcome of best-vs-default verification."""
 
     recommend: bool
-    speedup: float | None          # geometric-mean default/best time ratio (>1: best is faster)
+    speedup: float | None          # estimated default/best time ratio (>1: best is faster)
     speedup_low: float | None      # lower bound of the two-sided `confidence` interval of the speedup
     p_value: float | None          # one-sided: H0 "best is not faster"
     pairs: int                     # usable pairs
