@@ -38,9 +38,9 @@ NO_LIBRARY = "none"
 
 def int_setting(flag: int | None, env: str, default: int, what: str, minimum: int) -> int:
     """flag > TUNEMPI_<env> > default, as an integer of at least `minimum` (UsageError otherwise)."""
-    text = resolve(None if flag is None else str(flag), env, str(default))
+    text = resolve(None if flag is None else str(flag), env, str(default)) or str(default)
     try:
-        value = int(text)  # type: ignore[arg-type]
+        value = int(text)
     except ValueError:
         raise UsageError(f"{what} must be an integer, got {text!r} (from TUNEMPI_{env})") from None
     if value < minimum:
