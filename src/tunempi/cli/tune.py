@@ -9,10 +9,10 @@ from typing import Annotated
 import typer
 
 from tunempi.bench.protocol import MeasureSettings
-from tunempi.cli.bench import wide_console
 from tunempi.config import resolve
 from tunempi.errors import UsageError
 from tunempi.mpi.discovery import SPEC_HELP
+from tunempi.report.console import wide_console
 from tunempi.strategy import DEFAULT_STRATEGY, STRATEGIES
 from tunempi.tune.job import TUNE_SETTINGS, TuneOptions, run_tune
 from tunempi.units import parse_duration, parse_size
