@@ -14,12 +14,13 @@ import sys
 from pathlib import Path
 
 from tunempi.bench.protocol import MeasureSettings
+from tunempi.cli.tune import TuneProgress
 from tunempi.config import data_dir
 from tunempi.errors import TunempiError
 from tunempi.report.console import VerifyProgress, print_verify_report, wide_console
 from tunempi.report.tuning import speedup_table, summary_lines, write_plots
 from tunempi.tune.job import TuneOptions, run_tune
-from tunempi.tune.verify import run_verify
+from tunempi.tune.verify_run import run_verify
 from tunempi.units import parse_duration, parse_size
 
 DEMO_RUNS: tuple[tuple[str, int], ...] = (("mpich", 2), ("openmpi", 4))
@@ -45,12 +46,16 @@ def main() -> int:
         options = TuneOptions(out=out, collectives=DEMO_COLLECTIVES, mpi=spec, ranks=ranks, max_msg=max_msg,
                               timeout_s=timeout_s, db=db, settings=DEMO_SETTINGS)
         try:
-            report = run_tune(options, console)
+            progress = TuneProgress(console)
+            try:
+                report = run_tune(options, progress)
+            finally:
+                progress.close()
             if report.manifest is None:  # interrupted
                 return 130
             console.rule(f"verify {spec}")
-            with VerifyProgress(console) as progress:
-                verified = run_verify(out, repeats=3, settings=DEMO_SETTINGS, listener=progress)
+            with VerifyProgress(console) as verify_progress:
+                verified = run_verify(out, repeats=3, settings=DEMO_SETTINGS, listener=verify_progress)
             print_verify_report(console, verified)
             console.print(speedup_table(verified.manifest))
             plots = write_plots(verified.manifest, out / "report")

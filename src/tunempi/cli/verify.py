@@ -12,7 +12,7 @@ from tunempi.config import resolve
 from tunempi.errors import UsageError
 from tunempi.mpi.discovery import SPEC_HELP
 from tunempi.report.console import VerifyProgress, print_verify_report, wide_console
-from tunempi.tune.verify import VERIFY_SETTINGS, run_verify
+from tunempi.tune.verify_run import VERIFY_SETTINGS, run_verify
 from tunempi.units import parse_duration
 
 

@@ -7,7 +7,7 @@ from rich.console import Console
 from rich.progress import BarColumn, Progress, TaskID, TaskProgressColumn, TextColumn, TimeElapsedColumn
 
 from tunempi.tune.runner import PointResult
-from tunempi.tune.verify import VerifyListener, VerifyPlan, VerifyReport
+from tunempi.tune.verify_run import VerifyListener, VerifyPlan, VerifyReport
 from tunempi.units import format_size
 
 
