@@ -22,9 +22,9 @@ from rich.table import Table
 
 from tunempi.bench.engine import EngineSession, Layout, PointOutcome, build_engine
 from tunempi.bench.protocol import MeasureSettings, PointRequest
+from tunempi.bench.session import resolve_binding
 from tunempi.bench.sweep import BenchPoint, Sweep, plan_points, selection_for
 from tunempi.bench.validate import parse_algorithms
-from tunempi.cli.bench import resolve_binding
 from tunempi.mpi.discovery import adapter_for, resolve_library
 from tunempi.units import format_size, parse_duration, parse_sizes
 

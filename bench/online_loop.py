@@ -36,8 +36,7 @@ import tempfile
 from collections import defaultdict
 from pathlib import Path
 
-from scipy.stats import wilcoxon
-
+from tunempi import evidence
 from tunempi.bench.engine import Layout
 from tunempi.bench.protocol import MeasureSettings
 from tunempi.bench.sweep import Sweep, plan_points
@@ -183,14 +182,14 @@ def main() -> None:
 
         def tied(size: int, name: str) -> bool:
             """Within the --tie margin of the best (median over repetitions of the per-repetition ratio), or
-            not significantly slower: one-sided Wilcoxon signed-rank test on the log ratios, p >= 0.05.
-            Paired by repetition because a whole launch can run fast or slow (this VM has such states)."""
+            not "slower" than it by the shared paired rule (tunempi.evidence). Paired by repetition because
+            a whole launch can run fast or slow (this VM has such states)."""
             if name == fastest[size]:
                 return True
             ratios = [t / b for t, b in zip(reference[name][size], reference[fastest[size]][size], strict=False)]
             if statistics.median(ratios) <= 1 + args.tie:
                 return True
-            return bool(wilcoxon([math.log(r) for r in ratios], alternative="greater").pvalue >= 0.05)
+            return evidence.compare(reference[name][size], reference[fastest[size]][size]).verdict != "slower"
 
         tie_sets = {size: [n for n in ranked[size] if tied(size, n)] for size in sizes}
         print(f"reference (engine, {args.back_to_back} calls in a row per timed iteration; per-call median us "

@@ -14,12 +14,13 @@ import sys
 from pathlib import Path
 
 from tunempi.bench.protocol import MeasureSettings
-from tunempi.cli.bench import wide_console
 from tunempi.cli.tune import TuneProgress
 from tunempi.config import data_dir
 from tunempi.errors import TunempiError
+from tunempi.report.console import VerifyProgress, print_verify_report, wide_console
 from tunempi.report.tuning import speedup_table, summary_lines, write_plots
-from tunempi.tune.job import TuneOptions, run_tune, run_verify
+from tunempi.tune.job import TuneOptions, run_tune
+from tunempi.tune.verify_run import run_verify
 from tunempi.units import parse_duration, parse_size
 
 DEMO_RUNS: tuple[tuple[str, int], ...] = (("mpich", 2), ("openmpi", 4))
@@ -53,7 +54,9 @@ def main() -> int:
             if report.manifest is None:  # interrupted
                 return 130
             console.rule(f"verify {spec}")
-            verified = run_verify(out, console, repeats=3, settings=DEMO_SETTINGS)
+            with VerifyProgress(console) as verify_progress:
+                verified = run_verify(out, repeats=3, settings=DEMO_SETTINGS, listener=verify_progress)
+            print_verify_report(console, verified)
             console.print(speedup_table(verified.manifest))
             plots = write_plots(verified.manifest, out / "report")
             summaries.append((spec, [*summary_lines(verified.manifest),

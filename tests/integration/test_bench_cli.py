@@ -2,15 +2,13 @@
 
 from __future__ import annotations
 
-import io
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
-from rich.console import Console
 
-from tunempi.cli.bench import BenchOptions, run_bench
+from tunempi.bench.session import BenchOptions, run_bench
 from tunempi.errors import UsageError
 from tunempi.store.results import ResultStore
 
@@ -65,5 +63,5 @@ def test_env_mode_and_barrier_through_the_cli(tmp_path: Path) -> None:
 def test_unknown_algorithm_is_refused_naming_the_valid_ones(tmp_path: Path) -> None:
     options = BenchOptions(mpi="mpich", algorithms="recursive_doubling,rign", db=str(tmp_path / "r.sqlite"))
     with pytest.raises(UsageError, match="rign.*valid: .*recursive_doubling"):
-        run_bench(options, Console(file=io.StringIO()))
+        run_bench(options)
     assert not (tmp_path / "r.sqlite").exists()  # refused before anything was stored

@@ -26,9 +26,9 @@ from tunempi.tune.job import (
     TuningStopped,
     WritingFiles,
     run_tune,
-    run_verify,
 )
 from tunempi.tune.manifest import Manifest
+from tunempi.tune.verify_run import run_verify
 from tunempi.writers.dynamic_rules import read_dynamic_rules
 
 pytestmark = pytest.mark.mpi
@@ -70,7 +70,7 @@ def test_mpich_tune_verify_run_report(tmp_path: Path) -> None:
     with ResultStore(tmp_path / "results.sqlite") as store:
         assert len(store) == report.outcome.measured  # every run is in the store
 
-    verified = run_verify(manifest.directory, quiet(), repeats=2, settings=FAST)
+    verified = run_verify(manifest.directory, repeats=2, settings=FAST)
     summary = verified.summary
     assert summary["slower_beyond_noise_after"] == 0
     reread = Manifest.load(manifest.directory)

@@ -2,15 +2,13 @@
 
 from __future__ import annotations
 
-import io
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
-from rich.console import Console
 
-from tunempi.cli.bench import BenchOptions, run_bench
+from tunempi.bench.session import BenchOptions, run_bench
 from tunempi.errors import UsageError
 
 
@@ -33,11 +31,11 @@ def test_usage_errors_name_the_problem(options: BenchOptions, message: str, monk
     def no_probe(spec: str | None) -> None:
         raise AssertionError("the library must not be probed for a usage error")
 
-    monkeypatch.setattr("tunempi.cli.bench.resolve_library", no_probe)
+    monkeypatch.setattr("tunempi.bench.session.resolve_library", no_probe)
     for batch_variable in ("SLURM_JOB_NODELIST", "SLURM_NODELIST", "PBS_NODEFILE"):
         monkeypatch.delenv(batch_variable, raising=False)
     with pytest.raises(UsageError, match=message):
-        run_bench(options, Console(file=io.StringIO()))
+        run_bench(options)
 
 
 def test_usage_error_exits_with_status_2_naming_the_valid_choices() -> None:
@@ -50,8 +48,8 @@ def test_usage_error_exits_with_status_2_naming_the_valid_choices() -> None:
 
 
 def test_more_nodes_than_the_hostfile_has(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr("tunempi.cli.bench.resolve_library", lambda spec: pytest.fail("probed"))
+    monkeypatch.setattr("tunempi.bench.session.resolve_library", lambda spec: pytest.fail("probed"))
     hostfile = tmp_path / "hosts"
     hostfile.write_text("node1 slots=4\n")
     with pytest.raises(UsageError, match="allocation has 1 node"):
-        run_bench(BenchOptions(nodes=2, ppn=2, hostfile=str(hostfile)), Console(file=io.StringIO()))
+        run_bench(BenchOptions(nodes=2, ppn=2, hostfile=str(hostfile)))

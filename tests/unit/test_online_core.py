@@ -343,10 +343,19 @@ def test_paired_evidence_compares_within_runs_so_machine_states_cancel():
 
 
 def test_paired_evidence_needs_enough_runs():
-    few = _state_runs([(1000, 500, 2000)] * 4)  # 2x faster, but only 4 runs: no verdict yet
-    cell = Cell("allreduce", 2, 1, 2, OnlineConfig().sizes.index(64)).key
-    probabilities, _, _ = compute_update(few, SWITCHES, OnlineConfig(collectives=["allreduce"]), batch=1)
-    assert probabilities.versus_default[cell]["fast"]["p"] == 1.0
+    from tunempi.online.report import best_choices
+    from tunempi.online.update import verdict_of
+
+    cell = Cell("allreduce", 2, 1, 2, OnlineConfig().sizes.index(64))
+    config = OnlineConfig(collectives=["allreduce"], min_samples=1)
+    few = _state_runs([(1000, 500, 2000)] * 2)  # 2x faster, but only 2 runs: no verdict yet
+    probabilities, _, _ = compute_update(few, SWITCHES, config, batch=1)
+    assert verdict_of(probabilities.versus_default[cell.key]["fast"]) == "same"
+    (chosen,) = [c for c in best_choices(probabilities, config.sizes) if c.cell == cell]
+    assert chosen.fastest == "fast" and chosen.algorithm == "default"
+    enough = _state_runs([(1000, 500, 2000)] * 3)
+    probabilities, _, _ = compute_update(enough, SWITCHES, config, batch=1)
+    assert verdict_of(probabilities.versus_default[cell.key]["fast"]) == "faster"
 
 
 def test_best_keeps_the_default_unless_the_runs_show_a_faster_algorithm():
@@ -379,7 +388,7 @@ def test_settled_losers_drop_to_the_lower_floor_near_ties_keep_the_paper_floor()
                                                               settled_probability=0.03), batch=1)
     assert paper.cells[cell]["slow"] == pytest.approx(0.03)
     # Too few runs to settle anything: the paper's floor.
-    early, _, _ = compute_update(runs[:4], SWITCHES, OnlineConfig(collectives=["allreduce"]), batch=1)
+    early, _, _ = compute_update(runs[:2], SWITCHES, OnlineConfig(collectives=["allreduce"]), batch=1)
     assert early.cells[cell]["slow"] == pytest.approx(0.03)
 
 

@@ -10,7 +10,7 @@ from tunempi.rules import DEFAULT_ALGORITHM
 from tunempi.space import Cell
 from tunempi.store.results import Measurement
 from tunempi.tune.runner import PointResult
-from tunempi.tune.verify import apply_replacements, classify, evaluate, speedup_interval, summary, verify_plan
+from tunempi.tune.verify import apply_replacements, evaluate, summary, verify_plan
 
 A = Cell("allreduce", 2, 1, 2, 1024)
 B = Cell("allreduce", 2, 1, 2, 65536)
@@ -25,23 +25,6 @@ def test_plan_interleaves_tuned_and_default_and_alternates_the_order() -> None:
     assert names == [(1024, "ring", 0), (1024, "default", 0), (65536, "rd", 0), (65536, "default", 0),
                      (1024, "default", 1), (1024, "ring", 1), (65536, "default", 1), (65536, "rd", 1)]
     assert all(p.collective != "bcast" for pts in work.values() for p in pts)  # default cells: nothing to compare
-
-
-def test_speedup_interval_is_a_t_interval_on_log_ratios() -> None:
-    speedup, low, high = speedup_interval([10.0, 10.0, 10.0], [12.0, 12.0, 12.0])
-    assert speedup == pytest.approx(1.2) and low == pytest.approx(1.2) and high == pytest.approx(1.2)
-    speedup, low, high = speedup_interval([10.0, 11.0, 9.0], [10.5, 10.0, 10.0])
-    assert low < speedup < high and low < 1.0 < high
-    logs = [math.log(10.5 / 10), math.log(10 / 11), math.log(10 / 9)]
-    assert math.log(speedup) == pytest.approx(sum(logs) / 3)
-    with pytest.raises(ValueError):
-        speedup_interval([1.0], [])
-
-
-def test_classify_needs_the_whole_interval_on_one_side() -> None:
-    assert classify(0.9, 0.85, 0.95) == "slower"
-    assert classify(0.9, 0.7, 1.05) == "same"
-    assert classify(1.3, 1.1, 1.5) == "faster"
 
 
 def result(cell: Cell, algorithm: str, run: int, median: float | None) -> PointResult:

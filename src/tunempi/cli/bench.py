@@ -1,9 +1,8 @@
-"""`tunempi bench`: an exhaustive sweep of collective algorithms into the results store."""
+"""`tunempi bench`: parse, call bench.session.run_bench, render its progress and the fastest-algorithm table."""
 
 from __future__ import annotations
 
 import sys
-from dataclasses import dataclass
 from typing import Annotated
 
 import typer
@@ -12,175 +11,79 @@ from rich.progress import (
     BarColumn,
     MofNCompleteColumn,
     Progress,
+    TaskID,
     TextColumn,
     TimeElapsedColumn,
     TimeRemainingColumn,
 )
 from rich.table import Table
 
-from tunempi.bench.engine import Layout, PointOutcome
+from tunempi.bench.engine import PointOutcome
 from tunempi.bench.protocol import MeasureSettings
-from tunempi.bench.summary import FastestRow, fastest_table
-from tunempi.bench.sweep import MODES, BenchPoint, Sweep, plan_points
-from tunempi.bench.validate import check_engine_collective, check_ranks, check_size, parse_algorithms
-from tunempi.config import resolve, resolve_db
+from tunempi.bench.session import (
+    DEFAULT_SIZES,
+    BenchListener,
+    BenchOptions,
+    BenchPlan,
+    BenchReport,
+    run_bench,
+)
+from tunempi.bench.summary import FastestRow
+from tunempi.bench.sweep import BenchPoint
+from tunempi.config import resolve
 from tunempi.errors import UsageError
-from tunempi.launch.hosts import NodeAllocation, local_cores
-from tunempi.launch.launchers import BINDINGS
-from tunempi.mpi.discovery import SPEC_HELP, adapter_for, resolve_library
-from tunempi.store.results import Measurement, ResultStore
-from tunempi.units import format_size, parse_duration, parse_sizes
-
-DEFAULT_SIZES = "8,1KiB,64KiB,1MiB"
+from tunempi.mpi.discovery import SPEC_HELP
+from tunempi.report.console import wide_console
+from tunempi.store.results import Measurement
+from tunempi.units import format_size, parse_duration
 
 
-@dataclass(frozen=True)
-class BenchOptions:
-    """Everything `tunempi bench` was asked to do, as given (validated by run_bench)."""
+class BenchProgress(BenchListener):
+    """`run_bench`'s progress on a console: the plan, a bar over the points, each failure as it happens."""
 
-    mpi: str | None = None
-    collectives: str = "allreduce"
-    algorithms: str = "all"
-    sizes: str = DEFAULT_SIZES
-    ranks: int | None = None
-    nodes: int | None = None
-    ppn: int | None = None
-    repeat: int = 1
-    db: str | None = None
-    force: bool = False
-    mode: str = "mpit"
-    settings: MeasureSettings = MeasureSettings()
-    point_timeout_s: float | None = None
-    bind: str = "auto"
-    strict: bool = True
-    hostfile: str | None = None
+    def __init__(self, console: Console) -> None:
+        self.console = console
+        columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+                   TimeRemainingColumn())
+        self.progress = Progress(*columns, console=console, transient=False)
+        self.task: TaskID | None = None
 
+    def __enter__(self) -> BenchProgress:
+        return self
 
-def _layout(options: BenchOptions) -> Layout:
-    ranks = options.ranks
-    if ranks is None:
-        ranks = options.nodes * options.ppn if options.nodes and options.ppn else 2
-    check_ranks(ranks)
-    if options.nodes is not None and options.nodes < 1:
-        raise UsageError(f"--nodes must be at least 1, got {options.nodes}")
-    if options.ppn is not None and options.ppn < 1:
-        raise UsageError(f"--ppn must be at least 1, got {options.ppn}")
-    if options.nodes is not None and options.ppn is not None and ranks > options.nodes * options.ppn:
-        raise UsageError(f"{ranks} ranks do not fit on {options.nodes} node(s) x {options.ppn} per node")
-    return Layout(ranks=ranks, nodes=options.nodes or 1, ppn=options.ppn)
+    def __exit__(self, *exc: object) -> None:
+        self.progress.stop()
 
-
-BIND_CHOICES: tuple[str, ...] = ("auto", *BINDINGS)
-
-
-def resolve_binding(choice: str, layout: Layout, allocation: NodeAllocation | None = None) -> str | None:
-    """The binding for `choice`; "auto" binds each rank to a core when the ranks fit the cores of this one
-    node, else leaves placement to the launcher (oversubscribed, or several nodes). Measured with MPICH at 2 ranks on a busy 2-core
-    node: unbound, both ranks were sometimes put on the same core and every collective of that launch
-    took scheduler ticks (8 B allreduce: 12 ms instead of 1.3 us); bound, never (docs/bench.md)."""
-    if choice != "auto":
-        return choice
-    fits = layout.nodes == 1 and allocation is None and layout.ranks <= local_cores()
-    return "core" if fits else None
-
-
-def run_bench(options: BenchOptions, console: Console) -> list[FastestRow]:
-    """Validate, sweep the points not measured yet (each stored as it arrives), print the summary.
-
-    Ctrl-C stops the sweep; what was measured is kept and summarised, then KeyboardInterrupt propagates.
-    """
-    if options.mode not in MODES:
-        raise UsageError(f"unknown --mode {options.mode!r}; valid: {', '.join(MODES)}")
-    if options.bind not in BIND_CHOICES:
-        raise UsageError(f"unknown --bind {options.bind!r}; valid: {', '.join(BIND_CHOICES)}")
-    if options.repeat < 1:
-        raise UsageError(f"--repeat must be at least 1, got {options.repeat}")
-    collectives = [check_engine_collective(c) for c in options.collectives.split(",") if c.strip()]
-    if not collectives:
-        raise UsageError(f"no collectives in {options.collectives!r}")
-    sizes = parse_sizes(options.sizes)
-    layout = _layout(options)
-    for collective in collectives:  # everything typed is checked before a library is probed or launched
-        for size in [] if collective == "barrier" else sizes:
-            check_size(collective, size, layout.ranks)
-    allocation = (
-        NodeAllocation.from_hostfile(options.hostfile) if options.hostfile
-        else NodeAllocation.from_environment() if layout.nodes > 1 else None
-    )
-    if layout.nodes > 1 and allocation is None:
-        raise UsageError(
-            f"--nodes {layout.nodes} needs a host list: run inside a Slurm or PBS job, or give --hostfile"
-        )
-    if allocation is not None and layout.nodes > allocation.nodes:
-        raise UsageError(f"--nodes {layout.nodes} but the allocation has {allocation.nodes} node(s)")
-    library = resolve_library(options.mpi)
-    adapter = adapter_for(library)
-    algorithms = {c: parse_algorithms(adapter, c, options.algorithms) for c in dict.fromkeys(collectives)}
-    points = plan_points(algorithms, sizes, ranks=layout.ranks, repeat=options.repeat)
-    db_path = resolve_db(options.db)
-
-    with ResultStore(db_path) as store:
-        sweep = Sweep(
-            library, adapter, layout, mode=options.mode, settings=options.settings, store=store,
-            allocation=allocation, bind=resolve_binding(options.bind, layout, allocation),
-            point_timeout_s=options.point_timeout_s,
-            strict=options.strict,
-        )
-        todo = sweep.pending(points, force=options.force)
-        console.print(
-            f"[bold]{library.name}[/] ({library.prefix}), {layout.ranks} ranks"
+    def started(self, plan: BenchPlan) -> None:
+        layout = plan.layout
+        self.console.print(
+            f"[bold]{plan.library.name}[/] ({plan.library.prefix}), {layout.ranks} ranks"
             + (f" on {layout.nodes} nodes" if layout.nodes > 1 else "")
-            + f", mode {options.mode}: {len(points)} points, {len(points) - len(todo)} already in {db_path}"
+            + f", mode {plan.mode}: {len(plan.points)} points, {len(plan.points) - len(plan.todo)} already in {plan.db}"
         )
-        counts = {"ok": 0, "wrong": 0, "failed": 0}
-        interrupted = False
-        try:
-            if todo:
-                _sweep_with_progress(sweep, todo, console, counts)
-        except KeyboardInterrupt:
-            interrupted = True
-            console.print("[yellow]interrupted[/]: measured points are kept; rerun to resume.")
-        measured = store.query(
-            library_fingerprint=library.fingerprint, system=sweep.system, ranks=layout.ranks,
-            nodes=layout.nodes, ppn=layout.ppn_or_derived, collective=list(algorithms),
-            msg_bytes=sorted({p.msg_bytes for p in points}),
-        )
-        wanted = {(p.collective, p.algorithm, p.msg_bytes, p.run) for p in points}
-        rows = fastest_table(m for m in measured if (m.collective, m.algorithm, m.msg_bytes, m.run) in wanted)
-        console.print(fastest_rich_table(rows, f"{library.name}, {layout.ranks} ranks: fastest algorithm"))
-        if todo:
-            console.print(
-                f"this run: {counts['ok']} measured, {counts['wrong']} with wrong results, "
-                f"{counts['failed']} failed; engine launches: {sweep.launches}"
-            )
-        if interrupted:
-            raise KeyboardInterrupt
-    return rows
+        if plan.todo:
+            self.progress.start()
+            self.task = self.progress.add_task("measuring", total=len(plan.todo))
+
+    def measured(self, point: BenchPoint, outcome: PointOutcome, measurement: Measurement) -> None:
+        name = f"{point.collective} {point.algorithm} {format_size(point.msg_bytes)}"
+        if not outcome.ok:
+            self.progress.console.print(f"[red][FAIL][/] {name}: {outcome.status}: {outcome.reason}")
+        elif measurement.errors:
+            self.progress.console.print(f"[red][WRONG][/] {name}: {measurement.errors} iterations gave wrong results")
+        if self.task is not None:
+            self.progress.update(self.task, advance=1, description=name)
 
 
-def _sweep_with_progress(sweep: Sweep, todo: list[BenchPoint], console: Console, counts: dict[str, int]) -> None:
-    columns = (
-        TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
-        TimeRemainingColumn(),
-    )
-    with Progress(*columns, console=console, transient=False) as progress:
-        task = progress.add_task("measuring", total=len(todo))
-
-        def on_result(point: BenchPoint, outcome: PointOutcome, measurement: Measurement) -> None:
-            name = f"{point.collective} {point.algorithm} {format_size(point.msg_bytes)}"
-            if not outcome.ok:
-                counts["failed"] += 1
-                progress.console.print(f"[red][FAIL][/] {name}: {outcome.status}: {outcome.reason}")
-            elif measurement.errors:
-                counts["wrong"] += 1
-                progress.console.print(
-                    f"[red][WRONG][/] {name}: {measurement.errors} iterations gave wrong results"
-                )
-            else:
-                counts["ok"] += 1
-            progress.update(task, advance=1, description=f"{name}")
-
-        sweep.run(todo, on_result)
+def show_bench_report(console: Console, report: BenchReport) -> None:
+    plan = report.plan
+    if report.interrupted:
+        console.print("[yellow]interrupted[/]: measured points are kept; rerun to resume.")
+    console.print(fastest_rich_table(report.rows, f"{plan.library.name}, {plan.layout.ranks} ranks: fastest algorithm"))
+    if plan.todo:
+        counts = report.counts
+        console.print(f"this run: {counts['ok']} measured, {counts['wrong']} with wrong results, "
+                      f"{counts['failed']} failed; engine launches: {report.launches}")
 
 
 def _us(value: float | None) -> str:
@@ -198,12 +101,6 @@ def fastest_rich_table(rows: list[FastestRow], title: str) -> Table:
             "-" if speedup is None else f"{speedup:.2f}x", str(row.algorithms), str(row.failed or ""),
         )
     return table
-
-
-def wide_console() -> Console:
-    """A console for tables: the terminal's width, or 120 columns when output goes to a file or pipe."""
-    console = Console()
-    return console if console.is_terminal else Console(width=120)
 
 
 def bench_command(
@@ -262,9 +159,11 @@ def bench_command(
         point_timeout_s=parse_duration(timeout) if timeout is not None else None, bind=bind, strict=strict,
         hostfile=hostfile,
     )
-    try:
-        run_bench(options, wide_console())
-    except KeyboardInterrupt:
+    console = wide_console()
+    with BenchProgress(console) as progress:
+        report = run_bench(options, progress)
+    show_bench_report(console, report)
+    if report.interrupted:
         sys.exit(130)
 
 
@@ -272,6 +171,4 @@ def register(app: typer.Typer) -> None:
     app.command("bench")(bench_command)
 
 
-__all__ = [
-    "BenchOptions", "bench_command", "fastest_rich_table", "register", "resolve_binding", "run_bench", "wide_console",
-]
+__all__ = ["BenchProgress", "bench_command", "fastest_rich_table", "register", "show_bench_report"]

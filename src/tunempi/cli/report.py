@@ -7,7 +7,7 @@ from typing import Annotated
 
 import typer
 
-from tunempi.cli.bench import wide_console
+from tunempi.report.console import wide_console
 from tunempi.report.tuning import rules_table, speedup_table, summary_lines, write_html, write_plots
 from tunempi.tune.manifest import Manifest
 

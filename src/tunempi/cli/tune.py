@@ -12,10 +12,10 @@ from rich.progress import BarColumn, Progress, TaskID, TaskProgressColumn, TextC
 from rich.status import Status
 
 from tunempi.bench.protocol import MeasureSettings
-from tunempi.cli.bench import wide_console
 from tunempi.config import resolve
 from tunempi.errors import UsageError
 from tunempi.mpi.discovery import SPEC_HELP
+from tunempi.report.console import wide_console
 from tunempi.strategy import DEFAULT_STRATEGY, STRATEGIES
 from tunempi.tune.job import (
     TUNE_SETTINGS,

@@ -8,11 +8,11 @@ from typing import Annotated
 import typer
 
 from tunempi.bench.protocol import MeasureSettings
-from tunempi.cli.bench import wide_console
 from tunempi.config import resolve
 from tunempi.errors import UsageError
 from tunempi.mpi.discovery import SPEC_HELP
-from tunempi.tune.job import VERIFY_SETTINGS, run_verify
+from tunempi.report.console import VerifyProgress, print_verify_report, wide_console
+from tunempi.tune.verify_run import VERIFY_SETTINGS, run_verify
 from tunempi.units import parse_duration
 
 
@@ -33,8 +33,12 @@ def verify_command(
                                    time_cap_s=parse_duration(time_cap))
     except ValueError as exc:
         raise UsageError(str(exc)) from None
-    run_verify(tuning, wide_console(), repeats=repeats, settings=settings, mpi=mpi,
-               topology=resolve(topology, "TOPOLOGY", "serial") or "serial", smoke=smoke)
+    console = wide_console()
+    with VerifyProgress(console) as progress:
+        report = run_verify(tuning, repeats=repeats, settings=settings, mpi=mpi,
+                            topology=resolve(topology, "TOPOLOGY", "serial") or "serial", smoke=smoke,
+                            listener=progress)
+    print_verify_report(console, report)
 
 
 def register(app: typer.Typer) -> None:

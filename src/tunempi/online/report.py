@@ -13,6 +13,7 @@ from tunempi.mpi.library import MPILibrary
 from tunempi.mpi.vendor import DEFAULT_ALGORITHM
 from tunempi.online.cells import Cell, SizeRanges
 from tunempi.online.state import OnlineState, Probabilities, uniform
+from tunempi.online.update import verdict_of
 
 _log = logging.getLogger(__name__)
 
@@ -110,23 +111,14 @@ class BestChoice:
     measured: bool = False  # the cell has paired evidence against the default (else: predicted)
 
 
-#: `online best` writes a non-default algorithm for a measured cell only when the runs that drew both
-#: show it faster than the default at this one-sided level (update.paired_evidence)...
-EVIDENCE_LEVEL = 0.05
-#: ...and it was faster in at least this share of those runs. On this shared VM the machine's state
-#: (minutes long) reorders close algorithms: Open MPI 1 MiB allreduce, basic_linear 0.84x the default
-#: in one state, 1.20x in the other; a loop that ran 5 runs of 8 in the first state found it
-#: "significantly" faster. A choice that loses in one run of three is no reason to leave the default.
-CONSISTENT_WINS = 0.75
-
-
 def best_choices(probabilities: Probabilities, sizes: SizeRanges,
                  writable: Mapping[str, Collection[str]] | None = None) -> list[BestChoice]:
     """The best algorithm of every cell with estimates: the fastest estimate among `default` and the
     algorithms that may replace it. With `writable` (collective -> algorithms a tuning file can select)
     only those may. In a measured cell (paired evidence present) an algorithm may replace the default
-    only when it was significantly faster than the default in the same runs (EVIDENCE_LEVEL): the
-    default costs nothing, and a ranking that flips with the machine's state is no reason to leave it.
+    only when the runs that drew both show it "faster" by the shared paired rule (tunempi.evidence: at
+    its level, and in at least 3 of 4 of those runs): the default costs nothing, and a ranking that flips
+    with the machine's state is no reason to leave it.
     Predicted cells have no such evidence and follow the estimates."""
     def may_replace_default(name: str, collective: str, evidence: Mapping[str, Mapping[str, float]] | None) -> bool:
         if writable is not None and name not in writable.get(collective, ()):
@@ -134,8 +126,7 @@ def best_choices(probabilities: Probabilities, sizes: SizeRanges,
         if evidence is None:
             return True
         found = evidence.get(name)
-        return (found is not None and found["p"] < EVIDENCE_LEVEL and found["ratio"] < 1
-                and found.get("wins", 1.0) >= CONSISTENT_WINS)
+        return found is not None and verdict_of(found) == "faster"
 
     out = []
     for key, estimates in sorted(probabilities.estimates.items(), key=lambda kv: Cell.from_key(kv[0])):

@@ -21,7 +21,8 @@ losers at a 3% floor so that a changed situation can still be noticed). A loser 
 `settled_probability` floor (1 %): at 3 % each, a handful of 1.3-2x slower algorithms cost the program
 about 5 % (measured: Open MPI 2 ranks, allreduce 256 KiB / 1 MiB, where the default is among the best).
 Evidence against the default (`paired_evidence`): in a measured cell, every algorithm's mean per call is
-compared with the default's mean IN THE SAME RUN, over the runs that drew both. Runs share the machine's
+compared with the default's mean IN THE SAME RUN, over the runs that drew both (the shared paired rule of
+tunempi.evidence: a t-test on the log ratios plus winning 3 of 4 runs). Runs share the machine's
 state, and on a shared VM that state moves everything by up to 3x for minutes and can reorder close
 algorithms (measured: Open MPI 1 MiB allreduce, basic_linear 6 % faster than ring in one state, 25 %
 slower in the other). `online best` keeps the default unless this paired evidence says faster.
@@ -37,6 +38,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from tunempi import evidence
 from tunempi.mpi.vendor import DEFAULT_ALGORITHM
 from tunempi.online.cells import Cell, SizeRanges
 from tunempi.online.state import CollectiveSwitch, OnlineConfig, OnlineState, Probabilities, Record
@@ -119,34 +121,34 @@ def cell_estimate(runs: Sequence[Sequence[float]], estimator: str, trim: float) 
 
 #: Calls of both algorithms a run needs before their per-run means are compared.
 MIN_PAIRED_CALLS = 3
-#: Runs with both before a p-value is computed (the one-sided signed-rank test needs 5 for p < 0.05).
-MIN_PAIRED_RUNS = 5
 
 
 def paired_evidence(candidate: Mapping[int, Sequence[float]], default: Mapping[int, Sequence[float]],
                     trim: float = 0.0) -> dict[str, float] | None:
-    """The candidate against a baseline, run by run: the median ratio of their per-run means, the share
-    of runs the candidate was faster in ("wins"), and the one-sided Wilcoxon signed-rank p-values of
-    "faster" ("p") and "slower" ("p_slower") over the log ratios (1.0 with fewer than MIN_PAIRED_RUNS
-    runs); None when no run has enough calls of both. Both are keyed by run."""
-    from scipy.stats import wilcoxon
-
-    ratios = [upper_trimmed_mean(candidate[run], trim) / upper_trimmed_mean(default[run], trim)
-              for run in sorted(set(candidate) & set(default))
-              if len(candidate[run]) >= MIN_PAIRED_CALLS and len(default[run]) >= MIN_PAIRED_CALLS]
-    if not ratios:
+    """The candidate against a baseline, run by run (both keyed by run): the shared paired comparison
+    (tunempi.evidence) of their per-run means, as the numbers `probabilities.json` keeps: "runs", "ratio"
+    (geometric mean of candidate / baseline: < 1 is faster), the one-sided p-values of "faster" ("p") and
+    "slower" ("p_slower"), the shares of runs the candidate was faster ("wins") and slower ("losses") in.
+    None when no run has enough calls of both."""
+    pairs = [(upper_trimmed_mean(candidate[run], trim), upper_trimmed_mean(default[run], trim))
+             for run in sorted(set(candidate) & set(default))
+             if len(candidate[run]) >= MIN_PAIRED_CALLS and len(default[run]) >= MIN_PAIRED_CALLS]
+    if not pairs:
         return None
-    p = p_slower = 1.0
-    logs = [math.log(r) for r in ratios]
-    if len(ratios) >= MIN_PAIRED_RUNS and any(logs):
-        p = float(wilcoxon(logs, alternative="less").pvalue)
-        p_slower = float(wilcoxon(logs, alternative="greater").pvalue)
-    wins = sum(r < 1 for r in ratios) / len(ratios)
-    return {"runs": float(len(ratios)), "ratio": float(np.median(ratios)), "p": p, "p_slower": p_slower,
-            "wins": wins}
+    found = evidence.compare([c for c, _ in pairs], [d for _, d in pairs])
+    return {"runs": float(found.pairs), "ratio": 1.0 / found.speedup, "p": found.p_faster,
+            "p_slower": found.p_slower, "wins": found.wins, "losses": found.losses}
 
 
-#: A loser is settled when the runs that drew it and the cell's leader show it slower at this level...
+def verdict_of(found: Mapping[str, float], level: float = evidence.LEVEL) -> str:
+    """The shared decision rule (evidence.decide) on stored paired evidence: faster / slower / same."""
+    wins = found.get("wins", 0.0)
+    return evidence.decide(int(found["runs"]), found["p"], found.get("p_slower", 1.0), wins,
+                           found.get("losses", 1.0 - wins), level)
+
+
+#: A loser is settled when the runs that drew it and the cell's leader show it slower at this level (a
+#: stricter one than a recommendation's: the shared rule, asked at 1 %)...
 SETTLE_LEVEL = 0.01
 #: ...and by at least this much (median per-run ratio): near-ties keep the full floor.
 SETTLE_MARGIN = 1.10
@@ -154,8 +156,9 @@ SETTLE_MARGIN = 1.10
 
 def settled_losers(per_run: Mapping[str, Mapping[int, Sequence[float]]], times: Mapping[str, float | None],
                    trim: float = 0.0) -> list[str]:
-    """Algorithms significantly and clearly slower than the leader (lowest estimate) of a measured cell,
-    compared run by run (paired_evidence): they may drop to the lower settled floor."""
+    """Algorithms clearly slower than the leader (lowest estimate) of a measured cell, compared run by run:
+    "slower" at SETTLE_LEVEL by the shared rule and by SETTLE_MARGIN: they may drop to the lower settled
+    floor."""
     known = {k: t for k, t in times.items() if t is not None and k in per_run}
     if len(known) < 2:
         return []
@@ -165,7 +168,7 @@ def settled_losers(per_run: Mapping[str, Mapping[int, Sequence[float]]], times: 
         if name == leader:
             continue
         found = paired_evidence(per_run[name], per_run[leader], trim)
-        if found is not None and found["p_slower"] < SETTLE_LEVEL and found["ratio"] >= SETTLE_MARGIN:
+        if found is not None and verdict_of(found, SETTLE_LEVEL) == "slower" and found["ratio"] >= SETTLE_MARGIN:
             out.append(name)
     return out
 

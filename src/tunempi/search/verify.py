@@ -3,25 +3,22 @@
 A search's best measured value is optimistic (the minimum of noisy draws), so the winner is re-run
 against the defaults, interleaved (default, best, best, default, ...: ABBA cancels a linear drift
 such as a filling page cache or a neighbour job starting), `repeats` times each. Adjacent runs form
-pairs; the paired log-ratios log(default / best) are tested one-sided with Student's t: the
-recommendation is made only when the lower 95% confidence bound of the speedup is above 1.
-Otherwise the answer is "keep the defaults". Logs make the test about ratios (a 10% gain is 10% at
-any scale) and tame the right-skew of run times.
+pairs, and the shared paired-evidence rule decides (tunempi.evidence, docs/evidence.md): the
+recommendation is made only when the best configuration is "faster" at the stated level, i.e. the
+`confidence` interval of the speedup lies above 1 and it won at least 3 of 4 pairs. Otherwise the answer
+is "keep the defaults".
 """
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass
 
-import numpy as np
-from scipy import stats
-
+from tunempi import evidence
 from tunempi.search.base import Objective, TrialResult
 from tunempi.space.params import Value
 
-MIN_PAIRS = 3
+MIN_PAIRS = evidence.MIN_PAIRS
 
 
 @dataclass(frozen=True)
@@ -29,8 +26,8 @@ class Verdict:
     """The outcome of best-vs-default verification."""
 
     recommend: bool
-    speedup: float | None          # geometric-mean default/best time ratio (>1: best is faster)
-    speedup_low: float | None      # one-sided lower confidence bound of the speedup
+    speedup: float | None          # estimated default/best time ratio (>1: best is faster)
+    speedup_low: float | None      # lower bound of the two-sided `confidence` interval of the speedup
     p_value: float | None          # one-sided: H0 "best is not faster"
     pairs: int                     # usable pairs
     confidence: float
@@ -42,10 +39,7 @@ class Verdict:
 
 def interleaved_schedule(repeats: int) -> list[str]:
     """'default'/'best' run order for `repeats` pairs: ABBA blocks, so drift hits both sides alike."""
-    order: list[str] = []
-    for i in range(repeats):
-        order.extend(("default", "best") if i % 2 == 0 else ("best", "default"))
-    return order
+    return [side for _, side in evidence.alternating("default", "best", repeats)]
 
 
 def compare_to_default(best: Sequence[float | None], default: Sequence[float | None],
@@ -61,27 +55,17 @@ def compare_to_default(best: Sequence[float | None], default: Sequence[float | N
     if len(pairs) < MIN_PAIRS:
         return Verdict(False, None, None, None, len(pairs), confidence,
                        f"keep the defaults: {len(pairs)} usable pairs, at least {MIN_PAIRS} are needed")
-    diffs = np.array([math.log(d / b) for b, d in pairs])
-    n = len(diffs)
-    mean = float(diffs.mean())
-    sd = float(diffs.std(ddof=1))
-    if sd == 0.0:
-        # Identical ratios every time (a deterministic objective): the sign decides.
-        p = 0.0 if mean > 0 else 1.0
-        low = mean
-    else:
-        se = sd / math.sqrt(n)
-        t = mean / se
-        p = float(stats.t.sf(t, df=n - 1))
-        low = mean - float(stats.t.ppf(confidence, df=n - 1)) * se
-    speedup, speedup_low = math.exp(mean), math.exp(low)
-    if p < 1 - confidence:
-        reason = (f"recommend: {speedup:.3f}x faster than the defaults "
-                  f"({confidence:.0%} lower bound {speedup_low:.3f}x, p={p:.3g}, {n} pairs)")
-        return Verdict(True, speedup, speedup_low, p, n, confidence, reason)
-    reason = (f"keep the defaults: measured {speedup:.3f}x but not significant at {confidence:.0%} "
-              f"(lower bound {speedup_low:.3f}x, p={p:.3g}, {n} pairs)")
-    return Verdict(False, speedup, speedup_low, p, n, confidence, reason)
+    found = evidence.compare([b for b, _ in pairs], [d for _, d in pairs], level=(1.0 - confidence) / 2.0)
+    n = found.pairs
+    numbers = (f"{confidence:.0%} interval {found.low:.3f}x..{found.high:.3f}x, p={found.p_faster:.3g}, "
+               f"faster in {found.wins:.0%} of {n} pairs")
+    if found.verdict == "faster":
+        return Verdict(True, found.speedup, found.low, found.p_faster, n, confidence,
+                       f"recommend: {found.speedup:.3f}x faster than the defaults ({numbers})")
+    why = ("not faster in enough pairs" if found.p_faster < found.level
+           else f"not significant at {confidence:.0%}")
+    return Verdict(False, found.speedup, found.low, found.p_faster, n, confidence,
+                   f"keep the defaults: measured {found.speedup:.3f}x but {why} ({numbers})")
 
 
 @dataclass(frozen=True)

@@ -6,15 +6,11 @@ TuningStopped, WritingFiles, FilesWritten) to a callback; the CLI (cli/tune.py) 
 
 from __future__ import annotations
 
-import dataclasses
 import os
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
-
-from rich.console import Console
-from rich.progress import BarColumn, Progress, TaskProgressColumn, TextColumn, TimeElapsedColumn
 
 from tunempi.bench.engine import Layout
 from tunempi.bench.protocol import MeasureSettings
@@ -32,10 +28,9 @@ from tunempi.store.results import ResultStore, utc_timestamp
 from tunempi.strategy import DEFAULT_STRATEGY, STRATEGIES
 from tunempi.tune.driver import CurvePoint, TuneOutcome, Tuner
 from tunempi.tune.files import WrittenFiles, rule_sets_for, selection_table, write_tuning_files
-from tunempi.tune.manifest import CurveRecord, LibraryRecord, Manifest, RunRecord, SelectionRow, VerifyRecord
+from tunempi.tune.manifest import CurveRecord, LibraryRecord, Manifest, RunRecord, SelectionRow
 from tunempi.tune.runner import LayoutRunner, ParallelRunner, PointResult
 from tunempi.tune.space import Scale, candidate_algorithms, feature_space, message_sizes, sub_scales
-from tunempi.units import format_size
 
 #: Strategy parameters for live tuning (the strategies' own defaults suit replayed datasets): batches of
 #: 32 cells (each ask refits the models: fewer rounds, less model time per measured run), a regret
@@ -314,109 +309,3 @@ def write_result(plan: TunePlan, outcome: TuneOutcome, emit: OnTuneEvent = _igno
     )
     emit(FilesWritten(manifest, manifest.save()))
     return manifest
-
-
-#: What verify measures per point by default (each cell: `repeats` x tuned and default).
-VERIFY_SETTINGS = MeasureSettings(warmup=2, min_iters=10, max_iters=1000, rel_ci=0.05, time_cap_s=0.1)
-
-
-@dataclass
-class VerifyReport:
-    manifest: Manifest
-    verified: list
-    summary: dict
-    replaced: int
-
-
-def run_verify(directory: Path, console: Console, *, repeats: int = 3, settings: MeasureSettings = VERIFY_SETTINGS,
-               mpi: str | None = None, topology: str = "serial", smoke: bool = True) -> VerifyReport:
-    """Tuned against default, interleaved per layout; slower-beyond-noise rules go back to default and the
-    files are rewritten (smoke-checked). The manifest's `verify` section records every cell."""
-    import time
-
-    from tunempi.mpi.discovery import adapter_for, resolve_library
-    from tunempi.tune.verify import apply_replacements, evaluate, summary, suspicious, verify_plan
-
-    if repeats < 2:
-        raise UsageError(f"--repeats must be at least 2 (a confidence interval needs two pairs), got {repeats}")
-    manifest = Manifest.load(directory)
-    missing = manifest.missing_files()
-    if missing:
-        raise UsageError(f"{directory}: files named in the manifest are missing: {', '.join(missing)}")
-    recorded = manifest.library
-    # The mpicc, not the prefix: Debian's MPICH and Open MPI share the prefix /usr (whose bin/mpicc is
-    # whichever the alternatives pick). Manifests written before the mpicc was recorded have the prefix.
-    library = resolve_library(mpi or recorded.mpicc or recorded.prefix)
-    if library.fingerprint != recorded.fingerprint:
-        raise UsageError(f"{directory} was tuned for {recorded.name} ({recorded.fingerprint}), "
-                         f"not {library.name} ({library.fingerprint}); give --mpi with that library")
-    adapter = adapter_for(library)
-    rows = manifest.selection
-    selection = {row.cell: row.algorithm for row in rows}
-    work = verify_plan(selection, repeats)
-    multi_node = any(layout.nodes > 1 for layout in work)
-    allocation = NodeAllocation.from_environment() if multi_node else None
-
-    def make_runner(layout: Layout, hosts: NodeAllocation | None) -> LayoutRunner:
-        return LayoutRunner(library, adapter, layout, settings=settings, allocation=hosts,
-                            system=manifest.system)
-
-    runner = ParallelRunner(make_runner, scheduling(topology, allocation), allocation)
-    total = sum(len(points) for points in work.values())
-    console.print(f"[bold]{library.name}[/]: verifying {sum(a != DEFAULT_ALGORITHM for a in selection.values())} "
-                  f"tuned cells against the default, {repeats} interleaved pairs each ({total} runs)")
-    started = time.monotonic()
-    columns = (TextColumn("{task.description}"), BarColumn(), TaskProgressColumn(), TimeElapsedColumn())
-    try:
-        with Progress(*columns, console=console, transient=False) as progress:
-            task = progress.add_task("verifying", total=total)
-
-            def on_point(result: PointResult) -> None:
-                p = result.point
-                progress.update(task, advance=1,
-                                description=f"{p.collective} {format_size(p.msg_bytes)} {p.algorithm}")
-
-            results = list(runner.run(work, on_point=on_point))
-            # Cells that look slower without the evidence to say so get as many pairs again, so that a
-            # real slowdown is not waved through for lack of runs (nor a good rule dropped for one outlier).
-            again = suspicious(evaluate(selection, results))
-            if again:
-                extra = verify_plan({c: selection[c] for c in again}, repeats, first_run=repeats)
-                progress.update(task, total=total + sum(len(p) for p in extra.values()))
-                results += runner.run(extra, on_point=on_point)
-    finally:
-        runner.close()
-    verified = evaluate(selection, results)
-    fixed, verified = apply_replacements(selection, verified)
-    replaced = [v for v in verified if v.replaced]
-    if replaced:
-        table = selection_table(fixed, preferred_ppn=manifest.preferred_ppn)
-        rule_sets = rule_sets_for(table)
-        scales = {cell.ranks for cell in fixed}
-        with console.status("rewriting the tuning files (smoke run)"):
-            written = write_tuning_files(manifest.directory, library, adapter, rule_sets,
-                                         smoke_ranks=sorted(scales), smoke=smoke)
-        manifest = dataclasses.replace(manifest, **files_fields(written, rule_sets), selection=tuple(
-            SelectionRow(row.cell, fixed[row.cell],
-                         row.median_us if fixed[row.cell] == row.algorithm else row.default_us, row.default_us,
-                         replaced_from=row.algorithm if fixed[row.cell] != row.algorithm else "")
-            for row in rows))
-    numbers = summary(verified)
-    manifest = dataclasses.replace(manifest, verify=VerifyRecord(
-        verified_at=utc_timestamp(), repeats=repeats, second_pass_cells=len(again), time_cap_s=settings.time_cap_s,
-        wall_s=time.monotonic() - started, summary=numbers, cells=tuple(verified)))
-    manifest.save()
-    for v in replaced:
-        console.print(f"[yellow]replaced[/] {v.cell.collective} {format_size(v.cell.msg_bytes)} at "
-                      f"{v.cell.ranks} ranks: {v.algorithm} was "
-                      f"{'slower within noise' if v.verdict == 'same' else v.verdict} "
-                      f"(speedup {v.speedup:.3f}, 95% CI {v.ci_low:.3f}..{v.ci_high:.3f}) -> default")
-    console.print(
-        f"verified {numbers['compared']} cells: geo-mean speedup over default {numbers['geo_mean_speedup_compared_after']:.3f}x "
-        f"(before replacements {numbers['geo_mean_speedup_compared_before']:.3f}x; all {numbers['cells']} cells "
-        f"{numbers['geo_mean_speedup_all_cells']:.3f}x); slower beyond noise: {numbers['slower_beyond_noise_before']} "
-        f"-> {numbers['slower_beyond_noise_after']} after verify ({numbers['slower_point_estimate_after']} below 1 "
-        f"within noise; {len(again)} cells got a second pass)"
-        + (f"; files rewritten ({len(replaced)} rules -> default)" if replaced else "; files unchanged")
-    )
-    return VerifyReport(manifest, verified, numbers, len(replaced))

@@ -3,27 +3,28 @@
 For every cell of the selection whose choice is not `default`, the engine measures the tuned algorithm
 and the library's own choice alternately, `repeats` times, in ONE launch per layout (the algorithm is
 switched through MPI_T between points; the order alternates each repetition so that drift of a shared
-machine hits both sides alike). Each repetition gives a ratio default/tuned of two medians measured
-seconds apart; the speedup is the geometric mean of the ratios and its 95 % confidence interval comes
-from a t-interval on their logarithms (so noise between runs, the dominant noise here, is what the
-interval measures). A cell is *slower beyond noise* when the whole interval lies below 1. Its rule is
-replaced by `default`, and so is the rule of a cell whose estimate stays below 1 after the second pass
-(no evidence the rule helps, and the best estimate says it hurts: the library's own choice costs
-nothing to keep). The rule sets and files are rewritten (and smoke-checked again), and verify says so.
-A verified tuning result therefore keeps no measured point that it estimates slower than the default.
+machine hits both sides alike). Each repetition gives a pair of medians measured seconds apart, and the
+shared paired-evidence rule (tunempi.evidence, docs/evidence.md) gives the speedup default/tuned, its
+95 % interval and the verdict: a cell is *slower beyond noise* when the interval lies below 1 and the
+tuned rule lost at least 3 of 4 pairs. Its rule is replaced by `default`, and so is the rule of a cell
+whose estimate stays below 1 after the second pass (no evidence the rule helps, and the best estimate
+says it hurts: the library's own choice costs nothing to keep). The rule sets and files are rewritten
+(and smoke-checked again), and verify says so. A verified tuning result therefore keeps no measured
+point that it estimates slower than the default.
+
+The command as a library call, in steps, is tune/verify_run.py (this module is what the manifest records).
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 import numpy as np
-from scipy import stats
 
+from tunempi import evidence
 from tunempi.bench.engine import Layout
-from tunempi.bench.protocol import MeasureSettings
 from tunempi.bench.sweep import BenchPoint
 from tunempi.bench.validate import DEFAULT_ALGORITHM
 from tunempi.space import Cell
@@ -65,41 +66,17 @@ class VerifiedCell:
                    bool(data.get("replaced", False)))
 
 
-def speedup_interval(tuned: Sequence[float], default: Sequence[float], *, confidence: float = 0.95
-                     ) -> tuple[float, float, float]:
-    """(speedup, low, high) from paired per-repetition medians: geometric mean of default/tuned with a
-    t-interval on the log ratios. One pair: the interval is the point (no noise estimate)."""
-    if len(tuned) != len(default) or not tuned:
-        raise ValueError("need the same, non-zero number of tuned and default runs")
-    logs = np.log(np.asarray(default, dtype=float) / np.asarray(tuned, dtype=float))
-    centre = float(logs.mean())
-    if len(logs) < 2:
-        return math.exp(centre), math.exp(centre), math.exp(centre)
-    half = float(stats.t.ppf(0.5 + confidence / 2, len(logs) - 1) * logs.std(ddof=1) / math.sqrt(len(logs)))
-    return math.exp(centre), math.exp(centre - half), math.exp(centre + half)
-
-
-def classify(speedup: float, low: float, high: float) -> str:
-    """faster / slower beyond noise (the interval excludes 1), else same."""
-    if high < 1.0:
-        return "slower"
-    if low > 1.0:
-        return "faster"
-    return "same"
-
-
 def verify_plan(selection: Mapping[Cell, str], repeats: int, *, first_run: int = 0) -> dict[Layout, list[BenchPoint]]:
     """Per layout: tuned and default points of every non-default cell, interleaved, order alternating per
-    repetition; the point's `run` is the repetition (from `first_run`: a second pass adds pairs)."""
+    repetition (evidence.pair_order); the point's `run` is the repetition (from `first_run`: a second
+    pass adds pairs)."""
     work: dict[Layout, list[BenchPoint]] = {}
     cells = sorted(c for c, a in selection.items() if a != DEFAULT_ALGORITHM)
     for run in range(first_run, first_run + repeats):
-        for cell in cells:
-            pair = [selection[cell], DEFAULT_ALGORITHM]
-            if run % 2:
-                pair.reverse()
+        for cell in cells:  # a cell's pair is measured back to back
             work.setdefault(layout_of(cell), []).extend(
-                BenchPoint(cell.collective, name, cell.msg_bytes, run) for name in pair)
+                BenchPoint(cell.collective, name, cell.msg_bytes, run)
+                for name in evidence.pair_order(selection[cell], DEFAULT_ALGORITHM, run))
     return work
 
 
@@ -124,9 +101,9 @@ def evaluate(selection: Mapping[Cell, str], results: Sequence[PointResult]) -> l
             verified.append(VerifiedCell(cell, algorithm, None, None, nan, nan, nan, "failed"))
             continue
         tuned, default = [p[0] for p in pairs], [p[1] for p in pairs]
-        speedup, low, high = speedup_interval(tuned, default)
+        found = evidence.compare(tuned, default)
         verified.append(VerifiedCell(cell, algorithm, float(np.median(tuned)), float(np.median(default)),
-                                     speedup, low, high, classify(speedup, low, high)))
+                                     found.speedup, found.low, found.high, found.verdict))
     return verified
 
 
@@ -175,6 +152,3 @@ def summary(verified: Sequence[VerifiedCell]) -> dict[str, float | int]:
         "replaced": sum(v.replaced for v in verified),
         "failed": sum(v.verdict == "failed" for v in verified),
     }
-
-
-Measure = Callable[[Mapping[Layout, Sequence[BenchPoint]], MeasureSettings], Sequence[PointResult]]

@@ -1,0 +1,177 @@
+"""`tunempi bench` as a library call: validate, sweep the points not measured yet into the store, summarise.
+
+Progress goes to a BenchListener (the CLI draws a bar from it); the result is a BenchReport. Nothing here
+prints.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from tunempi.bench.engine import Layout, PointOutcome
+from tunempi.bench.protocol import MeasureSettings
+from tunempi.bench.summary import FastestRow, fastest_table
+from tunempi.bench.sweep import MODES, BenchPoint, Sweep, plan_points
+from tunempi.bench.validate import check_engine_collective, check_ranks, check_size, parse_algorithms
+from tunempi.config import resolve_db
+from tunempi.errors import UsageError
+from tunempi.launch.hosts import NodeAllocation, local_cores
+from tunempi.launch.launchers import BINDINGS
+from tunempi.mpi.discovery import adapter_for, resolve_library
+from tunempi.mpi.library import MPILibrary
+from tunempi.store.results import Measurement, ResultStore
+from tunempi.units import parse_sizes
+
+DEFAULT_SIZES = "8,1KiB,64KiB,1MiB"
+BIND_CHOICES: tuple[str, ...] = ("auto", *BINDINGS)
+
+
+@dataclass(frozen=True)
+class BenchOptions:
+    """Everything `tunempi bench` was asked to do, as given (validated by run_bench)."""
+
+    mpi: str | None = None
+    collectives: str = "allreduce"
+    algorithms: str = "all"
+    sizes: str = DEFAULT_SIZES
+    ranks: int | None = None
+    nodes: int | None = None
+    ppn: int | None = None
+    repeat: int = 1
+    db: str | None = None
+    force: bool = False
+    mode: str = "mpit"
+    settings: MeasureSettings = MeasureSettings()
+    point_timeout_s: float | None = None
+    bind: str = "auto"
+    strict: bool = True
+    hostfile: str | None = None
+
+
+@dataclass(frozen=True)
+class BenchPlan:
+    """What the sweep will do: `points` asked for, `todo` of them not in the store yet."""
+
+    library: MPILibrary
+    layout: Layout
+    mode: str
+    db: Path
+    points: list[BenchPoint]
+    todo: list[BenchPoint]
+
+
+class BenchListener:
+    """Progress of `run_bench`; every method does nothing here (a front end overrides what it shows)."""
+
+    def started(self, plan: BenchPlan) -> None:
+        """The options are checked and the library found; measuring starts."""
+
+    def measured(self, point: BenchPoint, outcome: PointOutcome, measurement: Measurement) -> None:
+        """One point done (failed, wrong results, or measured)."""
+
+
+@dataclass
+class BenchReport:
+    plan: BenchPlan
+    rows: list[FastestRow]  # the fastest algorithm per (collective, size), from the store
+    counts: dict[str, int] = field(default_factory=lambda: {"ok": 0, "wrong": 0, "failed": 0})  # this run
+    launches: int = 0
+    interrupted: bool = False
+
+
+def check_layout(options: BenchOptions) -> Layout:
+    ranks = options.ranks
+    if ranks is None:
+        ranks = options.nodes * options.ppn if options.nodes and options.ppn else 2
+    check_ranks(ranks)
+    if options.nodes is not None and options.nodes < 1:
+        raise UsageError(f"--nodes must be at least 1, got {options.nodes}")
+    if options.ppn is not None and options.ppn < 1:
+        raise UsageError(f"--ppn must be at least 1, got {options.ppn}")
+    if options.nodes is not None and options.ppn is not None and ranks > options.nodes * options.ppn:
+        raise UsageError(f"{ranks} ranks do not fit on {options.nodes} node(s) x {options.ppn} per node")
+    return Layout(ranks=ranks, nodes=options.nodes or 1, ppn=options.ppn)
+
+
+def resolve_binding(choice: str, layout: Layout, allocation: NodeAllocation | None = None) -> str | None:
+    """The binding for `choice`; "auto" binds each rank to a core when the ranks fit the cores of this one
+    node, else leaves placement to the launcher (oversubscribed, or several nodes). Measured with MPICH at 2 ranks on a busy 2-core
+    node: unbound, both ranks were sometimes put on the same core and every collective of that launch
+    took scheduler ticks (8 B allreduce: 12 ms instead of 1.3 us); bound, never (docs/bench.md)."""
+    if choice != "auto":
+        return choice
+    fits = layout.nodes == 1 and allocation is None and layout.ranks <= local_cores()
+    return "core" if fits else None
+
+
+def _allocation(options: BenchOptions, layout: Layout) -> NodeAllocation | None:
+    allocation = (
+        NodeAllocation.from_hostfile(options.hostfile) if options.hostfile
+        else NodeAllocation.from_environment() if layout.nodes > 1 else None
+    )
+    if layout.nodes > 1 and allocation is None:
+        raise UsageError(
+            f"--nodes {layout.nodes} needs a host list: run inside a Slurm or PBS job, or give --hostfile"
+        )
+    if allocation is not None and layout.nodes > allocation.nodes:
+        raise UsageError(f"--nodes {layout.nodes} but the allocation has {allocation.nodes} node(s)")
+    return allocation
+
+
+def run_bench(options: BenchOptions, listener: BenchListener | None = None) -> BenchReport:
+    """Validate (everything typed is checked before a library is probed or launched), sweep the points
+    not measured yet (each stored as it arrives), and summarise the fastest algorithms from the store.
+
+    Ctrl-C stops the sweep; what was measured is kept and summarised, and the report says `interrupted`.
+    """
+    listener = listener or BenchListener()
+    if options.mode not in MODES:
+        raise UsageError(f"unknown --mode {options.mode!r}; valid: {', '.join(MODES)}")
+    if options.bind not in BIND_CHOICES:
+        raise UsageError(f"unknown --bind {options.bind!r}; valid: {', '.join(BIND_CHOICES)}")
+    if options.repeat < 1:
+        raise UsageError(f"--repeat must be at least 1, got {options.repeat}")
+    collectives = [check_engine_collective(c) for c in options.collectives.split(",") if c.strip()]
+    if not collectives:
+        raise UsageError(f"no collectives in {options.collectives!r}")
+    sizes = parse_sizes(options.sizes)
+    layout = check_layout(options)
+    for collective in collectives:
+        for size in [] if collective == "barrier" else sizes:
+            check_size(collective, size, layout.ranks)
+    allocation = _allocation(options, layout)
+    library = resolve_library(options.mpi)
+    adapter = adapter_for(library)
+    algorithms = {c: parse_algorithms(adapter, c, options.algorithms) for c in dict.fromkeys(collectives)}
+    points = plan_points(algorithms, sizes, ranks=layout.ranks, repeat=options.repeat)
+    db_path = resolve_db(options.db)
+
+    with ResultStore(db_path) as store:
+        sweep = Sweep(
+            library, adapter, layout, mode=options.mode, settings=options.settings, store=store,
+            allocation=allocation, bind=resolve_binding(options.bind, layout, allocation),
+            point_timeout_s=options.point_timeout_s, strict=options.strict,
+        )
+        plan = BenchPlan(library, layout, options.mode, db_path, points, sweep.pending(points, force=options.force))
+        listener.started(plan)
+        report = BenchReport(plan, [])
+
+        def on_result(point: BenchPoint, outcome: PointOutcome, measurement: Measurement) -> None:
+            report.counts["failed" if not outcome.ok else "wrong" if measurement.errors else "ok"] += 1
+            listener.measured(point, outcome, measurement)
+
+        try:
+            if plan.todo:
+                sweep.run(plan.todo, on_result)
+        except KeyboardInterrupt:
+            report.interrupted = True
+        report.launches = sweep.launches
+        measured = store.query(
+            library_fingerprint=library.fingerprint, system=sweep.system, ranks=layout.ranks,
+            nodes=layout.nodes, ppn=layout.ppn_or_derived, collective=list(algorithms),
+            msg_bytes=sorted({p.msg_bytes for p in points}),
+        )
+    wanted = {(p.collective, p.algorithm, p.msg_bytes, p.run) for p in points}
+    report.rows = fastest_table(m for m in measured if (m.collective, m.algorithm, m.msg_bytes, m.run) in wanted)
+    return report

@@ -1,0 +1,201 @@
+"""`tunempi verify` as a library call, in steps: `plan_verify` (load and check the tuning directory),
+`measure_pairs` (the interleaved runs and the second pass), `apply_replacements` (tune/verify.py),
+`rewrite_files`, `record_verify` (the manifest's `verify` section). Progress goes to a VerifyListener;
+nothing here prints. The statistics and the rule are in tune/verify.py and tunempi.evidence.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from tunempi.bench.engine import Layout
+from tunempi.bench.protocol import MeasureSettings
+from tunempi.bench.sweep import BenchPoint
+from tunempi.bench.validate import DEFAULT_ALGORITHM
+from tunempi.errors import UsageError
+from tunempi.launch.hosts import NodeAllocation
+from tunempi.mpi.library import MPILibrary
+from tunempi.space import Cell
+from tunempi.store.results import utc_timestamp
+from tunempi.tune.files import rule_sets_for, selection_table, write_tuning_files
+from tunempi.tune.manifest import Manifest, SelectionRow, VerifyRecord
+from tunempi.tune.runner import LayoutRunner, ParallelRunner, PointResult
+from tunempi.tune.verify import (
+    VerifiedCell,
+    apply_replacements,
+    evaluate,
+    summary,
+    suspicious,
+    verify_plan,
+)
+from tunempi.units import format_size
+
+#: What verify measures per point by default (each cell: `repeats` x tuned and default).
+VERIFY_SETTINGS = MeasureSettings(warmup=2, min_iters=10, max_iters=1000, rel_ci=0.05, time_cap_s=0.1)
+
+
+@dataclass(frozen=True)
+class VerifyPlan:
+    """A checked tuning directory and the interleaved runs that verify it."""
+
+    manifest: Manifest
+    library: MPILibrary
+    selection: dict[Cell, str]
+    repeats: int
+    work: dict[Layout, list[BenchPoint]]
+
+    @property
+    def tuned_cells(self) -> int:
+        return sum(a != DEFAULT_ALGORITHM for a in self.selection.values())
+
+    @property
+    def runs(self) -> int:
+        return sum(len(points) for points in self.work.values())
+
+
+class VerifyListener:
+    """Progress of `run_verify`; every method does nothing here (a front end overrides what it shows)."""
+
+    def started(self, plan: VerifyPlan) -> None:
+        """The plan is checked; measuring starts."""
+
+    def measured(self, result: PointResult, done: int, total: int) -> None:
+        """One run done (`total` grows when the second pass adds runs)."""
+
+    def rewriting(self) -> None:
+        """Rules were replaced: the files are being rewritten and smoke-checked."""
+
+
+@dataclass
+class VerifyReport:
+    manifest: Manifest
+    verified: list[VerifiedCell]
+    summary: dict
+    replaced: int
+    second_pass_cells: int = 0
+
+    def lines(self) -> list[str]:
+        """What verify found, as plain text: one line per replaced rule, then the summary."""
+        out = [f"replaced {v.cell.collective} {format_size(v.cell.msg_bytes)} at {v.cell.ranks} ranks: "
+               f"{v.algorithm} was {'slower within noise' if v.verdict == 'same' else v.verdict} "
+               f"(speedup {v.speedup:.3f}, 95% CI {v.ci_low:.3f}..{v.ci_high:.3f}) -> default"
+               for v in self.verified if v.replaced]
+        n = self.summary
+        out.append(
+            f"verified {n['compared']} cells: geo-mean speedup over default {n['geo_mean_speedup_compared_after']:.3f}x "
+            f"(before replacements {n['geo_mean_speedup_compared_before']:.3f}x; all {n['cells']} cells "
+            f"{n['geo_mean_speedup_all_cells']:.3f}x); slower beyond noise: {n['slower_beyond_noise_before']} "
+            f"-> {n['slower_beyond_noise_after']} after verify ({n['slower_point_estimate_after']} below 1 "
+            f"within noise; {self.second_pass_cells} cells got a second pass)"
+            + (f"; files rewritten ({self.replaced} rules -> default)" if self.replaced else "; files unchanged"))
+        return out
+
+
+def plan_verify(directory: Path, *, repeats: int, mpi: str | None = None) -> VerifyPlan:
+    """Load the tuning directory, check that its files are there and that `mpi` (default: the manifest's
+    library) is the library it was tuned for, and plan the interleaved runs."""
+    from tunempi.mpi.discovery import resolve_library
+
+    if repeats < 2:
+        raise UsageError(f"--repeats must be at least 2 (a confidence interval needs two pairs), got {repeats}")
+    manifest = Manifest.load(directory)
+    missing = manifest.missing_files()
+    if missing:
+        raise UsageError(f"{directory}: files named in the manifest are missing: {', '.join(missing)}")
+    recorded = manifest.library
+    # The mpicc, not the prefix: Debian's MPICH and Open MPI share the prefix /usr (whose bin/mpicc is
+    # whichever the alternatives pick). Manifests written before the mpicc was recorded have the prefix.
+    library = resolve_library(mpi or recorded.mpicc or recorded.prefix)
+    if library.fingerprint != recorded.fingerprint:
+        raise UsageError(f"{directory} was tuned for {recorded.name} ({recorded.fingerprint}), "
+                         f"not {library.name} ({library.fingerprint}); give --mpi with that library")
+    selection = {row.cell: row.algorithm for row in manifest.selection}
+    return VerifyPlan(manifest, library, selection, repeats, verify_plan(selection, repeats))
+
+
+def measure_pairs(plan: VerifyPlan, settings: MeasureSettings, topology: str, listener: VerifyListener
+                  ) -> tuple[list[PointResult], list[Cell]]:
+    """The planned runs, then as many pairs again for the cells that look slower without the evidence to
+    say so (a real slowdown is not waved through for lack of runs, nor a good rule dropped for one
+    outlier). Returns every result and the cells of the second pass."""
+    from tunempi.mpi.discovery import adapter_for
+    from tunempi.tune.job import scheduling
+
+    adapter = adapter_for(plan.library)
+    multi_node = any(layout.nodes > 1 for layout in plan.work)
+    allocation = NodeAllocation.from_environment() if multi_node else None
+    system = plan.manifest.system
+
+    def make_runner(layout: Layout, hosts: NodeAllocation | None) -> LayoutRunner:
+        return LayoutRunner(plan.library, adapter, layout, settings=settings, allocation=hosts, system=system)
+
+    runner = ParallelRunner(make_runner, scheduling(topology, allocation), allocation)
+    progress = {"done": 0, "total": plan.runs}
+
+    def on_point(result: PointResult) -> None:
+        progress["done"] += 1
+        listener.measured(result, progress["done"], progress["total"])
+
+    try:
+        results = list(runner.run(plan.work, on_point=on_point))
+        again = suspicious(evaluate(plan.selection, results))
+        if again:
+            extra = verify_plan({c: plan.selection[c] for c in again}, plan.repeats, first_run=plan.repeats)
+            progress["total"] += sum(len(points) for points in extra.values())
+            results += runner.run(extra, on_point=on_point)
+    finally:
+        runner.close()
+    return results, again
+
+
+def rewrite_files(manifest: Manifest, library: MPILibrary, fixed: Mapping[Cell, str], smoke: bool) -> Manifest:
+    """Rule sets and tuning files (smoke-checked) for the selection after replacements, and the manifest's
+    selection rows (a replaced row keeps the default's median and says what it replaced)."""
+    from tunempi.mpi.discovery import adapter_for
+    from tunempi.tune.job import files_fields
+
+    rule_sets = rule_sets_for(selection_table(fixed, preferred_ppn=manifest.preferred_ppn))
+    written = write_tuning_files(manifest.directory, library, adapter_for(library), rule_sets,
+                                 smoke_ranks=sorted({cell.ranks for cell in fixed}), smoke=smoke)
+    return dataclasses.replace(manifest, **files_fields(written, rule_sets), selection=tuple(
+        SelectionRow(row.cell, fixed[row.cell],
+                     row.median_us if fixed[row.cell] == row.algorithm else row.default_us, row.default_us,
+                     replaced_from=row.algorithm if fixed[row.cell] != row.algorithm else "")
+        for row in manifest.selection))
+
+
+def record_verify(manifest: Manifest, verified: Sequence[VerifiedCell], *, repeats: int, second_pass: int,
+                  settings: MeasureSettings, wall_s: float) -> Manifest:
+    """The manifest with its `verify` section (every cell, the summary), saved."""
+    manifest = dataclasses.replace(manifest, verify=VerifyRecord(
+        verified_at=utc_timestamp(), repeats=repeats, second_pass_cells=second_pass,
+        time_cap_s=settings.time_cap_s, wall_s=wall_s, summary=summary(verified), cells=tuple(verified)))
+    manifest.save()
+    return manifest
+
+
+def run_verify(directory: Path, *, repeats: int = 3, settings: MeasureSettings = VERIFY_SETTINGS,
+               mpi: str | None = None, topology: str = "serial", smoke: bool = True,
+               listener: VerifyListener | None = None) -> VerifyReport:
+    """Tuned against default, interleaved per layout; rules slower than the default (beyond noise, or
+    by the estimate) go back to default and the files are rewritten (smoke-checked). The manifest's
+    `verify` section records every cell."""
+    listener = listener or VerifyListener()
+    started = time.monotonic()
+    plan = plan_verify(directory, repeats=repeats, mpi=mpi)
+    listener.started(plan)
+    results, again = measure_pairs(plan, settings, topology, listener)
+    fixed, verified = apply_replacements(plan.selection, evaluate(plan.selection, results))
+    replaced = sum(v.replaced for v in verified)
+    manifest = plan.manifest
+    if replaced:
+        listener.rewriting()
+        manifest = rewrite_files(manifest, plan.library, fixed, smoke)
+    manifest = record_verify(manifest, verified, repeats=repeats, second_pass=len(again), settings=settings,
+                             wall_s=time.monotonic() - started)
+    assert manifest.verify is not None
+    return VerifyReport(manifest, verified, dict(manifest.verify.summary), replaced, len(again))
