@@ -14,7 +14,7 @@ import sys
 from pathlib import Path
 
 from tunempi.bench.protocol import MeasureSettings
-from tunempi.cli.bench import wide_console
+from tunempi.cli.console import output_console
 from tunempi.config import data_dir
 from tunempi.errors import TunempiError
 from tunempi.report.tuning import speedup_table, summary_lines, write_plots
@@ -31,7 +31,7 @@ def demo_db() -> Path:
 
 
 def main() -> int:
-    console = wide_console()
+    console = output_console()
     db = demo_db()
     out_root = Path(os.environ.get("TUNEMPI_DEMO_OUT") or data_dir() / "demo-tuning")
     max_msg = parse_size(os.environ.get("TUNEMPI_DEMO_MAX_MSG") or "256KiB")

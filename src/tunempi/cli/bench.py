@@ -8,6 +8,7 @@ from typing import Annotated
 
 import typer
 from rich.console import Console
+from rich.markup import escape
 from rich.progress import (
     BarColumn,
     MofNCompleteColumn,
@@ -23,6 +24,7 @@ from tunempi.bench.protocol import MeasureSettings
 from tunempi.bench.summary import FastestRow, fastest_table
 from tunempi.bench.sweep import MODES, BenchPoint, Sweep, plan_points
 from tunempi.bench.validate import check_engine_collective, check_ranks, check_size, parse_algorithms
+from tunempi.cli.console import output_console
 from tunempi.config import resolve, resolve_db
 from tunempi.errors import UsageError
 from tunempi.launch.hosts import NodeAllocation, local_cores
@@ -168,9 +170,13 @@ def _sweep_with_progress(sweep: Sweep, todo: list[BenchPoint], console: Console,
 
         def on_result(point: BenchPoint, outcome: PointOutcome, measurement: Measurement) -> None:
             name = f"{point.collective} {point.algorithm} {format_size(point.msg_bytes)}"
-            if not outcome.ok:
+            if not outcome.ok and sweep.adapter.says_not_usable(outcome.reason):
+                counts["not usable"] = counts.get("not usable", 0) + 1
+                progress.console.print(f"[yellow][not usable here][/] {name}: the library cannot run it for "
+                                       "this call")
+            elif not outcome.ok:
                 counts["failed"] += 1
-                progress.console.print(f"[red][FAIL][/] {name}: {outcome.status}: {outcome.reason}")
+                progress.console.print(f"[red][FAIL][/] {name}: {outcome.status}: {escape(outcome.reason)}")
             elif measurement.errors:
                 counts["wrong"] += 1
                 progress.console.print(
@@ -201,12 +207,6 @@ def fastest_rich_table(rows: list[FastestRow], title: str) -> Table:
             "-" if speedup is None else f"{speedup:.2f}x", str(row.algorithms), str(row.failed or ""),
         )
     return table
-
-
-def wide_console() -> Console:
-    """A console for tables: the terminal's width, or 120 columns when output goes to a file or pipe."""
-    console = Console()
-    return console if console.is_terminal else Console(width=120)
 
 
 def bench_command(
@@ -266,7 +266,7 @@ def bench_command(
         hostfile=hostfile,
     )
     try:
-        run_bench(options, wide_console())
+        run_bench(options, output_console())
     except KeyboardInterrupt:
         sys.exit(130)
 
@@ -276,5 +276,5 @@ def register(app: typer.Typer) -> None:
 
 
 __all__ = [
-    "BenchOptions", "bench_command", "fastest_rich_table", "register", "resolve_binding", "run_bench", "wide_console",
+    "BenchOptions", "bench_command", "fastest_rich_table", "register", "resolve_binding", "run_bench",
 ]

@@ -10,8 +10,8 @@ import importlib
 import sys
 
 import typer
-from rich.console import Console
 
+from tunempi.cli.console import output_console
 from tunempi.errors import TunempiError, UsageError
 
 app = typer.Typer(
@@ -49,7 +49,7 @@ SUBCOMMAND_MODULES: tuple[str, ...] = (
 for _module in SUBCOMMAND_MODULES:
     importlib.import_module(_module).register(app)
 
-_err = Console(stderr=True)
+_err = output_console(stderr=True)
 
 
 def main() -> None:

@@ -20,10 +20,10 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 import typer
-from rich.console import Console
 from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
+from tunempi.cli.console import output_console
 from tunempi.config import resolve, resolve_db
 from tunempi.errors import TunempiError, UsageError
 from tunempi.search import STRATEGY_NAMES, make_strategy, run_search, strategy_class
@@ -42,8 +42,8 @@ FORMATS = ("table", "json")
 DEFAULT_STRATEGY = "bayes"
 DEFAULT_OUT = "tunempi-search"
 
-_out = Console()
-_err = Console(stderr=True)
+_out = output_console()
+_err = output_console(stderr=True)
 
 
 def _int_option(flag: int | None, env: str, default: int, what: str, minimum: int) -> int:

@@ -7,10 +7,10 @@ from pathlib import Path
 from typing import Annotated, Any
 
 import typer
-from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
+from tunempi.cli.console import output_console
 from tunempi.collectives import check_collective
 from tunempi.config import resolve
 from tunempi.errors import UsageError
@@ -78,7 +78,7 @@ def register(app: typer.Typer) -> None:
         if train_max_ranks is not None and train_max_ranks < int(frame["ranks"].min()):
             raise UsageError(f"--train-max-ranks {train_max_ranks} leaves nothing to measure; "
                              f"smallest scale in the dataset: {int(frame['ranks'].min())} ranks")
-        console = Console(stderr=True)
+        console = output_console(stderr=True)
         with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
                       console=console, transient=True, disable=output_format == "json" and not console.is_terminal
                       ) as progress:
@@ -99,9 +99,7 @@ def register(app: typer.Typer) -> None:
         if output_format == "json":
             typer.echo(json.dumps(summaries, indent=1))
             return
-        out = Console()
-        if not out.is_terminal:  # redirected: do not squeeze the table into 80 columns
-            out = Console(width=160)
+        out = output_console()
         out.print(_table(summaries, collective_name))
         out.print(f"default's slowdown: {summaries[0]['default_slowdown']:.3f}; exhaustive cost "
                   f"{summaries[0]['exhaustive_cost_s']:.0f} s; cost fractions are of the exhaustive cost")

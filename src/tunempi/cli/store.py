@@ -7,8 +7,8 @@ from pathlib import Path
 from typing import Annotated, Any
 
 import typer
-from rich.console import Console
 
+from tunempi.cli.console import output_console
 from tunempi.collectives import parse_collectives
 from tunempi.config import resolve_db
 from tunempi.errors import UsageError
@@ -18,7 +18,7 @@ from tunempi.units import parse_sizes
 
 EXPORT_FORMATS: tuple[str, ...] = ("csv",)
 
-_err = Console(stderr=True)
+_err = output_console(stderr=True)
 
 DbOption = Annotated[
     str | None,

@@ -9,7 +9,7 @@ from typing import Annotated
 import typer
 
 from tunempi.bench.protocol import MeasureSettings
-from tunempi.cli.bench import wide_console
+from tunempi.cli.console import output_console
 from tunempi.config import resolve
 from tunempi.errors import UsageError
 from tunempi.mpi.discovery import SPEC_HELP
@@ -59,7 +59,7 @@ def tune_command(
         db=Path(db) if db else None, settings=settings,
         point_timeout_s=parse_duration(point_timeout) if point_timeout else None, smoke=smoke,
     )
-    report = run_tune(options, wide_console())
+    report = run_tune(options, output_console())
     if report.outcome.stop_reason == "interrupted":
         sys.exit(130)
 

@@ -8,7 +8,7 @@ from typing import Annotated
 import typer
 
 from tunempi.bench.protocol import MeasureSettings
-from tunempi.cli.bench import wide_console
+from tunempi.cli.console import output_console
 from tunempi.config import resolve
 from tunempi.errors import UsageError
 from tunempi.mpi.discovery import SPEC_HELP
@@ -33,7 +33,7 @@ def verify_command(
                                    time_cap_s=parse_duration(time_cap))
     except ValueError as exc:
         raise UsageError(str(exc)) from None
-    run_verify(tuning, wide_console(), repeats=repeats, settings=settings, mpi=mpi,
+    run_verify(tuning, output_console(), repeats=repeats, settings=settings, mpi=mpi,
                topology=resolve(topology, "TOPOLOGY", "serial") or "serial", smoke=smoke)
 
 

@@ -360,6 +360,13 @@ def launcher_for_argv(argv: Sequence[str], library: MPILibrary | None = None) ->
         return None
     where = shutil.which(executable)
     if where:
+        # A generic name is often a link (Debian: /usr/bin/mpirun -> alternatives -> orterun) into a
+        # directory holding both MPIs' launchers: the file it resolves to tells first.
+        real = os.path.basename(os.path.realpath(where))
+        if real in _HYDRA_NAMES:
+            return HydraLauncher(executable)
+        if real in _OPENMPI_NAMES:
+            return OpenMPILauncher(executable)
         directory = Path(os.path.realpath(where)).parent
         if any((directory / marker).exists() for marker in _HYDRA_MARKERS):
             return HydraLauncher(executable)
@@ -371,6 +378,18 @@ def launcher_for_argv(argv: Sequence[str], library: MPILibrary | None = None) ->
         f"cannot tell whose launcher {executable!r} is (Hydra or Open MPI); give --mpi, or the launcher's "
         f"specific name ({', '.join(sorted(_HYDRA_NAMES | _OPENMPI_NAMES))})"
     )
+
+
+def own_launcher(argv: Sequence[str], library: MPILibrary) -> list[str]:
+    """`argv` with a bare `mpiexec`/`mpirun` replaced by `library`'s own launcher.
+
+    A bare name means "this library's launcher", never whatever comes first in PATH (a system's
+    /usr/bin/mpiexec may belong to another MPI, whose ranks would not run `library`).
+    """
+    argv = [str(a) for a in argv]
+    if argv and argv[0] in _GENERIC_NAMES:
+        argv[0] = str(library.mpiexec)
+    return argv
 
 
 def rank_env_command(

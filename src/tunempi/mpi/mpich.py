@@ -275,6 +275,10 @@ CONSTRAINTS: tuple[str, ...] = (
 )
 
 
+#: What MPICH says when a forced algorithm cannot take a call and the fallback is "error".
+NOT_USABLE_MESSAGES = ("algorithm is not usable", "cannot be applied")
+
+
 class MpichAdapter(VendorAdapter):
     """MPICH (and derivatives that keep MPICH's cvar names)."""
 
@@ -326,6 +330,11 @@ class MpichAdapter(VendorAdapter):
         if "error" not in self._fallback_values:
             return None
         return CvarSwitch(cvar=FALLBACK_CVAR, value=self._fallback_values["error"], needs_new_communicator=False)
+
+    def says_not_usable(self, reason: str) -> bool:
+        # MPICH's message under fallback=error: "User set collective algorithm is not usable for the
+        # provided arguments", the end of its error stack (the engine keeps it; MPICH may cut it short).
+        return any(text in reason for text in NOT_USABLE_MESSAGES)
 
     def tuning_file_mechanisms(self) -> list[str]:
         if not self.cvar_names:

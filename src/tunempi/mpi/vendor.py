@@ -171,6 +171,11 @@ class VendorAdapter(ABC):
         """
         return None
 
+    def says_not_usable(self, reason: str) -> bool:
+        """Whether a failed point's message is the library saying the forced algorithm cannot take this
+        call (under strict_selection_switch): not usable here, as opposed to a real failure."""
+        return False
+
     def eager_threshold_knobs(self, *, intra_node: bool = True, inter_node: bool = False) -> list[ThresholdKnob]:
         """The knobs of the eager/rendezvous threshold for messages between ranks on one node
         (`intra_node`) and across nodes (`inter_node`), for the transport the library selects at run time;

@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from rich.console import Console
+from rich.markup import escape
 from rich.progress import BarColumn, Progress, TaskProgressColumn, TextColumn, TimeElapsedColumn
 
 from tunempi.bench.engine import Layout
@@ -172,7 +173,7 @@ def run_tune(options: TuneOptions, console: Console) -> TuneReport:
         if tuner.resumed:
             console.print(f"resuming: {tuner.resumed} earlier runs of these points read from the store")
         try:
-            outcome = _tune_with_progress(tuner, options, console)
+            outcome = _tune_with_progress(tuner, options, console, adapter.says_not_usable)
         finally:
             runner.close()
     report = TuneReport(None, outcome, spaces)
@@ -187,7 +188,8 @@ def run_tune(options: TuneOptions, console: Console) -> TuneReport:
     return report
 
 
-def _tune_with_progress(tuner: Tuner, options: TuneOptions, console: Console) -> TuneOutcome:
+def _tune_with_progress(tuner: Tuner, options: TuneOptions, console: Console,
+                        not_usable: Callable[[str], bool]) -> TuneOutcome:
     columns = (TextColumn("{task.description}"), BarColumn(), TaskProgressColumn(),
                TextColumn("{task.fields[points]} runs"), TimeElapsedColumn())
     with Progress(*columns, console=console, transient=False) as progress:
@@ -195,16 +197,19 @@ def _tune_with_progress(tuner: Tuner, options: TuneOptions, console: Console) ->
         counter = {"points": 0}
 
         failures: dict[tuple[str, str, int], int] = {}
+        unusable: set[tuple[str, str, int]] = set()
 
         def on_result(result: PointResult) -> None:
             counter["points"] += 1
             if not result.outcome.ok:  # the first failure of an algorithm at a scale in full, then a count
                 key = (result.point.collective, result.point.algorithm, result.layout.ranks)
                 failures[key] = failures.get(key, 0) + 1
-                if failures[key] == 1:
-                    progress.console.print(
-                        f"[red][FAIL][/] {key[0]} {key[1]} {format_size(result.point.msg_bytes)} at {key[2]} "
-                        f"ranks: {result.outcome.status}: {result.outcome.reason}")
+                where = f"{key[0]} {key[1]} {format_size(result.point.msg_bytes)} at {key[2]} ranks"
+                if not_usable(result.outcome.reason):  # the library refuses the call: nothing went wrong
+                    unusable.add(key)
+                elif failures[key] == 1:
+                    progress.console.print(f"[red][FAIL][/] {where}: {result.outcome.status}: "
+                                           f"{escape(result.outcome.reason)}")
             progress.update(task, points=counter["points"],
                             description=f"{result.point.collective} {format_size(result.point.msg_bytes)}")
 
@@ -213,7 +218,10 @@ def _tune_with_progress(tuner: Tuner, options: TuneOptions, console: Console) ->
             progress.update(task, completed=100.0 * state.convergence, description=f"converging ({per})")
 
         outcome = tuner.run(timeout_s=options.timeout_s, on_round=on_round, on_result=on_result)
-        repeated = {k: n for k, n in failures.items() if n > 1}
+        if unusable:
+            progress.console.print("not usable here (the library cannot run them at some sizes; left out "
+                                   "there): " + ", ".join(f"{c} {a} at {r} ranks" for c, a, r in sorted(unusable)))
+        repeated = {k: n for k, n in failures.items() if n > 1 and k not in unusable}
         if repeated:
             progress.console.print("failed more than once (not measured further where blocked): " + ", ".join(
                 f"{c} {a} at {r} ranks x{n}" for (c, a, r), n in sorted(repeated.items())))
@@ -290,20 +298,15 @@ def run_verify(directory: Path, console: Console, *, repeats: int = 3, settings:
     files are rewritten (smoke-checked). The manifest's `verify` section records every cell."""
     import time
 
-    from tunempi.mpi.discovery import adapter_for, resolve_library
+    from tunempi.mpi.discovery import adapter_for
+    from tunempi.tune.apply import check_tuning_files, tuning_library
     from tunempi.tune.verify import apply_replacements, evaluate, summary, suspicious, verify_plan
 
     if repeats < 2:
         raise UsageError(f"--repeats must be at least 2 (a confidence interval needs two pairs), got {repeats}")
     manifest = Manifest.load(directory)
-    missing = manifest.missing_files()
-    if missing:
-        raise UsageError(f"{directory}: files named in the manifest are missing: {', '.join(missing)}")
-    recorded = manifest.library
-    library = resolve_library(mpi or recorded["prefix"])
-    if library.fingerprint != recorded["fingerprint"]:
-        raise UsageError(f"{directory} was tuned for {recorded['name']} ({recorded['fingerprint']}), "
-                         f"not {library.name} ({library.fingerprint}); give --mpi with that library")
+    library = tuning_library(manifest, mpi)
+    check_tuning_files(manifest, library)
     adapter = adapter_for(library)
     rows = manifest.selection()
     selection = {row.cell: row.algorithm for row in rows}

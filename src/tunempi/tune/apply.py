@@ -1,0 +1,87 @@
+"""Applying a tuning directory to a command (`tunempi run`, verify): the library it was tuned for, files
+the library will accept, and a command line whose ranks run that library.
+
+Every check here runs before anything is launched: a directory tuned for one library runs silently
+untuned under another (Open MPI ignores MPICH's variables and the reverse), and MPICH aborts at MPI_Init
+with "Internal error" on a corrupt selection file.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+from collections.abc import Sequence
+
+from tunempi.errors import UsageError
+from tunempi.launch import launcher_for_argv, own_launcher
+from tunempi.launch.launchers import SrunLauncher
+from tunempi.mpi.library import MPILibrary
+from tunempi.tune.manifest import Manifest
+
+
+def tuning_library(manifest: Manifest, mpi: str | None = None) -> MPILibrary:
+    """The library a tuning directory applies to: `mpi` if given, else the one it was tuned with; UsageError
+    unless its fingerprint is the directory's (another library, version or rebuild)."""
+    from tunempi.mpi.discovery import resolve_library
+
+    recorded = manifest.library
+    spec = mpi or str(recorded["prefix"])
+    try:
+        library = resolve_library(spec)
+    except UsageError as exc:
+        raise UsageError(f"{manifest.directory} was tuned for {recorded['name']} at {recorded['prefix']}, "
+                         f"which is not usable here ({exc}); give --mpi with that library") from None
+    if library.fingerprint != recorded["fingerprint"]:
+        raise UsageError(
+            f"{manifest.directory} was tuned for {recorded['name']} ({recorded['fingerprint']}), not "
+            f"{library.name} ({library.fingerprint}, {library.prefix}): its files would be ignored or "
+            f"misread; give --mpi with the library it was tuned for, or tune again for this one")
+    return library
+
+
+def check_tuning_files(manifest: Manifest, library: MPILibrary) -> None:
+    """UsageError if a file is missing or one the library would reject or abort on (read back strictly)."""
+    from tunempi.writers.mpich_json import read_mpich_json
+    from tunempi.writers.openmpi_rules import read_openmpi_rules
+
+    missing = manifest.missing_files()
+    if missing:
+        raise UsageError(f"{manifest.directory}: files named in the manifest are missing: {', '.join(missing)}")
+    known = None
+    for role, name in manifest.data.get("files", {}).items():
+        path = manifest.directory / name
+        try:
+            text = path.read_text(encoding="utf-8")
+            if name.endswith(".json"):
+                if known is None and library.vendor == "mpich":
+                    from tunempi.mpi.default_tree import find_libmpi, known_leaves
+
+                    known = known_leaves(find_libmpi(library.prefix))
+                read_mpich_json(text, known)
+            elif name.endswith(".rules"):
+                read_openmpi_rules(text)
+        except (UsageError, UnicodeDecodeError) as exc:
+            raise UsageError(f"{path} ({role}) is corrupt: {exc}; {library.name} would abort or ignore it. "
+                             f"Write it again with `tunempi tune --out {manifest.directory}`") from None
+
+
+def command_for_library(argv: Sequence[str], library: MPILibrary) -> list[str]:
+    """`argv` with a bare mpiexec/mpirun made `library`'s own; UsageError when it names another MPI's launcher.
+
+    srun and commands that start no launcher (a singleton program, a script) are taken as they are.
+    """
+    argv = own_launcher(argv, library)
+    if not argv:
+        raise UsageError("no command given; usage: tunempi run --tuning DIR -- mpiexec -n 8 ./app")
+    launcher = launcher_for_argv(argv, library)
+    if launcher is None or isinstance(launcher, SrunLauncher):
+        return argv
+    found = shutil.which(argv[0])
+    if found is None:
+        raise UsageError(f"command not found: {argv[0]}")
+    if os.path.realpath(found) != os.path.realpath(library.mpiexec):
+        raise UsageError(
+            f"{argv[0]} ({os.path.realpath(found)}) is not the launcher of {library.name}, which the tuning "
+            f"is for: its ranks would run another MPI, untuned. Start the command with a bare `mpiexec` "
+            f"(tunempi then uses {library.mpiexec}) or with that path")
+    return argv
