@@ -42,9 +42,9 @@ def run_command(
         return
     if not command:
         raise UsageError("no command given; usage: tunempi run --tuning DIR -- mpiexec -n 8 ./app")
-    argv = command_for_library(command, library)
+    argv, launcher_env = command_for_library(command, library)
     try:
-        code = subprocess.call(argv, env={**os.environ, **env})
+        code = subprocess.call(argv, env={**os.environ, **launcher_env, **env})
     except FileNotFoundError:
         raise UsageError(f"command not found: {argv[0]}") from None
     sys.exit(code)

@@ -14,7 +14,7 @@ from collections.abc import Sequence
 
 from tunempi.errors import UsageError
 from tunempi.launch import launcher_for_argv, own_launcher
-from tunempi.launch.launchers import SrunLauncher
+from tunempi.launch.launchers import OpenMPILauncher, SrunLauncher
 from tunempi.mpi.library import MPILibrary
 from tunempi.tune.manifest import Manifest
 
@@ -65,8 +65,9 @@ def check_tuning_files(manifest: Manifest, library: MPILibrary) -> None:
                              f"Write it again with `tunempi tune --out {manifest.directory}`") from None
 
 
-def command_for_library(argv: Sequence[str], library: MPILibrary) -> list[str]:
-    """`argv` with a bare mpiexec/mpirun made `library`'s own; UsageError when it names another MPI's launcher.
+def command_for_library(argv: Sequence[str], library: MPILibrary) -> tuple[list[str], dict[str, str]]:
+    """`argv` with a bare mpiexec/mpirun made `library`'s own, and the variables its launcher needs (as root,
+    Open MPI's permission to run); UsageError when the command names another MPI's launcher.
 
     srun and commands that start no launcher (a singleton program, a script) are taken as they are.
     """
@@ -75,7 +76,7 @@ def command_for_library(argv: Sequence[str], library: MPILibrary) -> list[str]:
         raise UsageError("no command given; usage: tunempi run --tuning DIR -- mpiexec -n 8 ./app")
     launcher = launcher_for_argv(argv, library)
     if launcher is None or isinstance(launcher, SrunLauncher):
-        return argv
+        return argv, {}
     found = shutil.which(argv[0])
     if found is None:
         raise UsageError(f"command not found: {argv[0]}")
@@ -84,4 +85,6 @@ def command_for_library(argv: Sequence[str], library: MPILibrary) -> list[str]:
             f"{argv[0]} ({os.path.realpath(found)}) is not the launcher of {library.name}, which the tuning "
             f"is for: its ranks would run another MPI, untuned. Start the command with a bare `mpiexec` "
             f"(tunempi then uses {library.mpiexec}) or with that path")
-    return argv
+    if isinstance(launcher, OpenMPILauncher) and launcher.as_root:
+        return argv, dict(OpenMPILauncher.ROOT_ENV)
+    return argv, {}
