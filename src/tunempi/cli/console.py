@@ -6,14 +6,15 @@ import os
 
 from rich.console import Console
 
-#: Columns when output goes to a file or a pipe (and COLUMNS does not say): tables keep every column
-#: whole instead of being squeezed into "..." at Rich's default of 80.
+#: Columns at least, when output goes to a file or a pipe: tables keep every column whole instead of being
+#: squeezed into "…" at Rich's default of 80 (or at a COLUMNS=80 that a job environment exports).
 FILE_WIDTH = 200
 
 
 def output_console(*, stderr: bool = False) -> Console:
-    """The terminal's width on a terminal; COLUMNS, else FILE_WIDTH columns (no colour codes) otherwise."""
+    """The terminal's width on a terminal; otherwise FILE_WIDTH columns (or a wider COLUMNS), no colours."""
     console = Console(stderr=stderr)
-    if console.is_terminal or os.environ.get("COLUMNS", "").isdigit():
+    if console.is_terminal:
         return console
-    return Console(stderr=stderr, width=FILE_WIDTH)
+    columns = os.environ.get("COLUMNS", "")
+    return Console(stderr=stderr, width=max(FILE_WIDTH, int(columns) if columns.isdigit() else 0))

@@ -261,7 +261,8 @@ def apply_commands(manifest: Manifest) -> list[tuple[str, str]]:
     if env_file:
         needs = manifest.data.get("needs_file") or []
         covers = ("every tuned collective" if not needs else
-                  f"the collectives with one algorithm everywhere; {', '.join(needs)} need the tuning file")
+                  f"the collectives with one algorithm everywhere; {', '.join(needs)} "
+                  f"{'needs' if len(needs) == 1 else 'need'} the tuning files")
         commands.append((f"or the environment file: forcing variables only ({covers})",
                          f"source {shlex.quote(str(manifest.directory / env_file))}"))
     return commands
@@ -303,7 +304,7 @@ pre { background:#0f1729; color:#e6edf6; border-radius:6px; padding:10px 12px; m
       white-space:pre-wrap; overflow-wrap:anywhere; font-size:13.5px; }
 table { border-collapse:collapse; width:100%; background:#fff; font-size:14px; }
 th, td { text-align:left; padding:5px 10px; border-bottom:1px solid var(--line); vertical-align:top;
-         overflow-wrap:anywhere; }
+         overflow-wrap:break-word; }
 th { background:#eef1f6; font-weight:600; }
 td.num, th.num { text-align:right; font-variant-numeric:tabular-nums; white-space:nowrap; }
 .good { color:var(--good); font-weight:600; } .bad { color:var(--bad); font-weight:600; }
@@ -315,6 +316,10 @@ td.num, th.num { text-align:right; font-variant-numeric:tabular-nums; white-spac
 figure { margin:0 0 18px; background:#fff; border:1px solid var(--line); border-radius:8px; padding:10px; }
 figure img { display:block; max-width:100%; height:auto; margin:0 auto; }
 figcaption { color:var(--muted); font-size:13px; margin-top:6px; }
+.chip { display:inline-block; margin:2px 6px 2px 0; padding:1px 8px; border-radius:10px; background:#e3ecfb;
+        font-size:13px; white-space:nowrap; }
+.chip.default { background:#eceef2; color:var(--muted); }
+.chip .range { color:var(--muted); font-variant-numeric:tabular-nums; }
 details summary { cursor:pointer; color:var(--accent); margin:8px 0; }
 """
 
@@ -357,13 +362,6 @@ def write_html(manifest: Manifest, plots: dict[str, Path], path: Path) -> Path:
         f"<div class='card'><div class='value'>{e(v)}</div><div class='label'>{e(label)}</div></div>"
         for v, label in cards) + "</div>")
 
-    body.append("<h2>Apply it</h2><div class='panel'>")
-    for what, command in apply_commands(manifest):
-        body.append(f"<div class='muted'>{e(what)}</div><pre>{e(command)}</pre>")
-    body.append("<div class='muted'>the files must be read by the same library build they were tuned for "
-                f"(fingerprint <code>{e(str(library.get('fingerprint', '')))}</code>); "
-                "<code>tunempi run</code> refuses any other.</div></div>")
-
     body.append("<h2>Where the tuned choice beats the default</h2>")
     if not verify:
         body.append("<p>Not verified yet: the speedups below are from the tuning measurements, without an "
@@ -371,9 +369,9 @@ def write_html(manifest: Manifest, plots: dict[str, Path], path: Path) -> Path:
                     "side by side.</p>")
         winners = sorted((r for r in tuned if r.speedup is not None and r.speedup > 1.0), key=lambda r: -r.speedup)
     else:
-        body.append("<p>From <code>tunempi verify</code>: tuned and default measured alternately in the same "
-                    "launch; speedup = default time / tuned time with its 95% confidence interval. Cells whose "
-                    "interval lies above 1 are listed.</p>")
+        body.append("<p class='muted'>Cells whose speedup (default time / tuned time) has its 95% confidence "
+                    "interval above 1, from <code>tunempi verify</code> (tuned and default measured alternately "
+                    "in the same launch).</p>")
         winners = sorted(faster, key=lambda r: -(r.speedup or 0))
     if winners:
         values = [v for r in winners for v in (r.ci_low, r.speedup, r.ci_high) if v is not None and v > 0]
@@ -392,20 +390,28 @@ def write_html(manifest: Manifest, plots: dict[str, Path], path: Path) -> Path:
     else:
         body.append("<p><b>Nowhere</b>: no tuned cell is faster than the library default beyond noise.</p>")
 
+    body.append("<h2>Apply it</h2><div class='panel'>")
+    for what, command in apply_commands(manifest):
+        body.append(f"<div class='muted'>{e(what)}</div><pre>{e(command)}</pre>")
+    body.append("<div class='muted'>the files must be read by the same library build they were tuned for "
+                f"(fingerprint <code>{e(str(library.get('fingerprint', '')))}</code>); "
+                "<code>tunempi run</code> refuses any other.</div></div>")
+
     body.append("<h2>What was tuned</h2><p>The selection as written to the files: per collective and "
-                "communicator size, the algorithm for each message-size range (<i>default</i>: the library's "
-                "own choice).</p><table><tr><th>collective</th><th>ranks</th><th>message sizes</th>"
-                "<th>algorithm</th></tr>")
+                "communicator size, the algorithm of each message-size range (grey: the library's own "
+                "choice).</p><table><tr><th>collective</th><th>ranks</th><th>message sizes: algorithm</th></tr>")
     for collective, rule_set in sorted(manifest.rule_sets().items()):
         for block in rule_set.blocks:
             ranks = f"{block.min_ranks}+" if block.max_ranks is None else f"{block.min_ranks}..{block.max_ranks}"
-            low = 0
+            low, chips = 0, []
             for rule in block.rules:
-                sizes = (f"{format_size(low)} - {format_size(rule.max_bytes)}" if rule.max_bytes is not None
-                         else f"{format_size(low)} and up")
-                body.append(f"<tr><td>{e(collective)}</td><td>{e(ranks)}</td><td>{e(sizes)}</td>"
-                            f"<td>{e(rule.algorithm)}</td></tr>")
+                sizes = (f"{format_size(low)}-{format_size(rule.max_bytes)}" if rule.max_bytes is not None
+                         else f"{format_size(low)}+")
+                kind = "chip default" if rule.algorithm == "default" else "chip"
+                chips.append(f"<span class='{kind}'><span class='range'>{e(sizes)}</span> {e(rule.algorithm)}"
+                             "</span>")
                 low = (rule.max_bytes or 0) + 1
+            body.append(f"<tr><td>{e(collective)}</td><td>{e(ranks)}</td><td>{''.join(chips)}</td></tr>")
     body.append("</table>")
     files = ", ".join(e(name) for name in data.get("files", {}).values())
     smoke = ", ".join(f"{s['ranks']} ranks {'passed' if s['ok'] else 'FAILED'}" for s in data.get("smoke", []))
@@ -423,13 +429,13 @@ def write_html(manifest: Manifest, plots: dict[str, Path], path: Path) -> Path:
     else:
         body.append("<p>No algorithm was excluded from the tuning files (the manifest records none).</p>")
     if replaced:
-        body.append(f"<p>Sent back to the library default by verify ({len(replaced)} cells: no evidence the "
-                    "tuned algorithm helps there):</p><table><tr><th>collective</th><th>scale</th>"
-                    "<th class='num'>size</th><th>tuned algorithm</th></tr>")
+        body.append(f"<p>Sent back to the library default by verify: {len(replaced)} cells where the tuned "
+                    "algorithm showed no evidence of helping.</p><details><summary>show them</summary><table><tr>"
+                    "<th>collective</th><th>scale</th><th class='num'>size</th><th>tuned algorithm</th></tr>")
         for r in replaced:
             body.append(f"<tr><td>{e(r.collective)}</td><td>{e(r.scale_label)}</td>"
                         f"<td class='num'>{format_size(r.msg_bytes)}</td><td>{e(r.replaced_from)}</td></tr>")
-        body.append("</table>")
+        body.append("</table></details>")
 
     captions = {
         "speedup": "speedup over the library default per message size (band: 95% interval where verified)",
