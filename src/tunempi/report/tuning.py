@@ -356,7 +356,7 @@ def write_html(manifest: Manifest, plots: dict[str, Path], path: Path) -> Path:
 
     tuned = [r for r in rows if r.algorithm != "default"]
     faster = [r for r in rows if r.source == "verify" and r.ci_low is not None and r.ci_low > 1.0]
-    geo = geo_mean([r.speedup for r in rows if r.speedup is not None])  # type: ignore[misc]
+    geo = geo_mean([r.speedup for r in rows if r.speedup is not None])
     cards = [(str(len(rows)), "cells (collective x scale x size)"),
              (str(len(tuned)), "cells where tuning picked an algorithm"),
              (str(len(faster)) if verify else "-", "faster than default beyond noise (verify)"),
@@ -370,7 +370,7 @@ def write_html(manifest: Manifest, plots: dict[str, Path], path: Path) -> Path:
         body.append("<p>Not verified yet: the speedups below are from the tuning measurements, without an "
                     "interval. Run <code>tunempi verify --tuning DIR</code> to measure tuned against default "
                     "side by side.</p>")
-        winners = sorted((r for r in tuned if r.speedup is not None and r.speedup > 1.0), key=lambda r: -r.speedup)
+        winners = sorted((r for r in tuned if r.speedup is not None and r.speedup > 1.0), key=lambda r: -(r.speedup or 0.0))
     else:
         body.append("<p class='muted'>Cells whose speedup (default time / tuned time) has its 95% confidence "
                     "interval above 1, from <code>tunempi verify</code> (tuned and default measured alternately "
@@ -383,9 +383,9 @@ def write_html(manifest: Manifest, plots: dict[str, Path], path: Path) -> Path:
                     "<th class='num'>speedup</th><th class='num'>95% CI</th><th>interval (log scale; grey: 1x)"
                     "</th></tr>")
         for r in winners:
-            has_ci = r.ci_low is not None and r.ci_high is not None
-            ci = f"{r.ci_low:.2f} - {r.ci_high:.2f}" if has_ci else "-"
-            bar = _ci_bar(r.ci_low, r.speedup, r.ci_high, span) if has_ci else ""  # type: ignore[arg-type]
+            ci, bar = "-", ""
+            if r.ci_low is not None and r.ci_high is not None and r.speedup is not None:
+                ci, bar = f"{r.ci_low:.2f} - {r.ci_high:.2f}", _ci_bar(r.ci_low, r.speedup, r.ci_high, span)
             body.append(f"<tr><td>{e(r.collective)}</td><td>{e(r.scale_label)}</td>"
                         f"<td class='num'>{format_size(r.msg_bytes)}</td><td>{e(r.algorithm)}</td>"
                         f"<td class='num good'>{r.speedup:.2f}x</td><td class='num'>{ci}</td><td>{bar}</td></tr>")
