@@ -57,7 +57,7 @@ def check_tuning_files(manifest: Manifest, library: MPILibrary) -> None:
                     from tunempi.mpi.default_tree import find_libmpi, known_leaves
 
                     known = known_leaves(find_libmpi(library.prefix))
-                read_mpich_json(text, known)
+                read_mpich_json(text, known or None)  # none found in libmpi: check the syntax only
             elif name.endswith(".rules"):
                 read_openmpi_rules(text)
         except (UsageError, UnicodeDecodeError) as exc:
