@@ -14,7 +14,6 @@ import sys
 from pathlib import Path
 
 import pytest
-from rich.console import Console
 
 from tunempi.bench.protocol import MeasureSettings
 from tunempi.errors import UsageError
@@ -32,7 +31,7 @@ TUNEMPI = [sys.executable, "-m", "tunempi"]
 def tuned(root: Path, mpi: str, collective: str) -> Path:
     options = TuneOptions(out=root / f"tuned-{mpi}", collectives=collective, mpi=mpi, ranks=2, max_msg=8,
                           timeout_s=20.0, db=root / "results.sqlite", settings=FAST)
-    report = run_tune(options, Console(width=120, record=True, force_terminal=False))
+    report = run_tune(options)
     assert report.manifest is not None
     return report.manifest.directory
 
@@ -102,7 +101,7 @@ def test_a_corrupt_tuning_file_is_refused(directories: dict[str, Path], tmp_path
     manifest = Manifest.load(copy)
     library = tuning_library(manifest)
     check_tuning_files(manifest, library)  # intact
-    name = next(n for n in manifest.data["files"].values() if n.endswith((".json", ".rules")))
+    name = next(n for n in manifest.files.values() if n.endswith((".json", ".rules")))
     (copy / name).write_text(DAMAGE[damage]((copy / name).read_text()))
     with pytest.raises(UsageError, match=f"{name}.*is corrupt"):
         check_tuning_files(manifest, library)

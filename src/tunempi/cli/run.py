@@ -35,7 +35,7 @@ def run_command(
     manifest = Manifest.load(tuning)
     library = tuning_library(manifest, mpi)
     check_tuning_files(manifest, library)
-    env = manifest.env()
+    env = manifest.activation_env()
     if print_env:
         for name, value in sorted(env.items()):
             print(f"export {name}={shlex.quote(value)}")

@@ -25,15 +25,15 @@ def tuning_library(manifest: Manifest, mpi: str | None = None) -> MPILibrary:
     from tunempi.mpi.discovery import resolve_library
 
     recorded = manifest.library
-    spec = mpi or str(recorded["prefix"])
+    spec = mpi or recorded.prefix
     try:
         library = resolve_library(spec)
     except UsageError as exc:
-        raise UsageError(f"{manifest.directory} was tuned for {recorded['name']} at {recorded['prefix']}, "
+        raise UsageError(f"{manifest.directory} was tuned for {recorded.name} at {recorded.prefix}, "
                          f"which is not usable here ({exc}); give --mpi with that library") from None
-    if library.fingerprint != recorded["fingerprint"]:
+    if library.fingerprint != recorded.fingerprint:
         raise UsageError(
-            f"{manifest.directory} was tuned for {recorded['name']} ({recorded['fingerprint']}), not "
+            f"{manifest.directory} was tuned for {recorded.name} ({recorded.fingerprint}), not "
             f"{library.name} ({library.fingerprint}, {library.prefix}): its files would be ignored or "
             f"misread; give --mpi with the library it was tuned for, or tune again for this one")
     return library
@@ -41,25 +41,16 @@ def tuning_library(manifest: Manifest, mpi: str | None = None) -> MPILibrary:
 
 def check_tuning_files(manifest: Manifest, library: MPILibrary) -> None:
     """UsageError if a file is missing or one the library would reject or abort on (read back strictly)."""
-    from tunempi.writers.mpich_json import read_mpich_json
-    from tunempi.writers.openmpi_rules import read_openmpi_rules
+    from tunempi.mpi.discovery import adapter_for
 
     missing = manifest.missing_files()
     if missing:
         raise UsageError(f"{manifest.directory}: files named in the manifest are missing: {', '.join(missing)}")
-    known = None
-    for role, name in manifest.data.get("files", {}).items():
+    adapter = adapter_for(library)
+    for role, name in manifest.files.items():
         path = manifest.directory / name
         try:
-            text = path.read_text(encoding="utf-8")
-            if name.endswith(".json"):
-                if known is None and library.vendor == "mpich":
-                    from tunempi.mpi.default_tree import find_libmpi, known_leaves
-
-                    known = known_leaves(find_libmpi(library.prefix))
-                read_mpich_json(text, known or None)  # none found in libmpi: check the syntax only
-            elif name.endswith(".rules"):
-                read_openmpi_rules(text)
+            adapter.read_back_tuning_file(path)
         except (UsageError, UnicodeDecodeError) as exc:
             raise UsageError(f"{path} ({role}) is corrupt: {exc}; {library.name} would abort or ignore it. "
                              f"Write it again with `tunempi tune --out {manifest.directory}`") from None
