@@ -186,9 +186,9 @@ def state(tmp_path) -> OnlineState:
 def test_missing_probabilities_mean_uniform(state, caplog):
     assert state.probabilities().cells == {}
     table = state.write_table(1, 0).read_text().splitlines()
-    assert table[0] == "tunempi-online-table 1" and table[-1] == "end"
+    assert table[0] == "tunempi-online-table 2" and table[-1] == "end"
     assert not [line for line in table if line.startswith("cell ")]
-    assert "alg fast 0 1 0 1" in table and "alg default 0 1 0 orig" in table
+    assert "alg fast 0 0 1 0 1" in table and "alg default 0 0 1 0 orig" in table
 
 
 @pytest.mark.parametrize("text", ["{not json", '{"schema": "other"}', json.dumps(

@@ -104,3 +104,33 @@ def test_acclaim_prefers_non_power_of_two_neighbour_when_perturbing() -> None:
     todo = np.arange(len(space.cells))
     picked = space.cells[strategy._nearby_non_power_of_two(index, todo)]
     assert picked.ranks == 4 and picked.msg_bytes in (192, 384)
+
+
+def test_earlier_jobs_at_other_scales_are_context_for_the_model_not_for_the_books(name: str) -> None:
+    """Warm start across jobs: points at scales outside the space train the model; they are neither
+    measurements of the space (not counted, not spent) nor cells to select for."""
+    frame = synthetic_frame(ranks=(2, 4, 8, 16, 32), seed=5)
+    backend = ReplayBackend(frame, "allreduce", seed=0)
+    full = backend.space()
+    target = full.restrict(cells=[c for c in full.cells if c.ranks == 16])
+    earlier = backend.measure([Request(c, full.candidates(c)) for c in full.cells if c.ranks != 16])
+    strategy = make_strategy(name, target, seed=0, records=earlier)
+    assert strategy.records == [] and strategy.spent_s == 0.0  # nothing of the space is known yet
+    assert {c.ranks for c in strategy.context_cells} == {2, 4, 8, 32}
+    _, algorithms, _ = strategy.training_rows()
+    assert len(algorithms) == len(earlier)  # the model sees them all
+    asked = strategy.ask()
+    assert asked and all(r.cell in target for r in asked)
+    assert set(strategy.select()) == set(target.cells)
+
+
+def test_context_from_other_scales_predicts_a_new_scale() -> None:
+    frame = synthetic_frame(ranks=(2, 4, 8, 16, 32), seed=5, noise=0.0)
+    backend = ReplayBackend(frame, "allreduce", seed=0)
+    full = backend.space()
+    target = full.restrict(cells=[c for c in full.cells if c.ranks == 16])
+    earlier = backend.measure([Request(c, full.candidates(c)) for c in full.cells if c.ranks != 16])
+    oracle = Oracle(ReplayBackend(frame[frame["ranks"] == 16], "allreduce"))
+    informed = make_strategy("exhaustive", target, seed=0, records=earlier).select()
+    first_candidate = {c: target.candidates(c)[0] for c in target.cells}
+    assert oracle.average_slowdown(informed) < 1.1 < oracle.average_slowdown(first_candidate)

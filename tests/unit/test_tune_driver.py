@@ -128,6 +128,21 @@ def test_rerun_resumes_from_the_store_and_continues_run_numbering() -> None:
         assert len(store) > stored  # new runs were added, none replaced
 
 
+def test_a_tune_at_a_new_scale_warm_starts_from_earlier_jobs_at_other_scales() -> None:
+    with ResultStore(":memory:") as store:
+        small = {"allreduce": feature_space("allreduce", [Scale(1, 2)], SIZES, (DEFAULT_ALGORITHM, "small", "large"))}
+        Tuner(small, FakeRunner(), strategy="exhaustive", store=store, fingerprint=FINGERPRINT).run()
+        earlier = len(store)
+        large = {"allreduce": feature_space("allreduce", [Scale(1, 4)], SIZES, (DEFAULT_ALGORITHM, "small", "large"))}
+        second = Tuner(large, FakeRunner(seed=1), strategy="tunempi", store=store, fingerprint=FINGERPRINT)
+        assert second.resumed == 0 and second.context_points == earlier
+        strategy = second.strategies["allreduce"]
+        assert {c.ranks for c in strategy.context_cells} == {2} and strategy.records == []
+        assert len(strategy.training_rows()[2]) == earlier  # the 2-rank runs train the 4-rank model
+        other = Tuner(large, FakeRunner(), strategy="tunempi", store=store, fingerprint="another-library")
+        assert other.context_points == 0  # only the same library's points count
+
+
 def test_ctrl_c_keeps_what_was_measured_and_writes_no_selection() -> None:
     with ResultStore(":memory:") as store:
         tuner = Tuner(spaces(), FakeRunner(interrupt_after=7), strategy="tunempi", store=store,

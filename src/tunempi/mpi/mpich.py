@@ -31,6 +31,8 @@ from tunempi.mpi.mpich_selection import (
     known_leaves,
     select_mpich,
 )
+from tunempi.mpi.restrictions import REQUIREMENTS, file_exclusion
+from tunempi.mpi.restrictions import RESTRICTIONS as ALGORITHM_RESTRICTIONS
 from tunempi.mpi.ucx import UCX_TUNABLES
 from tunempi.mpi.vendor import (
     DEFAULT_ALGORITHM,
@@ -44,6 +46,7 @@ from tunempi.mpi.vendor import (
 )
 from tunempi.rules.ruleset import RuleSet
 from tunempi.writers.selection_json import (
+    GUARDS,
     leaf_function,
     read_selection_json,
     write_posix_json,
@@ -412,13 +415,13 @@ class MpichAdapter(VendorAdapter):
     def default_trees(self) -> dict[str, DefaultTree]:
         """level ("mpir", "ch4", "posix") -> the library's built-in selection tree (read once)."""
         if self._trees is None:
-            self._trees = default_trees(find_libmpi(self.library.prefix))
+            self._trees = default_trees(find_libmpi(self.library))
         return self._trees
 
     def known_leaves(self) -> frozenset[str]:
         """Every `algorithm=...`/`composition=...` leaf key the library's JSON parser accepts (read once)."""
         if self._leaves is None:
-            self._leaves = known_leaves(find_libmpi(self.library.prefix))
+            self._leaves = known_leaves(find_libmpi(self.library))
         return self._leaves
 
     def read_back_tuning_file(self, path: Path) -> None:
@@ -428,6 +431,10 @@ class MpichAdapter(VendorAdapter):
     def tuning_file_exclusion(self, collective: str, algorithm: str) -> str | None:
         if (collective, algorithm) in UNWRITABLE_ALGORITHMS:
             return UNWRITABLE_ALGORITHMS[(collective, algorithm)]
+        restricted = file_exclusion(self.vendor, self.library.version, collective, algorithm,
+                                    file_expressible(collective))
+        if restricted is not None:
+            return restricted
         leaf = f"algorithm={leaf_function(collective, algorithm)}"
         if leaf not in self.known_leaves():
             return f"the library's JSON parser has no leaf {leaf} (MPI_Init would abort)"
@@ -563,32 +570,23 @@ def leaf_parameters(collective: str, algorithm: str, cvar_value: Callable[[str],
     return params
 
 
-#: Preconditions per tuning-file leaf (writers.selection_json.GUARDS turns each into a guard): MPICH's
-#: coll_algorithms.txt `restrictions`, plus `commutative` for the newer reduction algorithms (recursive_multiplying asserts it; conservative for the others: a guard only
-#: sends non-commutative user ops to the default choice).
+#: Preconditions per tuning-file leaf (writers.selection_json.GUARDS turns each into a guard), from the
+#: restriction table (mpi/restrictions.py: MPICH's coll_algorithms.txt `restrictions`, its fallback
+#: checks, and the conformance suite), in the guards' spelling.
+_GUARD_NAMES = {"count-ge-pow2": "size-ge-pof2", "not-inplace": "noinplace"}
 LEAF_RESTRICTIONS: dict[str, tuple[str, ...]] = {
-    "MPIR_Allreduce_intra_smp": ("commutative", "parent-comm"),
-    "MPIR_Allreduce_intra_reduce_scatter_allgather": ("size-ge-pof2", "builtin-op"),
-    "MPIR_Allreduce_intra_recursive_multiplying": ("commutative",),
-    "MPIR_Allreduce_intra_ring": ("commutative",),
-    "MPIR_Allreduce_intra_recexch": ("commutative",),
-    "MPIR_Allreduce_intra_tree": ("commutative",),
-    "MPIR_Allreduce_intra_k_reduce_scatter_allgather": ("commutative",),
-    "MPIR_Reduce_intra_smp": ("commutative", "parent-comm"),
-    "MPIR_Reduce_intra_reduce_scatter_gather": ("size-ge-pof2", "builtin-op"),
-    "MPIR_Bcast_intra_smp": ("parent-comm",),
-    "MPIR_Bcast_intra_scatter_recursive_doubling_allgather": ("power-of-two",),
-    "MPIR_Allgather_intra_recursive_doubling": ("power-of-two",),
-    "MPIR_Allgatherv_intra_recursive_doubling": ("power-of-two",),
-    "MPIR_Alltoall_intra_brucks": ("noinplace",),
-    "MPIR_Alltoall_intra_k_brucks": ("noinplace",),
-    "MPIR_Alltoall_intra_pairwise": ("noinplace",),
-    "MPIR_Alltoall_intra_scattered": ("noinplace",),
-    "MPIR_Alltoall_intra_pairwise_sendrecv_replace": ("inplace",),
-    "MPIR_Barrier_intra_smp": ("parent-comm",),
-    "MPIR_Reduce_scatter_intra_pairwise": ("commutative",),
-    "MPIR_Reduce_scatter_intra_recursive_halving": ("commutative",),
-    "MPIR_Reduce_scatter_block_intra_noncommutative": ("power-of-two",),
-    "MPIR_Reduce_scatter_block_intra_pairwise": ("commutative",),
-    "MPIR_Reduce_scatter_block_intra_recursive_halving": ("commutative",),
+    leaf_function(r.collective, r.algorithm): tuple(_GUARD_NAMES.get(q, q) for q in r.requires)
+    for r in ALGORITHM_RESTRICTIONS if r.vendor == "mpich"
 }
+#: csel.c's MPIR_Csel_sendbuf_inplace is defined for these only and ASSERTS for any other collective
+#: (measured: a guard on reduce_scatter crashed every reduce_scatter call).
+_INPLACE_KEY_COLLECTIVES = frozenset({"alltoall", "alltoallv"})
+
+
+def file_expressible(collective: str) -> frozenset[str]:
+    """The requirements (mpi/restrictions.py names) a JSON guard can state for this collective."""
+    names = {_GUARD_NAMES.get(q, q): q for q in REQUIREMENTS}
+    out = frozenset(names[g] for g in GUARDS if g in names)
+    if collective not in _INPLACE_KEY_COLLECTIVES:
+        out -= {"inplace", "not-inplace"}
+    return out

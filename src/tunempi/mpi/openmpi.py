@@ -19,6 +19,7 @@ from typing import Any
 
 from tunempi.errors import TuningFileError
 from tunempi.mpi.library import MPILibrary
+from tunempi.mpi.restrictions import file_exclusion
 from tunempi.mpi.ucx import UCX_TUNABLES
 from tunempi.mpi.vendor import (
     DEFAULT_ALGORITHM,
@@ -252,6 +253,12 @@ class OpenMPIAdapter(VendorAdapter):
 
     def read_back_tuning_file(self, path: Path) -> None:
         read_dynamic_rules(path.read_text(encoding="utf-8"))  # Open MPI drops a bad file without a word
+
+    def tuning_file_exclusion(self, collective: str, algorithm: str) -> str | None:
+        # The rules file conditions on communicator and message size only: no commutativity, no
+        # MPI_IN_PLACE, no datatypes, and a communicator-size section also serves every size up to the
+        # next one. An algorithm with any restriction (mpi/restrictions.py) is never written.
+        return file_exclusion(self.vendor, self.library.version, collective, algorithm, frozenset())
 
     def write_tuning_files(self, rule_sets: Mapping[str, RuleSet], directory: Path) -> TuningFiles:
         """A dynamic rules file, read back by the strict reader first: Open MPI drops a file it cannot

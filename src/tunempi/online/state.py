@@ -32,7 +32,7 @@ _log = logging.getLogger(__name__)
 
 STATE_SCHEMA = "tunempi-online-state"
 PROBABILITIES_SCHEMA = "tunempi-online-probabilities"
-TABLE_HEADER = "tunempi-online-table 1"
+TABLE_HEADER = "tunempi-online-table 2"
 RECORDS_HEADER = "# tunempi-online-records 1"
 DEFAULT_STATE_DIR = "tunempi-online"
 
@@ -52,6 +52,9 @@ class AlgorithmSwitch:
     name: str
     writes: tuple[tuple[str, int | str], ...]
     ranks_only: int = 0  # > 0: only usable on communicators of exactly this size
+    #: what a call must be like for this algorithm (mpi.restrictions.online_mask): the interposer draws
+    #: it only for calls that meet every bit
+    requires: int = 0
 
 
 @dataclass(frozen=True)
@@ -280,7 +283,8 @@ class OnlineState:
         out = {}
         for collective, entry in self._load()["collectives"].items():
             algorithms = tuple(AlgorithmSwitch(a["name"], tuple((w[0], w[1]) for w in a["writes"]),
-                                               int(a.get("ranks_only", 0))) for a in entry["algorithms"])
+                                               int(a.get("ranks_only", 0)), int(a.get("requires", 0)))
+                               for a in entry["algorithms"])
             out[collective] = CollectiveSwitch(collective, bool(entry["needs_new_communicator"]), algorithms)
         return out
 
@@ -417,7 +421,8 @@ class OnlineState:
             lines.append(f"coll {switch.collective} {int(switch.needs_new_communicator)} {len(switch.algorithms)}")
             for algorithm in switch.algorithms:
                 writes = " ".join(f"{cvars.index(cvar)} {value}" for cvar, value in algorithm.writes)
-                lines.append(f"alg {algorithm.name} {algorithm.ranks_only} {len(algorithm.writes)} {writes}".rstrip())
+                lines.append(f"alg {algorithm.name} {algorithm.ranks_only} {algorithm.requires} "
+                             f"{len(algorithm.writes)} {writes}".rstrip())
         for key, probs in sorted(probabilities.cells.items()):
             cell = Cell.from_key(key)
             cell_switch = switches.get(cell.collective)

@@ -19,8 +19,13 @@ from tunempi.space import Cell
 class Oracle:
     """Median latency of every (cell, algorithm) of a replayed dataset and the best per cell."""
 
-    def __init__(self, backend: ReplayBackend) -> None:
-        self.cells = backend.cells
+    def __init__(self, backend: ReplayBackend, *, above_ranks: int | None = None) -> None:
+        """`above_ranks`: evaluate only the cells with more ranks (the rest, after a warm start)."""
+        self.cells = tuple(c for c in backend.cells if above_ranks is None or c.ranks > above_ranks)
+        if not self.cells:
+            from tunempi.errors import UsageError
+
+            raise UsageError(f"no cells above {above_ranks} ranks to evaluate")
         self.algorithms = backend.algorithms
         self._column = {a: j for j, a in enumerate(self.algorithms)}
         self.median_us = np.full((len(self.cells), len(self.algorithms)), np.nan)
@@ -59,12 +64,23 @@ class Oracle:
             return None
         return float(np.mean(self.default_us[known] / self.best_us[known]))
 
-    def exhaustive_cost(self, cost_model: CostModel | None = None) -> float:
-        """Seconds to run every candidate (cell, algorithm) once, at its median latency."""
+    def exhaustive_cost(self, cost_model: CostModel | None = None, cells: np.ndarray | None = None) -> float:
+        """Seconds to run every candidate (cell, algorithm) once, at its median latency.
+
+        `cells` (boolean mask over `self.cells`) limits it to some cells. Under the engine cost model the
+        launches are one per layout among them instead of one per point.
+        """
         model = cost_model or self._cost_model
         total = 0.0
+        layouts = set()
         for i, cell in enumerate(self.cells):
+            if cells is not None and not cells[i]:
+                continue
             for value in self.median_us[i]:
                 if np.isfinite(value):
-                    total += model.run_seconds(cell.msg_bytes, float(value))
+                    per_point = 1 if model.launch_per == "point" else 0
+                    total += model.run_seconds(cell.msg_bytes, float(value), per_point)
+                    layouts.add(cell.scale)
+        if model.launch_per == "layout":
+            total += len(layouts) * model.launch_overhead_s
         return total

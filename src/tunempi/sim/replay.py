@@ -3,7 +3,8 @@
 Measuring (cell, algorithm) returns one of the dataset's repeated runs of that point: the runs are
 visited in a seeded random order per point (without replacement until all were used, then again), so
 asking twice gives two different real runs, as re-running the benchmark would. Points missing from the
-dataset behave as failed runs (latency None; the launch is still paid).
+dataset behave as failed runs (latency None; the launch is still paid). Under the `engine` cost model
+(`CostModel(launch_per="layout")`) only the first point measured at a layout pays a launch.
 """
 
 from __future__ import annotations
@@ -55,7 +56,10 @@ class ReplayBackend:
             cell = Cell(collective, int(ranks), int(nodes), int(ppn), int(msg))
             self._runs[(cell, str(algorithm))] = group.sort_values("run")["latency_us"].to_numpy(float)
         self._order: dict[tuple[Cell, str], list[int]] = {}
-        self.cells = tuple(sorted({cell for cell, _ in self._runs}))
+        self._launched: set[tuple[int, int, int]] = set()  # layouts whose engine is up (engine model)
+        # A cell where only the library's default ran has no candidate to choose (Peak PR 7730's alltoall
+        # at 512 ranks, 512 KiB and 1 MiB): it is not a cell of the space.
+        self.cells = tuple(sorted({cell for cell, algorithm in self._runs if algorithm != DEFAULT_ALGORITHM}))
         self.algorithms = tuple(sorted({a for _, a in self._runs} - {DEFAULT_ALGORITHM}))
         if not self.algorithms:
             raise UsageError(f"the dataset has no {collective} algorithm other than {DEFAULT_ALGORITHM!r}")
@@ -77,6 +81,28 @@ class ReplayBackend:
             self._order[key] = order
         return float(runs[order.pop()])
 
+    def _launches_for(self, cell: Cell) -> int:
+        if self.cost_model.launch_per == "point":
+            return 1
+        if cell.scale in self._launched:
+            return 0
+        self._launched.add(cell.scale)
+        return 1
+
+    def prior_records(self, max_ranks: int) -> list[MeasurementRecord]:
+        """One run of every point at <= `max_ranks` ranks, free (cost 0, no launch): an earlier job's data.
+
+        The runs are drawn from the same replay order as `measure`, so measuring such a point again later
+        returns another of its stored runs, as a new job would.
+        """
+        records = []
+        for (cell, algorithm), runs in sorted(self._runs.items()):
+            if cell.ranks <= max_ranks and algorithm != DEFAULT_ALGORITHM:
+                records.append(MeasurementRecord(
+                    cell=cell, algorithm=algorithm, latency_us=self._next_run((cell, algorithm), runs),
+                    iterations=self.cost_model.iterations(cell.msg_bytes), launches=0, cost_s=0.0))
+        return records
+
     def measure(self, requests: Sequence[Request]) -> list[MeasurementRecord]:
         records = []
         for request in requests:
@@ -88,9 +114,10 @@ class ReplayBackend:
                     runs = self._runs.get((request.cell, algorithm))
                     latency = None if runs is None or algorithm == DEFAULT_ALGORITHM else self._next_run(
                         (request.cell, algorithm), runs)
+                    launches = self._launches_for(request.cell)
                     records.append(MeasurementRecord(
                         cell=request.cell, algorithm=algorithm, latency_us=latency,
-                        iterations=iterations, launches=1,
-                        cost_s=self.cost_model.run_seconds(request.cell.msg_bytes, latency),
+                        iterations=iterations, launches=launches,
+                        cost_s=self.cost_model.run_seconds(request.cell.msg_bytes, latency, launches),
                     ))
         return records

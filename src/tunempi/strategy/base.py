@@ -100,15 +100,28 @@ class Strategy(ABC):
         n_cells, n_algorithms = len(space.cells), len(space.algorithms)
         self._algorithm_index = {a: j for j, a in enumerate(space.algorithms)}
         self._samples: dict[tuple[int, int], list[float]] = {}
-        self._median_cache: tuple[int, np.ndarray] | None = None
+        self._context_samples: dict[tuple[int, int], list[float]] = {}
+        self._median_table = np.full((n_cells, n_algorithms), np.nan)
+        self._median_dirty: set[tuple[int, int]] = set()
         self._failed = np.zeros((n_cells, n_algorithms), dtype=bool)
         self._available = space.availability()
         self._measurable_mask = np.array([c in self.measurable for c in space.cells])
-        features = space.features(derived=self.derived_features)
+        records = list(records)
+        # Earlier jobs' points of this collective at cells outside the space (other scales: warm start)
+        # are *context*: models train on them, the selection and the bookkeeping never see them.
+        self.context_cells: tuple[Cell, ...] = tuple(sorted({
+            r.cell for r in records
+            if r.cell not in space and r.cell.collective == space.collective and r.algorithm in self._algorithm_index
+        }))
+        self._context_index = {c: len(space.cells) + k for k, c in enumerate(self.context_cells)}
+        features = space.features([*space.cells, *self.context_cells], derived=self.derived_features)
         lo, hi = features.min(axis=0), features.max(axis=0)
         varying = hi > lo
-        #: Cell features scaled to [0, 1] over the space (constant features dropped).
-        self.cell_features = (features[:, varying] - lo[varying]) / (hi[varying] - lo[varying])
+        #: Features of the space's cells, then of the context cells, scaled to [0, 1] over both (constant
+        #: features dropped); training rows index into it.
+        self.row_features = (features[:, varying] - lo[varying]) / (hi[varying] - lo[varying])
+        #: Features of the space's cells (the first rows of `row_features`).
+        self.cell_features = self.row_features[: len(space.cells)]
         # Records from earlier jobs (the store) are knowledge, not spending.
         for record in records:
             self._ingest(record)
@@ -175,12 +188,23 @@ class Strategy(ABC):
 
     # -- bookkeeping helpers --------------------------------------------------------------------
     def _ingest(self, record: MeasurementRecord) -> None:
-        if record.cell not in self.space or record.algorithm not in self._algorithm_index:
-            return  # knowledge about other cells/algorithms does not apply here
-        key = (self.space.index(record.cell), self._algorithm_index[record.algorithm])
+        if record.algorithm not in self._algorithm_index:
+            return  # knowledge about other algorithms does not apply here
+        if record.cell in self.space:
+            row = self.space.index(record.cell)
+        elif record.cell in self._context_index:
+            if record.ok:
+                self._context_samples.setdefault(
+                    (self._context_index[record.cell], self._algorithm_index[record.algorithm]), []
+                ).append(record.measured_us)
+            return
+        else:
+            return
+        key = (row, self._algorithm_index[record.algorithm])
         self.records.append(record)
         if record.ok:
             self._samples.setdefault(key, []).append(record.measured_us)
+            self._median_dirty.add(key)
         else:
             self._failed[key] = True
 
@@ -196,19 +220,18 @@ class Strategy(ABC):
 
     def measured_median_log(self) -> np.ndarray:
         """(cells x algorithms) log of the median measured latency; NaN where not measured."""
-        # Cached on the number of records (only `_ingest` adds samples): model-based strategies ask for it
-        # several times per round, and recomputing every median was a fifth of their model time.
-        if self._median_cache is None or self._median_cache[0] != len(self.records):
-            table = np.full(self._failed.shape, np.nan)
-            for (i, j), values in self._samples.items():
-                table[i, j] = math.log(float(np.median(values)))
-            self._median_cache = (len(self.records), table)
-        return self._median_cache[1].copy()
+        # Kept up to date incrementally (only `_ingest` adds samples, and marks what changed): strategies
+        # ask for it several times per round, and recomputing every median was a fifth of their model time.
+        for i, j in self._median_dirty:
+            self._median_table[i, j] = math.log(float(np.median(self._samples[i, j])))
+        self._median_dirty.clear()
+        return self._median_table.copy()
 
     def training_rows(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """(cell index, algorithm index, log latency) of every successful run so far."""
+        """(row of `row_features`, algorithm index, log latency) of every successful run so far, context
+        cells' runs included."""
         cells, algorithms, targets = [], [], []
-        for (i, j), values in self._samples.items():
+        for (i, j), values in [*self._samples.items(), *self._context_samples.items()]:
             for value in values:
                 cells.append(i)
                 algorithms.append(j)
@@ -219,7 +242,7 @@ class Strategy(ABC):
         """Cell features followed by a one-hot algorithm encoding."""
         one_hot = np.zeros((len(cells), len(self.space.algorithms)))
         one_hot[np.arange(len(cells)), algorithms] = 1.0
-        return np.hstack([self.cell_features[cells], one_hot])
+        return np.hstack([self.row_features[cells], one_hot])
 
     def unmeasured_cells(self) -> np.ndarray:
         """Indices of measurable cells with no run yet."""

@@ -18,9 +18,9 @@ class ExhaustiveStrategy(Strategy):
 
     name = "exhaustive"
 
-    def __init__(self, space: Any, *, n_estimators: int = 100, **kwargs: Any) -> None:
+    def __init__(self, space: Any, *, n_estimators: int = 100, refit_growth: float = 1.5, **kwargs: Any) -> None:
         super().__init__(space, **kwargs)
-        self._fill = ForestFill(n_estimators=n_estimators, random_state=self.seed)
+        self._fill = ForestFill(n_estimators=n_estimators, random_state=self.seed, refit_growth=refit_growth)
 
     def _ask(self) -> list[Request]:
         todo = self.unmeasured_cells()

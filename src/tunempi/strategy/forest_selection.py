@@ -11,17 +11,24 @@ from tunempi.strategy.base import Strategy
 class ForestFill:
     """Fits a random forest on a strategy's records and predicts log latency in every (cell, algorithm).
 
-    The fit is cached on the number of records, so `select()` after `ask()` costs one fit, not two.
+    The fit is cached on the number of records, so `select()` after `ask()` costs one fit, not two. With
+    `refit_growth` > 1 the forest is refitted only once the records grew by that factor since the last
+    fit (the selection of exhaustive and random uses measured medians wherever it can, so the forest only
+    fills the cells not measured yet: refitting it after every cell was most of a replay's time).
     """
 
-    def __init__(self, n_estimators: int = 100, random_state: int = 0) -> None:
+    def __init__(self, n_estimators: int = 100, random_state: int = 0, refit_growth: float = 1.0) -> None:
         self.n_estimators = n_estimators
         self.random_state = random_state
+        self.refit_growth = refit_growth
         self.model_: RandomForestSurrogate | None = None
         self._fitted_on = -1
+        self._prediction: tuple[int, np.ndarray] | None = None
 
     def fit(self, strategy: Strategy) -> RandomForestSurrogate | None:
-        if self._fitted_on != len(strategy.records):
+        n = len(strategy.records)
+        stale = n > self._fitted_on * self.refit_growth if self.refit_growth > 1 else n != self._fitted_on
+        if self.model_ is None or stale:
             cells, algorithms, target = strategy.training_rows()
             self._fitted_on = len(strategy.records)
             if len(target) == 0:
@@ -44,8 +51,11 @@ class ForestFill:
         model = self.fit(strategy)
         if model is None:
             return np.full(shape, np.nan)
-        cells, algorithms = self.grid_rows(strategy)
-        return model.predict(strategy.one_hot_rows(cells, algorithms)).reshape(shape)
+        if self._prediction is None or self._prediction[0] != self._fitted_on:
+            cells, algorithms = self.grid_rows(strategy)
+            self._prediction = (self._fitted_on,
+                                model.predict(strategy.one_hot_rows(cells, algorithms)).reshape(shape))
+        return self._prediction[1].copy()
 
 
 def measured_then_model(strategy: Strategy, fill: ForestFill) -> np.ndarray:

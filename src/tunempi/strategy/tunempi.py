@@ -43,6 +43,8 @@ class TunempiStrategy(Strategy):
         space: Any,
         *,
         batch_size: int = 3,
+        max_batch: int = 24,
+        batch_cost_fraction: float = 0.03,
         contention: float = 0.05,
         n_samples: int = 256,
         regret_tolerance: float = 0.002,
@@ -58,6 +60,8 @@ class TunempiStrategy(Strategy):
     ) -> None:
         super().__init__(space, **kwargs)
         self.batch_size = batch_size
+        self.max_batch = max(max_batch, batch_size)
+        self.batch_cost_fraction = batch_cost_fraction
         self.contention = contention
         self.n_samples = n_samples
         self.regret_tolerance = regret_tolerance
@@ -80,6 +84,7 @@ class TunempiStrategy(Strategy):
         self._initial_done = False
         self.expected_regret_: float | None = None
         self._first_regret: float | None = None
+        self._posterior_cache: tuple[int, tuple[np.ndarray, np.ndarray, dict[int, tuple[np.ndarray, float]]]] | None = None
 
     # -- model ----------------------------------------------------------------------------------
     def _fit(self) -> None:
@@ -102,13 +107,24 @@ class TunempiStrategy(Strategy):
             model = TrendGaussianProcess(
                 kernel=None if previous is None else previous.kernel_, optimize=optimize,
                 random_state=self.seed,
-            ).fit(self.cell_features[cells[rows]], target[rows])
+            ).fit(self.row_features[cells[rows]], target[rows])
             if optimize:
                 self._optimized_at[int(j)] = n
             self._models[int(j)] = model
 
     def _posterior(self) -> tuple[np.ndarray, np.ndarray, dict[int, tuple[np.ndarray, float]]]:
-        """Mean and latent std (cells x algorithms) and, per algorithm, the latent covariance over cells."""
+        """Mean and latent std (cells x algorithms) and, per algorithm, the latent covariance over cells.
+
+        Cached on the number of records: `select()` between `ask()` and `tell()` (the replay's curve, the
+        live tuner's progress) sees the same data, and this is most of an iteration's time. Callers must
+        not modify the arrays in place."""
+        if self._posterior_cache is not None and self._posterior_cache[0] == len(self.records):
+            return self._posterior_cache[1]
+        posterior = self._compute_posterior()
+        self._posterior_cache = (len(self.records), posterior)
+        return posterior
+
+    def _compute_posterior(self) -> tuple[np.ndarray, np.ndarray, dict[int, tuple[np.ndarray, float]]]:
         self._fit()
         shape = self.usable_mask().shape
         mean = np.full(shape, np.nan)
@@ -258,8 +274,12 @@ class TunempiStrategy(Strategy):
         remaining = regret.copy()
         requests: list[Request] = []
         candidates = np.flatnonzero(self._measurable_mask & contenders.any(axis=1))
-        for _ in range(self.batch_size):
-            if len(candidates) == 0:
+        batch_cost = 0.0
+        for picked in range(self.max_batch):
+            # At least `batch_size` cells; more while the batch is cheap next to what was spent so far
+            # (points that cost milliseconds, as in a running engine, are not worth a model refit each).
+            if len(candidates) == 0 or (picked >= self.batch_size
+                                        and batch_cost >= self.batch_cost_fraction * self.spent_s):
                 break
             value = (remaining @ fraction[:, candidates]) / np.maximum(cost[candidates], 1e-9)
             best = int(np.argmax(value))
@@ -269,6 +289,7 @@ class TunempiStrategy(Strategy):
             algorithms = tuple(a for j, a in enumerate(self.space.algorithms) if contenders[pick, j])
             requests.append(Request(self.space.cells[pick], algorithms))
             remaining = remaining * (1.0 - fraction[:, pick])
+            batch_cost += float(cost[pick])
             candidates = np.delete(candidates, best)
         return requests
 

@@ -25,7 +25,8 @@ def tuning_library(manifest: Manifest, mpi: str | None = None) -> MPILibrary:
     from tunempi.mpi.discovery import resolve_library
 
     recorded = manifest.library
-    spec = mpi or recorded.prefix
+    # The mpicc, not the prefix: Debian's MPICH and Open MPI share the prefix /usr.
+    spec = mpi or recorded.mpicc or recorded.prefix
     try:
         library = resolve_library(spec)
     except UsageError as exc:

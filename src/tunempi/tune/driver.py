@@ -55,8 +55,10 @@ def record_of(measurement: Measurement, *, cost_s: float = 0.0, launches: int = 
 
 def records_from_store(store: ResultStore, fingerprint: str, spaces: Mapping[str, FeatureSpace], *,
                        system: str = "") -> tuple[dict[str, list[MeasurementRecord]], dict[tuple, int]]:
-    """Earlier measurements of the spaces' cells (any run: tune's or bench's), and the next free run index
-    per (collective, algorithm, ranks, nodes, ppn, msg_bytes)."""
+    """Earlier measurements of the spaces' collectives and algorithms (any run: tune's or bench's), and the
+    next free run index per (collective, algorithm, ranks, nodes, ppn, msg_bytes). Points at cells outside
+    a space (other scales or sizes, earlier jobs of the same library on the same system) are included:
+    the strategies train their models on them (warm start) without counting them as measured cells."""
     records: dict[str, list[MeasurementRecord]] = {c: [] for c in spaces}
     next_run: dict[tuple, int] = {}
     for collective, space in spaces.items():
@@ -64,7 +66,7 @@ def records_from_store(store: ResultStore, fingerprint: str, spaces: Mapping[str
         for measurement in store.iter_measurements(library_fingerprint=fingerprint, system=system,
                                                     collective=collective):
             cell = cell_of(measurement)
-            if cell not in space or measurement.algorithm not in algorithms:
+            if measurement.algorithm not in algorithms:
                 continue
             records[collective].append(record_of(measurement))
             key = (collective, measurement.algorithm, *cell.scale, cell.msg_bytes)
@@ -152,7 +154,9 @@ class Tuner:
         resumed: dict[str, list[MeasurementRecord]] = {c: [] for c in spaces}
         if store is not None:
             resumed, self.next_run = records_from_store(store, fingerprint, self.spaces, system=system)
-        self.resumed = sum(len(r) for r in resumed.values())
+        self.resumed = sum(1 for c, rs in resumed.items() for r in rs if r.cell in self.spaces[c])
+        #: Earlier points at other scales or sizes, used as model context (warm start across jobs).
+        self.context_points = sum(len(r) for r in resumed.values()) - self.resumed
         self.strategies: dict[str, Strategy] = {
             collective: make_strategy(strategy, space, seed=seed, records=resumed[collective], **self.strategy_params)
             for collective, space in self.spaces.items()

@@ -9,7 +9,7 @@
  *         tmpi_call call = {.op = TMPI_OP_X, .comm = comm, .bytes = tmpi_bytes_<rule>(...)};
  *         tmpi_begin(&call);                                   <- mode hook may replace call.comm
  *         call.rc = PMPI_X(args with call.comm);
- *         tmpi_end(&call);                                     <- mode hook records
+ *         while (tmpi_end(&call)) call.rc = PMPI_X(...);       <- mode hook records; may ask for a rerun
  *         return call.rc;
  *     }
  *
@@ -66,12 +66,16 @@ typedef struct {
     int op;                 /* index into tmpi_op_table */
     MPI_Comm comm;          /* the call's communicator; a mode's begin hook may replace it */
     uint64_t bytes;         /* message size by tunempi's convention (docs/profile.md) */
+    const void *buffer;     /* collectives: the buffer that may be MPI_IN_PLACE (NULL: none) */
+    long count;             /* collectives: the element count the library's selection sees (-1: none) */
+    MPI_Op mpi_op;          /* reductions: the operation (MPI_OP_NULL otherwise) */
     MPI_Request *requests;  /* SEND_INIT: the new request; START: the started requests */
     int nrequests;
     uint64_t t_begin, t_end; /* clock ticks (tmpi_ticks); tmpi_ticks_to_ns converts after calibration */
     int untimed;            /* set by a begin hook that will not use the times: no clock reads (a
                                time-stamp read costs ~9 ns in this VM, two per call) */
     int rc;                 /* what the PMPI call returned (set before the end hook) */
+    int retry;              /* set by an end hook: run the PMPI call again (on call.comm), then end again */
     void *mode_data;        /* private to the active mode */
 } tmpi_call;
 
@@ -133,12 +137,17 @@ static inline void tmpi_begin(tmpi_call *call)
         call->t_begin = tmpi_ticks();
 }
 
-static inline void tmpi_end(tmpi_call *call)
+/* 1 when the end hook asks for the call to be run again (the re-entry guard stays up meanwhile). */
+static inline int tmpi_end(tmpi_call *call)
 {
     if (TMPI_LIKELY(!call->untimed))
         call->t_end = tmpi_ticks();
+    call->retry = 0;
     tmpi_active->end(call);
+    if (TMPI_UNLIKELY(call->retry))
+        return 1;
     tmpi_role = TMPI_ROLE_OWNER;
+    return 0;
 }
 
 /* Special entry points used by the generated init/finalize/pcontrol wrappers. */

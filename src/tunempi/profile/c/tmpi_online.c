@@ -41,9 +41,23 @@ typedef struct {
     int current; /* last value written (or read): writes are skipped when unchanged */
 } online_cvar;
 
+/* What an algorithm needs from a call (tunempi.mpi.restrictions.ONLINE_BITS): a call that does not meet
+ * every requirement of an algorithm never runs it; the draw is made among the algorithms it meets. */
+enum {
+    NEED_COMMUTATIVE = 1,
+    NEED_BUILTIN_OP = 2,
+    NEED_NOT_INPLACE = 4,
+    NEED_INPLACE = 8,
+    NEED_COUNT_GE_POW2 = 16,
+    NEED_POWER_OF_TWO = 32,
+    NEED_TWO_RANKS = 64,
+    NEED_NEVER = 1 << 30 /* a requirement no rank can decide alone: never drawn */
+};
+
 typedef struct {
     char name[ONLINE_NAME_MAX];
     int ranks_only; /* > 0: the algorithm only works on communicators of this size (Open MPI two_proc) */
+    int requires;   /* NEED_* bits */
     int nwrites;
     int cvar[ONLINE_WRITES_MAX];
     int value[ONLINE_WRITES_MAX];
@@ -53,6 +67,7 @@ typedef struct {
 typedef struct {
     char label[32];
     int needs_new_comm;
+    int any_requires; /* some algorithm has requirements: calls are checked */
     int nalg;
     online_alg *algs;
     double *uniform; /* cumulative uniform probabilities: cells without an entry */
@@ -103,12 +118,16 @@ static struct {
     long cap; /* records this rank keeps */
     online_record *records;
     long nrecords;
-    uint64_t switchable_calls, switches, shadows_created;
+    uint64_t switchable_calls, switches, shadows_created, restricted_calls, refused_calls;
 } on;
 
 /* The call in flight (single recorded thread, no nesting: the re-entry guard sees to that). */
 static struct {
     int active, coll, alg, restore;
+    int retrying;          /* the drawn algorithm refused the call: it runs again as the library's choice */
+    int errhandler_set;    /* the user communicator's handler is saved in `errhandler` for the call */
+    MPI_Errhandler errhandler;
+    MPI_Comm user_comm;
     online_comm *comm;
     uint64_t seq;
 } pending;
@@ -162,8 +181,8 @@ static const char *online_read_table(const char *path)
     char line[8192], word[64];
     int version = 0, coll = -1, alg_left = 0, ended = 0, cell_capacity = 0;
     const char *err = NULL;
-    if (!fgets(line, sizeof line, f) || sscanf(line, "tunempi-online-table %d", &version) != 1 || version != 1)
-        err = "not a tunempi-online-table version 1 file";
+    if (!fgets(line, sizeof line, f) || sscanf(line, "tunempi-online-table %d", &version) != 1 || version != 2)
+        err = "not a tunempi-online-table version 2 file";
     while (!err && fgets(line, sizeof line, f)) {
         int used = 0;
         if (sscanf(line, "%63s%n", word, &used) != 1)
@@ -173,11 +192,14 @@ static const char *online_read_table(const char *path)
             online_coll *c = &on.colls[coll];
             online_alg *a = &c->algs[c->nalg - alg_left];
             int n = 0;
-            if (strcmp(word, "alg") != 0 || sscanf(rest, "%95s %d %d%n", a->name, &a->ranks_only, &a->nwrites, &n) != 3 ||
-                a->nwrites < 0 || a->nwrites > ONLINE_WRITES_MAX) {
+            if (strcmp(word, "alg") != 0 ||
+                sscanf(rest, "%95s %d %d %d%n", a->name, &a->ranks_only, &a->requires, &a->nwrites, &n) != 4 ||
+                a->nwrites < 0 || a->nwrites > ONLINE_WRITES_MAX || (c->nalg - alg_left == 0 && a->requires != 0)) {
                 err = "bad alg line";
                 break;
             }
+            if (a->requires != 0)
+                c->any_requires = 1;
             rest += n;
             for (int w = 0; w < a->nwrites && !err; w++) {
                 char value[32];
@@ -534,14 +556,13 @@ static void online_comm_release(MPI_Comm comm)
 /* The shadow communicator of (collective c, algorithm a), created now if this is its first draw: every
  * member draws the same algorithm at the same call, so every member gets here together. The shadow is
  * an MPI_Comm_create over the whole group rather than an MPI_Comm_dup, so the application's attribute
- * copy callbacks never run for it; it takes the user communicator's error handler. */
+ * copy callbacks never run for it. */
 static MPI_Comm online_shadow(online_comm *cs, int c, int a, MPI_Comm user)
 {
     MPI_Comm *slot = &cs->shadows[c * on.maxalg + a];
     if (*slot != MPI_COMM_NULL)
         return *slot;
     MPI_Group group;
-    MPI_Errhandler handler;
     online_apply(&on.colls[c].algs[a]);
     PMPI_Comm_group(user, &group);
     int rc = PMPI_Comm_create(user, group, slot);
@@ -551,9 +572,9 @@ static MPI_Comm online_shadow(online_comm *cs, int c, int a, MPI_Comm user)
         *slot = MPI_COMM_NULL;
         return user;
     }
-    PMPI_Comm_get_errhandler(user, &handler);
-    PMPI_Comm_set_errhandler(*slot, handler);
-    PMPI_Errhandler_free(&handler);
+    /* Errors come back to the mode, which reruns the call as the library's choice on the user's
+     * communicator (whose handler then decides): an algorithm that refuses the arguments is never fatal. */
+    PMPI_Comm_set_errhandler(*slot, MPI_ERRORS_RETURN);
     on.shadows_created++;
     return *slot;
 }
@@ -566,10 +587,73 @@ static int online_size_index(uint64_t bytes)
     return s;
 }
 
+static int online_is_predefined(MPI_Op op)
+{
+    const MPI_Op predefined[] = {MPI_MAX,  MPI_MIN,  MPI_SUM,  MPI_PROD,   MPI_LAND,   MPI_BAND, MPI_LOR,
+                                 MPI_BOR,  MPI_LXOR, MPI_BXOR, MPI_MAXLOC, MPI_MINLOC, MPI_REPLACE};
+    for (size_t i = 0; i < sizeof predefined / sizeof *predefined; i++)
+        if (op == predefined[i])
+            return 1;
+    return 0;
+}
+
+/* The NEED_* bits this call does NOT meet. Every input is the same on every rank of the call (the op,
+ * count, communicator size; MPI_IN_PLACE of the collectives where every rank passes it): every member
+ * excludes the same algorithms, so the draws still agree. */
+static int online_unmet(const tmpi_call *call, int size)
+{
+    int unmet = NEED_NEVER;
+    if (call->mpi_op != MPI_OP_NULL) {
+        int commute = 0;
+        PMPI_Op_commutative(call->mpi_op, &commute);
+        if (!commute)
+            unmet |= NEED_COMMUTATIVE;
+        if (!online_is_predefined(call->mpi_op))
+            unmet |= NEED_BUILTIN_OP;
+    }
+    unmet |= call->buffer == MPI_IN_PLACE ? NEED_NOT_INPLACE : NEED_INPLACE;
+    int pow2 = 1;
+    while (pow2 * 2 <= size)
+        pow2 *= 2;
+    if (call->count < pow2)
+        unmet |= NEED_COUNT_GE_POW2;
+    if (pow2 != size)
+        unmet |= NEED_POWER_OF_TWO;
+    if (size != 2)
+        unmet |= NEED_TWO_RANKS;
+    return unmet;
+}
+
+/* The draw among the algorithms the call meets: u scaled to their share of the cell's probability.
+ * Nothing but the default left: the default (the library's own choice). */
+static int online_pick_allowed(const online_coll *coll, const double *cum, double u, int unmet)
+{
+    double allowed = 0;
+    for (int a = 0; a < coll->nalg; a++)
+        if (!(coll->algs[a].requires & unmet))
+            allowed += cum[a] - (a ? cum[a - 1] : 0.0);
+    if (!(allowed > 0))
+        return 0;
+    double target = u * allowed, run = 0;
+    int last = 0;
+    for (int a = 0; a < coll->nalg; a++) {
+        if (coll->algs[a].requires & unmet)
+            continue;
+        run += cum[a] - (a ? cum[a - 1] : 0.0);
+        last = a;
+        if (target < run)
+            return a;
+    }
+    return last;
+}
+
 static void online_begin(tmpi_call *call)
 {
     pending.active = 0;
     pending.restore = 0;
+    pending.retrying = 0;
+    pending.errhandler_set = 0;
+    pending.user_comm = call->comm;
     /* Times are only needed for a record: not on ranks that do not record, nor after the cap. */
     call->untimed = on.nrecords >= on.cap;
     int c = on.enabled ? on.op_coll[call->op] : -1;
@@ -588,7 +672,16 @@ static void online_begin(tmpi_call *call)
     const online_coll *coll = &on.colls[c];
     const double *cum = cs->cum[c * (on.nbounds + 1) + online_size_index(call->bytes)];
     uint64_t seq = cs->calls++;
-    int a = tmpi_online_pick(cum, coll->nalg, tmpi_online_draw(cs->key, seq));
+    double u = tmpi_online_draw(cs->key, seq);
+    int a, unmet = coll->any_requires ? online_unmet(call, cs->size) : 0, excluded = 0;
+    for (int i = 1; unmet && i < coll->nalg && !excluded; i++)
+        excluded = (coll->algs[i].requires & unmet) != 0;
+    if (excluded) {
+        a = online_pick_allowed(coll, cum, u, unmet);
+        on.restricted_calls++;
+    } else {
+        a = tmpi_online_pick(cum, coll->nalg, u);
+    }
     if (coll->needs_new_comm) {
         if (a != 0)
             call->comm = online_shadow(cs, c, a, call->comm);
@@ -603,6 +696,12 @@ static void online_begin(tmpi_call *call)
         if (a != 0) {
             online_apply(&coll->algs[a]);
             pending.restore = 1;
+            /* The algorithm's writes include the library's strict selection where it has one (MPICH:
+             * fallback=error): a drawn algorithm that cannot take these arguments returns an error instead
+             * of silently running another one, whose time would be recorded under the drawn name. */
+            PMPI_Comm_get_errhandler(call->comm, &pending.errhandler);
+            PMPI_Comm_set_errhandler(call->comm, MPI_ERRORS_RETURN);
+            pending.errhandler_set = 1;
         }
     }
     on.switchable_calls++;
@@ -617,9 +716,29 @@ static void online_end(tmpi_call *call)
 {
     if (!pending.active)
         return;
-    pending.active = 0;
+    if (pending.retrying) { /* the rerun as the library's choice: not recorded (its time includes the refusal) */
+        pending.active = 0;
+        if (call->rc != MPI_SUCCESS)
+            PMPI_Comm_call_errhandler(pending.user_comm, call->rc);
+        return;
+    }
     if (pending.restore)
         online_apply(&on.colls[pending.coll].algs[0]);
+    if (pending.errhandler_set) {
+        PMPI_Comm_set_errhandler(pending.user_comm, pending.errhandler);
+        PMPI_Errhandler_free(&pending.errhandler);
+    }
+    if (call->rc != MPI_SUCCESS && pending.alg != 0) {
+        /* Refused by the drawn algorithm (the library's checks are on arguments every rank shares, made
+         * before any communication, so every member refuses together): run it again as the library's
+         * own choice on the user's communicator. */
+        on.refused_calls++;
+        pending.retrying = 1;
+        call->comm = pending.user_comm;
+        call->retry = 1;
+        return;
+    }
+    pending.active = 0;
     if (call->rc != MPI_SUCCESS || on.nrecords >= on.cap)
         return;
     online_record *r = &on.records[on.nrecords++];
@@ -652,10 +771,11 @@ static void online_write(const online_record *all, long n, const char *path)
             nodes = on.node_of[r] + 1;
     fprintf(f, "# tunempi-online-records 1\n# fingerprint %s\n# batch %d\n# run %llu\n# world_ranks %d\n"
                "# world_nodes %d\n# rank0_switchable_calls %llu\n# rank0_cvar_writes %llu\n"
-               "# rank0_shadow_communicators %llu\n",
+               "# rank0_shadow_communicators %llu\n# rank0_restricted_draws %llu\n# rank0_refused_draws %llu\n",
             on.fingerprint, on.batch, (unsigned long long)on.run, tmpi_globals.world_size, nodes,
             (unsigned long long)on.switchable_calls, (unsigned long long)on.switches,
-            (unsigned long long)on.shadows_created);
+            (unsigned long long)on.shadows_created, (unsigned long long)on.restricted_calls,
+            (unsigned long long)on.refused_calls);
     fputs("rank,seq,stream,collective,msg_bytes,ranks,nodes,ppn,algorithm,start_ns,end_ns\n", f);
     for (long i = 0; i < n; i++) {
         const online_record *r = &all[i];

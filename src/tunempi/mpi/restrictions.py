@@ -1,0 +1,207 @@
+"""Which calls each collective algorithm can serve correctly, per library and version: data, with how each
+entry was established (the library's source, and tunempi's conformance suite forcing the algorithm on
+the problem case without tunempi: tests/conformance/, docs/conformance.md).
+
+A requirement names a property of the CALL (or of the communicator) the algorithm needs. Users of this
+table: the online mode (the interposer draws only among the algorithms whose requirements the call
+meets, tunempi.online.switching), the tuning-file writers (an algorithm whose requirement the file
+format cannot state is never written; MPICH's JSON can guard some of them), `tunempi report`.
+
+`guarded` says the library checks the requirement itself when the algorithm is forced through the
+environment or MPI_T (MPICH's MPIR_CVAR_COLLECTIVE_FALLBACK, silent by default: another algorithm runs).
+MPICH's JSON tuning-file path does NOT check (the container is run as given), so a guard in the file is
+needed there all the same.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+#: requirement -> what the call must be like (for messages and docs). The interposer's bit for each is
+#: ONLINE_BITS below (profile/c/tmpi_online.c spells the same values).
+REQUIREMENTS: dict[str, str] = {
+    "commutative": "a commutative operation (MPI_Op_commutative)",
+    "builtin-op": "a predefined operation (MPI_SUM, MPI_MAX, ...), not a user-defined one",
+    "not-inplace": "a separate send buffer (not MPI_IN_PLACE)",
+    "inplace": "MPI_IN_PLACE as the send buffer",
+    "count-ge-pow2": "count >= the largest power of two <= the communicator size",
+    "power-of-two": "a communicator size that is a power of two",
+    "parent-comm": "a whole communicator (not one of MPICH's own node-level sub-communicators)",
+    "same-types": "send and receive datatypes with the same type map (not a strided send received as "
+                  "plain elements)",
+    "two-ranks": "a communicator of exactly two ranks",
+    "block-regular": "equal receive counts on every rank (reduce_scatter)",
+}
+
+#: Bits of the online table's `requires` mask (tmpi_online.c); NEVER: a requirement the interposer
+#: cannot decide identically on every rank of the call, so the algorithm is never drawn online.
+ONLINE_BITS: dict[str, int] = {
+    "commutative": 1,
+    "builtin-op": 2,
+    "not-inplace": 4,
+    "inplace": 8,
+    "count-ge-pow2": 16,
+    "power-of-two": 32,
+    "two-ranks": 64,
+}
+ONLINE_NEVER = 1 << 30
+
+#: Collectives where MPI_IN_PLACE is given by the root only: the other ranks cannot see it, so an
+#: in-place requirement cannot be decided identically on every rank.
+ROOTED: frozenset[str] = frozenset({"reduce", "gather", "scatter", "bcast"})
+
+
+@dataclass(frozen=True)
+class Restriction:
+    """Algorithm `algorithm` of `collective` in `vendor` (versions starting with one of `versions`) is only
+    correct for calls meeting every requirement in `requires`."""
+
+    vendor: str
+    versions: tuple[str, ...]
+    collective: str
+    algorithm: str
+    requires: tuple[str, ...]
+    evidence: str  # how it was established: source file(s), conformance-suite experiment
+    guarded: bool = False  # the library checks it itself when forced through env/MPI_T
+
+    def applies_to(self, vendor: str, version: str) -> bool:
+        return vendor == self.vendor and any(version.startswith(v) for v in self.versions)
+
+    def describe(self) -> str:
+        return "; ".join(REQUIREMENTS[r] for r in self.requires)
+
+
+_OMPI_EXP = ("conformance suite, algorithm forced by OMPI_MCA_coll_tuned_{c}_algorithm, Open MPI 5.0.11 "
+             "at 2 and 4 ranks: {what}")
+_OMPI_REDUCE_SRC = ("ompi/mca/coll/tuned/coll_tuned_reduce_decision.c: the fixed decision sends non-commutative "
+                    "ops to in_order_binary; coll_base_reduce.c's generic tree reduces in arrival order")
+
+
+def _ompi(collective: str, algorithm: str, requires: tuple[str, ...], what: str, source: str = "") -> Restriction:
+    evidence = _OMPI_EXP.format(c=collective, what=what) + (f"; {source}" if source else "")
+    return Restriction("openmpi", ("5.0", "4.1"), collective, algorithm, requires, evidence)
+
+
+_NONCOMM = "wrong results for a non-commutative user op (2x2 matrix product)"
+
+RESTRICTIONS: tuple[Restriction, ...] = (
+    # ---- Open MPI coll/tuned (checked 5.0.11; 4.1.4 has the same coll/base code for these) ----
+    _ompi("allreduce", "ring", ("commutative",), _NONCOMM,
+          "coll_base_allreduce.c ompi_coll_base_allreduce_intra_ring: no commutativity check"),
+    _ompi("allreduce", "segmented_ring", ("commutative",), _NONCOMM,
+          "coll_base_allreduce.c: segmented ring falls back to ring, neither checks commutativity"),
+    _ompi("reduce", "chain", ("commutative",), _NONCOMM, _OMPI_REDUCE_SRC),
+    _ompi("reduce", "pipeline", ("commutative",), _NONCOMM, _OMPI_REDUCE_SRC),
+    _ompi("reduce", "binary", ("commutative",), _NONCOMM, _OMPI_REDUCE_SRC),
+    _ompi("reduce", "binomial", ("commutative",), _NONCOMM, _OMPI_REDUCE_SRC),
+    _ompi("reduce_scatter", "ring", ("commutative",), _NONCOMM,
+          "coll_base_reduce_scatter.c ompi_coll_base_reduce_scatter_intra_ring: 'commutative ops only' in its "
+          "comment, not checked"),
+    _ompi("reduce_scatter", "recursive_halving", ("commutative",), _NONCOMM,
+          "coll_base_reduce_scatter.c: recursive halving is described for commutative ops, not checked"),
+    _ompi("allgather", "sparbit", ("same-types", "not-inplace"),
+          "wrong results for a strided send type received as plain ints (the suite's in-place cases pass; "
+          "the in-place segfault is issue 13's report from a real program under the online mode: "
+          "ompi_coll_base_allgather_intra_sparbit)",
+          "coll_base_allgather.c sparbit: copies blocks with the send type's layout"),
+    *(_ompi(c, "two_proc", ("two-ranks",), "at 4 ranks the call fails (MPI_ERR_UNSUPPORTED_OPERATION, already "
+            "inside MPI_Comm_split, which runs an allgather)", f"coll_base_{c}.c two_proc: comm size 2 only")
+      for c in ("allgather", "allgatherv", "alltoall", "barrier")),
+    _ompi("allgatherv", "sparbit", ("same-types",),
+          "MPI error for a strided send type received as plain ints",
+          "coll_base_allgatherv.c sparbit"),
+)
+
+
+_MPICH_SRC = ("MPICH src/mpi/coll/coll_algorithms.txt `restrictions:` and the generated mpir_coll.c "
+              "MPII_COLLECTIVE_FALLBACK_CHECK of the forced-algorithm switch")
+
+
+def _mpich(collective: str, algorithm: str, requires: tuple[str, ...], what: str = "") -> Restriction:
+    evidence = _MPICH_SRC + (f"; conformance suite (MPI_T-forced, fallback=error, MPICH 5.0.2 at 2 ranks): {what}"
+                             if what else "")
+    return Restriction("mpich", ("5.0", "4.0", "4.1", "4.2", "4.3"), collective, algorithm, requires, evidence,
+                       guarded=True)
+
+
+_REFUSED = "refused (MPI error) exactly for the cases that break the requirement"
+
+RESTRICTIONS += (
+    # ---- MPICH (5.0.2 checked; 4.0.2 by its sources: the same checks for the algorithms it has) ----
+    _mpich("allreduce", "smp", ("commutative", "parent-comm"), _REFUSED),
+    _mpich("allreduce", "reduce_scatter_allgather", ("count-ge-pow2", "builtin-op"), _REFUSED),
+    _mpich("allreduce", "recursive_multiplying", ("commutative",), _REFUSED),
+    _mpich("allreduce", "ring", ("commutative",), _REFUSED),
+    _mpich("allreduce", "recexch", ("commutative",),
+           "kept conservatively (tunempi's earlier writer guarded it): MPICH does not refuse it, and the suite "
+           "found it correct for the non-commutative op at 2 ranks"),
+    _mpich("allreduce", "tree", ("commutative",),
+           "kept conservatively (tunempi's earlier writer guarded it): MPICH does not refuse it, and the suite "
+           "found it correct for the non-commutative op at 2 ranks"),
+    _mpich("allreduce", "k_reduce_scatter_allgather", ("commutative",), _REFUSED),
+    _mpich("reduce", "smp", ("commutative", "parent-comm"), _REFUSED),
+    _mpich("reduce", "reduce_scatter_gather", ("count-ge-pow2", "builtin-op"), _REFUSED),
+    _mpich("bcast", "smp", ("parent-comm",)),
+    _mpich("bcast", "scatter_recursive_doubling_allgather", ("power-of-two",)),
+    _mpich("allgather", "recursive_doubling", ("power-of-two",)),
+    _mpich("allgatherv", "recursive_doubling", ("power-of-two",)),
+    _mpich("alltoall", "brucks", ("not-inplace",), _REFUSED),
+    _mpich("alltoall", "k_brucks", ("not-inplace",), _REFUSED),
+    _mpich("alltoall", "pairwise", ("not-inplace",), _REFUSED),
+    _mpich("alltoall", "scattered", ("not-inplace",), _REFUSED),
+    _mpich("alltoall", "pairwise_sendrecv_replace", ("inplace",), _REFUSED),
+    _mpich("barrier", "smp", ("parent-comm",)),
+    _mpich("reduce_scatter", "pairwise", ("commutative", "not-inplace"),
+           "in place (MPI_SUM on ints, count >= 1) crashes even forced through the environment: the in-place "
+           "requirement is found by the suite, not by MPICH's checks"),
+    _mpich("reduce_scatter", "noncommutative", ("power-of-two", "block-regular"),
+           "irregular receive counts crash even forced through the environment (the source comment says: "
+           "power-of-two, block-regular case only; MPICH does not check it)"),
+    _mpich("allgather", "recexch_doubling", ("same-types",),
+           "wrong results for a strided send type received as plain ints, forced through the environment"),
+    _mpich("allgather", "recexch_halving", ("same-types",),
+           "wrong results for a strided send type received as plain ints, forced through the environment"),
+    _mpich("reduce_scatter", "recursive_halving", ("commutative",), _REFUSED),
+    _mpich("reduce_scatter_block", "noncommutative", ("power-of-two",)),
+    _mpich("reduce_scatter_block", "pairwise", ("commutative",), _REFUSED),
+    _mpich("reduce_scatter_block", "recursive_halving", ("commutative",), _REFUSED),
+)
+
+
+def restrictions_for(vendor: str, version: str, collective: str, algorithm: str) -> tuple[Restriction, ...]:
+    """The restrictions of one algorithm in one library (empty: none known)."""
+    return tuple(r for r in RESTRICTIONS
+                 if r.collective == collective and r.algorithm == algorithm and r.applies_to(vendor, version))
+
+
+def requirements(vendor: str, version: str, collective: str, algorithm: str) -> tuple[str, ...]:
+    out: list[str] = []
+    for r in restrictions_for(vendor, version, collective, algorithm):
+        out += [q for q in r.requires if q not in out]
+    return tuple(out)
+
+
+def online_mask(vendor: str, version: str, collective: str, algorithm: str) -> int:
+    """The interposer's `requires` mask for an algorithm (ONLINE_NEVER where a requirement cannot be
+    decided identically on every rank of a call)."""
+    mask = 0
+    for requirement in requirements(vendor, version, collective, algorithm):
+        if requirement in ("inplace", "not-inplace") and collective in ROOTED:
+            return ONLINE_NEVER
+        if requirement == "parent-comm":
+            continue  # an application's communicators are all parents
+        bit = ONLINE_BITS.get(requirement)
+        if bit is None:
+            return ONLINE_NEVER  # e.g. same-types: ranks may use different datatypes for one call
+        mask |= bit
+    return mask
+
+
+def file_exclusion(vendor: str, version: str, collective: str, algorithm: str,
+                   expressible: frozenset[str]) -> str | None:
+    """Why a tuning file whose format can only state `expressible` requirements must not select the
+    algorithm (None: it may)."""
+    missing = [r for r in requirements(vendor, version, collective, algorithm) if r not in expressible]
+    if not missing:
+        return None
+    return "needs " + "; ".join(REQUIREMENTS[r] for r in missing) + ", which the tuning file cannot state"

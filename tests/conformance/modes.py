@@ -1,0 +1,194 @@
+"""The conformance suite's modes: the library on its own (its default choice, and each algorithm forced),
+every tuning file tunempi writes, the online mode with per-call switching, and the profiler.
+
+Forcing goes in ROUNDS: round k forces the k-th algorithm of every collective at once (collectives with
+fewer algorithms sit the round out), so a library needs as many launches as its longest catalog, not one
+per algorithm; every case belongs to one collective, so its verdict is that algorithm's.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import tempfile
+from collections.abc import Iterable, Mapping
+from pathlib import Path
+
+from suite import COLLECTIVES, Outcome, build_program, crashing, failures, new_failures, run_suite, summary
+
+from tunempi.mpi.discovery import adapter_for, resolve_library
+from tunempi.mpi.library import MPILibrary
+from tunempi.mpi.vendor import VendorAdapter
+
+TUNEMPI = str(Path(sys.executable).with_name("tunempi"))
+
+
+def catalog(adapter: VendorAdapter) -> dict[str, list[str]]:
+    return {c: [a.name for a in adapter.algorithms(c)] for c in COLLECTIVES if adapter.algorithms(c)}
+
+
+def rounds(adapter: VendorAdapter, *, isolated: bool = False) -> list[dict[str, str]]:
+    """Round k: collective -> its k-th algorithm. isolated: one algorithm per round (composite algorithms,
+    e.g. Open MPI's allreduce nonoverlapping = reduce + bcast, then run their inner collectives' default)."""
+    names = catalog(adapter)
+    if isolated:
+        return [{c: n} for c, v in names.items() for n in v]
+    longest = max(len(v) for v in names.values())
+    return [{c: v[k] for c, v in names.items() if k < len(v)} for k in range(longest)]
+
+
+def forced_env(adapter: VendorAdapter, choice: Mapping[str, str]) -> dict[str, str]:
+    env: dict[str, str] = {}
+    for collective, name in choice.items():
+        env.update(adapter.force_env(collective, name))
+    return env
+
+
+def strict_cvars(adapter: VendorAdapter, choice: Mapping[str, str]) -> list[str]:
+    """--cvar arguments: the run-time switch of every chosen algorithm, and the library's strict selection
+    (MPICH: an algorithm that cannot take the call's arguments returns an error instead of falling back)."""
+    args: list[str] = []
+    writes: list[tuple[str, int]] = []
+    for collective, name in choice.items():
+        switch = adapter.runtime_switch(collective, name)
+        writes += [(switch.cvar, switch.value), *switch.also]
+    strict = adapter.strict_selection_switch()
+    if strict is not None:
+        writes.append((strict.cvar, strict.value))
+    for cvar, value in dict(writes).items():
+        args += ["--cvar", f"{cvar}={value}"]
+    return args
+
+
+def per_algorithm(results: list[tuple[dict[str, str], dict[int, Outcome]]]) -> dict[tuple[str, str], list[Outcome]]:
+    """(collective, algorithm) -> its failing cases, from round results."""
+    out: dict[tuple[str, str], list[Outcome]] = {}
+    for choice, outcomes in results:
+        for collective, name in choice.items():
+            out[(collective, name)] = [o for o in failures(outcomes) if o.collective == collective]
+    return out
+
+
+def library_forced(library: MPILibrary, ranks: int, program: Path, *, strict: bool = False,
+                   isolated: bool = False, skip: Iterable[tuple[str, str]] = ()
+                   ) -> list[tuple[dict[str, str], dict[int, Outcome]]]:
+    """Every algorithm forced, without tunempi: through the environment, or (strict) through MPI_T with the
+    library's strict selection on."""
+    adapter = adapter_for(library)
+    results = []
+    for choice in rounds(adapter, isolated=isolated):
+        if strict:
+            outcomes = run_suite(library, ranks, program=program, colls=list(choice), skip=skip,
+                                 program_args=strict_cvars(adapter, choice))
+        else:
+            outcomes = run_suite(library, ranks, program=program, colls=list(choice), skip=skip,
+                                 env=forced_env(adapter, choice))
+        results.append((choice, outcomes))
+    return results
+
+
+def tuning_file_rounds(library: MPILibrary, ranks: int, program: Path, directory: Path, *,
+                       skip: Iterable[tuple[str, str]] = ()
+                       ) -> list[tuple[dict[str, str], dict[int, Outcome], dict[str, str]]]:
+    """Round k through a tuning file tunempi writes (tune's own writer path, smoke check included) that
+    selects the k-th algorithm of every collective at every size, as far as the file may select it.
+    Returns (choice, outcomes, collective -> what the file really selects)."""
+    from tunempi.tune.files import write_tuning_files
+
+    adapter = adapter_for(library)
+    results = []
+    writable = {c: list(adapter.tuning_file_algorithms(c).selectable) for c in catalog(adapter) if c != "barrier"}
+    for k, choice in enumerate(rounds(adapter)):
+        selected = {c: (n if n in writable.get(c, []) else "default") for c, n in choice.items() if c in writable}
+        out = directory / f"round{k}"
+        written = write_tuning_files(out, library, adapter, rule_sets_selecting(selected, ranks),
+                                     smoke_ranks=(ranks,), smoke=False)
+        env = written.activation_env(out)
+        outcomes = run_suite(library, ranks, program=program, colls=list(selected), env=env, skip=skip)
+        results.append((choice, outcomes, selected))
+    return results
+
+
+def rule_sets_selecting(selected: Mapping[str, str], ranks: int):
+    """Rule sets choosing one algorithm per collective at every size, at this communicator size."""
+    from tunempi.rules import ScaledChoice, SelectionTable, build_rule_sets
+
+    choices = [ScaledChoice(c, 1, ranks, size, name) for c, name in selected.items() for size in (8, 65536)]
+    return build_rule_sets(SelectionTable.from_scaled(choices))
+
+
+def under_online(library: MPILibrary, ranks: int, program: Path, state: Path, *,
+                 skip: Iterable[tuple[str, str]] = ()) -> dict[int, Outcome]:
+    """The whole suite under `tunempi online run` (every switchable collective, uniform draws)."""
+    colls = "allreduce,bcast,allgather,alltoall,reduce,barrier,gather,scatter,reduce_scatter,reduce_scatter_block,allgatherv"
+
+    def wrap(argv: list[str]) -> list[str]:
+        return [TUNEMPI, "online", "run", "--state", str(state), "--mpi", library.vendor,
+                "--collectives", colls, "--record-ranks", "all", "--", *argv]
+
+    return run_suite(library, ranks, program=program, wrap=wrap, timeout=300, skip=skip)
+
+
+def under_profiler(library: MPILibrary, ranks: int, program: Path, out: Path, *,
+                   skip: Iterable[tuple[str, str]] = ()) -> dict[int, Outcome]:
+    def wrap(argv: list[str]) -> list[str]:
+        return [TUNEMPI, "profile", "-o", str(out), "--mpi", library.vendor, "--", *argv]
+
+    return run_suite(library, ranks, program=program, wrap=wrap, timeout=300, skip=skip)
+
+
+LAYOUTS = (("openmpi", 2), ("openmpi", 4), ("mpich", 2))
+
+
+def main(argv: list[str]) -> int:
+    """Print the counts per library x mode and every failure (the figures of docs/conformance.md)."""
+    layouts = [(v, int(r)) for v, r in (a.split(":") for a in argv)] if argv else list(LAYOUTS)
+    os.environ.setdefault("TUNEMPI_LOG", "warning")
+    for vendor, ranks in layouts:
+        library = resolve_library(vendor)
+        program = build_program(library)
+        head = f"{library.name} at {ranks} ranks"
+        default = run_suite(library, ranks, program=program)
+        print(f"{head} | library default | {summary(default)}")
+        for o in failures(default):
+            print(f"    library's own: {o}")
+        skip = crashing(default)
+        forced = library_forced(library, ranks, program, skip=skip)
+        runs = sum(len(o) for _, o in forced)
+        bad = sum(len(f) for f in per_algorithm(forced).values())
+        print(f"{head} | library, each algorithm forced (env) | run {runs}, pass {runs - bad}, fail {bad}")
+        for (c, n), fails in sorted(per_algorithm(forced).items()):
+            for o in fails:
+                print(f"    {c} {n}: {o.case}: {o.verdict}")
+        if vendor == "mpich":
+            strict = library_forced(library, ranks, program, strict=True, skip=skip)
+            runs = sum(len(o) for _, o in strict)
+            bad = sum(len(f) for f in per_algorithm(strict).values())
+            print(f"{head} | library, each algorithm forced (MPI_T, fallback=error) | run {runs}, pass "
+                  f"{runs - bad}, refused or failed {bad}")
+            for (c, n), fails in sorted(per_algorithm(strict).items()):
+                for o in fails:
+                    print(f"    {c} {n}: {o.case}: {o.verdict}")
+        with tempfile.TemporaryDirectory() as tmp:
+            files = tuning_file_rounds(library, ranks, program, Path(tmp), skip=skip)
+            runs = sum(len(o) for _, o, _ in files)
+            bad = [o for _, o, _ in files for o in new_failures(o, default)]
+            own = sum(len(failures(o)) for _, o, _ in files) - len(bad)
+            print(f"{head} | tuning files (one per round) | run {runs}, pass {runs - len(bad) - own}, "
+                  f"fail {len(bad)} (+{own} the library's own)")
+            for o in bad:
+                print(f"    NEW: {o}")
+            online = under_online(library, ranks, program, Path(tmp) / "state", skip=skip)
+            print(f"{head} | online | {summary(online, default)}")
+            for o in new_failures(online, default):
+                print(f"    NEW: {o}")
+            profiled = under_profiler(library, ranks, program, Path(tmp) / "profile.json", skip=skip)
+            print(f"{head} | profiler | {summary(profiled, default)}")
+            for o in new_failures(profiled, default):
+                print(f"    NEW: {o}")
+        sys.stdout.flush()
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main(sys.argv[1:]))

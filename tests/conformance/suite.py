@@ -1,0 +1,192 @@
+"""Driver of the collective conformance suite (coll_conformance.c): build, launch, resume after a crash.
+
+One launch runs every case of the chosen collectives; world rank 0 prints one verdict line per case as
+it finishes. A launch that dies (segfault, abort) or hangs loses only the case it was in: that case is
+recorded as CRASH (or HANG) and the launch is restarted after it.
+
+`python tests/conformance/suite.py` prints the suite's counts per library x mode (docs/conformance.md).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import sys
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from tunempi.launch.launchers import LaunchSpec, launcher_for
+from tunempi.launch.process import run_launch
+from tunempi.mpi.build import build_c
+from tunempi.mpi.library import MPILibrary
+
+SOURCE = Path(__file__).with_name("coll_conformance.c")
+RESULT = re.compile(r"^R (\d+) (\S+) (.*) (ok|FAIL|ERROR)$")
+LISTED = re.compile(r"^L (\d+) (\S+) (.*)$")
+#: The collectives the suite covers (every one tunempi can switch or write a tuning file for).
+COLLECTIVES: tuple[str, ...] = ("allreduce", "bcast", "allgather", "alltoall", "reduce", "reduce_scatter",
+                                "reduce_scatter_block", "gather", "scatter", "barrier", "allgatherv")
+
+
+@dataclass(frozen=True)
+class Outcome:
+    index: int
+    collective: str
+    case: str  # "<comm> <inplace|copy> <types/op> <count> <root>"
+    verdict: str  # ok | FAIL | ERROR | CRASH | HANG | SETUP (the launch died before its first case) |
+    #               OWN (not run: it crashes or hangs the library on its own, see run_suite's skip)
+
+    @property
+    def passed(self) -> bool:
+        return self.verdict == "ok"
+
+    @property
+    def key(self) -> tuple[str, str]:
+        """What the case is (indexes depend on which collectives a launch runs)."""
+        return (self.collective, self.case)
+
+    def __str__(self) -> str:
+        return f"{self.collective} {self.case}: {self.verdict}"
+
+
+def build_program(library: MPILibrary) -> Path:
+    return build_c(library, [SOURCE], "coll_conformance", werror=True)
+
+
+def launch_command(library: MPILibrary, ranks: int, program: Sequence[str]) -> tuple[list[str], dict[str, str]]:
+    """(argv, launcher environment) for `program` on `ranks` ranks of this machine (flags as environment,
+    so the same argv can be given to `tunempi online run` / `tunempi profile`)."""
+    launcher = launcher_for(library, **({"flags_as_env": True} if library.vendor == "openmpi" else {}))
+    command = launcher.command(LaunchSpec(command=tuple(program), ranks=ranks))
+    return list(command.argv), dict(command.env)
+
+
+def list_cases(library: MPILibrary, program: Path, colls: Iterable[str] | None = None, ranks: int = 2
+               ) -> dict[int, tuple[str, str]]:
+    """index -> (collective, case) without running anything (roots depend on the number of ranks)."""
+    argv, env = launch_command(library, ranks, [str(program), "--list", *_colls_args(colls)])
+    result = run_launch(argv, {**os.environ, **env, **library_env(library)}, timeout=120)
+    cases = {}
+    for line in result.stdout.splitlines():
+        m = LISTED.match(line)
+        if m:
+            cases[int(m.group(1))] = (m.group(2), m.group(3))
+    return cases
+
+
+def library_env(library: MPILibrary) -> dict[str, str]:
+    """What every launch of the library needs here (Open MPI: its prefix; one node: no fabric btl)."""
+    from tunempi.mpi.discovery import adapter_for
+
+    adapter = adapter_for(library)
+    env = {**adapter.single_node_env()}
+    if library.vendor == "openmpi" and library.embedded:
+        env["OPAL_PREFIX"] = str(library.prefix)
+    return env
+
+
+def _colls_args(colls: Iterable[str] | None) -> list[str]:
+    return ["--colls", ",".join(colls)] if colls is not None else []
+
+
+def run_suite(
+    library: MPILibrary,
+    ranks: int,
+    *,
+    program: Path,
+    env: Mapping[str, str] | None = None,
+    colls: Iterable[str] | None = None,
+    program_args: Sequence[str] = (),
+    wrap: Callable[[list[str]], list[str]] | None = None,
+    skip: Iterable[tuple[str, str]] = (),
+    timeout: float = 120.0,
+    max_restarts: int = 400,
+) -> dict[int, Outcome]:
+    """Run every case (of `colls`), restarting after a crashed or hung case. `wrap` turns the launch argv
+    into the command actually run (e.g. under `tunempi online run`). `skip`: cases (Outcome.key) not to run,
+    recorded as OWN: those that crash the library on its own (each crash costs a relaunch)."""
+    colls = list(colls) if colls is not None else None
+    if colls == []:
+        return {}
+    listed = list_cases(library, program, colls, ranks)
+    skipped = set(skip)
+    outcomes: dict[int, Outcome] = {i: Outcome(i, c, case, "OWN") for i, (c, case) in listed.items()
+                                    if (c, case) in skipped}
+    skip_args = ["--skip", ",".join(str(i) for i in sorted(outcomes))] if outcomes else []
+    start = 0
+    for _ in range(max_restarts):
+        args = [str(program), *_colls_args(colls), "--start", str(start), *skip_args, *program_args]
+        argv, launch_env = launch_command(library, ranks, args)
+        if wrap is not None:
+            argv = wrap(argv)
+        result = run_launch(argv, {**os.environ, **launch_env, **library_env(library), **(env or {})},
+                            timeout=timeout)
+        done = ready = False
+        for line in result.stdout.splitlines():
+            ready = ready or line == "READY"
+            m = RESULT.match(line)
+            if m:
+                index = int(m.group(1))
+                outcomes[index] = Outcome(index, m.group(2), m.group(3), m.group(4))
+            elif line.startswith("DONE "):
+                done = True
+        if done and result.returncode == 0:
+            break
+        remaining = [i for i in sorted(listed) if i >= start and i not in outcomes]
+        if not remaining:
+            if not done:
+                raise RuntimeError(f"launch failed after its last case: {' '.join(argv)}\n{result.stderr[-3000:]}")
+            break
+        if not ready:  # died before the first case: the set-up (communicator constructors) failed
+            if "cannot write control variable" in result.stderr:
+                raise RuntimeError(result.stderr[-2000:])
+            for i in remaining:
+                outcomes[i] = Outcome(i, listed[i][0], listed[i][1], "SETUP")
+            break
+        lost = remaining[0]
+        collective, case = listed[lost]
+        outcomes[lost] = Outcome(lost, collective, case, "HANG" if result.timed_out else "CRASH")
+        start = lost + 1
+    else:
+        raise RuntimeError(f"more than {max_restarts} crashed launches: {' '.join(argv)}")
+    return outcomes
+
+
+def crashing(outcomes: Mapping[int, Outcome]) -> list[tuple[str, str]]:
+    """The cases that crashed or hung (what later runs skip)."""
+    return [o.key for o in outcomes.values() if o.verdict in ("CRASH", "HANG", "OWN")]
+
+
+def failures(outcomes: Mapping[int, Outcome]) -> list[Outcome]:
+    return [o for _, o in sorted(outcomes.items()) if not o.passed]
+
+
+def passes_in(reference: Mapping[int, Outcome], outcome: Outcome) -> bool:
+    """Whether the same case passes in `reference` (matched by what the case is, not its index)."""
+    for other in reference.values():
+        if other.key == outcome.key:
+            return other.passed
+    raise KeyError(f"{outcome} is not in the reference run")
+
+
+def new_failures(outcomes: Mapping[int, Outcome], reference: Mapping[int, Outcome]) -> list[Outcome]:
+    """Cases that fail here but pass in `reference` (the library on its own)."""
+    return [o for _, o in sorted(outcomes.items()) if not o.passed and passes_in(reference, o)]
+
+
+def summary(outcomes: Mapping[int, Outcome], reference: Mapping[int, Outcome] | None = None) -> str:
+    """'run N, pass P, fail F (of which L also fail in the library on its own)'."""
+    bad = failures(outcomes)
+    text = f"run {len(outcomes)}, pass {len(outcomes) - len(bad)}, fail {len(bad)}"
+    if reference is not None:
+        own = [o for o in bad if not passes_in(reference, o)]
+        text += f" (library's own: {len(own)})"
+    return text
+
+
+if __name__ == "__main__":  # pragma: no cover - a reporting entry point, see docs/conformance.md
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    from modes import main
+
+    raise SystemExit(main(sys.argv[1:]))

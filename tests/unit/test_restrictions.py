@@ -1,0 +1,68 @@
+"""The algorithm restriction table (mpi/restrictions.py) and the places that read it: the online table,
+the tuning-file exclusions and the MPICH JSON guards."""
+
+from __future__ import annotations
+
+import json
+
+from tunempi.mpi.mpich import LEAF_RESTRICTIONS, file_expressible
+from tunempi.mpi.restrictions import (
+    ONLINE_BITS,
+    ONLINE_NEVER,
+    REQUIREMENTS,
+    RESTRICTIONS,
+    file_exclusion,
+    online_mask,
+    requirements,
+)
+from tunempi.rules.ruleset import CommBlock, MsgRule, RuleSet
+from tunempi.writers import selection_json
+
+
+def test_every_entry_names_known_requirements_and_says_how_it_was_established():
+    for r in RESTRICTIONS:
+        assert r.requires and set(r.requires) <= set(REQUIREMENTS), r
+        assert r.evidence and r.versions, r
+
+
+def test_issue_13_cases_are_in_the_table():
+    # Open MPI's forced reduce_scatter ring / recursive_halving give wrong results for non-commutative ops
+    for name in ("ring", "recursive_halving"):
+        assert requirements("openmpi", "5.0.11", "reduce_scatter", name) == ("commutative",)
+        assert requirements("openmpi", "4.1.4", "reduce_scatter", name) == ("commutative",)
+    assert "not-inplace" in requirements("openmpi", "5.0.11", "allgather", "sparbit")
+    assert requirements("openmpi", "5.0.11", "allreduce", "recursive_doubling") == ()
+    assert requirements("mpich", "5.0.2", "reduce_scatter", "ring") == ()  # a name MPICH does not restrict
+
+
+def test_online_masks_say_what_a_call_must_be_like():
+    assert online_mask("openmpi", "5.0.11", "reduce_scatter", "ring") == ONLINE_BITS["commutative"]
+    # a requirement no rank can decide alone for everyone (datatypes may differ between ranks): never drawn
+    assert online_mask("openmpi", "5.0.11", "allgather", "sparbit") == ONLINE_NEVER
+    assert online_mask("mpich", "5.0.2", "alltoall", "pairwise_sendrecv_replace") == ONLINE_BITS["inplace"]
+    # MPICH's smp needs a parent communicator: every application communicator is one
+    assert online_mask("mpich", "5.0.2", "allreduce", "smp") == ONLINE_BITS["commutative"]
+    assert online_mask("openmpi", "5.0.11", "alltoall", "two_proc") == ONLINE_BITS["two-ranks"]
+    assert online_mask("openmpi", "5.0.11", "bcast", "binomial") == 0
+
+
+def test_rules_files_cannot_restrict_but_mpich_json_can():
+    reason = file_exclusion("openmpi", "5.0.11", "reduce_scatter", "ring", frozenset())
+    assert reason is not None and "commutative" in reason
+    assert file_exclusion("openmpi", "5.0.11", "bcast", "binomial", frozenset()) is None
+    excluded = {(r.collective, r.algorithm) for r in RESTRICTIONS if r.vendor == "mpich" and file_exclusion(
+        "mpich", "5.0.2", r.collective, r.algorithm, file_expressible(r.collective))}
+    # the JSON cannot compare send and receive datatypes, and its in-place key exists for alltoall only
+    assert excluded == {("allgather", "recexch_doubling"), ("allgather", "recexch_halving"),
+                        ("reduce_scatter", "pairwise")}
+    assert file_expressible("alltoall") >= {"inplace", "not-inplace"}
+
+
+def test_mpich_json_guards_a_commutative_only_leaf():
+    default = {"algorithm=MPIR_Reduce_scatter_intra_noncommutative": {}}
+    rule_set = RuleSet("reduce_scatter", (CommBlock(1, None, (MsgRule(None, "recursive_halving"),)),))
+    tree = selection_json.tuned_intra_subtree(rule_set, default, restrictions=LEAF_RESTRICTIONS)
+    leaf = {"algorithm=MPIR_Reduce_scatter_intra_recursive_halving": {}}
+    assert json.dumps(tree) == json.dumps({"is_commutative=no": default, "is_commutative=yes": leaf})
+    # the suite's in-place crash of reduce_scatter pairwise reaches the guards' spelling too
+    assert LEAF_RESTRICTIONS["MPIR_Reduce_scatter_intra_pairwise"] == ("commutative", "noinplace")
