@@ -17,7 +17,7 @@ from tunempi.bench.protocol import MeasureSettings
 from tunempi.cli.tune import TuneProgress
 from tunempi.config import data_dir
 from tunempi.errors import TunempiError
-from tunempi.report.console import VerifyProgress, print_verify_report, wide_console
+from tunempi.report.console import VerifyProgress, output_console, print_verify_report
 from tunempi.report.tuning import speedup_table, summary_lines, write_plots
 from tunempi.tune.job import TuneOptions, run_tune
 from tunempi.tune.verify_run import run_verify
@@ -33,7 +33,7 @@ def demo_db() -> Path:
 
 
 def main() -> int:
-    console = wide_console()
+    console = output_console()
     db = demo_db()
     out_root = Path(os.environ.get("TUNEMPI_DEMO_OUT") or data_dir() / "demo-tuning")
     max_msg = parse_size(os.environ.get("TUNEMPI_DEMO_MAX_MSG") or "256KiB")

@@ -15,6 +15,7 @@ from typing import Any
 import pytest
 from profile_support import clean_env, embedded_library, rank_env_argv, run
 
+from tunempi.launch import LaunchResult
 from tunempi.mpi.build import build_c
 from tunempi.mpi.library import MPILibrary
 from tunempi.profile.build import build_interposer, generate_wrappers
@@ -275,3 +276,58 @@ def test_advise_on_a_real_profile_with_the_real_library(vendor: str, tmp_path: P
     assert f"tunempi tune --mpi {vendor} --collectives allreduce --ranks 2" in result.stdout
     knob = "MPIR_CVAR_CH4_IPC_CMA_P2P_THRESHOLD" if vendor == "mpich" else "OMPI_MCA_btl_sm_eager_limit"
     assert knob in load_space(space).names
+
+
+def test_a_failed_run_never_replaces_the_last_good_profile(tmp_path: Path) -> None:
+    """`profile -o FILE`: a run that dies before MPI_Finalize leaves FILE as it was; a run that reaches it but
+    exits non-zero keeps its profile beside FILE (FILE.exitN.json); only a successful run replaces FILE; the
+    command's exit status is profile's own in every case."""
+    library = embedded_library("mpich")
+    app = build_c(library, [APP_SOURCE.with_name("exit_status.c")], "profile-exit-status", werror=True)
+    out = tmp_path / "app.json"
+    good = '{"earlier": "good profile"}\n'
+    out.write_text(good)
+
+    def profile(*command: str) -> LaunchResult:
+        return run([sys.executable, "-m", "tunempi", "profile", "--mpi", "mpich", "-o", str(out), "--",
+                    "mpiexec", "-n", "2", *command], timeout=120)
+
+    died = profile("sh", "-c", "exit 3")  # no MPI_Finalize: no profile at all
+    assert died.returncode == 3, died.stdout + died.stderr
+    assert out.read_text() == good and "left as it was" in died.stderr
+    failed = profile(str(app), "5")
+    assert failed.returncode == 5, failed.stdout + failed.stderr
+    assert out.read_text() == good
+    aside = json.loads((tmp_path / "app.exit5.json").read_text())
+    assert sum(r["calls"] for r in aside["collectives"] if r["collective"] == "allreduce") == 8
+    succeeded = profile(str(app), "0")
+    assert succeeded.returncode == 0, succeeded.stdout + succeeded.stderr
+    assert json.loads(out.read_text())["header"]["ranks"] == 2
+    assert not [p.name for p in tmp_path.iterdir() if p.name.endswith(".partial")]
+
+
+def test_advise_takes_the_library_from_the_profile(tmp_path: Path) -> None:
+    """An Open MPI profile, no --mpi: the advice is for Open MPI (not the first library found, MPICH); the
+    v-variants tune does not benchmark are named as such; tables stay whole when stdout is a pipe."""
+    from tunempi.store.results import Measurement, ResultStore
+
+    library = embedded_library("openmpi")
+    data = profile_run(library, 2, "init_thread", tmp_path)
+    profile = tmp_path / "app.json"
+    profile.write_text(json.dumps(data))
+    with ResultStore(tmp_path / "r.sqlite") as store:
+        store.add_many([Measurement(library.fingerprint, library.name, "allreduce", algorithm, 2, 8, median_us=us)
+                        for algorithm, us in (("ignore", 50.0), ("recursive_doubling", 2.0))])
+    env = {k: v for k, v in clean_env().items() if k not in ("TUNEMPI_MPI", "COLUMNS")}
+    result = run([sys.executable, "-m", "tunempi", "advise", "--profile", str(profile),
+                  "--db", str(tmp_path / "r.sqlite"), "--min-saving", "0", "--top", "0"], timeout=120, env=env)
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert f"library: {library.name}" in result.stdout
+    assert "tunempi tune --mpi openmpi --collectives allreduce" in result.stdout
+    row = next(line for line in result.stdout.splitlines() if " alltoallv " in line)
+    assert "not covered by tune" in row and "unknown" not in row
+    assert "not covered by `tunempi tune`" in result.stdout and "alltoallv (" in result.stdout
+    assert "…" not in result.stdout  # no column squeezed into an ellipsis at 80 columns
+    mismatch = run([sys.executable, "-m", "tunempi", "advise", "--profile", str(profile), "--mpi", "mpich",
+                    "--db", str(tmp_path / "r.sqlite")], timeout=120, env=env)
+    assert mismatch.returncode == 2 and "the program ran with openmpi" in mismatch.stderr

@@ -150,6 +150,24 @@ def test_ctrl_c_keeps_measured_points_and_writes_no_files(tmp_path: Path, monkey
         assert len(store) == 3
 
 
+def test_an_algorithm_the_library_cannot_run_at_a_point_is_not_usable_there_not_a_failure(tmp_path: Path) -> None:
+    """MPICH's alltoall pairwise_sendrecv_replace only takes MPI_IN_PLACE calls: under strict selection the
+    library refuses the benchmark's calls, which tune reports as "not usable here", never as [FAIL]."""
+    from tunempi.cli.tune import TuneProgress
+
+    console = Console(width=300, record=True, force_terminal=False)
+    progress = TuneProgress(console)
+    try:
+        report = run_tune(options(tmp_path, "mpich", "alltoall", 2, 8, timeout_s=20.0), progress)
+    finally:
+        progress.close()
+    assert report.manifest is not None
+    text = console.export_text()
+    assert "not usable here" in text and "alltoall pairwise_sendrecv_replace at 2 ranks" in text
+    assert "[FAIL] alltoall pairwise_sendrecv_replace" not in text
+    assert all(row.algorithm != "pairwise_sendrecv_replace" for row in report.manifest.selection)
+
+
 @pytest.mark.parametrize("mpi_library", ["mpich-debian", "openmpi-debian"], indirect=True)
 def test_site_library_tune_verify_and_its_files_load(mpi_library, tmp_path: Path) -> None:
     """The site's own 4.x library (`--mpi PATH-OF-MPICC`): tune, smoke-check the files in that library,

@@ -158,7 +158,12 @@ def run_bench(options: BenchOptions, listener: BenchListener | None = None) -> B
         report = BenchReport(plan, [])
 
         def on_result(point: BenchPoint, outcome: PointOutcome, measurement: Measurement) -> None:
-            report.counts["failed" if not outcome.ok else "wrong" if measurement.errors else "ok"] += 1
+            if not outcome.ok:
+                # A library that refuses an algorithm for a call is not a failure of the run.
+                kind = "not usable" if adapter.says_not_usable(outcome.reason) else "failed"
+            else:
+                kind = "wrong" if measurement.errors else "ok"
+            report.counts[kind] = report.counts.get(kind, 0) + 1
             listener.measured(point, outcome, measurement)
 
         try:

@@ -16,6 +16,7 @@ from tunempi.mpi.discovery import SPEC_HELP
 from tunempi.mpi.library import MPILibrary
 from tunempi.mpi.vendor import ThresholdKnob, VendorAdapter
 from tunempi.profile.advise import (
+    TUNABLE_COLLECTIVES,
     Advice,
     Cell,
     PerformanceSource,
@@ -25,9 +26,10 @@ from tunempi.profile.advise import (
     tune_command,
 )
 from tunempi.profile.reader import Profile, load_profile
+from tunempi.report.console import output_console
 from tunempi.units import format_size
 
-_out = Console()
+_out = output_console()
 
 
 def _us(value: float) -> str:
@@ -44,6 +46,10 @@ def _source_text(source: str, log_std: float | None) -> str:
     if source == "predicted" and log_std is not None:
         return f"predicted (x/÷{min(pow(2.718281828, log_std), 99):.2f})"
     return source
+
+
+def _unknown_text(collective: str) -> str:
+    return "unknown: not measured" if collective in TUNABLE_COLLECTIVES else "not covered by tune"
 
 
 def print_advice(advice: Advice, *, top: int, console: Console, min_saving: float) -> None:
@@ -63,10 +69,17 @@ def print_advice(advice: Advice, *, top: int, console: Console, min_saving: floa
             (perf.default_algorithm if perf and perf.default_algorithm else "library default"),
             _us(perf.default_us) if perf else "-",
             (f"{perf.best_algorithm} {_us(perf.best_us)}" if perf else "-"),
-            _source_text(perf.source, perf.log_std) if perf else "unknown",
+            _source_text(perf.source, perf.log_std) if perf else _unknown_text(row.collective),
             _seconds(cell.saving_s) if perf else "-",
         )
     console.print(table)
+    uncovered: dict[str, float] = {}
+    for cell in advice.cells:
+        if cell.usage.collective not in TUNABLE_COLLECTIVES:
+            uncovered[cell.usage.collective] = uncovered.get(cell.usage.collective, 0.0) + cell.share_of_run
+    if uncovered:
+        console.print("not covered by `tunempi tune` (it benchmarks no algorithms for these): " + ", ".join(
+            f"{name} ({100 * share:.1f}% of the run)" for name, share in sorted(uncovered.items(), key=lambda kv: -kv[1])))
     if advice.worth_tuning:
         savings = ", ".join(f"{name} {_seconds(advice.saving_by_collective[name])}" for name in advice.worth_tuning)
         console.print(f"worth tuning (predicted saving per run, at least {100 * min_saving:g}% of the run time): "
@@ -160,7 +173,7 @@ def _store_source(db_path: Path, library: MPILibrary, adapter: VendorAdapter, co
 def advise_command(
     profile: Path = typer.Option(..., "--profile", help="A profile written by `tunempi profile`."),
     mpi: str | None = typer.Option(None, "--mpi", help=f"MPI library the application runs with: {SPEC_HELP} "
-                                   "(env TUNEMPI_MPI; default the embedded MPICH)."),
+                                   "(env TUNEMPI_MPI; default: the library the profile was recorded with)."),
     db: str | None = typer.Option(None, "--db", help="Results database (env TUNEMPI_DB; default a per-user file)."),
     dataset: Path | None = typer.Option(
         None, "--dataset", help="Use a benchmark dataset (CSV/CSV.gz) instead of the database; env TUNEMPI_DATASET."),
@@ -172,12 +185,13 @@ def advise_command(
     """For every collective, size and scale the application uses: its share of the run, the library default,
     the best known algorithm (measured, or predicted by the model), the saving per run; what is worth
     tuning and the `tunempi tune` command for it; whether the eager limit is worth searching."""
-    from tunempi.mpi.discovery import adapter_for, resolve_library
+    from tunempi.mpi.discovery import adapter_for, library_for_version_string
 
     if not 0 <= min_saving < 1:
         raise UsageError(f"--min-saving must be in [0, 1), got {min_saving}")
     app_profile = load_profile(profile)
-    library = resolve_library(mpi)
+    library = library_for_version_string(str(app_profile.header.get("library", "")), resolve(mpi, "MPI"))
+    _out.print(f"library: {library.name} ({library.prefix})")
     adapter = adapter_for(library)
     collectives = {row.collective for row in app_profile.usage()}
     dataset_path = resolve(str(dataset) if dataset else None, "DATASET")

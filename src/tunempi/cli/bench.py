@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import sys
+from collections.abc import Callable
 from typing import Annotated
 
 import typer
 from rich.console import Console
+from rich.markup import escape
 from rich.progress import (
     BarColumn,
     MofNCompleteColumn,
@@ -33,7 +35,7 @@ from tunempi.bench.sweep import BenchPoint
 from tunempi.config import resolve
 from tunempi.errors import UsageError
 from tunempi.mpi.discovery import SPEC_HELP
-from tunempi.report.console import wide_console
+from tunempi.report.console import output_console
 from tunempi.store.results import Measurement
 from tunempi.units import format_size, parse_duration
 
@@ -47,6 +49,7 @@ class BenchProgress(BenchListener):
                    TimeRemainingColumn())
         self.progress = Progress(*columns, console=console, transient=False)
         self.task: TaskID | None = None
+        self.says_not_usable: Callable[[str], bool] = lambda reason: False
 
     def __enter__(self) -> BenchProgress:
         return self
@@ -55,6 +58,9 @@ class BenchProgress(BenchListener):
         self.progress.stop()
 
     def started(self, plan: BenchPlan) -> None:
+        from tunempi.mpi.discovery import adapter_for
+
+        self.says_not_usable = adapter_for(plan.library).says_not_usable
         layout = plan.layout
         self.console.print(
             f"[bold]{plan.library.name}[/] ({plan.library.prefix}), {layout.ranks} ranks"
@@ -67,8 +73,10 @@ class BenchProgress(BenchListener):
 
     def measured(self, point: BenchPoint, outcome: PointOutcome, measurement: Measurement) -> None:
         name = f"{point.collective} {point.algorithm} {format_size(point.msg_bytes)}"
-        if not outcome.ok:
-            self.progress.console.print(f"[red][FAIL][/] {name}: {outcome.status}: {outcome.reason}")
+        if not outcome.ok and self.says_not_usable(outcome.reason):
+            self.progress.console.print(f"[yellow][not usable here][/] {name}: the library cannot run it for this call")
+        elif not outcome.ok:
+            self.progress.console.print(f"[red][FAIL][/] {name}: {outcome.status}: {escape(outcome.reason)}")
         elif measurement.errors:
             self.progress.console.print(f"[red][WRONG][/] {name}: {measurement.errors} iterations gave wrong results")
         if self.task is not None:
@@ -83,7 +91,8 @@ def show_bench_report(console: Console, report: BenchReport) -> None:
     if plan.todo:
         counts = report.counts
         console.print(f"this run: {counts['ok']} measured, {counts['wrong']} with wrong results, "
-                      f"{counts['failed']} failed; engine launches: {report.launches}")
+                      f"{counts['failed']} failed, {counts.get('not usable', 0)} not usable here; "
+                      f"engine launches: {report.launches}")
 
 
 def _us(value: float | None) -> str:
@@ -159,7 +168,7 @@ def bench_command(
         point_timeout_s=parse_duration(timeout) if timeout is not None else None, bind=bind, strict=strict,
         hostfile=hostfile,
     )
-    console = wide_console()
+    console = output_console()
     with BenchProgress(console) as progress:
         report = run_bench(options, progress)
     show_bench_report(console, report)

@@ -21,6 +21,7 @@ from tunempi.config import resolve
 from tunempi.errors import UsageError
 from tunempi.mpi.discovery import LibraryInfo, adapter_from_info, find_libraries, library_info
 from tunempi.mpi.vendor import VendorAdapter
+from tunempi.report.console import output_console
 
 FORMATS: tuple[str, ...] = ("table", "json")
 TUNING_FILE_PLACEHOLDER = "<FILE>"
@@ -148,12 +149,12 @@ def info(
     if output_format not in FORMATS:
         raise UsageError(f"unknown format {output_format!r}; valid: {', '.join(FORMATS)}")
     # The first look at a library compiles and runs the probe (seconds); later ones read the cache.
-    with Console(stderr=True).status("discovering MPI libraries (probe runs once per library)"):
+    with output_console(stderr=True).status("discovering MPI libraries (probe runs once per library)"):
         document = info_json(resolve(mpi, "MPI"), with_cvars=cvars, refresh=refresh)
     if output_format == "json":
         typer.echo(json.dumps(document, indent=2))
     else:
-        _print_tables(document, Console(), with_cvars=cvars)
+        _print_tables(document, output_console(), with_cvars=cvars)
 
 
 def register(app: typer.Typer) -> None:

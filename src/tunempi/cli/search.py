@@ -13,12 +13,12 @@ import json
 import sys
 
 import typer
-from rich.console import Console
 from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
 from tunempi.config import resolve
 from tunempi.errors import UsageError
+from tunempi.report.console import output_console
 from tunempi.search import STRATEGY_NAMES, strategy_class
 from tunempi.search.base import Trial
 from tunempi.search.session import (
@@ -35,8 +35,8 @@ from tunempi.search.verify import VerificationRun
 
 FORMATS = ("table", "json")
 
-_out = Console()
-_err = Console(stderr=True)
+_out = output_console()
+_err = output_console(stderr=True)
 
 
 def search(

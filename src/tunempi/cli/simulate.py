@@ -7,13 +7,13 @@ from pathlib import Path
 from typing import Annotated, Any
 
 import typer
-from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
 from tunempi.collectives import check_collective
 from tunempi.config import resolve
 from tunempi.errors import UsageError
+from tunempi.report.console import output_console
 from tunempi.sim import CostModel, load_frame, simulate
 from tunempi.strategy import DEFAULT_STRATEGY, STRATEGIES
 
@@ -91,7 +91,7 @@ def register(app: typer.Typer) -> None:
         for option, value in (("--prior-max-ranks", prior_max_ranks), ("--evaluate-above", evaluate_above)):
             if value is not None and value >= largest:
                 raise UsageError(f"{option} {value} leaves no cell to tune; largest scale: {largest} ranks")
-        console = Console(stderr=True)
+        console = output_console(stderr=True)
         with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
                       console=console, transient=True, disable=output_format == "json" and not console.is_terminal
                       ) as progress:
@@ -113,9 +113,7 @@ def register(app: typer.Typer) -> None:
         if output_format == "json":
             typer.echo(json.dumps(summaries, indent=1))
             return
-        out = Console()
-        if not out.is_terminal:  # redirected: do not squeeze the table into 80 columns
-            out = Console(width=160)
+        out = output_console()
         out.print(_table(summaries, collective_name))
         scope = "" if summaries[0].get("evaluated_above_ranks") is None else \
             f" (cells above {summaries[0]['evaluated_above_ranks']} ranks)"

@@ -7,18 +7,18 @@ from pathlib import Path
 from typing import Annotated, Any
 
 import typer
-from rich.console import Console
 
 from tunempi.collectives import parse_collectives
 from tunempi.config import resolve_db
 from tunempi.errors import UsageError
+from tunempi.report.console import output_console
 from tunempi.store.exchange import export_dataset, import_dataset
 from tunempi.store.results import ResultStore
 from tunempi.units import parse_sizes
 
 EXPORT_FORMATS: tuple[str, ...] = ("csv",)
 
-_err = Console(stderr=True)
+_err = output_console(stderr=True)
 
 DbOption = Annotated[
     str | None,

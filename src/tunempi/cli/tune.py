@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import Annotated
 
 import typer
 from rich.console import Console
+from rich.markup import escape
 from rich.progress import BarColumn, Progress, TaskID, TaskProgressColumn, TextColumn, TimeElapsedColumn
 from rich.status import Status
 
@@ -15,7 +17,7 @@ from tunempi.bench.protocol import MeasureSettings
 from tunempi.config import resolve
 from tunempi.errors import UsageError
 from tunempi.mpi.discovery import SPEC_HELP
-from tunempi.report.console import wide_console
+from tunempi.report.console import output_console
 from tunempi.strategy import DEFAULT_STRATEGY, STRATEGIES
 from tunempi.tune.job import (
     TUNE_SETTINGS,
@@ -42,6 +44,8 @@ class TuneProgress:
         self.task: TaskID | None = None
         self.status: Status | None = None
         self.failures: dict[tuple[str, str, int], int] = {}
+        self.unusable: set[tuple[str, str, int]] = set()
+        self.says_not_usable: Callable[[str], bool] = lambda reason: False
 
     def __call__(self, event: TuneEvent) -> None:
         if isinstance(event, TuneStarted):
@@ -61,6 +65,9 @@ class TuneProgress:
             self.written(event)
 
     def started(self, event: TuneStarted) -> None:
+        from tunempi.mpi.discovery import adapter_for
+
+        self.says_not_usable = adapter_for(event.library).says_not_usable
         sizes = event.sizes
         self.console.print(
             f"[bold]{event.library.name}[/] ({event.library.prefix}): tuning {', '.join(event.collectives)} at "
@@ -83,14 +90,19 @@ class TuneProgress:
         if not result.outcome.ok:
             key = (result.point.collective, result.point.algorithm, result.layout.ranks)
             self.failures[key] = self.failures.get(key, 0) + 1
-            if self.failures[key] == 1:
+            if self.says_not_usable(result.outcome.reason):  # the library refuses the call: nothing went wrong
+                self.unusable.add(key)
+            elif self.failures[key] == 1:
                 self.console.print(
                     f"[red][FAIL][/] {key[0]} {key[1]} {format_size(result.point.msg_bytes)} at {key[2]} "
-                    f"ranks: {result.outcome.status}: {result.outcome.reason}")
+                    f"ranks: {result.outcome.status}: {escape(result.outcome.reason)}")
         self._update(f"{result.point.collective} {format_size(result.point.msg_bytes)}", points=event.measured)
 
     def stopped(self, event: TuningStopped) -> None:
-        repeated = {k: n for k, n in self.failures.items() if n > 1}
+        if self.unusable:
+            self.console.print("not usable here (the library cannot run them at some sizes; left out there): "
+                               + ", ".join(f"{c} {a} at {r} ranks" for c, a, r in sorted(self.unusable)))
+        repeated = {k: n for k, n in self.failures.items() if n > 1 and k not in self.unusable}
         if repeated:
             self.console.print("failed more than once (not measured further where blocked): " + ", ".join(
                 f"{c} {a} at {r} ranks x{n}" for (c, a, r), n in sorted(repeated.items())))
@@ -174,7 +186,7 @@ def tune_command(
         db=Path(db) if db else None, settings=settings,
         point_timeout_s=parse_duration(point_timeout) if point_timeout else None, smoke=smoke,
     )
-    progress = TuneProgress(wide_console())
+    progress = TuneProgress(output_console())
     try:
         report = run_tune(options, progress)
     finally:

@@ -11,7 +11,7 @@ from tunempi.bench.protocol import MeasureSettings
 from tunempi.config import resolve
 from tunempi.errors import UsageError
 from tunempi.mpi.discovery import SPEC_HELP
-from tunempi.report.console import VerifyProgress, print_verify_report, wide_console
+from tunempi.report.console import VerifyProgress, output_console, print_verify_report
 from tunempi.tune.verify_run import VERIFY_SETTINGS, run_verify
 from tunempi.units import parse_duration
 
@@ -33,7 +33,7 @@ def verify_command(
                                    time_cap_s=parse_duration(time_cap))
     except ValueError as exc:
         raise UsageError(str(exc)) from None
-    console = wide_console()
+    console = output_console()
     with VerifyProgress(console) as progress:
         report = run_verify(tuning, repeats=repeats, settings=settings, mpi=mpi,
                             topology=resolve(topology, "TOPOLOGY", "serial") or "serial", smoke=smoke,

@@ -379,6 +379,18 @@ def launcher_for_argv(argv: Sequence[str], library: MPILibrary | None = None) ->
     )
 
 
+def own_launcher(argv: Sequence[str], library: MPILibrary) -> list[str]:
+    """`argv` with a bare `mpiexec`/`mpirun` replaced by `library`'s own launcher.
+
+    A bare name means "this library's launcher", never whatever comes first in PATH (a system's
+    /usr/bin/mpiexec may belong to another MPI, whose ranks would not run `library`).
+    """
+    argv = [str(a) for a in argv]
+    if argv and argv[0] in _GENERIC_NAMES:
+        argv[0] = str(library.mpiexec)
+    return argv
+
+
 def rank_env_command(
     argv: Sequence[str], env: Mapping[str, str], library: MPILibrary | None = None
 ) -> LaunchCommand:

@@ -494,3 +494,25 @@ def find_libraries(spec: str | None = None) -> list[MPILibrary]:
 def resolve_library(spec: str | None = None) -> MPILibrary:
     """The one library a SPEC designates (None: TUNEMPI_MPI, else the first found: embedded MPICH)."""
     return find_libraries(spec)[0]
+
+
+def library_for_version_string(version_string: str, spec: str | None = None) -> MPILibrary:
+    """The library a program ran with, from its MPI_Get_library_version text (e.g. a profile's header).
+
+    With a SPEC, that library, refused (UsageError) when it is another vendor than the text names. Without,
+    the library of that vendor and version, else of that vendor (the first found).
+    """
+    if not version_string.strip():  # a profile from before the header said which library
+        return resolve_library(spec)
+    vendor, version, _ = parse_version_string(version_string)
+    if spec is not None:
+        library = resolve_library(spec)
+        if library.vendor != vendor:
+            raise UsageError(f"the program ran with {vendor} {version}, but --mpi names {library.name}: "
+                             f"give --mpi with the library it ran with")
+        return library
+    libraries = find_libraries(vendor)
+    same_version = [library for library in libraries if library.version == version]
+    if not same_version:
+        _log.warning("the program ran with %s %s; none found here, using %s", vendor, version, libraries[0].name)
+    return (same_version or libraries)[0]

@@ -45,7 +45,13 @@ from tunempi.mpi.vendor import (
     format_parameter_value,
 )
 from tunempi.rules.ruleset import RuleSet
-from tunempi.writers.selection_json import GUARDS, leaf_function, write_posix_json, write_selection_json
+from tunempi.writers.selection_json import (
+    GUARDS,
+    leaf_function,
+    read_selection_json,
+    write_posix_json,
+    write_selection_json,
+)
 
 #: The files written into a tuning directory (names kept stable: manifests name them).
 MPIR_FILE = "mpich-mpir.json"
@@ -295,6 +301,10 @@ CONSTRAINTS: tuple[str, ...] = (
 )
 
 
+#: What MPICH says when a forced algorithm cannot take a call and the fallback is "error".
+NOT_USABLE_MESSAGES = ("algorithm is not usable", "cannot be applied")
+
+
 class MpichAdapter(VendorAdapter):
     """MPICH (and derivatives that keep MPICH's cvar names)."""
 
@@ -347,6 +357,11 @@ class MpichAdapter(VendorAdapter):
         if "error" not in self._fallback_values:
             return None
         return CvarSwitch(cvar=FALLBACK_CVAR, value=self._fallback_values["error"], needs_new_communicator=False)
+
+    def says_not_usable(self, reason: str) -> bool:
+        # MPICH's message under fallback=error: "User set collective algorithm is not usable for the
+        # provided arguments", the end of its error stack (the engine keeps it; MPICH may cut it short).
+        return any(text in reason for text in NOT_USABLE_MESSAGES)
 
     def tuning_file_mechanisms(self) -> list[str]:
         if not self.cvar_names:
@@ -408,6 +423,10 @@ class MpichAdapter(VendorAdapter):
         if self._leaves is None:
             self._leaves = known_leaves(find_libmpi(self.library))
         return self._leaves
+
+    def read_back_tuning_file(self, path: Path) -> None:
+        # MPICH aborts at MPI_Init ("Internal error") on a file it cannot parse or a leaf it does not have.
+        read_selection_json(path.read_text(encoding="utf-8"), self.known_leaves() or None)
 
     def tuning_file_exclusion(self, collective: str, algorithm: str) -> str | None:
         if (collective, algorithm) in UNWRITABLE_ALGORITHMS:

@@ -251,6 +251,9 @@ class OpenMPIAdapter(VendorAdapter):
         # The rules file is only read when dynamic rules are on, and only at start (read-only cvars).
         return {mca_env(DYNAMIC_RULES_CVAR): "1", mca_env(RULES_FILE_CVAR): path}
 
+    def read_back_tuning_file(self, path: Path) -> None:
+        read_dynamic_rules(path.read_text(encoding="utf-8"))  # Open MPI drops a bad file without a word
+
     def tuning_file_exclusion(self, collective: str, algorithm: str) -> str | None:
         # The rules file conditions on communicator and message size only: no commutativity, no
         # MPI_IN_PLACE, no datatypes, and a communicator-size section also serves every size up to the

@@ -195,6 +195,11 @@ class VendorAdapter(ABC):
         """
         return None
 
+    def says_not_usable(self, reason: str) -> bool:
+        """Whether a failed point's message is the library saying the forced algorithm cannot take this
+        call (under strict_selection_switch): not usable here, as opposed to a real failure."""
+        return False
+
     def eager_threshold_knobs(self, *, intra_node: bool = True, inter_node: bool = False) -> list[ThresholdKnob]:
         """The knobs of the eager/rendezvous threshold for messages between ranks on one node
         (`intra_node`) and across nodes (`inter_node`), for the transport the library selects at run time;
@@ -219,6 +224,11 @@ class VendorAdapter(ABC):
         raise NotImplementedError(f"{type(self).__name__} has no tuning-file mechanisms")
 
     # -- tuning files (the whole mechanism: what a file can select, writing it, the library's own choice) --
+    def read_back_tuning_file(self, path: Path) -> None:
+        """UsageError if a tuning file this adapter wrote would be rejected, misread or aborted on by the
+        library (read back as strictly as the library reads it); checked before every run."""
+        raise NotImplementedError(f"{type(self).__name__} cannot read its tuning files back")
+
     def tuning_file_exclusion(self, collective: str, algorithm: str) -> str | None:
         """Why a tuning file cannot select `algorithm` for `collective` (None: it can)."""
         return None

@@ -20,7 +20,14 @@ from types import MappingProxyType
 
 from tunempi.config import ENV_PREFIX
 from tunempi.errors import UsageError
-from tunempi.launch import LaunchCommand, OpenMPILauncher, launcher_for_argv, rank_env_command, run_launch
+from tunempi.launch import (
+    LaunchCommand,
+    OpenMPILauncher,
+    launcher_for_argv,
+    own_launcher,
+    rank_env_command,
+    run_launch,
+)
 from tunempi.mpi.discovery import adapter_for
 from tunempi.mpi.library import MPILibrary
 from tunempi.online.state import OnlineConfig, OnlineState
@@ -31,9 +38,6 @@ _log = logging.getLogger(__name__)
 
 class CannotSwitch(UsageError):
     """The library cannot switch any of the requested collectives at run time."""
-
-
-_GENERIC = {"mpiexec", "mpirun"}
 
 
 def rank_command(argv: Sequence[str], env: Mapping[str, str], library: MPILibrary) -> LaunchCommand:
@@ -65,9 +69,7 @@ def open_state(directory: Path | str, library: MPILibrary, config: OnlineConfig 
 
 def run_untouched(library: MPILibrary, argv: Sequence[str], *, timeout: float | None = None) -> int:
     """Run the command as it is (no interposer): for libraries that cannot switch."""
-    argv = list(argv)
-    if argv and argv[0] in _GENERIC:
-        argv[0] = str(library.mpiexec)
+    argv = own_launcher(argv, library)
     command = rank_command(argv, {}, library)
     result = run_launch(list(command.argv), command.full_env(), timeout=timeout,
                         on_stdout=lambda line: print(line, flush=True),
@@ -97,9 +99,7 @@ def run_online(state: OnlineState, library: MPILibrary, argv: Sequence[str], *, 
     records.parent.mkdir(parents=True, exist_ok=True)
     # What this run draws from, kept next to its records.
     run_table = state.write_table(run, batch, probabilities, path=records.with_suffix(".table"))
-    argv = list(argv)
-    if argv and argv[0] in _GENERIC:
-        argv[0] = str(library.mpiexec)  # the ranks must run the library the interposer was built for
+    argv = own_launcher(argv, library)  # the ranks must run the library the interposer was built for
     adapter = adapter_for(library)
     rank_env = {name: value for name, value in os.environ.items() if name.startswith(ENV_PREFIX)}
     preload = str(interposer) + (":" + os.environ["LD_PRELOAD"] if os.environ.get("LD_PRELOAD") else "")

@@ -39,7 +39,10 @@ class CellPerformance:
 
     @property
     def best_is_default(self) -> bool:
-        return self.best_us >= self.default_us
+        """No saving: the default is as fast, or the best algorithm is what the default itself runs
+        (a difference between the two is then noise, not something a tuning file could gain)."""
+        return self.best_us >= self.default_us or (self.default_algorithm is not None
+                                                   and self.best_algorithm == self.default_algorithm)
 
 
 class PerformanceSource(Protocol):

@@ -10,7 +10,7 @@ from pathlib import Path
 
 from tunempi.config import ENV_PREFIX
 from tunempi.errors import MPIError
-from tunempi.launch import rank_env_command
+from tunempi.launch import own_launcher, rank_env_command
 from tunempi.mpi.library import MPILibrary
 from tunempi.profile.build import build_interposer
 
@@ -18,8 +18,14 @@ from tunempi.profile.build import build_interposer
 @dataclass(frozen=True)
 class ProfileRun:
     returncode: int
-    output: Path
-    written: bool  # the interposer wrote the file (the application reached MPI_Finalize)
+    output: Path  # where this run's profile is (the requested file, or `kept_aside` for a failed command)
+    written: bool  # the interposer wrote a profile (the application reached MPI_Finalize)
+    kept_aside: bool = False  # written, but the command failed: the requested file was left as it was
+
+
+def failed_run_path(output: Path, returncode: int) -> Path:
+    """Where the profile of a command that failed goes, so a previous good profile at `output` survives."""
+    return output.with_name(f"{output.stem}.exit{returncode}{output.suffix}")
 
 
 def interposer_env(interposer: Path, output: Path, mode: str = "profile") -> dict[str, str]:
@@ -33,23 +39,33 @@ def interposer_env(interposer: Path, output: Path, mode: str = "profile") -> dic
 
 
 def run_profiled(argv: Sequence[str], library: MPILibrary, output: Path | str) -> ProfileRun:
-    """Run `argv` (a launcher command line, or a single program) with the profiling interposer."""
+    """Run `argv` (a launcher command line, or a single program) with the profiling interposer.
+
+    The interposer writes to a temporary name beside `output`; the profile replaces `output` only when the
+    command succeeded, so a crashed or failed run never destroys the last good profile.
+    """
     output = Path(output).resolve()
     interposer = build_interposer(library)
     output.parent.mkdir(parents=True, exist_ok=True)
-    output.unlink(missing_ok=True)  # never report a previous run's profile as this one's
-    argv = list(argv)
-    if argv and argv[0] in ("mpiexec", "mpirun"):
-        # A bare launcher name means "this library's launcher": the ranks must run the library the
-        # interposer was built against, whatever comes first in PATH.
-        argv[0] = str(library.mpiexec)
+    partial = output.with_name(f".{output.name}.{os.getpid()}.partial")
+    partial.unlink(missing_ok=True)
+    # The ranks must run the library the interposer was built against: a bare mpiexec is its launcher.
+    argv = own_launcher(argv, library)
     # The variables reach the ranks through the launcher's own syntax (Hydra -genv, mpirun -x, srun
     # --export); the launcher process never gets the preload (it links no MPI).
-    command = rank_env_command(argv, interposer_env(interposer, output), library)
+    command = rank_env_command(argv, interposer_env(interposer, partial), library)
     try:
         # Not launch.run_launch: the application keeps the terminal (stdin for `< input`, output as it
         # comes, uncaptured), and Ctrl-C reaches the launcher in the foreground process group as usual.
         result = subprocess.run(list(command.argv), env=command.full_env())
     except OSError as exc:
+        partial.unlink(missing_ok=True)
         raise MPIError(f"cannot run {command.argv[0]}: {exc.strerror}") from exc
-    return ProfileRun(result.returncode, output, output.exists())
+    if not partial.exists():
+        return ProfileRun(result.returncode, output, False)
+    if result.returncode == 0:
+        os.replace(partial, output)
+        return ProfileRun(0, output, True)
+    aside = failed_run_path(output, result.returncode)
+    os.replace(partial, aside)
+    return ProfileRun(result.returncode, aside, True, kept_aside=True)

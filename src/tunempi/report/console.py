@@ -3,6 +3,8 @@ calls (their listeners) as Rich progress bars. The library calls themselves neve
 
 from __future__ import annotations
 
+import os
+
 from rich.console import Console
 from rich.progress import BarColumn, Progress, TaskID, TaskProgressColumn, TextColumn, TimeElapsedColumn
 
@@ -10,11 +12,18 @@ from tunempi.tune.runner import PointResult
 from tunempi.tune.verify_run import VerifyListener, VerifyPlan, VerifyReport
 from tunempi.units import format_size
 
+#: Columns at least, when output goes to a file or a pipe: tables keep every column whole instead of being
+#: squeezed into "…" at Rich's default of 80 (or at a COLUMNS=80 that a job environment exports).
+FILE_WIDTH = 200
 
-def wide_console() -> Console:
-    """A console for tables: the terminal's width, or 120 columns when output goes to a file or pipe."""
-    console = Console()
-    return console if console.is_terminal else Console(width=120)
+
+def output_console(*, stderr: bool = False) -> Console:
+    """The terminal's width on a terminal; otherwise FILE_WIDTH columns (or a wider COLUMNS), no colours."""
+    console = Console(stderr=stderr)
+    if console.is_terminal:
+        return console
+    columns = os.environ.get("COLUMNS", "")
+    return Console(stderr=stderr, width=max(FILE_WIDTH, int(columns) if columns.isdigit() else 0))
 
 
 class VerifyProgress(VerifyListener):

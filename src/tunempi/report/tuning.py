@@ -12,6 +12,7 @@ from __future__ import annotations
 import base64
 import html
 import math
+import shlex
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -252,23 +253,217 @@ def write_plots(manifest: Manifest, directory: Path) -> dict[str, Path]:
     }
 
 
+def apply_commands(manifest: Manifest) -> list[tuple[str, str]]:
+    """(what it does, command) to apply a tuning directory, for the report and the terminal."""
+    directory = str(manifest.directory)
+    ranks = max((int(scale[0]) for scale in manifest.scales), default=2)
+    commands = [
+        ("run an application with the tuning applied (a bare mpiexec is the tuned library's own launcher)",
+         f"tunempi run --tuning {shlex.quote(directory)} -- mpiexec -n {ranks} ./app"),
+        ("or set the variables in your shell or job script, without tunempi at run time",
+         f'eval "$(tunempi run --tuning {shlex.quote(directory)} --print-env)"'),
+    ]
+    env_file = manifest.env_file
+    if env_file:
+        needs = list(manifest.needs_file)
+        covers = ("every tuned collective" if not needs else
+                  f"the collectives with one algorithm everywhere; {', '.join(needs)} "
+                  f"{'needs' if len(needs) == 1 else 'need'} the tuning files")
+        commands.append((f"or the environment file: forcing variables only ({covers})",
+                         f"source {shlex.quote(str(manifest.directory / env_file))}"))
+    return commands
+
+
+def exclusions(manifest: Manifest) -> list[dict[str, str]]:
+    """What tuning left out of the files and why (the manifest's `excluded`: collective -> algorithm -> why)."""
+    return [{"collective": collective, "algorithm": algorithm, "reason": why}
+            for collective, reasons in sorted(manifest.excluded.items()) for algorithm, why in reasons.items()]
+
+
+_STYLE = """
+:root { --fg:#1d2330; --muted:#5b6475; --line:#dfe3ea; --bg:#f6f7f9; --good:#1a7f37; --bad:#b42318;
+        --accent:#2457c5; }
+* { box-sizing:border-box; }
+body { margin:0; font:15px/1.5 system-ui,-apple-system,"Segoe UI",Roboto,"DejaVu Sans",sans-serif;
+       color:var(--fg); background:var(--bg); }
+main { max-width:1100px; margin:0 auto; padding:28px 24px 48px; }
+h1 { font-size:26px; margin:0 0 4px; }
+h2 { font-size:19px; margin:34px 0 10px; padding-bottom:4px; border-bottom:1px solid var(--line); }
+p, li { max-width:80ch; }
+.muted { color:var(--muted); }
+.cards { display:grid; grid-template-columns:repeat(auto-fit,minmax(190px,1fr)); gap:12px; margin:18px 0; }
+.card { background:#fff; border:1px solid var(--line); border-radius:8px; padding:12px 14px; }
+.card .value { font-size:24px; font-weight:650; }
+.card .label { color:var(--muted); font-size:13px; }
+.panel { background:#fff; border:1px solid var(--line); border-radius:8px; padding:14px 16px; }
+pre { background:#0f1729; color:#e6edf6; border-radius:6px; padding:10px 12px; margin:4px 0 12px;
+      white-space:pre-wrap; overflow-wrap:anywhere; font-size:13.5px; }
+table { border-collapse:collapse; width:100%; background:#fff; font-size:14px; }
+th, td { text-align:left; padding:5px 10px; border-bottom:1px solid var(--line); vertical-align:top;
+         overflow-wrap:break-word; }
+th { background:#eef1f6; font-weight:600; }
+td.num, th.num { text-align:right; font-variant-numeric:tabular-nums; white-space:nowrap; }
+.good { color:var(--good); font-weight:600; } .bad { color:var(--bad); font-weight:600; }
+.bar { display:inline-block; height:9px; border-radius:5px; background:var(--good); vertical-align:middle; }
+.ci { position:relative; display:inline-block; width:160px; height:14px; vertical-align:middle; }
+.ci .range { position:absolute; top:5px; height:4px; background:#9fc3a9; border-radius:2px; }
+.ci .point { position:absolute; top:2px; width:3px; height:10px; background:var(--good); }
+.ci .one { position:absolute; top:0; width:1px; height:14px; background:#888; }
+figure { margin:0 0 18px; background:#fff; border:1px solid var(--line); border-radius:8px; padding:10px; }
+figure img { display:block; max-width:100%; height:auto; margin:0 auto; }
+figcaption { color:var(--muted); font-size:13px; margin-top:6px; }
+.chip { display:inline-block; margin:2px 6px 2px 0; padding:1px 8px; border-radius:10px; background:#e3ecfb;
+        font-size:13px; white-space:nowrap; }
+.chip.default { background:#eceef2; color:var(--muted); }
+.chip .range { color:var(--muted); font-variant-numeric:tabular-nums; }
+details summary { cursor:pointer; color:var(--accent); margin:8px 0; }
+"""
+
+
+def _ci_bar(low: float, point: float, high: float, span: tuple[float, float]) -> str:
+    """An inline interval on a log axis: where the speedup and its 95 % interval lie against 1."""
+    lo, hi = math.log(span[0]), math.log(span[1])
+
+    def at(value: float) -> float:
+        return 100.0 * (min(max(math.log(value), lo), hi) - lo) / (hi - lo)
+
+    return (f'<span class="ci" title="95% CI {low:.3f}..{high:.3f}"><span class="range" style="left:{at(low):.1f}%;'
+            f'width:{max(at(high) - at(low), 1.0):.1f}%"></span><span class="one" style="left:{at(1.0):.1f}%">'
+            f'</span><span class="point" style="left:calc({at(point):.1f}% - 1px)"></span></span>')
+
+
 def write_html(manifest: Manifest, plots: dict[str, Path], path: Path) -> Path:
-    """One self-contained HTML page (plots embedded), readable without tunempi."""
+    """One self-contained HTML page (plots embedded as data URIs), readable without tunempi: what was tuned,
+    where the tuned choice beats the default (verify's speedups and intervals), what was excluded and why,
+    and how to apply it."""
+    e = html.escape
     rows = speedup_rows(manifest)
-    body = [f"<h1>tunempi tuning report: {html.escape(manifest.library.name)}</h1>"]
-    body += [f"<p>{html.escape(line)}</p>" for line in summary_lines(manifest)]
-    for name, png in plots.items():
-        data = base64.b64encode(png.read_bytes()).decode("ascii")
-        body.append(f'<h2>{html.escape(name.replace("_", " "))}</h2><img src="data:image/png;base64,{data}">')
-    body.append("<h2>cells</h2><table border=1 cellspacing=0 cellpadding=3><tr><th>collective</th><th>scale</th>"
-                "<th>size</th><th>algorithm</th><th>speedup</th><th>95% CI</th><th>source</th><th>note</th></tr>")
-    for r in rows:
-        ci = f"{r.ci_low:.3f}..{r.ci_high:.3f}" if r.ci_low is not None and r.ci_high is not None else ""
-        note = f"replaced {r.replaced_from}" if r.replaced_from else ""
-        body.append(f"<tr><td>{r.collective}</td><td>{r.scale_label}</td><td>{format_size(r.msg_bytes)}</td>"
-                    f"<td>{html.escape(r.algorithm)}</td><td>{'' if r.speedup is None else f'{r.speedup:.3f}'}"
-                    f"</td><td>{ci}</td><td>{r.source}</td><td>{html.escape(note)}</td></tr>")
+    verify = manifest.verify
+    library = manifest.library
+    scales = ", ".join(f"{s[0]} ranks" if s[1] == 1 else f"{s[1]} nodes x {s[2]}" for s in manifest.scales)
+    body = [f"<h1>tunempi tuning report: {e(library.name)}</h1>",
+            f"<p class='muted'>{e(', '.join(manifest.collectives))} at {e(scales)}; "
+            f"{e(library.prefix)}; tuned {e(manifest.created)} in "
+            f"<code>{e(str(manifest.directory))}</code></p>"]
+
+    tuned = [r for r in rows if r.algorithm != "default"]
+    faster = [r for r in rows if r.source == "verify" and r.ci_low is not None and r.ci_low > 1.0]
+    geo = geo_mean([r.speedup for r in rows if r.speedup is not None])
+    cards = [(str(len(rows)), "cells (collective x scale x size)"),
+             (str(len(tuned)), "cells where tuning picked an algorithm"),
+             (str(len(faster)) if verify else "-", "faster than default beyond noise (verify)"),
+             (f"{geo:.3f}x" if geo else "-", "geo-mean speedup, all cells" + ("" if verify else " (tuning data)"))]
+    body.append("<div class='cards'>" + "".join(
+        f"<div class='card'><div class='value'>{e(v)}</div><div class='label'>{e(label)}</div></div>"
+        for v, label in cards) + "</div>")
+
+    body.append("<h2>Where the tuned choice beats the default</h2>")
+    if not verify:
+        body.append("<p>Not verified yet: the speedups below are from the tuning measurements, without an "
+                    "interval. Run <code>tunempi verify --tuning DIR</code> to measure tuned against default "
+                    "side by side.</p>")
+        winners = sorted((r for r in tuned if r.speedup is not None and r.speedup > 1.0), key=lambda r: -(r.speedup or 0.0))
+    else:
+        body.append("<p class='muted'>Cells whose speedup (default time / tuned time) has its 95% confidence "
+                    "interval above 1, from <code>tunempi verify</code> (tuned and default measured alternately "
+                    "in the same launch).</p>")
+        winners = sorted(faster, key=lambda r: -(r.speedup or 0))
+    if winners:
+        values = [v for r in winners for v in (r.ci_low, r.speedup, r.ci_high) if v is not None and v > 0]
+        span = (min(0.9, min(values) / 1.05), max(1.1, max(values) * 1.05))
+        body.append("<table><tr><th>collective</th><th>scale</th><th class='num'>size</th><th>algorithm</th>"
+                    "<th class='num'>speedup</th><th class='num'>95% CI</th><th>interval (log scale; grey: 1x)"
+                    "</th></tr>")
+        for r in winners:
+            ci, bar = "-", ""
+            if r.ci_low is not None and r.ci_high is not None and r.speedup is not None:
+                ci, bar = f"{r.ci_low:.2f} - {r.ci_high:.2f}", _ci_bar(r.ci_low, r.speedup, r.ci_high, span)
+            body.append(f"<tr><td>{e(r.collective)}</td><td>{e(r.scale_label)}</td>"
+                        f"<td class='num'>{format_size(r.msg_bytes)}</td><td>{e(r.algorithm)}</td>"
+                        f"<td class='num good'>{r.speedup:.2f}x</td><td class='num'>{ci}</td><td>{bar}</td></tr>")
+        body.append("</table>")
+    else:
+        body.append("<p><b>Nowhere</b>: no tuned cell is faster than the library default beyond noise.</p>")
+
+    body.append("<h2>Apply it</h2><div class='panel'>")
+    for what, command in apply_commands(manifest):
+        body.append(f"<div class='muted'>{e(what)}</div><pre>{e(command)}</pre>")
+    body.append("<div class='muted'>the files must be read by the same library build they were tuned for "
+                f"(fingerprint <code>{e(library.fingerprint)}</code>); "
+                "<code>tunempi run</code> refuses any other.</div></div>")
+
+    body.append("<h2>What was tuned</h2><p>The selection as written to the files: per collective and "
+                "communicator size, the algorithm of each message-size range (grey: the library's own "
+                "choice).</p><table><tr><th>collective</th><th>ranks</th><th>message sizes: algorithm</th></tr>")
+    for collective, rule_set in sorted(manifest.rule_sets.items()):
+        for block in rule_set.blocks:
+            ranks = f"{block.min_ranks}+" if block.max_ranks is None else f"{block.min_ranks}..{block.max_ranks}"
+            low, chips = 0, []
+            for rule in block.rules:
+                sizes = (f"{format_size(low)}-{format_size(rule.max_bytes)}" if rule.max_bytes is not None
+                         else f"{format_size(low)}+")
+                kind = "chip default" if rule.algorithm == "default" else "chip"
+                chips.append(f"<span class='{kind}'><span class='range'>{e(sizes)}</span> {e(rule.algorithm)}"
+                             "</span>")
+                low = (rule.max_bytes or 0) + 1
+            body.append(f"<tr><td>{e(collective)}</td><td>{e(ranks)}</td><td>{''.join(chips)}</td></tr>")
     body.append("</table>")
-    path.write_text("<!doctype html><html><head><meta charset='utf-8'><title>tunempi report</title></head><body>"
-                    + "\n".join(body) + "</body></html>\n", encoding="utf-8")
+    files = ", ".join(e(name) for name in manifest.files.values())
+    smoke = ", ".join(f"{s.ranks} ranks {'passed' if s.ok else 'FAILED'}" for s in manifest.smoke)
+    body.append(f"<p class='muted'>files: {files}; smoke check in the real library: {e(smoke or 'not run')}</p>")
+
+    body.append("<h2>What was excluded, and why</h2>")
+    excluded = exclusions(manifest)
+    replaced = [r for r in rows if r.replaced_from]
+    if excluded:
+        columns = list(dict.fromkeys(k for entry in excluded for k in entry))
+        body.append("<table><tr>" + "".join(f"<th>{e(c)}</th>" for c in columns) + "</tr>")
+        for entry in excluded:
+            body.append("<tr>" + "".join(f"<td>{e(entry.get(c, ''))}</td>" for c in columns) + "</tr>")
+        body.append("</table>")
+    else:
+        body.append("<p>No algorithm was excluded from the tuning files (the manifest records none).</p>")
+    if replaced:
+        body.append(f"<p>Sent back to the library default by verify: {len(replaced)} cells where the tuned "
+                    "algorithm showed no evidence of helping.</p><details><summary>show them</summary><table><tr>"
+                    "<th>collective</th><th>scale</th><th class='num'>size</th><th>tuned algorithm</th></tr>")
+        for r in replaced:
+            body.append(f"<tr><td>{e(r.collective)}</td><td>{e(r.scale_label)}</td>"
+                        f"<td class='num'>{format_size(r.msg_bytes)}</td><td>{e(r.replaced_from)}</td></tr>")
+        body.append("</table></details>")
+
+    captions = {
+        "speedup": "speedup over the library default per message size (band: 95% interval where verified)",
+        "algorithm_map": "the selected algorithm per message size and scale (hatched: replaced by verify)",
+        "training_curve": "how tuning converged against benchmark time",
+    }
+    body.append("<h2>Plots</h2>")
+    for name, png in plots.items():
+        encoded = base64.b64encode(png.read_bytes()).decode("ascii")
+        caption = captions.get(name, name.replace("_", " "))
+        body.append(f"<figure><img alt='{e(caption)}' src='data:image/png;base64,{encoded}'>"
+                    f"<figcaption>{e(caption)}</figcaption></figure>")
+
+    body.append(f"<h2>Every cell</h2><details><summary>show all {len(rows)} cells</summary><table><tr>"
+                "<th>collective</th><th>scale</th><th class='num'>size</th><th>algorithm</th>"
+                "<th class='num'>speedup</th><th class='num'>95% CI</th><th>evidence</th><th>note</th></tr>")
+    for r in rows:
+        ci = f"{r.ci_low:.3f} - {r.ci_high:.3f}" if r.ci_low is not None and r.ci_high is not None else ""
+        speed = "" if r.speedup is None else f"{r.speedup:.3f}x"
+        tone = ("good" if r.ci_low is not None and r.ci_low > 1.0 else
+                "bad" if r.ci_high is not None and r.ci_high < 1.0 else "")
+        note = f"replaced {r.replaced_from}" if r.replaced_from else ""
+        body.append(f"<tr><td>{e(r.collective)}</td><td>{e(r.scale_label)}</td>"
+                    f"<td class='num'>{format_size(r.msg_bytes)}</td><td>{e(r.algorithm)}</td>"
+                    f"<td class='num {tone}'>{speed}</td><td class='num'>{ci}</td><td>{e(r.source)}</td>"
+                    f"<td>{e(note)}</td></tr>")
+    body.append("</table></details>")
+    body.append("<p class='muted'>" + "<br>".join(e(line) for line in summary_lines(manifest)) + "</p>")
+
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(
+        "<!doctype html><html lang='en'><head><meta charset='utf-8'>"
+        "<meta name='viewport' content='width=device-width, initial-scale=1'>"
+        f"<title>tunempi report: {e(library.name)}</title><style>{_STYLE}</style></head><body><main>"
+        + "\n".join(body) + "</main></body></html>\n", encoding="utf-8")
     return path

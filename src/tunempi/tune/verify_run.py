@@ -98,21 +98,13 @@ class VerifyReport:
 def plan_verify(directory: Path, *, repeats: int, mpi: str | None = None) -> VerifyPlan:
     """Load the tuning directory, check that its files are there and that `mpi` (default: the manifest's
     library) is the library it was tuned for, and plan the interleaved runs."""
-    from tunempi.mpi.discovery import resolve_library
+    from tunempi.tune.apply import check_tuning_files, tuning_library
 
     if repeats < 2:
         raise UsageError(f"--repeats must be at least 2 (a confidence interval needs two pairs), got {repeats}")
     manifest = Manifest.load(directory)
-    missing = manifest.missing_files()
-    if missing:
-        raise UsageError(f"{directory}: files named in the manifest are missing: {', '.join(missing)}")
-    recorded = manifest.library
-    # The mpicc, not the prefix: Debian's MPICH and Open MPI share the prefix /usr (whose bin/mpicc is
-    # whichever the alternatives pick). Manifests written before the mpicc was recorded have the prefix.
-    library = resolve_library(mpi or recorded.mpicc or recorded.prefix)
-    if library.fingerprint != recorded.fingerprint:
-        raise UsageError(f"{directory} was tuned for {recorded.name} ({recorded.fingerprint}), "
-                         f"not {library.name} ({library.fingerprint}); give --mpi with that library")
+    library = tuning_library(manifest, mpi)  # the library it was tuned for, by fingerprint
+    check_tuning_files(manifest, library)  # present, and read back strictly
     selection = {row.cell: row.algorithm for row in manifest.selection}
     return VerifyPlan(manifest, library, selection, repeats, verify_plan(selection, repeats))
 

@@ -41,6 +41,7 @@ from __future__ import annotations
 
 import copy
 import json
+import re
 from collections.abc import Callable, Mapping
 
 from tunempi.errors import UsageError
@@ -288,3 +289,45 @@ def build_posix_tree(default_posix_tree: Mapping,
 def write_posix_json(default_posix_tree: Mapping, rule_sets: Mapping[str, RuleSet] | list[RuleSet]) -> str:
     """Text of the POSIX-level file (load it with MPIR_CVAR_CH4_POSIX_COLL_SELECTION_TUNING_JSON_FILE)."""
     return json.dumps(build_posix_tree(default_posix_tree, rule_sets), indent=1) + "\n"
+
+
+# --- reading a file back ---------------------------------------------------------------------------
+
+_CONDITION_KEY = re.compile(r"^(any|[a-z_]+(<=|<|=)[A-Za-z0-9_]+)$")
+
+
+def read_selection_json(text: str, known: frozenset[str] | None = None) -> dict:
+    """Parse a collective-selection JSON file; UsageError where MPICH would abort on it.
+
+    MPICH asserts (an "Internal error" at MPI_Init) on a file that is no JSON object, on an unknown key,
+    on a branch that reaches no leaf, and on a leaf the library does not have (`known`: every leaf key the
+    library accepts, mpi.default_tree.known_leaves).
+    """
+    try:
+        tree = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise UsageError(f"not valid JSON ({exc})") from None
+    if not isinstance(tree, dict) or not tree:
+        raise UsageError("not a JSON object of `collective=...` keys")
+    for key in tree:
+        if not key.startswith("collective="):
+            raise UsageError(f"top-level key {key!r} is not `collective=NAME`")
+
+    def walk(node: object, path: str) -> None:
+        if not isinstance(node, dict) or not node:
+            raise UsageError(f"{path} reaches no algorithm")
+        for key, child in node.items():
+            where = f"{path}/{key}"
+            if key.startswith(("algorithm=", "composition=")):
+                if known is not None and key not in known:
+                    raise UsageError(f"{where}: this library has no {key.split('=', 1)[1]}")
+                if not isinstance(child, dict):
+                    raise UsageError(f"{where}: the parameters of a leaf must be a JSON object")
+                continue
+            if not _CONDITION_KEY.match(key.replace(" ", "")):
+                raise UsageError(f"{where}: not a selection key")
+            walk(child, where)
+
+    for key, child in tree.items():
+        walk(child, key)
+    return tree

@@ -641,8 +641,9 @@ static void measure_point(engine *e, request *req)
     if (e->rank != 0)
         return;
     if (failed_calls) {
-        print_error(req->id, "%s failed in %d iteration(s): %s", call_name(kind), failed_calls,
-                    e->call_error[0] ? e->call_error : "an MPI error on another rank");
+        char why[MPI_MAX_ERROR_STRING]; /* MPICH's error stack ends with its cause: keep that line */
+        first_and_last_line(e->call_error[0] ? e->call_error : "an MPI error on another rank", why, sizeof why);
+        print_error(req->id, "%s failed in %d iteration(s): %s", call_name(kind), failed_calls, why);
         return;
     }
 

@@ -1,0 +1,82 @@
+"""Applying a tuning directory to a command (`tunempi run`, verify): the library it was tuned for, files
+the library will accept, and a command line whose ranks run that library.
+
+Every check here runs before anything is launched: a directory tuned for one library runs silently
+untuned under another (Open MPI ignores MPICH's variables and the reverse), and MPICH aborts at MPI_Init
+with "Internal error" on a corrupt selection file.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+from collections.abc import Sequence
+
+from tunempi.errors import UsageError
+from tunempi.launch import launcher_for_argv, own_launcher
+from tunempi.launch.launchers import OpenMPILauncher, SrunLauncher
+from tunempi.mpi.library import MPILibrary
+from tunempi.tune.manifest import Manifest
+
+
+def tuning_library(manifest: Manifest, mpi: str | None = None) -> MPILibrary:
+    """The library a tuning directory applies to: `mpi` if given, else the one it was tuned with; UsageError
+    unless its fingerprint is the directory's (another library, version or rebuild)."""
+    from tunempi.mpi.discovery import resolve_library
+
+    recorded = manifest.library
+    # The mpicc, not the prefix: Debian's MPICH and Open MPI share the prefix /usr.
+    spec = mpi or recorded.mpicc or recorded.prefix
+    try:
+        library = resolve_library(spec)
+    except UsageError as exc:
+        raise UsageError(f"{manifest.directory} was tuned for {recorded.name} at {recorded.prefix}, "
+                         f"which is not usable here ({exc}); give --mpi with that library") from None
+    if library.fingerprint != recorded.fingerprint:
+        raise UsageError(
+            f"{manifest.directory} was tuned for {recorded.name} ({recorded.fingerprint}), not "
+            f"{library.name} ({library.fingerprint}, {library.prefix}): its files would be ignored or "
+            f"misread; give --mpi with the library it was tuned for, or tune again for this one")
+    return library
+
+
+def check_tuning_files(manifest: Manifest, library: MPILibrary) -> None:
+    """UsageError if a file is missing or one the library would reject or abort on (read back strictly)."""
+    from tunempi.mpi.discovery import adapter_for
+
+    missing = manifest.missing_files()
+    if missing:
+        raise UsageError(f"{manifest.directory}: files named in the manifest are missing: {', '.join(missing)}")
+    adapter = adapter_for(library)
+    for role, name in manifest.files.items():
+        path = manifest.directory / name
+        try:
+            adapter.read_back_tuning_file(path)
+        except (UsageError, UnicodeDecodeError) as exc:
+            raise UsageError(f"{path} ({role}) is corrupt: {exc}; {library.name} would abort or ignore it. "
+                             f"Write it again with `tunempi tune --out {manifest.directory}`") from None
+
+
+def command_for_library(argv: Sequence[str], library: MPILibrary) -> tuple[list[str], dict[str, str]]:
+    """`argv` with a bare mpiexec/mpirun made `library`'s own, and the variables its launcher needs (as root,
+    Open MPI's permission to run); UsageError when the command names another MPI's launcher.
+
+    srun and commands that start no launcher (a singleton program, a script) are taken as they are.
+    """
+    argv = own_launcher(argv, library)
+    if not argv:
+        raise UsageError("no command given; usage: tunempi run --tuning DIR -- mpiexec -n 8 ./app")
+    launcher = launcher_for_argv(argv, library)
+    if launcher is None or isinstance(launcher, SrunLauncher):
+        return argv, {}
+    found = shutil.which(argv[0])
+    if found is None:
+        raise UsageError(f"command not found: {argv[0]}")
+    if os.path.realpath(found) != os.path.realpath(library.mpiexec):
+        raise UsageError(
+            f"{argv[0]} ({os.path.realpath(found)}) is not the launcher of {library.name}, which the tuning "
+            f"is for: its ranks would run another MPI, untuned. Start the command with a bare `mpiexec` "
+            f"(tunempi then uses {library.mpiexec}) or with that path")
+    if isinstance(launcher, OpenMPILauncher) and launcher.as_root:
+        return argv, dict(OpenMPILauncher.ROOT_ENV)
+    return argv, {}

@@ -1,0 +1,122 @@
+"""`tunempi run`: the tuning reaches the library it was tuned for, or nothing is launched (exit 2).
+
+Real tuning directories (tiny `tune` runs of the embedded MPICH and Open MPI), real launchers; a marker file
+the command would create shows whether anything was launched.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tunempi.bench.protocol import MeasureSettings
+from tunempi.errors import UsageError
+from tunempi.mpi.discovery import resolve_library
+from tunempi.tune.apply import check_tuning_files, command_for_library, tuning_library
+from tunempi.tune.job import TuneOptions, run_tune
+from tunempi.tune.manifest import Manifest
+
+pytestmark = pytest.mark.mpi
+
+FAST = MeasureSettings(warmup=1, min_iters=5, max_iters=100, rel_ci=0.2, time_cap_s=0.01)
+TUNEMPI = [sys.executable, "-m", "tunempi"]
+
+
+def tuned(root: Path, mpi: str, collective: str) -> Path:
+    options = TuneOptions(out=root / f"tuned-{mpi}", collectives=collective, mpi=mpi, ranks=2, max_msg=8,
+                          timeout_s=20.0, db=root / "results.sqlite", settings=FAST)
+    report = run_tune(options)
+    assert report.manifest is not None
+    return report.manifest.directory
+
+
+@pytest.fixture(scope="module")
+def directories(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    root = tmp_path_factory.mktemp("run")
+    return {"mpich": tuned(root, "mpich", "allreduce"), "openmpi": tuned(root, "openmpi", "alltoall")}
+
+
+def tunempi_run(directory: Path, *command: str, mpi: str | None = None,
+                path_first: Path | None = None) -> subprocess.CompletedProcess[str]:
+    env = {k: v for k, v in os.environ.items() if k != "TUNEMPI_MPI"}
+    if path_first is not None:  # another MPI's launcher first in PATH, as on a machine with two MPIs
+        env["PATH"] = f"{path_first}:{env['PATH']}"
+    option = ["--mpi", mpi] if mpi else []
+    return subprocess.run([*TUNEMPI, "run", "--tuning", str(directory), *option, "--", *command],
+                          capture_output=True, text=True, env=env, timeout=120)
+
+
+def launcher_version(output: str) -> str:
+    return "hydra" if "HYDRA build details" in output else "openmpi" if "Open MPI" in output else output
+
+
+@pytest.mark.parametrize(("tuned_for", "other"), [("mpich", "openmpi"), ("openmpi", "mpich")])
+def test_a_bare_launcher_is_the_tuned_librarys_even_when_another_comes_first_in_path(
+        directories: dict[str, Path], tuned_for: str, other: str, tmp_path: Path) -> None:
+    decoy = tmp_path / "other-bin"
+    decoy.mkdir()
+    (decoy / "mpiexec").symlink_to(resolve_library(other).mpiexec)
+    done = tunempi_run(directories[tuned_for], "mpiexec", "--version", path_first=decoy)
+    assert done.returncode == 0, done.stderr
+    assert launcher_version(done.stdout + done.stderr) == ("hydra" if tuned_for == "mpich" else "openmpi")
+
+
+@pytest.mark.parametrize(("tuned_for", "other"), [("mpich", "openmpi"), ("openmpi", "mpich")])
+def test_another_library_is_refused(directories: dict[str, Path], tuned_for: str, other: str) -> None:
+    manifest = Manifest.load(directories[tuned_for])
+    with pytest.raises(UsageError, match=f"was tuned for {tuned_for}"):
+        tuning_library(manifest, other)
+    library = tuning_library(manifest)
+    with pytest.raises(UsageError, match="is not the launcher of"):
+        command_for_library([str(resolve_library(other).mpiexec), "-n", "1", "./app"], library)
+
+
+def test_a_rebuilt_library_is_refused(directories: dict[str, Path], tmp_path: Path) -> None:
+    copy = shutil.copytree(directories["mpich"], tmp_path / "copy")
+    manifest = json.loads((copy / "manifest.json").read_text())
+    manifest["library"]["fingerprint"] = "mpich-5.0.2-000000000000"  # tuned for another build of the library
+    (copy / "manifest.json").write_text(json.dumps(manifest))
+    with pytest.raises(UsageError, match="mpich-5.0.2-000000000000"):
+        tuning_library(Manifest.load(copy))
+
+
+DAMAGE = {
+    "cut short": lambda text: text[: len(text) // 2],  # MPICH aborts at MPI_Init with "Internal error"
+    "unknown algorithm": lambda text: text.replace("_intra_", "_intra_no_such_", 1),
+    "value after the end": lambda text: text.rstrip() + "\n7\n",
+}
+
+
+@pytest.mark.parametrize(("vendor", "damage"), [("mpich", "cut short"), ("mpich", "unknown algorithm"),
+                                                ("openmpi", "cut short"), ("openmpi", "value after the end")])
+def test_a_corrupt_tuning_file_is_refused(directories: dict[str, Path], tmp_path: Path, vendor: str,
+                                          damage: str) -> None:
+    copy = shutil.copytree(directories[vendor], tmp_path / "copy")
+    manifest = Manifest.load(copy)
+    library = tuning_library(manifest)
+    check_tuning_files(manifest, library)  # intact
+    name = next(n for n in manifest.files.values() if n.endswith((".json", ".rules")))
+    (copy / name).write_text(DAMAGE[damage]((copy / name).read_text()))
+    with pytest.raises(UsageError, match=f"{name}.*is corrupt"):
+        check_tuning_files(manifest, library)
+
+
+def test_run_refuses_with_exit_2_before_launching(directories: dict[str, Path], tmp_path: Path) -> None:
+    """The command line: nothing is launched (the command would create a marker file)."""
+    marker = tmp_path / "launched"
+    other = tunempi_run(directories["mpich"], "touch", str(marker), mpi="openmpi")
+    assert other.returncode == 2 and "was tuned for mpich" in other.stderr
+    copy = shutil.copytree(directories["mpich"], tmp_path / "copy")
+    (copy / "mpich-mpir.json").write_text((copy / "mpich-mpir.json").read_text()[:100])
+    corrupt = tunempi_run(copy, "mpiexec", "-n", "1", "touch", str(marker))
+    assert corrupt.returncode == 2 and "mpich-mpir.json" in corrupt.stderr and "is corrupt" in corrupt.stderr
+    assert not marker.exists()
+    intact = tunempi_run(directories["openmpi"], "mpiexec", "-n", "1", "touch", str(marker))
+    assert intact.returncode == 0, intact.stderr
+    assert marker.exists()
