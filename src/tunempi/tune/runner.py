@@ -17,7 +17,7 @@ import queue
 import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from tunempi.bench.engine import EngineSession, Layout, PointOutcome
@@ -151,7 +151,7 @@ class ParallelRunner:
             allocation = None
             if self.allocation is not None:  # run exactly where the scheduler placed the job
                 slots = dict(zip(self.allocation.hosts, self.allocation.slots, strict=True))
-                allocation = NodeAllocation(hosts, tuple(slots[h] for h in hosts), self.allocation.source)
+                allocation = replace(self.allocation, hosts=hosts, slots=tuple(slots[h] for h in hosts))
             self._runners[key] = self.make_runner(layout, allocation)
         return self._runners[key]
 
