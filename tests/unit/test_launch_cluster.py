@@ -12,7 +12,7 @@ from tunempi.launch.cluster import EmulatedCluster, default_cluster_dir
 from tunempi.launch.topology import group_nodes, parse_slurm_topology
 
 PROG = ("/opt/engine",)
-EMULATED = NodeAllocation(("n1", "n2", "n3"), (2, 2, 2), "hf", agent="/st/agent", cores_shared=True)
+EMULATED = NodeAllocation(("n1", "n2", "n3"), (2, 2, 2), "hf", agent="/st/agent", emulated=True)
 
 
 def _spec(ranks: int, **kwargs: object) -> LaunchSpec:
@@ -21,13 +21,13 @@ def _spec(ranks: int, **kwargs: object) -> LaunchSpec:
 
 def test_hydra_starts_emulated_nodes_through_the_agent_unbound() -> None:
     assert HydraLauncher().argv(_spec(2, nodes=2, ppn=1, allocation=EMULATED, bind="core")) == [
-        "mpiexec", "-n", "2", "-launcher", "ssh", "-launcher-exec", "/st/agent", "-hosts", "n1,n2", "-ppn", "1",
-        "-bind-to", "none", *PROG,
+        "mpiexec", "-n", "2", "-launcher", "ssh", "-launcher-exec", "/st/agent", "-localhost", "127.0.0.1",
+        "-hosts", "n1,n2", "-ppn", "1", "-bind-to", "none", *PROG,
     ]
     # One node of the emulated cluster: its ranks may be bound (they do not meet another node's ranks).
     assert HydraLauncher().argv(_spec(2, nodes=1, allocation=EMULATED, bind="core")) == [
-        "mpiexec", "-n", "2", "-launcher", "ssh", "-launcher-exec", "/st/agent", "-hosts", "n1:2",
-        "-bind-to", "core", *PROG,
+        "mpiexec", "-n", "2", "-launcher", "ssh", "-launcher-exec", "/st/agent", "-localhost", "127.0.0.1",
+        "-hosts", "n1:2", "-bind-to", "core", *PROG,
     ]
 
 
@@ -42,7 +42,7 @@ def test_openmpi_emulated_nodes_never_bind_by_default() -> None:
 
 
 def test_srun_on_emulated_nodes_does_not_bind() -> None:
-    shared = NodeAllocation(("n1", "n2"), (2, 2), "slurm", cores_shared=True)
+    shared = NodeAllocation(("n1", "n2"), (2, 2), "slurm", emulated=True)
     argv = SrunLauncher(mpi="pmi2").argv(_spec(2, nodes=2, ppn=1, allocation=shared, bind="core"))
     assert "--cpu-bind=none" in argv and "--cpu-bind=cores" not in argv
 
@@ -50,13 +50,13 @@ def test_srun_on_emulated_nodes_does_not_bind() -> None:
 def test_allocation_from_hostfile_variables(tmp_path: Path) -> None:
     hostfile = tmp_path / "hostfile"
     hostfile.write_text("n1 slots=2\nn2 slots=2\n")
-    env = {"TUNEMPI_HOSTFILE": str(hostfile), "TUNEMPI_LAUNCH_AGENT": "/st/agent", "TUNEMPI_NODES_SHARE_CORES": "1"}
+    env = {"TUNEMPI_HOSTFILE": str(hostfile), "TUNEMPI_LAUNCH_AGENT": "/st/agent", "TUNEMPI_EMULATED_NODES": "1"}
     allocation = NodeAllocation.from_environment(env)
-    assert allocation == NodeAllocation(("n1", "n2"), (2, 2), str(hostfile), agent="/st/agent", cores_shared=True)
-    assert allocation.first(1).agent == "/st/agent" and allocation.first(1).cores_shared
+    assert allocation == NodeAllocation(("n1", "n2"), (2, 2), str(hostfile), agent="/st/agent", emulated=True)
+    assert allocation.first(1).agent == "/st/agent" and allocation.first(1).emulated
     # Slurm wins over a hostfile; the shared-cores flag travels into the allocation.
     slurm = NodeAllocation.from_environment({**env, "SLURM_JOB_NODELIST": "n[3-4]", "SLURM_TASKS_PER_NODE": "1(x2)"})
-    assert slurm == NodeAllocation(("n3", "n4"), (1, 1), "slurm", cores_shared=True)
+    assert slurm == NodeAllocation(("n3", "n4"), (1, 1), "slurm", emulated=True)
     assert NodeAllocation.from_environment({}) is None
 
 

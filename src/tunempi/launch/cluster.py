@@ -11,7 +11,7 @@ through their network module, over loopback TCP. What a cluster gives its users:
 - with Slurm: `slurm.conf` (auth/none, loopback, free ports, a tree topology), one `slurmctld` and one
   `slurmd -N nX` per node (each in its own UTS namespace), so salloc/sbatch/srun work with `SLURM_CONF`;
 - `environment()`: the variables a shell needs to use it (`tunempi cluster env`), including what emulated
-  nodes need and real ones do not: the nodes share this machine's cores (`TUNEMPI_NODES_SHARE_CORES`, so
+  nodes need and real ones do not: the nodes share this machine's cores (`TUNEMPI_EMULATED_NODES`, so
   launchers do not bind every node's rank 0 to the same core) and there is no fabric (TCP on loopback).
 
 Every daemon carries the cluster's marker (launch.process.LAUNCH_ID_VAR) in its environment, so `stop`
@@ -25,6 +25,7 @@ import contextlib
 import hashlib
 import json
 import os
+import random
 import shutil
 import socket
 import stat
@@ -36,15 +37,23 @@ from pathlib import Path
 
 from tunempi.config import env_value
 from tunempi.errors import TunempiError, UsageError
-from tunempi.launch.hosts import AGENT_VAR, HOSTFILE_VAR, SHARED_CORES_VAR, NodeAllocation, local_cores
-from tunempi.launch.process import LAUNCH_ID_VAR, _read_proc, job_processes, terminate_job
+from tunempi.launch.hosts import AGENT_VAR, EMULATED_VAR, HOSTFILE_VAR, NodeAllocation, local_cores
+from tunempi.launch.process import (
+    LAUNCH_ID_VAR,
+    _process_table,
+    _read_proc,
+    job_processes,
+    terminate_processes,
+)
 
 #: No fabric between emulated nodes: every library's traffic between them goes over TCP on loopback.
-#: UCX (MPICH's default netmod) otherwise picks shared memory between processes of one host; Open MPI's
+#: UCX (MPICH's default netmod) otherwise picks shared memory between processes of one host; tcp alone,
+#: not "tcp,self": with self the UCX address grew past what Slurm 22.05's pmi2 plugin parses ("value not
+#: properly terminated in client request", MPICH under srun --mpi=pmi2; measured). Open MPI's
 #: ob1 with the tcp BTL, restricted to lo (docs/launch.md, measured). PRRTE's own out-of-band channel is
 #: left alone: restricted to lo it finds "no network interfaces" (measured, 5.0.11).
 LOOPBACK_NETWORK_ENV: Mapping[str, str] = {
-    "UCX_TLS": "tcp,self",
+    "UCX_TLS": "tcp",
     "OMPI_MCA_pml": "ob1",
     "OMPI_MCA_btl": "self,sm,tcp",
     "OMPI_MCA_btl_tcp_if_include": "lo",
@@ -75,6 +84,32 @@ exec unshare --uts sh -c 'hostname "$0" && exec sh -c "$*"' "$node" "$@"
 """
 
 
+_SLURM_CLIENTS = frozenset({"srun", "salloc", "sbatch", "sattach"})
+
+
+def _uts_namespace(pid: int) -> str | None:
+    try:
+        return os.readlink(f"/proc/{pid}/ns/uts")
+    except OSError:
+        return None
+
+
+def _command_name(pid: int) -> str:
+    try:
+        with open(f"/proc/{pid}/comm") as handle:
+            return handle.read().strip()
+    except OSError:
+        return ""
+
+
+def _has_env(pid: int, entry: bytes) -> bool:
+    try:
+        with open(f"/proc/{pid}/environ", "rb") as handle:
+            return entry in handle.read().split(b"\0")
+    except OSError:
+        return False
+
+
 def default_cluster_dir() -> Path:
     """--dir, else TUNEMPI_CLUSTER_DIR, else $XDG_STATE_HOME/tunempi/cluster (~/.local/state/...)."""
     override = env_value("CLUSTER_DIR")
@@ -84,11 +119,31 @@ def default_cluster_dir() -> Path:
     return Path(base) / "tunempi" / "cluster"
 
 
-def free_port() -> int:
-    """A TCP port on loopback that nobody listens on right now."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
+#: Daemon ports come from below Linux's ephemeral range (32768-60999): a port the kernel hands out for
+#: outgoing connections can be taken between choosing it and the daemon's bind (seen: a slurmd failed
+#: "Address already in use" with a port from bind(0)).
+_PORT_RANGE = (20000, 32000)
+
+
+def free_port(taken: set[int] | None = None) -> int:
+    """A TCP port on loopback, below the ephemeral range, that nobody holds right now (and not in `taken`)."""
+    taken = taken if taken is not None else set()
+    for _ in range(1000):
+        port = random.randrange(*_PORT_RANGE)
+        if port in taken:
+            continue
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+            try:
+                sock.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+        taken.add(port)
+        return port
+    raise TunempiError(f"no free TCP port in {_PORT_RANGE[0]}-{_PORT_RANGE[1]} on loopback")
+
+
+class _DaemonDied(TunempiError):
+    """A daemon exited while the cluster came up."""
 
 
 @dataclass(frozen=True)
@@ -160,7 +215,7 @@ class EmulatedCluster:
     # --- life cycle ----------------------------------------------------------------------------------------
     def status(self) -> ClusterStatus:
         state = self._state()
-        strays = len(job_processes(self.marker))
+        strays = len(self.processes(state or {}))
         if state is None:
             return ClusterStatus("stale" if strays else "stopped", (), 0, False, (), strays)
         daemons = tuple((d, d.alive) for d in self._daemons(state))
@@ -207,7 +262,10 @@ class EmulatedCluster:
                        "started": time.time()}
         if slurm:
             try:
-                state["daemons"] = [vars(d) for d in self._start_slurm(names, slots, group_size)]
+                daemons = self._start_slurm_retrying(names, slots, group_size)
+                state["daemons"] = [vars(d) for d in daemons]
+                state["namespaces"] = [ns for d in daemons if d.role.startswith("slurmd") and
+                                       (ns := _uts_namespace(d.pid))]
             except BaseException:
                 self.stop()
                 raise
@@ -218,7 +276,7 @@ class EmulatedCluster:
         """Stop every daemon of the cluster and everything they started; remove the runtime files (logs
         stay). Returns how many processes were ended. Safe to call on a stopped or stale cluster."""
         state = self._state() or {}
-        ended = terminate_job(self.marker, grace_s=grace_s)
+        ended = terminate_processes(lambda: self.processes(state), grace_s=grace_s)
         for daemon in self._daemons(state):  # a daemon that lost its marker somehow: by pid and start time
             if daemon.alive:
                 with contextlib.suppress(ProcessLookupError):
@@ -233,13 +291,32 @@ class EmulatedCluster:
                 path.unlink(missing_ok=True)
         return ended
 
+    def processes(self, state: Mapping) -> dict[int, int]:
+        """Live processes of the cluster (pid -> start time): its daemons (by marker), everything in a
+        node's UTS namespace (slurmstepd and job steps: slurmd does not pass its environment on), and the
+        Slurm clients (srun, salloc, sbatch) talking to this cluster's slurm.conf."""
+        daemons = job_processes(self.marker)
+        own = _uts_namespace(os.getpid())
+        namespaces = {ns for ns in state.get("namespaces", ()) if ns != own}
+        namespaces.update(ns for pid in daemons if (ns := _uts_namespace(pid)) and ns != own)
+        conf = f"SLURM_CONF={self.slurm_conf}".encode()
+        found = dict(daemons)
+        me = os.getpid()
+        for proc in _process_table().values():
+            if proc.pid == me or proc.pid in found or proc.state in ("Z", "X"):
+                continue
+            if _uts_namespace(proc.pid) in namespaces or (_command_name(proc.pid) in _SLURM_CLIENTS
+                                                          and _has_env(proc.pid, conf)):
+                found[proc.pid] = proc.start
+        return found
+
     # --- using it ------------------------------------------------------------------------------------------
     def environment(self) -> dict[str, str]:
         """The variables a shell (or a test) sets to use the running cluster."""
         state = self._state()
         if state is None:
             raise UsageError(f"no emulated cluster in {self.dir}; `tunempi cluster start --nodes N` first")
-        env = {HOSTFILE_VAR: str(self.hostfile), AGENT_VAR: str(self.agent), SHARED_CORES_VAR: "1",
+        env = {HOSTFILE_VAR: str(self.hostfile), AGENT_VAR: str(self.agent), EMULATED_VAR: "1",
                **LOOPBACK_NETWORK_ENV}
         if state.get("slurm"):
             env["SLURM_CONF"] = str(self.slurm_conf)
@@ -247,7 +324,7 @@ class EmulatedCluster:
 
     def allocation(self) -> NodeAllocation:
         """The cluster's nodes as an allocation that launches through the agent."""
-        return NodeAllocation.from_hostfile(self.hostfile, agent=str(self.agent), cores_shared=True)
+        return NodeAllocation.from_hostfile(self.hostfile, agent=str(self.agent), emulated=True)
 
     def _slurm_command(self, *argv: str, timeout: float = 10.0) -> str:
         env = {**os.environ, "SLURM_CONF": str(self.slurm_conf)}
@@ -265,11 +342,12 @@ class EmulatedCluster:
             (self.dir / "spool" / name).mkdir(exist_ok=True)
             (self.dir / "tmp" / name).mkdir(exist_ok=True)
         d = self.dir
+        ports: set[int] = set()
         lines = [
             "# Generated by `tunempi cluster start --slurm`; removed by `tunempi cluster stop`.",
             f"ClusterName=tunempi{self.marker[-6:]}",
             f"SlurmctldHost={socket.gethostname()}(127.0.0.1)",
-            f"SlurmctldPort={free_port()}",
+            f"SlurmctldPort={free_port(ports)}",
             "AuthType=auth/none", "CredType=cred/none",
             "SlurmUser=root", "SlurmdUser=root",
             f"StateSaveLocation={d}/state",
@@ -285,9 +363,10 @@ class EmulatedCluster:
             f"PlugStackConfig={d}/plugstack.conf",
         ]
         for name in names:
-            lines.append(f"NodeName={name} NodeHostname=localhost NodeAddr=127.0.0.1 Port={free_port()} "
+            lines.append(f"NodeName={name} NodeHostname=localhost NodeAddr=127.0.0.1 Port={free_port(ports)} "
                          f"CPUs={slots} RealMemory=1000 State=UNKNOWN")
-        lines.append(f"PartitionName=debug Nodes={','.join(names)} Default=YES MaxTime=INFINITE State=UP")
+        lines.append(f"PartitionName=debug Nodes={','.join(names)} Default=YES MaxTime=INFINITE State=UP "
+                     "OverSubscribe=EXCLUSIVE")
         self.slurm_conf.write_text("\n".join(lines) + "\n")
         (d / "plugstack.conf").write_text("# no SPANK plugins\n")
         # Network groups of `group_size` nodes under one top switch (scontrol show topology, --switches).
@@ -305,6 +384,17 @@ class EmulatedCluster:
         info = _read_proc(proc.pid)
         return Daemon(role, proc.pid, info.start if info else 0)
 
+    def _start_slurm_retrying(self, names: list[str], slots: int, group_size: int, attempts: int = 3) -> list[Daemon]:
+        """_start_slurm, again with new ports when a daemon died at start-up (its port was taken meanwhile)."""
+        for attempt in range(1, attempts + 1):
+            try:
+                return self._start_slurm(names, slots, group_size)
+            except _DaemonDied:
+                if attempt == attempts:
+                    raise
+                terminate_processes(lambda: self.processes({}), grace_s=2.0)
+        raise AssertionError("unreachable")
+
     def _start_slurm(self, names: list[str], slots: int, group_size: int) -> list[Daemon]:
         self._write_slurm_conf(names, slots, group_size)
         conf = str(self.slurm_conf)
@@ -320,7 +410,7 @@ class EmulatedCluster:
         while time.monotonic() < deadline:
             dead = [d.role for d in daemons if not d.alive]
             if dead:
-                raise TunempiError(f"emulated Slurm: {', '.join(dead)} exited at start-up; see {self.dir}/log/")
+                raise _DaemonDied(f"emulated Slurm: {', '.join(dead)} exited at start-up; see {self.dir}/log/")
             last = self._slurm_command("sinfo", "-h", "-N", "-o", "%N %T")
             states = dict(line.split() for line in last.splitlines() if len(line.split()) == 2)
             if all(states.get(name) == "idle" for name in names):

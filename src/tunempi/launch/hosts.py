@@ -27,7 +27,7 @@ def local_cores() -> int:
 #: Where an allocation outside a batch system comes from (an emulated cluster sets them: launch/cluster.py).
 HOSTFILE_VAR = "TUNEMPI_HOSTFILE"
 AGENT_VAR = "TUNEMPI_LAUNCH_AGENT"
-SHARED_CORES_VAR = "TUNEMPI_NODES_SHARE_CORES"
+EMULATED_VAR = "TUNEMPI_EMULATED_NODES"
 
 
 # --- Slurm host list syntax --------------------------------------------------------------------------
@@ -112,9 +112,10 @@ class NodeAllocation:
     #: A stand-in for ssh that starts a command on a host (an emulated cluster's agent); None: the
     #: launcher's own way (ssh, or the batch system's).
     agent: str | None = None
-    #: The hosts are one machine (emulated nodes): binding each node's ranks to "its" cores would pile
-    #: every node's rank 0 onto the same core, so launchers leave multi-node ranks unbound.
-    cores_shared: bool = False
+    #: The hosts are emulated nodes of this one machine (launch/cluster.py): they share its cores (binding
+    #: each node's ranks to "its" cores would pile every node's rank 0 onto one core, so launchers leave
+    #: multi-node ranks unbound) and their names do not resolve (Hydra is told to be reached on loopback).
+    emulated: bool = False
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "hosts", tuple(self.hosts))
@@ -150,7 +151,7 @@ class NodeAllocation:
     def from_slurm(cls, env: Mapping[str, str] | None = None) -> NodeAllocation:
         """From SLURM_JOB_NODELIST (or SLURM_NODELIST) and the per-node task or CPU counts.
 
-        TUNEMPI_NODES_SHARE_CORES=1 (set by an emulated cluster) marks the nodes as one machine."""
+        TUNEMPI_EMULATED_NODES=1 (set by an emulated cluster) marks the nodes as emulated ones."""
         env = os.environ if env is None else env
         nodelist = env.get("SLURM_JOB_NODELIST") or env.get("SLURM_NODELIST")
         if not nodelist:
@@ -163,7 +164,7 @@ class NodeAllocation:
                 if len(counts) == len(hosts):
                     slots = counts
                     break
-        return cls(tuple(hosts), tuple(slots), "slurm", cores_shared=_flag(env, SHARED_CORES_VAR))
+        return cls(tuple(hosts), tuple(slots), "slurm", emulated=_flag(env, EMULATED_VAR))
 
     @classmethod
     def from_pbs_nodefile(cls, path: str | Path | None = None) -> NodeAllocation:
@@ -179,7 +180,7 @@ class NodeAllocation:
 
     @classmethod
     def from_hostfile(cls, path: str | Path, *, agent: str | None = None,
-                      cores_shared: bool = False) -> NodeAllocation:
+                      emulated: bool = False) -> NodeAllocation:
         """From a hostfile in Open MPI (`host slots=N`), Hydra (`host:N`) or plain (`host`) form.
 
         A host named on several lines adds up its slots; `#` starts a comment.
@@ -188,7 +189,7 @@ class NodeAllocation:
         for line in _read_lines(Path(path)):
             host, slots = _parse_hostfile_line(line, path)
             counts[host] = counts.get(host, 0) + slots
-        return cls(tuple(counts), tuple(counts.values()), str(path), agent=agent, cores_shared=cores_shared)
+        return cls(tuple(counts), tuple(counts.values()), str(path), agent=agent, emulated=emulated)
 
     @classmethod
     def from_environment(cls, env: Mapping[str, str] | None = None) -> NodeAllocation | None:
@@ -198,10 +199,10 @@ class NodeAllocation:
         if env.get("SLURM_JOB_NODELIST") or env.get("SLURM_NODELIST"):
             return cls.from_slurm(env)
         if env.get("PBS_NODEFILE"):
-            return replace(cls.from_pbs_nodefile(env["PBS_NODEFILE"]), cores_shared=_flag(env, SHARED_CORES_VAR))
+            return replace(cls.from_pbs_nodefile(env["PBS_NODEFILE"]), emulated=_flag(env, EMULATED_VAR))
         if env.get(HOSTFILE_VAR):
             return cls.from_hostfile(env[HOSTFILE_VAR], agent=env.get(AGENT_VAR) or None,
-                                     cores_shared=_flag(env, SHARED_CORES_VAR))
+                                     emulated=_flag(env, EMULATED_VAR))
         return None
 
     # --- writing ----------------------------------------------------------------------------------

@@ -156,7 +156,7 @@ def _host_list(allocation: NodeAllocation, with_slots: bool) -> str:
 def _binding(spec: LaunchSpec, hosts: NodeAllocation | None, launcher_binds_by_default: bool) -> str | None:
     """The binding to ask for: the spec's, except on emulated nodes (hosts sharing this machine's cores),
     where binding per node would put every node's rank 0 on the same core (measured 200x slower)."""
-    if hosts is not None and hosts.cores_shared and hosts.nodes > 1:
+    if hosts is not None and hosts.emulated and hosts.nodes > 1:
         if spec.bind == "core" or (spec.bind is None and launcher_binds_by_default):
             return "none"
     return spec.bind
@@ -184,6 +184,10 @@ class HydraLauncher(Launcher):
         if hosts is not None:
             if hosts.agent is not None:
                 argv += ["-launcher", "ssh", "-launcher-exec", hosts.agent]
+            if hosts.emulated:
+                # The proxies call back the host mpiexec runs on by its name, which for an emulated node
+                # (mpiexec inside an sbatch script runs "on" n1) resolves nowhere: hydra then hangs.
+                argv += ["-localhost", "127.0.0.1"]
             # With -ppn Hydra places ppn ranks per host; without it, per-host slot counts do.
             argv += ["-hosts", _host_list(hosts, with_slots=spec.ppn is None)]
         if spec.ppn is not None:
