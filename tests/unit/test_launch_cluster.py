@@ -100,3 +100,14 @@ def test_stopped_cluster_status_and_environment_refused(tmp_path: Path) -> None:
     with pytest.raises(Exception, match="no emulated cluster"):
         cluster.environment()
     assert cluster.stop() == 0
+
+
+def test_launches_inside_slurm_may_share_the_allocation_cpus() -> None:
+    """Several engines of one tuning job live at once (one per cvar setup): their job steps must overlap."""
+    slurm = NodeAllocation(("n1", "n2"), (1, 1), "slurm")
+    spec = _spec(2, nodes=2, ppn=1, allocation=slurm)
+    assert dict(HydraLauncher().command(spec).env) == {"SLURM_OVERLAP": "1"}
+    assert OpenMPILauncher(as_root=False, cores=2).command(spec).env["SLURM_OVERLAP"] == "1"
+    assert "--overlap" in SrunLauncher().argv(spec)
+    hostfile = NodeAllocation(("n1", "n2"), (1, 1), "hf")
+    assert "SLURM_OVERLAP" not in HydraLauncher().command(_spec(2, nodes=2, ppn=1, allocation=hostfile)).env

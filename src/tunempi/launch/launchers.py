@@ -162,6 +162,17 @@ def _binding(spec: LaunchSpec, hosts: NodeAllocation | None, launcher_binds_by_d
     return spec.bind
 
 
+#: Inside a Slurm allocation every launch is a job step (Hydra and PRRTE start their proxies with srun).
+#: By default a step holds the CPUs of its tasks, so a second engine started while the first still runs
+#: (one per cvar setup; they take turns measuring) waited forever: "did not start within 120 s" (measured
+#: in `salloc -N 2 -n 2`). Steps of a tuning job may share the allocation's CPUs.
+SLURM_OVERLAP_ENV: Mapping[str, str] = MappingProxyType({"SLURM_OVERLAP": "1"})
+
+
+def _in_slurm(hosts: NodeAllocation | None) -> bool:
+    return hosts is not None and hosts.source == "slurm"
+
+
 def _check_multinode(spec: LaunchSpec, launcher: str) -> None:
     if spec.nodes is not None and spec.nodes > 1 and spec.allocation is None:
         raise UsageError(
@@ -196,7 +207,8 @@ class HydraLauncher(Launcher):
         if bind is not None:
             argv += ["-bind-to", bind]
         argv += self.env_args(spec.env)
-        return LaunchCommand((*argv, *spec.extra_args, *spec.command))
+        launcher_env = SLURM_OVERLAP_ENV if _in_slurm(hosts) else MappingProxyType({})
+        return LaunchCommand((*argv, *spec.extra_args, *spec.command), launcher_env)
 
     def env_args(self, env: Mapping[str, str]) -> list[str]:
         return [token for key in sorted(env) for token in ("-genv", key, env[key])]
@@ -277,6 +289,8 @@ class OpenMPILauncher(Launcher):
             overload = bind == "core" and oversubscribe
             argv += ["--bind-to", "core:overload-allowed" if overload else bind]
         argv += self.env_args(spec.env)
+        if _in_slurm(hosts):
+            launcher_env.update(SLURM_OVERLAP_ENV)
         return LaunchCommand((*argv, *spec.extra_args, *spec.command), MappingProxyType(launcher_env))
 
     def env_args(self, env: Mapping[str, str]) -> list[str]:
@@ -316,6 +330,8 @@ class SrunLauncher(Launcher):
             argv.append("--cpu-bind=cores" if bind == "core" else "--cpu-bind=none")
         if self.mpi is not None:
             argv.append(f"--mpi={self.mpi}")
+        if _in_slurm(hosts):
+            argv.append("--overlap")  # see SLURM_OVERLAP_ENV
         # A failing rank ends the step instead of leaving the others waiting in a collective.
         argv += ["--kill-on-bad-exit=1", "--export=ALL"]
         return LaunchCommand((*argv, *spec.extra_args, *spec.command), MappingProxyType(dict(spec.env)))
