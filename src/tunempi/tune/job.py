@@ -23,7 +23,7 @@ from tunempi.mpi.vendor import VendorAdapter
 from tunempi.space import FeatureSpace
 from tunempi.store.results import ResultStore, utc_timestamp
 from tunempi.strategy import DEFAULT_STRATEGY, STRATEGIES
-from tunempi.tune.driver import CurvePoint, TuneOutcome, Tuner
+from tunempi.tune.driver import CurvePoint, TuneOutcome, Tuner, check_evidence
 from tunempi.tune.files import rule_sets_for, selection_table, write_tuning_files
 from tunempi.tune.manifest import KIND, VERSION, Manifest, SelectionRow
 from tunempi.tune.runner import LayoutRunner, ParallelRunner, PointResult
@@ -187,6 +187,7 @@ def run_tune(options: TuneOptions, console: Console) -> TuneReport:
     if outcome.stop_reason == "interrupted":
         console.print("[yellow]interrupted[/]: measured points are kept in the store; rerun to resume.")
         return report
+    check_evidence(outcome, n_cells)
     report.manifest = write_result(options, library, adapter, scales, sizes, outcome, console)
     return report
 
