@@ -222,3 +222,85 @@ def test_killed_start_and_killed_job_leave_nothing(tmp_path: Path) -> None:
             starter.kill()
         emulated.stop()
     assert emulated.processes({}) == {}
+
+
+# --- the topology-aware scheduler running real jobs at the same time --------------------------------
+SCHEDULE_HELPER = HERE / "cluster_schedule.py"
+
+
+@pytest.mark.parametrize("where", ["hostfile", "slurm"])
+def test_scheduler_runs_jobs_at_once_on_disjoint_nodes(cluster: EmulatedCluster, where: str) -> None:
+    """Layouts 2x1, 2x2 and 1x2 on 4 nodes in two network groups: two jobs at once, never on one node;
+    under Slurm (groups from scontrol show topology) each job's launches are job steps on its nodes."""
+    if where == "slurm":
+        argv, env = ["salloc", "-N", "4", sys.executable, str(SCHEDULE_HELPER), "mpich", "topology", "slurm"], None
+    else:
+        argv = [sys.executable, str(SCHEDULE_HELPER), "mpich", "topology", "pairs"]
+        env = {k: v for k, v in _env(cluster).items() if not k.startswith("SLURM_")}
+    done = subprocess.run(argv, env=env or _env(cluster), capture_output=True, text=True, timeout=180, check=False)
+    assert done.returncode == 0, done.stdout + done.stderr
+    report = json.loads(next(line for line in done.stdout.splitlines() if line.startswith('{"wall_s"')))
+    assert report["ok"] == report["points"] == 18, report["failures"]
+    jobs = report["jobs"]
+    assert len(jobs) == 3 and report["most_at_once"] == 2
+    for a, first in enumerate(jobs):
+        for second in jobs[a + 1:]:
+            if first["start"] < second["end"] and second["start"] < first["end"]:
+                assert not set(first["hosts"]) & set(second["hosts"]), jobs
+    by_layout = {tuple(j["layout"]): j["hosts"] for j in jobs}
+    assert len(by_layout[(2, 2, 1)]) == 2 and len(by_layout[(4, 2, 2)]) == 2 and len(by_layout[(2, 1, None)]) == 1
+
+
+# --- tune, verify and run across emulated nodes ------------------------------------------------------
+def _tunempi(*args: str, env: dict[str, str], wrap: tuple[str, ...] = (), timeout: float = 240) \
+        -> subprocess.CompletedProcess[str]:
+    return subprocess.run([*wrap, sys.executable, "-m", "tunempi", *args], env=env, capture_output=True, text=True,
+                          timeout=timeout, check=False)
+
+
+def test_tune_verify_run_mpich_2x1_inside_salloc(cluster: EmulatedCluster, probes: dict[str, Path],
+                                                 tmp_path: Path) -> None:
+    env = {**_env(cluster), "TUNEMPI_DB": str(tmp_path / "results.sqlite")}
+    salloc = ("salloc", "-N", "2", "-n", "2")
+    out = tmp_path / "tuned"
+    done = _tunempi("tune", "--mpi", "mpich", "--nodes", "2", "--ppn", "1", "--collectives", "bcast",
+                    "--max-msg", "512", "--timeout", "90s", "--out", str(out), env=env, wrap=salloc)
+    assert done.returncode == 0, done.stdout + done.stderr
+    manifest = json.loads((out / "manifest.json").read_text())
+    assert [2, 2, 1] in manifest["scales"] and manifest["run"]["launches"] <= 4
+    assert manifest["run"]["measured"] >= len(manifest["selection"])
+    done = _tunempi("verify", "--tuning", str(out), env=env, wrap=salloc)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "verified" in done.stdout
+    # The tuned files loaded by the library at the 2-node layout (MPI_Init reads them; a bad file fails it).
+    done = _tunempi("run", "--tuning", str(out), "--", sys.executable, str(LAUNCH_HELPER), "mpich", "own", "2", "1",
+                    str(probes["mpich"]), env=env, wrap=salloc)
+    assert done.returncode == 0, done.stdout + done.stderr
+    _expect_layout(_probe_report(done.stdout), 2, 1)
+
+
+def test_tune_verify_openmpi_2x2_with_the_hostfile(cluster: EmulatedCluster, tmp_path: Path) -> None:
+    env = {k: v for k, v in _env(cluster).items() if not k.startswith("SLURM_")}
+    env["TUNEMPI_DB"] = str(tmp_path / "results.sqlite")
+    out = tmp_path / "tuned"
+    # 4 ranks on this 2-core machine (3 scales: 1x2, 2x1, 2x2): few sizes, or the timeout comes first.
+    done = _tunempi("tune", "--mpi", "openmpi", "--nodes", "2", "--ppn", "2", "--collectives", "bcast",
+                    "--max-msg", "16", "--timeout", "150s", "--out", str(out), env=env)
+    assert done.returncode == 0, done.stdout + done.stderr
+    manifest = json.loads((out / "manifest.json").read_text())
+    assert [4, 2, 2] in manifest["scales"]
+    assert any(row["nodes"] == 2 and row["ppn"] == 2 for row in manifest["selection"])
+    done = _tunempi("verify", "--tuning", str(out), env=env)
+    assert done.returncode == 0, done.stdout + done.stderr
+
+
+def test_a_tune_that_measures_nothing_fails_and_writes_nothing(cluster: EmulatedCluster, tmp_path: Path) -> None:
+    """Every engine launch fails (an agent that cannot start anything): exit 1, a message, no file."""
+    env = {k: v for k, v in _env(cluster).items() if not k.startswith("SLURM_")}
+    env.update(TUNEMPI_DB=str(tmp_path / "results.sqlite"), TUNEMPI_LAUNCH_AGENT="/bin/false")
+    out = tmp_path / "tuned"
+    done = _tunempi("tune", "--mpi", "mpich", "--nodes", "2", "--ppn", "1", "--collectives", "bcast",
+                    "--max-msg", "64", "--timeout", "60s", "--out", str(out), env=env)
+    assert done.returncode == 1, done.stdout + done.stderr
+    assert "measured too little" in done.stdout + done.stderr
+    assert not (out / "manifest.json").exists() and not any(out.glob("*")) if out.exists() else True
