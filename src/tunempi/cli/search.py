@@ -47,9 +47,9 @@ _err = Console(stderr=True)
 
 
 def _int_option(flag: int | None, env: str, default: int, what: str, minimum: int) -> int:
-    text = resolve(None if flag is None else str(flag), env, str(default))
+    text = resolve(None if flag is None else str(flag), env, str(default)) or str(default)
     try:
-        value = int(text)  # type: ignore[arg-type]
+        value = int(text)
     except ValueError:
         raise UsageError(f"{what} must be an integer, got {text!r} (from TUNEMPI_{env})") from None
     if value < minimum:

@@ -143,7 +143,7 @@ def parse_glued_description(description: str, vocabulary: Iterable[str] = ()) ->
         return run[len(run) - length:] if 0 < length <= len(run) else None
 
     def supported(name: str | None, own: set[str]) -> bool:
-        return bool(name) and name.split("_")[0] in own  # type: ignore[union-attr]
+        return name is not None and bool(name) and name.split("_")[0] in own
 
     width: int | None = None
     padded = [e for e in entries if e[1] > 1]
@@ -465,8 +465,10 @@ def leaf_parameters(collective: str, algorithm: str, cvar_value: Callable[[str],
     params: dict[str, int] = {}
     for parameter, cvar in wanted.items():
         value = cvar_value(cvar)
+        if not isinstance(value, (int, float, str)):
+            return None  # the library lacks the cvar (None) or gave something that is not a number
         try:
-            params[parameter] = int(value)  # type: ignore[call-overload]
-        except (TypeError, ValueError):
+            params[parameter] = int(value)
+        except ValueError:
             return None
     return params

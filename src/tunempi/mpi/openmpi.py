@@ -184,7 +184,7 @@ class OpenMPIAdapter(VendorAdapter):
             return [ThresholdKnob(UCX_RNDV_THRESH, "UCX (pml ucx)", ", ".join(where) or "intra-node")]
         if pml != "ob1":
             return knobs
-        wanted = []
+        wanted: list[tuple[str, tuple[str, ...]]] = []
         if intra_node:
             # btl/sm was called vader before 5.0; 5.0 keeps the old names as aliases.
             wanted.append(("intra-node", ("sm", "vader")))

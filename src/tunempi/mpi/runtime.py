@@ -99,12 +99,13 @@ def size_ladder(default: int, factor: int = 2, below: int = 4, above: int = 4, l
 
 def _tunable_param(name: str, tunable: Tunable, default: object) -> Param | None:
     if tunable.values is not None:
-        choices = list(tunable.values)
-        if isinstance(default, str) and "auto" in default and "auto" in choices:
-            choices[choices.index("auto")] = default  # UCX's "intra:auto,inter:auto" is its "auto"
-        if default is not None and default not in choices:
-            choices.insert(0, default)  # type: ignore[arg-type]
-        return CategoricalParam(name, tuple(choices), default=default)  # type: ignore[arg-type]
+        choices: list[int | float | str | bool] = list(tunable.values)
+        start = default if isinstance(default, (int, float, str)) else None
+        if isinstance(start, str) and "auto" in start and "auto" in choices:
+            choices[choices.index("auto")] = start  # UCX's "intra:auto,inter:auto" is its "auto"
+        if start is not None and start not in choices:
+            choices.insert(0, start)
+        return CategoricalParam(name, tuple(choices), default=start)
     if not isinstance(default, int) or isinstance(default, bool):
         return None
     if tunable.kind == "bool":
@@ -138,10 +139,10 @@ def auto_space(params: RuntimeParameters, adapter: VendorAdapter) -> ParamSpace:
                 default = next((str(i["name"]) for i in record["enum"] if i["value"] == record.get("value")), None)
                 built.append(CategoricalParam(name, items, default=default))
                 continue
-            default = record.get("value") if record is not None else params.ucx.get(name)
-            if isinstance(default, bool):
-                default = int(default)
-            param = _tunable_param(name, tunable, default)
+            current: object = record.get("value") if record is not None else params.ucx.get(name)
+            if isinstance(current, bool):
+                current = int(current)
+            param = _tunable_param(name, tunable, current)
             if param is not None:
                 built.append(param)
     if not built:

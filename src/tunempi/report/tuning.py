@@ -93,17 +93,15 @@ def speedup_table(manifest: Manifest) -> Table:
     verify = manifest.data.get("verify")
     table = Table(title="speedup over the library default" + (" (verify: interleaved, 95% CI)" if verify else
                                                              " (from tuning measurements; run verify)"))
-    for header, justify in (("collective", "left"), ("scale", "left"), ("cells", "right"), ("tuned", "right"),
-                            ("geo-mean", "right"), ("best", "right"), ("worst", "right"),
-                            ("slower*", "right"), ("replaced", "right")):
-        table.add_column(header, justify=justify)  # type: ignore[arg-type]
+    for header in ("collective", "scale", "cells", "tuned", "geo-mean", "best", "worst", "slower*", "replaced"):
+        table.add_column(header, justify="left" if header in ("collective", "scale") else "right")
     groups: dict[tuple[str, str], list[SpeedupRow]] = {}
     for row in rows:
         groups.setdefault((row.collective, row.scale_label), []).append(row)
     for (collective, scale), members in sorted(groups.items()):
         values = [r.speedup for r in members if r.speedup is not None]
         slower = sum(1 for r in members if r.ci_high is not None and r.ci_high < 1.0 and not r.replaced_from)
-        geo = geo_mean(values)  # type: ignore[arg-type]
+        geo = geo_mean(values)
         table.add_row(collective, scale, str(len(members)), str(sum(r.algorithm != "default" for r in members)),
                       "-" if geo is None else f"{geo:.3f}x", f"{max(values):.2f}x" if values else "-",
                       f"{min(values):.2f}x" if values else "-", str(slower),
@@ -138,7 +136,12 @@ def summary_lines(manifest: Manifest) -> list[str]:
 
 
 # -- plots ------------------------------------------------------------------------------------------
-def _pyplot():  # type: ignore[no-untyped-def]
+def _first_known(*values: float | None) -> float:
+    """The first value that is known, NaN (a gap in the plot) when none is."""
+    return next((v for v in values if v is not None), math.nan)
+
+
+def _pyplot():
     import matplotlib
 
     matplotlib.use("Agg")  # no display on compute nodes
@@ -162,8 +165,8 @@ def plot_speedup(manifest: Manifest, path: Path) -> Path:
         line, = axes.plot(xs, [r.speedup for r in rows], marker="o", markersize=3, linewidth=1.4, label=label)
         estimates += [r.speedup for r in rows if r.speedup is not None and r.speedup > 0]
         # A 95 % interval from 3 noisy pairs can span orders of magnitude: draw it clipped to the plot.
-        lows = [max(r.ci_low if r.ci_low is not None else r.speedup, 1e-3) for r in rows]  # type: ignore[type-var]
-        highs = [min(r.ci_high if r.ci_high is not None else r.speedup, 1e3) for r in rows]  # type: ignore[type-var]
+        lows = [max(_first_known(r.ci_low, r.speedup), 1e-3) for r in rows]
+        highs = [min(_first_known(r.ci_high, r.speedup), 1e3) for r in rows]
         axes.fill_between(xs, lows, highs, color=line.get_color(), alpha=0.12, linewidth=0)
     axes.axhline(1.0, color="black", linewidth=0.8, linestyle="--")
     axes.set_xscale("log", base=2)

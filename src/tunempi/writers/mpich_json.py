@@ -386,7 +386,7 @@ def build_mpich_posix_tree(default_posix_tree: Mapping,
         if default_intra is None or DEFAULT_ALGORITHM not in rule_set.algorithms():
             del tree[key]
             continue
-        to_mpir = {"comm_type=inter": {_first_leaf(default_intra): {}}}
+        to_mpir: dict = {"comm_type=inter": {_first_leaf(default_intra): {}}}
 
         def leaf(algorithm: str, default_intra: dict = default_intra, to_mpir: dict = to_mpir) -> dict:
             return copy.deepcopy(default_intra if algorithm == DEFAULT_ALGORITHM else to_mpir)

@@ -180,10 +180,10 @@ def read_openmpi_rules(text: str) -> dict[int, list[OmpiSection]]:
         collective_id = take("collective id")
         if collective_id >= COLLECTIVE_COUNT:
             raise UsageError(f"rules file: collective id {collective_id} >= {COLLECTIVE_COUNT}")
-        sections = []
+        sections: list[OmpiSection] = []
         for _ in range(take("number of communicator sizes")):
             comm_size = take("communicator size")
-            rules = []
+            rules: list[OmpiMsgRule] = []
             for index in range(take("number of message sizes")):
                 msg_size, algorithm = take("message size"), take("algorithm")
                 faninout, segsize = take("fan-in/out"), take("segment size")
