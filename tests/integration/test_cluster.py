@@ -264,12 +264,13 @@ def test_tune_verify_run_mpich_2x1_inside_salloc(cluster: EmulatedCluster, probe
     salloc = ("salloc", "-N", "2", "-n", "2")
     out = tmp_path / "tuned"
     done = _tunempi("tune", "--mpi", "mpich", "--nodes", "2", "--ppn", "1", "--collectives", "bcast",
-                    "--max-msg", "512", "--timeout", "90s", "--out", str(out), env=env, wrap=salloc)
+                    "--max-msg", "512", "--time-cap", "20ms", "--timeout", "90s", "--out", str(out), env=env,
+                    wrap=salloc)
     assert done.returncode == 0, done.stdout + done.stderr
     manifest = json.loads((out / "manifest.json").read_text())
     assert [2, 2, 1] in manifest["scales"] and manifest["run"]["launches"] <= 4
     assert manifest["run"]["measured"] >= len(manifest["selection"])
-    done = _tunempi("verify", "--tuning", str(out), env=env, wrap=salloc)
+    done = _tunempi("verify", "--tuning", str(out), "--repeats", "2", "--time-cap", "20ms", env=env, wrap=salloc)
     assert done.returncode == 0, done.stdout + done.stderr
     assert "verified" in done.stdout
     # The tuned files loaded by the library at the 2-node layout (MPI_Init reads them; a bad file fails it).
@@ -285,12 +286,12 @@ def test_tune_verify_openmpi_2x2_with_the_hostfile(cluster: EmulatedCluster, tmp
     out = tmp_path / "tuned"
     # 4 ranks on this 2-core machine (3 scales: 1x2, 2x1, 2x2): few sizes, or the timeout comes first.
     done = _tunempi("tune", "--mpi", "openmpi", "--nodes", "2", "--ppn", "2", "--collectives", "bcast",
-                    "--max-msg", "16", "--timeout", "150s", "--out", str(out), env=env)
+                    "--max-msg", "8", "--time-cap", "20ms", "--timeout", "120s", "--out", str(out), env=env)
     assert done.returncode == 0, done.stdout + done.stderr
     manifest = json.loads((out / "manifest.json").read_text())
     assert [4, 2, 2] in manifest["scales"]
     assert any(row["nodes"] == 2 and row["ppn"] == 2 for row in manifest["selection"])
-    done = _tunempi("verify", "--tuning", str(out), env=env)
+    done = _tunempi("verify", "--tuning", str(out), "--repeats", "2", "--time-cap", "20ms", env=env)
     assert done.returncode == 0, done.stdout + done.stderr
 
 
