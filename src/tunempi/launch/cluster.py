@@ -254,7 +254,7 @@ class EmulatedCluster:
         names = [f"{prefix}{i}" for i in range(1, nodes + 1)]
         self.dir.mkdir(parents=True, exist_ok=True)
         allocation = NodeAllocation(tuple(names), (slots,) * nodes, str(self.hostfile))
-        self.hostfile.write_text(allocation.hostfile_text("openmpi"))
+        self.hostfile.write_text(allocation.hostfile_text("mpirun"))
         self.hydra_hostfile.write_text(allocation.hostfile_text("hydra"))
         self.agent.write_text(_AGENT_SCRIPT.format(state_dir=self.dir, nodes=" ".join(names)))
         self.agent.chmod(self.agent.stat().st_mode | stat.S_IXUSR | stat.S_IXGRP | stat.S_IXOTH)
