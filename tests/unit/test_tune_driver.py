@@ -248,3 +248,18 @@ def test_auto_lanes_overlap_only_with_a_core_to_spare() -> None:
     assert auto_lanes([Scale(1, 2), Scale(1, 4)], cpus=2) == 1
     assert auto_lanes([Scale(1, 2), Scale(1, 4)], cpus=8) == 2
     assert auto_lanes([Scale(4, 12)], cpus=12) == 1
+
+
+def test_a_tune_that_measured_almost_nothing_is_refused() -> None:
+    """One round of a few points: the selection would be the model's guess; check_evidence refuses it."""
+    from tunempi.tune.driver import TooLittleMeasured, check_evidence
+
+    space = spaces()
+    cells = len(space["allreduce"].cells)
+    short = Tuner(space, FakeRunner(), strategy="tunempi").run(max_rounds=1)
+    assert short.selection and short.evidenced_cells() < cells / 2
+    with pytest.raises(TooLittleMeasured, match=rf"only {short.evidenced_cells()} of {cells} cells"):
+        check_evidence(short, cells)
+    full = Tuner(spaces(), FakeRunner(), strategy="exhaustive").run()
+    assert full.evidenced_cells() == cells
+    check_evidence(full, cells)

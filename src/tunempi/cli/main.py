@@ -44,6 +44,7 @@ SUBCOMMAND_MODULES: tuple[str, ...] = (
     "tunempi.cli.advise",
     "tunempi.cli.search",
     "tunempi.cli.online",
+    "tunempi.cli.cluster",
 )
 
 for _module in SUBCOMMAND_MODULES:

@@ -149,7 +149,7 @@ def tune_command(
     out: Annotated[Path, typer.Option(help="Directory for the tuning files and manifest.json.")],
     mpi: Annotated[str | None, typer.Option("--mpi", help=f"MPI library: {SPEC_HELP} (env TUNEMPI_MPI).")] = None,
     collectives: Annotated[str, typer.Option(help="Collectives, comma list.")] = "allreduce,bcast,allgather,alltoall",
-    nodes: Annotated[int, typer.Option(help="Nodes of the allocation (several need Slurm/PBS).")] = 1,
+    nodes: Annotated[int, typer.Option(help="Nodes of the allocation (several need Slurm/PBS or TUNEMPI_HOSTFILE).")] = 1,
     ppn: Annotated[int | None, typer.Option(help="Processes per node.")] = None,
     ranks: Annotated[int | None, typer.Option(help="Processes (one node): tunes 2, 4, ... up to this.")] = None,
     max_msg: Annotated[str, typer.Option(help="Largest message size (OSU convention), e.g. 1MiB.")] = "1MiB",
@@ -160,7 +160,8 @@ def tune_command(
     timeout: Annotated[str, typer.Option(help="Stop tuning after this long (e.g. 10m) even if not converged.")]
     = "10m",
     topology: Annotated[str | None, typer.Option(
-        help="serial (one benchmark at a time), local (all at once, one machine), pattern:REGEX (network "
+        help="serial (one benchmark at a time), local (all at once, one machine), slurm (Slurm's switches), "
+             "pattern:REGEX (network "
              "groups from node names) or a file of 'node group' lines (env TUNEMPI_TOPOLOGY).")] = None,
     db: Annotated[str | None, typer.Option(help="Results database (default: $TUNEMPI_DB, else a per-user file).")]
     = None,

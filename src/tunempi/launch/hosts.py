@@ -9,7 +9,7 @@ from __future__ import annotations
 import os
 import re
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from itertools import product
 from pathlib import Path
 
@@ -22,6 +22,12 @@ def local_cores() -> int:
         return len(os.sched_getaffinity(0))
     except (AttributeError, OSError):  # pragma: no cover - non-Linux
         return os.cpu_count() or 1
+
+
+#: Where an allocation outside a batch system comes from (an emulated cluster sets them: launch/cluster.py).
+HOSTFILE_VAR = "TUNEMPI_HOSTFILE"
+AGENT_VAR = "TUNEMPI_LAUNCH_AGENT"
+EMULATED_VAR = "TUNEMPI_EMULATED_NODES"
 
 
 # --- Slurm host list syntax --------------------------------------------------------------------------
@@ -103,6 +109,13 @@ class NodeAllocation:
     hosts: tuple[str, ...]
     slots: tuple[int, ...]
     source: str = ""  # where it came from: "slurm", "pbs", a hostfile path, "local"
+    #: A stand-in for ssh that starts a command on a host (an emulated cluster's agent); None: the
+    #: launcher's own way (ssh, or the batch system's).
+    agent: str | None = None
+    #: The hosts are emulated nodes of this one machine (launch/cluster.py): they share its cores (binding
+    #: each node's ranks to "its" cores would pile every node's rank 0 onto one core, so launchers leave
+    #: multi-node ranks unbound) and their names do not resolve (Hydra is told to be reached on loopback).
+    emulated: bool = False
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "hosts", tuple(self.hosts))
@@ -126,7 +139,7 @@ class NodeAllocation:
         """The first `nodes` hosts (UsageError when there are fewer)."""
         if not 0 < nodes <= self.nodes:
             raise UsageError(f"asked for {nodes} node(s) but the allocation ({self.source}) has {self.nodes}")
-        return NodeAllocation(self.hosts[:nodes], self.slots[:nodes], self.source)
+        return replace(self, hosts=self.hosts[:nodes], slots=self.slots[:nodes])
 
     # --- constructors ---------------------------------------------------------------------------
     @classmethod
@@ -136,7 +149,9 @@ class NodeAllocation:
 
     @classmethod
     def from_slurm(cls, env: Mapping[str, str] | None = None) -> NodeAllocation:
-        """From SLURM_JOB_NODELIST (or SLURM_NODELIST) and the per-node task or CPU counts."""
+        """From SLURM_JOB_NODELIST (or SLURM_NODELIST) and the per-node task or CPU counts.
+
+        TUNEMPI_EMULATED_NODES=1 (set by an emulated cluster) marks the nodes as emulated ones."""
         env = os.environ if env is None else env
         nodelist = env.get("SLURM_JOB_NODELIST") or env.get("SLURM_NODELIST")
         if not nodelist:
@@ -149,7 +164,7 @@ class NodeAllocation:
                 if len(counts) == len(hosts):
                     slots = counts
                     break
-        return cls(tuple(hosts), tuple(slots), "slurm")
+        return cls(tuple(hosts), tuple(slots), "slurm", emulated=_flag(env, EMULATED_VAR))
 
     @classmethod
     def from_pbs_nodefile(cls, path: str | Path | None = None) -> NodeAllocation:
@@ -164,7 +179,8 @@ class NodeAllocation:
         return cls(tuple(counts), tuple(counts.values()), "pbs")
 
     @classmethod
-    def from_hostfile(cls, path: str | Path) -> NodeAllocation:
+    def from_hostfile(cls, path: str | Path, *, agent: str | None = None,
+                      emulated: bool = False) -> NodeAllocation:
         """From a hostfile in Open MPI (`host slots=N`), Hydra (`host:N`) or plain (`host`) form.
 
         A host named on several lines adds up its slots; `#` starts a comment.
@@ -173,16 +189,20 @@ class NodeAllocation:
         for line in _read_lines(Path(path)):
             host, slots = _parse_hostfile_line(line, path)
             counts[host] = counts.get(host, 0) + slots
-        return cls(tuple(counts), tuple(counts.values()), str(path))
+        return cls(tuple(counts), tuple(counts.values()), str(path), agent=agent, emulated=emulated)
 
     @classmethod
     def from_environment(cls, env: Mapping[str, str] | None = None) -> NodeAllocation | None:
-        """The batch system's allocation (Slurm, then PBS), or None outside a batch job."""
+        """The batch system's allocation (Slurm, then PBS), else TUNEMPI_HOSTFILE's hosts (launched
+        through TUNEMPI_LAUNCH_AGENT when set), or None."""
         env = os.environ if env is None else env
         if env.get("SLURM_JOB_NODELIST") or env.get("SLURM_NODELIST"):
             return cls.from_slurm(env)
         if env.get("PBS_NODEFILE"):
-            return cls.from_pbs_nodefile(env["PBS_NODEFILE"])
+            return replace(cls.from_pbs_nodefile(env["PBS_NODEFILE"]), emulated=_flag(env, EMULATED_VAR))
+        if env.get(HOSTFILE_VAR):
+            return cls.from_hostfile(env[HOSTFILE_VAR], agent=env.get(AGENT_VAR) or None,
+                                     emulated=_flag(env, EMULATED_VAR))
         return None
 
     # --- writing ----------------------------------------------------------------------------------
@@ -195,6 +215,10 @@ class NodeAllocation:
         else:
             raise UsageError(f"unknown hostfile style {style!r}; valid: mpirun, hydra")
         return "\n".join(lines) + "\n"
+
+
+def _flag(env: Mapping[str, str], name: str) -> bool:
+    return env.get(name, "").strip().lower() in ("1", "yes", "true")
 
 
 def _read_lines(path: Path) -> Iterable[str]:

@@ -153,6 +153,26 @@ def _host_list(allocation: NodeAllocation, with_slots: bool) -> str:
     return ",".join(allocation.hosts)
 
 
+def _binding(spec: LaunchSpec, hosts: NodeAllocation | None, launcher_binds_by_default: bool) -> str | None:
+    """The binding to ask for: the spec's, except on emulated nodes (hosts sharing this machine's cores),
+    where binding per node would put every node's rank 0 on the same core (measured 200x slower)."""
+    if hosts is not None and hosts.emulated and hosts.nodes > 1:
+        if spec.bind == "core" or (spec.bind is None and launcher_binds_by_default):
+            return "none"
+    return spec.bind
+
+
+#: Inside a Slurm allocation every launch is a job step (Hydra and PRRTE start their proxies with srun).
+#: By default a step holds the CPUs of its tasks, so a second engine started while the first still runs
+#: (one per cvar setup; they take turns measuring) waited forever: "did not start within 120 s" (measured
+#: in `salloc -N 2 -n 2`). Steps of a tuning job may share the allocation's CPUs.
+SLURM_OVERLAP_ENV: Mapping[str, str] = MappingProxyType({"SLURM_OVERLAP": "1"})
+
+
+def _in_slurm(hosts: NodeAllocation | None) -> bool:
+    return hosts is not None and hosts.source == "slurm"
+
+
 def _check_multinode(spec: LaunchSpec, launcher: str) -> None:
     if spec.nodes is not None and spec.nodes > 1 and spec.allocation is None:
         raise UsageError(
@@ -173,14 +193,22 @@ class HydraLauncher(Launcher):
         argv = [self.executable, "-n", str(spec.ranks)]
         hosts = spec.hosts_used()
         if hosts is not None:
+            if hosts.agent is not None:
+                argv += ["-launcher", "ssh", "-launcher-exec", hosts.agent]
+            if hosts.emulated:
+                # The proxies call back the host mpiexec runs on by its name, which for an emulated node
+                # (mpiexec inside an sbatch script runs "on" n1) resolves nowhere: hydra then hangs.
+                argv += ["-localhost", "127.0.0.1"]
             # With -ppn Hydra places ppn ranks per host; without it, per-host slot counts do.
             argv += ["-hosts", _host_list(hosts, with_slots=spec.ppn is None)]
         if spec.ppn is not None:
             argv += ["-ppn", str(spec.ppn)]
-        if spec.bind is not None:
-            argv += ["-bind-to", spec.bind]
+        bind = _binding(spec, hosts, launcher_binds_by_default=False)
+        if bind is not None:
+            argv += ["-bind-to", bind]
         argv += self.env_args(spec.env)
-        return LaunchCommand((*argv, *spec.extra_args, *spec.command))
+        launcher_env = SLURM_OVERLAP_ENV if _in_slurm(hosts) else MappingProxyType({})
+        return LaunchCommand((*argv, *spec.extra_args, *spec.command), launcher_env)
 
     def env_args(self, env: Mapping[str, str]) -> list[str]:
         return [token for key in sorted(env) for token in ("-genv", key, env[key])]
@@ -250,14 +278,19 @@ class OpenMPILauncher(Launcher):
                 argv.append("--oversubscribe")
         hosts = spec.hosts_used()
         if hosts is not None:
+            if hosts.agent is not None:
+                argv += ["--prtemca", "plm_ssh_agent", hosts.agent]
             argv += ["--host", _host_list(hosts, with_slots=True)]
         if spec.ppn is not None:
             argv += ["--map-by", f"ppr:{spec.ppn}:node"]
-        if spec.bind is not None:
+        bind = _binding(spec, hosts, launcher_binds_by_default=True)
+        if bind is not None:
             # PRRTE refuses to bind more processes than cores unless told the overload is wanted.
-            overload = spec.bind == "core" and oversubscribe
-            argv += ["--bind-to", "core:overload-allowed" if overload else spec.bind]
+            overload = bind == "core" and oversubscribe
+            argv += ["--bind-to", "core:overload-allowed" if overload else bind]
         argv += self.env_args(spec.env)
+        if _in_slurm(hosts):
+            launcher_env.update(SLURM_OVERLAP_ENV)
         return LaunchCommand((*argv, *spec.extra_args, *spec.command), MappingProxyType(launcher_env))
 
     def env_args(self, env: Mapping[str, str]) -> list[str]:
@@ -292,10 +325,13 @@ class SrunLauncher(Launcher):
         hosts = spec.hosts_used()
         if hosts is not None:
             argv += ["--nodelist", _host_list(hosts, with_slots=False)]
-        if spec.bind is not None:
-            argv.append("--cpu-bind=cores" if spec.bind == "core" else "--cpu-bind=none")
+        bind = _binding(spec, hosts, launcher_binds_by_default=False)
+        if bind is not None:
+            argv.append("--cpu-bind=cores" if bind == "core" else "--cpu-bind=none")
         if self.mpi is not None:
             argv.append(f"--mpi={self.mpi}")
+        if _in_slurm(hosts):
+            argv.append("--overlap")  # see SLURM_OVERLAP_ENV
         # A failing rank ends the step instead of leaving the others waiting in a collective.
         argv += ["--kill-on-bad-exit=1", "--export=ALL"]
         return LaunchCommand((*argv, *spec.extra_args, *spec.command), MappingProxyType(dict(spec.env)))

@@ -131,7 +131,16 @@ def terminate_job(
     launch_id: str, *, session: int | None = None, tree_root: int | None = None, grace_s: float = 5.0
 ) -> int:
     """SIGTERM every process of a launch, SIGKILL what is left after grace_s; returns how many there were."""
-    targets = job_processes(launch_id, session=session, tree_root=tree_root)
+    first = job_processes(launch_id, session=session, tree_root=tree_root)
+    return terminate_processes(lambda: job_processes(launch_id, session=session), grace_s=grace_s, first=first)
+
+
+def terminate_processes(
+    find: Callable[[], dict[int, int]], *, grace_s: float = 5.0, first: dict[int, int] | None = None
+) -> int:
+    """SIGTERM the processes `find()` returns (pid -> start time), looking again while they die (a dying
+    launcher or daemon may start or re-parent more), SIGKILL what is left after grace_s; returns how many."""
+    targets = dict(find() if first is None else first)
     if not targets:
         return 0
     for pid, start in targets.items():
@@ -139,16 +148,13 @@ def terminate_job(
     deadline = time.monotonic() + grace_s
     while time.monotonic() < deadline:
         time.sleep(_POLL_S)
-        # Look again: a launcher may have started more processes, or re-parented some, meanwhile.
-        newcomers = {
-            pid: start for pid, start in job_processes(launch_id, session=session).items() if pid not in targets
-        }
+        newcomers = {pid: start for pid, start in find().items() if pid not in targets}
         for pid, start in newcomers.items():
             _signal(pid, start, signal.SIGTERM)
         targets.update(newcomers)
         if not any(_alive(pid, start) for pid, start in targets.items()):
             return len(targets)
-    targets.update(job_processes(launch_id, session=session))
+    targets.update(find())
     for pid, start in targets.items():
         _signal(pid, start, signal.SIGKILL)
     deadline = time.monotonic() + 5.0

@@ -1,16 +1,19 @@
 """Network groups of nodes (racks, switches, dragonfly groups): which nodes are "close".
 
 A later scheduler runs independent jobs in parallel, one per group, so that they do not share links.
-Groups come from a file mapping node -> group, or from a regular expression over node names.
+Groups come from a file mapping node -> group, a regular expression over node names, or Slurm's topology
+plugin (`scontrol show topology`: nodes under one leaf switch form a group).
 """
 
 from __future__ import annotations
 
 import re
+import subprocess
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 
 from tunempi.errors import UsageError
+from tunempi.launch.hosts import expand_hostlist
 
 
 def read_group_file(path: str | Path) -> dict[str, str]:
@@ -58,3 +61,32 @@ def group_nodes(
             group = "all"
         groups.setdefault(group, []).append(host)
     return {name: tuple(members) for name, members in groups.items()}
+
+
+def parse_slurm_topology(text: str) -> dict[str, str]:
+    """node -> leaf switch from `scontrol show topology` (lines `SwitchName=s1 Level=0 ... Nodes=n[1-2]`).
+
+    Only the lowest-level switches name groups: nodes under one leaf switch share its links.
+    """
+    mapping: dict[str, str] = {}
+    for line in text.splitlines():
+        fields = dict(item.split("=", 1) for item in line.split() if "=" in item)
+        if "SwitchName" not in fields or fields.get("Level", "0") != "0" or not fields.get("Nodes"):
+            continue
+        for node in expand_hostlist(fields["Nodes"]):
+            mapping.setdefault(node, fields["SwitchName"])
+    return mapping
+
+
+def slurm_topology(scontrol: str = "scontrol", timeout: float = 10.0) -> dict[str, str]:
+    """node -> leaf switch from the running Slurm (its topology plugin); UsageError when Slurm has none."""
+    try:
+        done = subprocess.run([scontrol, "show", "topology"], capture_output=True, text=True, timeout=timeout,
+                              check=False)
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        raise UsageError(f"cannot ask Slurm for its topology: {exc}") from None
+    mapping = parse_slurm_topology(done.stdout) if done.returncode == 0 else {}
+    if not mapping:
+        why = done.stderr.strip() or done.stdout.strip() or "no switches (TopologyPlugin=topology/tree is off?)"
+        raise UsageError(f"`scontrol show topology` gave no network groups: {why}")
+    return mapping

@@ -157,7 +157,7 @@ class TunempiStrategy(Strategy):
             # predictions selected better than either alone on the Peak sweeps. Uncertainty stays the GP's.
             # Beyond the measured scales a forest predicts flat: there the GP's trend alone extrapolates.
             forest = self._forest.predict(self)
-            largest = max(r.cell.ranks for r in self.records if r.ok)
+            largest = max((r.cell.ranks for r in self.records if r.ok), default=0)  # none ok: GP alone
             inside = np.array([c.ranks <= largest for c in self.space.cells])[:, None]
             blended = (1 - self.forest_blend) * mean + self.forest_blend * forest
             mean = np.where(np.isfinite(forest) & inside, blended, mean)

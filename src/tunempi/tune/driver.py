@@ -21,6 +21,7 @@ import numpy as np
 from tunempi.bench.engine import Layout
 from tunempi.bench.sweep import BenchPoint
 from tunempi.bench.validate import DEFAULT_ALGORITHM
+from tunempi.errors import TunempiError
 from tunempi.space import Cell, FeatureSpace
 from tunempi.store.results import Measurement, ResultStore
 from tunempi.strategy import MeasurementRecord, Request, Strategy, make_strategy
@@ -110,6 +111,35 @@ class TuneOutcome:
                 if record.ok:
                     samples.setdefault((record.cell, record.algorithm), []).append(float(record.latency_us or 0))
         return {key: float(np.median(values)) for key, values in samples.items()}
+
+    def evidenced_cells(self) -> int:
+        """Cells whose selection rests on measurements: the library's default measured there, and the
+        selected algorithm too where it is not the default."""
+        medians = self.measured_medians()
+        return sum(1 for cell, algorithm in self.selection.items()
+                   if (cell, DEFAULT_ALGORITHM) in medians and (cell, algorithm) in medians)
+
+
+#: A tune whose selection rests on measurements in fewer cells than this share writes nothing: the rest
+#: would be a model's guess from a handful of runs (seen: 3 runs measured of 120 points, a file written).
+MIN_EVIDENCED_SHARE = 0.5
+
+
+class TooLittleMeasured(TunempiError):
+    """The tuning run measured too little for its selection to be trusted."""
+
+
+def check_evidence(outcome: TuneOutcome, cells: int) -> None:
+    """TooLittleMeasured when fewer than MIN_EVIDENCED_SHARE of the `cells` have their selection measured."""
+    evidenced = outcome.evidenced_cells()
+    if cells and evidenced >= MIN_EVIDENCED_SHARE * cells:
+        return
+    raise TooLittleMeasured(
+        f"measured too little to tune: only {evidenced} of {cells} cells have the library's default and the "
+        f"selected algorithm measured ({outcome.measured} runs, {outcome.failed} failed, stopped: "
+        f"{outcome.stop_reason}); no tuning file written. The measured runs are in the store: fix the "
+        "failures above (or give more --timeout) and rerun to resume."
+    )
 
 
 OnRound = Callable[[CurvePoint, int], None]  # (state, points measured in the round)

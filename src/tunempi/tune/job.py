@@ -19,14 +19,14 @@ from tunempi.collectives import parse_collectives
 from tunempi.errors import UsageError
 from tunempi.launch.hosts import NodeAllocation
 from tunempi.launch.scheduler import SCHEDULING_MODES, GroupScheduler
-from tunempi.launch.topology import group_nodes, read_group_file
+from tunempi.launch.topology import group_nodes, read_group_file, slurm_topology
 from tunempi.mpi.library import MPILibrary
 from tunempi.mpi.vendor import FileAlgorithms, VendorAdapter
 from tunempi.rules import RuleSet
 from tunempi.space import FeatureSpace
 from tunempi.store.results import ResultStore, utc_timestamp
 from tunempi.strategy import DEFAULT_STRATEGY, STRATEGIES
-from tunempi.tune.driver import CurvePoint, TuneOutcome, Tuner
+from tunempi.tune.driver import CurvePoint, TuneOutcome, Tuner, check_evidence
 from tunempi.tune.files import WrittenFiles, rule_sets_for, selection_table, write_tuning_files
 from tunempi.tune.manifest import CurveRecord, LibraryRecord, Manifest, RunRecord, SelectionRow
 from tunempi.tune.runner import LayoutRunner, ParallelRunner, PointResult
@@ -83,15 +83,18 @@ def auto_lanes(scales: list[Scale], cpus: int | None = None) -> int:
 
 
 def scheduling(topology: str, allocation: NodeAllocation | None) -> GroupScheduler:
-    """--topology: serial | local | pattern:REGEX (groups from node names) | FILE (`node group` lines)."""
+    """--topology: serial | local | slurm (leaf switches of `scontrol show topology`) | pattern:REGEX
+    (groups from node names) | FILE (`node group` lines)."""
     hosts = allocation.hosts if allocation is not None else ("localhost",)
     if topology in ("serial", "local"):
         return GroupScheduler(group_nodes(hosts), topology)
+    if topology == "slurm":
+        return GroupScheduler(group_nodes(hosts, mapping=slurm_topology()), "topology")
     if topology.startswith("pattern:"):
         return GroupScheduler(group_nodes(hosts, pattern=topology[len("pattern:"):]), "topology")
     if Path(topology).is_file():
         return GroupScheduler(group_nodes(hosts, mapping=read_group_file(topology)), "topology")
-    raise UsageError(f"unknown --topology {topology!r}; valid: serial, local, pattern:REGEX, or a file of "
+    raise UsageError(f"unknown --topology {topology!r}; valid: serial, local, slurm, pattern:REGEX, or a file of "
                      f"'node group' lines (modes: {', '.join(SCHEDULING_MODES)})")
 
 
@@ -204,7 +207,8 @@ class TunePlan:
         sizes = message_sizes(options.max_msg, min_msg=options.min_msg)
         allocation = NodeAllocation.from_environment() if options.nodes > 1 else None
         if options.nodes > 1 and (allocation is None or allocation.nodes < options.nodes):
-            raise UsageError(f"--nodes {options.nodes} needs an allocation with that many nodes (Slurm, PBS)")
+            raise UsageError(f"--nodes {options.nodes} needs an allocation with that many nodes (Slurm, PBS, "
+                             "or TUNEMPI_HOSTFILE: `tunempi cluster` emulates one)")
         scheduler = scheduling(options.topology, allocation)
         library = resolve_library(options.mpi)
         adapter = adapter_for(library)
@@ -269,6 +273,7 @@ def run_tune(options: TuneOptions, on_event: OnTuneEvent | None = None) -> TuneR
     emit(TuningStopped(outcome))
     report = TuneReport(None, outcome, plan.spaces)
     if outcome.stop_reason != "interrupted":
+        check_evidence(outcome, sum(len(s.cells) for s in plan.spaces.values()))
         report.manifest = write_result(plan, outcome, emit)
     return report
 

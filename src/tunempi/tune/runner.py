@@ -17,7 +17,7 @@ import queue
 import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from tunempi.bench.engine import EngineSession, Layout, PointOutcome
@@ -128,6 +128,31 @@ class LayoutRunner:
 
 
 RunnerFactory = Callable[[Layout, NodeAllocation | None], LayoutRunner]
+
+
+@dataclass(frozen=True)
+class JobRecord:
+    """One scheduled job of a ParallelRunner: a layout's points measured on `hosts` from start to end
+    (time.time() seconds); the evidence that concurrent jobs really ran on disjoint nodes."""
+
+    layout: Layout
+    hosts: tuple[str, ...]
+    start: float
+    end: float
+    points: int
+
+    def overlaps(self, other: JobRecord) -> bool:
+        return self.start < other.end and other.start < self.end
+
+
+def most_at_once(records: Sequence[JobRecord]) -> int:
+    """The largest number of jobs that ran at the same moment."""
+    events = sorted([(r.start, 1) for r in records] + [(r.end, -1) for r in records], key=lambda e: (e[0], e[1]))
+    running = peak = 0
+    for _, step in events:
+        running += step
+        peak = max(peak, running)
+    return peak
 OnPoint = Callable[[PointResult], None]
 
 
@@ -142,6 +167,7 @@ class ParallelRunner:
         self.make_runner = make_runner
         self.scheduler = scheduler
         self.allocation = allocation
+        self.jobs: list[JobRecord] = []  # every job run so far, in the order they ended
         self._runners: dict[tuple[Layout, tuple[str, ...]], LayoutRunner] = {}
         self._stop = threading.Event()
 
@@ -151,7 +177,7 @@ class ParallelRunner:
             allocation = None
             if self.allocation is not None:  # run exactly where the scheduler placed the job
                 slots = dict(zip(self.allocation.hosts, self.allocation.slots, strict=True))
-                allocation = NodeAllocation(hosts, tuple(slots[h] for h in hosts), self.allocation.source)
+                allocation = replace(self.allocation, hosts=hosts, slots=tuple(slots[h] for h in hosts))
             self._runners[key] = self.make_runner(layout, allocation)
         return self._runners[key]
 
@@ -178,17 +204,20 @@ class ParallelRunner:
         self._stop.clear()
 
         def work_on(placement: Placement) -> None:
+            started, measured = time.time(), 0
+            layout = placement.job.key
+            assert isinstance(layout, Layout)
             try:
-                layout = placement.job.key
-                assert isinstance(layout, Layout)
                 runner = self.runner_for(layout, placement.hosts)
                 for point in work[layout]:
                     if self._stop.is_set() or (deadline is not None and time.monotonic() > deadline):
                         break
                     results.put(runner.measure(point, settings))
+                    measured += 1
             except BaseException as exc:  # noqa: BLE001 (handed to the main thread)
                 results.put(exc)
             finally:
+                self.jobs.append(JobRecord(layout, placement.hosts, started, time.time(), measured))
                 results.put(placement)
 
         def start_what_fits() -> None:
