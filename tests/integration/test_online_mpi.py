@@ -59,7 +59,7 @@ LAYOUTS = {(2, None): {(2, 1, 2), (1, 1, 1)}, (4, 2): {(4, 2, 2), (2, 2, 1)}}
 def test_results_are_correct_under_per_call_random_switching(vendor, ranks, fake_ppn, tmp_path, monkeypatch,
                                                              capfd):
     if fake_ppn:
-        monkeypatch.setenv("TUNEMPI_ONLINE_FAKE_PPN", str(fake_ppn))
+        monkeypatch.setenv("TUNEMPI_FAKE_PPN", str(fake_ppn))
     library = _library(vendor)
     program = _app(library, "switching_check")
     state = open_state(tmp_path / "state", library,
