@@ -26,12 +26,12 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 
 from tunempi.config import resolve, resolve_db
 from tunempi.errors import TunempiError, UsageError
-from tunempi.search import STRATEGY_NAMES, make_strategy, run_search, strategy_class
+from tunempi.search import STRATEGY_NAMES, make_search, run_search, strategy_class
 from tunempi.search.base import Trial
 from tunempi.search.command import CommandObjective
 from tunempi.search.journal import TrialJournal
+from tunempi.search.space import ParamSpace, Value, config_key
 from tunempi.search.verify import MIN_PAIRS, VerificationRun, verify_against_default
-from tunempi.space.params import ParamSpace, Value, config_key
 
 if TYPE_CHECKING:
     from tunempi.mpi.library import MPILibrary
@@ -220,10 +220,10 @@ def _resolve_target(mpi: str | None, command: list[str]) -> _Target:
 def _search_application(command: list[str], space_path: str, strategy: str | None, budget: int | None,
                         repeats: int | None, timeout: float | None, metric: str | None, seed: int,
                         out: str | None, mpi: str | None, db: str | None, observe: list[str] | None) -> None:
-    from tunempi.launch import launcher_in_command
+    from tunempi.launch import launcher_for_argv
     from tunempi.mpi.runtime import auto_space, check_parameters
     from tunempi.search.command import OutputMetrics
-    from tunempi.space.params import load_space
+    from tunempi.search.space import load_space
     from tunempi.store.results import ResultStore
 
     if timeout is not None and timeout <= 0:
@@ -268,7 +268,7 @@ def _search_application(command: list[str], space_path: str, strategy: str | Non
                 env.update(adapter.parameter_env(key, value))
             return env
         scrub = {k for p in space for k in adapter.parameter_env(p.name, p.start_value())}
-        launcher = launcher_in_command(command, target.library)
+        launcher = launcher_for_argv(command, target.library)
         launch_env = adapter.launch_env()
     else:
         apply, scrub, launcher, launch_env = space.format_env, set(space.names), None, {}
@@ -312,7 +312,7 @@ def _run_and_report(journal: TrialJournal, session: _Session) -> None:
     space, name, n_budget, n_repeats = session.space, session.strategy, session.budget, session.repeats
     objective, apply, out_dir, target = session.objective, session.apply, session.out_dir, session.target
     space_path, command, db_path = session.space_path, session.command, session.db_path
-    searcher = make_strategy(name, space, seed=session.seed, **session.options)
+    searcher = make_search(name, space, seed=session.seed, **session.options)
     searcher.replay(journal.trials)
     where = f"search {journal.search_id} in {db_path}"
     if journal.trials:

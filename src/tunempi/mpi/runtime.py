@@ -28,7 +28,7 @@ from tunempi.errors import UsageError
 from tunempi.mpi.discovery import LibraryInfo
 from tunempi.mpi.ucx import ucx_knobs
 from tunempi.mpi.vendor import Tunable, VendorAdapter
-from tunempi.space.params import CategoricalParam, Expr, Param, ParamSpace
+from tunempi.search.space import CategoricalParam, Expr, Param, ParamSpace
 
 UCX_PREFIX = "UCX_"
 

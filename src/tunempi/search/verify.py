@@ -19,7 +19,7 @@ import numpy as np
 from scipy import stats
 
 from tunempi.search.base import Objective, TrialResult
-from tunempi.space.params import Value
+from tunempi.search.space import Value
 
 MIN_PAIRS = 3
 
