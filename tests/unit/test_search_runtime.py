@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from tunempi.errors import UsageError
-from tunempi.launch import HydraLauncher, OpenMPILauncher, SrunLauncher, launcher_in_command
+from tunempi.launch import HydraLauncher, OpenMPILauncher, SrunLauncher, launcher_for_argv
 from tunempi.mpi.library import MPILibrary
 from tunempi.mpi.mpich import MpichAdapter
 from tunempi.mpi.openmpi import OpenMPIAdapter
@@ -120,9 +120,9 @@ def test_launchers_pass_variables_to_the_ranks_in_their_own_spelling():
                                                                      "UCX_RNDV_THRESH=65536"]
     assert SrunLauncher().env_args(env) == []
     mpich = _library("mpich", "ch4:ucx")
-    assert isinstance(launcher_in_command(["/opt/x/bin/mpiexec.hydra", "-n", "2", "./a"], mpich), HydraLauncher)
-    assert isinstance(launcher_in_command(["srun", "./a"], mpich), SrunLauncher)
-    assert launcher_in_command(["./a.out"], mpich) is None
+    assert isinstance(launcher_for_argv(["/opt/x/bin/mpiexec.hydra", "-n", "2", "./a"], mpich), HydraLauncher)
+    assert isinstance(launcher_for_argv(["srun", "./a"], mpich), SrunLauncher)
+    assert launcher_for_argv(["./a.out"], mpich) is None
 
 
 def test_objective_scrubs_inherited_values_and_inserts_launcher_options(tmp_path):

@@ -87,10 +87,6 @@ class SizeRanges:
         return f"> {lower}" if upper is None else f"{lower + 1 if index else 0}-{upper}"
 
 
-def layout_key(ranks: int, nodes: int, ppn: int) -> str:
-    return f"{ranks}/{nodes}x{ppn}"
-
-
 def parse_layouts(texts: Sequence[str]) -> list[tuple[int, int, int]]:
     """'8x1x8' (ranks x nodes x ppn) or '2x4' (nodes x ppn) -> (ranks, nodes, ppn)."""
     layouts = []
