@@ -41,10 +41,10 @@ from scipy.stats import wilcoxon
 from tunempi.bench.engine import Layout
 from tunempi.bench.protocol import MeasureSettings
 from tunempi.bench.sweep import Sweep, plan_points
+from tunempi.collectives import DEFAULT_ALGORITHM
 from tunempi.launch import run_launch
 from tunempi.mpi.build import build_c
 from tunempi.mpi.discovery import adapter_for, resolve_library
-from tunempi.mpi.vendor import DEFAULT_ALGORITHM
 from tunempi.online.cells import Cell
 from tunempi.online.report import write_best
 from tunempi.online.run import open_state, rank_command, run_online

@@ -12,11 +12,9 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from tunempi.collectives import DEFAULT_ALGORITHM
 from tunempi.errors import UsageError
 from tunempi.mpi.library import MPILibrary
-
-#: tunempi's vendor-neutral name for "whatever the library selects by itself" (dataset format).
-DEFAULT_ALGORITHM = "default"
 
 
 @dataclass(frozen=True)

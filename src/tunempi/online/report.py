@@ -8,9 +8,9 @@ from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from tunempi.collectives import DEFAULT_ALGORITHM
 from tunempi.errors import MPIError, UsageError
 from tunempi.mpi.library import MPILibrary
-from tunempi.mpi.vendor import DEFAULT_ALGORITHM
 from tunempi.online.cells import Cell, SizeRanges
 from tunempi.online.state import OnlineState, Probabilities, uniform
 

@@ -12,7 +12,8 @@ from __future__ import annotations
 import logging
 from collections.abc import Iterable
 
-from tunempi.mpi.vendor import DEFAULT_ALGORITHM, VendorAdapter
+from tunempi.collectives import DEFAULT_ALGORITHM
+from tunempi.mpi.vendor import VendorAdapter
 from tunempi.online.state import SWITCHABLE, AlgorithmSwitch, CollectiveSwitch
 
 _log = logging.getLogger(__name__)

@@ -37,7 +37,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from tunempi.mpi.vendor import DEFAULT_ALGORITHM
+from tunempi.collectives import DEFAULT_ALGORITHM
 from tunempi.online.cells import Cell, SizeRanges
 from tunempi.online.state import CollectiveSwitch, OnlineConfig, OnlineState, Probabilities, Record
 

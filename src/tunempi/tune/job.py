@@ -27,7 +27,7 @@ from tunempi.tune.driver import CurvePoint, TuneOutcome, Tuner
 from tunempi.tune.files import rule_sets_for, selection_table, write_tuning_files
 from tunempi.tune.manifest import KIND, VERSION, Manifest, SelectionRow
 from tunempi.tune.runner import LayoutRunner, ParallelRunner, PointResult
-from tunempi.tune.space import Scale, candidate_algorithms, feature_space, message_sizes, sub_scales
+from tunempi.tune.scope import Scale, candidate_algorithms, feature_space, message_sizes, sub_scales
 from tunempi.units import format_size
 
 #: Strategy parameters for live tuning (the strategies' own defaults suit replayed datasets): batches of

@@ -25,7 +25,7 @@ from scipy import stats
 from tunempi.bench.engine import Layout
 from tunempi.bench.protocol import MeasureSettings
 from tunempi.bench.sweep import BenchPoint
-from tunempi.bench.validate import DEFAULT_ALGORITHM
+from tunempi.collectives import DEFAULT_ALGORITHM
 from tunempi.space import Cell
 from tunempi.tune.driver import layout_of
 from tunempi.tune.runner import PointResult
