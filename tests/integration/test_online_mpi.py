@@ -17,7 +17,7 @@ from tunempi.errors import UsageError
 from tunempi.mpi.build import build_c
 from tunempi.mpi.discovery import resolve_library
 from tunempi.mpi.library import MPILibrary
-from tunempi.online.cells import Cell
+from tunempi.online.cells import SizeRangeCell
 from tunempi.online.run import open_state, run_online
 from tunempi.online.state import OnlineConfig, Probabilities, read_records
 
@@ -102,7 +102,7 @@ def test_the_drawn_algorithm_is_the_one_that_runs(vendor, tmp_path, capfd):
     state = open_state(tmp_path / "state", library, config)
     names = state.switches["allreduce"].names
     patterns = PATTERNS[vendor]
-    cell = Cell("allreduce", 2, 1, 2, config.sizes.index(8192))
+    cell = SizeRangeCell("allreduce", 2, 1, 2, config.sizes.index(8192))
     state.save_probabilities(Probabilities(0, {cell.key: {n: (1 / 3 if n in patterns else 0.0) for n in names}}))
     run = run_online(state, library, _argv(library, 2, str(program), "24"), timeout=60)
     out, err = capfd.readouterr()

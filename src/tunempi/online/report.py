@@ -11,7 +11,7 @@ from pathlib import Path
 from tunempi.collectives import DEFAULT_ALGORITHM
 from tunempi.errors import MPIError, UsageError
 from tunempi.mpi.library import MPILibrary
-from tunempi.online.cells import Cell, SizeRanges
+from tunempi.online.cells import SizeRangeCell, SizeRanges
 from tunempi.online.state import OnlineState, Probabilities, uniform
 
 _log = logging.getLogger(__name__)
@@ -24,7 +24,7 @@ MAX_SMOKE_RANKS = 8
 class CellHistory:
     """One cell's probabilities in every batch (uniform where a batch had no entry for it)."""
 
-    cell: Cell
+    cell: SizeRangeCell
     algorithms: tuple[str, ...]
     batches: tuple[int, ...]
     probabilities: tuple[dict[str, float], ...]
@@ -42,12 +42,12 @@ def cell_histories(state: OnlineState, contains: str | None = None) -> list[Cell
     if not history:
         raise UsageError(f"{state.dir} has no probability history yet")
     switches = state.switches
-    keys = sorted({key for p in history for key in p.cells}, key=lambda k: Cell.from_key(k))
+    keys = sorted({key for p in history for key in p.cells}, key=lambda k: SizeRangeCell.from_key(k))
     out = []
     for key in keys:
         if contains and contains not in key:
             continue
-        cell = Cell.from_key(key)
+        cell = SizeRangeCell.from_key(key)
         switch = switches.get(cell.collective)
         if switch is None:
             continue
@@ -58,7 +58,7 @@ def cell_histories(state: OnlineState, contains: str | None = None) -> list[Cell
     return out
 
 
-def cell_label(cell: Cell, sizes: SizeRanges) -> str:
+def cell_label(cell: SizeRangeCell, sizes: SizeRanges) -> str:
     size = "-" if cell.collective == "barrier" else sizes.label(cell.size_index) + " B"
     return f"{cell.collective} {cell.ranks}r {cell.nodes}x{cell.ppn} {size}"
 
@@ -102,7 +102,7 @@ def plot_histories(histories: Sequence[CellHistory], sizes: SizeRanges, path: Pa
 
 @dataclass(frozen=True)
 class BestChoice:
-    cell: Cell
+    cell: SizeRangeCell
     algorithm: str
     time_ns: float
     default_ns: float | None
@@ -138,8 +138,8 @@ def best_choices(probabilities: Probabilities, sizes: SizeRanges,
                 and found.get("wins", 1.0) >= CONSISTENT_WINS)
 
     out = []
-    for key, estimates in sorted(probabilities.estimates.items(), key=lambda kv: Cell.from_key(kv[0])):
-        cell = Cell.from_key(key)
+    for key, estimates in sorted(probabilities.estimates.items(), key=lambda kv: SizeRangeCell.from_key(kv[0])):
+        cell = SizeRangeCell.from_key(key)
         evidence = probabilities.versus_default.get(key)
         candidates = {k: v for k, v in estimates.items()
                       if k == DEFAULT_ALGORITHM or may_replace_default(k, cell.collective, evidence)}
