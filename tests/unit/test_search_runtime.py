@@ -12,6 +12,7 @@ import pytest
 
 from tunempi.errors import UsageError
 from tunempi.launch import HydraLauncher, OpenMPILauncher, SrunLauncher, launcher_for_argv
+from tunempi.mpi import ucx
 from tunempi.mpi.library import MPILibrary
 from tunempi.mpi.mpich import MpichAdapter
 from tunempi.mpi.openmpi import OpenMPIAdapter
@@ -111,6 +112,22 @@ def test_auto_space_openmpi_uses_settable_readonly_params_and_no_ucx():
     empty = RuntimeParameters("x-1", {}, {})
     with pytest.raises(UsageError, match="none of the curated"):
         auto_space(empty, OPENMPI)
+
+
+def test_system_library_dirs_follow_the_platforms_multiarch_triple(monkeypatch):
+    monkeypatch.setattr(ucx.sysconfig, "get_config_var", lambda name: "aarch64-linux-gnu")
+    assert ucx.system_library_dirs() == [Path("/usr/lib/aarch64-linux-gnu"), Path("/usr/lib64"), Path("/usr/lib")]
+    monkeypatch.setattr(ucx.sysconfig, "get_config_var", lambda name: None)  # not Debian: no triple
+    assert ucx.system_library_dirs() == [Path("/usr/lib64"), Path("/usr/lib")]
+
+
+def test_a_libucp_bundled_in_the_library_prefix_comes_before_the_systems(tmp_path):
+    bundled = tmp_path / "lib" / "libucp.so.0"
+    bundled.parent.mkdir()
+    bundled.write_bytes(b"")
+    library = MPILibrary(vendor="mpich", version="9.9", version_string="", device="ch4:ucx", prefix=tmp_path,
+                         mpicc=tmp_path / "bin" / "mpicc", mpiexec=tmp_path / "bin" / "mpiexec")
+    assert ucx.find_libucp(library) == bundled
 
 
 def test_launchers_pass_variables_to_the_ranks_in_their_own_spelling():
