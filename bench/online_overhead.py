@@ -6,7 +6,7 @@ Variants, launched interleaved: "none" (no interposer) and "online" (online mode
 probability of "default" = 1, so every call does the full draw but never switches: the cost of the
 mode itself). Figures:
 
-1. Launch level (the issue's goal, < 3 %): median over launches of each launch's median ns per call.
+1. Launch level (the goal: < 3 %): median over launches of each launch's median ns per call.
 2. In process, 2 ranks: MPI_ minus PMPI_ per ABBA quadruple inside the online launches (launch-to-launch
    noise removed). 3. The same at 1 rank: the intrinsic CPU cost of the hooks.
 

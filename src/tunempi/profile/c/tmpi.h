@@ -87,8 +87,8 @@ typedef struct {
     void (*finish)(void);              /* inside MPI_Finalize, before PMPI_Finalize: may communicate */
 } tmpi_mode;
 
-extern const tmpi_mode tmpi_profile_mode;
-extern const tmpi_mode tmpi_online_mode; /* tmpi_online.c (issue 6) */
+extern const tmpi_mode tmpi_profile_mode; /* tmpi_profile.c */
+extern const tmpi_mode tmpi_online_mode;  /* tmpi_online.c */
 
 /* ---- thread role and global state ---- */
 enum { TMPI_ROLE_UNKNOWN = 0, TMPI_ROLE_OWNER = 1, TMPI_ROLE_PASS = 2 };

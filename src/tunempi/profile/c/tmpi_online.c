@@ -1,5 +1,5 @@
 /*
- * Online mode (issue 6): every switchable collective call is served by an algorithm drawn from its
+ * Online mode (docs/online.md): every switchable collective call is served by an algorithm drawn from its
  * tuning cell's probabilities, and its start/end are recorded on a subset of ranks.
  *
  *   cell      = (collective, communicator size, nodes, ppn, message-size range)
