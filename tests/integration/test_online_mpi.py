@@ -72,6 +72,7 @@ def test_results_are_correct_under_per_call_random_switching(vendor, ranks, fake
     records = read_records(run.records)
     assert records.fingerprint == library.fingerprint
     assert int(records.header["world_ranks"]) == ranks
+    assert int(records.header["world_nodes"]) == (ranks // fake_ppn if fake_ppn else 1)
     # Every member of a communicator drew the same algorithm for every call.
     streams = _sequences(records.records)
     assert len(streams) >= 2  # world-shaped (world, dup, temporary dups) and the split halves
