@@ -33,10 +33,12 @@ demo: setup
 
 test: setup system
 	$(VENV)/bin/ruff check src tests $(wildcard bench)
+	$(VENV)/bin/mypy
 	$(VENV)/bin/pytest -q -ra
 
 lint: setup
 	$(VENV)/bin/ruff check src tests $(wildcard bench)
+	$(VENV)/bin/mypy
 
 clean:
 	rm -rf $(VENV) build *.egg-info src/*.egg-info

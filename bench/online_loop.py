@@ -52,7 +52,6 @@ from tunempi.online.state import OnlineConfig
 from tunempi.online.update import probabilities_from_times, update_state
 from tunempi.rules import ScaledChoice, SelectionTable, build_rule_sets
 from tunempi.tune.files import write_tuning_files
-from tunempi.tune.job import tunable_algorithms
 from tunempi.writers.env_file import read_env_file
 
 PHASE = re.compile(r"^phase (\d+) ([0-9.]+)$", re.M)
@@ -222,7 +221,7 @@ def main() -> None:
             print(f"online best: {note}", flush=True)
         # The engine's own best (of what a tuning file can select), written the same way: the yardstick
         # for what the online files give.
-        writable = tunable_algorithms(library, adapter, "allreduce")
+        writable = list(adapter.tuning_file_algorithms("allreduce").selectable)
         engine_pick = {size: next(n for n in ranked[size] if n == DEFAULT_ALGORITHM or n in writable)
                        for size in sizes}
         engine_rules = build_rule_sets(SelectionTable.from_scaled(

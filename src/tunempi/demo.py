@@ -15,6 +15,7 @@ from pathlib import Path
 
 from tunempi.bench.protocol import MeasureSettings
 from tunempi.cli.bench import wide_console
+from tunempi.cli.tune import TuneProgress
 from tunempi.config import data_dir
 from tunempi.errors import TunempiError
 from tunempi.report.tuning import speedup_table, summary_lines, write_plots
@@ -44,7 +45,11 @@ def main() -> int:
         options = TuneOptions(out=out, collectives=DEMO_COLLECTIVES, mpi=spec, ranks=ranks, max_msg=max_msg,
                               timeout_s=timeout_s, db=db, settings=DEMO_SETTINGS)
         try:
-            report = run_tune(options, console)
+            progress = TuneProgress(console)
+            try:
+                report = run_tune(options, progress)
+            finally:
+                progress.close()
             if report.manifest is None:  # interrupted
                 return 130
             console.rule(f"verify {spec}")

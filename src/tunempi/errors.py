@@ -16,3 +16,7 @@ class UsageError(TunempiError):
 
 class MPIError(TunempiError):
     """An MPI library could not be found, built against or run."""
+
+
+class TuningFileError(TunempiError):
+    """A tuning file could not be written for a rule set, or the library rejected it in the smoke run."""

@@ -16,9 +16,20 @@ from rich.console import Console
 
 from tunempi.bench.protocol import MeasureSettings
 from tunempi.store.results import ResultStore
-from tunempi.tune.job import TuneOptions, run_tune, run_verify
+from tunempi.tune.job import (
+    FilesWritten,
+    PointMeasured,
+    RoundDone,
+    TuneEvent,
+    TuneOptions,
+    TuneStarted,
+    TuningStopped,
+    WritingFiles,
+    run_tune,
+    run_verify,
+)
 from tunempi.tune.manifest import Manifest
-from tunempi.writers.openmpi_rules import read_openmpi_rules
+from tunempi.writers.dynamic_rules import read_dynamic_rules
 
 pytestmark = pytest.mark.mpi
 
@@ -37,16 +48,24 @@ def options(tmp_path: Path, mpi: str, collectives: str, ranks: int, max_msg: int
 
 
 def test_mpich_tune_verify_run_report(tmp_path: Path) -> None:
-    report = run_tune(options(tmp_path, "mpich", "allreduce,bcast", 2, 64), quiet())
+    events: list[TuneEvent] = []
+    report = run_tune(options(tmp_path, "mpich", "allreduce,bcast", 2, 64), events.append)
     manifest = report.manifest
     assert manifest is not None and report.outcome.stop_reason in ("converged", "timeout")
     assert report.outcome.measured > 0 and not manifest.missing_files()
-    assert [s["ok"] for s in manifest.data["smoke"]] == [True]  # loaded into MPICH before success
-    env = manifest.env()
+    assert [s.ok for s in manifest.smoke] == [True]  # loaded into MPICH before success
+    # progress, in order: the plan, every run, rounds, the stop, the files (the CLI renders these)
+    kinds = [type(e) for e in events]
+    assert kinds[0] is TuneStarted and kinds[-3:] == [TuningStopped, WritingFiles, FilesWritten]
+    assert kinds.count(PointMeasured) == report.outcome.measured and RoundDone in kinds
+    started = events[0]
+    assert isinstance(started, TuneStarted) and "tree" in started.excluded["allreduce"]
+    assert manifest.excluded == started.excluded  # what no file can select, and why, is on record
+    env = manifest.activation_env()
     assert Path(env["MPIR_CVAR_COLL_SELECTION_TUNING_JSON_FILE"]).is_file()
     assert Path(env["MPIR_CVAR_CH4_POSIX_COLL_SELECTION_TUNING_JSON_FILE"]).is_file()
-    rule_sets = manifest.rule_sets()
-    for row in manifest.selection():  # the files' rule sets say what the selection says, at every cell
+    rule_sets = manifest.rule_sets
+    for row in manifest.selection:  # the files' rule sets say what the selection says, at every cell
         assert rule_sets[row.cell.collective].select(row.cell.ranks, row.cell.msg_bytes) == row.algorithm
     with ResultStore(tmp_path / "results.sqlite") as store:
         assert len(store) == report.outcome.measured  # every run is in the store
@@ -54,10 +73,10 @@ def test_mpich_tune_verify_run_report(tmp_path: Path) -> None:
     verified = run_verify(manifest.directory, quiet(), repeats=2, settings=FAST)
     summary = verified.summary
     assert summary["slower_beyond_noise_after"] == 0
-    data = Manifest.load(manifest.directory).data
-    assert data["verify"]["summary"] == summary
-    replaced = {(c["collective"], c["msg_bytes"]) for c in data["verify"]["cells"] if c["replaced"]}
-    after = Manifest.load(manifest.directory).rule_sets()
+    reread = Manifest.load(manifest.directory)
+    assert reread.verify is not None and reread.verify.summary == summary
+    replaced = {(c.cell.collective, c.cell.msg_bytes) for c in reread.verify.cells if c.replaced}
+    after = reread.rule_sets
     for collective, size in replaced:
         assert after[collective].select(2, size) == "default"
 
@@ -76,13 +95,13 @@ def test_mpich_tune_verify_run_report(tmp_path: Path) -> None:
 
 
 def test_openmpi_tunes_two_and_four_ranks_and_writes_a_strict_rules_file(tmp_path: Path) -> None:
-    report = run_tune(options(tmp_path, "openmpi", "alltoall", 4, 32), quiet())
+    report = run_tune(options(tmp_path, "openmpi", "alltoall", 4, 32))
     manifest = report.manifest
     assert manifest is not None
     assert sorted({c.ranks for c in report.outcome.selection}) == [2, 4]
-    assert sorted(s["ranks"] for s in manifest.data["smoke"] if s["ok"]) == [2, 4]
-    read_openmpi_rules((manifest.directory / "openmpi.rules").read_text())
-    assert manifest.env()["OMPI_MCA_coll_tuned_use_dynamic_rules"] == "1"
+    assert sorted(s.ranks for s in manifest.smoke if s.ok) == [2, 4]
+    read_dynamic_rules((manifest.directory / "openmpi.rules").read_text())
+    assert manifest.activation_env()["OMPI_MCA_coll_tuned_use_dynamic_rules"] == "1"
 
 
 def test_timeout_keeps_points_and_a_rerun_resumes_from_the_store(tmp_path: Path,
@@ -101,10 +120,10 @@ def test_timeout_keeps_points_and_a_rerun_resumes_from_the_store(tmp_path: Path,
     monkeypatch.setattr(runner_module.LayoutRunner, "measure", slowed)
     eager = {"contention": 0.0, "regret_tolerance": 1e-6, "max_repeats": 3}
     first = run_tune(options(tmp_path, "mpich", "allgather", 2, 4096, timeout_s=4.0, smoke=False,
-                             strategy_params=eager), quiet())
+                             strategy_params=eager))
     assert first.outcome.stop_reason == "timeout" and first.outcome.measured > 0
     second = run_tune(options(tmp_path, "mpich", "allgather", 2, 4096, timeout_s=4.0, smoke=False,
-                              strategy_params=eager), quiet())
+                              strategy_params=eager))
     assert second.outcome.stop_reason == "timeout"
     assert second.outcome.resumed >= first.outcome.measured
     with ResultStore(tmp_path / "results.sqlite") as store:
@@ -124,7 +143,7 @@ def test_ctrl_c_keeps_measured_points_and_writes_no_files(tmp_path: Path, monkey
         return original(self, point, settings)
 
     monkeypatch.setattr(runner_module.LayoutRunner, "measure", interrupting)
-    report = run_tune(options(tmp_path, "mpich", "bcast", 2, 64), quiet())
+    report = run_tune(options(tmp_path, "mpich", "bcast", 2, 64))
     assert report.outcome.stop_reason == "interrupted" and report.manifest is None
     assert not (tmp_path / "tuning-mpich" / "manifest.json").exists()
     with ResultStore(tmp_path / "results.sqlite") as store:

@@ -16,12 +16,16 @@ from pathlib import Path
 
 import pytest
 
-from tunempi.mpi.default_tree import TUNING_FILE_CVAR, default_trees, find_libmpi, known_leaves
+from tunempi.errors import TuningFileError
+from tunempi.mpi.discovery import adapter_for, resolve_library
 from tunempi.mpi.library import MPILibrary
+from tunempi.mpi.mpich import LEAF_RESTRICTIONS
+from tunempi.mpi.mpich_selection import TUNING_FILE_CVAR, default_trees, find_libmpi, known_leaves
+from tunempi.mpi.openmpi import select_openmpi
 from tunempi.rules import SelectionTable, build_rule_sets
-from tunempi.writers.mpich_json import write_mpich_json, write_mpich_posix_json
-from tunempi.writers.openmpi_rules import read_openmpi_rules, write_openmpi_rules
-from tunempi.writers.smoke import SmokeResult, probe_points, smoke_check
+from tunempi.tune.smoke import SmokeResult, probe_points, smoke_check
+from tunempi.writers.dynamic_rules import read_dynamic_rules, write_dynamic_rules
+from tunempi.writers.selection_json import write_posix_json, write_selection_json
 
 pytestmark = pytest.mark.mpi
 
@@ -72,8 +76,9 @@ def write_mpich_files(lib: MPILibrary, directory: Path, small: str, large: str) 
     if small != large:
         assert rule_sets["allreduce"].blocks[0].rules[0].max_bytes == BOUND
     mpir, posix = directory / "mpich-mpir.json", directory / "mpich-posix.json"
-    mpir.write_text(write_mpich_json(trees["mpir"].tree, rule_sets, known_leaves=known_leaves(libmpi)))
-    posix.write_text(write_mpich_posix_json(trees["posix"].tree, rule_sets))
+    mpir.write_text(write_selection_json(trees["mpir"].tree, rule_sets, restrictions=LEAF_RESTRICTIONS,
+                                          known_leaves=known_leaves(libmpi)))
+    posix.write_text(write_posix_json(trees["posix"].tree, rule_sets))
     return {TUNING_FILE_CVAR["mpir"]: str(mpir), TUNING_FILE_CVAR["posix"]: str(posix)}
 
 
@@ -142,9 +147,10 @@ def test_mpich_runs_a_file_tuning_several_collectives(mpich: MPILibrary, tmp_pat
     libmpi = find_libmpi(mpich.prefix)
     trees = default_trees(libmpi)
     mpir, posix = tmp_path / "mpir.json", tmp_path / "posix.json"
-    mpir.write_text(write_mpich_json(trees["mpir"].tree, rule_sets, known_leaves=known_leaves(libmpi),
-                                     params={("allreduce", "recursive_multiplying"): {"k": 2}}))
-    posix.write_text(write_mpich_posix_json(trees["posix"].tree, rule_sets))
+    mpir.write_text(write_selection_json(trees["mpir"].tree, rule_sets, restrictions=LEAF_RESTRICTIONS,
+                                         known_leaves=known_leaves(libmpi),
+                                         params={("allreduce", "recursive_multiplying"): {"k": 2}}))
+    posix.write_text(write_posix_json(trees["posix"].tree, rule_sets))
     points = [(c, size) for c, rule_set in rule_sets.items() for size in probe_points(rule_set)]
     result = smoke_check(mpich, {TUNING_FILE_CVAR["mpir"]: str(mpir), TUNING_FILE_CVAR["posix"]: str(posix)}, points)
     assert result.ok, result.summary()
@@ -191,8 +197,8 @@ def write_openmpi_file(directory: Path, ids: dict[str, dict[str, int]], small: s
                        ranks: int = 2) -> dict[str, str]:
     sizes = (4, 1024, 16384, 24576, 32768, 65536)
     table = SelectionTable.from_items(("allreduce", ranks, s, small if s <= 16384 else large) for s in sizes)
-    text = write_openmpi_rules(build_rule_sets(table), ids)
-    read_openmpi_rules(text)  # Open MPI would drop a bad file silently: check it as strictly as it reads
+    text = write_dynamic_rules(build_rule_sets(table), ids)
+    read_dynamic_rules(text)  # Open MPI would drop a bad file silently: check it as strictly as it reads
     path = directory / f"openmpi-{small}-{large}.rules"
     path.write_text(text)
     return {"OMPI_MCA_coll_tuned_use_dynamic_rules": "1", "OMPI_MCA_coll_tuned_dynamic_rules_filename": str(path)}
@@ -218,8 +224,8 @@ def test_openmpi_runs_a_file_tuning_several_collectives(openmpi: MPILibrary, ope
         "reduce": ["binomial", "rabenseifner", "pipeline"],
     })
     rule_sets = build_rule_sets(table)
-    text = write_openmpi_rules(rule_sets, openmpi_ids)
-    read_openmpi_rules(text)
+    text = write_dynamic_rules(rule_sets, openmpi_ids)
+    read_dynamic_rules(text)
     path = tmp_path / "all.rules"
     path.write_text(text)
     env = {"OMPI_MCA_coll_tuned_use_dynamic_rules": "1", "OMPI_MCA_coll_tuned_dynamic_rules_filename": str(path)}
@@ -239,15 +245,49 @@ def test_openmpi_at_four_ranks(openmpi: MPILibrary, openmpi_ids: dict, tmp_path:
 
 
 def test_openmpi_ignores_a_bad_rules_file_silently(openmpi: MPILibrary, openmpi_ids: dict, tmp_path: Path) -> None:
-    """Why read_openmpi_rules exists: a broken file runs 'fine' with the library's fixed decisions."""
+    """Why read_dynamic_rules exists: a broken file runs 'fine' with the library's fixed decisions."""
     env = write_openmpi_file(tmp_path, openmpi_ids, "ring", "ring")
     path = Path(env["OMPI_MCA_coll_tuned_dynamic_rules_filename"])
     broken = path.read_text().replace("\n0 ", "\n8 ", 1)  # first message size no longer 0
     path.write_text(broken)
     with pytest.raises(Exception, match="first message size"):
-        read_openmpi_rules(broken)
+        read_dynamic_rules(broken)
     points = [("allreduce", BELOW)]
     with_broken = smoke_check(openmpi, env, points)
     without = smoke_check(openmpi, {}, points)
     assert with_broken.ok and without.ok
     assert with_broken.observations == without.observations  # the file's "ring" had no effect
+
+
+# --- the vendor adapters own the whole mechanism ----------------------------------------------------------
+
+
+def test_mpich_adapter_names_what_a_file_cannot_select_and_why(tmp_path: Path) -> None:
+    adapter = adapter_for(resolve_library("mpich"))
+    allreduce = adapter.tuning_file_algorithms("allreduce")
+    assert {"recursive_doubling", "ring", "recursive_multiplying"} <= set(allreduce.selectable)
+    assert "tree_type" in allreduce.excluded["tree"] and "CCL" in allreduce.excluded["ccl"]
+    assert not set(allreduce.selectable) & set(allreduce.excluded)
+    assert set(allreduce.selectable) | set(allreduce.excluded) == {a.name for a in adapter.algorithms("allreduce")}
+
+    rule_sets = build_rule_sets(allreduce_table("recursive_multiplying", "ring"))
+    written = adapter.write_tuning_files(rule_sets, tmp_path)
+    assert dict(written.files) == {"mpich-mpir": "mpich-mpir.json", "mpich-posix": "mpich-posix.json"}
+    assert dict(written.env_files) == {TUNING_FILE_CVAR["mpir"]: "mpich-mpir.json",
+                                       TUNING_FILE_CVAR["posix"]: "mpich-posix.json"}
+    k = adapter.cvar_values["MPIR_CVAR_ALLREDUCE_RECURSIVE_MULTIPLYING_KVAL"]
+    assert f'"k={k}"' in (tmp_path / "mpich-mpir.json").read_text()  # the value the benchmarks ran with
+    with pytest.raises(TuningFileError, match="cannot select allreduce tree: its tuning-file leaf takes tree_type"):
+        adapter.write_tuning_files(build_rule_sets(allreduce_table("tree", "ring")), tmp_path / "no")
+
+
+def test_openmpi_adapter_writes_a_rules_file_it_read_back(tmp_path: Path) -> None:
+    adapter = adapter_for(resolve_library("openmpi"))
+    written = adapter.write_tuning_files(build_rule_sets(allreduce_table("recursive_doubling", "ring")), tmp_path)
+    assert dict(written.files) == {"openmpi-rules": "openmpi.rules"}
+    assert dict(written.env_files) == {"OMPI_MCA_coll_tuned_dynamic_rules_filename": "openmpi.rules"}
+    assert dict(written.env) == {"OMPI_MCA_coll_tuned_use_dynamic_rules": "1"}
+    sections = read_dynamic_rules((tmp_path / "openmpi.rules").read_text())
+    ids = {a.name: a.value for a in adapter.algorithms("allreduce")}
+    assert select_openmpi(sections, "allreduce", 2, BELOW) == ids["recursive_doubling"]
+    assert select_openmpi(sections, "allreduce", 2, ABOVE) == ids["ring"]

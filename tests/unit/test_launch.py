@@ -214,7 +214,7 @@ def test_allocation_from_hostfiles(tmp_path: Path) -> None:
     alloc = NodeAllocation.from_hostfile(hostfile)
     assert alloc.hosts == ("h1", "h2", "h3") and alloc.slots == (6, 2, 1)
     assert alloc.hostfile_text("hydra") == "h1:6\nh2:2\nh3:1\n"
-    assert alloc.hostfile_text("openmpi") == "h1 slots=6\nh2 slots=2\nh3 slots=1\n"
+    assert alloc.hostfile_text("mpirun") == "h1 slots=6\nh2 slots=2\nh3 slots=1\n"
     assert NodeAllocation.from_hostfile(tmp_path / "hosts").first(2).hosts == ("h1", "h2")
     hostfile.write_text("h1 cpus=4\n")
     with pytest.raises(UsageError, match="expected slots=N"):

@@ -34,7 +34,7 @@ def manifest(tmp_path: Path) -> Manifest:
         {**cells[2].to_dict(), "algorithm": "rd", "speedup": 0.8, "ci_low": 0.75, "ci_high": 0.85,
          "verdict": "slower", "replaced": True},
     ]
-    return Manifest(tmp_path, {
+    return Manifest.from_dict(tmp_path, {
         "kind": KIND, "version": 1, "library": {"name": "openmpi-5.0.11", "fingerprint": "f", "prefix": "/x"},
         "collectives": ["allreduce", "bcast"], "scales": [[2, 1, 2], [4, 1, 4]], "strategy": "tunempi",
         "run": {"stop_reason": "converged", "wall_s": 10.0, "bench_s": 5.0, "measured": 40, "resumed": 0},

@@ -16,7 +16,8 @@ from tunempi.mpi import ucx
 from tunempi.mpi.library import MPILibrary
 from tunempi.mpi.mpich import MpichAdapter
 from tunempi.mpi.openmpi import OpenMPIAdapter
-from tunempi.mpi.runtime import RuntimeParameters, auto_space, check_parameters, size_ladder
+from tunempi.mpi.runtime import RuntimeParameters, check_parameters
+from tunempi.search.auto_space import auto_space, size_ladder
 from tunempi.search.base import TrialStatus
 from tunempi.search.command import CommandObjective, OutputMetrics
 from tunempi.store import schema as schema_module

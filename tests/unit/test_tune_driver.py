@@ -98,6 +98,22 @@ def test_points_of_a_round_are_grouped_by_layout_with_fresh_run_indices() -> Non
                 seen.add(key)
 
 
+def test_max_rounds_is_reported_as_such_not_as_a_timeout() -> None:
+    runner = FakeRunner()
+    rounds: list[int] = []
+    outcome = Tuner(spaces(), runner, strategy="random", lanes=1).run(
+        max_rounds=2, on_round=lambda state, measured: rounds.append(measured))
+    assert outcome.stop_reason == "max_rounds"
+    assert len(runner.calls) == len(rounds) == 2 and outcome.measured == sum(rounds) > 0
+    assert outcome.selection  # stopped early, but a selection is made from what was measured
+
+
+def test_a_deadline_that_has_passed_is_a_timeout() -> None:
+    runner = FakeRunner()
+    outcome = Tuner(spaces(), runner, strategy="random").run(timeout_s=0.0, max_rounds=5)
+    assert outcome.stop_reason == "timeout" and runner.calls == [] and outcome.measured == 0
+
+
 def test_rerun_resumes_from_the_store_and_continues_run_numbering() -> None:
     with ResultStore(":memory:") as store:
         first = Tuner(spaces(), FakeRunner(), strategy="random", store=store, fingerprint=FINGERPRINT)

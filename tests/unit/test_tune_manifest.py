@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import dataclasses
 import json
 from pathlib import Path
 
@@ -7,13 +8,13 @@ import pytest
 
 from tunempi.errors import UsageError
 from tunempi.space import Cell
-from tunempi.tune.manifest import KIND, MANIFEST_NAME, Manifest, SelectionRow
+from tunempi.tune.manifest import KIND, MANIFEST_NAME, Manifest, RunRecord, SelectionRow
 
 
 def make_manifest(directory: Path) -> Manifest:
     directory.mkdir(parents=True, exist_ok=True)
     (directory / "openmpi.rules").write_text("1\n")
-    manifest = Manifest(directory, {
+    manifest = Manifest.from_dict(directory, {
         "kind": KIND, "version": 1, "library": {"name": "openmpi-5.0.11", "fingerprint": "f", "prefix": "/x"},
         "files": {"openmpi-rules": "openmpi.rules"},
         "env_files": {"OMPI_MCA_coll_tuned_dynamic_rules_filename": "openmpi.rules"},
@@ -28,14 +29,14 @@ def make_manifest(directory: Path) -> Manifest:
 def test_env_resolves_file_variables_against_the_directory_even_after_a_move(tmp_path: Path) -> None:
     make_manifest(tmp_path / "a")
     (tmp_path / "a").rename(tmp_path / "b")
-    env = Manifest.load(tmp_path / "b").env()
+    env = Manifest.load(tmp_path / "b").activation_env()
     assert env["OMPI_MCA_coll_tuned_dynamic_rules_filename"] == str((tmp_path / "b" / "openmpi.rules").resolve())
     assert env["OMPI_MCA_coll_tuned_use_dynamic_rules"] == "1"
 
 
 def test_selection_round_trips_and_missing_files_are_named(tmp_path: Path) -> None:
     manifest = make_manifest(tmp_path)
-    assert manifest.selection() == [SelectionRow(Cell("allreduce", 2, 1, 2, 8), "ring", 3.0, 4.0)]
+    assert manifest.selection == (SelectionRow(Cell("allreduce", 2, 1, 2, 8), "ring", 3.0, 4.0),)
     assert manifest.missing_files() == []
     (tmp_path / "openmpi.rules").unlink()
     assert manifest.missing_files() == ["openmpi.rules"]
@@ -49,4 +50,32 @@ def test_load_refuses_what_is_not_a_manifest(tmp_path: Path) -> None:
         Manifest.load(tmp_path)
     (tmp_path / MANIFEST_NAME).write_text(json.dumps({"kind": KIND, "version": 99}))
     with pytest.raises(UsageError, match="version 99"):
+        Manifest.load(tmp_path)
+
+
+def test_the_record_round_trips_through_its_json_and_keeps_the_keys(tmp_path: Path) -> None:
+    manifest = make_manifest(tmp_path)
+    replaced = dataclasses.replace(
+        manifest, excluded={"allreduce": {"tree": "its leaf takes tree_type"}},
+        selection=(SelectionRow(Cell("allreduce", 2, 1, 2, 8), "default", 4.0, 4.0, replaced_from="ring"),),
+        run=RunRecord(stop_reason="max_rounds", wall_s=1.23456, measured=3))
+    replaced.save()
+    loaded = Manifest.load(tmp_path)
+    assert loaded == dataclasses.replace(replaced, run=RunRecord(stop_reason="max_rounds", wall_s=1.235, measured=3))
+    data = json.loads((tmp_path / MANIFEST_NAME).read_text())
+    assert data["excluded"] == {"allreduce": {"tree": "its leaf takes tree_type"}}
+    assert data["selection"][0]["replaced_from"] == "ring" and data["run"]["stop_reason"] == "max_rounds"
+    assert data["library"]["name"] == "openmpi-5.0.11" and data["verify"] is None
+
+
+def test_a_manifest_without_the_newer_keys_still_loads(tmp_path: Path) -> None:
+    make_manifest(tmp_path)
+    data = json.loads((tmp_path / MANIFEST_NAME).read_text())
+    for key in ("excluded", "training_curve", "smoke", "strategy_params"):
+        del data[key]
+    (tmp_path / MANIFEST_NAME).write_text(json.dumps(data))
+    loaded = Manifest.load(tmp_path)
+    assert loaded.excluded == {} and loaded.smoke == () and loaded.library.fingerprint == "f"
+    (tmp_path / MANIFEST_NAME).write_text(json.dumps({"kind": KIND, "version": 1}))
+    with pytest.raises(UsageError, match="not a readable tuning manifest"):
         Manifest.load(tmp_path)

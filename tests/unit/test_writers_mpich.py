@@ -8,17 +8,17 @@ from pathlib import Path
 import pytest
 
 from tunempi.errors import UsageError
-from tunempi.mpi.default_tree import classify_tree, scan_trees
-from tunempi.rules import SelectionTable, build_rule_sets
-from tunempi.writers.mpich_json import (
+from tunempi.mpi.mpich import LEAF_RESTRICTIONS
+from tunempi.mpi.mpich_selection import MpichCall, classify_tree, scan_trees, select_mpich
+from tunempi.rules import RuleSet, SelectionTable, build_rule_sets
+from tunempi.writers.selection_json import (
     MSG_SEMANTICS,
-    MpichCall,
-    build_mpich_posix_tree,
-    build_mpich_tree,
+    LeafParams,
+    build_posix_tree,
+    build_selection_tree,
     leaf_function,
-    select_mpich,
-    write_mpich_json,
-    write_mpich_posix_json,
+    write_posix_json,
+    write_selection_json,
 )
 
 GOLDEN = Path(__file__).parents[1] / "golden"
@@ -48,18 +48,29 @@ def example_table() -> SelectionTable:
     return SelectionTable.from_items(items)
 
 
+def build_tree(default: dict, rule_sets: dict[str, RuleSet], params: LeafParams | None = None,
+               known_leaves: frozenset[str] | None = None) -> dict:
+    """The MPIR tree with MPICH's leaf restrictions, as the adapter writes it."""
+    return build_selection_tree(default, rule_sets, restrictions=LEAF_RESTRICTIONS, params=params,
+                                known_leaves=known_leaves)
+
+
+def write_json(default: dict, rule_sets: dict[str, RuleSet]) -> str:
+    return write_selection_json(default, rule_sets, restrictions=LEAF_RESTRICTIONS)
+
+
 def osu_call(collective: str, msg_bytes: int, ranks: int, **flags: bool) -> MpichCall:
     return MpichCall.from_osu(collective, msg_bytes, ranks, TYPE_SIZE[collective], **flags)
 
 
 def test_golden_mpich_file() -> None:
     rule_sets = build_rule_sets(example_table())
-    check_golden("mpich_example.json", write_mpich_json(DEFAULT_MPIR, rule_sets))
-    check_golden("mpich_example_posix.json", write_mpich_posix_json(DEFAULT_POSIX, rule_sets))
+    check_golden("mpich_example.json", write_json(DEFAULT_MPIR, rule_sets))
+    check_golden("mpich_example_posix.json", write_posix_json(DEFAULT_POSIX, rule_sets))
 
 
 def test_file_is_complete_and_keeps_defaults_elsewhere() -> None:
-    tree = build_mpich_tree(DEFAULT_MPIR, build_rule_sets(example_table()))
+    tree = build_tree(DEFAULT_MPIR, build_rule_sets(example_table()))
     assert list(tree) == list(DEFAULT_MPIR)  # every collective, in the library's order
     for key, subtree in DEFAULT_MPIR.items():
         if key not in {"collective=allreduce", "collective=allgather", "collective=bcast", "collective=alltoall"}:
@@ -70,7 +81,7 @@ def test_file_is_complete_and_keeps_defaults_elsewhere() -> None:
 
 def test_file_selects_the_table_choice_at_every_point() -> None:
     table = example_table()
-    tree = build_mpich_tree(DEFAULT_MPIR, build_rule_sets(table))
+    tree = build_tree(DEFAULT_MPIR, build_rule_sets(table))
     for collective, ranks, msg_bytes, algorithm in table:
         expected = leaf_function(collective, algorithm)
         if algorithm == "reduce_scatter_allgather" and msg_bytes // 4 < 1 << (ranks.bit_length() - 1):
@@ -94,7 +105,7 @@ def test_random_tables_round_trip_through_the_file(seed: int) -> None:
                 items.append((collective, ranks, size, choice))
     table = SelectionTable.from_items(items)
     params = {("allgather", "k_brucks"): {"k": 2}}
-    tree = build_mpich_tree(DEFAULT_MPIR, build_rule_sets(table), params=params)
+    tree = build_tree(DEFAULT_MPIR, build_rule_sets(table), params=params)
     for collective, ranks, msg_bytes, algorithm in table:
         call = osu_call(collective, msg_bytes, ranks, hierarchical=True)
         assert select_mpich(tree, call) == leaf_function(collective, algorithm), (collective, ranks, msg_bytes)
@@ -104,7 +115,7 @@ def test_threshold_lands_on_the_right_side_in_mpich_terms() -> None:
     """A rule's bound, converted to MPICH's own measure: the size at it and one element above it."""
     table = example_table()
     rule_sets = build_rule_sets(table)
-    tree = build_mpich_tree(DEFAULT_MPIR, rule_sets)
+    tree = build_tree(DEFAULT_MPIR, rule_sets)
     for collective, rule_set in rule_sets.items():
         element = TYPE_SIZE[collective]
         for block in rule_set.blocks:
@@ -120,7 +131,7 @@ def test_threshold_lands_on_the_right_side_in_mpich_terms() -> None:
 
 
 def test_message_keys_follow_mpich_semantics() -> None:
-    text = write_mpich_json(DEFAULT_MPIR, build_rule_sets(example_table()))
+    text = write_json(DEFAULT_MPIR, build_rule_sets(example_table()))
     tree = json.loads(text)
     allgather = json.dumps(tree["collective=allgather"]["comm_type=intra"])
     allreduce = json.dumps(tree["collective=allreduce"]["comm_type=intra"])
@@ -135,14 +146,14 @@ def test_message_keys_follow_mpich_semantics() -> None:
 
 def test_guards_keep_preconditions() -> None:
     table = SelectionTable.from_items([("allreduce", 8, s, "reduce_scatter_allgather") for s in (4, 1 << 20)])
-    tree = build_mpich_tree(DEFAULT_MPIR, build_rule_sets(table))
+    tree = build_tree(DEFAULT_MPIR, build_rule_sets(table))
     rsa = "MPIR_Allreduce_intra_reduce_scatter_allgather"
     assert select_mpich(tree, MpichCall("allreduce", 8, 1024, 4)) == rsa
     # count 4 < pof2 8 and user-defined ops fall back to the library's own choice
     assert select_mpich(tree, MpichCall("allreduce", 8, 4, 4)) == "MPIR_Allreduce_intra_recursive_doubling"
     assert select_mpich(tree, MpichCall("allreduce", 8, 1024, 4, is_op_built_in=False)) == (
         "MPIR_Allreduce_intra_recursive_doubling")
-    alltoall = build_mpich_tree(DEFAULT_MPIR, build_rule_sets(
+    alltoall = build_tree(DEFAULT_MPIR, build_rule_sets(
         SelectionTable.from_items([("alltoall", 4, 64, "brucks")])))
     assert select_mpich(alltoall, MpichCall("alltoall", 4, 64, sendbuf_inplace=True)) == (
         "MPIR_Alltoall_intra_pairwise_sendrecv_replace")
@@ -152,7 +163,7 @@ def test_string_sorted_keys_pick_wrong_branches() -> None:
     """What ACCLAiM's published code did: sorting `comm_size<=N` keys as strings."""
     items = [("bcast", ranks, 64, alg) for ranks, alg in ((4, "binomial"), (16, "scatter_ring_allgather"),
                                                           (64, "smp"))]
-    tree = build_mpich_tree(DEFAULT_MPIR, build_rule_sets(SelectionTable.from_items(items)))
+    tree = build_tree(DEFAULT_MPIR, build_rule_sets(SelectionTable.from_items(items)))
     intra = tree["collective=bcast"]["comm_type=intra"]
     bounds = [int(key.split("<=")[1]) for key in intra if key.startswith("comm_size<=")]
     assert bounds == sorted(bounds) == [8, 32]
@@ -167,23 +178,23 @@ def test_string_sorted_keys_pick_wrong_branches() -> None:
 def test_leaf_validation_and_parameters() -> None:
     table = SelectionTable.from_items([("allreduce", 4, 64, "recursive_multiplying")])
     with pytest.raises(UsageError, match="needs parameters k"):
-        build_mpich_tree(DEFAULT_MPIR, build_rule_sets(table))
-    tree = build_mpich_tree(DEFAULT_MPIR, build_rule_sets(table),
+        build_tree(DEFAULT_MPIR, build_rule_sets(table))
+    tree = build_tree(DEFAULT_MPIR, build_rule_sets(table),
                             params={("allreduce", "recursive_multiplying"): {"k": 4}})
     leaf = tree["collective=allreduce"]["comm_type=intra"]["is_commutative=yes"]
     assert leaf == {"algorithm=MPIR_Allreduce_intra_recursive_multiplying": {"k=4": {}}}
     known = frozenset({"algorithm=MPIR_Allreduce_intra_ring", "algorithm=MPIR_Allreduce_intra_tree"})
     bogus = SelectionTable.from_items([("allreduce", 4, 64, "rng")])
     with pytest.raises(UsageError, match="offers: ring, tree"):
-        build_mpich_tree(DEFAULT_MPIR, build_rule_sets(bogus), known_leaves=known)
+        build_tree(DEFAULT_MPIR, build_rule_sets(bogus), known_leaves=known)
     with pytest.raises(UsageError, match="without a message size"):
-        build_mpich_tree(DEFAULT_MPIR, build_rule_sets(SelectionTable.from_items(
+        build_tree(DEFAULT_MPIR, build_rule_sets(SelectionTable.from_items(
             [("barrier", 4, 0, "smp"), ("barrier", 4, 8, "dissemination")])))
 
 
 def test_barrier_rules_by_communicator_size() -> None:
     table = SelectionTable.from_items([("barrier", 2, 0, "smp"), ("barrier", 16, 0, "k_dissemination")])
-    tree = build_mpich_tree(DEFAULT_MPIR, build_rule_sets(table), params={("barrier", "k_dissemination"): {"k": 4}})
+    tree = build_tree(DEFAULT_MPIR, build_rule_sets(table), params={("barrier", "k_dissemination"): {"k": 4}})
     assert select_mpich(tree, MpichCall("barrier", 2, 0, hierarchical=True)) == "MPIR_Barrier_intra_smp"
     # smp needs a communicator spanning nodes: elsewhere the library's default (k_dissemination, k=2)
     assert select_mpich(tree, MpichCall("barrier", 2, 0)) == "MPIR_Barrier_intra_k_dissemination"
@@ -197,8 +208,8 @@ def test_default_rules_keep_the_library_choice_at_both_levels() -> None:
     table = SelectionTable.from_items(
         ("allreduce", 2, s, "default" if s <= 1024 else "ring") for s in sizes)
     rule_sets = build_rule_sets(table)
-    mpir = build_mpich_tree(DEFAULT_MPIR, rule_sets)
-    posix = build_mpich_posix_tree(DEFAULT_POSIX, rule_sets)
+    mpir = build_tree(DEFAULT_MPIR, rule_sets)
+    posix = build_posix_tree(DEFAULT_POSIX, rule_sets)
     small, large = MpichCall("allreduce", 2, 2, 4), MpichCall("allreduce", 2, 16384, 4)
     assert select_mpich(mpir, small) == select_mpich(DEFAULT_MPIR, small)
     assert select_mpich(mpir, large) == "MPIR_Allreduce_intra_ring"
@@ -211,9 +222,9 @@ def test_posix_tree_drops_tuned_collectives() -> None:
     def rule_sets(*collectives: str) -> dict:
         return build_rule_sets(SelectionTable.from_items((c, 2, 8, "ring") for c in collectives))
 
-    tree = build_mpich_posix_tree(DEFAULT_POSIX, rule_sets("allreduce", "allgather"))
+    tree = build_posix_tree(DEFAULT_POSIX, rule_sets("allreduce", "allgather"))
     assert "collective=allreduce" not in tree and "collective=bcast" in tree
-    every = build_mpich_posix_tree(DEFAULT_POSIX, rule_sets("allreduce", "bcast", "reduce", "barrier"))
+    every = build_posix_tree(DEFAULT_POSIX, rule_sets("allreduce", "bcast", "reduce", "barrier"))
     assert select_mpich(every, MpichCall("barrier", 2, 0)) is None
 
 

@@ -7,13 +7,13 @@ from pathlib import Path
 import pytest
 
 from tunempi.errors import UsageError
+from tunempi.mpi.openmpi import select_openmpi
 from tunempi.rules import SelectionTable, build_rule_sets
-from tunempi.writers.openmpi_rules import (
+from tunempi.writers.dynamic_rules import (
     COLLECTIVE_IDS,
     library_msg_size,
-    read_openmpi_rules,
-    select_openmpi,
-    write_openmpi_rules,
+    read_dynamic_rules,
+    write_dynamic_rules,
 )
 
 GOLDEN = Path(__file__).parents[1] / "golden"
@@ -48,12 +48,12 @@ def example_table() -> SelectionTable:
 
 
 def test_golden_openmpi_file() -> None:
-    check_golden("openmpi_example.rules", write_openmpi_rules(build_rule_sets(example_table()), IDS))
+    check_golden("openmpi_example.rules", write_dynamic_rules(build_rule_sets(example_table()), IDS))
 
 
 def test_file_reads_back_and_selects_the_table_choice_everywhere() -> None:
     table = example_table()
-    rules = read_openmpi_rules(write_openmpi_rules(build_rule_sets(table), IDS))
+    rules = read_dynamic_rules(write_dynamic_rules(build_rule_sets(table), IDS))
     assert sorted(rules) == sorted(COLLECTIVE_IDS[c] for c in table.collectives())
     for collective, ranks, msg_bytes, algorithm in table:
         size = library_msg_size(collective, msg_bytes, ranks)
@@ -73,7 +73,7 @@ def test_random_tables_round_trip(seed: int) -> None:
                     choice = rng.choice(algorithms)
                 items.append((collective, ranks, size, choice))
     table = SelectionTable.from_items(items)
-    rules = read_openmpi_rules(write_openmpi_rules(build_rule_sets(table), IDS))
+    rules = read_dynamic_rules(write_dynamic_rules(build_rule_sets(table), IDS))
     for collective, ranks, msg_bytes, algorithm in table:
         size = library_msg_size(collective, msg_bytes, ranks)
         assert select_openmpi(rules, collective, ranks, size) == IDS[collective][algorithm]
@@ -81,7 +81,7 @@ def test_random_tables_round_trip(seed: int) -> None:
 
 def test_threshold_lands_on_the_right_side_in_open_mpi_terms() -> None:
     rule_sets = build_rule_sets(example_table())
-    rules = read_openmpi_rules(write_openmpi_rules(rule_sets, IDS))
+    rules = read_dynamic_rules(write_dynamic_rules(rule_sets, IDS))
     for collective, rule_set in rule_sets.items():
         for block in rule_set.blocks:
             for ranks in block.measured_ranks:
@@ -99,7 +99,7 @@ def test_message_size_semantics() -> None:
 
 
 def test_sections_start_at_zero_and_increase() -> None:
-    rules = read_openmpi_rules(write_openmpi_rules(build_rule_sets(example_table()), IDS))
+    rules = read_dynamic_rules(write_dynamic_rules(build_rule_sets(example_table()), IDS))
     for sections in rules.values():
         sizes = [section.comm_size for section in sections]
         assert sizes[0] == 1 and sizes == sorted(set(sizes))
@@ -123,11 +123,11 @@ def test_sections_start_at_zero_and_increase() -> None:
 )
 def test_reader_refuses_what_open_mpi_would_silently_drop(text: str, message: str) -> None:
     with pytest.raises(UsageError, match=message):
-        read_openmpi_rules(text)
+        read_dynamic_rules(text)
 
 
 def test_reader_accepts_comments_and_version_1_header() -> None:
-    rules = read_openmpi_rules("rule-file-version-1\n# a comment\n1 # one\n2\n1\n2\n2\n0 3 0 0\n100 4 0 0 # x\n")
+    rules = read_dynamic_rules("rule-file-version-1\n# a comment\n1 # one\n2\n1\n2\n2\n0 3 0 0\n100 4 0 0 # x\n")
     assert select_openmpi(rules, "allreduce", 2, 99) == 3
     assert select_openmpi(rules, "allreduce", 2, 100) == 4
     assert select_openmpi(rules, "allreduce", 1, 100) == 4  # below the first section: Open MPI uses it
@@ -136,20 +136,20 @@ def test_reader_accepts_comments_and_version_1_header() -> None:
 def test_size_dependent_rules_are_refused_where_open_mpi_has_no_size() -> None:
     table = SelectionTable.from_items([("barrier", 4, 0, "bruck"), ("barrier", 4, 8, "linear")])
     with pytest.raises(UsageError, match="without a message size"):
-        write_openmpi_rules(build_rule_sets(table), IDS)
+        write_dynamic_rules(build_rule_sets(table), IDS)
     single = SelectionTable.from_items([("barrier", 4, 0, "bruck"), ("barrier", 16, 0, "linear")])
-    rules = read_openmpi_rules(write_openmpi_rules(build_rule_sets(single), IDS))
+    rules = read_dynamic_rules(write_dynamic_rules(build_rule_sets(single), IDS))
     assert select_openmpi(rules, "barrier", 4, 0) == 4 and select_openmpi(rules, "barrier", 16, 0) == 1
 
 
 def test_unknown_algorithm_names_the_valid_ones() -> None:
     table = SelectionTable.from_items([("allreduce", 4, 8, "rabenseifnr")])
     with pytest.raises(UsageError, match="known: basic_linear"):
-        write_openmpi_rules(build_rule_sets(table), IDS)
+        write_dynamic_rules(build_rule_sets(table), IDS)
 
 
 def test_default_rules_fall_back_to_the_fixed_decision() -> None:
     table = SelectionTable.from_items([("allreduce", 2, 8, "default"), ("allreduce", 2, 65536, "ring")])
-    rules = read_openmpi_rules(write_openmpi_rules(build_rule_sets(table), IDS))
+    rules = read_dynamic_rules(write_dynamic_rules(build_rule_sets(table), IDS))
     assert select_openmpi(rules, "allreduce", 2, 8) == 0  # 0: Open MPI's own fixed decision
     assert select_openmpi(rules, "allreduce", 2, 65536) == IDS["allreduce"]["ring"]

@@ -4,7 +4,7 @@ from pathlib import Path
 
 from tunempi.mpi.library import MPILibrary
 from tunempi.rules import SelectionTable, build_rule_set
-from tunempi.writers.smoke import launch_command, parse_probe_output, probe_points
+from tunempi.tune.smoke import launch_command, parse_probe_output, probe_points
 
 
 def test_probe_points_straddle_every_bound() -> None:

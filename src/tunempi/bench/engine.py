@@ -36,6 +36,7 @@ from tunempi.mpi.vendor import CvarSwitch
 
 C_DIR = Path(__file__).parent / "c"
 ENGINE_SOURCES: tuple[Path, ...] = (C_DIR / "engine.c", C_DIR / "cvars.c", C_DIR / "cases.c", C_DIR / "stats.c")
+ENGINE_HEADERS: tuple[Path, ...] = (C_DIR / "engine.h",)
 ENGINE_NAME = "tunempi_bench_engine"
 
 # Lines of an abort message that say what went wrong (the engine's own watchdog, Open MPI's "*** An error
@@ -48,8 +49,8 @@ START_TIMEOUT_S = 120.0
 
 
 def build_engine(library: MPILibrary, *, werror: bool = False) -> Path:
-    """Compile the engine with the library's own mpicc (cached by library fingerprint and sources)."""
-    return build_c(library, list(ENGINE_SOURCES), ENGINE_NAME, werror=werror)
+    """Compile the engine with the library's own mpicc (cached by library fingerprint, sources and headers)."""
+    return build_c(library, list(ENGINE_SOURCES), ENGINE_NAME, headers=ENGINE_HEADERS, werror=werror)
 
 
 @dataclass(frozen=True)

@@ -57,7 +57,7 @@ def order_statistic_cut(n: int, confidence: float = CONFIDENCE) -> int:
     return max(1, int(np.count_nonzero(cdf <= tail)))
 
 
-def median_confidence_interval(samples: Sequence[float], confidence: float = CONFIDENCE) -> tuple[float, float]:
+def median_confidence_interval(samples: Sequence[float] | np.ndarray, confidence: float = CONFIDENCE) -> tuple[float, float]:
     """The distribution-free confidence interval of the median (order-statistics/binomial method)."""
     ordered = np.sort(np.asarray(samples, dtype=float))
     j = order_statistic_cut(len(ordered), confidence)

@@ -160,9 +160,9 @@ def print_profile(profile: Profile, *, top: int = 25, per_rank: bool = False, co
         ranks = Table(title="Per rank")
         for column in ("rank", "host", "run time", "in MPI", "% MPI"):
             ranks.add_column(column, justify="left" if column == "host" else "right")
-        for r in profile.ranks:
-            ranks.add_row(str(r.rank), r.host, _seconds(r.wall_ns * 1e-9), _seconds(r.mpi_ns * 1e-9),
-                          _pct(r.mpi_ns, r.wall_ns))
+        for rank in profile.ranks:
+            ranks.add_row(str(rank.rank), rank.host, _seconds(rank.wall_ns * 1e-9), _seconds(rank.mpi_ns * 1e-9),
+                          _pct(rank.mpi_ns, rank.wall_ns))
         console.print(ranks)
 
 

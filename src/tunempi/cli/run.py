@@ -21,7 +21,7 @@ def tuning_environment(directory: Path) -> dict[str, str]:
     missing = manifest.missing_files()
     if missing:
         raise UsageError(f"{directory}: files named in the manifest are missing: {', '.join(missing)}")
-    return manifest.env()
+    return manifest.activation_env()
 
 
 def run_command(

@@ -47,9 +47,9 @@ _err = Console(stderr=True)
 
 
 def _int_option(flag: int | None, env: str, default: int, what: str, minimum: int) -> int:
-    text = resolve(None if flag is None else str(flag), env, str(default))
+    text = resolve(None if flag is None else str(flag), env, str(default)) or str(default)
     try:
-        value = int(text)  # type: ignore[arg-type]
+        value = int(text)
     except ValueError:
         raise UsageError(f"{what} must be an integer, got {text!r} (from TUNEMPI_{env})") from None
     if value < minimum:
@@ -221,7 +221,8 @@ def _search_application(command: list[str], space_path: str, strategy: str | Non
                         repeats: int | None, timeout: float | None, metric: str | None, seed: int,
                         out: str | None, mpi: str | None, db: str | None, observe: list[str] | None) -> None:
     from tunempi.launch import launcher_for_argv
-    from tunempi.mpi.runtime import auto_space, check_parameters
+    from tunempi.mpi.runtime import check_parameters
+    from tunempi.search.auto_space import auto_space
     from tunempi.search.command import OutputMetrics
     from tunempi.search.space import load_space
     from tunempi.store.results import ResultStore

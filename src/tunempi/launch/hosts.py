@@ -186,14 +186,14 @@ class NodeAllocation:
         return None
 
     # --- writing ----------------------------------------------------------------------------------
-    def hostfile_text(self, style: str = "openmpi") -> str:
-        """A hostfile for this allocation: style 'openmpi' (`host slots=N`) or 'hydra' (`host:N`)."""
-        if style == "openmpi":
+    def hostfile_text(self, style: str = "mpirun") -> str:
+        """A hostfile for this allocation: style 'mpirun' (Open MPI's `host slots=N`) or 'hydra' (`host:N`)."""
+        if style == "mpirun":
             lines = [f"{h} slots={s}" for h, s in zip(self.hosts, self.slots, strict=True)]
         elif style == "hydra":
             lines = [f"{h}:{s}" for h, s in zip(self.hosts, self.slots, strict=True)]
         else:
-            raise UsageError(f"unknown hostfile style {style!r}; valid: openmpi, hydra")
+            raise UsageError(f"unknown hostfile style {style!r}; valid: mpirun, hydra")
         return "\n".join(lines) + "\n"
 
 

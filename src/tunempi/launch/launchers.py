@@ -365,8 +365,8 @@ def launcher_for_argv(argv: Sequence[str], library: MPILibrary | None = None) ->
             return HydraLauncher(executable)
         if any((directory / marker).exists() for marker in _OPENMPI_MARKERS):
             return OpenMPILauncher(executable)
-    if library is not None and library.vendor in VENDOR_LAUNCHERS:
-        return get_launcher(VENDOR_LAUNCHERS[library.vendor], executable=executable)
+    if library is not None and library.launcher is not None:
+        return get_launcher(library.launcher, executable=executable)
     raise UsageError(
         f"cannot tell whose launcher {executable!r} is (Hydra or Open MPI); give --mpi, or the launcher's "
         f"specific name ({', '.join(sorted(_HYDRA_NAMES | _OPENMPI_NAMES))})"
@@ -385,21 +385,16 @@ def rank_env_command(
     return launcher.with_rank_env([str(a) for a in argv], env)
 
 
-#: The launcher that belongs to each vendor's own library.
-VENDOR_LAUNCHERS: Mapping[str, str] = MappingProxyType({"mpich": "hydra", "openmpi": "mpirun"})
-
-
 def launcher_for(library: MPILibrary, *, use_srun: bool = False, **options: Any) -> Launcher:
     """The launcher for an MPI library: its own mpiexec/mpirun, or srun when asked.
 
-    Only `library.vendor` and `library.mpiexec` are used. `options` go to the launcher's constructor.
+    Only `library.launcher` and `library.mpiexec` are used. `options` go to the launcher's constructor.
     """
     if use_srun:
         return SrunLauncher(**options)
-    try:
-        name = VENDOR_LAUNCHERS[library.vendor]
-    except KeyError:
-        raise UsageError(
-            f"no launcher known for vendor {library.vendor!r}; known: {', '.join(VENDOR_LAUNCHERS)}"
-        ) from None
-    return get_launcher(name, executable=library.mpiexec, **options)
+    if library.launcher is None:
+        from tunempi.mpi.library import LAUNCHERS as OWN_LAUNCHERS
+
+        raise UsageError(f"no launcher known for vendor {library.vendor!r}; known: {', '.join(OWN_LAUNCHERS)}")
+    return get_launcher(library.launcher, executable=library.mpiexec, **options)
+

@@ -182,6 +182,13 @@ class LaunchResult:
         return self.status == "ok"
 
     @property
+    def exit_status(self) -> int:
+        """The status a shell would report: 124 after a timeout (as timeout(1)), 128+N when killed by signal N."""
+        if self.returncode is None:
+            return 124
+        return 128 - self.returncode if self.returncode < 0 else self.returncode
+
+    @property
     def reason(self) -> str:
         """One line saying why a launch did not succeed ('' when it did)."""
         if self.timed_out:

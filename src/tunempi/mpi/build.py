@@ -1,8 +1,8 @@
 """Compile tunempi's C parts with the TARGET library's mpicc, cached by library fingerprint.
 
-The C sources ship inside the package; each (library, sources, flags) combination is built once into
-<cache>/build/<fingerprint>/ and rebuilt when the library or the sources change. A lock file makes
-concurrent builds (two jobs, two test workers) safe.
+The C sources ship inside the package; each (library, sources, headers, flags) combination is built once
+into <cache>/build/<fingerprint>/ and rebuilt when the library, a source or a header changes. A lock file
+makes concurrent builds (two jobs, two test workers) safe.
 """
 
 from __future__ import annotations
@@ -25,27 +25,37 @@ def build_dir(library: MPILibrary) -> Path:
     return cache_dir() / "build" / library.fingerprint
 
 
+def headers_beside(sources: Sequence[Path]) -> list[Path]:
+    """Every `*.h` in the directories of `sources` (what a `#include "x.h"` of theirs can reach)."""
+    directories = sorted({Path(source).resolve().parent for source in sources})
+    return sorted(header for directory in directories for header in directory.glob("*.h"))
+
+
 def build_c(
     library: MPILibrary,
     sources: Sequence[Path],
     name: str,
     *,
+    headers: Sequence[Path] = (),
     shared: bool = False,
     extra_flags: Sequence[str] = (),
     werror: bool = False,
 ) -> Path:
     """Build an executable (or a shared library with shared=True) and return its path.
 
-    The output name carries a hash of the sources' contents and the flags, so a changed source
-    is rebuilt and an unchanged one is reused.
+    The output name carries a hash of the contents of the sources, of the headers (`headers` plus every
+    `*.h` beside a source) and of the flags, so a changed source or header is rebuilt and an unchanged
+    build is reused.
     """
     flags = list(WARNING_FLAGS) + (["-Werror"] if werror else []) + ["-O2", "-D_GNU_SOURCE"]
     if shared:
         flags += ["-shared", "-fPIC"]
     flags += list(extra_flags)
     digest = hashlib.sha256()
-    for source in sources:
-        digest.update(Path(source).read_bytes())
+    all_headers = sorted({Path(h).resolve() for h in [*headers, *headers_beside(sources)]})
+    for path in [*sources, *all_headers]:
+        digest.update(str(Path(path).name).encode() + b"\0")
+        digest.update(Path(path).read_bytes())
     digest.update(" ".join(flags).encode())
     suffix = ".so" if shared else ""
     out_dir = build_dir(library)

@@ -346,9 +346,9 @@ def _verify_mpich_catalog(info: LibraryInfo) -> None:
     for position in range(depth):
         settings = {cvar: names[position] for cvar, names in parsed.items() if position < len(names)}
         if not run(settings):
-            for cvar, name in settings.items():
-                if not run({cvar: name}):
-                    rejected.setdefault(cvar, []).append(name)
+            for cvar_name, name in settings.items():
+                if not run({cvar_name: name}):
+                    rejected.setdefault(cvar_name, []).append(name)
     info.verified = verified
     info.rejected_names = rejected
 

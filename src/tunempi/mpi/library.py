@@ -13,6 +13,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 VENDORS: tuple[str, ...] = ("mpich", "openmpi")
+#: The launcher (launch/'s registry name) that belongs to each vendor's own library.
+LAUNCHERS: dict[str, str] = {"mpich": "hydra", "openmpi": "mpirun"}
 
 
 @dataclass(frozen=True)
@@ -31,6 +33,11 @@ class MPILibrary:
     @property
     def name(self) -> str:
         return f"{self.vendor}-{self.version}"
+
+    @property
+    def launcher(self) -> str | None:
+        """The registry name of this library's own launcher (launch.get_launcher), None if unknown."""
+        return LAUNCHERS.get(self.vendor)
 
     @property
     def fingerprint(self) -> str:

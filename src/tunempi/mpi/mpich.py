@@ -17,19 +17,37 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable, Iterable, Mapping
+from pathlib import Path
 from typing import Any
 
-from tunempi.errors import TunempiError
+from tunempi.errors import TunempiError, TuningFileError
 from tunempi.mpi.library import MPILibrary
+from tunempi.mpi.mpich_selection import (
+    TUNING_FILE_CVAR,
+    DefaultTree,
+    MpichCall,
+    default_trees,
+    find_libmpi,
+    known_leaves,
+    select_mpich,
+)
 from tunempi.mpi.ucx import UCX_TUNABLES
 from tunempi.mpi.vendor import (
+    DEFAULT_ALGORITHM,
     Algorithm,
     CvarSwitch,
     ThresholdKnob,
     Tunable,
+    TuningFiles,
     VendorAdapter,
     format_parameter_value,
 )
+from tunempi.rules.ruleset import RuleSet
+from tunempi.writers.selection_json import leaf_function, write_posix_json, write_selection_json
+
+#: The files written into a tuning directory (names kept stable: manifests name them).
+MPIR_FILE = "mpich-mpir.json"
+POSIX_FILE = "mpich-posix.json"
 
 DEFAULT_NAME = "auto"
 
@@ -143,7 +161,7 @@ def parse_glued_description(description: str, vocabulary: Iterable[str] = ()) ->
         return run[len(run) - length:] if 0 < length <= len(run) else None
 
     def supported(name: str | None, own: set[str]) -> bool:
-        return bool(name) and name.split("_")[0] in own  # type: ignore[union-attr]
+        return name is not None and bool(name) and name.split("_")[0] in own
 
     width: int | None = None
     padded = [e for e in entries if e[1] > 1]
@@ -295,7 +313,8 @@ class MpichAdapter(VendorAdapter):
         self._compositions = compositions or {}
         self._fallback_values = fallback_values or {}  # MPIR_CVAR_COLLECTIVE_FALLBACK: name -> int
         self._posix_values = posix_values or {}  # collective -> POSIX-level algorithm name -> int
-        self._trees: dict[str, dict] | None = None  # built-in selection trees, read on first use
+        self._trees: dict[str, DefaultTree] | None = None  # built-in selection trees, read on first use
+        self._leaves: frozenset[str] | None = None  # leaf keys the library's JSON parser accepts
 
     def default_name(self) -> str:
         return DEFAULT_NAME
@@ -375,29 +394,77 @@ class MpichAdapter(VendorAdapter):
                 knobs.append(self._knob(OFI_EAGER_CVAR, "OFI netmod (ch4:ofi)", "inter-node"))
         return [k for k in knobs if k is not None]
 
+    # -- tuning files --------------------------------------------------------------------------------
+    def default_trees(self) -> dict[str, DefaultTree]:
+        """level ("mpir", "ch4", "posix") -> the library's built-in selection tree (read once)."""
+        if self._trees is None:
+            self._trees = default_trees(find_libmpi(self.library.prefix))
+        return self._trees
+
+    def known_leaves(self) -> frozenset[str]:
+        """Every `algorithm=...`/`composition=...` leaf key the library's JSON parser accepts (read once)."""
+        if self._leaves is None:
+            self._leaves = known_leaves(find_libmpi(self.library.prefix))
+        return self._leaves
+
+    def tuning_file_exclusion(self, collective: str, algorithm: str) -> str | None:
+        if (collective, algorithm) in UNWRITABLE_ALGORITHMS:
+            return UNWRITABLE_ALGORITHMS[(collective, algorithm)]
+        leaf = f"algorithm={leaf_function(collective, algorithm)}"
+        if leaf not in self.known_leaves():
+            return f"the library's JSON parser has no leaf {leaf} (MPI_Init would abort)"
+        try:
+            leaf_parameters(collective, algorithm, self.cvar_values.get)
+        except TuningFileError as exc:
+            return str(exc)
+        return None
+
+    def write_tuning_files(self, rule_sets: Mapping[str, RuleSet], directory: Path) -> TuningFiles:
+        """The complete MPIR-level tree (the library's own default tree with the tuned subtrees in place,
+        every leaf guarded by its restrictions, leaf parameters as the benchmarks ran them) and its
+        POSIX-level companion (without it the shared-memory release_gather algorithms take bcast/reduce/
+        barrier/allreduce over after a few calls on one node and the MPIR tree is never asked)."""
+        self.check_tuning_file_algorithms(rule_sets)
+        params = {(collective, algorithm): found
+                  for collective, rule_set in rule_sets.items() for algorithm in rule_set.algorithms()
+                  if algorithm != DEFAULT_ALGORITHM
+                  and (found := leaf_parameters(collective, algorithm, self.cvar_values.get))}
+        trees = self.default_trees()
+        written = {"mpir": MPIR_FILE}
+        (directory / MPIR_FILE).write_text(write_selection_json(
+            trees["mpir"].tree, rule_sets, restrictions=LEAF_RESTRICTIONS, params=params,
+            known_leaves=self.known_leaves()))
+        if "posix" in trees:
+            (directory / POSIX_FILE).write_text(write_posix_json(trees["posix"].tree, rule_sets))
+            written["posix"] = POSIX_FILE
+        mechanisms = self.tuning_file_mechanisms()
+        env_files: dict[str, str] = {}
+        for level, name in written.items():
+            cvar = TUNING_FILE_CVAR[level]
+            if cvar not in mechanisms:
+                raise TuningFileError(f"{self.library.name} has no {cvar}; valid mechanisms: {', '.join(mechanisms)}")
+            env_files.update(dict.fromkeys(self.tuning_file_env(cvar, name), name))
+        return TuningFiles(files={f"mpich-{level}": name for level, name in written.items()}, env_files=env_files)
+
     def default_choice(self, collective: str, msg_bytes: int, ranks: int, nodes: int) -> str | None:
-        """Evaluates the library's built-in selection trees (mpi.default_tree) the way MPICH walks them.
+        """Evaluates the library's built-in selection trees (default_trees) the way MPICH walks them.
 
         On one node the CH4 level hands allreduce, bcast, reduce and barrier to the POSIX tree, whose
         only leaves are `release_gather` (after MPIR_CVAR_POSIX_NUM_COLLS_THRESHOLD calls on the
         communicator); everywhere else the MPIR tree's leaf is the algorithm (reductions assume 4-byte
         elements, as the benchmarks do). None where the trees cannot be read or do not decide.
         """
-        from tunempi.mpi.default_tree import default_trees, find_libmpi
-        from tunempi.writers.mpich_json import MpichCall, select_mpich
-
         try:
-            if self._trees is None:
-                self._trees = {level: t.tree for level, t in default_trees(find_libmpi(self.library.prefix)).items()}
+            trees = {level: found.tree for level, found in self.default_trees().items()}
             type_size = 4 if collective in ("allreduce", "reduce", "reduce_scatter", "reduce_scatter_block") else 1
             if msg_bytes % type_size:
                 type_size = 1
             call = MpichCall.from_osu(collective, msg_bytes, ranks, type_size=type_size, hierarchical=nodes > 1)
-            if nodes == 1 and "posix" in self._trees:
-                leaf = select_mpich(self._trees["posix"], call)
+            if nodes == 1 and "posix" in trees:
+                leaf = select_mpich(trees["posix"], call)
                 if leaf:
                     return leaf.rsplit(f"_{collective}_", 1)[-1]
-            leaf = select_mpich(self._trees["mpir"], call)
+            leaf = select_mpich(trees["mpir"], call)
         except (TunempiError, OSError, KeyError, ZeroDivisionError):
             return None
         if not leaf:
@@ -428,7 +495,7 @@ class MpichAdapter(VendorAdapter):
     def parameter_constraints(self) -> list[str]:
         return list(CONSTRAINTS)
 
-#: Parameters of JSON tuning-file leaves (writers.mpich_json.LEAF_PARAMETERS) -> the cvar whose value the
+#: Parameters of JSON tuning-file leaves (writers.selection_json.LEAF_PARAMETERS) -> the cvar whose value the
 #: benchmark ran with. A file must carry the same values, or it would run a different algorithm than the
 #: one measured. Leaves with other parameters (tree_type, topology weights, ccl) are not listed: tunempi
 #: cannot state them faithfully, so the tuner leaves those algorithms out of its candidates.
@@ -449,24 +516,61 @@ LEAF_PARAMETER_CVARS: dict[tuple[str, str], dict[str, str]] = {
     ("barrier", "recexch"): {"k": "MPIR_CVAR_BARRIER_RECEXCH_KVAL"},
 }
 
-#: Algorithms whose tuning-file leaf takes parameters tunempi cannot state (see LEAF_PARAMETER_CVARS) or
-#: that need a component this build may lack (ccl).
-UNWRITABLE_ALGORITHMS: frozenset[tuple[str, str]] = frozenset({
-    ("allreduce", "tree"), ("allreduce", "ccl"), ("bcast", "tree"), ("bcast", "pipelined_tree"),
-})
+_TREE_PARAMETERS = "its tuning-file leaf takes tree_type and topology weights, which tunempi cannot state"
+#: Algorithms a tuning file cannot select, and why (see LEAF_PARAMETER_CVARS).
+UNWRITABLE_ALGORITHMS: dict[tuple[str, str], str] = {
+    ("allreduce", "tree"): _TREE_PARAMETERS,
+    ("bcast", "tree"): _TREE_PARAMETERS,
+    ("bcast", "pipelined_tree"): _TREE_PARAMETERS,
+    ("allreduce", "ccl"): "its leaf names a CCL component, which this build may lack",
+}
 
 
-def leaf_parameters(collective: str, algorithm: str, cvar_value: Callable[[str], object]) -> dict[str, int] | None:
-    """The tuning-file parameters of one algorithm's leaf, from the library's cvar values; {} when it takes
-    none; None when tunempi cannot state them (UNWRITABLE_ALGORITHMS, or a cvar the library lacks)."""
+def leaf_parameters(collective: str, algorithm: str, cvar_value: Callable[[str], object]) -> dict[str, int]:
+    """The tuning-file parameters of one algorithm's leaf, from the library's cvar values ({} when it takes
+    none); TuningFileError, saying why, when tunempi cannot state them."""
     if (collective, algorithm) in UNWRITABLE_ALGORITHMS:
-        return None
-    wanted = LEAF_PARAMETER_CVARS.get((collective, algorithm), {})
+        raise TuningFileError(UNWRITABLE_ALGORITHMS[(collective, algorithm)])
     params: dict[str, int] = {}
-    for parameter, cvar in wanted.items():
+    for parameter, cvar in LEAF_PARAMETER_CVARS.get((collective, algorithm), {}).items():
         value = cvar_value(cvar)
+        why = (f"its leaf parameter {parameter} comes from {cvar}, which the library does not report as an "
+               f"integer ({value!r})")
+        if not isinstance(value, (int, float, str)):
+            raise TuningFileError(why)  # the library lacks the cvar (None) or gave something that is not a number
         try:
-            params[parameter] = int(value)  # type: ignore[call-overload]
-        except (TypeError, ValueError):
-            return None
+            params[parameter] = int(value)
+        except ValueError:
+            raise TuningFileError(why) from None
     return params
+
+
+#: Preconditions per tuning-file leaf (writers.selection_json.GUARDS turns each into a guard): MPICH's
+#: coll_algorithms.txt `restrictions`, plus `commutative` for the newer reduction algorithms (recursive_multiplying asserts it; conservative for the others: a guard only
+#: sends non-commutative user ops to the default choice).
+LEAF_RESTRICTIONS: dict[str, tuple[str, ...]] = {
+    "MPIR_Allreduce_intra_smp": ("commutative", "parent-comm"),
+    "MPIR_Allreduce_intra_reduce_scatter_allgather": ("size-ge-pof2", "builtin-op"),
+    "MPIR_Allreduce_intra_recursive_multiplying": ("commutative",),
+    "MPIR_Allreduce_intra_ring": ("commutative",),
+    "MPIR_Allreduce_intra_recexch": ("commutative",),
+    "MPIR_Allreduce_intra_tree": ("commutative",),
+    "MPIR_Allreduce_intra_k_reduce_scatter_allgather": ("commutative",),
+    "MPIR_Reduce_intra_smp": ("commutative", "parent-comm"),
+    "MPIR_Reduce_intra_reduce_scatter_gather": ("size-ge-pof2", "builtin-op"),
+    "MPIR_Bcast_intra_smp": ("parent-comm",),
+    "MPIR_Bcast_intra_scatter_recursive_doubling_allgather": ("power-of-two",),
+    "MPIR_Allgather_intra_recursive_doubling": ("power-of-two",),
+    "MPIR_Allgatherv_intra_recursive_doubling": ("power-of-two",),
+    "MPIR_Alltoall_intra_brucks": ("noinplace",),
+    "MPIR_Alltoall_intra_k_brucks": ("noinplace",),
+    "MPIR_Alltoall_intra_pairwise": ("noinplace",),
+    "MPIR_Alltoall_intra_scattered": ("noinplace",),
+    "MPIR_Alltoall_intra_pairwise_sendrecv_replace": ("inplace",),
+    "MPIR_Barrier_intra_smp": ("parent-comm",),
+    "MPIR_Reduce_scatter_intra_pairwise": ("commutative",),
+    "MPIR_Reduce_scatter_intra_recursive_halving": ("commutative",),
+    "MPIR_Reduce_scatter_block_intra_noncommutative": ("power-of-two",),
+    "MPIR_Reduce_scatter_block_intra_pairwise": ("commutative",),
+    "MPIR_Reduce_scatter_block_intra_recursive_halving": ("commutative",),
+}

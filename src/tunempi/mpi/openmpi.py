@@ -14,8 +14,10 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable, Iterable, Mapping
+from pathlib import Path
 from typing import Any
 
+from tunempi.errors import TuningFileError
 from tunempi.mpi.library import MPILibrary
 from tunempi.mpi.ucx import UCX_TUNABLES
 from tunempi.mpi.vendor import (
@@ -24,13 +26,23 @@ from tunempi.mpi.vendor import (
     CvarSwitch,
     ThresholdKnob,
     Tunable,
+    TuningFiles,
     VendorAdapter,
     format_parameter_value,
+)
+from tunempi.rules.ruleset import RuleSet
+from tunempi.writers.dynamic_rules import (
+    COLLECTIVE_IDS,
+    CommSizeSection,
+    read_dynamic_rules,
+    write_dynamic_rules,
 )
 
 DEFAULT_NAME = "ignore"
 DYNAMIC_RULES_CVAR = "coll_tuned_use_dynamic_rules"
 RULES_FILE_CVAR = "coll_tuned_dynamic_rules_filename"
+#: The file written into a tuning directory (name kept stable: manifests name it).
+RULES_FILE = "openmpi.rules"
 
 #: tunempi collective name -> the token Open MPI's coll/tuned uses in its parameter names.
 COLLECTIVE_TOKENS: dict[str, str] = {
@@ -184,7 +196,7 @@ class OpenMPIAdapter(VendorAdapter):
             return [ThresholdKnob(UCX_RNDV_THRESH, "UCX (pml ucx)", ", ".join(where) or "intra-node")]
         if pml != "ob1":
             return knobs
-        wanted = []
+        wanted: list[tuple[str, tuple[str, ...]]] = []
         if intra_node:
             # btl/sm was called vader before 5.0; 5.0 keeps the old names as aliases.
             wanted.append(("intra-node", ("sm", "vader")))
@@ -238,6 +250,22 @@ class OpenMPIAdapter(VendorAdapter):
         # The rules file is only read when dynamic rules are on, and only at start (read-only cvars).
         return {mca_env(DYNAMIC_RULES_CVAR): "1", mca_env(RULES_FILE_CVAR): path}
 
+    def write_tuning_files(self, rule_sets: Mapping[str, RuleSet], directory: Path) -> TuningFiles:
+        """A dynamic rules file, read back by the strict reader first: Open MPI drops a file it cannot
+        parse without a word, so a clean run with it alone proves nothing."""
+        self.check_tuning_file_algorithms(rule_sets)
+        mechanisms = self.tuning_file_mechanisms()
+        if not mechanisms:
+            raise TuningFileError(f"{self.library.name} offers no tuning-file mechanism")
+        ids = {collective: {a.name: a.value for a in self.algorithms(collective)} for collective in rule_sets}
+        text = write_dynamic_rules(rule_sets, ids)
+        read_dynamic_rules(text)  # Open MPI would drop a bad file silently: refuse it here instead
+        (directory / RULES_FILE).write_text(text)
+        env = self.tuning_file_env(mechanisms[0], RULES_FILE)
+        return TuningFiles(files={"openmpi-rules": RULES_FILE},
+                           env_files={name: RULES_FILE for name, value in env.items() if value == RULES_FILE},
+                           env={name: value for name, value in env.items() if value != RULES_FILE})
+
     def algorithm_cvar(self, collective: str) -> str:
         self._check_collective(collective)
         return algorithm_cvar(collective)
@@ -257,3 +285,24 @@ class OpenMPIAdapter(VendorAdapter):
 
     def tunables(self) -> list[Tunable]:
         return list(TUNABLES) + (list(UCX_TUNABLES) if self.uses_ucx() else [])
+
+
+def select_openmpi(rules: Mapping[int, list[CommSizeSection]], collective: str, comm_size: int,
+                   msg_size: int) -> int:
+    """The algorithm id Open MPI's lookup returns for a library-side message size (0: fixed decision)."""
+    sections = rules.get(COLLECTIVE_IDS[collective], [])
+    if not sections:
+        return 0
+    chosen = sections[0]
+    for section in sections:  # stop at the first section above the communicator size
+        if section.comm_size > comm_size:
+            break
+        chosen = section
+    if not chosen.rules:
+        return 0
+    rule = chosen.rules[0]
+    for candidate in chosen.rules:  # ... and the same for message sizes
+        if candidate.msg_size > msg_size:
+            break
+        rule = candidate
+    return rule.algorithm

@@ -203,7 +203,7 @@ def probe_library(
     assert library_record is not None
     return ProbeOutput(
         version_string=library_record["version_string"],
-        mpi_version=tuple(library_record["mpi_version"]),  # type: ignore[arg-type]
+        mpi_version=tuple(library_record["mpi_version"]),
         cvars=[cvars[i] for i in sorted(cvars)],
         pvars=pvars,
         unreadable=sorted(set(skip_values) | set(skipped_info)),
@@ -230,7 +230,7 @@ def read_cvars(
     head = records[0]
     return ProbeOutput(
         version_string=head["version_string"],
-        mpi_version=tuple(head["mpi_version"]),  # type: ignore[arg-type]
+        mpi_version=tuple(head["mpi_version"]),
         cvars=[r for r in records if r.get("kind") == "cvar"],
         writes=[r for r in records if r.get("kind") == "write"],
         missing=[r["name"] for r in records if r.get("kind") == "missing"],

@@ -9,12 +9,14 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from tunempi.collectives import DEFAULT_ALGORITHM
-from tunempi.errors import UsageError
+from tunempi.errors import TuningFileError, UsageError
 from tunempi.mpi.library import MPILibrary
+from tunempi.rules.ruleset import RuleSet
 
 
 @dataclass(frozen=True)
@@ -76,6 +78,28 @@ class ThresholdKnob:
     default: int | None = None
     powers_of_two: bool = False
     maximum: int | None = None
+
+
+@dataclass(frozen=True)
+class FileAlgorithms:
+    """Which of a collective's algorithms a tuning file of this library can select, and why not the others.
+
+    `excluded`: algorithm -> the reason a file cannot select it (a leaf the library's parser lacks,
+    parameters tunempi cannot state, a restriction the file cannot express for the calls it will meet).
+    """
+
+    collective: str
+    selectable: tuple[str, ...]
+    excluded: Mapping[str, str] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class TuningFiles:
+    """Tuning files an adapter wrote into a directory for a rule set, and how a launch activates them."""
+
+    files: Mapping[str, str]  # role (e.g. "openmpi-rules") -> file name inside the directory
+    env_files: Mapping[str, str]  # environment variable -> the file name it must point to
+    env: Mapping[str, str] = field(default_factory=dict)  # further variables the files need
 
 
 class VendorAdapter(ABC):
@@ -191,6 +215,38 @@ class VendorAdapter(ABC):
         """Environment that makes a launch read tuning file `path` through `mechanism`
         (one of tuning_file_mechanisms())."""
         raise NotImplementedError(f"{type(self).__name__} has no tuning-file mechanisms")
+
+    # -- tuning files (the whole mechanism: what a file can select, writing it, the library's own choice) --
+    def tuning_file_exclusion(self, collective: str, algorithm: str) -> str | None:
+        """Why a tuning file cannot select `algorithm` for `collective` (None: it can)."""
+        return None
+
+    def tuning_file_algorithms(self, collective: str) -> FileAlgorithms:
+        """The library's algorithms a tuning file can select, each other one with its reason."""
+        selectable: list[str] = []
+        excluded: dict[str, str] = {}
+        for algorithm in self.algorithms(collective):
+            reason = self.tuning_file_exclusion(collective, algorithm.name)
+            if reason is None:
+                selectable.append(algorithm.name)
+            else:
+                excluded[algorithm.name] = reason
+        return FileAlgorithms(collective, tuple(selectable), excluded)
+
+    def check_tuning_file_algorithms(self, rule_sets: Mapping[str, RuleSet]) -> None:
+        """TuningFileError when a rule set selects an algorithm no tuning file of this library can select."""
+        for collective, rule_set in sorted(rule_sets.items()):
+            for algorithm in rule_set.algorithms():
+                if algorithm == DEFAULT_ALGORITHM:
+                    continue
+                reason = self.tuning_file_exclusion(collective, algorithm)
+                if reason is not None:
+                    raise TuningFileError(f"a {self.library.name} tuning file cannot select {collective} "
+                                          f"{algorithm}: {reason}")
+
+    def write_tuning_files(self, rule_sets: Mapping[str, RuleSet], directory: Path) -> TuningFiles:
+        """Write the library's tuning files for `rule_sets` into `directory` (TuningFileError if it cannot)."""
+        raise TuningFileError(f"{self.library.name}: tunempi writes no tuning files for {self.vendor}")
 
     def _check_mechanism(self, mechanism: str) -> None:
         """UsageError unless `mechanism` is one of tuning_file_mechanisms()."""

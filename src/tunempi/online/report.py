@@ -168,13 +168,13 @@ def write_best(state: OnlineState, library: MPILibrary, out_dir: Path | str) -> 
     from tunempi.mpi.discovery import adapter_for
     from tunempi.rules import ScaledChoice, SelectionTable, build_rule_sets
     from tunempi.tune.files import TuningFileError, write_tuning_files
-    from tunempi.tune.job import tunable_algorithms
     from tunempi.writers import write_env_file
 
     state.check_library(library.fingerprint, library.name)
     sizes = state.config.sizes
     adapter = adapter_for(library)
-    writable = {c: tunable_algorithms(library, adapter, c) for c in state.config.collectives}
+    selectable = {c: adapter.tuning_file_algorithms(c) for c in state.config.collectives}
+    writable = {c: list(found.selectable) for c, found in selectable.items()}
     choices = best_choices(state.probabilities(), sizes, writable)
     if not choices:
         raise UsageError(f"no estimates in {state.dir} yet: run a batch, then `tunempi online update`")
@@ -198,7 +198,9 @@ def write_best(state: OnlineState, library: MPILibrary, out_dir: Path | str) -> 
     for c in choices:
         if c.fastest == c.algorithm:
             continue
-        why = (f"no tuning file of {library.name} can select it" if c.fastest not in writable.get(c.cell.collective, ())
+        excluded = selectable[c.cell.collective].excluded if c.cell.collective in selectable else {}
+        why = (f"no tuning file of {library.name} can select it ({excluded.get(c.fastest, 'not offered')})"
+               if c.fastest not in writable.get(c.cell.collective, ())
                else "the runs that drew it and the default do not show it consistently faster")
         notes.append(f"{cell_label(c.cell, sizes)}: {c.fastest} was estimated fastest but {why}; wrote {c.algorithm}")
     notes += [f"loaded and run by {library.name} at {record.ranks} ranks ({record.points} sizes): {record.message}"

@@ -72,7 +72,7 @@ def run_untouched(library: MPILibrary, argv: Sequence[str], *, timeout: float | 
     result = run_launch(list(command.argv), command.full_env(), timeout=timeout,
                         on_stdout=lambda line: print(line, flush=True),
                         on_stderr=lambda line: print(line, file=sys.stderr, flush=True))
-    return result.returncode
+    return result.exit_status
 
 
 @dataclass(frozen=True)
@@ -117,4 +117,4 @@ def run_online(state: OnlineState, library: MPILibrary, argv: Sequence[str], *, 
             "duration_s": duration, "timed_out": result.timed_out, "fingerprint": library.fingerprint,
             "library": library.name, "records_written": records.exists()}
     records.with_suffix(".json").write_text(json.dumps(meta, indent=1) + "\n")
-    return OnlineRun(batch, run, result.returncode, duration, records, records.exists(), result.timed_out)
+    return OnlineRun(batch, run, result.exit_status, duration, records, records.exists(), result.timed_out)

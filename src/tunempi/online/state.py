@@ -420,10 +420,10 @@ class OnlineState:
                 lines.append(f"alg {algorithm.name} {algorithm.ranks_only} {len(algorithm.writes)} {writes}".rstrip())
         for key, probs in sorted(probabilities.cells.items()):
             cell = SizeRangeCell.from_key(key)
-            switch = switches.get(cell.collective)
-            if switch is None:
+            cell_switch = switches.get(cell.collective)
+            if cell_switch is None:
                 continue
-            values = " ".join(f"{probs[name]:.9g}" for name in switch.names)
+            values = " ".join(f"{probs[name]:.9g}" for name in cell_switch.names)
             lines.append(f"cell {cell.collective} {cell.ranks} {cell.nodes} {cell.ppn} {cell.size_index} {values}")
         lines.append("end")
         path = path or self.table_path

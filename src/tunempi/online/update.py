@@ -191,7 +191,7 @@ class CellTimeModel:
         by_algorithm: dict[str, list[tuple[list[float], float]]] = defaultdict(list)
         for algorithm, msg_bytes, ranks, nodes, ppn, time_ns in rows:
             by_algorithm[algorithm].append((_features(msg_bytes, ranks, nodes, ppn), math.log(max(time_ns, 1.0))))
-        self.models_: dict[str, object] = {}
+        self.models_: dict[str, XGBRegressor] = {}
         self.constant_: dict[str, float] = {}
         for algorithm, points in by_algorithm.items():
             x = np.array([p[0] for p in points])
@@ -217,7 +217,7 @@ class CellTimeModel:
         model = self.models_.get(algorithm)
         if model is None:
             return None
-        value = model.predict(np.array([_features(msg_bytes, ranks, nodes, ppn)]))[0]  # type: ignore[attr-defined]
+        value = model.predict(np.array([_features(msg_bytes, ranks, nodes, ppn)]))[0]
         return float(math.exp(float(value)))
 
 

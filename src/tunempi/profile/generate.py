@@ -171,7 +171,9 @@ _QUALIFIERS = {"const", "volatile", "restrict", "__restrict", "struct", "unsigne
 
 
 def _split_top_level(text: str) -> list[str]:
-    parts, depth, current = [], 0, []
+    parts: list[str] = []
+    current: list[str] = []
+    depth = 0
     for char in text:
         if char in "([":
             depth += 1

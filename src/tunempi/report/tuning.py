@@ -41,26 +41,27 @@ class SpeedupRow:
         return f"{self.ranks} ranks" if self.nodes == 1 else f"{self.nodes}x{self.ppn}"
 
 
+def _finite(value: float | None) -> float | None:
+    return value if value is not None and math.isfinite(value) else None
+
+
 def speedup_rows(manifest: Manifest) -> list[SpeedupRow]:
     """One row per selection cell, with the best evidence of its speedup over default."""
-    verified = {}
-    verify = manifest.data.get("verify") or {}
-    for cell in verify.get("cells", []):
-        verified[(cell["collective"], cell["ranks"], cell["nodes"], cell["ppn"], cell["msg_bytes"])] = cell
+    verified = {v.cell: v for v in manifest.verify.cells} if manifest.verify is not None else {}
     rows = []
-    for row in manifest.data.get("selection", []):
-        key = (row["collective"], row["ranks"], row["nodes"], row["ppn"], row["msg_bytes"])
+    for row in manifest.selection:
         speedup = low = high = None
         source = "-"
-        if row["algorithm"] == "default":
+        found = verified.get(row.cell)
+        if row.algorithm == "default":
             speedup, low, high, source = 1.0, 1.0, 1.0, "default"
-        elif key in verified and verified[key].get("speedup") is not None:
-            v = verified[key]
-            speedup, low, high, source = v["speedup"], v["ci_low"], v["ci_high"], "verify"
-        elif row.get("median_us") and row.get("default_us"):
-            speedup, source = row["default_us"] / row["median_us"], "tune"
-        rows.append(SpeedupRow(row["collective"], row["ranks"], row["nodes"], row["ppn"], row["msg_bytes"],
-                               row["algorithm"], speedup, low, high, source, row.get("replaced_from", "")))
+        elif found is not None and _finite(found.speedup) is not None:
+            speedup, low, high, source = found.speedup, _finite(found.ci_low), _finite(found.ci_high), "verify"
+        elif row.median_us and row.default_us:
+            speedup, source = row.default_us / row.median_us, "tune"
+        cell = row.cell
+        rows.append(SpeedupRow(cell.collective, cell.ranks, cell.nodes, cell.ppn, cell.msg_bytes, row.algorithm,
+                               speedup, low, high, source, row.replaced_from))
     return rows
 
 
@@ -71,10 +72,10 @@ def geo_mean(values: Sequence[float]) -> float | None:
 
 def rules_table(manifest: Manifest) -> Table:
     """The rule sets as written into the files: per collective and communicator-size block."""
-    table = Table(title=f"{manifest.library['name']}: selected algorithms (as written to the files)")
+    table = Table(title=f"{manifest.library.name}: selected algorithms (as written to the files)")
     for header in ("collective", "ranks", "message sizes", "algorithm"):
         table.add_column(header)
-    for collective, rule_set in sorted(manifest.rule_sets().items()):
+    for collective, rule_set in sorted(manifest.rule_sets.items()):
         for block in rule_set.blocks:
             ranks = f"{block.min_ranks}+" if block.max_ranks is None else f"{block.min_ranks}..{block.max_ranks}"
             low = 0
@@ -90,20 +91,18 @@ def rules_table(manifest: Manifest) -> Table:
 def speedup_table(manifest: Manifest) -> Table:
     """Per (collective, scale): cells, geo-mean speedup over default, best and worst, where measured."""
     rows = speedup_rows(manifest)
-    verify = manifest.data.get("verify")
+    verify = manifest.verify
     table = Table(title="speedup over the library default" + (" (verify: interleaved, 95% CI)" if verify else
                                                              " (from tuning measurements; run verify)"))
-    for header, justify in (("collective", "left"), ("scale", "left"), ("cells", "right"), ("tuned", "right"),
-                            ("geo-mean", "right"), ("best", "right"), ("worst", "right"),
-                            ("slower*", "right"), ("replaced", "right")):
-        table.add_column(header, justify=justify)  # type: ignore[arg-type]
+    for header in ("collective", "scale", "cells", "tuned", "geo-mean", "best", "worst", "slower*", "replaced"):
+        table.add_column(header, justify="left" if header in ("collective", "scale") else "right")
     groups: dict[tuple[str, str], list[SpeedupRow]] = {}
     for row in rows:
         groups.setdefault((row.collective, row.scale_label), []).append(row)
     for (collective, scale), members in sorted(groups.items()):
         values = [r.speedup for r in members if r.speedup is not None]
         slower = sum(1 for r in members if r.ci_high is not None and r.ci_high < 1.0 and not r.replaced_from)
-        geo = geo_mean(values)  # type: ignore[arg-type]
+        geo = geo_mean(values)
         table.add_row(collective, scale, str(len(members)), str(sum(r.algorithm != "default" for r in members)),
                       "-" if geo is None else f"{geo:.3f}x", f"{max(values):.2f}x" if values else "-",
                       f"{min(values):.2f}x" if values else "-", str(slower),
@@ -113,19 +112,21 @@ def speedup_table(manifest: Manifest) -> Table:
 
 def summary_lines(manifest: Manifest) -> list[str]:
     """A few lines for terminals and the demo."""
-    data = manifest.data
-    run = data.get("run", {})
+    run = manifest.run
     lines = [
-        f"{data['library']['name']}: {', '.join(data.get('collectives', []))} at "
-        f"{', '.join(str(s[0]) + ' ranks' for s in data.get('scales', []))}; strategy {data.get('strategy')} "
-        f"{run.get('stop_reason')} after {run.get('measured')} runs in {run.get('wall_s', 0):.0f} s "
-        f"(benchmark {run.get('bench_s', 0):.0f} s, {run.get('resumed', 0)} resumed)",
-        f"files: {', '.join(data.get('files', {}).values())} (+ {data.get('env_file')}); smoke: "
-        + ", ".join(f"{s['ranks']} ranks {'ok' if s['ok'] else 'FAILED'}" for s in data.get("smoke", [])),
+        f"{manifest.library.name}: {', '.join(manifest.collectives)} at "
+        f"{', '.join(str(s[0]) + ' ranks' for s in manifest.scales)}; strategy {manifest.strategy} "
+        f"{run.stop_reason} after {run.measured} runs in {run.wall_s:.0f} s "
+        f"(benchmark {run.bench_s:.0f} s, {run.resumed} resumed)",
+        f"files: {', '.join(manifest.files.values())} (+ {manifest.env_file}); smoke: "
+        + ", ".join(f"{s.ranks} ranks {'ok' if s.ok else 'FAILED'}" for s in manifest.smoke),
     ]
-    verify = data.get("verify")
+    for collective, reasons in manifest.excluded.items():
+        lines.append(f"{collective}: no tuning file can select "
+                     + "; ".join(f"{name} ({why})" for name, why in reasons.items()))
+    verify = manifest.verify
     if verify:
-        s = verify["summary"]
+        s = verify.summary
         lines.append(
             f"verify: {s['compared']} tuned cells, geo-mean speedup {s['geo_mean_speedup_compared_after']:.3f}x "
             f"over default (all {s['cells']} cells {s['geo_mean_speedup_all_cells']:.3f}x), "
@@ -138,7 +139,12 @@ def summary_lines(manifest: Manifest) -> list[str]:
 
 
 # -- plots ------------------------------------------------------------------------------------------
-def _pyplot():  # type: ignore[no-untyped-def]
+def _first_known(*values: float | None) -> float:
+    """The first value that is known, NaN (a gap in the plot) when none is."""
+    return next((v for v in values if v is not None), math.nan)
+
+
+def _pyplot():
     import matplotlib
 
     matplotlib.use("Agg")  # no display on compute nodes
@@ -162,8 +168,8 @@ def plot_speedup(manifest: Manifest, path: Path) -> Path:
         line, = axes.plot(xs, [r.speedup for r in rows], marker="o", markersize=3, linewidth=1.4, label=label)
         estimates += [r.speedup for r in rows if r.speedup is not None and r.speedup > 0]
         # A 95 % interval from 3 noisy pairs can span orders of magnitude: draw it clipped to the plot.
-        lows = [max(r.ci_low if r.ci_low is not None else r.speedup, 1e-3) for r in rows]  # type: ignore[type-var]
-        highs = [min(r.ci_high if r.ci_high is not None else r.speedup, 1e3) for r in rows]  # type: ignore[type-var]
+        lows = [max(_first_known(r.ci_low, r.speedup), 1e-3) for r in rows]
+        highs = [min(_first_known(r.ci_high, r.speedup), 1e3) for r in rows]
         axes.fill_between(xs, lows, highs, color=line.get_color(), alpha=0.12, linewidth=0)
     axes.axhline(1.0, color="black", linewidth=0.8, linestyle="--")
     axes.set_xscale("log", base=2)
@@ -172,7 +178,7 @@ def plot_speedup(manifest: Manifest, path: Path) -> Path:
         axes.set_ylim(min(0.8, min(estimates) / 1.2), max(1.25, max(estimates) * 1.2))
     axes.set_xlabel("message size (bytes, OSU convention)")
     axes.set_ylabel("speedup over library default")
-    axes.set_title(f"{manifest.library['name']}: tuned vs default")
+    axes.set_title(f"{manifest.library.name}: tuned vs default")
     axes.grid(True, alpha=0.3)
     axes.legend(fontsize=7, ncol=2)
     figure.tight_layout()
@@ -183,19 +189,19 @@ def plot_speedup(manifest: Manifest, path: Path) -> Path:
 
 def plot_algorithm_map(manifest: Manifest, path: Path) -> Path:
     plt = _pyplot()
-    rows = manifest.data.get("selection", [])
-    lines = sorted({(r["collective"], r["ranks"], r["nodes"], r["ppn"]) for r in rows})
-    sizes = sorted({r["msg_bytes"] for r in rows})
-    algorithms = sorted({r["algorithm"] for r in rows})
+    rows = manifest.selection
+    lines = sorted({(r.cell.collective, *r.cell.scale) for r in rows})
+    sizes = sorted({r.cell.msg_bytes for r in rows})
+    algorithms = sorted({r.algorithm for r in rows})
     colour = {a: i for i, a in enumerate(algorithms)}
     cmap = plt.get_cmap("tab20", max(len(algorithms), 1))
     figure, axes = plt.subplots(figsize=(max(7.0, 0.22 * len(sizes) + 3), 0.45 * len(lines) + 1.8), dpi=110)
     for y, line in enumerate(lines):
         for r in rows:
-            if (r["collective"], r["ranks"], r["nodes"], r["ppn"]) == line:
-                x = sizes.index(r["msg_bytes"])
-                axes.add_patch(plt.Rectangle((x - 0.5, y - 0.4), 1.0, 0.8, color=cmap(colour[r["algorithm"]]),
-                                             hatch="//" if r.get("replaced_from") else None))
+            if (r.cell.collective, *r.cell.scale) == line:
+                x = sizes.index(r.cell.msg_bytes)
+                axes.add_patch(plt.Rectangle((x - 0.5, y - 0.4), 1.0, 0.8, color=cmap(colour[r.algorithm]),
+                                             hatch="//" if r.replaced_from else None))
     axes.set_xlim(-0.5, len(sizes) - 0.5)
     axes.set_ylim(-0.6, len(lines) - 0.4)
     axes.set_yticks(range(len(lines)),
@@ -203,7 +209,7 @@ def plot_algorithm_map(manifest: Manifest, path: Path) -> Path:
     axes.set_xticks(range(len(sizes)), [format_size(s) for s in sizes], rotation=90, fontsize=6)
     handles = [plt.Rectangle((0, 0), 1, 1, color=cmap(colour[a])) for a in algorithms]
     axes.legend(handles, algorithms, fontsize=7, loc="upper left", bbox_to_anchor=(1.0, 1.0))
-    axes.set_title(f"{manifest.library['name']}: selected algorithm (hatched: replaced by verify)")
+    axes.set_title(f"{manifest.library.name}: selected algorithm (hatched: replaced by verify)")
     figure.tight_layout()
     figure.savefig(path)
     plt.close(figure)
@@ -212,24 +218,24 @@ def plot_algorithm_map(manifest: Manifest, path: Path) -> Path:
 
 def plot_training_curve(manifest: Manifest, path: Path) -> Path:
     plt = _pyplot()
-    curve = manifest.data.get("training_curve", [])
+    curve = manifest.training_curve
     figure, axes = plt.subplots(figsize=(7.0, 4.0), dpi=110)
-    xs = [p["bench_s"] for p in curve]
-    axes.plot(xs, [p["convergence"] for p in curve], color="tab:blue", linewidth=1.8, label="convergence (mean)")
-    collectives = sorted({c for p in curve for c in p.get("per_collective", {})})
+    xs = [p.bench_s for p in curve]
+    axes.plot(xs, [p.convergence for p in curve], color="tab:blue", linewidth=1.8, label="convergence (mean)")
+    collectives = sorted({c for p in curve for c in p.per_collective})
     for collective in collectives:
-        axes.plot(xs, [p.get("per_collective", {}).get(collective, math.nan) for p in curve], linewidth=0.8,
+        axes.plot(xs, [p.per_collective.get(collective, math.nan) for p in curve], linewidth=0.8,
                   alpha=0.6, label=collective)
     axes.set_xlabel("benchmark time (s)")
     axes.set_ylabel("convergence measure")
     axes.set_ylim(0, 1.05)
     twin = axes.twinx()
-    twin.plot(xs, [p["points"] for p in curve], color="tab:grey", linestyle="--", linewidth=1.2, label="runs")
+    twin.plot(xs, [p.points for p in curve], color="tab:grey", linestyle="--", linewidth=1.2, label="runs")
     twin.set_ylabel("measured runs")
     lines_a, labels_a = axes.get_legend_handles_labels()
     lines_b, labels_b = twin.get_legend_handles_labels()
     axes.legend(lines_a + lines_b, labels_a + labels_b, fontsize=7, loc="lower right")
-    axes.set_title(f"{manifest.library['name']}: training curve ({manifest.data.get('strategy')})")
+    axes.set_title(f"{manifest.library.name}: training curve ({manifest.strategy})")
     axes.grid(True, alpha=0.3)
     figure.tight_layout()
     figure.savefig(path)
@@ -249,7 +255,7 @@ def write_plots(manifest: Manifest, directory: Path) -> dict[str, Path]:
 def write_html(manifest: Manifest, plots: dict[str, Path], path: Path) -> Path:
     """One self-contained HTML page (plots embedded), readable without tunempi."""
     rows = speedup_rows(manifest)
-    body = [f"<h1>tunempi tuning report: {html.escape(manifest.library['name'])}</h1>"]
+    body = [f"<h1>tunempi tuning report: {html.escape(manifest.library.name)}</h1>"]
     body += [f"<p>{html.escape(line)}</p>" for line in summary_lines(manifest)]
     for name, png in plots.items():
         data = base64.b64encode(png.read_bytes()).decode("ascii")

@@ -74,6 +74,13 @@ class TrialResult:
     def is_ok(self) -> bool:
         return self.status is TrialStatus.OK
 
+    @property
+    def ok_value(self) -> float:
+        """The value of a successful run (a failed run has none to give)."""
+        if self.value is None:
+            raise ValueError(f"a {self.status.value} result has no value")
+        return self.value
+
 
 @dataclass(frozen=True)
 class Suggestion:
@@ -108,6 +115,10 @@ class Trial:
     @property
     def is_ok(self) -> bool:
         return self.result.is_ok
+
+    @property
+    def ok_value(self) -> float:
+        return self.result.ok_value
 
     def to_dict(self) -> dict[str, Any]:
         r = self.result
@@ -205,8 +216,8 @@ class SearchStrategy(ABC):
 
     def mean_value(self, params: Mapping[str, Value]) -> float | None:
         """Mean of the OK measurements of a configuration (None if it never ran successfully)."""
-        values = [r.value for r in self._results_by_key.get(config_key(params), []) if r.is_ok]
-        return float(np.mean(values)) if values else None  # type: ignore[arg-type]
+        values = [r.ok_value for r in self._results_by_key.get(config_key(params), []) if r.is_ok]
+        return float(np.mean(values)) if values else None
 
     def best_trial(self) -> Trial | None:
         """The successful trial whose configuration has the lowest mean measured value."""
@@ -229,7 +240,7 @@ class SearchStrategy(ABC):
         For times (positive) it is FAILURE_PENALTY_FACTOR x the worst value; the general form,
         worst + (factor - 1) x max(|worst|, worst - best), stays above the worst for any sign.
         """
-        values = [float(t.value) for t in self.trials if t.is_ok]  # type: ignore[arg-type]
+        values = [t.ok_value for t in self.trials if t.is_ok]
         if not values:
             return None
         worst, best = max(values), min(values)
@@ -238,7 +249,7 @@ class SearchStrategy(ABC):
     def score(self, result: TrialResult) -> float:
         """The value to minimise: the measurement, or the penalty for a failed run."""
         if result.is_ok:
-            return float(result.value)  # type: ignore[arg-type]
+            return result.ok_value
         p = self.penalty()
         return p if p is not None else math.inf
 

@@ -48,16 +48,17 @@ class BayesSearch(SearchStrategy):
                 continue
             if isinstance(p, IntParam):
                 high = p.grid()[-1] if not p.log else p.high
-                v = trial.suggest_int(p.name, p.low, high, step=p.step_size, log=p.log)
-                config[p.name] = int(v)
+                config[p.name] = int(trial.suggest_int(p.name, p.low, high, step=p.step_size, log=p.log))
             elif isinstance(p, FloatParam):
                 if p.step_size is not None:
-                    v = trial.suggest_float(p.name, p.low, p.grid()[-1], step=p.step_size)
+                    drawn = trial.suggest_float(p.name, p.low, p.grid()[-1], step=p.step_size)
                 else:
-                    v = trial.suggest_float(p.name, p.low, p.high, log=p.log)
-                config[p.name] = p.from_unit(p.to_unit(v))  # snap off float rounding
+                    drawn = trial.suggest_float(p.name, p.low, p.high, log=p.log)
+                config[p.name] = p.from_unit(p.to_unit(drawn))  # snap off float rounding
             elif isinstance(p, CategoricalParam):
-                config[p.name] = trial.suggest_categorical(p.name, list(p.choices))
+                choice = trial.suggest_categorical(p.name, list(p.choices))
+                assert choice is not None  # a space's choices never hold None
+                config[p.name] = choice
             else:  # pragma: no cover - the three kinds are exhaustive
                 raise TypeError(f"unknown parameter kind {type(p).__name__}")
         return config

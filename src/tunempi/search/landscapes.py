@@ -75,7 +75,7 @@ class Landscape:
 # -- parabola ----------------------------------------------------------------------------------------
 
 def _parabola_time(c: Mapping[str, Value]) -> float:
-    x = float(c["CVAR"])  # type: ignore[arg-type]
+    x = float(c["CVAR"])
     return 1.0 + ((x - 200.0) / 100.0) ** 2
 
 
@@ -85,7 +85,7 @@ PARABOLA = Landscape(
     ParamSpace((IntParam("CVAR", 0, 400, default=50),)),
     _parabola_time,
     0.30,
-    lambda c: {"unexpected_queue": abs(float(c["CVAR"]) - 200.0)},  # type: ignore[arg-type]
+    lambda c: {"unexpected_queue": abs(float(c["CVAR"]) - 200.0)},
 )
 
 
@@ -96,9 +96,9 @@ _PROGRESS_COST = {"poll": 1.00, "thread": 0.93, "interrupt": 1.10}
 
 
 def _interact_time(c: Mapping[str, Value]) -> float:
-    eager = float(c["EAGER_KB"])  # type: ignore[arg-type]
-    spin = float(c["SPIN"])  # type: ignore[arg-type]
-    cells = float(c["CELLS"])  # type: ignore[arg-type]
+    eager = float(c["EAGER_KB"])
+    spin = float(c["SPIN"])
+    cells = float(c["CELLS"])
     progress = str(c["PROGRESS"])
     # Eager limit: the best depends on the progress mode (interaction), log-scale bowl.
     e = math.log2(eager / _PROGRESS_BEST_EAGER_KB[progress])
@@ -111,8 +111,8 @@ def _interact_time(c: Mapping[str, Value]) -> float:
 
 
 def _interact_metrics(c: Mapping[str, Value]) -> dict[str, float]:
-    return {"unexpected_queue": 1000.0 / float(c["EAGER_KB"]),  # type: ignore[arg-type]
-            "posted_queue": float(c["CELLS"])}  # type: ignore[arg-type]
+    return {"unexpected_queue": 1000.0 / float(c["EAGER_KB"]),
+            "posted_queue": float(c["CELLS"])}
 
 
 _INTERACT_PARAMS = (
@@ -136,13 +136,13 @@ _CLIFF_BUDGET = 160 * 96
 
 
 def _cliff_time(c: Mapping[str, Value]) -> float | None:
-    eager = float(c["EAGER_KB"])  # type: ignore[arg-type]
-    cells = float(c["CELLS"])  # type: ignore[arg-type]
+    eager = float(c["EAGER_KB"])
+    cells = float(c["CELLS"])
     if eager * cells > _CLIFF_BUDGET:
         return None
     t = _interact_time(c)
     if c["PROGRESS"] == "thread":
-        if float(c["SPIN"]) > 600:  # type: ignore[arg-type]
+        if float(c["SPIN"]) > 600:
             t *= 3.0  # the progress thread and a spinning main thread fight for the core
         if c.get("THREAD_CORE") == "same":
             t *= 1.25

@@ -56,10 +56,8 @@ def trials_table(space: ParamSpace, trials: Sequence[Trial], title: str = "trial
 def comparison_table(summaries: Sequence[Summary], budget: int, target: float) -> Table:
     table = Table(title=f"trials until the recommendation is within {target:.0%} of the optimum "
                         f"(budget {budget})")
-    for col, justify in (("landscape", "left"), ("strategy", "left"), ("reached", "right"),
-                         ("median", "right"), ("median|reached", "right"),
-                         ("slowdown", "right"), ("failed", "right")):
-        table.add_column(col, justify=justify, no_wrap=True)  # type: ignore[arg-type]
+    for col in ("landscape", "strategy", "reached", "median", "median|reached", "slowdown", "failed"):
+        table.add_column(col, justify="left" if col in ("landscape", "strategy") else "right", no_wrap=True)
     for s in summaries:
         table.add_row(
             s.landscape, s.strategy, f"{s.reached}/{s.seeds}",
@@ -88,7 +86,7 @@ def plot_trials(space: ParamSpace, trials: Sequence[Trial], path: str | Path, ti
     ax.step(xs, [v if v is not None else float("nan") for v in best_so_far(trials)], where="post",
             color="black", label="best so far")
     if failed:
-        top = max((t.value for t in ok), default=1.0)
+        top = max((t.value for t in ok if t.value is not None), default=1.0)
         ax.plot([t.number for t in failed], [top] * len(failed), "x", color="red", label="failed/timeout")
     ax.set_xlabel("trial")
     ax.set_ylabel("objective")
@@ -101,7 +99,7 @@ def plot_trials(space: ParamSpace, trials: Sequence[Trial], path: str | Path, ti
             pax.plot([p.grid_index(v) for v, _ in pts], [y for _, y in pts], "o", ms=3)
             pax.set_xticks(range(len(p.choices)), [str(c) for c in p.choices])
         else:
-            pax.plot([float(v) for v, _ in pts], [y for _, y in pts], "o", ms=3)  # type: ignore[arg-type]
+            pax.plot([float(v) for v, _ in pts], [y for _, y in pts], "o", ms=3)
             if getattr(p, "log", False):
                 pax.set_xscale("log")
         pax.set_xlabel(p.name)

@@ -147,7 +147,7 @@ class RLSearch(SearchStrategy):
     def _apply(self, config: Config, action: Action) -> Config | None:
         """The configuration `action` leads to from `config`, or None if it leaves the space."""
         if action.param is None:
-            candidate: Config | None = dict(config)
+            candidate: Config = dict(config)
         elif action.param not in config:
             return None  # inactive parameter: stepping it changes nothing
         else:
@@ -218,7 +218,7 @@ class RLSearch(SearchStrategy):
     def _observe(self, params: Config, result: TrialResult) -> None:
         if self.reference_value_ is None:
             if result.is_ok:
-                self.reference_value_ = float(result.value)  # type: ignore[arg-type]
+                self.reference_value_ = result.ok_value
                 self.reference_metrics_ = {k: float(v) for k, v in result.metrics.items()}
                 self._full.update(params)
                 self._current = dict(params)
@@ -237,7 +237,8 @@ class RLSearch(SearchStrategy):
         before = self.mean_value(from_config)
         assert before is not None
         if result.is_ok:
-            reward = (before - float(result.value)) / self.reference_value_  # type: ignore[arg-type]
+            assert self.reference_value_ is not None  # set by the first successful run
+            reward = (before - result.ok_value) / self.reference_value_
             next_state = self._state(params, result)
             self._state_of[config_key(params)] = next_state
             if reward >= 0 or not self.revert_worse:
@@ -310,7 +311,7 @@ def near_best_configs(trials: Sequence[Trial], tolerance: float) -> list[Config]
     for t in trials:
         if t.is_ok:
             key = config_key(t.params)
-            values.setdefault(key, []).append(float(t.value))  # type: ignore[arg-type]
+            values.setdefault(key, []).append(t.ok_value)
             configs.setdefault(key, dict(t.params))
     if not values:
         return []

@@ -57,11 +57,11 @@ def compare_to_default(best: Sequence[float | None], default: Sequence[float | N
     if failed_best:
         return Verdict(False, None, None, None, 0, confidence,
                        f"keep the defaults: the best configuration failed {failed_best} of {len(best)} runs")
-    pairs = [(b, d) for b, d in zip(best, default, strict=True) if d is not None]
+    pairs = [(b, d) for b, d in zip(best, default, strict=True) if b is not None and d is not None]
     if len(pairs) < MIN_PAIRS:
         return Verdict(False, None, None, None, len(pairs), confidence,
                        f"keep the defaults: {len(pairs)} usable pairs, at least {MIN_PAIRS} are needed")
-    diffs = np.array([math.log(d / b) for b, d in pairs])  # type: ignore[operator]
+    diffs = np.array([math.log(d / b) for b, d in pairs])
     n = len(diffs)
     mean = float(diffs.mean())
     sd = float(diffs.std(ddof=1))

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from pathlib import Path
+from typing import cast
 
 import numpy as np
 import pandas as pd
@@ -46,9 +47,8 @@ class ReplayBackend:
         self.cost_model = cost_model or CostModel()
         self.rng = np.random.default_rng(seed)
         self._runs: dict[tuple[Cell, str], np.ndarray] = {}
-        for (algorithm, ranks, nodes, ppn, msg), group in data.groupby(
-            ["algorithm", "ranks", "nodes", "ppn", "msg_bytes"], sort=True
-        ):
+        for key, group in data.groupby(["algorithm", "ranks", "nodes", "ppn", "msg_bytes"], sort=True):
+            algorithm, ranks, nodes, ppn, msg = cast("tuple[str, int, int, int, int]", key)
             cell = Cell(collective, int(ranks), int(nodes), int(ppn), int(msg))
             self._runs[(cell, str(algorithm))] = group.sort_values("run")["latency_us"].to_numpy(float)
         self._order: dict[tuple[Cell, str], list[int]] = {}

@@ -11,7 +11,7 @@ import io
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, fields
 from pathlib import Path
-from typing import IO
+from typing import IO, Any
 
 from tunempi.errors import UsageError
 
@@ -85,8 +85,8 @@ def iter_dataset(path: str | Path) -> Iterator[DatasetRow]:
         if missing:
             raise UsageError(f"{path}: missing column(s) {', '.join(missing)}; required: {', '.join(REQUIRED_COLUMNS)}")
         for line, record in enumerate(reader, start=2):
-            values = {k: _convert(k, (v or "").strip(), line, path) for k, v in record.items() if k in known}
-            yield DatasetRow(**values)  # type: ignore[arg-type]
+            values: dict[str, Any] = {k: _convert(k, (v or "").strip(), line, path) for k, v in record.items() if k in known}
+            yield DatasetRow(**values)
 
 
 def read_dataset(path: str | Path) -> list[DatasetRow]:

@@ -48,6 +48,13 @@ class MeasurementRecord:
     def ok(self) -> bool:
         return self.latency_us is not None and math.isfinite(self.latency_us) and self.latency_us > 0
 
+    @property
+    def measured_us(self) -> float:
+        """The latency of a successful run (a failed run has none)."""
+        if self.latency_us is None:
+            raise ValueError(f"{self.algorithm} in {self.cell} did not run: no latency")
+        return self.latency_us
+
 
 @dataclass(frozen=True)
 class Request:
@@ -173,7 +180,7 @@ class Strategy(ABC):
         key = (self.space.index(record.cell), self._algorithm_index[record.algorithm])
         self.records.append(record)
         if record.ok:
-            self._samples.setdefault(key, []).append(float(record.latency_us))  # type: ignore[arg-type]
+            self._samples.setdefault(key, []).append(record.measured_us)
         else:
             self._failed[key] = True
 

@@ -180,7 +180,7 @@ class TunempiStrategy(Strategy):
         ok = [r for r in self.records if r.ok and r.cost_s > 0]
         if ok:
             overhead = float(np.median([
-                max(r.cost_s - r.iterations * r.latency_us * 1e-6, 0.0) / max(r.launches, 1)  # type: ignore[operator]
+                max(r.cost_s - r.iterations * r.measured_us * 1e-6, 0.0) / max(r.launches, 1)
                 for r in ok
             ]))
         else:

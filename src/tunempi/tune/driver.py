@@ -3,9 +3,9 @@
 One strategy per collective (strategies see one collective's FeatureSpace). Every round asks each
 unfinished strategy for its next batch, measures all batches together (grouped by layout, through the
 ParallelRunner), writes every result to the store as it arrives, and tells each strategy its records.
-The loop ends when every strategy has stopped (converged), at the deadline (timeout), or on Ctrl-C
-(interrupted). Everything measured is in the store; a rerun reads it back as the strategies' prior
-records (`records_from_store`) and goes on from there.
+The loop ends when every strategy has stopped (converged), at the deadline (timeout), after a given
+number of rounds (max_rounds), or on Ctrl-C (interrupted). Everything measured is in the store; a rerun
+reads it back as the strategies' prior records (`records_from_store`) and goes on from there.
 """
 
 from __future__ import annotations
@@ -26,7 +26,7 @@ from tunempi.store.results import Measurement, ResultStore
 from tunempi.strategy import MeasurementRecord, Request, Strategy, make_strategy
 from tunempi.tune.runner import ParallelRunner, PointResult
 
-STOP_REASONS: tuple[str, ...] = ("converged", "timeout", "interrupted")
+STOP_REASONS: tuple[str, ...] = ("converged", "timeout", "max_rounds", "interrupted")
 #: An algorithm replaces the library's own choice only where it is estimated this much faster (relative).
 DEFAULT_MARGIN = 0.03
 
@@ -239,123 +239,145 @@ class Tuner:
 
     def run(self, *, timeout_s: float | None = None, on_round: OnRound | None = None,
             on_result: OnResult | None = None, max_rounds: int | None = None) -> TuneOutcome:
-        """Tune until every strategy stops, `timeout_s` passes or Ctrl-C (then the outcome says
-        'interrupted'; every point measured until then is in the store)."""
+        """Tune until every strategy stops ('converged'), `timeout_s` passes ('timeout'), `max_rounds`
+        rounds were measured ('max_rounds') or Ctrl-C ('interrupted': no selection; every point measured
+        until then is in the store)."""
         started = time.monotonic()
-        deadline = started + timeout_s if timeout_s is not None else None
-        curve: list[CurvePoint] = []
-        bench_s = 0.0
-        measured = failed = 0
-        wait_s = 0.0  # time the loop waited for the model thread
-        stop_reason = "converged"
-        rounds = 0
-
-        def state() -> CurvePoint:
-            per = self.convergence()
-            return CurvePoint(
-                wall_s=time.monotonic() - started, bench_s=bench_s,
-                points=sum(len(s.records) for s in self.strategies.values()),
-                convergence=float(np.mean(list(per.values()))) if per else 1.0, per_collective=per,
-            )
-
-        def store_result(result: PointResult) -> None:
-            if self.store is not None:
-                self.store.add(result.measurement)
-            if on_result is not None:
-                on_result(result)
-
-        def measure_round(requests: Mapping[str, Sequence[Request]]) -> None:
-            nonlocal bench_s, measured, failed
-            work = self.plan(requests)
-            results = self.runner.run(work, on_point=store_result, deadline=deadline)
-            by_collective: dict[str, list[MeasurementRecord]] = {}
-            crashed: dict[str, list[MeasurementRecord]] = {}
-            for result in results:
-                bench_s += result.wall_s
-                measured += 1
-                failed += not (result.outcome.ok and not result.measurement.errors)
-                record = record_of(result.measurement, cost_s=result.wall_s, launches=result.launches)
-                by_collective.setdefault(result.point.collective, []).append(record)
-                if result.outcome.status == "timeout" or result.outcome.reason.startswith("the engine died"):
-                    crashed.setdefault(result.point.collective, []).append(record)
-            for collective, records in by_collective.items():  # cheap: models are fitted in `ask`
-                blocked = self._block_failing(collective, records, crashed.get(collective, []))
-                self.strategies[collective].tell(records + blocked)
-            point = state()
-            curve.append(point)
-            if on_round is not None:
-                on_round(point, len(results))
-
-        curve.append(state())
-        lanes = self.lanes()
+        run = _Run(started, started + timeout_s if timeout_s is not None else None, on_round, on_result)
+        run.curve.append(self._state(run))
         thinker = ThreadPoolExecutor(max_workers=1, thread_name_prefix="tunempi-model")
-        model_clock = {"s": 0.0}
-
-        def think(lane: Sequence[str]) -> dict[str, list[Request]]:
-            """The lane's next requests (runs in the model thread: the strategies fit their models)."""
-            began = time.monotonic()
-            try:
-                return {c: self.strategies[c].ask() for c in lane if not self.strategies[c].finished}
-            finally:
-                model_clock["s"] += time.monotonic() - began
-
-        # Lanes take turns: while the engine measures one lane's batch, the model thread already fits
-        # the other lanes' strategies on their latest records (the loop waits on a lane's asks only if
-        # they are not ready yet). Every strategy still asks after it was told all of its own results.
-        asks: dict[int, Future[dict[str, list[Request]]]] = {i: thinker.submit(think, lane)
-                                                                for i, lane in enumerate(lanes)}
-        done_lanes: set[int] = set()
-        turn = 0
         try:
-            while len(done_lanes) < len(lanes):
-                if deadline is not None and time.monotonic() >= deadline:
-                    stop_reason = "timeout"
-                    break
-                if max_rounds is not None and rounds >= max_rounds:
-                    stop_reason = "timeout"
-                    break
-                lane = turn % len(lanes)
-                turn += 1
-                if lane in done_lanes:
-                    continue
-                waited = time.monotonic()
-                requests = {c: r for c, r in asks.pop(lane).result().items() if r}
-                wait_s += time.monotonic() - waited
-                if not requests:
-                    done_lanes.add(lane)
-                    continue
-                measure_round(requests)
-                rounds += 1
-                asks[lane] = thinker.submit(think, lanes[lane])
+            stop_reason = self._explore(run, thinker, max_rounds)
             if stop_reason == "converged" and self.confirm:
                 thinker.shutdown(wait=True)
-                began = time.monotonic()
-                confirm = self.confirmation_requests()
-                model_clock["s"] += time.monotonic() - began
-                wait_s += time.monotonic() - began
-                if confirm and not (deadline is not None and time.monotonic() >= deadline):
-                    measure_round(confirm)
+                self._confirm(run)
         except KeyboardInterrupt:
             stop_reason = "interrupted"
         finally:
             # No strategy may still be fitting when it is asked to select (or when the caller reads it).
             thinker.shutdown(wait=True, cancel_futures=True)
-        model_s = model_clock["s"]
-        selecting = time.monotonic()
-        selection: dict[Cell, str] = {}
-        if stop_reason != "interrupted":
-            for strategy in self.strategies.values():
-                selection.update(prefer_default(strategy, strategy.select(), self.default_margin))
-        model_s += time.monotonic() - selecting
-        wait_s += time.monotonic() - selecting
-        wall = time.monotonic() - started
-        if not curve or curve[-1].bench_s != bench_s:
-            curve.append(state())
+        selection = self._select(run) if stop_reason != "interrupted" else {}
+        if run.curve[-1].bench_s != run.bench_s:
+            run.curve.append(self._state(run))
         return TuneOutcome(
-            selection=selection, strategies=self.strategies, curve=curve, stop_reason=stop_reason,
-            wall_s=wall, bench_s=bench_s, measured=measured, resumed=self.resumed, failed=failed,
-            launches=self.runner.launches, model_s=model_s, model_wait_s=wait_s,
+            selection=selection, strategies=self.strategies, curve=run.curve, stop_reason=stop_reason,
+            wall_s=time.monotonic() - started, bench_s=run.bench_s, measured=run.measured, resumed=self.resumed,
+            failed=run.failed, launches=self.runner.launches, model_s=run.model_s, model_wait_s=run.wait_s,
         )
+
+    def _explore(self, run: _Run, thinker: ThreadPoolExecutor, max_rounds: int | None) -> str:
+        """The strategies' rounds until they all stop; returns the stop reason.
+
+        Lanes take turns: while the engine measures one lane's batch, the model thread already fits the
+        other lanes' strategies on their latest records (the loop waits on a lane's asks only if they are
+        not ready yet). Every strategy still asks after it was told all of its own results.
+        """
+        lanes = self.lanes()
+        asks: dict[int, Future[dict[str, list[Request]]]] = {
+            i: thinker.submit(self._think, lane, run) for i, lane in enumerate(lanes)}
+        done_lanes: set[int] = set()
+        turn = 0
+        while len(done_lanes) < len(lanes):
+            if run.past_deadline():
+                return "timeout"
+            if max_rounds is not None and run.rounds >= max_rounds:
+                return "max_rounds"
+            lane = turn % len(lanes)
+            turn += 1
+            if lane in done_lanes:
+                continue
+            waited = time.monotonic()
+            requests = {c: r for c, r in asks.pop(lane).result().items() if r}
+            run.wait_s += time.monotonic() - waited
+            if not requests:
+                done_lanes.add(lane)
+                continue
+            self._measure_round(run, requests)
+            run.rounds += 1
+            asks[lane] = thinker.submit(self._think, lanes[lane], run)
+        return "converged"
+
+    def _think(self, lane: Sequence[str], run: _Run) -> dict[str, list[Request]]:
+        """The lane's next requests (runs in the model thread: the strategies fit their models)."""
+        began = time.monotonic()
+        try:
+            return {c: self.strategies[c].ask() for c in lane if not self.strategies[c].finished}
+        finally:
+            run.model_s += time.monotonic() - began
+
+    def _confirm(self, run: _Run) -> None:
+        """After convergence: measure what confirmation_requests asks for, if there is time left."""
+        began = time.monotonic()
+        requests = self.confirmation_requests()
+        run.model_s += time.monotonic() - began
+        run.wait_s += time.monotonic() - began
+        if requests and not run.past_deadline():
+            self._measure_round(run, requests)
+
+    def _measure_round(self, run: _Run, requests: Mapping[str, Sequence[Request]]) -> None:
+        """Measure the requests, store each result as it arrives, tell each strategy its records."""
+        def store_result(result: PointResult) -> None:
+            if self.store is not None:
+                self.store.add(result.measurement)
+            if run.on_result is not None:
+                run.on_result(result)
+
+        results = self.runner.run(self.plan(requests), on_point=store_result, deadline=run.deadline)
+        by_collective: dict[str, list[MeasurementRecord]] = {}
+        crashed: dict[str, list[MeasurementRecord]] = {}
+        for result in results:
+            run.bench_s += result.wall_s
+            run.measured += 1
+            run.failed += not (result.outcome.ok and not result.measurement.errors)
+            record = record_of(result.measurement, cost_s=result.wall_s, launches=result.launches)
+            by_collective.setdefault(result.point.collective, []).append(record)
+            if result.outcome.status == "timeout" or result.outcome.reason.startswith("the engine died"):
+                crashed.setdefault(result.point.collective, []).append(record)
+        for collective, records in by_collective.items():  # cheap: models are fitted in `ask`
+            blocked = self._block_failing(collective, records, crashed.get(collective, []))
+            self.strategies[collective].tell(records + blocked)
+        point = self._state(run)
+        run.curve.append(point)
+        if run.on_round is not None:
+            run.on_round(point, len(results))
+
+    def _select(self, run: _Run) -> dict[Cell, str]:
+        """Each strategy's selection, with the library's own choice kept where it is about as fast."""
+        began = time.monotonic()
+        selection: dict[Cell, str] = {}
+        for strategy in self.strategies.values():
+            selection.update(prefer_default(strategy, strategy.select(), self.default_margin))
+        run.model_s += time.monotonic() - began
+        run.wait_s += time.monotonic() - began
+        return selection
+
+    def _state(self, run: _Run) -> CurvePoint:
+        per = self.convergence()
+        return CurvePoint(
+            wall_s=time.monotonic() - run.started, bench_s=run.bench_s,
+            points=sum(len(s.records) for s in self.strategies.values()),
+            convergence=float(np.mean(list(per.values()))) if per else 1.0, per_collective=per,
+        )
+
+
+@dataclass
+class _Run:
+    """The running totals of one Tuner.run."""
+
+    started: float
+    deadline: float | None
+    on_round: OnRound | None = None
+    on_result: OnResult | None = None
+    curve: list[CurvePoint] = field(default_factory=list)
+    bench_s: float = 0.0  # benchmark time spent (sum of point wall times, launches included)
+    measured: int = 0
+    failed: int = 0
+    rounds: int = 0
+    model_s: float = 0.0  # time the strategies spent choosing points and selecting
+    wait_s: float = 0.0  # part of it the loop waited for
+
+    def past_deadline(self) -> bool:
+        return self.deadline is not None and time.monotonic() >= self.deadline
 
 
 def prefer_default(strategy: Strategy, selection: Mapping[Cell, str], margin: float) -> dict[Cell, str]:

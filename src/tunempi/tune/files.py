@@ -1,18 +1,12 @@
 """Selection -> rule sets -> the library's tuning files, smoke-checked in the real library before they count.
 
-The files are written into a staging directory next to the output, loaded into the real library by
-writers.smoke.smoke_check (a short, checked run at every tuned communicator size, probing both sides
-of every rule bound), and only then moved into place. A file the library rejects or crashes on is never
-left as the result: `write_tuning_files` raises TuningFileError and the output directory keeps whatever
-it held before.
-
-Per library:
-- MPICH: the complete MPIR-level JSON tree (the library's own default tree with the tuned subtrees in
-  place) and its POSIX-level companion (without it MPICH's shared-memory release_gather algorithms take
-  bcast/reduce/barrier/allreduce over after a few calls on one node and the MPIR tree is never asked).
-- Open MPI: a dynamic rules file, read back by the strict reader first (Open MPI drops a file it cannot
-  parse without a word, so a clean smoke run alone proves nothing).
-- Both: an env file forcing the collectives that use one algorithm everywhere (the simple alternative).
+The vendor adapter writes its library's files (adapter.write_tuning_files: what they are and how they are
+activated is its business) into a staging directory next to the output; tune/smoke.py loads them into the
+real library (a short, checked run at every tuned communicator size, probing both sides of every rule
+bound), and only then are they moved into place. A file the library rejects or crashes on is never left as
+the result: `write_tuning_files` raises TuningFileError and the output directory keeps whatever it held
+before. Beside them: an env file forcing the collectives that use one algorithm everywhere (the simple
+alternative).
 """
 
 from __future__ import annotations
@@ -23,11 +17,10 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from tunempi.errors import TunempiError
+from tunempi.errors import TuningFileError
 from tunempi.mpi.library import MPILibrary
 from tunempi.mpi.vendor import VendorAdapter
 from tunempi.rules import (
-    DEFAULT_ALGORITHM,
     RuleSet,
     ScaledChoice,
     SelectionTable,
@@ -35,30 +28,14 @@ from tunempi.rules import (
     check_equivalent,
 )
 from tunempi.space import Cell
+from tunempi.tune.manifest import SmokeRecord
+from tunempi.tune.smoke import PROBE_COLLECTIVES, probe_points, smoke_check
 from tunempi.writers.env_file import write_env_file
-from tunempi.writers.smoke import PROBE_COLLECTIVES, probe_points, smoke_check
 
-MPICH_MPIR_FILE = "mpich-mpir.json"
-MPICH_POSIX_FILE = "mpich-posix.json"
-OPENMPI_RULES_FILE = "openmpi.rules"
 ENV_FILE = "tuning.env"
 
-
-class TuningFileError(TunempiError):
-    """A tuning file could not be written, or the library rejected it in the smoke run."""
-
-
-@dataclass(frozen=True)
-class SmokeRecord:
-    ranks: int
-    ok: bool
-    argv: tuple[str, ...]
-    points: int
-    message: str = ""
-
-    def to_dict(self) -> dict:
-        return {"ranks": self.ranks, "ok": self.ok, "argv": list(self.argv), "points": self.points,
-                "message": self.message}
+__all__ = ["ENV_FILE", "SmokeRecord", "TuningFileError", "WrittenFiles", "rule_sets_for", "selection_table",
+           "smoke_points", "write_tuning_files"]
 
 
 @dataclass(frozen=True)
@@ -92,78 +69,6 @@ def rule_sets_for(table: SelectionTable) -> dict[str, RuleSet]:
     return rule_sets
 
 
-def mpich_leaf_params(library: MPILibrary, rule_sets: Mapping[str, RuleSet]) -> dict[tuple[str, str], dict]:
-    """Parameters of every tuned leaf, from the values the library's cvars had while benchmarking."""
-    from tunempi.mpi.discovery import library_info
-    from tunempi.mpi.mpich import leaf_parameters
-
-    info = library_info(library)
-
-    def value(name: str) -> object:
-        cvar = info.cvar(name)
-        return None if cvar is None else cvar.get("value")
-
-    params: dict[tuple[str, str], dict] = {}
-    for collective, rule_set in rule_sets.items():
-        for algorithm in rule_set.algorithms():
-            if algorithm == DEFAULT_ALGORITHM:
-                continue
-            found = leaf_parameters(collective, algorithm, value)
-            if found is None:
-                raise TuningFileError(f"cannot state the tuning-file parameters of MPICH {collective} {algorithm}")
-            if found:
-                params[(collective, algorithm)] = found
-    return params
-
-
-def _write_mpich(library: MPILibrary, adapter: VendorAdapter, rule_sets: Mapping[str, RuleSet],
-                 staging: Path) -> tuple[dict[str, str], dict[str, str], dict[str, str]]:
-    from tunempi.mpi.default_tree import TUNING_FILE_CVAR, default_trees, find_libmpi, known_leaves
-    from tunempi.writers.mpich_json import write_mpich_json, write_mpich_posix_json
-
-    libmpi = find_libmpi(library.prefix)
-    trees = default_trees(libmpi)
-    (staging / MPICH_MPIR_FILE).write_text(write_mpich_json(
-        trees["mpir"].tree, rule_sets, params=mpich_leaf_params(library, rule_sets),
-        known_leaves=known_leaves(libmpi)))
-    files = {"mpich-mpir": MPICH_MPIR_FILE}
-    env_files: dict[str, str] = {}
-    mechanisms = adapter.tuning_file_mechanisms()
-    for level, name in (("mpir", MPICH_MPIR_FILE), ("posix", MPICH_POSIX_FILE)):
-        if level == "posix":
-            if "posix" not in trees:
-                continue
-            (staging / name).write_text(write_mpich_posix_json(trees["posix"].tree, rule_sets))
-            files["mpich-posix"] = name
-        cvar = TUNING_FILE_CVAR[level]
-        if cvar not in mechanisms:
-            raise TuningFileError(f"{library.name} has no {cvar}; valid mechanisms: {', '.join(mechanisms)}")
-        for variable in adapter.tuning_file_env(cvar, str(staging / name)):
-            env_files[variable] = name
-    return files, env_files, {}
-
-
-def _write_openmpi(adapter: VendorAdapter, rule_sets: Mapping[str, RuleSet],
-                   staging: Path) -> tuple[dict[str, str], dict[str, str], dict[str, str]]:
-    from tunempi.writers.openmpi_rules import read_openmpi_rules, write_openmpi_rules
-
-    ids = {collective: {a.name: a.value for a in adapter.algorithms(collective)} for collective in rule_sets}
-    text = write_openmpi_rules(rule_sets, ids)
-    read_openmpi_rules(text)  # Open MPI would drop a bad file silently: refuse it here instead
-    path = staging / OPENMPI_RULES_FILE
-    path.write_text(text)
-    mechanisms = adapter.tuning_file_mechanisms()
-    if not mechanisms:
-        raise TuningFileError(f"{adapter.library.name} offers no tuning-file mechanism")
-    env_files, env = {}, {}
-    for variable, value in adapter.tuning_file_env(mechanisms[0], str(path)).items():
-        if value == str(path):
-            env_files[variable] = OPENMPI_RULES_FILE
-        else:
-            env[variable] = value
-    return {"openmpi-rules": OPENMPI_RULES_FILE}, env_files, env
-
-
 def smoke_points(rule_sets: Mapping[str, RuleSet]) -> list[tuple[str, int]]:
     """Sizes on both sides of every bound of every rule set the probe can run."""
     return [(c, size) for c, rule_set in sorted(rule_sets.items()) if c in PROBE_COLLECTIVES
@@ -187,12 +92,8 @@ def write_tuning_files(
     out_dir.mkdir(parents=True, exist_ok=True)
     staging = Path(tempfile.mkdtemp(prefix=".staging-", dir=out_dir))
     try:
-        if library.vendor == "mpich":
-            files, env_files, env = _write_mpich(library, adapter, rule_sets, staging)
-        elif library.vendor == "openmpi":
-            files, env_files, env = _write_openmpi(adapter, rule_sets, staging)
-        else:
-            raise TuningFileError(f"no tuning-file writer for vendor {library.vendor!r}")
+        written = adapter.write_tuning_files(rule_sets, staging)
+        files, env_files, env = dict(written.files), dict(written.env_files), dict(written.env)
         env_text = write_env_file(rule_sets, adapter.force_env, title=f"tunempi tuning for {library.name}")
         (staging / ENV_FILE).write_text(env_text.text)
         staged_env = {**env, **{k: str(staging / v) for k, v in env_files.items()}}

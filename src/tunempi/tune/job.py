@@ -1,11 +1,17 @@
-"""`tunempi tune` as a library call: validate, tune, write the files, smoke-check them, write the manifest."""
+"""`tunempi tune` as a library call: validate, tune, write the files, smoke-check them, write the manifest.
+
+`run_tune` returns data (TuneReport) and reports progress as events (TuneStarted, PointMeasured, RoundDone,
+TuningStopped, WritingFiles, FilesWritten) to a callback; the CLI (cli/tune.py) renders them.
+"""
 
 from __future__ import annotations
 
+import dataclasses
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from rich.console import Console
 from rich.progress import BarColumn, Progress, TaskProgressColumn, TextColumn, TimeElapsedColumn
@@ -19,13 +25,14 @@ from tunempi.launch.hosts import NodeAllocation
 from tunempi.launch.scheduler import SCHEDULING_MODES, GroupScheduler
 from tunempi.launch.topology import group_nodes, read_group_file
 from tunempi.mpi.library import MPILibrary
-from tunempi.mpi.vendor import VendorAdapter
+from tunempi.mpi.vendor import FileAlgorithms, VendorAdapter
+from tunempi.rules import RuleSet
 from tunempi.space import FeatureSpace
 from tunempi.store.results import ResultStore, utc_timestamp
 from tunempi.strategy import DEFAULT_STRATEGY, STRATEGIES
 from tunempi.tune.driver import CurvePoint, TuneOutcome, Tuner
-from tunempi.tune.files import rule_sets_for, selection_table, write_tuning_files
-from tunempi.tune.manifest import KIND, VERSION, Manifest, SelectionRow
+from tunempi.tune.files import WrittenFiles, rule_sets_for, selection_table, write_tuning_files
+from tunempi.tune.manifest import CurveRecord, LibraryRecord, Manifest, RunRecord, SelectionRow, VerifyRecord
 from tunempi.tune.runner import LayoutRunner, ParallelRunner, PointResult
 from tunempi.tune.scope import Scale, candidate_algorithms, feature_space, message_sizes, sub_scales
 from tunempi.units import format_size
@@ -93,182 +100,219 @@ def scheduling(topology: str, allocation: NodeAllocation | None) -> GroupSchedul
                      f"'node group' lines (modes: {', '.join(SCHEDULING_MODES)})")
 
 
-def tunable_algorithms(library: MPILibrary, adapter: VendorAdapter, collective: str) -> list[str]:
-    """The library's algorithms a tuning file can select (MPICH: a known JSON leaf whose parameters
-    tunempi can state; Open MPI: every algorithm with an id)."""
-    names = [a.name for a in adapter.algorithms(collective)]
-    if library.vendor != "mpich":
-        return names
-    from tunempi.mpi.default_tree import find_libmpi, known_leaves
-    from tunempi.mpi.discovery import library_info
-    from tunempi.mpi.mpich import leaf_parameters
-    from tunempi.writers.mpich_json import leaf_function
-
-    leaves = known_leaves(find_libmpi(library.prefix))
-    info = library_info(library)
-
-    def value(name: str) -> object:
-        cvar = info.cvar(name)
-        return None if cvar is None else cvar.get("value")
-
-    return [n for n in names if f"algorithm={leaf_function(collective, n)}" in leaves
-            and leaf_parameters(collective, n, value) is not None]
-
-
 @dataclass
 class TuneReport:
-    manifest: Manifest | None
+    manifest: Manifest | None  # None when interrupted (no file written)
     outcome: TuneOutcome
     spaces: dict[str, FeatureSpace]
 
 
+# -- progress: what `run_tune` reports while it works (the CLI renders it) ----------------------------------
+
+
+@dataclass(frozen=True)
+class TuneStarted:
+    """The plan: what will be tuned, where, and what no tuning file of the library can select."""
+
+    library: MPILibrary
+    collectives: tuple[str, ...]
+    scales: tuple[Scale, ...]
+    sizes: tuple[int, ...]
+    cells: int
+    exhaustive_points: int
+    strategy: str
+    topology: str
+    db: Path
+    resumed: int  # runs of these points read back from the store
+    excluded: Mapping[str, Mapping[str, str]]  # collective -> algorithm -> why no tuning file can select it
+
+
+@dataclass(frozen=True)
+class PointMeasured:
+    """One run came back (ok or not); `measured`: runs so far in this tuning run."""
+
+    result: PointResult
+    measured: int
+
+
+@dataclass(frozen=True)
+class RoundDone:
+    """A round of the loop ended; `state.convergence` in [0, 1] is the progress."""
+
+    state: CurvePoint
+    measured_in_round: int
+
+
+@dataclass(frozen=True)
+class TuningStopped:
+    """The loop ended (converged, timeout, max_rounds or interrupted); files come next unless interrupted."""
+
+    outcome: TuneOutcome
+
+
+@dataclass(frozen=True)
+class WritingFiles:
+    """The tuning files are being written and loaded into the library (smoke runs: seconds)."""
+
+    smoke_ranks: tuple[int, ...]
+
+
+@dataclass(frozen=True)
+class FilesWritten:
+    """The smoke-checked files and the manifest are in place."""
+
+    manifest: Manifest
+    manifest_path: Path
+
+
+TuneEvent = TuneStarted | PointMeasured | RoundDone | TuningStopped | WritingFiles | FilesWritten
+OnTuneEvent = Callable[[TuneEvent], None]
+
+
+def _ignore(event: TuneEvent) -> None:
+    pass
+
+
 def build_spaces(collectives: list[str], scales: list[Scale], sizes: list[int],
-                 algorithms: Callable[[str], list[str]]) -> dict[str, FeatureSpace]:
-    return {c: feature_space(c, scales, sizes, candidate_algorithms(algorithms(c))) for c in collectives}
+                 algorithms: Callable[[str], Sequence[str]]) -> dict[str, FeatureSpace]:
+    return {c: feature_space(c, scales, sizes, candidate_algorithms(list(algorithms(c)))) for c in collectives}
 
 
-def run_tune(options: TuneOptions, console: Console) -> TuneReport:
-    """Tune, write and smoke-check the files, write the manifest. Ctrl-C: the measured points stay in the
-    store, no file is written, the report says 'interrupted'."""
-    from tunempi.config import resolve_db
-    from tunempi.mpi.discovery import adapter_for, resolve_library
+@dataclass(frozen=True)
+class TunePlan:
+    """`TuneOptions` checked and resolved: the library, its adapter, what to tune and where to run it."""
 
-    if options.strategy not in STRATEGIES:
-        raise UsageError(f"unknown --strategy {options.strategy!r}; valid: {', '.join(STRATEGIES)}")
-    collectives = [check_engine_collective(c) for c in parse_collectives(options.collectives)]
-    if "barrier" in collectives:
-        raise UsageError("barrier has no message size to tune; valid here: the other engine collectives")
-    scales = sub_scales(nodes=options.nodes, ppn=options.ppn, ranks=options.ranks)
-    sizes = message_sizes(options.max_msg, min_msg=options.min_msg)
-    allocation = NodeAllocation.from_environment() if options.nodes > 1 else None
-    if options.nodes > 1 and (allocation is None or allocation.nodes < options.nodes):
-        raise UsageError(f"--nodes {options.nodes} needs an allocation with that many nodes (Slurm, PBS)")
-    scheduler = scheduling(options.topology, allocation)
+    options: TuneOptions
+    library: MPILibrary
+    adapter: VendorAdapter
+    collectives: list[str]
+    scales: list[Scale]
+    sizes: list[int]
+    allocation: NodeAllocation | None
+    scheduler: GroupScheduler
+    file_algorithms: dict[str, FileAlgorithms]  # per collective: what a tuning file can select, and why not
+    spaces: dict[str, FeatureSpace]
+    db: Path
 
-    library = resolve_library(options.mpi)
-    adapter = adapter_for(library)
-    spaces = build_spaces(collectives, scales, sizes, lambda c: tunable_algorithms(library, adapter, c))
-    db = resolve_db(str(options.db) if options.db else None)
+    @classmethod
+    def of(cls, options: TuneOptions) -> TunePlan:
+        """UsageError for bad options, before anything is launched."""
+        from tunempi.config import resolve_db
+        from tunempi.mpi.discovery import adapter_for, resolve_library
 
-    def make_runner(layout: Layout, hosts: NodeAllocation | None) -> LayoutRunner:
-        return LayoutRunner(library, adapter, layout, settings=options.settings, allocation=hosts,
-                            system=options.system, point_timeout_s=options.point_timeout_s)
+        if options.strategy not in STRATEGIES:
+            raise UsageError(f"unknown --strategy {options.strategy!r}; valid: {', '.join(STRATEGIES)}")
+        collectives = [check_engine_collective(c) for c in parse_collectives(options.collectives)]
+        if "barrier" in collectives:
+            raise UsageError("barrier has no message size to tune; valid here: the other engine collectives")
+        scales = sub_scales(nodes=options.nodes, ppn=options.ppn, ranks=options.ranks)
+        sizes = message_sizes(options.max_msg, min_msg=options.min_msg)
+        allocation = NodeAllocation.from_environment() if options.nodes > 1 else None
+        if options.nodes > 1 and (allocation is None or allocation.nodes < options.nodes):
+            raise UsageError(f"--nodes {options.nodes} needs an allocation with that many nodes (Slurm, PBS)")
+        scheduler = scheduling(options.topology, allocation)
+        library = resolve_library(options.mpi)
+        adapter = adapter_for(library)
+        file_algorithms = {c: adapter.tuning_file_algorithms(c) for c in collectives}
+        spaces = build_spaces(collectives, scales, sizes, lambda c: file_algorithms[c].selectable)
+        db = resolve_db(str(options.db) if options.db else None)
+        return cls(options, library, adapter, collectives, scales, sizes, allocation, scheduler, file_algorithms,
+                   spaces, db)
 
-    runner = ParallelRunner(make_runner, scheduler, allocation)
-    n_cells = sum(len(s.cells) for s in spaces.values())
-    n_points = sum(len(s.cells) * len(s.algorithms) for s in spaces.values())
-    console.print(
-        f"[bold]{library.name}[/] ({library.prefix}): tuning {', '.join(collectives)} at "
-        f"{', '.join(s.label() for s in scales)}, {len(sizes)} sizes {format_size(sizes[0])}..{format_size(sizes[-1])}"
-        f" ({n_cells} cells, {n_points} exhaustive points), strategy {options.strategy}, "
-        f"topology {options.topology}, store {db}"
-    )
-    with ResultStore(db) as store:
-        tuner = Tuner(spaces, runner, strategy=options.strategy, seed=options.seed, store=store,
-                      fingerprint=library.fingerprint, system=options.system,
-                      lanes=options.lanes or auto_lanes(scales),
-                      strategy_params={**LIVE_STRATEGY_PARAMS.get(options.strategy, {}),
-                                       **options.strategy_params})
-        if tuner.resumed:
-            console.print(f"resuming: {tuner.resumed} earlier runs of these points read from the store")
-        try:
-            outcome = _tune_with_progress(tuner, options, console)
-        finally:
-            runner.close()
-    report = TuneReport(None, outcome, spaces)
-    console.print(
-        f"{outcome.stop_reason}: {outcome.measured} runs measured in {outcome.wall_s:.1f} s "
-        f"(benchmark time {outcome.bench_s:.1f} s, {outcome.launches} engine launches, {outcome.failed} failed)"
-    )
-    if outcome.stop_reason == "interrupted":
-        console.print("[yellow]interrupted[/]: measured points are kept in the store; rerun to resume.")
-        return report
-    report.manifest = write_result(options, library, adapter, scales, sizes, outcome, console)
+    @property
+    def strategy_params(self) -> dict[str, object]:
+        return {**LIVE_STRATEGY_PARAMS.get(self.options.strategy, {}), **self.options.strategy_params}
+
+    @property
+    def excluded(self) -> dict[str, dict[str, str]]:
+        return {c: dict(found.excluded) for c, found in sorted(self.file_algorithms.items()) if found.excluded}
+
+    def runner(self) -> ParallelRunner:
+        options = self.options
+
+        def make_runner(layout: Layout, hosts: NodeAllocation | None) -> LayoutRunner:
+            return LayoutRunner(self.library, self.adapter, layout, settings=options.settings, allocation=hosts,
+                                system=options.system, point_timeout_s=options.point_timeout_s)
+
+        return ParallelRunner(make_runner, self.scheduler, self.allocation)
+
+    def started(self, resumed: int) -> TuneStarted:
+        return TuneStarted(
+            library=self.library, collectives=tuple(self.collectives), scales=tuple(self.scales),
+            sizes=tuple(self.sizes), cells=sum(len(s.cells) for s in self.spaces.values()),
+            exhaustive_points=sum(len(s.cells) * len(s.algorithms) for s in self.spaces.values()),
+            strategy=self.options.strategy, topology=self.options.topology, db=self.db, resumed=resumed,
+            excluded=self.excluded)
+
+
+def run_tune(options: TuneOptions, on_event: OnTuneEvent | None = None) -> TuneReport:
+    """Tune, write and smoke-check the files, write the manifest; progress goes to `on_event`.
+
+    Ctrl-C: the measured points stay in the store, no file is written, the outcome says 'interrupted'.
+    TuningFileError when the library rejects the written files (the output directory is then untouched).
+    """
+    emit = on_event or _ignore
+    plan = TunePlan.of(options)
+    runner = plan.runner()
+    try:
+        with ResultStore(plan.db) as store:
+            tuner = Tuner(plan.spaces, runner, strategy=options.strategy, seed=options.seed, store=store,
+                          fingerprint=plan.library.fingerprint, system=options.system,
+                          lanes=options.lanes or auto_lanes(plan.scales), strategy_params=plan.strategy_params)
+            emit(plan.started(tuner.resumed))
+            measured = 0
+
+            def on_result(result: PointResult) -> None:
+                nonlocal measured
+                measured += 1
+                emit(PointMeasured(result, measured))
+
+            outcome = tuner.run(timeout_s=options.timeout_s, on_result=on_result,
+                                on_round=lambda state, count: emit(RoundDone(state, count)))
+    finally:
+        runner.close()
+    emit(TuningStopped(outcome))
+    report = TuneReport(None, outcome, plan.spaces)
+    if outcome.stop_reason != "interrupted":
+        report.manifest = write_result(plan, outcome, emit)
     return report
 
 
-def _tune_with_progress(tuner: Tuner, options: TuneOptions, console: Console) -> TuneOutcome:
-    columns = (TextColumn("{task.description}"), BarColumn(), TaskProgressColumn(),
-               TextColumn("{task.fields[points]} runs"), TimeElapsedColumn())
-    with Progress(*columns, console=console, transient=False) as progress:
-        task = progress.add_task("converging", total=100.0, points=0)
-        counter = {"points": 0}
-
-        failures: dict[tuple[str, str, int], int] = {}
-
-        def on_result(result: PointResult) -> None:
-            counter["points"] += 1
-            if not result.outcome.ok:  # the first failure of an algorithm at a scale in full, then a count
-                key = (result.point.collective, result.point.algorithm, result.layout.ranks)
-                failures[key] = failures.get(key, 0) + 1
-                if failures[key] == 1:
-                    progress.console.print(
-                        f"[red][FAIL][/] {key[0]} {key[1]} {format_size(result.point.msg_bytes)} at {key[2]} "
-                        f"ranks: {result.outcome.status}: {result.outcome.reason}")
-            progress.update(task, points=counter["points"],
-                            description=f"{result.point.collective} {format_size(result.point.msg_bytes)}")
-
-        def on_round(state: CurvePoint, measured: int) -> None:
-            per = " ".join(f"{c} {v:.0%}" for c, v in state.per_collective.items())
-            progress.update(task, completed=100.0 * state.convergence, description=f"converging ({per})")
-
-        outcome = tuner.run(timeout_s=options.timeout_s, on_round=on_round, on_result=on_result)
-        repeated = {k: n for k, n in failures.items() if n > 1}
-        if repeated:
-            progress.console.print("failed more than once (not measured further where blocked): " + ", ".join(
-                f"{c} {a} at {r} ranks x{n}" for (c, a, r), n in sorted(repeated.items())))
-        return outcome
+def files_fields(written: WrittenFiles, rule_sets: Mapping[str, RuleSet]) -> dict[str, Any]:
+    """The manifest fields that describe written tuning files (for `dataclasses.replace`)."""
+    return {"files": dict(written.files), "env_files": dict(written.env_files), "env": dict(written.env),
+            "env_file": written.env_file, "needs_file": tuple(written.needs_file),
+            "rule_sets": dict(sorted(rule_sets.items())), "smoke": tuple(written.smoke)}
 
 
-def write_result(options: TuneOptions, library: MPILibrary, adapter: VendorAdapter, scales: list[Scale],
-                 sizes: list[int], outcome: TuneOutcome, console: Console) -> Manifest:
+def write_result(plan: TunePlan, outcome: TuneOutcome, emit: OnTuneEvent = _ignore) -> Manifest:
     """Selection -> rule sets -> smoke-checked files -> manifest (TuningFileError if a file is rejected)."""
+    options, library = plan.options, plan.library
     preferred_ppn = options.ppn if options.nodes > 1 else None
-    table = selection_table(outcome.selection, preferred_ppn=preferred_ppn)
-    rule_sets = rule_sets_for(table)
-    with console.status("writing the tuning files and loading them into the library (smoke run)"):
-        written = write_tuning_files(options.out, library, adapter, rule_sets,
-                                     smoke_ranks=sorted({s.ranks for s in scales}), smoke=options.smoke)
+    rule_sets = rule_sets_for(selection_table(outcome.selection, preferred_ppn=preferred_ppn))
+    smoke_ranks = tuple(sorted({s.ranks for s in plan.scales}))
+    emit(WritingFiles(smoke_ranks))
+    written = write_tuning_files(options.out, library, plan.adapter, rule_sets, smoke_ranks=smoke_ranks,
+                                 smoke=options.smoke)
     medians = outcome.measured_medians()
-    rows = [
-        SelectionRow(cell, algorithm, medians.get((cell, algorithm)), medians.get((cell, DEFAULT_ALGORITHM)))
-        for cell, algorithm in sorted(outcome.selection.items())
-    ]
-    manifest = Manifest(options.out, {
-        "kind": KIND, "version": VERSION, "created": utc_timestamp(),
-        "library": {"name": library.name, "vendor": library.vendor, "version": library.version,
-                    "fingerprint": library.fingerprint, "prefix": str(library.prefix)},
-        "system": options.system, "preferred_ppn": preferred_ppn,
-        "collectives": sorted({c.collective for c in outcome.selection}),
-        "scales": [list(s.key()) for s in scales],
-        "sizes": sizes,
-        "strategy": options.strategy, "seed": options.seed,
-        "strategy_params": {**LIVE_STRATEGY_PARAMS.get(options.strategy, {}), **options.strategy_params},
-        "run": {"stop_reason": outcome.stop_reason, "wall_s": round(outcome.wall_s, 3),
-                "bench_s": round(outcome.bench_s, 3), "measured": outcome.measured, "resumed": outcome.resumed,
-                "failed": outcome.failed, "launches": outcome.launches},
-        "files": written.files, "env_files": written.env_files, "env": written.env,
-        "env_file": written.env_file, "needs_file": list(written.needs_file),
-        "selection": [row.to_dict() for row in rows],
-        "rule_sets": {c: rs.to_dict() for c, rs in sorted(rule_sets.items())},
-        "training_curve": [
-            {"wall_s": round(p.wall_s, 3), "bench_s": round(p.bench_s, 3), "points": p.points,
-             "convergence": round(p.convergence, 4),
-             "per_collective": {c: round(v, 4) for c, v in p.per_collective.items()}}
-            for p in outcome.curve
-        ],
-        "smoke": [record.to_dict() for record in written.smoke],
-        "verify": None,
-    })
-    path = manifest.save()
-    console.print(f"tuning files smoke-checked in {library.name} and written to {options.out} ({path.name})")
-    for collective, rule_set in sorted(rule_sets.items()):
-        for block in rule_set.blocks:
-            upto = "+" if block.max_ranks is None else f"..{block.max_ranks}"
-            rules = ", ".join(
-                f"{'<=' + format_size(r.max_bytes) if r.max_bytes is not None else 'above'} {r.algorithm}"
-                for r in block.rules)
-            console.print(f"  {collective} [{block.min_ranks}{upto} ranks]: {rules}", soft_wrap=True)
+    manifest = Manifest(
+        directory=options.out, library=LibraryRecord.of(library), created=utc_timestamp(),
+        system=options.system, preferred_ppn=preferred_ppn,
+        collectives=tuple(sorted({c.collective for c in outcome.selection})),
+        scales=tuple(s.key() for s in plan.scales), sizes=tuple(plan.sizes),
+        strategy=options.strategy, seed=options.seed, strategy_params=plan.strategy_params,
+        run=RunRecord(stop_reason=outcome.stop_reason, wall_s=outcome.wall_s, bench_s=outcome.bench_s,
+                      measured=outcome.measured, resumed=outcome.resumed, failed=outcome.failed,
+                      launches=outcome.launches),
+        excluded=plan.excluded,
+        selection=tuple(
+            SelectionRow(cell, algorithm, medians.get((cell, algorithm)), medians.get((cell, DEFAULT_ALGORITHM)))
+            for cell, algorithm in sorted(outcome.selection.items())),
+        training_curve=tuple(CurveRecord(p.wall_s, p.bench_s, p.points, p.convergence, dict(p.per_collective))
+                             for p in outcome.curve),
+        **files_fields(written, rule_sets),
+    )
+    emit(FilesWritten(manifest, manifest.save()))
     return manifest
 
 
@@ -300,12 +344,12 @@ def run_verify(directory: Path, console: Console, *, repeats: int = 3, settings:
     if missing:
         raise UsageError(f"{directory}: files named in the manifest are missing: {', '.join(missing)}")
     recorded = manifest.library
-    library = resolve_library(mpi or recorded["prefix"])
-    if library.fingerprint != recorded["fingerprint"]:
-        raise UsageError(f"{directory} was tuned for {recorded['name']} ({recorded['fingerprint']}), "
+    library = resolve_library(mpi or recorded.prefix)
+    if library.fingerprint != recorded.fingerprint:
+        raise UsageError(f"{directory} was tuned for {recorded.name} ({recorded.fingerprint}), "
                          f"not {library.name} ({library.fingerprint}); give --mpi with that library")
     adapter = adapter_for(library)
-    rows = manifest.selection()
+    rows = manifest.selection
     selection = {row.cell: row.algorithm for row in rows}
     work = verify_plan(selection, repeats)
     multi_node = any(layout.nodes > 1 for layout in work)
@@ -313,7 +357,7 @@ def run_verify(directory: Path, console: Console, *, repeats: int = 3, settings:
 
     def make_runner(layout: Layout, hosts: NodeAllocation | None) -> LayoutRunner:
         return LayoutRunner(library, adapter, layout, settings=settings, allocation=hosts,
-                            system=str(manifest.data.get("system", "")))
+                            system=manifest.system)
 
     runner = ParallelRunner(make_runner, scheduling(topology, allocation), allocation)
     total = sum(len(points) for points in work.values())
@@ -344,31 +388,21 @@ def run_verify(directory: Path, console: Console, *, repeats: int = 3, settings:
     fixed, verified = apply_replacements(selection, verified)
     replaced = [v for v in verified if v.replaced]
     if replaced:
-        table = selection_table(fixed, preferred_ppn=manifest.data.get("preferred_ppn"))
+        table = selection_table(fixed, preferred_ppn=manifest.preferred_ppn)
         rule_sets = rule_sets_for(table)
         scales = {cell.ranks for cell in fixed}
         with console.status("rewriting the tuning files (smoke run)"):
             written = write_tuning_files(manifest.directory, library, adapter, rule_sets,
                                          smoke_ranks=sorted(scales), smoke=smoke)
-        manifest.data.update({
-            "files": written.files, "env_files": written.env_files, "env": written.env,
-            "env_file": written.env_file, "needs_file": list(written.needs_file),
-            "rule_sets": {c: rs.to_dict() for c, rs in sorted(rule_sets.items())},
-            "smoke": [record.to_dict() for record in written.smoke],
-        })
-        manifest.data["selection"] = [
-            {**SelectionRow(row.cell, fixed[row.cell], row.median_us if fixed[row.cell] == row.algorithm
-                            else row.default_us, row.default_us).to_dict(),
-             **({"replaced_from": row.algorithm} if fixed[row.cell] != row.algorithm else {})}
-            for row in rows
-        ]
+        manifest = dataclasses.replace(manifest, **files_fields(written, rule_sets), selection=tuple(
+            SelectionRow(row.cell, fixed[row.cell],
+                         row.median_us if fixed[row.cell] == row.algorithm else row.default_us, row.default_us,
+                         replaced_from=row.algorithm if fixed[row.cell] != row.algorithm else "")
+            for row in rows))
     numbers = summary(verified)
-    manifest.data["verify"] = {
-        "verified_at": utc_timestamp(), "repeats": repeats, "second_pass_cells": len(again),
-        "time_cap_s": settings.time_cap_s,
-        "wall_s": round(time.monotonic() - started, 3), "summary": numbers,
-        "cells": [v.to_dict() for v in verified],
-    }
+    manifest = dataclasses.replace(manifest, verify=VerifyRecord(
+        verified_at=utc_timestamp(), repeats=repeats, second_pass_cells=len(again), time_cap_s=settings.time_cap_s,
+        wall_s=time.monotonic() - started, summary=numbers, cells=tuple(verified)))
     manifest.save()
     for v in replaced:
         console.print(f"[yellow]replaced[/] {v.cell.collective} {format_size(v.cell.msg_bytes)} at "

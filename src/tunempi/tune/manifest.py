@@ -1,31 +1,39 @@
 """The manifest of a tuning directory (`manifest.json`): what was tuned, the files, how to apply them.
 
-Versioned JSON, one document per tuning directory, written by `tune`, updated by `verify`, read by
-`run` and `report`. File variables are stored by file name and resolved against the directory when
-read, so a tuning directory can be moved or copied to another machine with the same library.
+A frozen, typed record (`Manifest`), written by `tune`, replaced by `verify`, read by `run` and `report`.
+On disk it is versioned JSON, one document per tuning directory. File variables are stored by file name
+and resolved against the directory when read, so a tuning directory can be moved or copied to another
+machine with the same library.
 
 Keys (version 1):
-    kind, version, created, library{name, vendor, version, fingerprint, prefix}, system,
-    collectives, scales[[ranks, nodes, ppn]], sizes, strategy, seed,
+    kind, version, created, library{name, vendor, version, fingerprint, prefix}, system, preferred_ppn,
+    collectives, scales[[ranks, nodes, ppn]], sizes, strategy, seed, strategy_params,
     run{stop_reason, wall_s, bench_s, measured, resumed, failed, launches},
     files{role: name}, env_files{VAR: name}, env{VAR: value}, env_file, needs_file,
-    selection[{collective, ranks, nodes, ppn, msg_bytes, algorithm, median_us, default_us}],
+    excluded{collective: {algorithm: reason}} (what no tuning file of the library can select, and why),
+    selection[{collective, ranks, nodes, ppn, msg_bytes, algorithm, median_us, default_us, replaced_from?}],
     rule_sets{collective: RuleSet.to_dict()}, training_curve[{wall_s, bench_s, points, convergence,
-    per_collective}], smoke[{ranks, ok, argv, points, message}], verify (null until `tunempi verify`).
+    per_collective}], smoke[{ranks, ok, argv, points, message}],
+    verify (null until `tunempi verify`: {verified_at, repeats, second_pass_cells, time_cap_s, wall_s,
+    summary, cells[VerifiedCell.to_dict()]}).
+Keys a manifest lacks read as empty (an older manifest without `excluded` loads as excluding nothing).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from tunempi.errors import UsageError
+from tunempi.mpi.library import MPILibrary
 from tunempi.rules import RuleSet
 from tunempi.space import Cell
+from tunempi.tune.verify import VerifiedCell
 
 MANIFEST_NAME = "manifest.json"
 KIND = "tunempi-tuning"
@@ -40,22 +48,155 @@ class SelectionRow:
     algorithm: str
     median_us: float | None = None
     default_us: float | None = None
+    replaced_from: str = ""  # the algorithm `verify` replaced by the default here ("" if none)
 
     def to_dict(self) -> dict[str, Any]:
-        return {**self.cell.to_dict(), "algorithm": self.algorithm, "median_us": self.median_us,
+        data = {**self.cell.to_dict(), "algorithm": self.algorithm, "median_us": self.median_us,
                 "default_us": self.default_us}
+        return {**data, "replaced_from": self.replaced_from} if self.replaced_from else data
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> SelectionRow:
-        return cls(Cell.from_dict(data), str(data["algorithm"]), data.get("median_us"), data.get("default_us"))
+        return cls(Cell.from_dict(data), str(data["algorithm"]), data.get("median_us"), data.get("default_us"),
+                   str(data.get("replaced_from", "")))
 
 
+@dataclass(frozen=True)
+class LibraryRecord:
+    """The library a directory was tuned for (its fingerprint must match to verify or run it)."""
+
+    name: str
+    vendor: str = ""
+    version: str = ""
+    fingerprint: str = ""
+    prefix: str = ""
+
+    @classmethod
+    def of(cls, library: MPILibrary) -> LibraryRecord:
+        return cls(library.name, library.vendor, library.version, library.fingerprint, str(library.prefix))
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> LibraryRecord:
+        return cls(str(data["name"]), str(data.get("vendor", "")), str(data.get("version", "")),
+                   str(data.get("fingerprint", "")), str(data.get("prefix", "")))
+
+
+@dataclass(frozen=True)
+class RunRecord:
+    """How the tuning run went."""
+
+    stop_reason: str = ""  # one of tune.driver.STOP_REASONS
+    wall_s: float = 0.0
+    bench_s: float = 0.0
+    measured: int = 0
+    resumed: int = 0
+    failed: int = 0
+    launches: int = 0
+
+    def to_dict(self) -> dict[str, Any]:
+        return {**dataclasses.asdict(self), "wall_s": round(self.wall_s, 3), "bench_s": round(self.bench_s, 3)}
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> RunRecord:
+        names = {f.name for f in dataclasses.fields(cls)}
+        return cls(**{k: v for k, v in data.items() if k in names})
+
+
+@dataclass(frozen=True)
+class CurveRecord:
+    """One point of the training curve (after a round of the tuning loop)."""
+
+    wall_s: float
+    bench_s: float
+    points: int
+    convergence: float
+    per_collective: Mapping[str, float] = field(default_factory=dict)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"wall_s": round(self.wall_s, 3), "bench_s": round(self.bench_s, 3), "points": self.points,
+                "convergence": round(self.convergence, 4),
+                "per_collective": {c: round(v, 4) for c, v in self.per_collective.items()}}
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> CurveRecord:
+        return cls(float(data["wall_s"]), float(data["bench_s"]), int(data["points"]), float(data["convergence"]),
+                   dict(data.get("per_collective", {})))
+
+
+@dataclass(frozen=True)
+class SmokeRecord:
+    """One smoke run of the written files in the real library."""
+
+    ranks: int
+    ok: bool
+    argv: tuple[str, ...]
+    points: int
+    message: str = ""
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"ranks": self.ranks, "ok": self.ok, "argv": list(self.argv), "points": self.points,
+                "message": self.message}
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> SmokeRecord:
+        return cls(int(data["ranks"]), bool(data["ok"]), tuple(data.get("argv", ())), int(data.get("points", 0)),
+                   str(data.get("message", "")))
+
+
+@dataclass(frozen=True)
+class VerifyRecord:
+    """What `tunempi verify` measured: every compared cell and the summary (tune/verify.py)."""
+
+    verified_at: str
+    repeats: int
+    second_pass_cells: int
+    time_cap_s: float | None
+    wall_s: float
+    summary: Mapping[str, float | int]
+    cells: tuple[VerifiedCell, ...] = ()
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"verified_at": self.verified_at, "repeats": self.repeats, "second_pass_cells": self.second_pass_cells,
+                "time_cap_s": self.time_cap_s, "wall_s": round(self.wall_s, 3), "summary": dict(self.summary),
+                "cells": [cell.to_dict() for cell in self.cells]}
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> VerifyRecord:
+        return cls(str(data.get("verified_at", "")), int(data.get("repeats", 0)), int(data.get("second_pass_cells", 0)),
+                   data.get("time_cap_s"), float(data.get("wall_s", 0.0)), dict(data.get("summary", {})),
+                   tuple(VerifiedCell.from_dict(cell) for cell in data.get("cells", [])))
+
+
+@dataclass(frozen=True)
 class Manifest:
-    """A tuning directory's manifest (a thin wrapper over the JSON document)."""
+    """A tuning directory's manifest. Change it with `dataclasses.replace`, write it with `save`."""
 
-    def __init__(self, directory: Path, data: dict[str, Any]) -> None:
-        self.directory = Path(directory)
-        self.data = data
+    directory: Path
+    library: LibraryRecord
+    created: str = ""
+    system: str = ""
+    preferred_ppn: int | None = None
+    collectives: tuple[str, ...] = ()
+    scales: tuple[tuple[int, ...], ...] = ()  # (ranks, nodes, ppn)
+    sizes: tuple[int, ...] = ()
+    strategy: str = ""
+    seed: int = 0
+    strategy_params: Mapping[str, Any] = field(default_factory=dict)
+    run: RunRecord = field(default_factory=RunRecord)
+    files: Mapping[str, str] = field(default_factory=dict)  # role -> file name in the directory
+    env_files: Mapping[str, str] = field(default_factory=dict)  # variable -> file name in the directory
+    env: Mapping[str, str] = field(default_factory=dict)  # further variables the files need
+    env_file: str = ""
+    needs_file: tuple[str, ...] = ()  # collectives the env file cannot express
+    excluded: Mapping[str, Mapping[str, str]] = field(default_factory=dict)  # collective -> algorithm -> why
+    selection: tuple[SelectionRow, ...] = ()
+    rule_sets: Mapping[str, RuleSet] = field(default_factory=dict)
+    training_curve: tuple[CurveRecord, ...] = ()
+    smoke: tuple[SmokeRecord, ...] = ()
+    verify: VerifyRecord | None = None
 
     # -- reading ------------------------------------------------------------------------------
     @classmethod
@@ -69,38 +210,79 @@ class Manifest:
                              "create one with `tunempi tune --out DIR`") from None
         except json.JSONDecodeError as exc:
             raise UsageError(f"{path} is not valid JSON: {exc}") from None
-        if data.get("kind") != KIND:
-            raise UsageError(f"{path} is not a tunempi tuning manifest (kind {data.get('kind')!r})")
+        if not isinstance(data, dict) or data.get("kind") != KIND:
+            kind = data.get("kind") if isinstance(data, dict) else None
+            raise UsageError(f"{path} is not a tunempi tuning manifest (kind {kind!r})")
         if int(data.get("version", 0)) > VERSION:
             raise UsageError(f"{path} has manifest version {data['version']}; this tunempi reads up to {VERSION}")
-        return cls(directory, data)
+        try:
+            return cls.from_dict(directory, data)
+        except (KeyError, TypeError, ValueError) as exc:
+            raise UsageError(f"{path} is not a readable tuning manifest ({type(exc).__name__}: {exc})") from None
 
-    @property
-    def library(self) -> dict[str, Any]:
-        return dict(self.data["library"])
+    @classmethod
+    def from_dict(cls, directory: Path, data: Mapping[str, Any]) -> Manifest:
+        verify = data.get("verify")
+        return cls(
+            directory=Path(directory),
+            library=LibraryRecord.from_dict(data["library"]),
+            created=str(data.get("created", "")),
+            system=str(data.get("system", "")),
+            preferred_ppn=data.get("preferred_ppn"),
+            collectives=tuple(data.get("collectives", ())),
+            scales=tuple(tuple(int(v) for v in scale) for scale in data.get("scales", ())),
+            sizes=tuple(int(size) for size in data.get("sizes", ())),
+            strategy=str(data.get("strategy", "")),
+            seed=int(data.get("seed", 0)),
+            strategy_params=dict(data.get("strategy_params", {})),
+            run=RunRecord.from_dict(data.get("run", {})),
+            files={str(k): str(v) for k, v in data.get("files", {}).items()},
+            env_files={str(k): str(v) for k, v in data.get("env_files", {}).items()},
+            env={str(k): str(v) for k, v in data.get("env", {}).items()},
+            env_file=str(data.get("env_file", "")),
+            needs_file=tuple(data.get("needs_file", ())),
+            excluded={str(c): {str(a): str(why) for a, why in reasons.items()}
+                      for c, reasons in data.get("excluded", {}).items()},
+            selection=tuple(SelectionRow.from_dict(row) for row in data.get("selection", ())),
+            rule_sets={c: RuleSet.from_dict(d) for c, d in data.get("rule_sets", {}).items()},
+            training_curve=tuple(CurveRecord.from_dict(p) for p in data.get("training_curve", ())),
+            smoke=tuple(SmokeRecord.from_dict(s) for s in data.get("smoke", ())),
+            verify=VerifyRecord.from_dict(verify) if verify else None,
+        )
 
-    def env(self) -> dict[str, str]:
+    def activation_env(self) -> dict[str, str]:
         """Every variable that activates the tuning, file variables resolved against the directory."""
-        env = {str(k): str(v) for k, v in self.data.get("env", {}).items()}
-        for name, file in self.data.get("env_files", {}).items():
-            env[str(name)] = str((self.directory / file).resolve())
+        env = dict(self.env)
+        for name, file in self.env_files.items():
+            env[name] = str((self.directory / file).resolve())
         return env
 
-    def selection(self) -> list[SelectionRow]:
-        return [SelectionRow.from_dict(row) for row in self.data.get("selection", [])]
-
-    def rule_sets(self) -> dict[str, RuleSet]:
-        return {c: RuleSet.from_dict(d) for c, d in self.data.get("rule_sets", {}).items()}
-
     def missing_files(self) -> list[str]:
-        return [name for name in self.data.get("files", {}).values() if not (self.directory / name).is_file()]
+        return [name for name in self.files.values() if not (self.directory / name).is_file()]
 
     # -- writing ------------------------------------------------------------------------------
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "kind": KIND, "version": VERSION, "created": self.created, "library": self.library.to_dict(),
+            "system": self.system, "preferred_ppn": self.preferred_ppn, "collectives": list(self.collectives),
+            "scales": [list(scale) for scale in self.scales], "sizes": list(self.sizes),
+            "strategy": self.strategy, "seed": self.seed, "strategy_params": dict(self.strategy_params),
+            "run": self.run.to_dict(),
+            "files": dict(self.files), "env_files": dict(self.env_files), "env": dict(self.env),
+            "env_file": self.env_file, "needs_file": list(self.needs_file),
+            "excluded": {c: dict(reasons) for c, reasons in sorted(self.excluded.items())},
+            "selection": [row.to_dict() for row in self.selection],
+            "rule_sets": {c: rs.to_dict() for c, rs in sorted(self.rule_sets.items())},
+            "training_curve": [point.to_dict() for point in self.training_curve],
+            "smoke": [record.to_dict() for record in self.smoke],
+            "verify": self.verify.to_dict() if self.verify is not None else None,
+        }
+
     def save(self) -> Path:
         """Write atomically (a reader never sees half a manifest)."""
         self.directory.mkdir(parents=True, exist_ok=True)
         path = self.directory / MANIFEST_NAME
         temporary = path.with_suffix(".json.tmp")
-        temporary.write_text(json.dumps(self.data, indent=1, sort_keys=False) + "\n", encoding="utf-8")
+        temporary.write_text(json.dumps(self.to_dict(), indent=1, sort_keys=False) + "\n", encoding="utf-8")
         os.replace(temporary, path)
         return path

@@ -57,8 +57,8 @@ class VerifiedCell:
 
     @classmethod
     def from_dict(cls, data: Mapping) -> VerifiedCell:
-        def f(x: object) -> float:
-            return float("nan") if x is None else float(x)  # type: ignore[arg-type]
+        def f(x: float | str | None) -> float:
+            return float("nan") if x is None else float(x)
 
         return cls(Cell.from_dict(data), str(data["algorithm"]), data.get("tuned_us"), data.get("default_us"),
                    f(data.get("speedup")), f(data.get("ci_low")), f(data.get("ci_high")), str(data["verdict"]),

@@ -1,4 +1,7 @@
-"""Rule sets -> an Open MPI coll/tuned dynamic rules file (classic format), a strict reader, an evaluator.
+"""Rule sets -> an Open MPI coll/tuned dynamic rules file (classic format), and a strict reader.
+
+Pure syntax: the algorithm ids come from Open MPI's vendor adapter (in mpi/), which also holds the
+evaluator that looks a call up in a parsed file as Open MPI does.
 
 Format (ompi/mca/coll/tuned/coll_tuned_dynamic_file.c, Open MPI 5.0.x): whitespace-separated integers,
 `#` comments; number of collectives; per collective: its id, the number of communicator-size sections;
@@ -9,7 +12,7 @@ sections in file order and stop at the first one whose size is > the communicato
 before (the first section when none is <=); then the same walk over that section's message rules.
 Unsorted keys therefore silently pick the wrong rule: the writer emits increasing numeric order and the
 reader refuses anything else. Algorithm 0 means "use the fixed decision". Errors anywhere make Open MPI ignore
-the whole file SILENTLY (its messages are compiled out of release builds), so `read_openmpi_rules`
+the whole file SILENTLY (its messages are compiled out of release builds), so `read_dynamic_rules`
 mirrors the reader strictly and the writer only emits what it accepts.
 
 Open MPI 5.0.11 also accepts `rule-file-version-2` (adds max_requests); the JSON rules format of
@@ -58,7 +61,7 @@ def library_msg_size(collective: str, osu_bytes: int, ranks: int) -> int:
 
 
 @dataclass(frozen=True)
-class OmpiMsgRule:
+class MsgSizeRule:
     msg_size: int
     algorithm: int
     faninout: int = 0
@@ -66,13 +69,13 @@ class OmpiMsgRule:
 
 
 @dataclass(frozen=True)
-class OmpiSection:
+class CommSizeSection:
     comm_size: int
-    rules: tuple[OmpiMsgRule, ...]
+    rules: tuple[MsgSizeRule, ...]
 
 
 def _section_rules(collective: str, rules: tuple[MsgRule, ...], ranks: int,
-                   ids: Mapping[str, int]) -> tuple[OmpiMsgRule, ...]:
+                   ids: Mapping[str, int]) -> tuple[MsgSizeRule, ...]:
     def algorithm_id(name: str) -> int:
         if name == DEFAULT_ALGORITHM:
             return 0  # Open MPI: no algorithm from the file, use the fixed decision
@@ -86,43 +89,43 @@ def _section_rules(collective: str, rules: tuple[MsgRule, ...], ranks: int,
         if len({rule.algorithm for rule in rules}) > 1:
             raise UsageError(f"Open MPI selects {collective} without a message size; one algorithm per "
                              f"communicator size is all a rules file can say")
-        return (OmpiMsgRule(0, algorithm_id(rules[0].algorithm)),)
-    out = [OmpiMsgRule(0, algorithm_id(rules[0].algorithm))]
+        return (MsgSizeRule(0, algorithm_id(rules[0].algorithm)),)
+    out = [MsgSizeRule(0, algorithm_id(rules[0].algorithm))]
     for previous, rule in zip(rules, rules[1:], strict=False):
         assert previous.max_bytes is not None
-        out.append(OmpiMsgRule(library_msg_size(collective, previous.max_bytes, ranks) + 1,
+        out.append(MsgSizeRule(library_msg_size(collective, previous.max_bytes, ranks) + 1,
                                algorithm_id(rule.algorithm)))
     return tuple(out)
 
 
-def _block_sections(collective: str, block: CommBlock, ids: Mapping[str, int]) -> list[OmpiSection]:
+def _block_sections(collective: str, block: CommBlock, ids: Mapping[str, int]) -> list[CommSizeSection]:
     measured = block.measured_ranks or (block.min_ranks,)
     if MSG_SEMANTICS[collective] != "x_comm_size" or len(block.rules) == 1 or len(measured) == 1:
-        return [OmpiSection(block.min_ranks, _section_rules(collective, block.rules, measured[-1], ids))]
+        return [CommSizeSection(block.min_ranks, _section_rules(collective, block.rules, measured[-1], ids))]
     # Bounds scale with the communicator size: one section per measured size, exact at each; sizes
     # between two measured ones use the next measured size's scaling (same choice as the MPICH writer).
     sections, start = [], block.min_ranks
     for ranks in measured:
-        sections.append(OmpiSection(start, _section_rules(collective, block.rules, ranks, ids)))
+        sections.append(CommSizeSection(start, _section_rules(collective, block.rules, ranks, ids)))
         start = ranks + 1
     return sections
 
 
-def openmpi_sections(rule_set: RuleSet, algorithm_ids: Mapping[str, int]) -> list[OmpiSection]:
+def rule_sections(rule_set: RuleSet, algorithm_ids: Mapping[str, int]) -> list[CommSizeSection]:
     """The communicator-size sections for one collective, in increasing numeric order."""
     if rule_set.collective not in COLLECTIVE_IDS or rule_set.collective not in MSG_SEMANTICS:
         raise UsageError(f"Open MPI rules files cannot tune {rule_set.collective}")
-    sections: list[OmpiSection] = []
+    sections: list[CommSizeSection] = []
     for block in rule_set.blocks:
         sections.extend(_block_sections(rule_set.collective, block, algorithm_ids))
-    merged: list[OmpiSection] = []
+    merged: list[CommSizeSection] = []
     for section in sections:  # a section equal to the previous one adds nothing
         if not merged or merged[-1].rules != section.rules:
             merged.append(section)
     return merged
 
 
-def write_openmpi_rules(rule_sets: Mapping[str, RuleSet] | list[RuleSet],
+def write_dynamic_rules(rule_sets: Mapping[str, RuleSet] | list[RuleSet],
                         algorithm_ids: Mapping[str, Mapping[str, int]]) -> str:
     """The text of a dynamic rules file.
 
@@ -138,7 +141,7 @@ def write_openmpi_rules(rule_sets: Mapping[str, RuleSet] | list[RuleSet],
         ids = algorithm_ids.get(rule_set.collective)
         if ids is None:
             raise UsageError(f"no algorithm ids given for {rule_set.collective}")
-        sections = openmpi_sections(rule_set, ids)
+        sections = rule_sections(rule_set, ids)
         lines.append(f"{COLLECTIVE_IDS[rule_set.collective]}  # collective id: {rule_set.collective}")
         lines.append(f"{len(sections)}  # number of communicator sizes")
         for section in sections:
@@ -153,7 +156,7 @@ def write_openmpi_rules(rule_sets: Mapping[str, RuleSet] | list[RuleSet],
 _VERSION = re.compile(r"^rule-file-version-(\d+)")
 
 
-def read_openmpi_rules(text: str) -> dict[int, list[OmpiSection]]:
+def read_dynamic_rules(text: str) -> dict[int, list[CommSizeSection]]:
     """Parse a rules file as strictly as Open MPI does; UsageError where Open MPI would drop the file."""
     match = _VERSION.match(text)
     if match:
@@ -175,15 +178,15 @@ def read_openmpi_rules(text: str) -> dict[int, list[OmpiSection]]:
             raise UsageError(f"rules file: {what} must be a non-negative integer, got {token!r}")
         return int(token)
 
-    result: dict[int, list[OmpiSection]] = {}
+    result: dict[int, list[CommSizeSection]] = {}
     for _ in range(take("number of collectives")):
         collective_id = take("collective id")
         if collective_id >= COLLECTIVE_COUNT:
             raise UsageError(f"rules file: collective id {collective_id} >= {COLLECTIVE_COUNT}")
-        sections = []
+        sections: list[CommSizeSection] = []
         for _ in range(take("number of communicator sizes")):
             comm_size = take("communicator size")
-            rules = []
+            rules: list[MsgSizeRule] = []
             for index in range(take("number of message sizes")):
                 msg_size, algorithm = take("message size"), take("algorithm")
                 faninout, segsize = take("fan-in/out"), take("segment size")
@@ -192,33 +195,12 @@ def read_openmpi_rules(text: str) -> dict[int, list[OmpiSection]]:
                 if rules and msg_size <= rules[-1].msg_size:
                     raise UsageError(f"rules file: message sizes must increase, got {msg_size} after "
                                      f"{rules[-1].msg_size} (communicator size {comm_size})")
-                rules.append(OmpiMsgRule(msg_size, algorithm, faninout, segsize))
+                rules.append(MsgSizeRule(msg_size, algorithm, faninout, segsize))
             if sections and comm_size <= sections[-1].comm_size:
                 raise UsageError(f"rules file: communicator sizes must increase, got {comm_size} after "
                                  f"{sections[-1].comm_size}")
-            sections.append(OmpiSection(comm_size, tuple(rules)))
+            sections.append(CommSizeSection(comm_size, tuple(rules)))
         result[collective_id] = sections
     if position != len(tokens):
         raise UsageError(f"rules file has {len(tokens) - position} unread value(s) after the last collective")
     return result
-
-
-def select_openmpi(rules: Mapping[int, list[OmpiSection]], collective: str, comm_size: int,
-                   msg_size: int) -> int:
-    """The algorithm id Open MPI's lookup returns for a library-side message size (0: fixed decision)."""
-    sections = rules.get(COLLECTIVE_IDS[collective], [])
-    if not sections:
-        return 0
-    chosen = sections[0]
-    for section in sections:  # stop at the first section above the communicator size
-        if section.comm_size > comm_size:
-            break
-        chosen = section
-    if not chosen.rules:
-        return 0
-    rule = chosen.rules[0]
-    for candidate in chosen.rules:  # ... and the same for message sizes
-        if candidate.msg_size > msg_size:
-            break
-        rule = candidate
-    return rule.algorithm

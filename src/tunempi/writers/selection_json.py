@@ -1,11 +1,15 @@
-"""Rule sets -> a COMPLETE MPICH collective-selection JSON file (MPIR level), and an evaluator for it.
+"""Rule sets -> a COMPLETE MPICH collective-selection JSON file (MPIR level) and its POSIX-level companion.
 
-The file is the library's own default MPIR tree (mpi/default_tree.py) with the `comm_type=intra`
+Pure syntax: the library's default trees, the leaves its parser accepts, the leaf parameters and each
+leaf's restrictions are passed in by MPICH's vendor adapter (in mpi/), which also holds the evaluator
+that walks a tree as MPICH does.
+
+The file is the library's own default MPIR tree with the `comm_type=intra`
 subtree of each tuned collective replaced; everything else (untuned collectives, intercommunicators,
 non-blocking collectives) stays the library's default. MPICH aborts on a tree that lacks a collective.
 
 Facts this module relies on (MPICH 5.0.2; src/mpi/coll/src/csel.c, csel_container.c,
-src/mpi/coll/coll_algorithms.txt of pmodels/mpich; checked against the embedded library):
+src/mpi/coll/coll_algorithms.txt of MPICH's repository; checked against the embedded library):
 
 * Sibling keys are tried in file order, first match wins; `comm_size<=N`, `avg_msg_size<=N`, ... must
   have a following sibling (the `=any` key closes every list). Python dicts keep insertion order and
@@ -28,8 +32,9 @@ src/mpi/coll/coll_algorithms.txt of pmodels/mpich; checked against the embedded 
   asserts on unknown names. Parametrised algorithms read their parameters from child keys (`k=2`);
   the container is malloc'ed, NOT zeroed, so a missing parameter is garbage: they are required here.
 * The selected algorithm's preconditions are NOT checked on this path (reduce_scatter_allgather with
-  count < pow2 asserts), so every tuned leaf is wrapped in guards for its restrictions, and the guard's
-  other branch is the library's own default subtree for the collective (valid for every call).
+  count < pow2 asserts), so every tuned leaf is wrapped in guards for its restrictions (`restrictions`:
+  leaf function -> names from GUARDS, given by the adapter), and the guard's other branch is the
+  library's own default subtree for the collective (valid for every call).
 """
 
 from __future__ import annotations
@@ -37,7 +42,6 @@ from __future__ import annotations
 import copy
 import json
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
 
 from tunempi.errors import UsageError
 from tunempi.rules.ruleset import DEFAULT_ALGORITHM, CommBlock, MsgRule, RuleSet
@@ -56,36 +60,6 @@ MSG_SEMANTICS: dict[str, tuple[str, bool]] = {
     "reduce_scatter": ("total_msg_size", False),
     "reduce_scatter_block": ("total_msg_size", False),
     "barrier": ("", False),  # no message size: one algorithm per communicator-size block
-}
-
-#: Preconditions per leaf: MPICH's coll_algorithms.txt `restrictions`, plus `commutative` for the newer
-#: reduction algorithms (recursive_multiplying asserts it; conservative for the others: a guard only
-#: sends non-commutative user ops to the default choice).
-RESTRICTIONS: dict[str, tuple[str, ...]] = {
-    "MPIR_Allreduce_intra_smp": ("commutative", "parent-comm"),
-    "MPIR_Allreduce_intra_reduce_scatter_allgather": ("size-ge-pof2", "builtin-op"),
-    "MPIR_Allreduce_intra_recursive_multiplying": ("commutative",),
-    "MPIR_Allreduce_intra_ring": ("commutative",),
-    "MPIR_Allreduce_intra_recexch": ("commutative",),
-    "MPIR_Allreduce_intra_tree": ("commutative",),
-    "MPIR_Allreduce_intra_k_reduce_scatter_allgather": ("commutative",),
-    "MPIR_Reduce_intra_smp": ("commutative", "parent-comm"),
-    "MPIR_Reduce_intra_reduce_scatter_gather": ("size-ge-pof2", "builtin-op"),
-    "MPIR_Bcast_intra_smp": ("parent-comm",),
-    "MPIR_Bcast_intra_scatter_recursive_doubling_allgather": ("power-of-two",),
-    "MPIR_Allgather_intra_recursive_doubling": ("power-of-two",),
-    "MPIR_Allgatherv_intra_recursive_doubling": ("power-of-two",),
-    "MPIR_Alltoall_intra_brucks": ("noinplace",),
-    "MPIR_Alltoall_intra_k_brucks": ("noinplace",),
-    "MPIR_Alltoall_intra_pairwise": ("noinplace",),
-    "MPIR_Alltoall_intra_scattered": ("noinplace",),
-    "MPIR_Alltoall_intra_pairwise_sendrecv_replace": ("inplace",),
-    "MPIR_Barrier_intra_smp": ("parent-comm",),
-    "MPIR_Reduce_scatter_intra_pairwise": ("commutative",),
-    "MPIR_Reduce_scatter_intra_recursive_halving": ("commutative",),
-    "MPIR_Reduce_scatter_block_intra_noncommutative": ("power-of-two",),
-    "MPIR_Reduce_scatter_block_intra_pairwise": ("commutative",),
-    "MPIR_Reduce_scatter_block_intra_recursive_halving": ("commutative",),
 }
 
 #: Parameters a leaf must carry (csel_container.c parse_container_params, MPICH 5.0.2).
@@ -107,8 +81,8 @@ LEAF_PARAMETERS: dict[str, tuple[str, ...]] = {
     "MPIR_Barrier_intra_recexch": ("k",),
 }
 
-_GUARDS: dict[str, tuple[str, str, bool]] = {
-    # restriction -> (key where the tuned leaf may NOT run, key closing the pair, tuned leaf goes second)
+#: restriction -> (key where the tuned leaf may NOT run, key closing the pair, tuned leaf goes second).
+GUARDS: dict[str, tuple[str, str, bool]] = {
     "size-ge-pof2": ("count<pow2", "count=any", True),
     "builtin-op": ("is_op_built_in=no", "is_op_built_in=yes", True),
     "commutative": ("is_commutative=no", "is_commutative=yes", True),
@@ -141,8 +115,13 @@ def library_bound(collective: str, osu_bytes: int, ranks: int) -> int:
 LeafFactory = Callable[[str], dict]
 
 
+#: leaf function (`MPIR_Allreduce_intra_ring`) -> the restrictions (GUARDS keys) its calls must meet.
+Restrictions = Mapping[str, tuple[str, ...]]
+LeafParams = Mapping[tuple[str, str], Mapping[str, int | str]]
+
+
 def _leaf(collective: str, algorithm: str, fallback: dict, params: Mapping[str, int | str] | None,
-          known: frozenset[str] | None) -> dict:
+          known: frozenset[str] | None, restrictions: Restrictions) -> dict:
     if algorithm == DEFAULT_ALGORITHM:
         return copy.deepcopy(fallback)  # the library's own choice, i.e. its default subtree
     function = leaf_function(collective, algorithm)
@@ -159,8 +138,10 @@ def _leaf(collective: str, algorithm: str, fallback: dict, params: Mapping[str, 
         raise UsageError(f"{function} needs parameters {', '.join(missing)} in the tuning file (MPICH leaves "
                          f"them uninitialised otherwise); pass them in params[({collective!r}, {algorithm!r})]")
     node: dict = {key: {f"{name}={given[name]}": {} for name in required}}
-    for restriction in reversed(RESTRICTIONS.get(function, ())):
-        blocked, other, tuned_second = _GUARDS[restriction]
+    for restriction in reversed(restrictions.get(function, ())):
+        if restriction not in GUARDS:
+            raise UsageError(f"{function}: no JSON guard for restriction {restriction!r}; known: {', '.join(GUARDS)}")
+        blocked, other, tuned_second = GUARDS[restriction]
         if tuned_second:
             node = {blocked: copy.deepcopy(fallback), other: node}
         else:
@@ -212,9 +193,8 @@ def _rule_set_subtree(rule_set: RuleSet, leaf: LeafFactory) -> dict:
     return subtree
 
 
-def tuned_intra_subtree(rule_set: RuleSet, default_intra: dict, *,
-                        params: Mapping[tuple[str, str], Mapping[str, int | str]] | None = None,
-                        known_leaves: frozenset[str] | None = None) -> dict:
+def tuned_intra_subtree(rule_set: RuleSet, default_intra: dict, *, restrictions: Restrictions,
+                        params: LeafParams | None = None, known_leaves: frozenset[str] | None = None) -> dict:
     """The `comm_type=intra` subtree for one tuned collective, in numeric order.
 
     The algorithm name `default` (rules.DEFAULT_ALGORITHM) stands for the library's own choice: its
@@ -224,14 +204,15 @@ def tuned_intra_subtree(rule_set: RuleSet, default_intra: dict, *,
     collective = rule_set.collective
 
     def leaf(algorithm: str) -> dict:
-        return _leaf(collective, algorithm, default_intra, params.get((collective, algorithm)), known_leaves)
+        return _leaf(collective, algorithm, default_intra, params.get((collective, algorithm)), known_leaves,
+                     restrictions)
 
     return _rule_set_subtree(rule_set, leaf)
 
 
-def build_mpich_tree(default_tree: Mapping, rule_sets: Mapping[str, RuleSet] | list[RuleSet], *,
-                     params: Mapping[tuple[str, str], Mapping[str, int | str]] | None = None,
-                     known_leaves: frozenset[str] | None = None) -> dict:
+def build_selection_tree(default_tree: Mapping, rule_sets: Mapping[str, RuleSet] | list[RuleSet], *,
+                         restrictions: Restrictions, params: LeafParams | None = None,
+                         known_leaves: frozenset[str] | None = None) -> dict:
     """The complete tree: a deep copy of `default_tree` with each rule set's intra subtree in place."""
     tree = copy.deepcopy(dict(default_tree))
     sets = list(rule_sets.values()) if isinstance(rule_sets, Mapping) else list(rule_sets)
@@ -241,113 +222,18 @@ def build_mpich_tree(default_tree: Mapping, rule_sets: Mapping[str, RuleSet] | l
             raise UsageError(f"the library's default tree has no intra subtree for {rule_set.collective}; "
                              f"it has {', '.join(k.split('=', 1)[1] for k in tree)}")
         default_intra = tree[key]["comm_type=intra"]
-        tree[key]["comm_type=intra"] = tuned_intra_subtree(rule_set, default_intra, params=params,
-                                                           known_leaves=known_leaves)
+        tree[key]["comm_type=intra"] = tuned_intra_subtree(rule_set, default_intra, restrictions=restrictions,
+                                                           params=params, known_leaves=known_leaves)
     return tree
 
 
-def write_mpich_json(default_tree: Mapping, rule_sets: Mapping[str, RuleSet] | list[RuleSet], *,
-                     params: Mapping[tuple[str, str], Mapping[str, int | str]] | None = None,
-                     known_leaves: frozenset[str] | None = None) -> str:
+def write_selection_json(default_tree: Mapping, rule_sets: Mapping[str, RuleSet] | list[RuleSet], *,
+                         restrictions: Restrictions, params: LeafParams | None = None,
+                         known_leaves: frozenset[str] | None = None) -> str:
     """The text of a complete MPICH tuning file (load it with MPIR_CVAR_COLL_SELECTION_TUNING_JSON_FILE)."""
-    tree = build_mpich_tree(default_tree, rule_sets, params=params, known_leaves=known_leaves)
+    tree = build_selection_tree(default_tree, rule_sets, restrictions=restrictions, params=params,
+                                known_leaves=known_leaves)
     return json.dumps(tree, indent=1) + "\n"
-
-
-# --- evaluation: what MPICH's csel search would pick, for tests and for `verify` ---------------------
-
-
-@dataclass(frozen=True)
-class MpichCall:
-    """The arguments of one collective call as MPICH's selection sees them (intracommunicator)."""
-
-    collective: str
-    comm_size: int
-    count: int  # count (allreduce/bcast/reduce), sendcount (alltoall), recvcount (allgather, r_s_block)
-    type_size: int = 1
-    is_commutative: bool = True
-    is_op_built_in: bool = True
-    sendbuf_inplace: bool = False
-    hierarchical: bool = False  # comm_hierarchy=parent: the communicator spans several nodes
-    multi_threaded: bool = False
-
-    def avg_msg_size(self) -> int:
-        if self.collective not in ("allreduce", "bcast", "reduce", "alltoall"):
-            raise UsageError(f"MPICH asserts on avg_msg_size for {self.collective}")
-        return self.count * self.type_size
-
-    def total_msg_size(self) -> int:
-        if self.collective in ("gather", "scatter"):
-            return self.count * self.comm_size  # MPICH drops the type size here
-        if self.collective == "reduce_scatter":
-            return self.count * self.comm_size * self.type_size  # regular blocks of `count`
-        return self.count * self.type_size * self.comm_size
-
-    def mpich_count(self) -> int:
-        return self.count * self.comm_size if self.collective == "reduce_scatter" else self.count
-
-    @classmethod
-    def from_osu(cls, collective: str, msg_bytes: int, comm_size: int, type_size: int = 1, **flags: bool) -> MpichCall:
-        """The call an OSU benchmark makes for `msg_bytes` (per-rank buffer or per-destination block)."""
-        if msg_bytes % type_size:
-            raise UsageError(f"{msg_bytes} B is not a whole number of {type_size}-byte elements")
-        count = msg_bytes // type_size
-        if collective == "reduce_scatter":
-            count //= comm_size
-        elif collective == "reduce_scatter_block":
-            count //= comm_size
-        return cls(collective, comm_size, count, type_size, **flags)
-
-
-def _matches(key: str, call: MpichCall) -> bool:
-    if key == "any" or key.endswith("=any"):
-        return True
-    pof2 = 1 << (call.comm_size.bit_length() - 1)
-    for prefix, test in (
-        ("comm_size<=", lambda v: call.comm_size <= v),
-        ("comm_size<", lambda v: call.comm_size < v),
-        ("avg_msg_size<=", lambda v: call.avg_msg_size() <= v),
-        ("avg_msg_size<", lambda v: call.avg_msg_size() < v),
-        ("total_msg_size<=", lambda v: call.total_msg_size() <= v),
-        ("total_msg_size<", lambda v: call.total_msg_size() < v),
-        ("count<=", lambda v: call.mpich_count() <= v),
-    ):
-        if key.startswith(prefix):
-            return test(int(key[len(prefix):]))
-    flags = {
-        "comm_type=intra": True, "comm_type=inter": False,
-        "comm_size=pow2": call.comm_size & (call.comm_size - 1) == 0,
-        "comm_size=node_comm_size": not call.hierarchical,
-        "count<pow2": call.mpich_count() < pof2,
-        "is_commutative=yes": call.is_commutative, "is_commutative=no": not call.is_commutative,
-        "is_op_built_in=yes": call.is_op_built_in, "is_op_built_in=no": not call.is_op_built_in,
-        "is_sendbuf_inplace=yes": call.sendbuf_inplace, "is_sendbuf_inplace=no": not call.sendbuf_inplace,
-        "comm_hierarchy=parent": call.hierarchical, "comm_hierarchy=node_roots": not call.hierarchical,
-        "comm_hierarchy=node": not call.hierarchical, "comm_hierarchy=flat": not call.hierarchical,
-        "is_multi_threaded=yes": call.multi_threaded, "is_multi_threaded=no": not call.multi_threaded,
-        "is_block_regular=yes": True, "is_block_regular=no": False,
-        "is_node_consecutive=yes": True, "is_node_consecutive=no": False,
-    }
-    if key.startswith("collective="):
-        return key == f"collective={call.collective}"
-    if key not in flags:
-        raise UsageError(f"unknown MPICH selection key {key!r}")
-    return flags[key]
-
-
-def select_mpich(tree: Mapping, call: MpichCall) -> str | None:
-    """The leaf (`algorithm=...` without the prefix) MPICH's first-match search reaches, or None."""
-    node: Mapping = tree
-    while True:
-        leaves = [key for key in node if key.startswith(("algorithm=", "composition="))]
-        if leaves:
-            return leaves[0].split("=", 1)[1]
-        for key, child in node.items():
-            if _matches(key.replace(" ", ""), call):
-                node = child
-                break
-        else:
-            return None
 
 
 # --- the POSIX (shared-memory) level ---------------------------------------------------------------
@@ -363,7 +249,7 @@ def _first_leaf(subtree: Mapping) -> str:
     return ""
 
 
-def build_mpich_posix_tree(default_posix_tree: Mapping,
+def build_posix_tree(default_posix_tree: Mapping,
                            rule_sets: Mapping[str, RuleSet] | list[RuleSet]) -> dict:
     """The POSIX-level tree that hands every tuned choice to the MPIR level.
 
@@ -386,7 +272,7 @@ def build_mpich_posix_tree(default_posix_tree: Mapping,
         if default_intra is None or DEFAULT_ALGORITHM not in rule_set.algorithms():
             del tree[key]
             continue
-        to_mpir = {"comm_type=inter": {_first_leaf(default_intra): {}}}
+        to_mpir: dict = {"comm_type=inter": {_first_leaf(default_intra): {}}}
 
         def leaf(algorithm: str, default_intra: dict = default_intra, to_mpir: dict = to_mpir) -> dict:
             return copy.deepcopy(default_intra if algorithm == DEFAULT_ALGORITHM else to_mpir)
@@ -398,6 +284,6 @@ def build_mpich_posix_tree(default_posix_tree: Mapping,
     return tree
 
 
-def write_mpich_posix_json(default_posix_tree: Mapping, rule_sets: Mapping[str, RuleSet] | list[RuleSet]) -> str:
+def write_posix_json(default_posix_tree: Mapping, rule_sets: Mapping[str, RuleSet] | list[RuleSet]) -> str:
     """Text of the POSIX-level file (load it with MPIR_CVAR_CH4_POSIX_COLL_SELECTION_TUNING_JSON_FILE)."""
-    return json.dumps(build_mpich_posix_tree(default_posix_tree, rule_sets), indent=1) + "\n"
+    return json.dumps(build_posix_tree(default_posix_tree, rule_sets), indent=1) + "\n"

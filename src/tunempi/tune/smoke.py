@@ -1,13 +1,10 @@
-"""Load a written tuning file into the real library and run a short, checked workload with it.
+"""Load written tuning files into the real library and run a short, checked workload with them.
 
-NOT a pure writer: it compiles and launches (launch/ builds the command line and runs it under a
-whole-job timeout). architecture.md gives the smoke check to writers/; it is the one module here that
-is not pure.
-
-A file passes when the probe (smoke_probe.c) runs every point to completion with correct results.
-MPICH aborts on a partial or malformed tree, so a bad MPICH file fails here. Open MPI silently ignores
-a rules file it cannot parse, so for Open MPI pass the file through `read_openmpi_rules` first (the
-strict reader) — a clean run alone proves nothing about it.
+It compiles the probe (smoke_probe.c) with the library's mpicc and launches it through launch/ under a
+whole-job timeout. A file passes when the probe runs every point to completion with correct results.
+MPICH aborts on a partial or malformed tree, so a bad MPICH file fails here. Open MPI silently ignores a
+rules file it cannot parse, which is why its adapter reads the file back strictly before it counts as
+written: a clean run alone proves nothing about it.
 """
 
 from __future__ import annotations
