@@ -18,8 +18,8 @@ from rich.progress import BarColumn, Progress, TaskProgressColumn, TextColumn, T
 
 from tunempi.bench.engine import Layout
 from tunempi.bench.protocol import MeasureSettings
-from tunempi.bench.validate import DEFAULT_ALGORITHM, check_engine_collective
-from tunempi.collectives import parse_collectives
+from tunempi.bench.validate import check_engine_collective
+from tunempi.collectives import DEFAULT_ALGORITHM, parse_collectives
 from tunempi.errors import UsageError
 from tunempi.launch.hosts import NodeAllocation
 from tunempi.launch.scheduler import SCHEDULING_MODES, GroupScheduler
