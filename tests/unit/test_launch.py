@@ -312,3 +312,16 @@ def test_rank_env_srun_uses_export_for_the_tasks_only() -> None:
 def test_rank_env_for_a_plain_program_goes_in_its_environment() -> None:
     command = rank_env_command(["./app", "1"], RANK_ENV)
     assert command.argv == ("./app", "1") and dict(command.env) == RANK_ENV
+
+
+def test_a_bare_launcher_is_known_by_what_it_resolves_to_where_both_libraries_share_a_directory(
+        tmp_path: Path) -> None:
+    """Debian installs MPICH's Hydra (hydra_pmi_proxy, mpiexec.hydra) and Open MPI's orterun side by side in
+    /usr/bin; `mpirun` is an alternatives link to either. The link's target decides, not the neighbours."""
+    for name in ("hydra_pmi_proxy", "mpiexec.hydra", "orterun"):
+        (tmp_path / name).write_text("#!/bin/sh\n")
+        (tmp_path / name).chmod(0o755)
+    (tmp_path / "mpirun").symlink_to(tmp_path / "orterun")
+    (tmp_path / "mpiexec").symlink_to(tmp_path / "mpiexec.hydra")
+    assert isinstance(launcher_for_argv([str(tmp_path / "mpirun")], _user_library("mpich")), OpenMPILauncher)
+    assert isinstance(launcher_for_argv([str(tmp_path / "mpiexec")], _user_library("openmpi")), HydraLauncher)

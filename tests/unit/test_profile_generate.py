@@ -14,7 +14,9 @@ from tunempi.profile.generate import (
     GeneratorError,
     Param,
     WrapSpec,
+    fortran_symbols,
     generate,
+    generate_fortran,
     parse_param,
     parse_prototypes,
 )
@@ -127,3 +129,33 @@ def test_mpi_and_pmpi_must_agree() -> None:
     header = FAKE_MPI_H.replace("int PMPI_Comm_free(MPI_Comm *comm);", "int PMPI_Comm_free(MPI_Comm comm);")
     with pytest.raises(GeneratorError, match="differ"):
         generate(parse_prototypes(header), [s for s in SPECS if s.function == "MPI_Comm_free"])
+
+
+def test_fortran_entry_points_convert_the_arguments_and_call_the_c_wrapper() -> None:
+    text = generate_fortran(parse_prototypes(FAKE_MPI_H), f77=True, f08=True, specs=SPECS)
+    signature = "(void *a0, void *a1, MPI_Fint *a2, MPI_Fint *a3, MPI_Fint *a4, MPI_Fint *a5, MPI_Fint *ierr)"
+    assert f"static void tmpif_allreduce{signature}" in text
+    # through the C wrapper (never PMPI_ directly), with Fortran sentinels and handles converted
+    assert ("int rc = MPI_Allreduce(tmpif_buffer(a0), tmpif_buffer(a1), (int)*a2, PMPI_Type_f2c(*a3), "
+            "PMPI_Op_f2c(*a4), PMPI_Comm_f2c(*a5));") in text
+    for symbol in ("mpi_allreduce_", "mpi_allreduce", "mpi_allreduce__", "MPI_ALLREDUCE", "mpi_allreduce_f08_"):
+        assert f'void {symbol}{signature} __attribute__((alias("tmpif_allreduce")));' in text
+    assert "if (ierr) *ierr = (MPI_Fint)rc;" in text  # mpi_f08's ierror is optional
+    # a new request is returned as a Fortran handle only when the call succeeded
+    assert "MPI_Request c6 = MPI_REQUEST_NULL;" in text and "*a6 = PMPI_Request_c2f(c6);" in text
+    # the header spells Waitall's statuses as a pointer: still converted as an array of `count`
+    assert "MPI_Request *c1 = tmpif_requests_in(a1, (int)*a0);" in text
+    assert "MPI_Status *c2 = tmpif_statuses_in(a2, (int)*a0);" in text
+    assert "tmpif_statuses_done(rc, c2, a2, (int)*a0);" in text
+    assert "MPI_Comm c0 = PMPI_Comm_f2c(*a0);" in text and "*a0 = PMPI_Comm_c2f(c0);" in text
+    assert "void mpi_pcontrol_(MPI_Fint *level)" in text  # MPI_PCONTROL(LEVEL) has no ierror
+    assert "MPI_Init(NULL, NULL)" in text and "void mpi_init_(MPI_Fint *ierr)" in text
+    assert "MPI_Init_thread(NULL, NULL, (int)*required, &c_provided)" in text
+
+
+def test_fortran_families_are_emitted_only_where_asked() -> None:
+    protos = parse_prototypes(FAKE_MPI_H)
+    f08_only = generate_fortran(protos, f77=False, f08=True, specs=SPECS)
+    assert "mpi_finalize_f08_(" in f08_only and "mpi_finalize_(" not in f08_only and "MPI_FINALIZE(" not in f08_only
+    assert generate_fortran(protos, f77=False, f08=False, specs=SPECS) == ""
+    assert fortran_symbols("MPI_Waitall", f08=False) == ["mpi_waitall_", "mpi_waitall", "mpi_waitall__", "MPI_WAITALL"]

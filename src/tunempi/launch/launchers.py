@@ -360,11 +360,17 @@ def launcher_for_argv(argv: Sequence[str], library: MPILibrary | None = None) ->
         return None
     where = shutil.which(executable)
     if where:
-        directory = Path(os.path.realpath(where)).parent
-        if any((directory / marker).exists() for marker in _HYDRA_MARKERS):
+        # Debian: /usr/bin/mpirun -> alternatives -> orterun, or -> mpiexec.hydra: the real name decides.
+        # Only then the files next to it; Debian's MPICH and Open MPI share /usr/bin, where both kinds are.
+        resolved = Path(os.path.realpath(where))
+        if resolved.name in _HYDRA_NAMES:
             return HydraLauncher(executable)
-        if any((directory / marker).exists() for marker in _OPENMPI_MARKERS):
+        if resolved.name in _OPENMPI_NAMES:
             return OpenMPILauncher(executable)
+        hydra = any((resolved.parent / marker).exists() for marker in _HYDRA_MARKERS)
+        openmpi = any((resolved.parent / marker).exists() for marker in _OPENMPI_MARKERS)
+        if hydra != openmpi:
+            return HydraLauncher(executable) if hydra else OpenMPILauncher(executable)
     if library is not None and library.launcher is not None:
         return get_launcher(library.launcher, executable=executable)
     raise UsageError(

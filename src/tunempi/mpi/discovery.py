@@ -23,7 +23,7 @@ import shutil
 import subprocess
 import sys
 from collections.abc import Iterable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from tunempi.config import cache_dir, env_value
@@ -124,7 +124,9 @@ def candidates_for(spec: str | None) -> list[Candidate]:
             word = part.lower()
             if word in VENDORS:
                 site_names = [f"mpicc.{word}", "mpicc"]
-                vendor_found = _embedded_candidates([word]) + [
+                # The embedded library when there is one; the site's only in its absence (name the site's
+                # by its mpicc: --mpi /usr/bin/mpicc.mpich).
+                vendor_found = _embedded_candidates([word]) or [
                     Candidate(c.mpicc, False, c.origin, word) for c in _site_candidates(site_names)
                 ]
                 if not vendor_found:
@@ -296,6 +298,18 @@ def _discover(candidate: Candidate) -> LibraryInfo:
     return info
 
 
+def _as_named(info: LibraryInfo, candidate: Candidate) -> LibraryInfo:
+    """The cached library under the spelling asked for: several names can reach the same compiler (Debian's
+    mpicc -> alternatives -> opal_wrapper, and mpicc.openmpi -> opal_wrapper), and the launcher belongs to
+    the name (mpicc.openmpi -> mpirun.openmpi, mpicc -> whatever mpirun the alternatives pick)."""
+    library = info.library
+    if library.mpicc == candidate.mpicc:
+        return info
+    info.library = replace(library, mpicc=candidate.mpicc, prefix=candidate.mpicc.parent.parent,
+                           mpiexec=_find_launcher(candidate.mpicc, library.vendor), embedded=candidate.embedded)
+    return info
+
+
 def library_info(candidate: Candidate | MPILibrary, *, refresh: bool = False) -> LibraryInfo:
     """What a library offers (cached per library; refresh=True probes again)."""
     if isinstance(candidate, MPILibrary):
@@ -305,7 +319,7 @@ def library_info(candidate: Candidate | MPILibrary, *, refresh: bool = False) ->
         try:
             info = LibraryInfo.from_json(json.loads(path.read_text()))
             if os.path.realpath(info.library.mpicc) == os.path.realpath(candidate.mpicc):
-                return info
+                return _as_named(info, candidate)
         except (OSError, ValueError, KeyError, TypeError):
             pass  # unreadable or stale cache: probe again
     info = _discover(candidate)

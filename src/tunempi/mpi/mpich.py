@@ -398,13 +398,13 @@ class MpichAdapter(VendorAdapter):
     def default_trees(self) -> dict[str, DefaultTree]:
         """level ("mpir", "ch4", "posix") -> the library's built-in selection tree (read once)."""
         if self._trees is None:
-            self._trees = default_trees(find_libmpi(self.library.prefix))
+            self._trees = default_trees(find_libmpi(self.library))
         return self._trees
 
     def known_leaves(self) -> frozenset[str]:
         """Every `algorithm=...`/`composition=...` leaf key the library's JSON parser accepts (read once)."""
         if self._leaves is None:
-            self._leaves = known_leaves(find_libmpi(self.library.prefix))
+            self._leaves = known_leaves(find_libmpi(self.library))
         return self._leaves
 
     def tuning_file_exclusion(self, collective: str, algorithm: str) -> str | None:

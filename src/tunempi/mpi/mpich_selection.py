@@ -24,13 +24,16 @@ The library also holds the table of every leaf key its JSON parser accepts (`alg
 
 from __future__ import annotations
 
+import functools
 import json
 import re
+import subprocess
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
 from tunempi.errors import MPIError, UsageError
+from tunempi.mpi.library import MPILibrary
 
 LEVELS: tuple[str, ...] = ("mpir", "ch4", "posix")
 
@@ -59,15 +62,32 @@ class DefaultTree:
         return TUNING_FILE_CVAR[self.level]
 
 
-def find_libmpi(prefix: Path) -> Path:
-    """The real (non-symlink, non-ABI) libmpi shared object under an MPICH prefix."""
-    candidates = sorted(
-        path for path in (Path(prefix) / "lib").glob("libmpi.so*")
-        if path.is_file() and not path.is_symlink() and path.stat().st_size > 4096
-    )
-    if not candidates:
-        raise MPIError(f"no libmpi.so* under {prefix}/lib")
-    return candidates[-1]
+@functools.lru_cache(maxsize=16)
+def _link_dirs(mpicc: str) -> tuple[Path, ...]:
+    """The -L directories MPICH's compiler wrapper links with (`mpicc -show`)."""
+    try:
+        shown = subprocess.run([mpicc, "-show"], capture_output=True, text=True, timeout=30).stdout
+    except (OSError, subprocess.TimeoutExpired):
+        return ()
+    return tuple(Path(token[2:]) for token in shown.split() if token.startswith("-L") and len(token) > 2)
+
+
+def find_libmpi(library: MPILibrary | Path) -> Path:
+    """The real (non-symlink, non-ABI) libmpi shared object of an MPICH library (or under a prefix).
+
+    The embedded wheel has <prefix>/lib/libmpi.so.12; Debian's MPICH has
+    /usr/lib/x86_64-linux-gnu/libmpich.so.12, found through the wrapper's -L directories.
+    """
+    prefix = library.prefix if isinstance(library, MPILibrary) else Path(library)
+    dirs = [prefix / "lib"] + (list(_link_dirs(str(library.mpicc))) if isinstance(library, MPILibrary) else [])
+    for directory in dirs:
+        candidates = sorted(
+            path for pattern in ("libmpi.so*", "libmpich.so*") for path in directory.glob(pattern)
+            if path.is_file() and not path.is_symlink() and path.stat().st_size > 4096
+        )
+        if candidates:
+            return candidates[-1]
+    raise MPIError(f"no libmpi.so* or libmpich.so* in {', '.join(str(d) for d in dirs)}")
 
 
 def classify_tree(tree: dict) -> str:

@@ -11,11 +11,12 @@ from importlib import resources
 from pathlib import Path
 
 from tunempi.mpi.build import build_c, build_dir
+from tunempi.mpi.fortran import fortran_bindings
 from tunempi.mpi.library import MPILibrary
-from tunempi.profile.generate import generate, parse_prototypes, preprocess_mpi_h
+from tunempi.profile.generate import generate, generate_fortran, parse_prototypes, preprocess_mpi_h
 
 RUNTIME_SOURCES: tuple[str, ...] = ("tmpi_core.c", "tmpi_sizes.c", "tmpi_profile.c", "tmpi_online.c")
-HEADERS: tuple[str, ...] = ("tmpi.h", "tmpi_hash.h", "tmpi_online_stream.h")
+HEADERS: tuple[str, ...] = ("tmpi.h", "tmpi_hash.h", "tmpi_online_stream.h", "tmpi_fortran.h")
 
 
 def c_source_dir() -> Path:
@@ -23,9 +24,13 @@ def c_source_dir() -> Path:
 
 
 def generate_wrappers(library: MPILibrary) -> str:
-    """The generated wrapper layer for this library (C text)."""
+    """The generated wrapper layer for this library (C text): the C wrappers, and the Fortran entry points
+    of the library's Fortran bindings that call PMPI_ directly (mpi.fortran)."""
     prototypes = parse_prototypes(preprocess_mpi_h(library.mpicc))
-    return generate(prototypes, source=f"{library.name} mpi.h")
+    source = f"{library.name} mpi.h"
+    fortran = fortran_bindings(library)
+    return generate(prototypes, source=source) + generate_fortran(
+        prototypes, f77=fortran.intercept_f77, f08=fortran.intercept_f08, source=source)
 
 
 def build_interposer(library: MPILibrary, *, werror: bool = False) -> Path:

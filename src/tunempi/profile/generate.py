@@ -368,3 +368,145 @@ def generate(prototypes: dict[str, Prototype], specs: Sequence[WrapSpec] = WRAPP
         out.append(_emit_wrapper(spec, op, proto))
         out.append("")
     return "\n".join(out)
+
+
+# ------------------------------------------------------------------------- Fortran entry points
+#
+# A Fortran binding that calls PMPI_ directly is invisible to the C wrappers above. For those bindings the
+# interposer also defines the Fortran symbols, as C functions that convert the Fortran arguments (handles
+# with MPI_*_f2c, sentinels such as MPI_IN_PLACE, statuses, request arrays) and call the C wrapper, so
+# every mode sees the call exactly once. Which bindings need it is the library's business
+# (mpi.fortran.fortran_bindings): emitting entry points for a binding that already calls the C MPI_
+# functions would count each call twice.
+#   f77 family (mpif.h and `use mpi`): mpi_x_, mpi_x, mpi_x__, MPI_X
+#   f08 family (`use mpi_f08`, arguments by reference, ierror optional): mpi_x_f08_
+
+#: Functions whose Fortran form needs more than converting each argument (1-based indices, message
+#: handles): their Fortran calls keep going straight to the library (not timed; nothing else depends on them).
+FORTRAN_SKIPPED: frozenset[str] = frozenset({
+    "MPI_Waitany", "MPI_Waitsome", "MPI_Testany", "MPI_Testsome",
+    "MPI_Mprobe", "MPI_Improbe", "MPI_Mrecv", "MPI_Imrecv",
+})
+
+#: Functions whose request and status arguments are arrays, whatever the header's spelling (`[]` or `*`).
+_ARRAY_FUNCTIONS: frozenset[str] = frozenset({"MPI_Startall", "MPI_Waitall", "MPI_Testall"})
+
+_HANDLE_F2C = {"MPI_Comm": "PMPI_Comm_f2c", "MPI_Datatype": "PMPI_Type_f2c", "MPI_Op": "PMPI_Op_f2c"}
+
+
+def fortran_symbols(function: str, *, f77: bool = True, f08: bool = True) -> list[str]:
+    """The Fortran linker names of an MPI function: every common mangling of the f77 family, mpi_f08's."""
+    lower = function.lower()
+    return ([f"{lower}_", lower, f"{lower}__", function.upper()] if f77 else []) + ([f"{lower}_f08_"] if f08 else [])
+
+
+def _emit_fortran(spec: WrapSpec, proto: Prototype, symbols: Sequence[str]) -> str:
+    """A C function with the Fortran calling convention that converts its arguments and calls the C
+    wrapper; every Fortran name of the function is an alias of it."""
+    name = spec.function
+    local = "tmpif_" + name[len("MPI_"):].lower()
+    params: list[str] = []   # Fortran-side parameters
+    before: list[str] = []   # conversions before the call
+    args: list[str] = []     # the C call's arguments
+    after: list[str] = []    # conversions back, after a successful call
+    cleanup: list[str] = []  # arrays: copied back on success, always released
+    inout_requests = spec.kind in ("timed", "start", "request_free")
+    count_name = ""
+    if spec.kind == "init":
+        params.append("MPI_Fint *ierr")
+        args += ["NULL", "NULL"]
+    elif spec.kind == "init_thread":
+        params += ["MPI_Fint *required", "MPI_Fint *provided", "MPI_Fint *ierr"]
+        before.append("int c_provided = 0;")
+        args += ["NULL", "NULL", "(int)*required", "&c_provided"]
+        after.append("*provided = (MPI_Fint)c_provided;")
+    elif spec.kind == "pcontrol":
+        params.append("MPI_Fint *level")
+        args.append("(int)*level")
+    else:
+        for i, param in enumerate(proto.params):
+            a = f"a{i}"
+            base = param.base
+            if base == "void*":
+                params.append(f"void *{a}")
+                args.append(f"tmpif_buffer({a})")
+            elif base == "int":
+                params.append(f"MPI_Fint *{a}")
+                args.append(f"(int)*{a}")
+                count_name = f"(int)*{a}"  # the last int before an array of requests is its length
+            elif base == "int*":
+                params.append(f"MPI_Fint *{a}")
+                args.append(f"(int *){a}")  # MPI_Fint is int (checked at compile time)
+            elif base in _HANDLE_F2C:
+                params.append(f"MPI_Fint *{a}")
+                args.append(f"{_HANDLE_F2C[base]}(*{a})")
+            elif base == "MPI_Comm*":
+                params.append(f"MPI_Fint *{a}")
+                before.append(f"MPI_Comm c{i} = PMPI_Comm_f2c(*{a});")
+                args.append(f"&c{i}")
+                after.append(f"*{a} = PMPI_Comm_c2f(c{i});")
+            elif base == "MPI_Request*" and (param.array or name in _ARRAY_FUNCTIONS):
+                params.append(f"MPI_Fint *{a}")
+                before.append(f"MPI_Request *c{i} = tmpif_requests_in({a}, {count_name});")
+                args.append(f"c{i}")
+                cleanup.append(f"tmpif_requests_done(rc, c{i}, {a}, {count_name});")
+            elif base == "MPI_Request*":
+                params.append(f"MPI_Fint *{a}")
+                init = f"PMPI_Request_f2c(*{a})" if inout_requests else "MPI_REQUEST_NULL"
+                before.append(f"MPI_Request c{i} = {init};")
+                args.append(f"&c{i}")
+                after.append(f"*{a} = PMPI_Request_c2f(c{i});")
+            elif base == "MPI_Status*" and (param.array or name in _ARRAY_FUNCTIONS):
+                params.append(f"MPI_Fint *{a}")
+                before.append(f"MPI_Status *c{i} = tmpif_statuses_in({a}, {count_name});")
+                args.append(f"c{i}")
+                cleanup.append(f"tmpif_statuses_done(rc, c{i}, {a}, {count_name});")
+            elif base == "MPI_Status*":
+                params.append(f"MPI_Fint *{a}")
+                before.append(f"MPI_Status s{i}, *c{i} = tmpif_status_ignored({a}) ? MPI_STATUS_IGNORE : &s{i};")
+                args.append(f"c{i}")
+                after.append(f"if (c{i} != MPI_STATUS_IGNORE) PMPI_Status_c2f(c{i}, {a});")
+            else:
+                raise GeneratorError(f"{name}: no Fortran conversion for argument {i} of type {base!r}")
+        params.append("MPI_Fint *ierr")
+    signature = ", ".join(params)
+    lines = [f"static void {local}({signature})", "{"]
+    lines += [f"    {line}" for line in before]
+    if spec.kind == "pcontrol":  # MPI_PCONTROL has no ierror argument in Fortran
+        lines.append(f"    (void){name}({', '.join(args)});")
+    else:
+        lines.append(f"    int rc = {name}({', '.join(args)});")
+    if after:
+        lines.append("    if (rc == MPI_SUCCESS) {")
+        lines += [f"        {line}" for line in after]
+        lines.append("    }")
+    lines += [f"    {line}" for line in cleanup]
+    if spec.kind != "pcontrol":
+        lines.append("    if (ierr) *ierr = (MPI_Fint)rc;  /* mpi_f08: ierror is optional (NULL when absent) */")
+    lines.append("}")
+    for symbol in symbols:
+        lines.append(f'void {symbol}({signature}) __attribute__((alias("{local}")));')
+    return "\n".join(lines)
+
+
+def generate_fortran(prototypes: dict[str, Prototype], *, f77: bool, f08: bool,
+                     specs: Sequence[WrapSpec] = WRAPPED, source: str = "mpi.h") -> str:
+    """C text of the Fortran entry points (families `f77`, `f08`) for the functions of `specs` the header
+    declares; appended to the wrapper layer. Empty when neither family is asked for."""
+    if not (f77 or f08):
+        return ""
+    out = [
+        "",
+        f"/* Fortran entry points, GENERATED by tunempi.profile.generate from {source}. */",
+        '#include "tmpi_fortran.h"',
+        "",
+    ]
+    for spec in specs:
+        if spec.function in FORTRAN_SKIPPED:
+            continue
+        proto = prototypes.get(spec.function)
+        if proto is None or "P" + spec.function not in prototypes:
+            continue
+        out.append(_emit_fortran(spec, proto, fortran_symbols(spec.function, f77=f77, f08=f08)))
+        out.append("")
+    return "\n".join(out)

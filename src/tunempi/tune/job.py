@@ -344,7 +344,9 @@ def run_verify(directory: Path, console: Console, *, repeats: int = 3, settings:
     if missing:
         raise UsageError(f"{directory}: files named in the manifest are missing: {', '.join(missing)}")
     recorded = manifest.library
-    library = resolve_library(mpi or recorded.prefix)
+    # The mpicc, not the prefix: Debian's MPICH and Open MPI share the prefix /usr (whose bin/mpicc is
+    # whichever the alternatives pick). Manifests written before the mpicc was recorded have the prefix.
+    library = resolve_library(mpi or recorded.mpicc or recorded.prefix)
     if library.fingerprint != recorded.fingerprint:
         raise UsageError(f"{directory} was tuned for {recorded.name} ({recorded.fingerprint}), "
                          f"not {library.name} ({library.fingerprint}); give --mpi with that library")

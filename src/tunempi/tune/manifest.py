@@ -6,7 +6,7 @@ and resolved against the directory when read, so a tuning directory can be moved
 machine with the same library.
 
 Keys (version 1):
-    kind, version, created, library{name, vendor, version, fingerprint, prefix}, system, preferred_ppn,
+    kind, version, created, library{name, vendor, version, fingerprint, prefix, mpicc}, system, preferred_ppn,
     collectives, scales[[ranks, nodes, ppn]], sizes, strategy, seed, strategy_params,
     run{stop_reason, wall_s, bench_s, measured, resumed, failed, launches},
     files{role: name}, env_files{VAR: name}, env{VAR: value}, env_file, needs_file,
@@ -70,10 +70,12 @@ class LibraryRecord:
     version: str = ""
     fingerprint: str = ""
     prefix: str = ""
+    mpicc: str = ""  # names the library where the prefix cannot (Debian's MPICH and Open MPI share /usr)
 
     @classmethod
     def of(cls, library: MPILibrary) -> LibraryRecord:
-        return cls(library.name, library.vendor, library.version, library.fingerprint, str(library.prefix))
+        return cls(library.name, library.vendor, library.version, library.fingerprint, str(library.prefix),
+                   str(library.mpicc))
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
@@ -81,7 +83,7 @@ class LibraryRecord:
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> LibraryRecord:
         return cls(str(data["name"]), str(data.get("vendor", "")), str(data.get("version", "")),
-                   str(data.get("fingerprint", "")), str(data.get("prefix", "")))
+                   str(data.get("fingerprint", "")), str(data.get("prefix", "")), str(data.get("mpicc", "")))
 
 
 @dataclass(frozen=True)
