@@ -40,11 +40,11 @@ from tunempi import evidence
 from tunempi.bench.engine import Layout
 from tunempi.bench.protocol import MeasureSettings
 from tunempi.bench.sweep import Sweep, plan_points
+from tunempi.collectives import DEFAULT_ALGORITHM
 from tunempi.launch import run_launch
 from tunempi.mpi.build import build_c
 from tunempi.mpi.discovery import adapter_for, resolve_library
-from tunempi.mpi.vendor import DEFAULT_ALGORITHM
-from tunempi.online.cells import Cell
+from tunempi.online.cells import SizeRangeCell
 from tunempi.online.report import write_best
 from tunempi.online.run import open_state, rank_command, run_online
 from tunempi.online.state import OnlineConfig
@@ -110,7 +110,8 @@ def main() -> None:
                                         min_probability=args.min_prob, settled_probability=args.settled_prob))
         config = state.config
         names = state.switches["allreduce"].names
-        cells = {size: Cell("allreduce", args.ranks, 1, args.ranks, config.sizes.index(size)) for size in sizes}
+        cells = {size: SizeRangeCell("allreduce", args.ranks, 1, args.ranks, config.sizes.index(size))
+                 for size in sizes}
 
         # 1. Reference: the benchmark engine, repeated in fresh sweeps with alternating order.
         algorithms = [DEFAULT_ALGORITHM, *(n for n in names if n != DEFAULT_ALGORITHM)]

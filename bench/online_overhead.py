@@ -6,7 +6,7 @@ Variants, launched interleaved: "none" (no interposer) and "online" (online mode
 probability of "default" = 1, so every call does the full draw but never switches: the cost of the
 mode itself). Figures:
 
-1. Launch level (the issue's goal, < 3 %): median over launches of each launch's median ns per call.
+1. Launch level (the goal: < 3 %): median over launches of each launch's median ns per call.
 2. In process, 2 ranks: MPI_ minus PMPI_ per ABBA quadruple inside the online launches (launch-to-launch
    noise removed). 3. The same at 1 rank: the intrinsic CPU cost of the hooks.
 
@@ -26,7 +26,7 @@ from tunempi.launch import run_launch
 from tunempi.mpi.build import build_c
 from tunempi.mpi.discovery import adapter_for, resolve_library
 from tunempi.mpi.library import MPILibrary
-from tunempi.online.cells import Cell
+from tunempi.online.cells import SizeRangeCell
 from tunempi.online.run import open_state, rank_command
 from tunempi.online.state import OnlineConfig, Probabilities
 from tunempi.profile.build import build_interposer
@@ -88,7 +88,7 @@ def main() -> None:
         names = state.switches["allreduce"].names
         config = state.config
         pinned = {name: float(name == "default") for name in names}
-        cells = {Cell("allreduce", ranks, 1, ranks, config.sizes.index(8)).key: pinned for ranks in (1, 2)}
+        cells = {SizeRangeCell("allreduce", ranks, 1, ranks, config.sizes.index(8)).key: pinned for ranks in (1, 2)}
         state.save_probabilities(Probabilities(0, cells))
         table = state.write_table(1, 0, path=Path(tmp) / "table.txt")
         online_env = {"LD_PRELOAD": str(interposer), "TUNEMPI_MODE": "online", "TUNEMPI_ONLINE_TABLE": str(table),

@@ -2,7 +2,7 @@
 
 Not a test (timings on a shared machine are noisy). Two figures:
 
-1. Launch level (the issue's goal, < 2 % in profile mode): PAIRS of launches of the same program, one
+1. Launch level (the goal: < 2 % in profile mode): PAIRS of launches of the same program, one
    without the interposer ("none") and one with it ("profile", or "off": preloaded but disabled), run
    back to back in alternating order (none-first, then profile-first, ...) so slow drifts of the machine
    hit both sides alike. Each launch times blocks of MPI_Allreduce calls and is summarised twice: by the

@@ -1,4 +1,4 @@
-"""The real run of issue 7: `tunempi search` on an MPI program whose speed depends on a transport threshold.
+"""A real run of `tunempi search` on an MPI program whose speed depends on a transport threshold.
 
     .venv/bin/python bench/search_threshold.py [--space focused|auto|both] [--budget N] [--repeats K]
                                                [--pairs P] [--bytes B] [--rounds R] [--out DIR]

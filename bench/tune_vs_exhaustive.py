@@ -27,7 +27,7 @@ from rich.console import Console
 from tunempi.bench.engine import Layout
 from tunempi.bench.protocol import MeasureSettings
 from tunempi.bench.sweep import Sweep, plan_points
-from tunempi.bench.validate import DEFAULT_ALGORITHM
+from tunempi.collectives import DEFAULT_ALGORITHM
 from tunempi.mpi.discovery import adapter_for, resolve_library
 from tunempi.store.results import ResultStore
 from tunempi.tune.job import TuneOptions, run_tune

@@ -13,6 +13,10 @@ COLLECTIVES: tuple[str, ...] = (
     "gather", "scatter", "barrier", "allgatherv", "alltoallv", "reduce_scatter_block",
 )
 
+#: The algorithm name that means "the library's own choice" everywhere: the store, rule sets, tuning
+#: files, datasets, online tables.
+DEFAULT_ALGORITHM = "default"
+
 #: Collectives whose payload is a reduction over typed elements (sizes are multiples of the element).
 REDUCTIONS: frozenset[str] = frozenset({"allreduce", "reduce", "reduce_scatter", "reduce_scatter_block"})
 

@@ -17,7 +17,7 @@ from tunempi.errors import UsageError
 from tunempi.mpi.build import build_c
 from tunempi.mpi.discovery import resolve_library
 from tunempi.mpi.library import MPILibrary
-from tunempi.online.cells import Cell
+from tunempi.online.cells import SizeRangeCell
 from tunempi.online.run import open_state, run_online
 from tunempi.online.state import OnlineConfig, Probabilities, read_records
 
@@ -60,7 +60,7 @@ LAYOUTS = {(2, None): {(2, 1, 2), (1, 1, 1)}, (4, 2): {(4, 2, 2), (2, 2, 1)}}
 def test_results_are_correct_under_per_call_random_switching(mpi_library, ranks, fake_ppn, tmp_path, monkeypatch,
                                                              capfd):
     if fake_ppn:
-        monkeypatch.setenv("TUNEMPI_ONLINE_FAKE_PPN", str(fake_ppn))
+        monkeypatch.setenv("TUNEMPI_FAKE_PPN", str(fake_ppn))
     library, vendor = mpi_library, mpi_library.vendor
     program = _app(library, "switching_check")
     state = open_state(tmp_path / "state", library,
@@ -73,6 +73,7 @@ def test_results_are_correct_under_per_call_random_switching(mpi_library, ranks,
     records = read_records(run.records)
     assert records.fingerprint == library.fingerprint
     assert int(records.header["world_ranks"]) == ranks
+    assert int(records.header["world_nodes"]) == (ranks // fake_ppn if fake_ppn else 1)
     # Every member of a communicator drew the same algorithm for every call.
     streams = _sequences(records.records)
     assert len(streams) >= 2  # world-shaped (world, dup, temporary dups) and the split halves
@@ -103,7 +104,7 @@ def test_the_drawn_algorithm_is_the_one_that_runs(vendor, tmp_path, capfd):
     state = open_state(tmp_path / "state", library, config)
     names = state.switches["allreduce"].names
     patterns = PATTERNS[vendor]
-    cell = Cell("allreduce", 2, 1, 2, config.sizes.index(8192))
+    cell = SizeRangeCell("allreduce", 2, 1, 2, config.sizes.index(8192))
     state.save_probabilities(Probabilities(0, {cell.key: {n: (1 / 3 if n in patterns else 0.0) for n in names}}))
     run = run_online(state, library, _argv(library, 2, str(program), "24"), timeout=60)
     out, err = capfd.readouterr()

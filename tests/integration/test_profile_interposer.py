@@ -90,7 +90,7 @@ def profile_run(library: MPILibrary, ranks: int, how: str, tmp_path: Path,
     out = tmp_path / "profile.json"
     env = {"LD_PRELOAD": str(interposer), "TUNEMPI_PROFILE_OUT": str(out)}
     if fake_ppn:
-        env["TUNEMPI_PROFILE_FAKE_PPN"] = str(fake_ppn)
+        env["TUNEMPI_FAKE_PPN"] = str(fake_ppn)
     result = run(rank_env_argv(library, ranks, [str(app), how], env))
     assert result.returncode == 0, result.stdout + result.stderr
     return json.loads(out.read_text())
@@ -252,7 +252,7 @@ def test_advise_on_a_real_profile_with_the_real_library(vendor: str, tmp_path: P
     allreduce 8 B at 2 ranks: advise names the measured best and saving, what MPICH's own trees pick (Open
     MPI: "library default"), and the eager knob of the transport this library selects here (MPICH ch4
     shm; Open MPI ob1 + btl sm, probed), in a space the search loader accepts."""
-    from tunempi.space.params import load_space
+    from tunempi.search.space import load_space
     from tunempi.store.results import Measurement, ResultStore
 
     library = embedded_library(vendor)

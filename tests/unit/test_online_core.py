@@ -13,7 +13,7 @@ import pytest
 
 from tunempi.errors import UsageError
 from tunempi.online import stream
-from tunempi.online.cells import Cell, SizeRanges, parse_layouts
+from tunempi.online.cells import SizeRangeCell, SizeRanges, parse_layouts
 from tunempi.online.state import (
     AlgorithmSwitch,
     CollectiveSwitch,
@@ -98,18 +98,18 @@ def test_update_favours_the_measured_faster_algorithm_and_predicts_unseen_layout
     probabilities, measured, predicted = compute_update([records], SWITCHES, config, batch=1)
     sizes = config.sizes
     for size in (8, 64, 4096):
-        cell = Cell("allreduce", 2, 1, 2, sizes.index(size)).key
+        cell = SizeRangeCell("allreduce", 2, 1, 2, sizes.index(size)).key
         p = probabilities.cells[cell]
         assert p["fast"] > p["default"] > p["slow"]
         assert p["slow"] == pytest.approx(0.03)
         assert probabilities.samples[cell] == {"default": 8, "fast": 8, "slow": 8}
     assert measured == 6
     # (4 ranks, 1 node x 4) was never measured: the model predicts it, and fast stays the favourite.
-    unseen = Cell("allreduce", 4, 1, 4, sizes.index(64)).key
+    unseen = SizeRangeCell("allreduce", 4, 1, 4, sizes.index(64)).key
     assert unseen in probabilities.cells and predicted > 0
     assert max(probabilities.cells[unseen], key=probabilities.cells[unseen].get) == "fast"
     # Sizes far from anything measured get no cell (no extrapolation beyond one range).
-    assert Cell("allreduce", 2, 1, 2, sizes.index(8 << 20)).key not in probabilities.cells
+    assert SizeRangeCell("allreduce", 2, 1, 2, sizes.index(8 << 20)).key not in probabilities.cells
 
 
 def test_size_ranges_and_cells():
@@ -120,8 +120,8 @@ def test_size_ranges_and_cells():
     assert SizeRanges.parse("64,4K,256K").bounds == (64, 4096, 262144)
     with pytest.raises(UsageError):
         SizeRanges((64, 8))
-    cell = Cell("bcast", 8, 2, 4, 3)
-    assert Cell.from_key(cell.key) == cell
+    cell = SizeRangeCell("bcast", 8, 2, 4, 3)
+    assert SizeRangeCell.from_key(cell.key) == cell
     assert parse_layouts(["8x2x4", "2x4"]) == [(8, 2, 4), (8, 2, 4)]
     with pytest.raises(UsageError, match="RANKSxNODESxPPN"):
         parse_layouts(["8x2"])  and parse_layouts(["x"])
@@ -235,7 +235,7 @@ def test_records_of_another_library_are_never_mixed_in(state, caplog):
         result = update_state(state)
     assert "another library" in caplog.text and "unreadable" in caplog.text
     assert result.files_used == 1 and result.records_used == len(mine)
-    p = result.probabilities.cells[Cell("allreduce", 2, 1, 2, 0).key]
+    p = result.probabilities.cells[SizeRangeCell("allreduce", 2, 1, 2, 0).key]
     assert p["fast"] > p["slow"]
     assert state.batch == 1 and state.runs_in_batch == 0
     assert [h.batch for h in state.history()] == [0, 1]
@@ -290,7 +290,7 @@ def test_update_with_run_median_is_not_decided_by_one_disturbed_run():
         return _records("fast", fast_time, seq0=seq0) + _records("default", other_time, seq0=seq0 + 100)
 
     runs = [run(1000, 1300, 0), run(1000, 1300, 1000), run(40000, 1300, 2000)]  # run 3: "fast" was preempted
-    cell = Cell("allreduce", 2, 1, 2, OnlineConfig().sizes.index(64)).key
+    cell = SizeRangeCell("allreduce", 2, 1, 2, OnlineConfig().sizes.index(64)).key
     robust, _, _ = compute_update(runs, SWITCHES, OnlineConfig(collectives=["allreduce"]), batch=1)
     plain, _, _ = compute_update(runs, SWITCHES, OnlineConfig(collectives=["allreduce"], estimator="mean"), batch=1)
     assert robust.cells[cell]["fast"] > robust.cells[cell]["default"]
@@ -331,7 +331,7 @@ def test_paired_evidence_compares_within_runs_so_machine_states_cancel():
     # flips with the state).
     states = [1, 3, 1, 3, 1, 3, 1, 3]
     runs = _state_runs([(1000 * k, 900 * k, 2300 if k == 3 else 1300) for k in states])
-    cell = Cell("allreduce", 2, 1, 2, OnlineConfig().sizes.index(64)).key
+    cell = SizeRangeCell("allreduce", 2, 1, 2, OnlineConfig().sizes.index(64)).key
     probabilities, _, _ = compute_update(runs, SWITCHES, OnlineConfig(collectives=["allreduce"]), batch=1)
     evidence = probabilities.versus_default[cell]
     assert evidence["fast"]["runs"] == 8 and evidence["fast"]["ratio"] == pytest.approx(0.9, abs=0.01)
@@ -346,7 +346,7 @@ def test_paired_evidence_needs_enough_runs():
     from tunempi.online.report import best_choices
     from tunempi.online.update import verdict_of
 
-    cell = Cell("allreduce", 2, 1, 2, OnlineConfig().sizes.index(64))
+    cell = SizeRangeCell("allreduce", 2, 1, 2, OnlineConfig().sizes.index(64))
     config = OnlineConfig(collectives=["allreduce"], min_samples=1)
     few = _state_runs([(1000, 500, 2000)] * 2)  # 2x faster, but only 2 runs: no verdict yet
     probabilities, _, _ = compute_update(few, SWITCHES, config, batch=1)
@@ -365,12 +365,12 @@ def test_best_keeps_the_default_unless_the_runs_show_a_faster_algorithm():
     flip = _state_runs([(1000 * k, 950 * k, 2300 if k == 3 else 1300) for k in [1, 3] * 4])
     probabilities, _, _ = compute_update(flip, SWITCHES, OnlineConfig(collectives=["allreduce"]), batch=1)
     chosen = {c.cell.key: c for c in best_choices(probabilities, sizes)}
-    measured = chosen[Cell("allreduce", 2, 1, 2, sizes.index(64)).key]
+    measured = chosen[SizeRangeCell("allreduce", 2, 1, 2, sizes.index(64)).key]
     assert measured.measured and measured.algorithm == "fast"  # 5 % faster in every run
     steady = _state_runs([(1000 * k, 1100 * k, 2300 if k == 3 else 1300) for k in [1, 3] * 4])
     probabilities, _, _ = compute_update(steady, SWITCHES, OnlineConfig(collectives=["allreduce"]), batch=1)
     chosen = {c.cell.key: c for c in best_choices(probabilities, sizes)}
-    measured = chosen[Cell("allreduce", 2, 1, 2, sizes.index(64)).key]
+    measured = chosen[SizeRangeCell("allreduce", 2, 1, 2, sizes.index(64)).key]
     # "slow" has the lowest run-median estimate (1800 against the default's 2000) but is faster in one
     # machine state only: the default stays
     assert measured.fastest == "slow" and measured.algorithm == "default"
@@ -379,7 +379,7 @@ def test_best_keeps_the_default_unless_the_runs_show_a_faster_algorithm():
 def test_settled_losers_drop_to_the_lower_floor_near_ties_keep_the_paper_floor():
     # 8 runs in two machine states; "slow" is 2.5x the default in every run, "fast" 5 % faster.
     runs = _state_runs([(1000 * k, 950 * k, 2500 * k) for k in [1, 3] * 4])
-    cell = Cell("allreduce", 2, 1, 2, OnlineConfig().sizes.index(64)).key
+    cell = SizeRangeCell("allreduce", 2, 1, 2, OnlineConfig().sizes.index(64)).key
     lower, _, _ = compute_update(runs, SWITCHES, OnlineConfig(collectives=["allreduce"], min_probability=0.03,
                                                               settled_probability=0.01), batch=1)
     assert lower.cells[cell]["slow"] == pytest.approx(0.01)
@@ -418,7 +418,7 @@ def test_best_wants_an_algorithm_that_wins_in_most_runs_not_only_on_average():
     # significant by the signed-rank test, but not consistent.
     runs = _state_runs([(1000, 800, 3000)] * 7 + [(1000, 1050, 3000)] * 3)
     probabilities, _, _ = compute_update(runs, SWITCHES, OnlineConfig(collectives=["allreduce"]), batch=1)
-    key = Cell("allreduce", 2, 1, 2, sizes.index(64)).key
+    key = SizeRangeCell("allreduce", 2, 1, 2, sizes.index(64)).key
     evidence = probabilities.versus_default[key]["fast"]
     assert evidence["p"] < 0.05 and evidence["wins"] == pytest.approx(0.7)
     (chosen,) = [c for c in best_choices(probabilities, sizes) if c.cell.key == key]

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from tunempi.errors import UsageError
-from tunempi.space.params import (
+from tunempi.search.space import (
     CategoricalParam,
     Expr,
     FloatParam,

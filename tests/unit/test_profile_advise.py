@@ -24,7 +24,7 @@ from tunempi.profile.advise import (
     tune_command,
 )
 from tunempi.profile.reader import P2PBucket, parse_profile
-from tunempi.space.params import load_space, parse_toml
+from tunempi.search.space import load_space, parse_toml
 from tunempi.store.dataset import DatasetRow
 from tunempi.store.results import Measurement, ResultStore
 

@@ -6,9 +6,9 @@ import math
 
 import pytest
 
-from tunempi.search import STRATEGY_NAMES, TrialResult, TrialStatus, make_strategy, run_search
+from tunempi.search import STRATEGY_NAMES, TrialResult, TrialStatus, make_search, run_search
 from tunempi.search.base import Suggestion
-from tunempi.space.params import CategoricalParam, Expr, FloatParam, IntParam, ParamSpace
+from tunempi.search.space import CategoricalParam, Expr, FloatParam, IntParam, ParamSpace
 
 SPACE = ParamSpace(
     (
@@ -45,18 +45,18 @@ def name(request):
 def test_seeded_runs_are_reproducible(name):
     runs = []
     for _ in range(2):
-        s = make_strategy(name, SPACE, seed=7)
+        s = make_search(name, SPACE, seed=7)
         run_search(s, smooth, 25)
         runs.append([dict(t.params) for t in s.trials])
     assert runs[0] == runs[1]
     if name not in ("exhaustive", "individual"):  # deterministic by definition: no use for the seed
-        other = make_strategy(name, SPACE, seed=8)
+        other = make_search(name, SPACE, seed=8)
         run_search(other, smooth, 25)
         assert [dict(t.params) for t in other.trials] != runs[0]
 
 
 def test_every_suggestion_is_in_the_space_and_budget_is_respected(name):
-    s = make_strategy(name, SPACE, seed=1)
+    s = make_search(name, SPACE, seed=1)
     trials = run_search(s, smooth, 30)
     assert len(trials) == len(s.trials) <= 30
     assert len(trials) == 30 or name in ("exhaustive", "individual")  # those may run out of grid
@@ -66,7 +66,7 @@ def test_every_suggestion_is_in_the_space_and_budget_is_respected(name):
 
 
 def test_failed_and_timed_out_trials_are_survived_and_avoided(name):
-    s = make_strategy(name, SPACE, seed=2)
+    s = make_search(name, SPACE, seed=2)
     trials = run_search(s, failing, 30)
     assert len(trials) >= 10
     assert any(not t.is_ok for t in trials) or name in ("individual",)
@@ -76,16 +76,16 @@ def test_failed_and_timed_out_trials_are_survived_and_avoided(name):
 
 
 def test_penalty_ranks_failures_below_every_success(name):
-    s = make_strategy(name, SPACE, seed=3)
+    s = make_search(name, SPACE, seed=3)
     run_search(s, failing, 15)
     worst_ok = max(t.value for t in s.trials if t.is_ok)
     assert s.score(TrialResult.failed("x")) > worst_ok
 
 
 def test_replay_reproduces_the_state(name):
-    first = make_strategy(name, SPACE, seed=4)
+    first = make_search(name, SPACE, seed=4)
     run_search(first, failing, 12)
-    resumed = make_strategy(name, SPACE, seed=4)
+    resumed = make_search(name, SPACE, seed=4)
     resumed.replay(first.trials)
     run_search(first, failing, 20)
     run_search(resumed, failing, 20)
@@ -93,7 +93,7 @@ def test_replay_reproduces_the_state(name):
 
 
 def test_ask_tell_protocol_is_enforced(name):
-    s = make_strategy(name, SPACE, seed=5)
+    s = make_search(name, SPACE, seed=5)
     suggestion = s.ask()
     assert suggestion is not None and suggestion.number == 0
     with pytest.raises(RuntimeError):
@@ -108,7 +108,7 @@ def test_ask_tell_protocol_is_enforced(name):
 
 
 def test_exhaustive_covers_the_grid_exactly_once():
-    s = make_strategy("exhaustive", SPACE)
+    s = make_search("exhaustive", SPACE)
     run_search(s, smooth, 10_000)
     assert len(s.trials) == SPACE.grid_size()
     assert len({tuple(sorted(t.params.items())) for t in s.trials}) == len(s.trials)
@@ -117,14 +117,14 @@ def test_exhaustive_covers_the_grid_exactly_once():
 def test_individual_finds_the_separable_optimum():
     # On a separable function one pass per parameter is enough to land on the grid optimum.
     space = ParamSpace((IntParam("A", 0, 10), IntParam("B", 0, 10)))
-    s = make_strategy("individual", space)
+    s = make_search("individual", space)
     run_search(s, lambda p: TrialResult.ok(1 + (p["A"] - 7) ** 2 + (p["B"] - 2) ** 2), 100)
     assert s.recommend() == {"A": 7, "B": 2}
     assert len(s.trials) < 11 * 11  # far fewer runs than the grid
 
 
 def test_penalty_is_worse_than_every_value_whatever_the_sign():
-    s = make_strategy("random", SPACE, seed=0)
+    s = make_search("random", SPACE, seed=0)
     values = iter([-5.0, -1.0, -3.0])
     run_search(s, lambda p: TrialResult.ok(next(values)), 3)
     assert s.penalty() > -1.0

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from tunempi.search import TrialResult, make_strategy, run_search
+from tunempi.search import TrialResult, make_search, run_search
 from tunempi.search.gde3 import (
     Member,
     crowding_distance,
@@ -10,7 +10,7 @@ from tunempi.search.gde3 import (
     non_dominated_fronts,
     reduce_population,
 )
-from tunempi.space.params import IntParam, ParamSpace
+from tunempi.search.space import IntParam, ParamSpace
 
 
 def m(objectives, violations=(0.0,), tag=0.0) -> Member:
@@ -60,7 +60,7 @@ def test_reduce_population_keeps_best_fronts_and_spreads_the_last():
 
 def test_defaults_are_ptfs_and_failures_never_enter_the_final_population():
     space = ParamSpace((IntParam("A", 0, 100), IntParam("B", 0, 100)))
-    s = make_strategy("gde3", space, seed=0)
+    s = make_search("gde3", space, seed=0)
     assert (s.population_size, s.cr, s.f) == (10, 0.5, 0.5)
 
     def objective(p):

@@ -10,7 +10,7 @@ import pytest
 from tunempi.search import TrialResult, run_search
 from tunempi.search.base import Trial
 from tunempi.search.rl import KEEP, RLSearch, median_config, near_best_configs
-from tunempi.space.params import CategoricalParam, IntParam, ParamSpace, config_key
+from tunempi.search.space import CategoricalParam, IntParam, ParamSpace, config_key
 
 SPACE = ParamSpace((IntParam("A", 0, 4, default=0), IntParam("B", 0, 4, default=2)))
 

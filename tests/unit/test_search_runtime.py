@@ -11,11 +11,13 @@ from pathlib import Path
 import pytest
 
 from tunempi.errors import UsageError
-from tunempi.launch import HydraLauncher, OpenMPILauncher, SrunLauncher, launcher_in_command
+from tunempi.launch import HydraLauncher, OpenMPILauncher, SrunLauncher, launcher_for_argv
+from tunempi.mpi import ucx
 from tunempi.mpi.library import MPILibrary
 from tunempi.mpi.mpich import MpichAdapter
 from tunempi.mpi.openmpi import OpenMPIAdapter
-from tunempi.mpi.runtime import RuntimeParameters, auto_space, check_parameters, size_ladder
+from tunempi.mpi.runtime import RuntimeParameters, check_parameters
+from tunempi.search.auto_space import auto_space, size_ladder
 from tunempi.search.base import TrialStatus
 from tunempi.search.command import CommandObjective, OutputMetrics
 from tunempi.store import schema as schema_module
@@ -113,6 +115,22 @@ def test_auto_space_openmpi_uses_settable_readonly_params_and_no_ucx():
         auto_space(empty, OPENMPI)
 
 
+def test_system_library_dirs_follow_the_platforms_multiarch_triple(monkeypatch):
+    monkeypatch.setattr(ucx.sysconfig, "get_config_var", lambda name: "aarch64-linux-gnu")
+    assert ucx.system_library_dirs() == [Path("/usr/lib/aarch64-linux-gnu"), Path("/usr/lib64"), Path("/usr/lib")]
+    monkeypatch.setattr(ucx.sysconfig, "get_config_var", lambda name: None)  # not Debian: no triple
+    assert ucx.system_library_dirs() == [Path("/usr/lib64"), Path("/usr/lib")]
+
+
+def test_a_libucp_bundled_in_the_library_prefix_comes_before_the_systems(tmp_path):
+    bundled = tmp_path / "lib" / "libucp.so.0"
+    bundled.parent.mkdir()
+    bundled.write_bytes(b"")
+    library = MPILibrary(vendor="mpich", version="9.9", version_string="", device="ch4:ucx", prefix=tmp_path,
+                         mpicc=tmp_path / "bin" / "mpicc", mpiexec=tmp_path / "bin" / "mpiexec")
+    assert ucx.find_libucp(library) == bundled
+
+
 def test_launchers_pass_variables_to_the_ranks_in_their_own_spelling():
     env = {"UCX_RNDV_THRESH": "65536", "MPIR_CVAR_X": "1"}
     assert HydraLauncher().env_args(env) == ["-genv", "MPIR_CVAR_X", "1", "-genv", "UCX_RNDV_THRESH", "65536"]
@@ -120,9 +138,9 @@ def test_launchers_pass_variables_to_the_ranks_in_their_own_spelling():
                                                                      "UCX_RNDV_THRESH=65536"]
     assert SrunLauncher().env_args(env) == []
     mpich = _library("mpich", "ch4:ucx")
-    assert isinstance(launcher_in_command(["/opt/x/bin/mpiexec.hydra", "-n", "2", "./a"], mpich), HydraLauncher)
-    assert isinstance(launcher_in_command(["srun", "./a"], mpich), SrunLauncher)
-    assert launcher_in_command(["./a.out"], mpich) is None
+    assert isinstance(launcher_for_argv(["/opt/x/bin/mpiexec.hydra", "-n", "2", "./a"], mpich), HydraLauncher)
+    assert isinstance(launcher_for_argv(["srun", "./a"], mpich), SrunLauncher)
+    assert launcher_for_argv(["./a.out"], mpich) is None
 
 
 def test_objective_scrubs_inherited_values_and_inserts_launcher_options(tmp_path):

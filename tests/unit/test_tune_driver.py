@@ -11,11 +11,11 @@ import pytest
 from tunempi.bench.engine import Layout, PointOutcome
 from tunempi.bench.protocol import PointRequest
 from tunempi.bench.sweep import BenchPoint
-from tunempi.rules import DEFAULT_ALGORITHM
+from tunempi.collectives import DEFAULT_ALGORITHM
 from tunempi.store.results import Measurement, ResultStore
 from tunempi.tune.driver import Tuner, prefer_default, records_from_store
 from tunempi.tune.runner import PointResult
-from tunempi.tune.space import Scale, feature_space, message_sizes
+from tunempi.tune.scope import Scale, feature_space, message_sizes
 
 FINGERPRINT = "fake-1.0-abc"
 SCALES = [Scale(1, 2), Scale(1, 4)]

@@ -6,7 +6,7 @@ import pytest
 
 from tunempi.bench.engine import Layout, PointOutcome
 from tunempi.bench.protocol import PointRequest
-from tunempi.rules import DEFAULT_ALGORITHM
+from tunempi.collectives import DEFAULT_ALGORITHM
 from tunempi.space import Cell
 from tunempi.store.results import Measurement
 from tunempi.tune.runner import PointResult

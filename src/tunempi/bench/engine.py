@@ -35,7 +35,7 @@ from tunempi.mpi.library import MPILibrary
 from tunempi.mpi.vendor import CvarSwitch
 
 C_DIR = Path(__file__).parent / "c"
-ENGINE_SOURCES: tuple[Path, ...] = (C_DIR / "engine.c", C_DIR / "cases.c", C_DIR / "stats.c")
+ENGINE_SOURCES: tuple[Path, ...] = (C_DIR / "engine.c", C_DIR / "cvars.c", C_DIR / "cases.c", C_DIR / "stats.c")
 ENGINE_HEADERS: tuple[Path, ...] = (C_DIR / "engine.h",)
 ENGINE_NAME = "tunempi_bench_engine"
 

@@ -27,7 +27,8 @@ from pathlib import Path
 
 from tunempi.bench.engine import EngineSession, Layout, PointOutcome
 from tunempi.bench.protocol import SET_DEFAULT, SET_KEEP, MeasureSettings, PointRequest
-from tunempi.bench.validate import DEFAULT_ALGORITHM, check_size
+from tunempi.bench.validate import check_size
+from tunempi.collectives import DEFAULT_ALGORITHM
 from tunempi.errors import TunempiError, UsageError
 from tunempi.launch.hosts import NodeAllocation
 from tunempi.mpi.library import MPILibrary

@@ -7,9 +7,9 @@ engine re-checks what it can and answers with an error line instead of crashing.
 
 from __future__ import annotations
 
-from tunempi.collectives import REDUCTIONS, check_collective
+from tunempi.collectives import DEFAULT_ALGORITHM, REDUCTIONS, check_collective
 from tunempi.errors import UsageError
-from tunempi.mpi.vendor import DEFAULT_ALGORITHM, VendorAdapter
+from tunempi.mpi.vendor import VendorAdapter
 
 #: What the C engine implements (bench/c/cases.c). Message sizes follow OSU: the per-rank buffer for
 #: allreduce/bcast/reduce; the per-destination block for the others.

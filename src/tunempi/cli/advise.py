@@ -104,7 +104,7 @@ def print_tune_command(advice: Advice, mpi_spec: str, db: str | None, console: C
 
 def eager_advice(profile: Profile, adapter: VendorAdapter, library: MPILibrary, space_out: Path | None,
                  console: Console) -> None:
-    from tunempi.space.params import parse_toml
+    from tunempi.search.space import parse_toml
 
     verdict = eager_verdict(profile.p2p)
     share = f"{100 * verdict.fraction:.0f}% of point-to-point bytes are in 2KiB - 64KiB"

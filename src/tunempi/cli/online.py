@@ -1,4 +1,4 @@
-"""`tunempi online run|update|show|best`: online tuning inside application runs (issue 6)."""
+"""`tunempi online run|update|show|best`: online tuning inside application runs."""
 
 from __future__ import annotations
 

@@ -16,7 +16,6 @@ from tunempi.launch.launchers import (
     get_launcher,
     launcher_for,
     launcher_for_argv,
-    launcher_in_command,
     own_launcher,
     rank_env_command,
     register_launcher,
@@ -36,6 +35,6 @@ __all__ = [
     "LAUNCHERS", "SCHEDULING_MODES", "BenchJob", "GroupScheduler", "Placement", "plan_waves", "HydraLauncher", "InteractiveLaunch", "LaunchCommand", "LaunchError", "LaunchResult",
     "LaunchSpec", "LaunchTimeout", "Launcher", "NodeAllocation", "OpenMPILauncher", "SrunLauncher",
     "expand_counts", "expand_hostlist", "get_launcher", "group_nodes", "launcher_for", "launcher_for_argv",
-    "launcher_in_command", "local_cores", "own_launcher", "rank_env_command",
+    "local_cores", "own_launcher", "rank_env_command",
     "read_group_file", "register_launcher", "run_launch", "terminate_job",
 ]

@@ -452,11 +452,3 @@ def launcher_for(library: MPILibrary, *, use_srun: bool = False, **options: Any)
         raise UsageError(f"no launcher known for vendor {library.vendor!r}; known: {', '.join(OWN_LAUNCHERS)}")
     return get_launcher(library.launcher, executable=library.mpiexec, **options)
 
-
-
-def launcher_in_command(argv: Sequence[str], library: MPILibrary) -> Launcher | None:
-    """The launcher a user's command starts with (`mpiexec ...`, `mpirun ...`, `srun ...`), or None
-    when it starts the program directly; a generic name nothing else places belongs to `library`."""
-    # One recogniser for every user command line (launcher_for_argv): a generic mpiexec/mpirun is told
-    # apart by the files next to it, so a site's launcher is not mistaken for the library's own.
-    return launcher_for_argv(argv, library) if argv else None

@@ -17,6 +17,7 @@ import json
 import os
 import subprocess
 import sys
+import sysconfig
 from pathlib import Path
 
 from tunempi.config import cache_dir
@@ -50,13 +51,22 @@ libc.fflush(stream)
 """
 
 
+def system_library_dirs() -> list[Path]:
+    """Where the system's own shared libraries live: Debian's multiarch directory (the platform triple
+    this Python was built for, e.g. /usr/lib/x86_64-linux-gnu or /usr/lib/aarch64-linux-gnu), then the
+    Red Hat and plain layouts."""
+    multiarch = sysconfig.get_config_var("MULTIARCH")
+    dirs = [Path("/usr/lib") / multiarch] if multiarch else []
+    return [*dirs, Path("/usr/lib64"), Path("/usr/lib")]
+
+
 def find_libucp(library: MPILibrary) -> Path | None:
-    """The libucp the library uses: bundled in its prefix (PyPI wheels), else none found."""
+    """The libucp the library uses: bundled in its prefix (PyPI wheels), else the system's, else None."""
     for pattern in ("lib/libucp.so*", "lib/*/libucp.so*", "lib64/libucp.so*"):
         found = sorted(library.prefix.glob(pattern))
         if found:
             return found[0]
-    for system_dir in (Path("/usr/lib/x86_64-linux-gnu"), Path("/usr/lib64"), Path("/usr/lib")):
+    for system_dir in system_library_dirs():
         found = sorted(system_dir.glob("libucp.so*"))
         if found:
             return found[0]

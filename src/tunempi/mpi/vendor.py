@@ -13,12 +13,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from tunempi.collectives import DEFAULT_ALGORITHM
 from tunempi.errors import TuningFileError, UsageError
 from tunempi.mpi.library import MPILibrary
 from tunempi.rules.ruleset import RuleSet
-
-#: tunempi's vendor-neutral name for "whatever the library selects by itself" (dataset format).
-DEFAULT_ALGORITHM = "default"
 
 
 @dataclass(frozen=True)

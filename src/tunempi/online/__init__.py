@@ -1,4 +1,4 @@
-"""Online tuning inside application runs (issue 6; docs/online.md).
+"""Online tuning inside application runs (docs/online.md).
 
 state.py (the state directory, probabilities, records, the interposer's table), cells.py (tuning cells),
 stream.py (the shared random stream, mirroring the C header), switching.py (algorithms and their MPI_T

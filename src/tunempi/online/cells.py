@@ -21,7 +21,10 @@ DEFAULT_BOUNDS: tuple[int, ...] = tuple(8 ** k for k in range(1, 9))
 
 
 @dataclass(frozen=True, order=True)
-class Cell:
+class SizeRangeCell:
+    """One cell of the online mode: a communicator layout and a message-size range (an index into
+    `SizeRanges`); not the exact-size `space.Cell` of collective tuning."""
+
     collective: str
     ranks: int
     nodes: int
@@ -33,7 +36,7 @@ class Cell:
         return f"{self.collective}/{self.ranks}/{self.nodes}x{self.ppn}/{self.size_index}"
 
     @classmethod
-    def from_key(cls, key: str) -> Cell:
+    def from_key(cls, key: str) -> SizeRangeCell:
         try:
             collective, ranks, layout, size_index = key.split("/")
             nodes, ppn = layout.split("x")
@@ -85,10 +88,6 @@ class SizeRanges:
     def label(self, index: int) -> str:
         lower, upper = self.range(index)
         return f"> {lower}" if upper is None else f"{lower + 1 if index else 0}-{upper}"
-
-
-def layout_key(ranks: int, nodes: int, ppn: int) -> str:
-    return f"{ranks}/{nodes}x{ppn}"
 
 
 def parse_layouts(texts: Sequence[str]) -> list[tuple[int, int, int]]:

@@ -8,10 +8,10 @@ from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from tunempi.collectives import DEFAULT_ALGORITHM
 from tunempi.errors import MPIError, UsageError
 from tunempi.mpi.library import MPILibrary
-from tunempi.mpi.vendor import DEFAULT_ALGORITHM
-from tunempi.online.cells import Cell, SizeRanges
+from tunempi.online.cells import SizeRangeCell, SizeRanges
 from tunempi.online.state import OnlineState, Probabilities, uniform
 from tunempi.online.update import verdict_of
 
@@ -25,7 +25,7 @@ MAX_SMOKE_RANKS = 8
 class CellHistory:
     """One cell's probabilities in every batch (uniform where a batch had no entry for it)."""
 
-    cell: Cell
+    cell: SizeRangeCell
     algorithms: tuple[str, ...]
     batches: tuple[int, ...]
     probabilities: tuple[dict[str, float], ...]
@@ -43,12 +43,12 @@ def cell_histories(state: OnlineState, contains: str | None = None) -> list[Cell
     if not history:
         raise UsageError(f"{state.dir} has no probability history yet")
     switches = state.switches
-    keys = sorted({key for p in history for key in p.cells}, key=lambda k: Cell.from_key(k))
+    keys = sorted({key for p in history for key in p.cells}, key=lambda k: SizeRangeCell.from_key(k))
     out = []
     for key in keys:
         if contains and contains not in key:
             continue
-        cell = Cell.from_key(key)
+        cell = SizeRangeCell.from_key(key)
         switch = switches.get(cell.collective)
         if switch is None:
             continue
@@ -59,7 +59,7 @@ def cell_histories(state: OnlineState, contains: str | None = None) -> list[Cell
     return out
 
 
-def cell_label(cell: Cell, sizes: SizeRanges) -> str:
+def cell_label(cell: SizeRangeCell, sizes: SizeRanges) -> str:
     size = "-" if cell.collective == "barrier" else sizes.label(cell.size_index) + " B"
     return f"{cell.collective} {cell.ranks}r {cell.nodes}x{cell.ppn} {size}"
 
@@ -103,7 +103,7 @@ def plot_histories(histories: Sequence[CellHistory], sizes: SizeRanges, path: Pa
 
 @dataclass(frozen=True)
 class BestChoice:
-    cell: Cell
+    cell: SizeRangeCell
     algorithm: str
     time_ns: float
     default_ns: float | None
@@ -129,8 +129,8 @@ def best_choices(probabilities: Probabilities, sizes: SizeRanges,
         return found is not None and verdict_of(found) == "faster"
 
     out = []
-    for key, estimates in sorted(probabilities.estimates.items(), key=lambda kv: Cell.from_key(kv[0])):
-        cell = Cell.from_key(key)
+    for key, estimates in sorted(probabilities.estimates.items(), key=lambda kv: SizeRangeCell.from_key(kv[0])):
+        cell = SizeRangeCell.from_key(key)
         evidence = probabilities.versus_default.get(key)
         candidates = {k: v for k, v in estimates.items()
                       if k == DEFAULT_ALGORITHM or may_replace_default(k, cell.collective, evidence)}

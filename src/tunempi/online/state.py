@@ -26,7 +26,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from tunempi.errors import UsageError
-from tunempi.online.cells import DEFAULT_BOUNDS, Cell, SizeRanges
+from tunempi.online.cells import DEFAULT_BOUNDS, SizeRangeCell, SizeRanges
 
 _log = logging.getLogger(__name__)
 
@@ -142,7 +142,7 @@ class Probabilities:
             raise ValueError(f"schema is {data.get('schema')!r}, not {PROBABILITIES_SCHEMA}")
         cells = {str(k): {str(a): float(p) for a, p in v.items()} for k, v in data["cells"].items()}
         for key, probs in cells.items():
-            Cell.from_key(key)
+            SizeRangeCell.from_key(key)
             total = sum(probs.values())
             if not probs or any(not p >= 0 for p in probs.values()) or abs(total - 1) > 1e-6:
                 raise ValueError(f"cell {key}: probabilities do not sum to 1 ({total})")
@@ -342,7 +342,7 @@ class OnlineState:
             return Probabilities(batch)
         switches = self.switches
         for key, probs in list(probabilities.cells.items()):
-            cell = Cell.from_key(key)
+            cell = SizeRangeCell.from_key(key)
             known = switches.get(cell.collective)
             if known is None or set(probs) != set(known.names):
                 if warn:
@@ -424,7 +424,7 @@ class OnlineState:
                 lines.append(f"alg {algorithm.name} {algorithm.ranks_only} {algorithm.requires} "
                              f"{len(algorithm.writes)} {writes}".rstrip())
         for key, probs in sorted(probabilities.cells.items()):
-            cell = Cell.from_key(key)
+            cell = SizeRangeCell.from_key(key)
             cell_switch = switches.get(cell.collective)
             if cell_switch is None:
                 continue

@@ -16,8 +16,9 @@ from __future__ import annotations
 import logging
 from collections.abc import Iterable
 
+from tunempi.collectives import DEFAULT_ALGORITHM
 from tunempi.mpi.restrictions import ONLINE_NEVER, online_mask
-from tunempi.mpi.vendor import DEFAULT_ALGORITHM, VendorAdapter
+from tunempi.mpi.vendor import VendorAdapter
 from tunempi.online.state import SWITCHABLE, AlgorithmSwitch, CollectiveSwitch
 
 _log = logging.getLogger(__name__)

@@ -39,8 +39,8 @@ from dataclasses import dataclass
 import numpy as np
 
 from tunempi import evidence
-from tunempi.mpi.vendor import DEFAULT_ALGORITHM
-from tunempi.online.cells import Cell, SizeRanges
+from tunempi.collectives import DEFAULT_ALGORITHM
+from tunempi.online.cells import SizeRangeCell, SizeRanges
 from tunempi.online.state import CollectiveSwitch, OnlineConfig, OnlineState, Probabilities, Record
 
 _log = logging.getLogger(__name__)
@@ -234,7 +234,7 @@ class UpdateResult:
 
 
 def _cells_to_set(collective: str, sizes: SizeRanges, layouts: Iterable[tuple[int, int, int]],
-                  measured_indices: Iterable[int]) -> list[Cell]:
+                  measured_indices: Iterable[int]) -> list[SizeRangeCell]:
     """Every layout (measured or configured) x the size ranges the model may speak for: those measured
     for the collective at any layout, and one range either side (no farther extrapolation in size)."""
     if collective == "barrier":
@@ -242,21 +242,21 @@ def _cells_to_set(collective: str, sizes: SizeRanges, layouts: Iterable[tuple[in
     else:
         measured = set(measured_indices)
         indices = sorted({i + d for i in measured for d in (-1, 0, 1) if 0 <= i + d < len(sizes)})
-    return [Cell(collective, r, n, p, s) for r, n, p in sorted(set(layouts)) for s in indices]
+    return [SizeRangeCell(collective, r, n, p, s) for r, n, p in sorted(set(layouts)) for s in indices]
 
 
 def compute_update(runs: Iterable[Iterable[Record]], switches: Mapping[str, CollectiveSwitch], config: OnlineConfig,
                    batch: int) -> tuple[Probabilities, int, int]:
     """The next batch's probabilities from the records of each run; also (cells measured, cells predicted only)."""
     sizes = config.sizes
-    per_cell: dict[tuple[Cell, str], dict[int, list[int]]] = defaultdict(lambda: defaultdict(list))
+    per_cell: dict[tuple[SizeRangeCell, str], dict[int, list[int]]] = defaultdict(lambda: defaultdict(list))
     per_point: dict[tuple[str, str, int, int, int, int], dict[int, list[int]]] = defaultdict(lambda: defaultdict(list))
     layouts: dict[str, set[tuple[int, int, int]]] = defaultdict(set)
     for run, records in enumerate(runs):
         for r in records:
             if r.collective not in switches or r.algorithm not in switches[r.collective].names or r.nodes < 1:
                 continue
-            cell = Cell(r.collective, r.ranks, r.nodes, r.ppn, sizes.index(r.msg_bytes))
+            cell = SizeRangeCell(r.collective, r.ranks, r.nodes, r.ppn, sizes.index(r.msg_bytes))
             per_cell[(cell, r.algorithm)][run].append(r.time_ns)
             per_point[(r.collective, r.algorithm, r.msg_bytes, r.ranks, r.nodes, r.ppn)][run].append(r.time_ns)
             layouts[r.collective].add((r.ranks, r.nodes, r.ppn))

@@ -17,7 +17,7 @@ from __future__ import annotations
 import re
 import subprocess
 import tempfile
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -378,11 +378,6 @@ def generate(prototypes: dict[str, Prototype], specs: Sequence[WrapSpec] = WRAPP
         out.append(_emit_wrapper(spec, op, proto))
         out.append("")
     return "\n".join(out)
-
-
-def wrapped_functions(prototypes: dict[str, Prototype], specs: Iterable[WrapSpec] = WRAPPED) -> list[str]:
-    """Names of the functions that `generate` would wrap for this header."""
-    return [s.function for s in specs if s.function in prototypes and "P" + s.function in prototypes]
 
 
 # ------------------------------------------------------------------------- Fortran entry points

@@ -29,12 +29,12 @@ import math
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
+from tunempi.collectives import DEFAULT_ALGORITHM  # noqa: F401 (part of the rule-set vocabulary)
 from tunempi.errors import UsageError
 from tunempi.rules.table import SelectionTable
 
-#: The algorithm name that means "whatever the library selects by itself" (as in the dataset format).
-#: Writers express it as the library's own default (MPICH: its default subtree; Open MPI: algorithm 0).
-DEFAULT_ALGORITHM = "default"
+# DEFAULT_ALGORITHM in a rule means "whatever the library selects by itself"; writers express it as the
+# library's own default (MPICH: its default subtree; Open MPI: algorithm 0).
 
 
 def is_grid_size(size: int) -> bool:

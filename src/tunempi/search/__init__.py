@@ -1,7 +1,7 @@
 """Run-time parameter search across whole application runs (PTF's strategies, TPE, rl).
 
 Strategies see only a `ParamSpace` and frozen `Trial` records (search/base.py); whoever drives them
-supplies an objective, `params -> TrialResult`. `make_strategy(name, space, seed=...)` builds one by
+supplies an objective, `params -> TrialResult`. `make_search(name, space, seed=...)` builds one by
 name; `STRATEGY_NAMES` lists them in the order the CLI shows them.
 """
 
@@ -41,12 +41,12 @@ def strategy_class(name: str) -> type[SearchStrategy]:
     return getattr(importlib.import_module(module), cls)
 
 
-def make_strategy(name: str, space: Any, *, seed: int = 0, **options: Any) -> SearchStrategy:
+def make_search(name: str, space: Any, *, seed: int = 0, **options: Any) -> SearchStrategy:
     """A strategy by name (see STRATEGY_NAMES), seeded."""
     return strategy_class(name)(space, seed=seed, **options)
 
 
 __all__ = [
     "STRATEGY_NAMES", "Objective", "SearchStrategy", "Suggestion", "Trial", "TrialResult", "TrialStatus",
-    "make_strategy", "run_search", "strategy_class",
+    "make_search", "run_search", "strategy_class",
 ]

@@ -26,7 +26,7 @@ from typing import Any, ClassVar
 import numpy as np
 
 from tunempi.errors import UsageError
-from tunempi.space.params import Config, ParamSpace, Value, config_key
+from tunempi.search.space import Config, ParamSpace, Value, config_key
 
 # The penalty of a failed run, relative to the worst successful value seen so far.
 FAILURE_PENALTY_FACTOR = 2.0
@@ -254,9 +254,6 @@ class SearchStrategy(ABC):
         return p if p is not None else math.inf
 
     # -- for subclasses ----------------------------------------------------------------------------
-    def was_measured(self, params: Mapping[str, Value]) -> bool:
-        return config_key(self.space.normalize(params)) in self._results_by_key
-
     @abstractmethod
     def _ask(self) -> Config | None:
         """The next configuration to evaluate (full or active-only), or None when exhausted."""

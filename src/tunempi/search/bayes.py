@@ -15,7 +15,7 @@ import warnings
 import optuna
 
 from tunempi.search.base import SearchStrategy, TrialResult
-from tunempi.space.params import CategoricalParam, Config, FloatParam, IntParam, ParamSpace
+from tunempi.search.space import CategoricalParam, Config, FloatParam, IntParam, ParamSpace
 
 # Constraint-breaking proposals in a row before giving up on the space.
 MAX_INFEASIBLE_ASKS = 200

@@ -23,7 +23,7 @@ from typing import Protocol
 
 from tunempi.launch import LaunchError, LaunchResult, run_launch
 from tunempi.search.base import TrialResult, TrialStatus
-from tunempi.space.params import ParamSpace, Value
+from tunempi.search.space import Value
 
 # How much of a failed run's output ends up in the trial's reason.
 REASON_TAIL = 300
@@ -76,11 +76,6 @@ class OutputMetrics:
             except ValueError:
                 continue
         return found
-
-
-def env_named_after_parameters(space: ParamSpace) -> Callable[[Mapping[str, Value]], dict[str, str]]:
-    """`apply` for parameters that are not a library's (`--mpi none`): variables named after them."""
-    return space.format_env
 
 
 @dataclass

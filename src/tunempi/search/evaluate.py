@@ -15,7 +15,7 @@ from dataclasses import asdict, dataclass
 
 import numpy as np
 
-from tunempi.search import make_strategy, run_search
+from tunempi.search import make_search, run_search
 from tunempi.search.landscapes import Landscape
 
 DEFAULT_TARGET = 0.05
@@ -42,7 +42,7 @@ class RunOutcome:
 
 def evaluate_run(landscape: Landscape, strategy: str, budget: int, seed: int,
                  target: float = DEFAULT_TARGET) -> RunOutcome:
-    search = make_strategy(strategy, landscape.space, seed=seed)
+    search = make_search(strategy, landscape.space, seed=seed)
     # The objective's noise stream is separate from the strategy's (offset seed), and identical for
     # every strategy at a given seed.
     objective = landscape.objective(seed=10_000 + seed)

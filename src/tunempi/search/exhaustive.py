@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 from tunempi.search.base import SearchStrategy, TrialResult
-from tunempi.space.params import Config, ParamSpace
+from tunempi.search.space import Config, ParamSpace
 
 
 class ExhaustiveSearch(SearchStrategy):

@@ -22,7 +22,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from tunempi.search.base import SearchStrategy, TrialResult
-from tunempi.space.params import Config, ParamSpace, config_key
+from tunempi.search.space import Config, ParamSpace, config_key
 
 
 @dataclass(frozen=True)

@@ -13,7 +13,7 @@ from collections.abc import Iterator
 from typing import Any
 
 from tunempi.search.base import SearchStrategy, TrialResult
-from tunempi.space.params import Config, ParamSpace, config_key
+from tunempi.search.space import Config, ParamSpace, config_key
 
 
 class IndividualSearch(SearchStrategy):

@@ -25,7 +25,7 @@ import numpy as np
 
 from tunempi.errors import UsageError
 from tunempi.search.base import Objective, TrialResult, TrialStatus
-from tunempi.space.params import CategoricalParam, Config, Expr, IntParam, ParamSpace, Value
+from tunempi.search.space import CategoricalParam, Config, Expr, IntParam, ParamSpace, Value
 
 
 @dataclass(frozen=True)

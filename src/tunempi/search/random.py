@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from tunempi.search.base import SearchStrategy, TrialResult
-from tunempi.space.params import Config
+from tunempi.search.space import Config
 
 
 class RandomSearch(SearchStrategy):

@@ -13,7 +13,7 @@ from rich.table import Table
 
 from tunempi.search.base import Trial
 from tunempi.search.evaluate import Summary
-from tunempi.space.params import CategoricalParam, ParamSpace
+from tunempi.search.space import CategoricalParam, ParamSpace
 
 
 def format_env_file(env: Mapping[str, str] | None, comment: str) -> str:

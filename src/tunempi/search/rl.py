@@ -36,7 +36,7 @@ from typing import Any
 import numpy as np
 
 from tunempi.search.base import SearchStrategy, Trial, TrialResult
-from tunempi.space.params import CategoricalParam, Config, ParamSpace, config_key
+from tunempi.search.space import CategoricalParam, Config, ParamSpace, config_key
 
 
 @dataclass(frozen=True)

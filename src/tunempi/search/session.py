@@ -19,12 +19,12 @@ from typing import TYPE_CHECKING
 
 from tunempi.config import resolve, resolve_db
 from tunempi.errors import TunempiError, UsageError
-from tunempi.search import make_strategy, run_search, strategy_class
+from tunempi.search import make_search, run_search, strategy_class
 from tunempi.search.base import Trial
 from tunempi.search.command import CommandObjective
 from tunempi.search.journal import TrialJournal
+from tunempi.search.space import ParamSpace, Value, config_key
 from tunempi.search.verify import MIN_PAIRS, Verdict, verify_against_default
-from tunempi.space.params import ParamSpace, Value, config_key
 
 if TYPE_CHECKING:
     from tunempi.mpi.library import MPILibrary
@@ -202,10 +202,11 @@ def ptf_hints(hints: Mapping[str, str], strategy: str, listener: SearchListener)
 def prepare_search(request: SearchRequest, listener: SearchListener | None = None) -> SearchSession:
     """Check every input (UsageError naming the problem), find the target library and build the space
     and the objective."""
-    from tunempi.launch import launcher_in_command
-    from tunempi.mpi.runtime import auto_space, check_parameters
+    from tunempi.launch import launcher_for_argv
+    from tunempi.mpi.runtime import check_parameters
+    from tunempi.search.auto_space import auto_space
     from tunempi.search.command import OutputMetrics
-    from tunempi.space.params import load_space
+    from tunempi.search.space import load_space
 
     listener = listener or SearchListener()
     if request.timeout is not None and request.timeout <= 0:
@@ -250,7 +251,7 @@ def prepare_search(request: SearchRequest, listener: SearchListener | None = Non
                 env.update(adapter.parameter_env(key, value))
             return env
         scrub = {k for p in space for k in adapter.parameter_env(p.name, p.start_value())}
-        launcher = launcher_in_command(request.command, target.library)
+        launcher = launcher_for_argv(request.command, target.library)
         launch_env = adapter.launch_env()
     else:
         apply, scrub, launcher, launch_env = space.format_env, set(space.names), None, {}
@@ -286,7 +287,7 @@ def run_application_search(session: SearchSession, listener: SearchListener | No
 def search_trials(session: SearchSession, journal: TrialJournal, listener: SearchListener) -> SearchOutcome:
     """Replay the recorded trials, run the rest of the budget (each recorded as it finishes)."""
     space, objective = session.space, session.objective
-    searcher = make_strategy(session.strategy, space, seed=session.seed, **session.options)
+    searcher = make_search(session.strategy, space, seed=session.seed, **session.options)
     searcher.replay(journal.trials)
     where = f"search {journal.search_id} in {session.db_path}"
     listener.started(where)

@@ -16,7 +16,7 @@ from dataclasses import asdict, dataclass
 
 from tunempi import evidence
 from tunempi.search.base import Objective, TrialResult
-from tunempi.space.params import Value
+from tunempi.search.space import Value
 
 MIN_PAIRS = evidence.MIN_PAIRS
 

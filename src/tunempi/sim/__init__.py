@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
+from tunempi.collectives import DEFAULT_ALGORITHM
 from tunempi.sim.cost import CostModel
 from tunempi.sim.metrics import Oracle
-from tunempi.sim.replay import DEFAULT_ALGORITHM, ReplayBackend, load_frame
+from tunempi.sim.replay import ReplayBackend, load_frame
 from tunempi.sim.run import Trace, run_strategy, simulate, summarize
 
 __all__ = [

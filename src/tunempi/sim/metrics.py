@@ -11,8 +11,9 @@ from collections.abc import Mapping
 
 import numpy as np
 
+from tunempi.collectives import DEFAULT_ALGORITHM
 from tunempi.sim.cost import CostModel
-from tunempi.sim.replay import DEFAULT_ALGORITHM, ReplayBackend
+from tunempi.sim.replay import ReplayBackend
 from tunempi.space import Cell
 
 

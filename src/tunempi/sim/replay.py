@@ -16,15 +16,12 @@ from typing import cast
 import numpy as np
 import pandas as pd
 
-from tunempi.collectives import check_collective
+from tunempi.collectives import DEFAULT_ALGORITHM, check_collective
 from tunempi.errors import UsageError
 from tunempi.sim.cost import CostModel
 from tunempi.space import Cell, FeatureSpace
 from tunempi.store.dataset import read_dataset
 from tunempi.strategy.base import MeasurementRecord, Request
-
-#: The library's own choice: reported as a baseline, never a candidate.
-DEFAULT_ALGORITHM = "default"
 
 
 def load_frame(path: str | Path) -> pd.DataFrame:

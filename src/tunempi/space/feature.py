@@ -207,10 +207,6 @@ class FeatureSpace:
         return FeatureSpace(self.collective, tuple(chosen), self.algorithms,
                             {c: a for c, a in self.unavailable.items() if c in set(chosen)})
 
-    def neighbours_in_size(self, cell: Cell) -> list[Cell]:
-        """Cells at the same scale, ordered by message size (for non-power-of-two perturbation)."""
-        return [c for c in self.cells if c.scale == cell.scale]
-
     # -- JSON round-trip -------------------------------------------------------------------------
     def to_dict(self) -> dict[str, Any]:
         return {

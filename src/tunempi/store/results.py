@@ -18,7 +18,8 @@ from __future__ import annotations
 import json
 import sqlite3
 import time
-from collections.abc import Collection, Iterable, Iterator, Mapping
+from collections.abc import Collection, Iterable, Iterator, Mapping, Sequence
+from contextlib import AbstractContextManager
 from dataclasses import dataclass, field, fields
 from datetime import UTC, datetime
 from pathlib import Path
@@ -27,6 +28,7 @@ from typing import Any, Literal, NamedTuple
 
 from tunempi.errors import TunempiError, UsageError
 from tunempi.store.schema import NATURAL_KEY, migrate
+from tunempi.store.transaction import write_transaction
 
 STATUSES: tuple[str, ...] = ("ok", "failed", "timeout")
 STATISTICS: tuple[str, ...] = ("median_us", "min_us", "p90_us", "mean_us", "ci_low_us", "ci_high_us")
@@ -254,13 +256,8 @@ class ResultStore:
         sql = _UPSERT_SQL if on_conflict == "update" else _IGNORE_SQL
         conn = self._conn
         before = conn.total_changes
-        conn.execute("BEGIN IMMEDIATE")
-        try:
+        with write_transaction(conn):
             conn.executemany(sql, (_to_row(m) for m in measurements))
-            conn.execute("COMMIT")
-        except BaseException:
-            conn.execute("ROLLBACK")
-            raise
         return conn.total_changes - before
 
     def delete(self, **filters: Filter) -> int:
@@ -268,15 +265,18 @@ class ResultStore:
         where, params = _where(filters)
         if not where:
             raise UsageError("delete needs at least one filter (refusing to empty the store)")
-        conn = self._conn
-        conn.execute("BEGIN IMMEDIATE")
-        try:
+        with write_transaction(self._conn) as conn:
             count = conn.execute(f"DELETE FROM measurements{where}", params).rowcount
-            conn.execute("COMMIT")
-        except BaseException:
-            conn.execute("ROLLBACK")
-            raise
         return int(count)
+
+    # --- other tables in the same file (store/searches.py) ----------------------------------------
+    def transaction(self) -> AbstractContextManager[sqlite3.Connection]:
+        """A write transaction on the store's connection (BEGIN IMMEDIATE ... COMMIT, ROLLBACK on error)."""
+        return write_transaction(self._conn)
+
+    def fetch_all(self, sql: str, params: Sequence[Any] = ()) -> list[sqlite3.Row]:
+        """Rows of one read-only query on the store's connection."""
+        return self._conn.execute(sql, params).fetchall()
 
     # --- reading ----------------------------------------------------------------------------------
     def iter_measurements(self, **filters: Filter) -> Iterator[Measurement]:

@@ -14,6 +14,7 @@ from __future__ import annotations
 import sqlite3
 
 from tunempi.errors import TunempiError
+from tunempi.store.transaction import write_transaction
 
 #: The natural key of a measurement (see docs/store.md): one row per repetition of one point of one
 #: library on one system. Re-importing a dataset or re-measuring a point updates that row, never adds one.
@@ -113,8 +114,7 @@ def migrate(conn: sqlite3.Connection, *, path: str = "") -> int:
     """
     if current_version(conn) == SCHEMA_VERSION:  # the common case: no write lock needed
         return SCHEMA_VERSION
-    conn.execute("BEGIN IMMEDIATE")
-    try:
+    with write_transaction(conn):
         found = current_version(conn)
         if found > SCHEMA_VERSION:
             raise TunempiError(
@@ -128,8 +128,4 @@ def migrate(conn: sqlite3.Connection, *, path: str = "") -> int:
                 conn.execute(statement)
         conn.execute("DELETE FROM schema_version")
         conn.execute("INSERT INTO schema_version (version) VALUES (?)", (SCHEMA_VERSION,))
-        conn.execute("COMMIT")
-    except BaseException:
-        conn.execute("ROLLBACK")
-        raise
     return found

@@ -65,19 +65,13 @@ class SearchLog:
         self.store = store
         self.header = dict(header)
         self.search_id = search_id_of(self.header)
-        conn = store._conn
-        conn.execute("BEGIN IMMEDIATE")
-        try:
+        with store.transaction() as conn:
             conn.execute(
                 "INSERT INTO searches (search_id, header, library_fingerprint, created) VALUES (?, ?, ?, ?) "
                 "ON CONFLICT (search_id) DO NOTHING",
                 (self.search_id, json.dumps(self.header, sort_keys=True, default=str), library_fingerprint,
                  utc_timestamp()),
             )
-            conn.execute("COMMIT")
-        except BaseException:
-            conn.execute("ROLLBACK")
-            raise
 
     def runs(self, kind: str | None = None) -> list[SearchRun]:
         """Recorded runs in the order they were written."""
@@ -86,7 +80,7 @@ class SearchLog:
         if kind is not None:
             sql += " AND kind = ?"
             params.append(kind)
-        rows = self.store._conn.execute(sql + " ORDER BY id", params).fetchall()
+        rows = self.store.fetch_all(sql + " ORDER BY id", params)
         return [
             SearchRun(
                 kind=row["kind"], number=row["number"], params=json.loads(row["params"]), status=row["status"],
@@ -99,9 +93,7 @@ class SearchLog:
 
     def add(self, run: SearchRun) -> None:
         """Record one run (one transaction, durable before it returns)."""
-        conn = self.store._conn
-        conn.execute("BEGIN IMMEDIATE")
-        try:
+        with self.store.transaction() as conn:
             conn.execute(
                 "INSERT INTO search_runs (search_id, kind, number, role, params, status, value, reason, metrics, "
                 "duration_s, launch_argv, env, timestamp) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
@@ -109,16 +101,12 @@ class SearchLog:
                  run.status, run.value, run.reason, json.dumps(dict(run.metrics), sort_keys=True), run.duration_s,
                  json.dumps(list(run.launch_argv)), json.dumps(dict(run.env), sort_keys=True), run.timestamp),
             )
-            conn.execute("COMMIT")
-        except BaseException:
-            conn.execute("ROLLBACK")
-            raise
 
 
 def list_searches(store: ResultStore) -> list[tuple[str, dict[str, Any], int]]:
     """(search_id, header, number of runs) of every search in the store, oldest first."""
-    rows = store._conn.execute(
+    rows = store.fetch_all(
         "SELECT s.search_id, s.header, COUNT(r.id) FROM searches s LEFT JOIN search_runs r "
         "ON r.search_id = s.search_id GROUP BY s.search_id ORDER BY s.rowid"
-    ).fetchall()
+    )
     return [(str(r[0]), json.loads(r[1]), int(r[2])) for r in rows]

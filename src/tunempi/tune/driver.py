@@ -20,7 +20,7 @@ import numpy as np
 
 from tunempi.bench.engine import Layout
 from tunempi.bench.sweep import BenchPoint
-from tunempi.bench.validate import DEFAULT_ALGORITHM
+from tunempi.collectives import DEFAULT_ALGORITHM
 from tunempi.errors import TunempiError
 from tunempi.space import Cell, FeatureSpace
 from tunempi.store.results import Measurement, ResultStore

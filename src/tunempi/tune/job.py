@@ -14,8 +14,8 @@ from typing import Any
 
 from tunempi.bench.engine import Layout
 from tunempi.bench.protocol import MeasureSettings
-from tunempi.bench.validate import DEFAULT_ALGORITHM, check_engine_collective
-from tunempi.collectives import parse_collectives
+from tunempi.bench.validate import check_engine_collective
+from tunempi.collectives import DEFAULT_ALGORITHM, parse_collectives
 from tunempi.errors import UsageError
 from tunempi.launch.hosts import NodeAllocation
 from tunempi.launch.scheduler import SCHEDULING_MODES, GroupScheduler
@@ -30,7 +30,7 @@ from tunempi.tune.driver import CurvePoint, TuneOutcome, Tuner, check_evidence
 from tunempi.tune.files import WrittenFiles, rule_sets_for, selection_table, write_tuning_files
 from tunempi.tune.manifest import CurveRecord, LibraryRecord, Manifest, RunRecord, SelectionRow
 from tunempi.tune.runner import LayoutRunner, ParallelRunner, PointResult
-from tunempi.tune.space import Scale, candidate_algorithms, feature_space, message_sizes, sub_scales
+from tunempi.tune.scope import Scale, candidate_algorithms, feature_space, message_sizes, sub_scales
 
 #: Strategy parameters for live tuning (the strategies' own defaults suit replayed datasets): batches of
 #: 32 cells (each ask refits the models: fewer rounds, less model time per measured run), a regret

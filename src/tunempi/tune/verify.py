@@ -26,7 +26,7 @@ import numpy as np
 from tunempi import evidence
 from tunempi.bench.engine import Layout
 from tunempi.bench.sweep import BenchPoint
-from tunempi.bench.validate import DEFAULT_ALGORITHM
+from tunempi.collectives import DEFAULT_ALGORITHM
 from tunempi.space import Cell
 from tunempi.tune.driver import layout_of
 from tunempi.tune.runner import PointResult

@@ -33,16 +33,7 @@
 #include "engine.h"
 
 #define MAX_LINE 4096
-#define MAX_CVARS 64
 #define MAX_NAME 128
-
-typedef struct {
-    char name[MAX_NAME];
-    MPI_T_cvar_handle handle;
-    int initial; /* value at first use: what `set=default` restores */
-    int current; /* value last written (initial until then) */
-    int pinned;  /* written by a setup request: kept for the whole launch, never restored */
-} cvar_slot;
 
 typedef enum { SET_KEEP, SET_DEFAULT, SET_VALUE } set_mode;
 
@@ -68,10 +59,7 @@ typedef struct {
     MPI_Comm meas; /* the measured communicator; re-created after cvar writes when asked */
     int rank;
     int size;
-    int mpi_t;
-    cvar_slot cvars[MAX_CVARS];
-    int ncvars;
-    int written_since_dup;
+    tm_cvars cvars; /* written through MPI_T; `cvars.written` since the measured communicator's dup */
     char call_error[MPI_MAX_ERROR_STRING]; /* this rank's first failed collective call of a point */
     double watchdog; /* MPI_Wtime deadline for control messages after a failed call here; 0: none */
     double *local;   /* [times(batch) | wrong flags(batch)] of this rank */
@@ -372,82 +360,6 @@ static int next_line(engine *e, char *line)
     return 0;
 }
 
-/* ---------------------------------------------------------------- MPI_T */
-
-/* The slot of cvar `name`, allocated on first use; NULL with `why` filled when it cannot be used. */
-static cvar_slot *cvar_lookup(engine *e, const char *name, char *why, size_t why_len)
-{
-    for (int i = 0; i < e->ncvars; i++)
-        if (strcmp(e->cvars[i].name, name) == 0)
-            return &e->cvars[i];
-    if (!e->mpi_t) {
-        snprintf(why, why_len, "MPI_T is not available");
-        return NULL;
-    }
-    if (e->ncvars == MAX_CVARS) {
-        snprintf(why, why_len, "too many distinct cvars");
-        return NULL;
-    }
-    int index;
-    if (MPI_T_cvar_get_index(name, &index) != MPI_SUCCESS) {
-        snprintf(why, why_len, "unknown cvar %s", name);
-        return NULL;
-    }
-    char info_name[256], desc[16];
-    int name_len = sizeof info_name, desc_len = sizeof desc, verbosity, bind, scope;
-    MPI_Datatype datatype;
-    MPI_T_enum enumtype;
-    if (MPI_T_cvar_get_info(index, info_name, &name_len, &verbosity, &datatype, &enumtype, desc, &desc_len,
-                            &bind, &scope) != MPI_SUCCESS) {
-        snprintf(why, why_len, "MPI_T_cvar_get_info failed for %s", name);
-        return NULL;
-    }
-    if (datatype != MPI_INT || bind != MPI_T_BIND_NO_OBJECT) {
-        snprintf(why, why_len, "cvar %s is not an unbound int", name);
-        return NULL;
-    }
-    cvar_slot *slot = &e->cvars[e->ncvars];
-    int count;
-    if (MPI_T_cvar_handle_alloc(index, NULL, &slot->handle, &count) != MPI_SUCCESS || count != 1) {
-        snprintf(why, why_len, "MPI_T_cvar_handle_alloc failed for %s", name);
-        return NULL;
-    }
-    if (MPI_T_cvar_read(slot->handle, &slot->initial) != MPI_SUCCESS) {
-        MPI_T_cvar_handle_free(&slot->handle);
-        snprintf(why, why_len, "MPI_T_cvar_read failed for %s", name);
-        return NULL;
-    }
-    slot->current = slot->initial;
-    snprintf(slot->name, sizeof slot->name, "%s", name);
-    e->ncvars++;
-    return slot;
-}
-
-static int cvar_write(engine *e, cvar_slot *slot, int value, char *why, size_t why_len)
-{
-    if (MPI_T_cvar_write(slot->handle, &value) != MPI_SUCCESS) {
-        snprintf(why, why_len, "MPI_T_cvar_write of %d to %s failed (read-only?)", value, slot->name);
-        return -1;
-    }
-    slot->current = value;
-    e->written_since_dup = 1;
-    return 0;
-}
-
-/* Puts every cvar written by earlier points back to its start-up value, except `keep` and pinned ones:
- * a point's algorithm is the only one changed from the library's choices (an algorithm may call other
- * collectives internally, e.g. MPICH's smp allreduce calls reduce and bcast). Returns 0 or -1. */
-static int cvar_restore_others(engine *e, const cvar_slot *keep, char *why, size_t why_len)
-{
-    for (int i = 0; i < e->ncvars; i++) {
-        cvar_slot *slot = &e->cvars[i];
-        if (slot != keep && !slot->pinned && slot->current != slot->initial &&
-            cvar_write(e, slot, slot->initial, why, why_len) != 0)
-            return -1;
-    }
-    return 0;
-}
-
 /* A fresh measured communicator (after cvar writes that only apply to new communicators). Its calls
  * return errors instead of aborting: an algorithm that cannot take a call's arguments (Open MPI's
  * two-process-only ones on more ranks, MPICH with strict selection) fails that point, not the launch. */
@@ -457,7 +369,7 @@ static void renew_measured_communicator(engine *e)
         MPI_Comm_free(&e->meas);
     MPI_Comm_dup(MPI_COMM_WORLD, &e->meas);
     MPI_Comm_set_errhandler(e->meas, MPI_ERRORS_RETURN);
-    e->written_since_dup = 0;
+    e->cvars.written = 0;
 }
 
 static const char *call_name(tm_collective kind)
@@ -546,26 +458,26 @@ static void measure_point(engine *e, request *req)
 {
     char why[512] = "";
     int failed = 0;
-    cvar_slot *slot = NULL;
+    tm_cvar *slot = NULL;
     tm_collective kind = tm_collective_from_name(req->coll);
     if (kind == TM_UNKNOWN) {
         snprintf(why, sizeof why, "unknown collective %s", req->coll);
         failed = 1;
     }
     if (!failed && req->cvar[0]) {
-        slot = cvar_lookup(e, req->cvar, why, sizeof why);
+        slot = tm_cvar_lookup(&e->cvars, req->cvar, why, sizeof why);
         failed = slot == NULL;
     }
     if (!failed && req->set != SET_KEEP)
-        failed = cvar_restore_others(e, req->set == SET_VALUE ? slot : NULL, why, sizeof why) != 0;
+        failed = tm_cvar_restore_others(&e->cvars, req->set == SET_VALUE ? slot : NULL, why, sizeof why) != 0;
     if (!failed && req->set == SET_VALUE && slot->current != req->set_value)
-        failed = cvar_write(e, slot, req->set_value, why, sizeof why) != 0;
+        failed = tm_cvar_write(&e->cvars, slot, req->set_value, why, sizeof why) != 0;
     if (ctl_any(e, failed)) {
         if (e->rank == 0)
             print_error(req->id, "%s", failed ? why : "failed on another rank");
         return;
     }
-    if (req->newcomm && e->written_since_dup)
+    if (req->newcomm && e->cvars.written)
         renew_measured_communicator(e);
     int readback = 0, consistent = 1;
     if (slot) {
@@ -671,16 +583,16 @@ static void measure_point(engine *e, request *req)
 static void setup_cvar(engine *e, request *req)
 {
     char why[512] = "";
-    cvar_slot *slot = NULL;
+    tm_cvar *slot = NULL;
     int failed = 0;
     if (!req->cvar[0] || req->set != SET_VALUE) {
         snprintf(why, sizeof why, "setup needs cvar= and set=<int>");
         failed = 1;
     }
     if (!failed)
-        failed = (slot = cvar_lookup(e, req->cvar, why, sizeof why)) == NULL;
+        failed = (slot = tm_cvar_lookup(&e->cvars, req->cvar, why, sizeof why)) == NULL;
     if (!failed)
-        failed = cvar_write(e, slot, req->set_value, why, sizeof why) != 0;
+        failed = tm_cvar_write(&e->cvars, slot, req->set_value, why, sizeof why) != 0;
     if (ctl_any(e, failed)) {
         if (e->rank == 0)
             print_error(req->id, "%s", failed ? why : "failed on another rank");
@@ -715,7 +627,7 @@ static void print_ready(engine *e)
     char version[MPI_MAX_LIBRARY_VERSION_STRING] = "";
     int version_len = 0;
     MPI_Get_library_version(version, &version_len);
-    printf("{\"event\":\"ready\",\"ranks\":%d,\"mpi_t\":%s,\"library\":", e->size, e->mpi_t ? "true" : "false");
+    printf("{\"event\":\"ready\",\"ranks\":%d,\"mpi_t\":%s,\"library\":", e->size, e->cvars.mpi_t ? "true" : "false");
     json_string(stdout, version);
     printf(",\"hosts\":[");
     int printed = 0;
@@ -740,8 +652,7 @@ int main(int argc, char **argv)
     MPI_Init(&argc, &argv);
     engine e;
     memset(&e, 0, sizeof e);
-    int provided;
-    e.mpi_t = MPI_T_init_thread(MPI_THREAD_SINGLE, &provided) == MPI_SUCCESS;
+    tm_cvars_init(&e.cvars);
     MPI_Comm_dup(MPI_COMM_WORLD, &e.ctrl);
     e.meas = MPI_COMM_NULL;
     renew_measured_communicator(&e);
@@ -774,10 +685,7 @@ int main(int argc, char **argv)
             measure_point(&e, &req);
     }
 
-    for (int i = 0; i < e.ncvars; i++)
-        MPI_T_cvar_handle_free(&e.cvars[i].handle);
-    if (e.mpi_t)
-        MPI_T_finalize();
+    tm_cvars_free(&e.cvars);
     free(e.local);
     free(e.scratch);
     free(e.samples);

@@ -1,6 +1,7 @@
 /* tunempi benchmark engine: shared declarations.
  *
- * engine.c    request loop, MPI_T algorithm switching, JSON output (rank 0)
+ * engine.c    request loop, measurement, JSON output (rank 0)
+ * cvars.c     MPI_T control variables: look up, write, restore (algorithm switching)
  * cases.c     one collective at one message size: buffers, fill, run, check
  * stats.c     order statistics and the confidence interval of the median
  */
@@ -56,6 +57,35 @@ int tm_case_run(tm_case *c);
 int tm_case_check(const tm_case *c, uint32_t iteration);
 /* Self-test of the check: spoil one byte of the result on one rank that checks it. */
 void tm_case_spoil(tm_case *c);
+
+/* MPI_T control variables the engine writes (algorithm cvars, a library's selection settings). Only
+ * unbound int cvars; each is read once at first use so that it can be put back. */
+#define TM_MAX_CVARS 64
+#define TM_CVAR_NAME_MAX 128
+
+typedef struct {
+    char name[TM_CVAR_NAME_MAX];
+    MPI_T_cvar_handle handle;
+    int initial; /* value at first use: what `set=default` restores */
+    int current; /* value last written (initial until then) */
+    int pinned;  /* written by a setup request: kept for the whole launch, never restored */
+} tm_cvar;
+
+typedef struct {
+    int mpi_t;   /* MPI_T initialised: 0 makes every lookup fail with a reason */
+    tm_cvar slots[TM_MAX_CVARS];
+    int count;
+    int written; /* set by every write; the engine clears it when it re-creates its communicator */
+} tm_cvars;
+
+void tm_cvars_init(tm_cvars *cvars); /* after MPI_Init */
+void tm_cvars_free(tm_cvars *cvars); /* before MPI_Finalize */
+/* The slot of cvar `name`, allocated on first use; NULL with `why` filled when it cannot be used. */
+tm_cvar *tm_cvar_lookup(tm_cvars *cvars, const char *name, char *why, size_t why_len);
+/* Returns 0, or -1 with `why` filled. */
+int tm_cvar_write(tm_cvars *cvars, tm_cvar *cvar, int value, char *why, size_t why_len);
+/* Puts every cvar written before back to its start-up value, except `keep` and pinned ones. */
+int tm_cvar_restore_others(tm_cvars *cvars, const tm_cvar *keep, char *why, size_t why_len);
 
 /* Statistics on per-iteration times (sorted in place). */
 typedef struct {

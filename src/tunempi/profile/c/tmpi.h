@@ -33,6 +33,8 @@
 #include <stddef.h>
 #include <stdint.h>
 #include <time.h>
+
+#include "tmpi_hash.h"
 #if defined(__x86_64__)
 #include <x86intrin.h>
 #endif
@@ -89,8 +91,8 @@ typedef struct {
     void (*finish)(void);              /* inside MPI_Finalize, before PMPI_Finalize: may communicate */
 } tmpi_mode;
 
-extern const tmpi_mode tmpi_profile_mode;
-extern const tmpi_mode tmpi_online_mode; /* tmpi_online.c (issue 6) */
+extern const tmpi_mode tmpi_profile_mode; /* tmpi_profile.c */
+extern const tmpi_mode tmpi_online_mode;  /* tmpi_online.c */
 
 /* ---- thread role and global state ---- */
 enum { TMPI_ROLE_UNKNOWN = 0, TMPI_ROLE_OWNER = 1, TMPI_ROLE_PASS = 2 };
@@ -186,6 +188,20 @@ tmpi_comm_info *tmpi_comm_find(MPI_Comm comm); /* like lookup, but NULL when not
 void tmpi_comm_forget(MPI_Comm comm);
 int tmpi_shape_count(void);
 const int *tmpi_shape_members(int shape, int *size); /* sorted world ranks (-1: not in MPI_COMM_WORLD) */
+
+/* ---- hosts and nodes (tmpi_core.c), shared by all modes ---- */
+#define TMPI_HOST_MAX 256
+
+/* This rank's host name. TUNEMPI_FAKE_PPN=N (testing node/ppn accounting on one machine) pretends world
+ * rank r runs on node r / N: the name becomes "<host>#<r / N>". */
+void tmpi_host_name(char host[TMPI_HOST_MAX]);
+/* node_of[world rank] for every rank, nodes numbered 0, 1, ... in order of their lowest rank: one
+ * allgather of host-name hashes on MPI_COMM_WORLD (collective), then a sort. Returns the node count. */
+int tmpi_node_map(const char *host, int *node_of);
+/* How the members (world ranks) of a shape spread over nodes: the number of nodes and the largest
+ * number of members on one node. Returns 0, or -1 (nodes, ppn untouched) when a member is outside
+ * MPI_COMM_WORLD. */
+int tmpi_members_layout(const int *members, int size, const int *node_of, int n_nodes, int *nodes, int *ppn);
 
 /* ---- persistent send requests (tmpi_core.c) ---- */
 void tmpi_request_remember(MPI_Request request, uint64_t bytes);

@@ -10,6 +10,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 _Thread_local int tmpi_role __attribute__((tls_model("initial-exec"))) = TMPI_ROLE_UNKNOWN;
 
@@ -274,9 +275,7 @@ static int tmpi_shape_of(MPI_Comm comm, int *size_out)
         if (members[i] == MPI_UNDEFINED)
             members[i] = -1;
     qsort(members, (size_t)size, sizeof *members, tmpi_cmp_int);
-    uint64_t hash = 1469598103934665603ULL;
-    for (int i = 0; i < size; i++)
-        hash = (hash ^ (uint64_t)(uint32_t)members[i]) * 1099511628211ULL;
+    uint64_t hash = tmpi_fnv1a_words(members, size);
     *size_out = size;
     for (int s = 0; s < shape_count; s++)
         if (shapes[s].hash == hash && shapes[s].size == size &&
@@ -383,6 +382,85 @@ const int *tmpi_shape_members(int shape, int *size)
 {
     *size = shapes[shape].size;
     return shapes[shape].members;
+}
+
+/* ------------------------------------------------------------------------------------------------
+ * Hosts and nodes. Every mode that reports (nodes, ppn) maps world ranks to nodes the same way: ranks
+ * whose host names hash equal share a node. Sorting (hash, rank) pairs keeps the map O(n log n) even
+ * when it runs inside MPI_Init on many ranks.
+ * ------------------------------------------------------------------------------------------------ */
+void tmpi_host_name(char host[TMPI_HOST_MAX])
+{
+    const int room = TMPI_HOST_MAX - 16; /* leaves room for the "#<node>" suffix below */
+    if (gethostname(host, (size_t)room) != 0)
+        strcpy(host, "unknown");
+    host[room] = '\0';
+    const char *fake = getenv("TUNEMPI_FAKE_PPN");
+    int ppn = fake ? atoi(fake) : 0;
+    if (ppn > 0) {
+        size_t len = strlen(host);
+        snprintf(host + len, TMPI_HOST_MAX - len, "#%d", tmpi_globals.world_rank / ppn);
+    }
+}
+
+typedef struct {
+    uint64_t hash;
+    int rank;
+} tmpi_host_rank;
+
+static int tmpi_cmp_host_rank(const void *a, const void *b)
+{
+    const tmpi_host_rank *x = a, *y = b;
+    if (x->hash != y->hash)
+        return (x->hash > y->hash) - (x->hash < y->hash);
+    return (x->rank > y->rank) - (x->rank < y->rank);
+}
+
+int tmpi_node_map(const char *host, int *node_of)
+{
+    int size = tmpi_globals.world_size;
+    uint64_t mine = tmpi_fnv1a_string(host);
+    uint64_t *all = tmpi_xcalloc((size_t)size, sizeof *all);
+    PMPI_Allgather(&mine, 1, MPI_UINT64_T, all, 1, MPI_UINT64_T, MPI_COMM_WORLD);
+    tmpi_host_rank *by_host = tmpi_xcalloc((size_t)size, sizeof *by_host);
+    for (int r = 0; r < size; r++)
+        by_host[r] = (tmpi_host_rank){all[r], r};
+    free(all);
+    qsort(by_host, (size_t)size, sizeof *by_host, tmpi_cmp_host_rank);
+    /* First pass: each rank points at the lowest rank on its host (first of its run after the sort). */
+    int lowest = 0;
+    for (int i = 0; i < size; i++) {
+        if (i == 0 || by_host[i].hash != by_host[i - 1].hash)
+            lowest = by_host[i].rank;
+        node_of[by_host[i].rank] = lowest;
+    }
+    free(by_host);
+    /* Second pass, in rank order: a rank that is the lowest of its host opens the next node; the others
+     * copy their lowest rank's node, already numbered because it is smaller. */
+    int nodes = 0;
+    for (int r = 0; r < size; r++)
+        node_of[r] = node_of[r] == r ? nodes++ : node_of[node_of[r]];
+    return nodes;
+}
+
+int tmpi_members_layout(const int *members, int size, const int *node_of, int n_nodes, int *nodes, int *ppn)
+{
+    for (int i = 0; i < size; i++)
+        if (members[i] < 0 || members[i] >= tmpi_globals.world_size)
+            return -1;
+    int *per_node = tmpi_xcalloc((size_t)n_nodes + 1, sizeof *per_node);
+    int n = 0, most = 0;
+    for (int i = 0; i < size; i++) {
+        int *count = &per_node[node_of[members[i]]];
+        if ((*count)++ == 0)
+            n++;
+        if (*count > most)
+            most = *count;
+    }
+    free(per_node);
+    *nodes = n;
+    *ppn = most;
+    return 0;
 }
 
 /* ------------------------------------------------------------------------------------------------

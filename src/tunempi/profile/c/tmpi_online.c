@@ -1,5 +1,5 @@
 /*
- * Online mode (issue 6): every switchable collective call is served by an algorithm drawn from its
+ * Online mode (docs/online.md): every switchable collective call is served by an algorithm drawn from its
  * tuning cell's probabilities, and its start/end are recorded on a subset of ranks.
  *
  *   cell      = (collective, communicator size, nodes, ppn, message-size range)
@@ -32,7 +32,6 @@
 
 #define ONLINE_NAME_MAX 96
 #define ONLINE_WRITES_MAX 4
-#define ONLINE_HOST_MAX 256
 
 typedef struct {
     char name[ONLINE_NAME_MAX];
@@ -114,6 +113,7 @@ static struct {
     int ncells;
     int *op_coll; /* tmpi_op_table index -> collective index or -1 */
     int *node_of; /* world rank -> node index */
+    int nnodes;
     int recording;
     long cap; /* records this rank keeps */
     online_record *records;
@@ -368,40 +368,13 @@ static const char *online_open_cvars(void)
 
 /* -------------------------------------------------------------------------- start / finish ---- */
 
-static uint64_t online_hash_string(const char *s)
-{
-    uint64_t hash = 1469598103934665603ULL;
-    for (; *s; s++)
-        hash = (hash ^ (unsigned char)*s) * 1099511628211ULL;
-    return hash;
-}
-
 /* node_of[world rank]: one allgather of host-name hashes on MPI_COMM_WORLD, inside MPI_Init. */
 static void online_node_map(void)
 {
-    int size = tmpi_globals.world_size;
-    char host[ONLINE_HOST_MAX];
-    if (gethostname(host, ONLINE_HOST_MAX - 16) != 0)
-        strcpy(host, "unknown");
-    host[ONLINE_HOST_MAX - 16] = '\0';
-    const char *fake = getenv("TUNEMPI_ONLINE_FAKE_PPN"); /* testing: rank r on node r / N */
-    if (fake && atoi(fake) > 0) {
-        size_t len = strlen(host);
-        snprintf(host + len, ONLINE_HOST_MAX - len, "#%d", tmpi_globals.world_rank / atoi(fake));
-    }
-    uint64_t mine = online_hash_string(host);
-    uint64_t *all = online_calloc((size_t)size, sizeof *all);
-    PMPI_Allgather(&mine, 1, MPI_UINT64_T, all, 1, MPI_UINT64_T, MPI_COMM_WORLD);
-    on.node_of = online_calloc((size_t)size, sizeof *on.node_of);
-    for (int r = 0; r < size; r++) {
-        on.node_of[r] = r;
-        for (int q = 0; q < r; q++)
-            if (all[q] == all[r]) {
-                on.node_of[r] = on.node_of[q];
-                break;
-            }
-    }
-    free(all);
+    char host[TMPI_HOST_MAX];
+    tmpi_host_name(host);
+    on.node_of = online_calloc((size_t)tmpi_globals.world_size, sizeof *on.node_of);
+    on.nnodes = tmpi_node_map(host, on.node_of);
 }
 
 static void online_disable(const char *why)
@@ -468,18 +441,11 @@ static online_comm *online_comm_state(MPI_Comm comm, tmpi_comm_info *info)
     cs->size = size;
     cs->stream = tmpi_online_stream_id(members, size);
     cs->key = tmpi_online_key(on.seed, on.run, cs->stream);
-    cs->enabled = !inter && size > 0 && members[0] >= 0; /* sorted: -1 first when outside the world */
+    /* off for inter-communicators and communicators with members outside MPI_COMM_WORLD */
+    cs->enabled = !inter && size > 0 &&
+                  tmpi_members_layout(members, size, on.node_of, on.nnodes, &cs->nodes, &cs->ppn) == 0;
     if (!cs->enabled)
         return cs;
-    int *per_node = online_calloc((size_t)tmpi_globals.world_size, sizeof *per_node);
-    for (int i = 0; i < size; i++) {
-        int node = on.node_of[members[i]];
-        if (per_node[node]++ == 0)
-            cs->nodes++;
-        if (per_node[node] > cs->ppn)
-            cs->ppn = per_node[node];
-    }
-    free(per_node);
     int nsizes = on.nbounds + 1;
     cs->cum = online_calloc((size_t)(on.ncolls * nsizes), sizeof *cs->cum);
     for (int c = 0; c < on.ncolls; c++)
@@ -765,14 +731,10 @@ static void online_write(const online_record *all, long n, const char *path)
         tmpi_warn("cannot write the online records to %s", tmp);
         return;
     }
-    int nodes = 0;
-    for (int r = 0; r < tmpi_globals.world_size; r++)
-        if (on.node_of[r] + 1 > nodes)
-            nodes = on.node_of[r] + 1;
     fprintf(f, "# tunempi-online-records 1\n# fingerprint %s\n# batch %d\n# run %llu\n# world_ranks %d\n"
                "# world_nodes %d\n# rank0_switchable_calls %llu\n# rank0_cvar_writes %llu\n"
                "# rank0_shadow_communicators %llu\n# rank0_restricted_draws %llu\n# rank0_refused_draws %llu\n",
-            on.fingerprint, on.batch, (unsigned long long)on.run, tmpi_globals.world_size, nodes,
+            on.fingerprint, on.batch, (unsigned long long)on.run, tmpi_globals.world_size, on.nnodes,
             (unsigned long long)on.switchable_calls, (unsigned long long)on.switches,
             (unsigned long long)on.shadows_created, (unsigned long long)on.restricted_calls,
             (unsigned long long)on.refused_calls);

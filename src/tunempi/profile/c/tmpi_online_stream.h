@@ -14,6 +14,8 @@
 
 #include <stdint.h>
 
+#include "tmpi_hash.h"
+
 /* splitmix64's finaliser: a bijection on 64 bits with full avalanche. */
 static inline uint64_t tmpi_mix64(uint64_t z)
 {
@@ -44,10 +46,7 @@ static inline double tmpi_online_uniform(uint64_t seed, uint64_t run, uint64_t s
 /* FNV-1a over 32-bit words: the stream id of a communicator from its sorted world ranks. */
 static inline uint64_t tmpi_online_stream_id(const int *members, int size)
 {
-    uint64_t hash = 1469598103934665603ULL;
-    for (int i = 0; i < size; i++)
-        hash = (hash ^ (uint64_t)(uint32_t)members[i]) * 1099511628211ULL;
-    return hash;
+    return tmpi_fnv1a_words(members, size);
 }
 
 /* The algorithm index for draw u given cumulative probabilities cum[0..n-1] (cum[n-1] == 1). */

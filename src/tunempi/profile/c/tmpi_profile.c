@@ -5,8 +5,7 @@
  *
  * Settings (environment, echoed in the output header):
  *   TUNEMPI_PROFILE_OUT       output path (default tunempi-profile.<pid of rank 0>.json)
- *   TUNEMPI_PROFILE_FAKE_PPN  pretend world rank r runs on node r / N (testing node/ppn accounting on
- *                             one machine; the fake host is "<host>#<node>")
+ *   TUNEMPI_FAKE_PPN          pretend world rank r runs on node r / N (tmpi_host_name in tmpi_core.c)
  */
 #include "tmpi.h"
 
@@ -20,7 +19,6 @@ extern char **environ;
 
 #define TMPI_EXACT_MAX 8
 #define TMPI_P2P_BUCKETS 7 /* <=2 KiB, (2,4], (4,8], (8,16], (16,32], (32,64] KiB, above */
-#define TMPI_HOST_MAX 256
 
 typedef struct {
     uint64_t key;
@@ -258,20 +256,6 @@ static void profile_start(void)
 
 /* ---------------------------------------------------------------- finalize: merge ---- */
 
-static uint64_t tmpi_hash_string(const char *s)
-{
-    uint64_t hash = 1469598103934665603ULL;
-    for (; *s; s++)
-        hash = (hash ^ (uint64_t)(unsigned char)*s) * 1099511628211ULL;
-    return hash;
-}
-
-static int tmpi_cmp_u64(const void *a, const void *b)
-{
-    uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
-    return (x > y) - (x < y);
-}
-
 static int tmpi_cmp_str(const void *a, const void *b)
 {
     return strcmp(*(const char *const *)a, *(const char *const *)b);
@@ -321,66 +305,17 @@ static int tmpi_merge_sorted(tmpi_record *records, int n)
     return out + 1;
 }
 
-static void tmpi_my_host(char *host)
-{
-    if (gethostname(host, TMPI_HOST_MAX - 16) != 0)
-        strcpy(host, "unknown");
-    host[TMPI_HOST_MAX - 16] = '\0';
-    const char *fake = getenv("TUNEMPI_PROFILE_FAKE_PPN");
-    if (fake && atoi(fake) > 0) {
-        size_t len = strlen(host);
-        snprintf(host + len, TMPI_HOST_MAX - len, "#%d", tmpi_globals.world_rank / atoi(fake));
-    }
-}
-
-/* node_of[world rank] for every rank: one allgather of host-name hashes. Returns the node count. */
-static int tmpi_node_map(const char *host, int *node_of)
-{
-    int size = tmpi_globals.world_size;
-    uint64_t mine = tmpi_hash_string(host);
-    uint64_t *all = calloc((size_t)size, sizeof *all);
-    uint64_t *sorted = calloc((size_t)size, sizeof *sorted);
-    PMPI_Allgather(&mine, 1, MPI_UINT64_T, all, 1, MPI_UINT64_T, MPI_COMM_WORLD);
-    memcpy(sorted, all, (size_t)size * sizeof *all);
-    qsort(sorted, (size_t)size, sizeof *sorted, tmpi_cmp_u64);
-    int nodes = 0;
-    for (int i = 0; i < size; i++)
-        if (i == 0 || sorted[i] != sorted[i - 1])
-            sorted[nodes++] = sorted[i];
-    for (int r = 0; r < size; r++) {
-        uint64_t *hit = bsearch(&all[r], sorted, (size_t)nodes, sizeof *sorted, tmpi_cmp_u64);
-        node_of[r] = (int)(hit - sorted);
-    }
-    free(all);
-    free(sorted);
-    return nodes;
-}
-
 /* This rank's table as records keyed by (op, comm size, nodes, ppn, bucket), merged locally. */
 static tmpi_record *tmpi_local_records(const int *node_of, int n_nodes, int *count)
 {
     int n_shapes = tmpi_shape_count();
     int *shape_nodes = calloc((size_t)n_shapes + 1, sizeof *shape_nodes);
     int *shape_ppn = calloc((size_t)n_shapes + 1, sizeof *shape_ppn);
-    int *per_node = calloc((size_t)n_nodes + 1, sizeof *per_node);
     for (int s = 0; s < n_shapes; s++) {
         int size;
         const int *members = tmpi_shape_members(s, &size);
-        memset(per_node, 0, (size_t)n_nodes * sizeof *per_node);
-        int unknown = 0, nodes = 0, ppn = 0;
-        for (int i = 0; i < size; i++) {
-            if (members[i] < 0 || members[i] >= tmpi_globals.world_size) {
-                unknown = 1;
-                continue;
-            }
-            int *slot = &per_node[node_of[members[i]]];
-            if ((*slot)++ == 0)
-                nodes++;
-            if (*slot > ppn)
-                ppn = *slot;
-        }
-        shape_nodes[s] = unknown ? -1 : nodes;
-        shape_ppn[s] = unknown ? -1 : ppn;
+        if (tmpi_members_layout(members, size, node_of, n_nodes, &shape_nodes[s], &shape_ppn[s]) != 0)
+            shape_nodes[s] = shape_ppn[s] = -1; /* a member outside MPI_COMM_WORLD */
     }
     tmpi_record *records = calloc(table_used + 1, sizeof *records);
     int n = 0;
@@ -401,7 +336,6 @@ static tmpi_record *tmpi_local_records(const int *node_of, int n_nodes, int *cou
     }
     free(shape_nodes);
     free(shape_ppn);
-    free(per_node);
     *count = tmpi_merge_sorted(records, n);
     return records;
 }
@@ -625,7 +559,7 @@ static void profile_finish(void)
     summary.send_calls = me.send_calls;
     memcpy(summary.p2p_calls, me.p2p_calls, sizeof summary.p2p_calls);
     memcpy(summary.p2p_bytes, me.p2p_bytes, sizeof summary.p2p_bytes);
-    tmpi_my_host(summary.host);
+    tmpi_host_name(summary.host);
 
     int size = tmpi_globals.world_size, rank = tmpi_globals.world_rank;
     int *node_of = calloc((size_t)size, sizeof *node_of);

@@ -10,7 +10,8 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
 from tunempi.bench.engine import Layout
-from tunempi.bench.validate import DEFAULT_ALGORITHM, REDUCTION_ELEMENT_BYTES, size_problem
+from tunempi.bench.validate import REDUCTION_ELEMENT_BYTES, size_problem
+from tunempi.collectives import DEFAULT_ALGORITHM
 from tunempi.errors import UsageError
 from tunempi.space import Cell, FeatureSpace
 from tunempi.space.feature import in_between_sizes, power_of_two_sizes

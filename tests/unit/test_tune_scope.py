@@ -2,11 +2,11 @@ from __future__ import annotations
 
 import pytest
 
+from tunempi.collectives import DEFAULT_ALGORITHM
 from tunempi.errors import UsageError
-from tunempi.rules import DEFAULT_ALGORITHM
 from tunempi.space import Cell
 from tunempi.tune.files import rule_sets_for, selection_table
-from tunempi.tune.space import Scale, candidate_algorithms, feature_space, message_sizes, sub_scales
+from tunempi.tune.scope import Scale, candidate_algorithms, feature_space, message_sizes, sub_scales
 
 
 def test_single_node_scales_are_powers_of_two_and_the_allocation_itself() -> None:
