@@ -14,10 +14,9 @@ import sys
 from pathlib import Path
 
 from tunempi.bench.protocol import MeasureSettings
-from tunempi.cli.tune import TuneProgress
 from tunempi.config import data_dir
 from tunempi.errors import TunempiError
-from tunempi.report.console import VerifyProgress, output_console, print_verify_report
+from tunempi.report.console import TuneProgress, VerifyProgress, output_console, print_verify_report
 from tunempi.report.tuning import speedup_table, summary_lines, write_plots
 from tunempi.tune.job import TuneOptions, run_tune
 from tunempi.tune.verify_run import run_verify

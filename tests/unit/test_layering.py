@@ -7,9 +7,11 @@ concern. Writers are pure syntax: they know no library, launcher or tuning run.
 from __future__ import annotations
 
 import ast
+import re
 from pathlib import Path
 
 SRC = Path(__file__).resolve().parents[2] / "src" / "tunempi"
+ARCHITECTURE = SRC.parents[1] / "docs" / "architecture.md"
 
 
 def _package(module: str) -> str:
@@ -44,6 +46,8 @@ def imports_by_package() -> dict[str, set[str]]:
                 if node.level:  # relative: resolve against this module
                     base = module.split(".")[: len(module.split(".")) - node.level + (1 if is_package else 0)]
                     targets = [".".join([*base, node.module] if node.module else base)]
+                elif node.module == "tunempi":  # `from tunempi import evidence` imports tunempi.evidence
+                    targets = [f"tunempi.{alias.name}" for alias in node.names]
                 elif node.module:
                     targets = [node.module]
             for target in targets:
@@ -103,3 +107,30 @@ def test_cycles_are_found() -> None:
 
 def test_writers_are_pure_syntax() -> None:
     assert imports_by_package()["writers"] & {"mpi", "launch", "tune", "bench", "store"} == set()
+
+
+def documented_layers() -> dict[str, int]:
+    """package -> its layer, from the numbered list under '## Layers' in docs/architecture.md."""
+    text = ARCHITECTURE.read_text(encoding="utf-8")
+    section = text.split("## Layers", 1)[1].split("\n## ", 1)[0]
+    layers: dict[str, int] = {}
+    for number, names in re.findall(r"^(\d+)\. (.+)$", section, flags=re.M):
+        for name in names.split(","):
+            layers[name.strip().strip("`").rstrip("/")] = int(number)
+    return layers
+
+
+def test_every_package_has_a_documented_layer() -> None:
+    assert set(imports_by_package()) == set(documented_layers())
+
+
+def test_no_package_imports_from_its_own_layer_or_above() -> None:
+    layers = documented_layers()
+    upward = sorted(f"{package} (layer {layers[package]}) imports {other} (layer {layers[other]})"
+                    for package, others in imports_by_package().items() for other in others
+                    if layers[other] >= layers[package])
+    assert upward == []
+
+
+def test_the_graph_sees_from_tunempi_import_module() -> None:
+    assert "evidence" in imports_by_package()["search"]

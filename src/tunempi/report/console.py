@@ -4,10 +4,22 @@ calls (their listeners) as Rich progress bars. The library calls themselves neve
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 
 from rich.console import Console
+from rich.markup import escape
 from rich.progress import BarColumn, Progress, TaskID, TaskProgressColumn, TextColumn, TimeElapsedColumn
+from rich.status import Status
 
+from tunempi.tune.job import (
+    FilesWritten,
+    PointMeasured,
+    RoundDone,
+    TuneEvent,
+    TuneStarted,
+    TuningStopped,
+    WritingFiles,
+)
 from tunempi.tune.runner import PointResult
 from tunempi.tune.verify_run import VerifyListener, VerifyPlan, VerifyReport
 from tunempi.units import format_size
@@ -62,3 +74,114 @@ class VerifyProgress(VerifyListener):
 def print_verify_report(console: Console, report: VerifyReport) -> None:
     for line in report.lines():
         console.print(line.replace("replaced ", "[yellow]replaced[/] ", 1) if line.startswith("replaced ") else line)
+
+
+class TuneProgress:
+    """Renders `run_tune`'s events on a Rich console: the plan, a progress bar while tuning (the first
+    failure of an algorithm at a scale in full, then a count), the outcome, and the rules written."""
+
+    def __init__(self, console: Console) -> None:
+        self.console = console
+        self.progress: Progress | None = None
+        self.task: TaskID | None = None
+        self.status: Status | None = None
+        self.failures: dict[tuple[str, str, int], int] = {}
+        self.unusable: set[tuple[str, str, int]] = set()
+        self.says_not_usable: Callable[[str], bool] = lambda reason: False
+
+    def __call__(self, event: TuneEvent) -> None:
+        if isinstance(event, TuneStarted):
+            self.started(event)
+        elif isinstance(event, PointMeasured):
+            self.measured(event)
+        elif isinstance(event, RoundDone):
+            per = " ".join(f"{c} {v:.0%}" for c, v in event.state.per_collective.items())
+            self._update(f"converging ({per})", completed=100.0 * event.state.convergence)
+        elif isinstance(event, TuningStopped):
+            self.stopped(event)
+        elif isinstance(event, WritingFiles):
+            self.status = self.console.status("writing the tuning files and loading them into the library "
+                                              "(smoke run)")
+            self.status.start()
+        elif isinstance(event, FilesWritten):
+            self.written(event)
+
+    def started(self, event: TuneStarted) -> None:
+        from tunempi.mpi.discovery import adapter_for
+
+        self.says_not_usable = adapter_for(event.library).says_not_usable
+        sizes = event.sizes
+        self.console.print(
+            f"[bold]{event.library.name}[/] ({event.library.prefix}): tuning {', '.join(event.collectives)} at "
+            f"{', '.join(s.label() for s in event.scales)}, {len(sizes)} sizes {format_size(sizes[0])}.."
+            f"{format_size(sizes[-1])} ({event.cells} cells, {event.exhaustive_points} exhaustive points), "
+            f"strategy {event.strategy}, topology {event.topology}, store {event.db}")
+        for collective, reasons in event.excluded.items():
+            self.console.print(f"  {collective}: no tuning file can select "
+                               + "; ".join(f"{name} ({why})" for name, why in reasons.items()), soft_wrap=True)
+        if event.resumed:
+            self.console.print(f"resuming: {event.resumed} earlier runs of these points read from the store")
+        columns = (TextColumn("{task.description}"), BarColumn(), TaskProgressColumn(),
+                   TextColumn("{task.fields[points]} runs"), TimeElapsedColumn())
+        self.progress = Progress(*columns, console=self.console, transient=False)
+        self.task = self.progress.add_task("converging", total=100.0, points=0)
+        self.progress.start()
+
+    def measured(self, event: PointMeasured) -> None:
+        result = event.result
+        if not result.outcome.ok:
+            key = (result.point.collective, result.point.algorithm, result.layout.ranks)
+            self.failures[key] = self.failures.get(key, 0) + 1
+            if self.says_not_usable(result.outcome.reason):  # the library refuses the call: nothing went wrong
+                self.unusable.add(key)
+            elif self.failures[key] == 1:
+                self.console.print(
+                    f"[red][FAIL][/] {key[0]} {key[1]} {format_size(result.point.msg_bytes)} at {key[2]} "
+                    f"ranks: {result.outcome.status}: {escape(result.outcome.reason)}")
+        self._update(f"{result.point.collective} {format_size(result.point.msg_bytes)}", points=event.measured)
+
+    def stopped(self, event: TuningStopped) -> None:
+        if self.unusable:
+            self.console.print("not usable here (the library cannot run them at some sizes; left out there): "
+                               + ", ".join(f"{c} {a} at {r} ranks" for c, a, r in sorted(self.unusable)))
+        repeated = {k: n for k, n in self.failures.items() if n > 1 and k not in self.unusable}
+        if repeated:
+            self.console.print("failed more than once (not measured further where blocked): " + ", ".join(
+                f"{c} {a} at {r} ranks x{n}" for (c, a, r), n in sorted(repeated.items())))
+        self.close()
+        outcome = event.outcome
+        self.console.print(
+            f"{outcome.stop_reason}: {outcome.measured} runs measured in {outcome.wall_s:.1f} s "
+            f"(benchmark time {outcome.bench_s:.1f} s, {outcome.launches} engine launches, {outcome.failed} failed)")
+        if outcome.stop_reason == "interrupted":
+            self.console.print("[yellow]interrupted[/]: measured points are kept in the store; rerun to resume.")
+
+    def written(self, event: FilesWritten) -> None:
+        self.close()
+        manifest = event.manifest
+        self.console.print(f"tuning files smoke-checked in {manifest.library.name} and written to "
+                           f"{manifest.directory} ({event.manifest_path.name})")
+        for collective, rule_set in sorted(manifest.rule_sets.items()):
+            for block in rule_set.blocks:
+                upto = "+" if block.max_ranks is None else f"..{block.max_ranks}"
+                rules = ", ".join(
+                    f"{'<=' + format_size(r.max_bytes) if r.max_bytes is not None else 'above'} {r.algorithm}"
+                    for r in block.rules)
+                self.console.print(f"  {collective} [{block.min_ranks}{upto} ranks]: {rules}", soft_wrap=True)
+
+    def _update(self, description: str, *, completed: float | None = None, points: int | None = None) -> None:
+        if self.progress is None or self.task is None:
+            return
+        if points is None:
+            self.progress.update(self.task, description=description, completed=completed)
+        else:
+            self.progress.update(self.task, description=description, completed=completed, points=points)
+
+    def close(self) -> None:
+        """Stop the progress bar or status line (also when tuning failed half-way)."""
+        if self.progress is not None:
+            self.progress.stop()
+            self.progress = None
+        if self.status is not None:
+            self.status.stop()
+            self.status = None
