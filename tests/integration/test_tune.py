@@ -153,7 +153,7 @@ def test_ctrl_c_keeps_measured_points_and_writes_no_files(tmp_path: Path, monkey
 def test_an_algorithm_the_library_cannot_run_at_a_point_is_not_usable_there_not_a_failure(tmp_path: Path) -> None:
     """MPICH's alltoall pairwise_sendrecv_replace only takes MPI_IN_PLACE calls: under strict selection the
     library refuses the benchmark's calls, which tune reports as "not usable here", never as [FAIL]."""
-    from tunempi.cli.tune import TuneProgress
+    from tunempi.report.console import TuneProgress
 
     console = Console(width=300, record=True, force_terminal=False)
     progress = TuneProgress(console)
