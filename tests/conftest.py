@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import sys
 from pathlib import Path
 
 import pytest
@@ -74,3 +75,18 @@ def mpi_library(request: pytest.FixtureRequest):
     """Each of the four libraries in turn; restrict with
     `@pytest.mark.parametrize("mpi_library", [...ids], indirect=True)`."""
     return library_for(request.param)
+
+
+def pytest_terminal_summary(terminalreporter, exitstatus, config):  # noqa: ARG001 - pytest's hook signature
+    """The conformance suite's counts and lists (the library's own failures included) after the run. Kept here,
+    not in tests/conformance/conftest.py: two conftest modules would both be imported as `conftest` and hide
+    this file's helpers from the tests that import them."""
+    conformance = sys.modules.get("test_conformance")
+    report = getattr(conformance, "REPORT", None)
+    if not report:
+        return
+    terminalreporter.section("collective conformance (docs/conformance.md)")
+    for (layout, mode), lines in report.items():
+        terminalreporter.write_line(f"{layout} | {mode} | {lines[0]}")
+        for line in lines[1:]:
+            terminalreporter.write_line(f"    {line}")
