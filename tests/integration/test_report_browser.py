@@ -17,11 +17,11 @@ from pathlib import Path
 
 import pytest
 from conftest import require_system
-from rich.console import Console
 
 from tunempi.bench.protocol import MeasureSettings
-from tunempi.tune.job import TuneOptions, run_tune, run_verify
+from tunempi.tune.job import TuneOptions, run_tune
 from tunempi.tune.manifest import Manifest
+from tunempi.tune.verify_run import run_verify
 
 pytestmark = pytest.mark.mpi
 
@@ -67,7 +67,7 @@ def report_page(tmp_path_factory: pytest.TempPathFactory) -> Path:
                           timeout_s=40.0, db=root / "results.sqlite", settings=FAST)
     manifest = run_tune(options).manifest
     assert manifest is not None
-    run_verify(manifest.directory, Console(width=120, record=True, force_terminal=False), repeats=2, settings=FAST)
+    run_verify(manifest.directory, repeats=2, settings=FAST)
     manifest = Manifest.load(manifest.directory)
     if not manifest.excluded:  # a record as `tune` writes them, so the page shows one whatever MPICH allows
         excluded = {"reduce_scatter": {"ring": "wrong results for non-commutative operations; the file format "
