@@ -263,3 +263,20 @@ def test_a_tune_that_measured_almost_nothing_is_refused() -> None:
     full = Tuner(spaces(), FakeRunner(), strategy="exhaustive").run()
     assert full.evidenced_cells() == cells
     check_evidence(full, cells)
+
+
+def test_a_converged_tune_may_leave_cells_to_the_model_but_not_nearly_all() -> None:
+    import dataclasses
+
+    from tunempi.tune.driver import MIN_EVIDENCED_SHARE_CONVERGED, TooLittleMeasured, check_evidence
+
+    short = Tuner(spaces(), FakeRunner(), strategy="tunempi").run(max_rounds=1)
+    evidenced = short.evidenced_cells()
+    assert evidenced > 0
+    cells = round(evidenced / MIN_EVIDENCED_SHARE_CONVERGED)  # the evidence covers just the converged share
+    check_evidence(dataclasses.replace(short, stop_reason="converged"), cells)  # active learning's choice
+    with pytest.raises(TooLittleMeasured):  # the same evidence from a run cut short
+        check_evidence(dataclasses.replace(short, stop_reason="timeout"), cells)
+    too_many = cells + 1
+    with pytest.raises(TooLittleMeasured):
+        check_evidence(dataclasses.replace(short, stop_reason="converged"), too_many)

@@ -120,9 +120,13 @@ class TuneOutcome:
                    if (cell, DEFAULT_ALGORITHM) in medians and (cell, algorithm) in medians)
 
 
-#: A tune whose selection rests on measurements in fewer cells than this share writes nothing: the rest
-#: would be a model's guess from a handful of runs (seen: 3 runs measured of 120 points, a file written).
+#: A tune stopped early (timeout, interrupt, max_rounds) whose selection rests on measurements in fewer
+#: cells than this share writes nothing: the rest would be a model's guess from a handful of runs (seen: 3
+#: runs measured of 120 points, a file written).
 MIN_EVIDENCED_SHARE = 0.5
+#: A converged tune left cells unmeasured on purpose (active learning measures where the model is unsure);
+#: it still needs this share, so that "converged" on a model fitted to almost nothing cannot write files.
+MIN_EVIDENCED_SHARE_CONVERGED = 0.1
 
 
 class TooLittleMeasured(TunempiError):
@@ -134,9 +138,11 @@ class TooLittleMeasured(TunempiError):
 
 
 def check_evidence(outcome: TuneOutcome, cells: int) -> None:
-    """TooLittleMeasured when fewer than MIN_EVIDENCED_SHARE of the `cells` have their selection measured."""
+    """TooLittleMeasured when too few of the `cells` have their selection measured: MIN_EVIDENCED_SHARE for
+    a tune stopped early, MIN_EVIDENCED_SHARE_CONVERGED for one whose strategy converged."""
     evidenced = outcome.evidenced_cells()
-    if cells and evidenced >= MIN_EVIDENCED_SHARE * cells:
+    share = MIN_EVIDENCED_SHARE_CONVERGED if outcome.stop_reason == "converged" else MIN_EVIDENCED_SHARE
+    if cells and evidenced >= max(1.0, share * cells - 1e-9):  # 1e-9: 0.1 * 30 is 3.0000000000000004
         return
     raise TooLittleMeasured(
         f"measured too little to tune: only {evidenced} of {cells} cells have the library's default and the "
