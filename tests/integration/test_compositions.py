@@ -13,7 +13,9 @@ import pytest
 
 from tunempi.bench.engine import EngineSession, Layout
 from tunempi.bench.protocol import MeasureSettings, PointRequest
+from tunempi.launch import LaunchSpec, launcher_for, run_launch
 from tunempi.launch.cluster import EmulatedCluster
+from tunempi.mpi.build import build_c
 from tunempi.mpi.discovery import adapter_for, resolve_library
 from tunempi.mpi.mpich import composition_function
 from tunempi.mpi.mpich_selection import MpichCall, select_mpich
@@ -22,20 +24,31 @@ from tunempi.tune.compositions import DEFAULT, measure_compositions, select_comp
 pytestmark = [pytest.mark.mpi, pytest.mark.slow]
 
 SIZES = (8, 65536)
+PROBE_SOURCE = Path(__file__).parent / "c" / "node_probe.c"
 SETTINGS = MeasureSettings(warmup=2, min_iters=10, max_iters=200, time_cap_s=0.3)
 
 
-@pytest.fixture(scope="module")
-def two_nodes(tmp_path_factory: pytest.TempPathFactory) -> Iterator[EmulatedCluster]:
+def _emulated(tmp_path_factory: pytest.TempPathFactory, slots: int) -> Iterator[EmulatedCluster]:
+    """2 emulated nodes of `slots` slots; stopped (and checked empty) even when a test fails."""
     if os.geteuid() != 0:
         pytest.skip("emulated nodes need root (unshare --uts gives each node its own host name)")
     emulated = EmulatedCluster(tmp_path_factory.mktemp("cluster"))
     try:
-        emulated.start(2, slots=1)
+        emulated.start(2, slots=slots)
         yield emulated
     finally:
         emulated.stop()
         assert emulated.status().state != "running"
+
+
+@pytest.fixture
+def two_nodes(tmp_path_factory: pytest.TempPathFactory) -> Iterator[EmulatedCluster]:
+    yield from _emulated(tmp_path_factory, 1)
+
+
+@pytest.fixture
+def two_nodes_2(tmp_path_factory: pytest.TempPathFactory) -> Iterator[EmulatedCluster]:
+    yield from _emulated(tmp_path_factory, 2)
 
 
 def test_mpich_allreduce_compositions_at_2x1(two_nodes: EmulatedCluster, tmp_path: Path,
@@ -79,3 +92,40 @@ def test_mpich_allreduce_compositions_at_2x1(two_nodes: EmulatedCluster, tmp_pat
                                                    settings=SETTINGS))
             assert outcome.ok, outcome.reason
             assert outcome.reply is not None and outcome.reply.errors == 0
+
+
+def _han_picked(output: str) -> bool:
+    """Open MPI's coll_base_verbose says which components offered themselves: han's line reads "... han
+    ... pick me"."""
+    return any("han" in line and "pick me" in line for line in output.splitlines())
+
+
+def test_openmpi_han_or_tuned_at_2x2(two_nodes_2: EmulatedCluster, tmp_path: Path,
+                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    for name, value in two_nodes_2.environment().items():
+        monkeypatch.setenv(name, value)
+    library = resolve_library("openmpi")
+    adapter = adapter_for(library)
+    layout = Layout(ranks=4, nodes=2, ppn=2)
+    assert adapter.composition_candidates("allreduce", 1) == []
+    results = measure_compositions(library, adapter, layout, "allreduce", SIZES, settings=SETTINGS,
+                                   allocation=two_nodes_2.allocation(), point_timeout_s=90)
+    print(json.dumps([r.as_dict() for r in results], indent=1))
+    assert all(r.status == "ok" for r in results), results
+    chosen = select_composition(results)
+    assert chosen in ("han", "tuned")
+    files = write_compositions(adapter, "allreduce", chosen, tmp_path)
+    assert (tmp_path / files.files["openmpi-compositions"]).read_text().startswith("export OMPI_MCA_coll")
+
+    # The library at the tuned layout with the written setting: han offers itself exactly when chosen.
+    probe = build_c(library, [PROBE_SOURCE], "node_probe", werror=True)
+    outputs = {}
+    for label, env in (("written", dict(files.env)), ("default", {})):
+        spec = LaunchSpec((str(probe),), 4, nodes=2, ppn=2, allocation=two_nodes_2.allocation(),
+                          env={**adapter.launch_env(), **env, "OMPI_MCA_coll_base_verbose": "100"})
+        command = launcher_for(library).command(spec)
+        result = run_launch(command.argv, command.full_env(dict(os.environ)), timeout=90)
+        assert result.ok, result.reason
+        outputs[label] = result.stdout + result.stderr
+    assert _han_picked(outputs["default"])  # han is Open MPI's own choice across nodes
+    assert _han_picked(outputs["written"]) == (chosen == "han")
