@@ -10,6 +10,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from conftest import require_system
 
 from tunempi.bench.engine import EngineSession, Layout
 from tunempi.bench.protocol import MeasureSettings, PointRequest
@@ -25,6 +26,7 @@ pytestmark = [pytest.mark.mpi, pytest.mark.slow]
 
 SIZES = (8, 65536)
 PROBE_SOURCE = Path(__file__).parent / "c" / "node_probe.c"
+LOOP_SOURCE = Path(__file__).parent / "c" / "allreduce_loop.c"
 SETTINGS = MeasureSettings(warmup=2, min_iters=10, max_iters=200, time_cap_s=0.3)
 
 
@@ -129,3 +131,42 @@ def test_openmpi_han_or_tuned_at_2x2(two_nodes_2: EmulatedCluster, tmp_path: Pat
         outputs[label] = result.stdout + result.stderr
     assert _han_picked(outputs["default"])  # han is Open MPI's own choice across nodes
     assert _han_picked(outputs["written"]) == (chosen == "han")
+
+
+def _network_sends(directory: Path, label: str, ranks: int) -> list[int]:
+    """sendmsg + sendto calls per rank, from each rank's `strace -c` summary."""
+    counts = []
+    for rank in range(ranks):
+        lines = (directory / f"{label}.{rank}").read_text().splitlines()
+        counts.append(sum(int(line.split()[3]) for line in lines if line.split()[-1:] in (["sendmsg"], ["sendto"])))
+    return counts
+
+
+def test_mpich_uses_the_written_composition_at_2x2(two_nodes_2: EmulatedCluster, tmp_path: Path) -> None:
+    """The trace: with alpha (NM + SHM) only the node leaders talk over the network; with beta (NM only)
+    every rank does. A CH4 file written for each must make the library behave as the forcing cvar does."""
+    require_system("trace")
+    library = resolve_library("mpich")
+    adapter = adapter_for(library)
+    program = build_c(library, [LOOP_SOURCE], "allreduce_loop", werror=True)
+    candidates = {c.name: c for c in adapter.composition_candidates("allreduce", 2)}
+    runs: dict[str, dict[str, str]] = {"forced-alpha": dict(candidates["alpha"].env),
+                                       "forced-beta": dict(candidates["beta"].env)}
+    for name in ("alpha", "beta"):
+        (tmp_path / name).mkdir()
+        files = adapter.write_composition_file({"allreduce": candidates[name]}, tmp_path / name)
+        runs[f"file-{name}"] = {var: str(tmp_path / name / file) for var, file in files.env_files.items()}
+    sends = {}
+    for label, env in runs.items():
+        traced = f"exec strace -f -c -e trace=sendmsg,sendto -o {tmp_path}/{label}.$PMI_RANK {program}"
+        spec = LaunchSpec(("sh", "-c", traced), 4, nodes=2, ppn=2, allocation=two_nodes_2.allocation(), env=env)
+        command = launcher_for(library).command(spec)
+        result = run_launch(command.argv, command.full_env({**os.environ, **two_nodes_2.environment()}), timeout=120)
+        assert result.ok, result.reason  # the program checks every result
+        sends[label] = _network_sends(tmp_path, label, 4)
+    print(sends)
+    for how in ("forced", "file"):
+        alpha, beta = sends[f"{how}-alpha"], sends[f"{how}-beta"]
+        # 200 allreduces: alpha's non-leaders (ranks 1, 3) stay off the network, beta's do not.
+        assert max(alpha[1], alpha[3]) < 100 < min(alpha[0], alpha[2]), sends
+        assert min(beta) > 200, sends
