@@ -283,11 +283,11 @@ def test_mpich_adapter_names_what_a_file_cannot_select_and_why(tmp_path: Path) -
 
 def test_openmpi_adapter_writes_a_rules_file_it_read_back(tmp_path: Path) -> None:
     adapter = adapter_for(resolve_library("openmpi"))
-    written = adapter.write_tuning_files(build_rule_sets(allreduce_table("recursive_doubling", "ring")), tmp_path)
+    written = adapter.write_tuning_files(build_rule_sets(allreduce_table("recursive_doubling", "rabenseifner")), tmp_path)
     assert dict(written.files) == {"openmpi-rules": "openmpi.rules"}
     assert dict(written.env_files) == {"OMPI_MCA_coll_tuned_dynamic_rules_filename": "openmpi.rules"}
     assert dict(written.env) == {"OMPI_MCA_coll_tuned_use_dynamic_rules": "1"}
     sections = read_dynamic_rules((tmp_path / "openmpi.rules").read_text())
     ids = {a.name: a.value for a in adapter.algorithms("allreduce")}
     assert select_openmpi(sections, "allreduce", 2, BELOW) == ids["recursive_doubling"]
-    assert select_openmpi(sections, "allreduce", 2, ABOVE) == ids["ring"]
+    assert select_openmpi(sections, "allreduce", 2, ABOVE) == ids["rabenseifner"]

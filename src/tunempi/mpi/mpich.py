@@ -441,7 +441,11 @@ class MpichAdapter(VendorAdapter):
     def known_leaves(self) -> frozenset[str]:
         """Every `algorithm=...`/`composition=...` leaf key the library's JSON parser accepts (read once)."""
         if self._leaves is None:
-            self._leaves = known_leaves(find_libmpi(self.library))
+            # The scan of the library's strings misses some keys (MPICH 4.0.2 stores
+            # algorithm=MPIR_Allgather_intra_recursive_doubling so that no NUL precedes it); every leaf of
+            # the library's own built-in trees is one its parser accepts.
+            own = {key for tree in self.default_trees().values() for key in _leaf_keys(tree.tree)}
+            self._leaves = known_leaves(find_libmpi(self.library)) | own
         return self._leaves
 
     def read_back_tuning_file(self, path: Path) -> None:
@@ -643,3 +647,13 @@ def file_expressible(collective: str) -> frozenset[str]:
     if collective not in _INPLACE_KEY_COLLECTIVES:
         out -= {"inplace", "not-inplace"}
     return out
+
+
+def _leaf_keys(tree: object) -> set[str]:
+    """Every `algorithm=...`/`composition=...` key in a selection tree (nested dicts)."""
+    if not isinstance(tree, dict):
+        return set()
+    keys = {k for k in tree if k.startswith(("algorithm=", "composition="))}
+    for child in tree.values():
+        keys |= _leaf_keys(child)
+    return keys

@@ -126,7 +126,11 @@ MIN_EVIDENCED_SHARE = 0.5
 
 
 class TooLittleMeasured(TunempiError):
-    """The tuning run measured too little for its selection to be trusted."""
+    """The tuning run measured too little for its selection to be trusted; `outcome` is what it did measure."""
+
+    def __init__(self, message: str, outcome: TuneOutcome) -> None:
+        super().__init__(message)
+        self.outcome = outcome
 
 
 def check_evidence(outcome: TuneOutcome, cells: int) -> None:
@@ -138,7 +142,8 @@ def check_evidence(outcome: TuneOutcome, cells: int) -> None:
         f"measured too little to tune: only {evidenced} of {cells} cells have the library's default and the "
         f"selected algorithm measured ({outcome.measured} runs, {outcome.failed} failed, stopped: "
         f"{outcome.stop_reason}); no tuning file written. The measured runs are in the store: fix the "
-        "failures above (or give more --timeout) and rerun to resume."
+        "failures above (or give more --timeout) and rerun to resume.",
+        outcome,
     )
 
 
