@@ -31,6 +31,7 @@ SYSTEM_GROUPS: dict[str, tuple[str, ...]] = {
     "site-mpi": ("/usr/bin/mpicc.mpich", "/usr/bin/mpicc.openmpi", "/usr/bin/gfortran"),
     "slurm": ("/usr/sbin/slurmd", "/usr/sbin/slurmctld", "/usr/bin/srun"),
     "browser": ("/usr/bin/chromium",),
+    "trace": ("/usr/bin/strace",),
 }
 
 

@@ -20,7 +20,7 @@ from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
-from tunempi.errors import TunempiError, TuningFileError
+from tunempi.errors import TunempiError, TuningFileError, UsageError
 from tunempi.mpi.library import MPILibrary
 from tunempi.mpi.mpich_selection import (
     TUNING_FILE_CVAR,
@@ -37,6 +37,7 @@ from tunempi.mpi.ucx import UCX_TUNABLES
 from tunempi.mpi.vendor import (
     DEFAULT_ALGORITHM,
     Algorithm,
+    Composition,
     CvarSwitch,
     ThresholdKnob,
     Tunable,
@@ -48,13 +49,16 @@ from tunempi.rules.ruleset import RuleSet
 from tunempi.writers.selection_json import (
     GUARDS,
     leaf_function,
+    mpir_name,
     read_selection_json,
+    write_ch4_json,
     write_posix_json,
     write_selection_json,
 )
 
 #: The files written into a tuning directory (names kept stable: manifests name them).
 MPIR_FILE = "mpich-mpir.json"
+CH4_FILE = "mpich-ch4.json"
 POSIX_FILE = "mpich-posix.json"
 
 DEFAULT_NAME = "auto"
@@ -118,6 +122,22 @@ def posix_cvar(collective: str) -> str:
 
 def composition_cvar(collective: str) -> str:
     return f"MPIR_CVAR_{COLLECTIVE_TOKENS[collective]}_COMPOSITION"
+
+
+#: MPICH names the compositions of ch4_coll.h by Greek letter in the order of the cvar's values (1 = alpha).
+_GREEK = ("alpha", "beta", "gamma", "delta", "epsilon", "zeta")
+
+
+def composition_name(value: int) -> str:
+    """1 -> 'alpha', 2 -> 'beta', ... (value 0 is 'auto': the CH4 selection tree decides)."""
+    if not 1 <= value <= len(_GREEK):
+        raise UsageError(f"no MPICH composition name for value {value}")
+    return _GREEK[value - 1]
+
+
+def composition_function(collective: str, name: str) -> str:
+    """('allreduce', 'beta') -> 'MPIDI_Allreduce_intra_composition_beta' (the CH4 tree's leaf)."""
+    return f"MPIDI_{mpir_name(collective)}_intra_composition_{name}"
 
 
 _NAME = r"[a-z][a-z0-9_]*"
@@ -506,6 +526,39 @@ class MpichAdapter(VendorAdapter):
     def compositions(self, collective: str) -> list[tuple[int, str]]:
         """MPICH 5 inter-/intra-node compositions (value, description); empty where there are none."""
         return list(self._compositions.get(collective, []))
+
+    def composition_candidates(self, collective: str, nodes: int) -> list[Composition]:
+        """Every composition of `collective` (value >= 1) whose CH4 tree leaf the library's parser knows,
+        forced by MPIR_CVAR_<COLL>_COMPOSITION; none on one node. Whether one is usable at a layout is
+        the library's to say (the engine's strict selection: "not usable" under COLLECTIVE_FALLBACK=error,
+        e.g. allreduce's SHM-only gamma across nodes)."""
+        if nodes <= 1:
+            return []
+        leaves = self.known_leaves()
+        found = []
+        for value, description in self.compositions(collective):
+            if value == 0 or value > len(_GREEK):
+                continue
+            name = composition_name(value)
+            if f"composition={composition_function(collective, name)}" not in leaves:
+                continue  # a tuning file could not select it (MPI_Init would abort on the leaf)
+            found.append(Composition(collective, name, description, {composition_cvar(collective): str(value)}))
+        return found
+
+    def write_composition_file(self, choices: Mapping[str, Composition], directory: Path) -> TuningFiles:
+        """The library's CH4-level tree with each chosen composition in force on multi-node communicators
+        (writers.selection_json.build_ch4_tree), checked against the leaves the library's parser accepts."""
+        trees = self.default_trees()
+        if "ch4" not in trees:
+            raise TuningFileError(f"{self.library.name} has no built-in CH4 selection tree")
+        cvar = TUNING_FILE_CVAR["ch4"]
+        if cvar not in self.tuning_file_mechanisms():
+            raise TuningFileError(f"{self.library.name} has no {cvar}")
+        functions = {collective: composition_function(collective, choice.name) for collective, choice in choices.items()}
+        text = write_ch4_json(trees["ch4"].tree, functions)
+        read_selection_json(text, self.known_leaves() or None)
+        (directory / CH4_FILE).write_text(text)
+        return TuningFiles(files={"mpich-ch4": CH4_FILE}, env_files={cvar: CH4_FILE})
 
     def algorithm_cvar(self, collective: str) -> str:
         self._check_collective(collective)

@@ -13,6 +13,7 @@ by communicators created after the write, so the caller duplicates its communica
 from __future__ import annotations
 
 import re
+import shlex
 from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from typing import Any
@@ -24,6 +25,7 @@ from tunempi.mpi.ucx import UCX_TUNABLES
 from tunempi.mpi.vendor import (
     DEFAULT_ALGORITHM,
     Algorithm,
+    Composition,
     CvarSwitch,
     ThresholdKnob,
     Tunable,
@@ -44,6 +46,22 @@ DYNAMIC_RULES_CVAR = "coll_tuned_use_dynamic_rules"
 RULES_FILE_CVAR = "coll_tuned_dynamic_rules_filename"
 #: The file written into a tuning directory (name kept stable: manifests name it).
 RULES_FILE = "openmpi.rules"
+COMPOSITION_FILE = "openmpi-compositions.env"
+
+#: han: Open MPI's hierarchical component (an inter-node step between node leaders + intra-node steps). It
+#: outranks tuned (priority 35 against 30) and disqualifies itself on one node; these are the collectives
+#: 5.0 gives it. The choice is per component, so for all of its collectives at once.
+HAN_PRIORITY_CVAR = "coll_han_priority"
+HAN_COLLECTIVES = frozenset({"allgather", "allreduce", "barrier", "bcast", "gather", "reduce", "scatter"})
+#: name -> the environment that makes it the one in force across nodes.
+COMPOSITION_ENV: dict[str, dict[str, str]] = {
+    "han": {"OMPI_MCA_coll_han_priority": "100"},
+    "tuned": {"OMPI_MCA_coll": "^han"},  # without han, tuned (flat algorithms over all ranks) takes the call
+}
+COMPOSITION_DESCRIPTIONS = {
+    "han": "hierarchical: han (node leaders across nodes, then within each node)",
+    "tuned": "flat: tuned over all ranks",
+}
 
 #: tunempi collective name -> the token Open MPI's coll/tuned uses in its parameter names.
 COLLECTIVE_TOKENS: dict[str, str] = {
@@ -275,6 +293,26 @@ class OpenMPIAdapter(VendorAdapter):
         return TuningFiles(files={"openmpi-rules": RULES_FILE},
                            env_files={name: RULES_FILE for name, value in env.items() if value == RULES_FILE},
                            env={name: value for name, value in env.items() if value != RULES_FILE})
+
+    def composition_candidates(self, collective: str, nodes: int) -> list[Composition]:
+        """han versus tuned, where the layout spans nodes and han takes the collective."""
+        if nodes <= 1 or collective not in HAN_COLLECTIVES:
+            return []
+        if self.cvar_names and HAN_PRIORITY_CVAR not in self.cvar_names:
+            return []  # a build without han
+        return [Composition(collective, name, COMPOSITION_DESCRIPTIONS[name], env)
+                for name, env in COMPOSITION_ENV.items()]
+
+    def write_composition_file(self, choices: Mapping[str, Composition], directory: Path) -> TuningFiles:
+        """An env file (and the launch env) that puts the chosen component in force: Open MPI picks a
+        component per communicator, so one choice holds for every collective han takes."""
+        names = {choice.name for choice in choices.values()}
+        if len(names) != 1 or not names <= COMPOSITION_ENV.keys():
+            raise TuningFileError(f"Open MPI takes one component choice for all collectives, got {sorted(names)}")
+        env = COMPOSITION_ENV[names.pop()]
+        (directory / COMPOSITION_FILE).write_text(
+            "".join(f"export {name}={shlex.quote(value)}\n" for name, value in env.items()))
+        return TuningFiles(files={"openmpi-compositions": COMPOSITION_FILE}, env_files={}, env=dict(env))
 
     def algorithm_cvar(self, collective: str) -> str:
         self._check_collective(collective)

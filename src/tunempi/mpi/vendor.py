@@ -102,6 +102,17 @@ class TuningFiles:
     env: Mapping[str, str] = field(default_factory=dict)  # further variables the files need
 
 
+@dataclass(frozen=True)
+class Composition:
+    """A hierarchical way to run a collective across nodes (inter-node part + intra-node part), chosen
+    by the library's composition control; a candidate only where a layout spans several nodes."""
+
+    collective: str
+    name: str  # the library's own name for it, e.g. MPICH's "beta"
+    description: str
+    env: Mapping[str, str]  # forces it for a whole launch
+
+
 class VendorAdapter(ABC):
     """Vendor-specific knowledge about one library. Stateless apart from the discovered catalog."""
 
@@ -192,6 +203,16 @@ class VendorAdapter(ABC):
         collectives would then fail when an ill-fitting algorithm is forced).
         """
         return None
+
+    def composition_candidates(self, collective: str, nodes: int) -> list[Composition]:
+        """The compositions worth measuring for `collective` at a layout of `nodes` nodes: none on one
+        node (a composition only differs in how it splits work between nodes), none where the library has
+        no composition control or a tuning file could not select it."""
+        return []
+
+    def write_composition_file(self, choices: Mapping[str, Composition], directory: Path) -> TuningFiles:
+        """Writes the chosen composition per collective into `directory` in the library's own form."""
+        raise TuningFileError(f"{self.library.name}: tunempi cannot write compositions for this library")
 
     def says_not_usable(self, reason: str) -> bool:
         """Whether a failed point's message is the library saying the forced algorithm cannot take this

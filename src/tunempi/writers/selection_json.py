@@ -291,6 +291,38 @@ def write_posix_json(default_posix_tree: Mapping, rule_sets: Mapping[str, RuleSe
     return json.dumps(build_posix_tree(default_posix_tree, rule_sets), indent=1) + "\n"
 
 
+def build_ch4_tree(default_ch4_tree: Mapping, compositions: Mapping[str, str]) -> dict:
+    """The library's CH4-level tree with one composition forced for each given collective wherever the
+    communicator spans several nodes; single-node communicators and untuned collectives keep the
+    library's own choice.
+
+    compositions: collective -> composition function ('MPIDI_Allreduce_intra_composition_beta').
+    A collective's `comm_type=intra` subtree becomes: one node (`comm_size=node_comm_size`) -> the default
+    subtree; several nodes (`comm_hierarchy=parent`) -> the composition; anything else -> the default.
+    """
+    tree = copy.deepcopy(dict(default_ch4_tree))
+    for collective, function in compositions.items():
+        key = f"collective={collective}"
+        if key not in tree:
+            raise UsageError(f"the library's CH4 tree has no {key}")
+        default = tree[key]
+        intra = default.get("comm_type=intra", default)
+        tuned = {
+            "comm_size=node_comm_size": copy.deepcopy(intra),
+            "comm_size=any": {
+                "comm_hierarchy=parent": {f"composition={function}": {}},
+                "comm_hierarchy=any": copy.deepcopy(intra),
+            },
+        }
+        tree[key] = {"comm_type=intra": tuned, **{k: v for k, v in default.items() if k != "comm_type=intra"}}
+    return tree
+
+
+def write_ch4_json(default_ch4_tree: Mapping, compositions: Mapping[str, str]) -> str:
+    """Text of the CH4-level file (load it with MPIR_CVAR_CH4_COLL_SELECTION_TUNING_JSON_FILE)."""
+    return json.dumps(build_ch4_tree(default_ch4_tree, compositions), indent=1) + "\n"
+
+
 # --- reading a file back ---------------------------------------------------------------------------
 
 _CONDITION_KEY = re.compile(r"^(any|[a-z_]+(<=|<|=)[A-Za-z0-9_]+)$")

@@ -1,0 +1,172 @@
+"""Composition tuning at 2 emulated nodes (MPICH 2x1): every composition of allreduce measured by the
+engine, the unusable ones recorded as such, the fastest written into the CH4-level tuning file, and that
+file loaded by the real library at the same layout."""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from conftest import require_system
+
+from tunempi.bench.engine import EngineSession, Layout
+from tunempi.bench.protocol import MeasureSettings, PointRequest
+from tunempi.launch import LaunchSpec, launcher_for, run_launch
+from tunempi.launch.cluster import EmulatedCluster
+from tunempi.mpi.build import build_c
+from tunempi.mpi.discovery import adapter_for, resolve_library
+from tunempi.mpi.mpich import composition_function
+from tunempi.mpi.mpich_selection import MpichCall, select_mpich
+from tunempi.tune.compositions import DEFAULT, measure_compositions, select_composition, write_compositions
+
+pytestmark = [pytest.mark.mpi, pytest.mark.slow]
+
+SIZES = (8, 65536)
+PROBE_SOURCE = Path(__file__).parent / "c" / "node_probe.c"
+LOOP_SOURCE = Path(__file__).parent / "c" / "allreduce_loop.c"
+SETTINGS = MeasureSettings(warmup=2, min_iters=10, max_iters=200, time_cap_s=0.3)
+
+
+def _emulated(tmp_path_factory: pytest.TempPathFactory, slots: int) -> Iterator[EmulatedCluster]:
+    """2 emulated nodes of `slots` slots; stopped (and checked empty) even when a test fails."""
+    if os.geteuid() != 0:
+        pytest.skip("emulated nodes need root (unshare --uts gives each node its own host name)")
+    emulated = EmulatedCluster(tmp_path_factory.mktemp("cluster"))
+    try:
+        emulated.start(2, slots=slots)
+        yield emulated
+    finally:
+        emulated.stop()
+        assert emulated.status().state != "running"
+
+
+@pytest.fixture
+def two_nodes(tmp_path_factory: pytest.TempPathFactory) -> Iterator[EmulatedCluster]:
+    yield from _emulated(tmp_path_factory, 1)
+
+
+@pytest.fixture
+def two_nodes_2(tmp_path_factory: pytest.TempPathFactory) -> Iterator[EmulatedCluster]:
+    yield from _emulated(tmp_path_factory, 2)
+
+
+def test_mpich_allreduce_compositions_at_2x1(two_nodes: EmulatedCluster, tmp_path: Path,
+                                             monkeypatch: pytest.MonkeyPatch) -> None:
+    for name, value in two_nodes.environment().items():
+        monkeypatch.setenv(name, value)
+    library = resolve_library("mpich")
+    adapter = adapter_for(library)
+    layout = Layout(ranks=2, nodes=2, ppn=1)
+    assert adapter.composition_candidates("allreduce", 1) == []  # one node: nothing to compose
+    candidates = {c.name for c in adapter.composition_candidates("allreduce", 2)}
+    assert {"alpha", "beta", "gamma"} <= candidates
+
+    results = measure_compositions(library, adapter, layout, "allreduce", SIZES, settings=SETTINGS,
+                                   allocation=two_nodes.allocation(), point_timeout_s=60)
+    print(json.dumps([r.as_dict() for r in results], indent=1))
+    status = {(r.name, r.msg_bytes): r.status for r in results}
+    assert all(status[(DEFAULT, size)] == "ok" for size in SIZES), results
+    # gamma is the shared-memory-only composition: MPICH refuses it across nodes (measured: so does alpha,
+    # NM + SHM with reduce + bcast, at one rank per node).
+    assert all(status[("gamma", size)] == "unavailable" for size in SIZES), results
+    assert not any(r.status == "failed" for r in results), results
+
+    chosen = select_composition(results)
+    assert chosen is not None
+    assert all(status[(chosen, size)] == "ok" for size in SIZES), results  # never an unavailable one
+    files = write_compositions(adapter, "allreduce", chosen, tmp_path)
+    written = json.loads((tmp_path / files.files["mpich-ch4"]).read_text())
+    leaf = composition_function("allreduce", chosen)
+    # MPICH's own search over the written tree: the chosen composition across nodes, the default on one.
+    assert select_mpich(written, MpichCall("allreduce", 2, 2, 4, hierarchical=True)) == leaf
+    default_tree = adapter.default_trees()["ch4"].tree
+    assert (select_mpich(written, MpichCall("allreduce", 2, 2, 4, hierarchical=False))
+            == select_mpich(default_tree, MpichCall("allreduce", 2, 2, 4, hierarchical=False)))
+
+    # The real library loads the file at the tuned layout and computes right (the engine checks results).
+    env = {**adapter.launch_env(), **{var: str(tmp_path / name) for var, name in files.env_files.items()}}
+    with EngineSession(library, layout, env=env, allocation=two_nodes.allocation(), point_timeout_s=60) as session:
+        for index, size in enumerate(SIZES):
+            outcome = session.measure(PointRequest(id=index + 1, collective="allreduce", msg_bytes=size,
+                                                   settings=SETTINGS))
+            assert outcome.ok, outcome.reason
+            assert outcome.reply is not None and outcome.reply.errors == 0
+
+
+def _han_picked(output: str) -> bool:
+    """Open MPI's coll_base_verbose says which components offered themselves: han's line reads "... han
+    ... pick me"."""
+    return any("han" in line and "pick me" in line for line in output.splitlines())
+
+
+def test_openmpi_han_or_tuned_at_2x2(two_nodes_2: EmulatedCluster, tmp_path: Path,
+                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    for name, value in two_nodes_2.environment().items():
+        monkeypatch.setenv(name, value)
+    library = resolve_library("openmpi")
+    adapter = adapter_for(library)
+    layout = Layout(ranks=4, nodes=2, ppn=2)
+    assert adapter.composition_candidates("allreduce", 1) == []
+    results = measure_compositions(library, adapter, layout, "allreduce", SIZES, settings=SETTINGS,
+                                   allocation=two_nodes_2.allocation(), point_timeout_s=90)
+    print(json.dumps([r.as_dict() for r in results], indent=1))
+    assert all(r.status == "ok" for r in results), results
+    chosen = select_composition(results)
+    assert chosen in ("han", "tuned")
+    files = write_compositions(adapter, "allreduce", chosen, tmp_path)
+    assert (tmp_path / files.files["openmpi-compositions"]).read_text().startswith("export OMPI_MCA_coll")
+
+    # The library at the tuned layout with the written setting: han offers itself exactly when chosen.
+    probe = build_c(library, [PROBE_SOURCE], "node_probe", werror=True)
+    outputs = {}
+    for label, env in (("written", dict(files.env)), ("default", {})):
+        spec = LaunchSpec((str(probe),), 4, nodes=2, ppn=2, allocation=two_nodes_2.allocation(),
+                          env={**adapter.launch_env(), **env, "OMPI_MCA_coll_base_verbose": "100"})
+        command = launcher_for(library).command(spec)
+        result = run_launch(command.argv, command.full_env(dict(os.environ)), timeout=90)
+        assert result.ok, result.reason
+        outputs[label] = result.stdout + result.stderr
+    assert _han_picked(outputs["default"])  # han is Open MPI's own choice across nodes
+    assert _han_picked(outputs["written"]) == (chosen == "han")
+
+
+def _network_sends(directory: Path, label: str, ranks: int) -> list[int]:
+    """sendmsg + sendto calls per rank, from each rank's `strace -c` summary."""
+    counts = []
+    for rank in range(ranks):
+        lines = (directory / f"{label}.{rank}").read_text().splitlines()
+        counts.append(sum(int(line.split()[3]) for line in lines if line.split()[-1:] in (["sendmsg"], ["sendto"])))
+    return counts
+
+
+def test_mpich_uses_the_written_composition_at_2x2(two_nodes_2: EmulatedCluster, tmp_path: Path) -> None:
+    """The trace: with alpha (NM + SHM) only the node leaders talk over the network; with beta (NM only)
+    every rank does. A CH4 file written for each must make the library behave as the forcing cvar does."""
+    require_system("trace")
+    library = resolve_library("mpich")
+    adapter = adapter_for(library)
+    program = build_c(library, [LOOP_SOURCE], "allreduce_loop", werror=True)
+    candidates = {c.name: c for c in adapter.composition_candidates("allreduce", 2)}
+    runs: dict[str, dict[str, str]] = {"forced-alpha": dict(candidates["alpha"].env),
+                                       "forced-beta": dict(candidates["beta"].env)}
+    for name in ("alpha", "beta"):
+        (tmp_path / name).mkdir()
+        files = adapter.write_composition_file({"allreduce": candidates[name]}, tmp_path / name)
+        runs[f"file-{name}"] = {var: str(tmp_path / name / file) for var, file in files.env_files.items()}
+    sends = {}
+    for label, env in runs.items():
+        traced = f"exec strace -f -c -e trace=sendmsg,sendto -o {tmp_path}/{label}.$PMI_RANK {program}"
+        spec = LaunchSpec(("sh", "-c", traced), 4, nodes=2, ppn=2, allocation=two_nodes_2.allocation(), env=env)
+        command = launcher_for(library).command(spec)
+        result = run_launch(command.argv, command.full_env({**os.environ, **two_nodes_2.environment()}), timeout=120)
+        assert result.ok, result.reason  # the program checks every result
+        sends[label] = _network_sends(tmp_path, label, 4)
+    print(sends)
+    for how in ("forced", "file"):
+        alpha, beta = sends[f"{how}-alpha"], sends[f"{how}-beta"]
+        # 200 allreduces: alpha's non-leaders (ranks 1, 3) stay off the network, beta's do not.
+        assert max(alpha[1], alpha[3]) < 100 < min(alpha[0], alpha[2]), sends
+        assert min(beta) > 200, sends
