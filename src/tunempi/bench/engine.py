@@ -73,7 +73,9 @@ class Layout:
 
 @dataclass(frozen=True)
 class PointOutcome:
-    """What became of one request: status 'ok', 'failed' (engine error, job died) or 'timeout'."""
+    """What became of one request: status 'ok', 'failed' (engine error, job died) or 'timeout'.
+    `not_usable`: a failure that is the library refusing the forced algorithm for this call (told apart by
+    the adapter in `measure_point`), not something going wrong."""
 
     request: PointRequest
     status: str
@@ -83,6 +85,7 @@ class PointOutcome:
     hosts: tuple[str, ...] = ()
     launch_argv: tuple[str, ...] = ()
     env: Mapping[str, str] = field(default_factory=lambda: MappingProxyType({}))
+    not_usable: bool = False
 
     @property
     def ok(self) -> bool:

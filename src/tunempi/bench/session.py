@@ -160,7 +160,7 @@ def run_bench(options: BenchOptions, listener: BenchListener | None = None) -> B
         def on_result(point: BenchPoint, outcome: PointOutcome, measurement: Measurement) -> None:
             if not outcome.ok:
                 # A library that refuses an algorithm for a call is not a failure of the run.
-                kind = "not usable" if adapter.says_not_usable(outcome.reason) else "failed"
+                kind = "not usable" if outcome.not_usable else "failed"
             else:
                 kind = "wrong" if measurement.errors else "ok"
             report.counts[kind] = report.counts.get(kind, 0) + 1

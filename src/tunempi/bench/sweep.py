@@ -235,7 +235,8 @@ class Sweep:
         return measurements
 
     def _measure(self, session: EngineSession, point: BenchPoint, selection: Selection) -> PointOutcome:
-        return measure_point(session, point, selection, self.settings, next_id=self._take_id, retries=self.retries)
+        return measure_point(session, point, selection, self.settings, next_id=self._take_id, retries=self.retries,
+                             says_not_usable=self.adapter.says_not_usable)
 
     def _take_id(self) -> int:
         self._next_id += 1
@@ -250,11 +251,15 @@ def measure_point(
     *,
     next_id: Callable[[], int],
     retries: int,
+    says_not_usable: Callable[[str], bool],
 ) -> PointOutcome:
     """One point as every caller measures it (bench's Sweep, tune's runner): the request, the checks that
     the algorithm asked for really ran, and up to `retries` re-measurements of a disturbed point, the
-    attempt with the lowest median kept and noted in `reason`."""
+    attempt with the lowest median kept and noted in `reason`. A failure the library states as "not usable
+    for this call" (`says_not_usable`, the adapter's) is marked `not_usable`."""
     outcome = _measure_once(session, point, selection, settings, next_id())
+    if not outcome.ok:
+        return replace(outcome, not_usable=says_not_usable(outcome.reason))
     attempts = 1
     while attempts <= retries and contended(outcome):
         again = _measure_once(session, point, selection, settings, next_id())

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import sys
-from collections.abc import Callable
 from typing import Annotated
 
 import typer
@@ -49,7 +48,6 @@ class BenchProgress(BenchListener):
                    TimeRemainingColumn())
         self.progress = Progress(*columns, console=console, transient=False)
         self.task: TaskID | None = None
-        self.says_not_usable: Callable[[str], bool] = lambda reason: False
 
     def __enter__(self) -> BenchProgress:
         return self
@@ -58,9 +56,6 @@ class BenchProgress(BenchListener):
         self.progress.stop()
 
     def started(self, plan: BenchPlan) -> None:
-        from tunempi.mpi.discovery import adapter_for
-
-        self.says_not_usable = adapter_for(plan.library).says_not_usable
         layout = plan.layout
         self.console.print(
             f"[bold]{plan.library.name}[/] ({plan.library.prefix}), {layout.ranks} ranks"
@@ -73,7 +68,7 @@ class BenchProgress(BenchListener):
 
     def measured(self, point: BenchPoint, outcome: PointOutcome, measurement: Measurement) -> None:
         name = f"{point.collective} {point.algorithm} {format_size(point.msg_bytes)}"
-        if not outcome.ok and self.says_not_usable(outcome.reason):
+        if outcome.not_usable:
             self.progress.console.print(f"[yellow][not usable here][/] {name}: the library cannot run it for this call")
         elif not outcome.ok:
             self.progress.console.print(f"[red][FAIL][/] {name}: {outcome.status}: {escape(outcome.reason)}")

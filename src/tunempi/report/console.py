@@ -4,7 +4,6 @@ calls (their listeners) as Rich progress bars. The library calls themselves neve
 from __future__ import annotations
 
 import os
-from collections.abc import Callable
 
 from rich.console import Console
 from rich.markup import escape
@@ -87,7 +86,6 @@ class TuneProgress:
         self.status: Status | None = None
         self.failures: dict[tuple[str, str, int], int] = {}
         self.unusable: set[tuple[str, str, int]] = set()
-        self.says_not_usable: Callable[[str], bool] = lambda reason: False
 
     def __call__(self, event: TuneEvent) -> None:
         if isinstance(event, TuneStarted):
@@ -107,9 +105,6 @@ class TuneProgress:
             self.written(event)
 
     def started(self, event: TuneStarted) -> None:
-        from tunempi.mpi.discovery import adapter_for
-
-        self.says_not_usable = adapter_for(event.library).says_not_usable
         sizes = event.sizes
         self.console.print(
             f"[bold]{event.library.name}[/] ({event.library.prefix}): tuning {', '.join(event.collectives)} at "
@@ -132,7 +127,7 @@ class TuneProgress:
         if not result.outcome.ok:
             key = (result.point.collective, result.point.algorithm, result.layout.ranks)
             self.failures[key] = self.failures.get(key, 0) + 1
-            if self.says_not_usable(result.outcome.reason):  # the library refuses the call: nothing went wrong
+            if result.outcome.not_usable:  # the library refuses the call: nothing went wrong
                 self.unusable.add(key)
             elif self.failures[key] == 1:
                 self.console.print(

@@ -109,7 +109,8 @@ class LayoutRunner:
             launches_before = self.launches
             started = time.perf_counter()
             outcome = measure_point(session, point, selection, settings or self.settings,
-                                    next_id=self._take_id, retries=self.retries)
+                                    next_id=self._take_id, retries=self.retries,
+                                    says_not_usable=self.adapter.says_not_usable)
             wall = time.perf_counter() - started
             measurement = to_measurement(self.library, self.layout, point, outcome, system=self.system)
             return PointResult(point, self.layout, outcome, measurement, wall, self.launches - launches_before)
