@@ -111,12 +111,18 @@ def speedup_table(manifest: Manifest) -> Table:
     return table
 
 
+def scale_text(scale: tuple[int, ...]) -> str:
+    """(ranks, nodes, ppn) as people say it: '4 ranks' on one node, '2 nodes x 2' across nodes."""
+    ranks, nodes, ppn = scale
+    return f"{ranks} ranks" if nodes == 1 else f"{nodes} nodes x {ppn}"
+
+
 def summary_lines(manifest: Manifest) -> list[str]:
     """A few lines for terminals and the demo."""
     run = manifest.run
     lines = [
         f"{manifest.library.name}: {', '.join(manifest.collectives)} at "
-        f"{', '.join(str(s[0]) + ' ranks' for s in manifest.scales)}; strategy {manifest.strategy} "
+        f"{', '.join(scale_text(s) for s in manifest.scales)}; strategy {manifest.strategy} "
         f"{run.stop_reason} after {run.measured} runs in {run.wall_s:.0f} s "
         f"(benchmark {run.bench_s:.0f} s, {run.resumed} resumed)",
         f"files: {', '.join(manifest.files.values())} (+ {manifest.env_file}); smoke: "
@@ -340,7 +346,7 @@ def write_html(manifest: Manifest, plots: dict[str, Path], path: Path) -> Path:
     rows = speedup_rows(manifest)
     verify = manifest.verify
     library = manifest.library
-    scales = ", ".join(f"{s[0]} ranks" if s[1] == 1 else f"{s[1]} nodes x {s[2]}" for s in manifest.scales)
+    scales = ", ".join(scale_text(s) for s in manifest.scales)
     body = [f"<h1>tunempi tuning report: {e(library.name)}</h1>",
             f"<p class='muted'>{e(', '.join(manifest.collectives))} at {e(scales)}; "
             f"{e(library.prefix)}; tuned {e(manifest.created)} in "
