@@ -417,7 +417,8 @@ def tune_compositions(plan: TunePlan, manifest: Manifest, emit: OnTuneEvent = _i
         c: measure_compositions(plan.library, adapter, layout, c, sizes, settings=options.settings, allocation=hosts,
                                 point_timeout_s=options.point_timeout_s)
         for c in collectives}
-    choices = choose_compositions(results, applies_to_all=adapter.composition_applies_to_all())
+    choices = choose_compositions(results, applies_to_all=adapter.composition_applies_to_all(),
+                                  margin=COMPOSITION_MARGIN)
     files: dict[str, str] = {}
     env_files: dict[str, str] = {}
     env: dict[str, str] = {}
