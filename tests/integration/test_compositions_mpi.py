@@ -6,6 +6,9 @@ from __future__ import annotations
 
 import json
 import os
+import signal
+import subprocess
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -21,6 +24,7 @@ from tunempi.mpi.discovery import adapter_for, resolve_library
 from tunempi.mpi.mpich import composition_function
 from tunempi.mpi.mpich_selection import MpichCall, select_mpich
 from tunempi.tune.compositions import DEFAULT, measure_compositions, select_composition, write_compositions
+from tunempi.tune.manifest import Manifest
 
 pytestmark = [pytest.mark.mpi, pytest.mark.slow]
 
@@ -170,3 +174,83 @@ def test_mpich_uses_the_written_composition_at_2x2(two_nodes_2: EmulatedCluster,
         # 200 allreduces: alpha's non-leaders (ranks 1, 3) stay off the network, beta's do not.
         assert max(alpha[1], alpha[3]) < 100 < min(alpha[0], alpha[2]), sends
         assert min(beta) > 200, sends
+
+
+# --- `tunempi tune` across emulated nodes: the composition step in the driver -----------------------------
+def _tunempi(*args: str, env: dict[str, str], timeout: float = 120) -> subprocess.CompletedProcess[str]:
+    """`python -m tunempi ...` in a session of its own: on a timeout or a failed assertion nothing of it
+    (launchers, engines) outlives the test."""
+    process = subprocess.Popen([sys.executable, "-m", "tunempi", *args], env=env, stdout=subprocess.PIPE,
+                               stderr=subprocess.PIPE, text=True, start_new_session=True)
+    try:
+        stdout, stderr = process.communicate(timeout=timeout)
+    finally:
+        if process.poll() is None:
+            os.killpg(process.pid, signal.SIGKILL)
+            process.wait()
+    return subprocess.CompletedProcess(process.args, process.returncode, stdout, stderr)
+
+
+def test_tune_records_compositions_at_2x1_and_run_accepts_the_written_file(
+        two_nodes: EmulatedCluster, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """`tunempi tune --nodes 2 --ppn 1` with the hostfile (no Slurm): allreduce's compositions measured at
+    the 2x1 layout and recorded (alpha and gamma unavailable there, beta measured); then the same step with
+    the margin lifted, so that beta is written: the CH4 file is activated by the manifest and `tunempi run`
+    accepts the directory and runs with it."""
+    import tunempi.tune.job as job
+
+    cluster_env = two_nodes.environment()
+    env = {k: v for k, v in {**os.environ, **cluster_env}.items() if not k.startswith("SLURM_")}
+    env["TUNEMPI_DB"] = str(tmp_path / "results.sqlite")
+    out = tmp_path / "tuned"
+    options = ("--mpi", "mpich", "--nodes", "2", "--ppn", "1", "--collectives", "allreduce", "--max-msg", "4KiB",
+               "--time-cap", "20ms", "--timeout", "40s", "--out", str(out))
+    done = _tunempi("tune", *options, env=env)
+    assert done.returncode == 0, done.stdout + done.stderr
+    print(done.stdout)
+    assert "allreduce compositions at 2 nodes x 1 (2 ranks)" in done.stdout, done.stdout
+
+    manifest = Manifest.load(out)
+    (record,) = manifest.compositions.collectives
+    assert record.collective == "allreduce" and record.layout == (2, 2, 1)
+    sizes = manifest.compositions.sizes
+    assert len(sizes) == 3 and sizes[0] == 4 and sizes[-1] == 4096 and sizes[1] in manifest.sizes
+    status = {(r.name, r.msg_bytes): r.status for r in record.results}
+    for size in sizes:
+        assert status[(DEFAULT, size)] == "ok" and status[("beta", size)] == "ok", record.results
+        assert status[("alpha", size)] == status[("gamma", size)] == "unavailable", record.results
+    choice = record.choice
+    assert choice.best == "beta" and choice.default_us is not None and choice.best_us is not None
+    assert (choice.chosen == "beta") == (choice.best_us <= 0.95 * choice.default_us), choice
+    if choice.chosen is None:
+        assert manifest.compositions.files == {} and "MPIR_CVAR_CH4_COLL_SELECTION_TUNING_JSON_FILE" not in \
+            manifest.activation_env()
+
+    # The write path, whatever this run's noise decided: the same step with any usable composition chosen.
+    for name, value in cluster_env.items():
+        monkeypatch.setenv(name, value)
+    monkeypatch.delenv("SLURM_JOB_ID", raising=False)
+    monkeypatch.setattr(job, "COMPOSITION_MARGIN", -1.0)
+    plan = job.TunePlan.of(job.TuneOptions(out=out, mpi="mpich", nodes=2, ppn=1, collectives="allreduce",
+                                           max_msg=4096, db=tmp_path / "results.sqlite"))
+    manifest = job.tune_compositions(plan, manifest)
+    assert manifest.compositions.chosen() == {"allreduce": "beta"}
+    assert manifest.compositions.files == {"mpich-ch4": "mpich-ch4.json"}
+    ch4 = (out / "mpich-ch4.json").resolve()
+    assert Manifest.load(out).activation_env()["MPIR_CVAR_CH4_COLL_SELECTION_TUNING_JSON_FILE"] == str(ch4)
+    assert "MPIR_CVAR_COLL_SELECTION_TUNING_JSON_FILE" in manifest.activation_env()  # the algorithm files stay
+    written = json.loads(ch4.read_text())
+    assert select_mpich(written, MpichCall("allreduce", 2, 2, 4, hierarchical=True)) == \
+        composition_function("allreduce", "beta")
+
+    printed = _tunempi("run", "--tuning", str(out), "--print-env", env=env, timeout=60)
+    assert printed.returncode == 0 and str(ch4) in printed.stdout, printed.stdout + printed.stderr
+    library = resolve_library("mpich")
+    probe = build_c(library, [PROBE_SOURCE], "node_probe", werror=True)
+    ran = _tunempi("run", "--tuning", str(out), "--", "mpiexec", "-n", "2", str(probe), env=env, timeout=60)
+    assert ran.returncode == 0, ran.stdout + ran.stderr
+    report = _tunempi("report", "--tuning", str(out), "--html", str(tmp_path / "report.html"), env=env, timeout=60)
+    assert report.returncode == 0, report.stdout + report.stderr
+    print(report.stdout)
+    assert "allreduce compositions at 2 nodes x 1" in report.stdout and "chose beta" in report.stdout
+    assert "Compositions across nodes" in (tmp_path / "report.html").read_text()

@@ -560,6 +560,10 @@ class MpichAdapter(VendorAdapter):
         (directory / CH4_FILE).write_text(text)
         return TuningFiles(files={"mpich-ch4": CH4_FILE}, env_files={cvar: CH4_FILE})
 
+    def read_back_composition_file(self, path: Path) -> None:
+        # The CH4-level tree is a selection JSON like the others: MPI_Init aborts on one it cannot parse.
+        self.read_back_tuning_file(path)
+
     def algorithm_cvar(self, collective: str) -> str:
         self._check_collective(collective)
         return algorithm_cvar(collective)

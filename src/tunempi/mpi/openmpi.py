@@ -18,7 +18,7 @@ from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
-from tunempi.errors import TuningFileError
+from tunempi.errors import TuningFileError, UsageError
 from tunempi.mpi.library import MPILibrary
 from tunempi.mpi.restrictions import file_exclusion
 from tunempi.mpi.ucx import UCX_TUNABLES
@@ -313,6 +313,27 @@ class OpenMPIAdapter(VendorAdapter):
         (directory / COMPOSITION_FILE).write_text(
             "".join(f"export {name}={shlex.quote(value)}\n" for name, value in env.items()))
         return TuningFiles(files={"openmpi-compositions": COMPOSITION_FILE}, env_files={}, env=dict(env))
+
+    def composition_applies_to_all(self) -> bool:
+        return True  # a component per communicator: han or tuned for every collective han takes
+
+    def read_back_composition_file(self, path: Path) -> None:
+        """The env file must set exactly one of the component choices write_composition_file writes."""
+        found: dict[str, str] = {}
+        for line in path.read_text(encoding="utf-8").splitlines():
+            if not line.strip() or line.lstrip().startswith("#"):
+                continue
+            try:
+                words = shlex.split(line)
+            except ValueError as exc:
+                raise UsageError(f"cannot read {line!r}: {exc}") from None
+            if len(words) != 2 or words[0] != "export" or "=" not in words[1]:
+                raise UsageError(f"not an `export NAME=VALUE` line: {line!r}")
+            name, _, value = words[1].partition("=")
+            found[name] = value
+        if found not in COMPOSITION_ENV.values():
+            raise UsageError(f"sets {found}, not one of the component choices "
+                             f"{', '.join(f'{k} {v}' for k, v in COMPOSITION_ENV.items())}")
 
     def algorithm_cvar(self, collective: str) -> str:
         self._check_collective(collective)

@@ -214,6 +214,16 @@ class VendorAdapter(ABC):
         """Writes the chosen composition per collective into `directory` in the library's own form."""
         raise TuningFileError(f"{self.library.name}: tunempi cannot write compositions for this library")
 
+    def composition_applies_to_all(self) -> bool:
+        """Whether the library takes one composition for every collective (then one is written only where
+        every tuned collective chose it) rather than one per collective."""
+        return False
+
+    def read_back_composition_file(self, path: Path) -> None:
+        """UsageError if a composition file this adapter wrote would be rejected or misread (checked before
+        every run, as read_back_tuning_file is for the algorithm files)."""
+        raise UsageError(f"{self.library.name}: tunempi writes no composition file for this library ({path.name})")
+
     def says_not_usable(self, reason: str) -> bool:
         """Whether a failed point's message is the library saying the forced algorithm cannot take this
         call (under strict_selection_switch): not usable here, as opposed to a real failure."""

@@ -10,8 +10,12 @@ from rich.markup import escape
 from rich.progress import BarColumn, Progress, TaskID, TaskProgressColumn, TextColumn, TimeElapsedColumn
 from rich.status import Status
 
+from tunempi.report.tuning import composition_line
 from tunempi.tune.job import (
+    CompositionsMeasured,
+    CompositionsWritten,
     FilesWritten,
+    MeasuringCompositions,
     PointMeasured,
     RoundDone,
     TuneEvent,
@@ -103,6 +107,24 @@ class TuneProgress:
             self.status.start()
         elif isinstance(event, FilesWritten):
             self.written(event)
+        elif isinstance(event, MeasuringCompositions):
+            layout = event.layout
+            self.status = self.console.status(
+                f"measuring compositions of {', '.join(event.collectives)} at {layout.nodes} nodes x {layout.ppn} "
+                f"({len(event.sizes)} sizes, {event.launches} launches)")
+            self.status.start()
+        elif isinstance(event, CompositionsMeasured):
+            self.close()
+            self.console.print(escape(composition_line(event.record)), soft_wrap=True)
+        elif isinstance(event, CompositionsWritten):
+            self.close()
+            record = event.manifest.compositions
+            if record.files:
+                self.console.print(f"composition file {', '.join(record.files.values())} checked in "
+                                   f"{event.manifest.library.name} at the layout and written; activated by "
+                                   f"{', '.join([*record.env_files, *record.env])}")
+            else:
+                self.console.print("compositions: the library's defaults kept (nothing written)")
 
     def started(self, event: TuneStarted) -> None:
         sizes = event.sizes

@@ -19,7 +19,7 @@ from pathlib import Path
 
 from rich.table import Table
 
-from tunempi.tune.manifest import Manifest
+from tunempi.tune.manifest import CompositionRecord, Manifest
 from tunempi.units import format_size
 
 
@@ -131,6 +131,7 @@ def summary_lines(manifest: Manifest) -> list[str]:
     for collective, reasons in manifest.excluded.items():
         lines.append(f"{collective}: no tuning file can select "
                      + "; ".join(f"{name} ({why})" for name, why in reasons.items()))
+    lines += composition_lines(manifest)
     verify = manifest.verify
     if verify:
         s = verify.summary
@@ -142,6 +143,44 @@ def summary_lines(manifest: Manifest) -> list[str]:
             f"{s.get('slower_point_estimate_after', '?')} below 1 within noise)")
     else:
         lines.append("not verified yet: run `tunempi verify --tuning DIR`")
+    return lines
+
+
+def composition_parts(record: CompositionRecord) -> tuple[str, list[str], list[str], str]:
+    """(layout label, `name m1/m2/.. us` per composition that ran (default first), `name (status)` per one
+    that did not, the decision)."""
+    ranks, nodes, ppn = record.layout
+    names = sorted({r.name for r in record.results}, key=lambda name: (name != "default", name))
+    ran, other = [], []
+    for name in names:
+        mine = sorted((r for r in record.results if r.name == name), key=lambda r: r.msg_bytes)
+        if all(r.status == "ok" and r.median_us is not None for r in mine):
+            ran.append(f"{name} " + "/".join(f"{r.median_us:.1f}" for r in mine) + " us")
+        else:
+            statuses = sorted({r.status for r in mine if r.status != "ok"})
+            other.append(f"{name} ({', '.join(statuses)})")
+    choice = record.choice
+    decision = (f"chose {choice.chosen}: {choice.reason}" if choice.chosen is not None
+                else f"kept the library's default: {choice.reason}")
+    return f"{nodes} nodes x {ppn} ({ranks} ranks)", ran, other, decision
+
+
+def composition_line(record: CompositionRecord) -> str:
+    """One line per collective: the compositions measured, those the library could not run, the decision."""
+    layout, ran, other, decision = composition_parts(record)
+    sizes = sorted({r.msg_bytes for r in record.results})
+    line = f"{record.collective} compositions at {layout}, {'/'.join(format_size(s) for s in sizes)}: {', '.join(ran)}"
+    if other:
+        line += f"; not run: {', '.join(other)}"
+    return f"{line}; {decision}"
+
+
+def composition_lines(manifest: Manifest) -> list[str]:
+    """The composition step of the manifest (nothing where it measured none)."""
+    record = manifest.compositions
+    lines = [composition_line(r) for r in record.collectives]
+    if record.files:
+        lines.append(f"composition files: {', '.join(record.files.values())}")
     return lines
 
 
@@ -417,6 +456,17 @@ def write_html(manifest: Manifest, plots: dict[str, Path], path: Path) -> Path:
     files = ", ".join(e(name) for name in manifest.files.values())
     smoke = ", ".join(f"{s.ranks} ranks {'passed' if s.ok else 'FAILED'}" for s in manifest.smoke)
     body.append(f"<p class='muted'>files: {files}; smoke check in the real library: {e(smoke or 'not run')}</p>")
+    if manifest.compositions.collectives:
+        body.append("<h2>Compositions across nodes</h2><p class='muted'>Each composition and the library's "
+                    "default in an engine launch of its own at the largest multi-node layout (medians per "
+                    f"size); one is written only where it beats the default by "
+                    f"{manifest.compositions.margin:.0%} over the sizes.</p><table><tr><th>collective</th>"
+                    "<th>layout</th><th>measured (us)</th><th>not run</th><th>decision</th></tr>")
+        for record in manifest.compositions.collectives:
+            layout, ran, other, decision = composition_parts(record)
+            body.append(f"<tr><td>{e(record.collective)}</td><td>{e(layout)}</td><td>{e('; '.join(ran))}</td>"
+                        f"<td>{e(', '.join(other) or '-')}</td><td>{e(decision)}</td></tr>")
+        body.append("</table>")
 
     body.append("<h2>What was excluded, and why</h2>")
     excluded = exclusions(manifest)

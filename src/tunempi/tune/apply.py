@@ -55,6 +55,13 @@ def check_tuning_files(manifest: Manifest, library: MPILibrary) -> None:
         except (UsageError, UnicodeDecodeError) as exc:
             raise UsageError(f"{path} ({role}) is corrupt: {exc}; {library.name} would abort or ignore it. "
                              f"Write it again with `tunempi tune --out {manifest.directory}`") from None
+    for role, name in manifest.compositions.files.items():  # not rules files: the adapter's composition reader
+        path = manifest.directory / name
+        try:
+            adapter.read_back_composition_file(path)
+        except (UsageError, UnicodeDecodeError) as exc:
+            raise UsageError(f"{path} ({role}) is corrupt: {exc}; {library.name} would abort or ignore it. "
+                             f"Write it again with `tunempi tune --out {manifest.directory}`") from None
 
 
 def command_for_library(argv: Sequence[str], library: MPILibrary) -> tuple[list[str], dict[str, str]]:

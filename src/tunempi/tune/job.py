@@ -1,22 +1,26 @@
 """`tunempi tune` as a library call: validate, tune, write the files, smoke-check them, write the manifest.
 
 `run_tune` returns data (TuneReport) and reports progress as events (TuneStarted, PointMeasured, RoundDone,
-TuningStopped, WritingFiles, FilesWritten) to a callback; the CLI (cli/tune.py) renders them.
+TuningStopped, WritingFiles, FilesWritten; where a layout spans nodes MeasuringCompositions,
+CompositionsMeasured, CompositionsWritten) to a callback; the CLI (cli/tune.py) renders them.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import os
+import shutil
+import tempfile
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from tunempi.bench.engine import Layout
-from tunempi.bench.protocol import MeasureSettings
+from tunempi.bench.engine import EngineSession, Layout
+from tunempi.bench.protocol import MeasureSettings, PointRequest
 from tunempi.bench.validate import check_engine_collective
 from tunempi.collectives import DEFAULT_ALGORITHM, parse_collectives
-from tunempi.errors import UsageError
+from tunempi.errors import MPIError, TuningFileError, UsageError
 from tunempi.launch.hosts import NodeAllocation
 from tunempi.launch.scheduler import SCHEDULING_MODES, GroupScheduler
 from tunempi.launch.topology import group_nodes, read_group_file, slurm_topology
@@ -26,9 +30,24 @@ from tunempi.rules import RuleSet
 from tunempi.space import FeatureSpace
 from tunempi.store.results import ResultStore, utc_timestamp
 from tunempi.strategy import DEFAULT_STRATEGY, STRATEGIES
+from tunempi.tune.compositions import (
+    COMPOSITION_MARGIN,
+    CompositionResult,
+    choose_compositions,
+    measure_compositions,
+    write_composition_choices,
+)
 from tunempi.tune.driver import CurvePoint, TuneOutcome, Tuner, check_evidence
 from tunempi.tune.files import WrittenFiles, rule_sets_for, selection_table, write_tuning_files
-from tunempi.tune.manifest import CurveRecord, LibraryRecord, Manifest, RunRecord, SelectionRow
+from tunempi.tune.manifest import (
+    CompositionRecord,
+    CompositionsRecord,
+    CurveRecord,
+    LibraryRecord,
+    Manifest,
+    RunRecord,
+    SelectionRow,
+)
 from tunempi.tune.runner import LayoutRunner, ParallelRunner, PointResult
 from tunempi.tune.scope import Scale, candidate_algorithms, feature_space, message_sizes, sub_scales
 
@@ -163,7 +182,35 @@ class FilesWritten:
     manifest_path: Path
 
 
-TuneEvent = TuneStarted | PointMeasured | RoundDone | TuningStopped | WritingFiles | FilesWritten
+@dataclass(frozen=True)
+class MeasuringCompositions:
+    """The composition step starts: each collective's compositions and the library's default, one engine
+    launch each, at the largest multi-node layout."""
+
+    layout: Layout
+    collectives: tuple[str, ...]
+    sizes: tuple[int, ...]
+    launches: int
+
+
+@dataclass(frozen=True)
+class CompositionsMeasured:
+    """One collective's compositions measured, and the decision (`record.choice.chosen` None: the library's
+    default kept)."""
+
+    record: CompositionRecord
+
+
+@dataclass(frozen=True)
+class CompositionsWritten:
+    """The composition step is in the manifest (and its file in place where one was chosen)."""
+
+    manifest: Manifest
+    manifest_path: Path
+
+
+TuneEvent = (TuneStarted | PointMeasured | RoundDone | TuningStopped | WritingFiles | FilesWritten
+             | MeasuringCompositions | CompositionsMeasured | CompositionsWritten)
 OnTuneEvent = Callable[[TuneEvent], None]
 
 
@@ -275,6 +322,7 @@ def run_tune(options: TuneOptions, on_event: OnTuneEvent | None = None) -> TuneR
     if outcome.stop_reason != "interrupted":
         check_evidence(outcome, sum(len(s.cells) for s in plan.spaces.values()))
         report.manifest = write_result(plan, outcome, emit)
+        report.manifest = tune_compositions(plan, report.manifest, emit)
     return report
 
 
@@ -314,3 +362,86 @@ def write_result(plan: TunePlan, outcome: TuneOutcome, emit: OnTuneEvent = _igno
     )
     emit(FilesWritten(manifest, manifest.save()))
     return manifest
+
+
+# -- compositions: at the largest multi-node layout, after the algorithm files ----------------------------
+
+
+def composition_scale(scales: Sequence[Scale]) -> Scale | None:
+    """The largest scale that spans nodes (compositions only differ there); None on one node."""
+    multi = [s for s in scales if s.nodes > 1]
+    return max(multi, key=lambda s: (s.ranks, s.nodes)) if multi else None
+
+
+def composition_sizes(sizes: Sequence[int]) -> tuple[int, ...]:
+    """The smallest, a middle and the largest size: each composition costs an engine launch, and a
+    composition's cost differs mostly between latency- and bandwidth-bound sizes."""
+    ordered = sorted(sizes)
+    return tuple(sorted({ordered[0], ordered[len(ordered) // 2], ordered[-1]})) if ordered else ()
+
+
+def check_composition_files(plan: TunePlan, layout: Layout, hosts: NodeAllocation | None, env: Mapping[str, str],
+                            collectives: Sequence[str], msg_bytes: int) -> None:
+    """TuningFileError unless the library, with the written composition file active, runs each chosen
+    collective at the layout with checked results (the files count only once loaded by the real library)."""
+    settings = MeasureSettings(warmup=1, min_iters=3, max_iters=10, time_cap_s=0.05)
+    try:
+        with EngineSession(plan.library, layout, env={**plan.adapter.launch_env(), **env}, allocation=hosts,
+                           point_timeout_s=plan.options.point_timeout_s or 60.0) as session:
+            for index, collective in enumerate(collectives):
+                outcome = session.measure(PointRequest(id=index + 1, collective=collective, msg_bytes=msg_bytes,
+                                                       settings=settings))
+                if not outcome.ok or outcome.reply is None or outcome.reply.errors:
+                    raise TuningFileError(f"{collective} failed with the composition file: {outcome.status}: "
+                                          f"{outcome.reason}")
+    except MPIError as exc:
+        raise TuningFileError(f"the library did not run with the composition file: {exc}") from None
+
+
+def tune_compositions(plan: TunePlan, manifest: Manifest, emit: OnTuneEvent = _ignore) -> Manifest:
+    """Where the plan spans nodes: every tuned collective's compositions measured at the largest multi-node
+    layout, the ones that beat the default by COMPOSITION_MARGIN written in the library's form (checked in
+    the library at that layout), all of it recorded in the manifest. Unchanged on one node."""
+    scale = composition_scale(plan.scales)
+    if scale is None:
+        return manifest
+    layout, adapter, options = scale.layout, plan.adapter, plan.options
+    collectives = [c for c in plan.collectives if adapter.composition_candidates(c, layout.nodes)]
+    if not collectives:
+        return manifest
+    sizes = composition_sizes(plan.sizes)
+    hosts = plan.allocation.first(layout.nodes) if plan.allocation is not None else None
+    launches = sum(1 + len(adapter.composition_candidates(c, layout.nodes)) for c in collectives)
+    emit(MeasuringCompositions(layout, tuple(collectives), sizes, launches))
+    results: dict[str, list[CompositionResult]] = {
+        c: measure_compositions(plan.library, adapter, layout, c, sizes, settings=options.settings, allocation=hosts,
+                                point_timeout_s=options.point_timeout_s)
+        for c in collectives}
+    choices = choose_compositions(results, applies_to_all=adapter.composition_applies_to_all(),
+                                  margin=COMPOSITION_MARGIN)
+    files: dict[str, str] = {}
+    env_files: dict[str, str] = {}
+    env: dict[str, str] = {}
+    chosen = {c: choice.chosen for c, choice in choices.items() if choice.chosen is not None}
+    if chosen:
+        staging = Path(tempfile.mkdtemp(prefix=".staging-compositions-", dir=options.out))
+        try:
+            written = write_composition_choices(adapter, chosen, staging, nodes=layout.nodes)
+            staged_env = {**written.env, **{k: str(staging / v) for k, v in written.env_files.items()}}
+            check_composition_files(plan, layout, hosts, staged_env, sorted(chosen), sizes[0])
+            for name in written.files.values():
+                (staging / name).replace(options.out / name)
+            files, env_files, env = dict(written.files), dict(written.env_files), dict(written.env)
+        except TuningFileError as exc:
+            choices = {c: dataclasses.replace(choice, chosen=None, reason=f"written, but not kept: {exc}")
+                       if choice.chosen is not None else choice for c, choice in choices.items()}
+        finally:
+            shutil.rmtree(staging, ignore_errors=True)
+    records = tuple(CompositionRecord(c, scale.key(), tuple(results[c]), choices[c]) for c in collectives)
+    for record in records:
+        emit(CompositionsMeasured(record))
+    manifest = dataclasses.replace(manifest, compositions=CompositionsRecord(
+        margin=COMPOSITION_MARGIN, sizes=sizes, collectives=records, files=files, env_files=env_files, env=env))
+    emit(CompositionsWritten(manifest, manifest.save()))
+    return manifest
+

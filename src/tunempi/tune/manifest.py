@@ -15,8 +15,12 @@ Keys (version 1):
     rule_sets{collective: RuleSet.to_dict()}, training_curve[{wall_s, bench_s, points, convergence,
     per_collective}], smoke[{ranks, ok, argv, points, message}],
     verify (null until `tunempi verify`: {verified_at, repeats, second_pass_cells, time_cap_s, wall_s,
-    summary, cells[VerifiedCell.to_dict()]}).
-Keys a manifest lacks read as empty (an older manifest without `excluded` loads as excluding nothing).
+    summary, cells[VerifiedCell.to_dict()]}),
+    compositions{margin, sizes, collectives[{collective, layout[ranks, nodes, ppn], results[CompositionResult],
+    choice{collective, chosen, reason, best, best_us, default_us}}], files{role: name}, env_files{VAR: name},
+    env{VAR: value}} (compositions measured at the largest multi-node layout; the files activate them).
+Keys a manifest lacks read as empty (an older manifest without `excluded` loads as excluding nothing, one
+without `compositions` as having measured none).
 """
 
 from __future__ import annotations
@@ -33,6 +37,7 @@ from tunempi.errors import UsageError
 from tunempi.mpi.library import MPILibrary
 from tunempi.rules import RuleSet
 from tunempi.space import Cell
+from tunempi.tune.compositions import CompositionChoice, CompositionResult
 from tunempi.tune.verify import VerifiedCell
 
 MANIFEST_NAME = "manifest.json"
@@ -173,6 +178,57 @@ class VerifyRecord:
 
 
 @dataclass(frozen=True)
+class CompositionRecord:
+    """One collective's compositions measured at a multi-node layout, and what was decided."""
+
+    collective: str
+    layout: tuple[int, int, int]  # (ranks, nodes, ppn)
+    results: tuple[CompositionResult, ...]
+    choice: CompositionChoice
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"collective": self.collective, "layout": list(self.layout),
+                "results": [r.as_dict() for r in self.results], "choice": self.choice.to_dict()}
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> CompositionRecord:
+        ranks, nodes, ppn = (int(v) for v in data["layout"])
+        return cls(str(data["collective"]), (ranks, nodes, ppn),
+                   tuple(CompositionResult.from_dict(r) for r in data.get("results", ())),
+                   CompositionChoice.from_dict(data["choice"]))
+
+
+@dataclass(frozen=True)
+class CompositionsRecord:
+    """The composition step of `tune` (empty where no layout spans nodes): every collective measured, and
+    the file(s) written for the chosen ones, kept apart from the algorithm files (`verify` rewrites those;
+    `run` reads these back with the adapter's composition reader)."""
+
+    margin: float = 0.0
+    sizes: tuple[int, ...] = ()
+    collectives: tuple[CompositionRecord, ...] = ()
+    files: Mapping[str, str] = field(default_factory=dict)  # role -> file name in the directory
+    env_files: Mapping[str, str] = field(default_factory=dict)  # variable -> file name in the directory
+    env: Mapping[str, str] = field(default_factory=dict)
+
+    def chosen(self) -> dict[str, str]:
+        return {r.collective: r.choice.chosen for r in self.collectives if r.choice.chosen is not None}
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"margin": self.margin, "sizes": list(self.sizes),
+                "collectives": [r.to_dict() for r in self.collectives], "files": dict(self.files),
+                "env_files": dict(self.env_files), "env": dict(self.env)}
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> CompositionsRecord:
+        return cls(float(data.get("margin", 0.0)), tuple(int(s) for s in data.get("sizes", ())),
+                   tuple(CompositionRecord.from_dict(r) for r in data.get("collectives", ())),
+                   {str(k): str(v) for k, v in data.get("files", {}).items()},
+                   {str(k): str(v) for k, v in data.get("env_files", {}).items()},
+                   {str(k): str(v) for k, v in data.get("env", {}).items()})
+
+
+@dataclass(frozen=True)
 class Manifest:
     """A tuning directory's manifest. Change it with `dataclasses.replace`, write it with `save`."""
 
@@ -199,6 +255,7 @@ class Manifest:
     training_curve: tuple[CurveRecord, ...] = ()
     smoke: tuple[SmokeRecord, ...] = ()
     verify: VerifyRecord | None = None
+    compositions: CompositionsRecord = field(default_factory=CompositionsRecord)
 
     # -- reading ------------------------------------------------------------------------------
     @classmethod
@@ -250,17 +307,20 @@ class Manifest:
             training_curve=tuple(CurveRecord.from_dict(p) for p in data.get("training_curve", ())),
             smoke=tuple(SmokeRecord.from_dict(s) for s in data.get("smoke", ())),
             verify=VerifyRecord.from_dict(verify) if verify else None,
+            compositions=CompositionsRecord.from_dict(data.get("compositions") or {}),
         )
 
     def activation_env(self) -> dict[str, str]:
-        """Every variable that activates the tuning, file variables resolved against the directory."""
-        env = dict(self.env)
-        for name, file in self.env_files.items():
+        """Every variable that activates the tuning (algorithm files and compositions), file variables
+        resolved against the directory."""
+        env = {**self.env, **self.compositions.env}
+        for name, file in {**self.env_files, **self.compositions.env_files}.items():
             env[name] = str((self.directory / file).resolve())
         return env
 
     def missing_files(self) -> list[str]:
-        return [name for name in self.files.values() if not (self.directory / name).is_file()]
+        names = [*self.files.values(), *self.compositions.files.values()]
+        return [name for name in names if not (self.directory / name).is_file()]
 
     # -- writing ------------------------------------------------------------------------------
     def to_dict(self) -> dict[str, Any]:
@@ -278,6 +338,7 @@ class Manifest:
             "training_curve": [point.to_dict() for point in self.training_curve],
             "smoke": [record.to_dict() for record in self.smoke],
             "verify": self.verify.to_dict() if self.verify is not None else None,
+            "compositions": self.compositions.to_dict(),
         }
 
     def save(self) -> Path:
