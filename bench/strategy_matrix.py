@@ -68,6 +68,7 @@ def main() -> None:
     parser.add_argument("--collectives", default=",".join(COLLECTIVES))
     parser.add_argument("--cost-models", default=",".join(COST_MODELS))
     parser.add_argument("--seeds", type=int, default=5)
+    parser.add_argument("--first-seed", type=int, default=0, help="seeds first-seed .. first-seed+seeds-1")
     parser.add_argument("--budget-fraction", type=float, default=0.4)
     parser.add_argument("--train-max-ranks", type=int, default=None)
     parser.add_argument("--jobs", type=int, default=2)
@@ -76,7 +77,8 @@ def main() -> None:
     params = json.loads(args.params)
     combos = [(f, c, m) for f in args.files.split(",") for c in args.collectives.split(",")
               for m in args.cost_models.split(",")]
-    tasks = [(combo, seed) for combo in combos for seed in range(args.seeds)]
+    seeds = range(args.first_seed, args.first_seed + args.seeds)
+    tasks = [(combo, seed) for combo in combos for seed in seeds]
     started = time.perf_counter()
     traces: dict[tuple[str, str, str], dict[int, Trace]] = {combo: {} for combo in combos}
     with ProcessPoolExecutor(max_workers=args.jobs, mp_context=get_context("spawn")) as pool:
@@ -89,7 +91,7 @@ def main() -> None:
     for combo in combos:
         path, collective, cost_model = combo
         oracle, exhaustive, _ = _setup(path, collective, cost_model, args.budget_fraction)
-        runs = [traces[combo][s] for s in range(args.seeds)]
+        runs = [traces[combo][s] for s in seeds]
         summary = summarize(runs, oracle, exhaustive, args.train_max_ranks)
         row = {"file": Path(path).name.removesuffix(".csv.gz"), "collective": collective, "cost_model": cost_model,
                "at_15": summary["slowdown_at_fraction"].get("0.15"),
@@ -103,7 +105,8 @@ def main() -> None:
         rows.append(row)
     wall = time.perf_counter() - started
     extra = " | all cells | above R" if args.train_max_ranks is not None else ""
-    print(f"strategy {args.strategy} params {json.dumps(params)} seeds {args.seeds} budget {args.budget_fraction}"
+    print(f"strategy {args.strategy} params {json.dumps(params)} seeds {seeds.start}..{seeds.stop - 1} "
+          f"budget {args.budget_fraction}"
           + (f" train-max-ranks {args.train_max_ranks}" if args.train_max_ranks is not None else ""))
     print(f"| file | collective | cost model | @15% | first 1.02 | first 1.03 | final | CPU s{extra} |")
     print("|---|---|---|---|---|---|---|---|" + ("---|---|" if extra else ""))
