@@ -20,10 +20,10 @@ What matters is not the latency surface but which algorithm wins in each cell. T
    `max_repeats` runs per algorithm);
 5. stops when the expected regret over the measurable cells stays below `regret_tolerance`.
 
-Selection is the lowest posterior-mean latency per cell; beyond the largest measured scale (e.g. only
-small scales may be measured) it is the selection of that largest scale, at the same message size for
-per-peer-block collectives and at the same bytes per rank for whole-buffer ones (`extrapolation="carry"`;
-"trend" selects by the model's log-linear extrapolation).
+Selection is the lowest posterior-mean latency per cell. With `extrapolation="carry"` (opt-in: better
+on average, but not on every sweep, see docs/strategies.md), beyond the largest measured scale it is the
+selection of that largest scale, at the same message size for per-peer-block collectives and at the same
+bytes per rank for whole-buffer ones; by default ("trend") the model's log-linear extrapolation decides.
 """
 
 from __future__ import annotations
@@ -60,7 +60,7 @@ class TunempiStrategy(Strategy):
         trust_measurements: float = 0.0,
         distance_uncertainty: float = 0.1,
         forest_blend: float = 0.5,
-        extrapolation: str = "carry",
+        extrapolation: str = "trend",
         **kwargs: Any,
     ) -> None:
         super().__init__(space, **kwargs)
@@ -185,8 +185,9 @@ class TunempiStrategy(Strategy):
         the same bytes per rank for those whose size is the whole buffer (allreduce, bcast, ...: their
         algorithms split it among the ranks and switch where the share per rank crosses a threshold).
         The model's log-linear trend, fitted mostly on smaller scales, does not know where such switches
-        move: on the Peak sweeps (--train-max-ranks 128) it selected 2-57 % slower algorithms above the
-        measured scales, this rule 3-7 % (docs/strategies.md, Issue 15)."""
+        move: on the Peak sweep (--train-max-ranks 128) it selected 2-57 % slower algorithms above the
+        measured scales, this rule 3-7 %; on the pr7730 sweep this rule is better for allreduce, worse
+        for bcast and allgather (docs/strategies.md, Issue 15), so it is not the default."""
         measured = [r.cell.ranks for r in self.records if r.ok]
         if not measured:
             return mean
