@@ -20,6 +20,11 @@ DEFAULT_ALGORITHM = "default"
 #: Collectives whose payload is a reduction over typed elements (sizes are multiples of the element).
 REDUCTIONS: frozenset[str] = frozenset({"allreduce", "reduce", "reduce_scatter", "reduce_scatter_block"})
 
+#: Collectives whose message size (OSU's convention) is the block each rank sends to or receives from
+#: each peer; for the others it is the whole buffer, which the algorithms split among the ranks.
+BLOCK_COLLECTIVES: frozenset[str] = frozenset({"allgather", "allgatherv", "alltoall", "alltoallv", "gather",
+                                               "scatter"})
+
 
 def check_collective(name: str) -> str:
     """Return the canonical name or raise UsageError naming the valid ones."""

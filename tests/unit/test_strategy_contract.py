@@ -134,3 +134,24 @@ def test_context_from_other_scales_predicts_a_new_scale() -> None:
     informed = make_strategy("exhaustive", target, seed=0, records=earlier).select()
     first_candidate = {c: target.candidates(c)[0] for c in target.cells}
     assert oracle.average_slowdown(informed) < 1.1 < oracle.average_slowdown(first_candidate)
+
+
+def test_tunempi_carries_the_decision_at_the_largest_measured_scale_beyond_it() -> None:
+    """extrapolation="carry": beyond the measured scales, allreduce (whole buffer) keeps the choice of the
+    largest measured scale at the same bytes per rank; alltoall (per-peer block) at the same size."""
+    for collective, per_rank in (("allreduce", True), ("alltoall", False)):
+        frame = synthetic_frame(seed=3, collective=collective)
+        backend = ReplayBackend(frame, collective, seed=0)
+        space = backend.space()
+        strategy = make_strategy("tunempi", space, seed=0, measurable=space.restrict(max_ranks=8),
+                                 budget_s=0.5 * Oracle(backend).exhaustive_cost(), extrapolation="carry")
+        _drive(strategy, backend)
+        table = strategy.select()
+        edge = {c.msg_bytes: c for c in space.cells if c.ranks == 8}
+        sizes = np.array(sorted(edge))
+        for cell in space.cells:
+            if cell.ranks <= 8:
+                continue
+            target = cell.msg_bytes * 8 / cell.ranks if per_rank else cell.msg_bytes
+            anchor = edge[int(sizes[np.argmin(np.abs(np.log2(sizes) - np.log2(max(target, 1))))])]
+            assert table[cell] == table[anchor]

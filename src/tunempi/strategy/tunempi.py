@@ -20,7 +20,10 @@ What matters is not the latency surface but which algorithm wins in each cell. T
    `max_repeats` runs per algorithm);
 5. stops when the expected regret over the measurable cells stays below `regret_tolerance`.
 
-Selection is the lowest posterior-mean latency per cell.
+Selection is the lowest posterior-mean latency per cell. With `extrapolation="carry"` (opt-in: better
+on average, but not on every sweep, see docs/strategies.md), beyond the largest measured scale it is the
+selection of that largest scale, at the same message size for per-peer-block collectives and at the same
+bytes per rank for whole-buffer ones; by default ("trend") the model's log-linear extrapolation decides.
 """
 
 from __future__ import annotations
@@ -29,6 +32,7 @@ from typing import Any
 
 import numpy as np
 
+from tunempi.collectives import BLOCK_COLLECTIVES
 from tunempi.model import TrendGaussianProcess
 from tunempi.strategy.base import Request, Strategy
 from tunempi.strategy.forest_selection import ForestFill
@@ -56,6 +60,7 @@ class TunempiStrategy(Strategy):
         trust_measurements: float = 0.0,
         distance_uncertainty: float = 0.1,
         forest_blend: float = 0.5,
+        extrapolation: str = "trend",
         **kwargs: Any,
     ) -> None:
         super().__init__(space, **kwargs)
@@ -73,6 +78,9 @@ class TunempiStrategy(Strategy):
         self.trust_measurements = trust_measurements
         self.distance_uncertainty = distance_uncertainty
         self.forest_blend = forest_blend
+        if extrapolation not in ("trend", "carry"):
+            raise ValueError(f"extrapolation must be 'trend' or 'carry', got {extrapolation!r}")
+        self.extrapolation = extrapolation
         self._forest = ForestFill(n_estimators=50, random_state=self.seed)
         raw = space.features()
         #: log2 ranks and log2 message size of every cell: grid distances in doublings.
@@ -167,7 +175,39 @@ class TunempiStrategy(Strategy):
         if not self.records:
             return np.full(self.usable_mask().shape, np.nan)
         mean, _, _ = self._posterior()
+        if self.extrapolation == "carry":
+            return self._carry_beyond_measured(mean)
         return mean
+
+    def _carry_beyond_measured(self, mean: np.ndarray) -> np.ndarray:
+        """Selection beyond the largest measured scale: the decision of the largest measured scale, at the
+        same message size for collectives whose size is a per-peer block (allgather, alltoall, ...), at
+        the same bytes per rank for those whose size is the whole buffer (allreduce, bcast, ...: their
+        algorithms split it among the ranks and switch where the share per rank crosses a threshold).
+        The model's log-linear trend, fitted mostly on smaller scales, does not know where such switches
+        move: on the Peak sweep (--train-max-ranks 128) it selected 2-57 % slower algorithms above the
+        measured scales, this rule 3-7 %; on the pr7730 sweep this rule is better for allreduce, worse
+        for bcast and allgather (docs/strategies.md, Issue 15), so it is not the default."""
+        measured = [r.cell.ranks for r in self.records if r.ok]
+        if not measured:
+            return mean
+        largest = max(measured)
+        edge = [i for i, c in enumerate(self.space.cells) if c.ranks == largest]
+        if not edge:
+            return mean
+        edge_log_size = np.log2([max(self.space.cells[i].msg_bytes, 1) for i in edge])
+        block = self.space.collective in BLOCK_COLLECTIVES
+        carried = mean.copy()
+        for i, cell in enumerate(self.space.cells):
+            if cell.ranks <= largest:
+                continue
+            target = cell.msg_bytes if block else cell.msg_bytes * largest / cell.ranks
+            anchor = edge[int(np.argmin(np.abs(edge_log_size - np.log2(max(target, 1)))))]
+            row = mean[anchor]
+            if np.isfinite(row[self.usable_mask()[i]]).any():
+                # Algorithms without an estimate at the anchor are not chosen here.
+                carried[i] = np.where(np.isfinite(row), row, np.inf)
+        return carried
 
     # -- decision uncertainty ---------------------------------------------------------------------
     def _decision(self, mean: np.ndarray, std: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
