@@ -29,6 +29,7 @@ from tunempi.bench.protocol import MeasureSettings
 from tunempi.bench.sweep import Sweep, plan_points
 from tunempi.collectives import DEFAULT_ALGORITHM
 from tunempi.mpi.discovery import adapter_for, resolve_library
+from tunempi.report.console import TuneProgress
 from tunempi.store.results import ResultStore
 from tunempi.tune.job import TuneOptions, run_tune
 from tunempi.units import parse_duration, parse_size
@@ -67,7 +68,11 @@ def main() -> None:
         strategy_params=parse_params(args.param), lanes=args.lanes,
     )
     started = time.monotonic()
-    report = run_tune(options, console)
+    progress = TuneProgress(console)
+    try:
+        report = run_tune(options, progress)
+    finally:
+        progress.close()
     tune_total_s = time.monotonic() - started
     outcome = report.outcome
 
