@@ -37,7 +37,8 @@ def main() -> None:
         for algorithms in ([args.first], [args.first, args.other, args.first]):
             sweep = Sweep(library, adapter, Layout(ranks=args.ranks), settings=settings, mode="mpit")
             points = plan_points({args.collective: algorithms}, [args.bytes], ranks=args.ranks)
-            medians += [(m.algorithm, m.median_us) for m in sweep.run(points)]
+            medians += [(m.algorithm, m.median_us if m.median_us is not None else float("nan"))
+                        for m in sweep.run(points)]
         first = medians[1][1]
         cells = "  ".join(f"{name}={us:.1f}" for name, us in medians)
         print(f"{cells}   later/first {medians[2][1] / first:.2f} {medians[3][1] / first:.2f}", flush=True)

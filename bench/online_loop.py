@@ -128,7 +128,7 @@ def main() -> None:
             sweep = Sweep(library, adapter, Layout(ranks=args.ranks), settings=settings)
             measured_now: dict[tuple[str, int], tuple[float, float]] = {}
             for m in sweep.run(plan_points({"allreduce": order}, sizes, ranks=args.ranks)):
-                if m.status != "ok" or m.errors:
+                if m.status != "ok" or m.errors or m.median_us is None or m.mean_us is None:
                     if m.algorithm not in failed:
                         print(f"  reference {m.algorithm} {m.msg_bytes} B: {m.status} {m.reason[:80]}; left out",
                               flush=True)
@@ -251,7 +251,7 @@ def main() -> None:
         print("final (after the last update):")
         for size in sizes:
             probs = final.cells[cells[size].key]
-            favourite = max(probs, key=probs.get)
+            favourite = max(probs, key=lambda name: probs[name])
             best = choices.get(cells[size].key, "?")
             estimates = final.estimates.get(cells[size].key, {})
             tie_mass = sum(probs.get(name, 0.0) for name in tie_sets[size])
