@@ -254,3 +254,57 @@ def test_tune_records_compositions_at_2x1_and_run_accepts_the_written_file(
     print(report.stdout)
     assert "allreduce compositions at 2 nodes x 1" in report.stdout and "chose beta" in report.stdout
     assert "Compositions across nodes" in (tmp_path / "report.html").read_text()
+
+
+def test_tune_records_openmpi_compositions_at_2x2_and_run_applies_the_chosen_component(
+        two_nodes_2: EmulatedCluster, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The same step for Open MPI at 2 nodes x 2 (oversubscribed: 4 ranks on the 2 cores, so only the path is
+    checked, not which component wins): han and tuned measured and recorded for bcast; with the margin lifted
+    the faster one is written as the env file, loaded by the library in the step's checked run, activated by
+    the manifest beside the rules file, and `tunempi run` applies it."""
+    import tunempi.tune.job as job
+
+    cluster_env = two_nodes_2.environment()
+    env = {k: v for k, v in {**os.environ, **cluster_env}.items() if not k.startswith("SLURM_")}
+    env["TUNEMPI_DB"] = str(tmp_path / "results.sqlite")
+    out = tmp_path / "tuned"
+    options = ("--mpi", "openmpi", "--nodes", "2", "--ppn", "2", "--collectives", "bcast", "--max-msg", "16",
+               "--time-cap", "20ms", "--timeout", "40s", "--out", str(out))
+    done = _tunempi("tune", *options, env=env)
+    assert done.returncode == 0, done.stdout + done.stderr
+    print(done.stdout)
+    assert "bcast compositions at 2 nodes x 2 (4 ranks)" in done.stdout, done.stdout
+
+    manifest = Manifest.load(out)
+    (record,) = manifest.compositions.collectives
+    assert record.collective == "bcast" and record.layout == (4, 2, 2)
+    status = {(r.name, r.msg_bytes): r.status for r in record.results}
+    assert {name for name, _ in status} == {DEFAULT, "han", "tuned"}
+    assert all(value == "ok" for value in status.values()), record.results
+    choice = record.choice
+    assert choice.best in ("han", "tuned") and choice.default_us is not None and choice.best_us is not None
+    assert (choice.chosen is not None) == (choice.best_us <= 0.95 * choice.default_us), choice
+
+    for name, value in cluster_env.items():
+        monkeypatch.setenv(name, value)
+    monkeypatch.delenv("SLURM_JOB_ID", raising=False)
+    monkeypatch.setattr(job, "COMPOSITION_MARGIN", -1.0)
+    plan = job.TunePlan.of(job.TuneOptions(out=out, mpi="openmpi", nodes=2, ppn=2, collectives="bcast",
+                                           max_msg=16, db=tmp_path / "results.sqlite"))
+    manifest = job.tune_compositions(plan, manifest)
+    chosen = manifest.compositions.chosen()
+    assert set(chosen) == {"bcast"} and chosen["bcast"] in ("han", "tuned"), manifest.compositions
+    assert manifest.compositions.files == {"openmpi-compositions": "openmpi-compositions.env"}
+    component_env = {"han": {"OMPI_MCA_coll_han_priority": "100"}, "tuned": {"OMPI_MCA_coll": "^han"}}[chosen["bcast"]]
+    active = Manifest.load(out).activation_env()
+    assert component_env.items() <= active.items(), active
+    assert "OMPI_MCA_coll_tuned_dynamic_rules_filename" in active  # the algorithm rules stay in force
+
+    printed = _tunempi("run", "--tuning", str(out), "--print-env", env=env, timeout=60)
+    assert printed.returncode == 0, printed.stdout + printed.stderr
+    for name, value in component_env.items():
+        assert f"{name}={value}" in printed.stdout.replace("'", ""), printed.stdout
+    library = resolve_library("openmpi")
+    probe = build_c(library, [PROBE_SOURCE], "node_probe", werror=True)
+    ran = _tunempi("run", "--tuning", str(out), "--", "mpirun", "-n", "2", str(probe), env=env, timeout=60)
+    assert ran.returncode == 0, ran.stdout + ran.stderr
