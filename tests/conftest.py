@@ -79,15 +79,23 @@ def mpi_library(request: pytest.FixtureRequest):
 
 
 def pytest_terminal_summary(terminalreporter, exitstatus, config):  # noqa: ARG001 - pytest's hook signature
-    """The conformance suite's counts and lists (the library's own failures included) after the run. Kept here,
-    not in tests/conformance/conftest.py: two conftest modules would both be imported as `conftest` and hide
-    this file's helpers from the tests that import them."""
+    """The conformance suite's counts after the run; every failing case (the library's own included) goes to
+    a file, printed here only with -v: hundreds of expected library failures at the end of the output hid
+    the one line that said which test failed and why. Kept here, not in tests/conformance/conftest.py: two
+    conftest modules would both be imported as `conftest` and hide this file's helpers from the tests that
+    import them."""
     conformance = sys.modules.get("test_conformance")
     report = getattr(conformance, "REPORT", None)
     if not report:
         return
+    details = config.cache.mkdir("conformance") / "cases.txt"
+    with details.open("w") as out:
+        for (layout, mode), lines in report.items():
+            out.write(f"{layout} | {mode} | {lines[0]}\n" + "".join(f"    {line}\n" for line in lines[1:]))
     terminalreporter.section("collective conformance (docs/conformance.md)")
     for (layout, mode), lines in report.items():
         terminalreporter.write_line(f"{layout} | {mode} | {lines[0]}")
-        for line in lines[1:]:
-            terminalreporter.write_line(f"    {line}")
+        if config.option.verbose > 0:
+            for line in lines[1:]:
+                terminalreporter.write_line(f"    {line}")
+    terminalreporter.write_line(f"every failing case, the library's own included: {details}")
