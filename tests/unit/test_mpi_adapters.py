@@ -308,3 +308,19 @@ def test_parse_selected_pml_from_verbose_output() -> None:
             "[vm:1] select: component ob1 selected\n")
     assert parse_selected_pml(text) == "ob1"
     assert parse_selected_pml("nothing here") is None
+
+
+def test_mpich_refusals_are_told_from_failures_even_when_the_error_stack_was_cut(mpich_adapter: MpichAdapter) -> None:
+    """MPICH's refusal of a forced algorithm under fallback=error is 'not usable', whether the engine kept
+    the message or only a one-sided failure whose stack MPICH cut before its cause (smp forced through MPI_T
+    on one node, measured); a failure that states another cause stays a failure."""
+    adapter = mpich_adapter
+    prefix = "the engine died: exit status 3: tunempi engine: rank 0: a collective call failed here "
+    suffix = " but other ranks did not follow within 0 s; aborting the launch"
+    assert adapter.says_not_usable("engine: Other MPI error ... MPIR_Allreduce_impl(4833): User set collective "
+                                   "algorithm is not usable for the provided arguments")
+    assert adapter.says_not_usable(prefix + "(Other MPI error, error stack: ... MPID_Allreduce(483)...........)"
+                                   + suffix)
+    assert not adapter.says_not_usable(prefix + "(Other MPI error, error stack: ... MPIR_Allreduce_impl(4833): "
+                                       "Message truncated)" + suffix)
+    assert not adapter.says_not_usable("no result within 30 s; job killed")

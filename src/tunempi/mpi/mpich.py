@@ -323,6 +323,14 @@ CONSTRAINTS: tuple[str, ...] = (
 
 #: What MPICH says when a forced algorithm cannot take a call and the fallback is "error".
 NOT_USABLE_MESSAGES = ("algorithm is not usable", "cannot be applied")
+#: The engine's report of a call that failed on some ranks only, whose MPICH error stack (cut at
+#: MPI_MAX_ERROR_STRING) ends in a bare frame, before its cause. Seen for smp forced through MPI_T on one
+#: node: smp calls the collective again on its node sub-communicator, where the forced smp is refused on
+#: that communicator's ranks only ("User set collective algorithm is not usable" when forced through the
+#: environment, where the stack is short enough to keep it).
+_ONE_SIDED_CUT_REFUSAL = re.compile(
+    r"a collective call failed here \(Other MPI error, error stack:.*\.\.\. MPI[DR]_\w+\(\d+\)\.*:?\s*\) "
+    r"but other ranks did not follow")
 
 
 class MpichAdapter(VendorAdapter):
@@ -381,7 +389,7 @@ class MpichAdapter(VendorAdapter):
     def says_not_usable(self, reason: str) -> bool:
         # MPICH's message under fallback=error: "User set collective algorithm is not usable for the
         # provided arguments", the end of its error stack (the engine keeps it; MPICH may cut it short).
-        return any(text in reason for text in NOT_USABLE_MESSAGES)
+        return any(text in reason for text in NOT_USABLE_MESSAGES) or bool(_ONE_SIDED_CUT_REFUSAL.search(reason))
 
     def tuning_file_mechanisms(self) -> list[str]:
         if not self.cvar_names:
