@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 from conftest import require_system
 
+import tunempi.tune.job as job
 from tunempi.bench.engine import EngineSession, Layout
 from tunempi.bench.protocol import MeasureSettings, PointRequest
 from tunempi.launch import LaunchSpec, launcher_for, run_launch
@@ -23,7 +24,13 @@ from tunempi.mpi.build import build_c
 from tunempi.mpi.discovery import adapter_for, resolve_library
 from tunempi.mpi.mpich import composition_function
 from tunempi.mpi.mpich_selection import MpichCall, select_mpich
-from tunempi.tune.compositions import DEFAULT, measure_compositions, select_composition, write_compositions
+from tunempi.tune.compositions import (
+    DEFAULT,
+    measure_compositions,
+    select_composition,
+    write_composition_choices,
+)
+from tunempi.tune.job import TuneOptions
 from tunempi.tune.manifest import Manifest
 
 pytestmark = [pytest.mark.mpi, pytest.mark.slow]
@@ -81,7 +88,7 @@ def test_mpich_allreduce_compositions_at_2x1(two_nodes: EmulatedCluster, tmp_pat
     chosen = select_composition(results)
     assert chosen is not None
     assert all(status[(chosen, size)] == "ok" for size in SIZES), results  # never an unavailable one
-    files = write_compositions(adapter, "allreduce", chosen, tmp_path)
+    files = write_composition_choices(adapter, {"allreduce": chosen}, tmp_path)
     written = json.loads((tmp_path / files.files["mpich-ch4"]).read_text())
     leaf = composition_function("allreduce", chosen)
     # MPICH's own search over the written tree: the chosen composition across nodes, the default on one.
@@ -120,7 +127,7 @@ def test_openmpi_han_or_tuned_at_2x2(two_nodes_2: EmulatedCluster, tmp_path: Pat
     assert all(r.status == "ok" for r in results), results
     chosen = select_composition(results)
     assert chosen in ("han", "tuned")
-    files = write_compositions(adapter, "allreduce", chosen, tmp_path)
+    files = write_composition_choices(adapter, {"allreduce": chosen}, tmp_path)
     assert (tmp_path / files.files["openmpi-compositions"]).read_text().startswith("export OMPI_MCA_coll")
 
     # The library at the tuned layout with the written setting: han offers itself exactly when chosen.
@@ -191,24 +198,37 @@ def _tunempi(*args: str, env: dict[str, str], timeout: float = 120) -> subproces
     return subprocess.CompletedProcess(process.args, process.returncode, stdout, stderr)
 
 
+def _tune_across(cluster: EmulatedCluster, tmp_path: Path, *options: str) -> tuple[dict[str, str], Path, str]:
+    """`tunempi tune OPTIONS --out tmp_path/tuned` with the cluster's hostfile (no Slurm); the environment
+    for later commands, the output directory and what tune printed."""
+    env = {k: v for k, v in {**os.environ, **cluster.environment()}.items() if not k.startswith("SLURM_")}
+    env["TUNEMPI_DB"] = str(tmp_path / "results.sqlite")
+    out = tmp_path / "tuned"
+    done = _tunempi("tune", *options, "--time-cap", "20ms", "--timeout", "40s", "--out", str(out), env=env)
+    assert done.returncode == 0, done.stdout + done.stderr
+    print(done.stdout)
+    return env, out, done.stdout
+
+
+def _compositions_chosen_anyway(cluster: EmulatedCluster, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                options: TuneOptions, manifest: Manifest) -> Manifest:
+    """The composition step again with the margin lifted: the write path, whatever this run's noise decided."""
+    for name, value in cluster.environment().items():
+        monkeypatch.setenv(name, value)
+    monkeypatch.delenv("SLURM_JOB_ID", raising=False)
+    monkeypatch.setattr(job, "COMPOSITION_MARGIN", float("-inf"))  # any usable one, however slow
+    return job.tune_compositions(job.TunePlan.of(options), manifest)
+
+
 def test_tune_records_compositions_at_2x1_and_run_accepts_the_written_file(
         two_nodes: EmulatedCluster, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """`tunempi tune --nodes 2 --ppn 1` with the hostfile (no Slurm): allreduce's compositions measured at
     the 2x1 layout and recorded (alpha and gamma unavailable there, beta measured); then the same step with
     the margin lifted, so that beta is written: the CH4 file is activated by the manifest and `tunempi run`
     accepts the directory and runs with it."""
-    import tunempi.tune.job as job
-
-    cluster_env = two_nodes.environment()
-    env = {k: v for k, v in {**os.environ, **cluster_env}.items() if not k.startswith("SLURM_")}
-    env["TUNEMPI_DB"] = str(tmp_path / "results.sqlite")
-    out = tmp_path / "tuned"
-    options = ("--mpi", "mpich", "--nodes", "2", "--ppn", "1", "--collectives", "allreduce", "--max-msg", "4KiB",
-               "--time-cap", "20ms", "--timeout", "40s", "--out", str(out))
-    done = _tunempi("tune", *options, env=env)
-    assert done.returncode == 0, done.stdout + done.stderr
-    print(done.stdout)
-    assert "allreduce compositions at 2 nodes x 1 (2 ranks)" in done.stdout, done.stdout
+    env, out, printed_by_tune = _tune_across(two_nodes, tmp_path, "--mpi", "mpich", "--nodes", "2", "--ppn", "1",
+                                             "--collectives", "allreduce", "--max-msg", "4KiB")
+    assert "allreduce compositions at 2 nodes x 1 (2 ranks)" in printed_by_tune, printed_by_tune
 
     manifest = Manifest.load(out)
     (record,) = manifest.compositions.collectives
@@ -226,14 +246,9 @@ def test_tune_records_compositions_at_2x1_and_run_accepts_the_written_file(
         assert manifest.compositions.files == {} and "MPIR_CVAR_CH4_COLL_SELECTION_TUNING_JSON_FILE" not in \
             manifest.activation_env()
 
-    # The write path, whatever this run's noise decided: the same step with any usable composition chosen.
-    for name, value in cluster_env.items():
-        monkeypatch.setenv(name, value)
-    monkeypatch.delenv("SLURM_JOB_ID", raising=False)
-    monkeypatch.setattr(job, "COMPOSITION_MARGIN", -1.0)
-    plan = job.TunePlan.of(job.TuneOptions(out=out, mpi="mpich", nodes=2, ppn=1, collectives="allreduce",
-                                           max_msg=4096, db=tmp_path / "results.sqlite"))
-    manifest = job.tune_compositions(plan, manifest)
+    manifest = _compositions_chosen_anyway(two_nodes, tmp_path, monkeypatch, TuneOptions(
+        out=out, mpi="mpich", nodes=2, ppn=1, collectives="allreduce", max_msg=4096, db=tmp_path / "results.sqlite"),
+        manifest)
     assert manifest.compositions.chosen() == {"allreduce": "beta"}
     assert manifest.compositions.files == {"mpich-ch4": "mpich-ch4.json"}
     ch4 = (out / "mpich-ch4.json").resolve()
@@ -262,18 +277,9 @@ def test_tune_records_openmpi_compositions_at_2x2_and_run_applies_the_chosen_com
     checked, not which component wins): han and tuned measured and recorded for bcast; with the margin lifted
     the faster one is written as the env file, loaded by the library in the step's checked run, activated by
     the manifest beside the rules file, and `tunempi run` applies it."""
-    import tunempi.tune.job as job
-
-    cluster_env = two_nodes_2.environment()
-    env = {k: v for k, v in {**os.environ, **cluster_env}.items() if not k.startswith("SLURM_")}
-    env["TUNEMPI_DB"] = str(tmp_path / "results.sqlite")
-    out = tmp_path / "tuned"
-    options = ("--mpi", "openmpi", "--nodes", "2", "--ppn", "2", "--collectives", "bcast", "--max-msg", "16",
-               "--time-cap", "20ms", "--timeout", "40s", "--out", str(out))
-    done = _tunempi("tune", *options, env=env)
-    assert done.returncode == 0, done.stdout + done.stderr
-    print(done.stdout)
-    assert "bcast compositions at 2 nodes x 2 (4 ranks)" in done.stdout, done.stdout
+    env, out, printed_by_tune = _tune_across(two_nodes_2, tmp_path, "--mpi", "openmpi", "--nodes", "2", "--ppn", "2",
+                                             "--collectives", "bcast", "--max-msg", "16")
+    assert "bcast compositions at 2 nodes x 2 (4 ranks)" in printed_by_tune, printed_by_tune
 
     manifest = Manifest.load(out)
     (record,) = manifest.compositions.collectives
@@ -285,13 +291,9 @@ def test_tune_records_openmpi_compositions_at_2x2_and_run_applies_the_chosen_com
     assert choice.best in ("han", "tuned") and choice.default_us is not None and choice.best_us is not None
     assert (choice.chosen is not None) == (choice.best_us <= 0.95 * choice.default_us), choice
 
-    for name, value in cluster_env.items():
-        monkeypatch.setenv(name, value)
-    monkeypatch.delenv("SLURM_JOB_ID", raising=False)
-    monkeypatch.setattr(job, "COMPOSITION_MARGIN", -1.0)
-    plan = job.TunePlan.of(job.TuneOptions(out=out, mpi="openmpi", nodes=2, ppn=2, collectives="bcast",
-                                           max_msg=16, db=tmp_path / "results.sqlite"))
-    manifest = job.tune_compositions(plan, manifest)
+    manifest = _compositions_chosen_anyway(two_nodes_2, tmp_path, monkeypatch, TuneOptions(
+        out=out, mpi="openmpi", nodes=2, ppn=2, collectives="bcast", max_msg=16, db=tmp_path / "results.sqlite"),
+        manifest)
     chosen = manifest.compositions.chosen()
     assert set(chosen) == {"bcast"} and chosen["bcast"] in ("han", "tuned"), manifest.compositions
     assert manifest.compositions.files == {"openmpi-compositions": "openmpi-compositions.env"}

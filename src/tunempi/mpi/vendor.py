@@ -101,6 +101,10 @@ class TuningFiles:
     env_files: Mapping[str, str]  # environment variable -> the file name it must point to
     env: Mapping[str, str] = field(default_factory=dict)  # further variables the files need
 
+    def activation_env(self, directory: Path) -> dict[str, str]:
+        """Every variable to set, with file variables pointing into `directory`."""
+        return {**self.env, **{name: str((directory / file).resolve()) for name, file in self.env_files.items()}}
+
 
 @dataclass(frozen=True)
 class Composition:

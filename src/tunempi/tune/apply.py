@@ -48,20 +48,17 @@ def check_tuning_files(manifest: Manifest, library: MPILibrary) -> None:
     if missing:
         raise UsageError(f"{manifest.directory}: files named in the manifest are missing: {', '.join(missing)}")
     adapter = adapter_for(library)
-    for role, name in manifest.files.items():
-        path = manifest.directory / name
-        try:
-            adapter.read_back_tuning_file(path)
-        except (UsageError, UnicodeDecodeError) as exc:
-            raise UsageError(f"{path} ({role}) is corrupt: {exc}; {library.name} would abort or ignore it. "
-                             f"Write it again with `tunempi tune --out {manifest.directory}`") from None
-    for role, name in manifest.compositions.files.items():  # not rules files: the adapter's composition reader
-        path = manifest.directory / name
-        try:
-            adapter.read_back_composition_file(path)
-        except (UsageError, UnicodeDecodeError) as exc:
-            raise UsageError(f"{path} ({role}) is corrupt: {exc}; {library.name} would abort or ignore it. "
-                             f"Write it again with `tunempi tune --out {manifest.directory}`") from None
+    # Compositions have a reader of their own (Open MPI's is an env file, not a rules file).
+    readers = [(manifest.files, adapter.read_back_tuning_file),
+               (manifest.compositions.files, adapter.read_back_composition_file)]
+    for files, read_back in readers:
+        for role, name in files.items():
+            path = manifest.directory / name
+            try:
+                read_back(path)
+            except (UsageError, UnicodeDecodeError) as exc:
+                raise UsageError(f"{path} ({role}) is corrupt: {exc}; {library.name} would abort or ignore it. "
+                                 f"Write it again with `tunempi tune --out {manifest.directory}`") from None
 
 
 def command_for_library(argv: Sequence[str], library: MPILibrary) -> tuple[list[str], dict[str, str]]:

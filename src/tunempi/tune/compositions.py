@@ -17,14 +17,16 @@ chose it.
 from __future__ import annotations
 
 import dataclasses
+import functools
+import itertools
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from tunempi.bench.engine import EngineSession, Layout
-from tunempi.bench.protocol import MeasureSettings, PointRequest
-from tunempi.bench.sweep import contended
+from tunempi.bench.protocol import SET_KEEP, MeasureSettings
+from tunempi.bench.sweep import BenchPoint, Selection, measure_point
 from tunempi.errors import MPIError, UsageError
 from tunempi.launch.hosts import NodeAllocation
 from tunempi.mpi.library import MPILibrary
@@ -37,6 +39,9 @@ DEFAULT = "default"
 #: run-to-run noise is several % (docs/tune.md, "Measured"); a smaller lead is as likely noise as a real
 #: difference, and keeping the library's own choice costs nothing.
 COMPOSITION_MARGIN = 0.05
+
+#: A composition's points select nothing themselves: the launch's environment forced it.
+_FORCED_AT_LAUNCH = Selection(cvar=None, set_value=SET_KEEP, new_communicator=False)
 
 
 @dataclass(frozen=True)
@@ -95,8 +100,9 @@ def measure_compositions(
     point_timeout_s: float | None = None,
     retries: int = 2,
 ) -> list[CompositionResult]:
-    """Every candidate composition and the library's default, at each size, one launch each; a point measured
-    mostly while ranks were descheduled (`bench.sweep.contended`) is measured again up to `retries` times."""
+    """Every candidate composition and the library's default, at each size, one launch each; each point as
+    bench and tune measure theirs (`bench.sweep.measure_point`: a disturbed point measured again up to
+    `retries` times, the library's refusal marked not usable)."""
     candidates = adapter.composition_candidates(collective, layout.nodes)
     if not candidates:
         raise UsageError(f"{library.name} offers no composition for {collective} at {layout.nodes} node(s)"
@@ -110,28 +116,18 @@ def measure_compositions(
         try:
             with EngineSession(library, layout, env=env, setup=(strict,) if strict is not None else (),
                                allocation=allocation, point_timeout_s=point_timeout_s) as session:
-                request_ids = iter(range(1, 1 << 30))
+                next_id = functools.partial(next, itertools.count(1))
                 for msg_bytes in sizes:
-                    outcome = session.measure(PointRequest(id=next(request_ids), collective=collective,
-                                                           msg_bytes=msg_bytes, settings=settings))
-                    for _ in range(retries):  # a disturbed run is measured again, the lowest median kept (Sweep's rule)
-                        if not contended(outcome):
-                            break
-                        again = session.measure(PointRequest(id=next(request_ids), collective=collective,
-                                                             msg_bytes=msg_bytes, settings=settings))
-                        if not again.ok or again.statistics is None:
-                            break
-                        assert outcome.statistics is not None
-                        if again.statistics.median_us < outcome.statistics.median_us:
-                            outcome = again
+                    # The composition is forced for the whole launch: nothing to switch per point.
+                    outcome = measure_point(session, BenchPoint(collective, name, msg_bytes), _FORCED_AT_LAUNCH,
+                                            settings, next_id=next_id, retries=retries,
+                                            says_not_usable=adapter.says_not_usable)
                     if outcome.ok and outcome.statistics is not None:
                         mine.append(CompositionResult(collective, msg_bytes, name, "ok",
                                                       outcome.statistics.median_us))
-                    elif adapter.says_not_usable(outcome.reason):
-                        mine.append(CompositionResult(collective, msg_bytes, name, "unavailable",
-                                                      reason=outcome.reason))
                     else:
-                        mine.append(CompositionResult(collective, msg_bytes, name, "failed", reason=outcome.reason))
+                        status = "unavailable" if outcome.not_usable else "failed"
+                        mine.append(CompositionResult(collective, msg_bytes, name, status, reason=outcome.reason))
         except MPIError as exc:  # the launch itself failed: every size not measured is failed, with why
             done = {r.msg_bytes for r in mine}
             mine += [CompositionResult(collective, size, name, "failed", reason=str(exc))
@@ -193,11 +189,6 @@ def choose_compositions(results: Mapping[str, Sequence[CompositionResult]], *, a
                    f"({said}); {choice.reason}") if choice.chosen is not None else choice
             for c, choice in choices.items()}
     return choices
-
-
-def write_compositions(adapter: VendorAdapter, collective: str, chosen: str, directory: Path) -> TuningFiles:
-    """The chosen composition written in the library's form into `directory`."""
-    return write_composition_choices(adapter, {collective: chosen}, directory)
 
 
 def write_composition_choices(adapter: VendorAdapter, chosen: Mapping[str, str], directory: Path,

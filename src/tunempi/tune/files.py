@@ -19,7 +19,7 @@ from pathlib import Path
 
 from tunempi.errors import TuningFileError
 from tunempi.mpi.library import MPILibrary
-from tunempi.mpi.vendor import VendorAdapter
+from tunempi.mpi.vendor import TuningFiles, VendorAdapter
 from tunempi.rules import (
     RuleSet,
     ScaledChoice,
@@ -51,7 +51,7 @@ class WrittenFiles:
 
     def activation_env(self, directory: Path) -> dict[str, str]:
         """Every variable to set, with file variables pointing into `directory`."""
-        return {**self.env, **{name: str((directory / file).resolve()) for name, file in self.env_files.items()}}
+        return TuningFiles(self.files, self.env_files, self.env).activation_env(directory)
 
 
 def selection_table(selection: Mapping[Cell, str], *, preferred_ppn: int | None = None) -> SelectionTable:
@@ -96,7 +96,7 @@ def write_tuning_files(
         files, env_files, env = dict(written.files), dict(written.env_files), dict(written.env)
         env_text = write_env_file(rule_sets, adapter.force_env, title=f"tunempi tuning for {library.name}")
         (staging / ENV_FILE).write_text(env_text.text)
-        staged_env = {**env, **{k: str(staging / v) for k, v in env_files.items()}}
+        staged_env = written.activation_env(staging)
         records: list[SmokeRecord] = []
         if smoke:
             points = smoke_points(rule_sets)

@@ -427,8 +427,7 @@ def tune_compositions(plan: TunePlan, manifest: Manifest, emit: OnTuneEvent = _i
         staging = Path(tempfile.mkdtemp(prefix=".staging-compositions-", dir=options.out))
         try:
             written = write_composition_choices(adapter, chosen, staging, nodes=layout.nodes)
-            staged_env = {**written.env, **{k: str(staging / v) for k, v in written.env_files.items()}}
-            check_composition_files(plan, layout, hosts, staged_env, sorted(chosen), sizes[0])
+            check_composition_files(plan, layout, hosts, written.activation_env(staging), sorted(chosen), sizes[0])
             for name in written.files.values():
                 (staging / name).replace(options.out / name)
             files, env_files, env = dict(written.files), dict(written.env_files), dict(written.env)
