@@ -55,6 +55,8 @@ def main() -> None:
     parser.add_argument("--param", action="append", default=[], help="strategy parameter name=value")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--lanes", type=int, default=0, help="1: no overlap of model fitting and measuring; 0: auto")
+    parser.add_argument("--no-guard", action="store_true",
+                        help="let the strategy run past the cost of measuring every point (tune/guard.py)")
     parser.add_argument("--json", type=Path)
     args = parser.parse_args()
     console = Console(width=120)
@@ -65,7 +67,7 @@ def main() -> None:
         out=work / "tuning", collectives=args.collectives, mpi=args.mpi, ranks=args.ranks,
         max_msg=parse_size(args.max_msg), strategy=args.strategy, seed=args.seed,
         timeout_s=parse_duration(args.timeout), db=work / "tune.sqlite", settings=settings,
-        strategy_params=parse_params(args.param), lanes=args.lanes,
+        strategy_params=parse_params(args.param), lanes=args.lanes, exhaustive_guard=not args.no_guard,
     )
     started = time.monotonic()
     progress = TuneProgress(console)
@@ -127,6 +129,7 @@ def main() -> None:
     result = {
         "library": library.name, "ranks": args.ranks, "collectives": args.collectives, "max_msg": args.max_msg,
         "time_cap": args.time_cap, "strategy": args.strategy, "params": parse_params(args.param), "lanes": args.lanes,
+        "guard": not args.no_guard,
         "cells": len(outcome.selection), "exhaustive_points": n_points,
         "tune_loop_s": round(outcome.wall_s, 2), "tune_bench_s": round(outcome.bench_s, 2),
         "tune_total_s": round(tune_total_s, 2), "tune_model_s": round(outcome.model_s, 2),

@@ -48,7 +48,7 @@ def test_mpich_tune_verify_run_report(tmp_path: Path) -> None:
     events: list[TuneEvent] = []
     report = run_tune(options(tmp_path, "mpich", "allreduce,bcast", 2, 64), events.append)
     manifest = report.manifest
-    assert manifest is not None and report.outcome.stop_reason in ("converged", "timeout")
+    assert manifest is not None and report.outcome.stop_reason in ("converged", "exhaustive-cost", "timeout")
     assert report.outcome.measured > 0 and not manifest.missing_files()
     assert [s.ok for s in manifest.smoke] == [True]  # loaded into MPICH before success
     # progress, in order: the plan, every run, rounds, the stop, the files (the CLI renders these)
@@ -115,6 +115,7 @@ def test_timeout_keeps_points_and_a_rerun_resumes_from_the_store(tmp_path: Path,
         return original(self, point, settings)
 
     monkeypatch.setattr(runner_module.LayoutRunner, "measure", slowed)
+    # A strategy that never converges, and no guard that ends it at the cost of measuring every point.
     eager = {"contention": 0.0, "regret_tolerance": 1e-6, "max_repeats": 3}
 
     def tune_until_the_deadline() -> TuneOutcome:
@@ -122,7 +123,7 @@ def test_timeout_keeps_points_and_a_rerun_resumes_from_the_store(tmp_path: Path,
         # points are kept all the same.
         try:
             return run_tune(options(tmp_path, "mpich", "allgather", 2, 4096, timeout_s=4.0, smoke=False,
-                                    strategy_params=eager)).outcome
+                                    strategy_params=eager, exhaustive_guard=False)).outcome
         except TooLittleMeasured as exc:
             return exc.outcome
 

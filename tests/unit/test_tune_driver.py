@@ -34,8 +34,9 @@ def latency_us(algorithm: str, ranks: int, msg_bytes: int) -> float | None:
 class FakeRunner:
     """Answers like ParallelRunner.run, from `latency_us` with 2 % seeded noise."""
 
-    def __init__(self, seed: int = 0, interrupt_after: int | None = None) -> None:
+    def __init__(self, seed: int = 0, interrupt_after: int | None = None, point_cost_s: float | None = None) -> None:
         self.rng = np.random.default_rng(seed)
+        self.point_cost_s = point_cost_s  # the wall time every point reports (None: 10 ms + latency x 1e-4)
         self.launches = 1
         self.calls: list[dict[Layout, list[BenchPoint]]] = []
         self.interrupt_after = interrupt_after
@@ -59,8 +60,8 @@ class FakeRunner:
                     algorithm=point.algorithm, ranks=layout.ranks, msg_bytes=point.msg_bytes, nodes=1,
                     ppn=layout.ranks, run=point.run, status=outcome.status, reason=outcome.reason,
                     median_us=median, mean_us=median, iterations=None if crashed else 100)
-                result = PointResult(point, layout, outcome, measurement, 0.01 + (median or 0) * 1e-4,
-                                     1 if crashed else 0)
+                cost_s = self.point_cost_s if self.point_cost_s is not None else 0.01 + (median or 0) * 1e-4
+                result = PointResult(point, layout, outcome, measurement, cost_s, 1 if crashed else 0)
                 results.append(result)
                 self.delivered += 1
                 if on_point is not None:
@@ -83,6 +84,30 @@ def test_tuner_finds_the_crossover_and_stores_every_run() -> None:
         assert len(wrong) <= 0.1 * len(outcome.selection), wrong
         assert outcome.curve[0].points == 0 and outcome.curve[-1].points == outcome.measured
         assert outcome.curve[-1].bench_s == pytest.approx(outcome.bench_s)
+
+
+def test_a_tune_whose_rounds_cost_more_than_all_its_points_measures_them_all_and_ends() -> None:
+    # Points that cost 0.1 us: any model round costs more than the whole space. The guard ends the tune
+    # after its first round, measuring every point not measured yet (cheaper than another round).
+    runner = FakeRunner(point_cost_s=1e-7)
+    tuner = Tuner(spaces(), runner, strategy="tunempi", lanes=1)
+    outcome = tuner.run()
+    assert outcome.stop_reason == "exhaustive-cost"
+    strategy = tuner.strategies["allreduce"]
+    assert (strategy.measured_counts()[strategy.usable_mask()] >= 1).all()  # every point, once at least
+    assert len(runner.calls) == 2  # the initial design, then the rest: no model round in between
+    wrong = [(c, a) for c, a in outcome.selection.items()
+             if a != ("small" if c.msg_bytes < 2048 else "large")]
+    assert len(wrong) <= 0.1 * len(outcome.selection), wrong
+
+
+def test_a_tune_whose_points_cost_more_than_its_rounds_converges_without_measuring_everything() -> None:
+    runner = FakeRunner(point_cost_s=1.0)  # a second a point: no model round comes near the exhaustive cost
+    tuner = Tuner(spaces(), runner, strategy="tunempi", lanes=1)
+    outcome = tuner.run()
+    assert outcome.stop_reason == "converged"
+    strategy = tuner.strategies["allreduce"]
+    assert (strategy.measured_counts()[strategy.usable_mask()] == 0).any()  # active learning skipped points
 
 
 def test_points_of_a_round_are_grouped_by_layout_with_fresh_run_indices() -> None:

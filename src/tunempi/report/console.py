@@ -172,6 +172,9 @@ class TuneProgress:
             f"(benchmark time {outcome.bench_s:.1f} s, {outcome.launches} engine launches, {outcome.failed} failed)")
         if outcome.stop_reason == "interrupted":
             self.console.print("[yellow]interrupted[/]: measured points are kept in the store; rerun to resume.")
+        elif outcome.stop_reason == "exhaustive-cost":
+            self.console.print("ended at the cost of measuring every point once: another model round would "
+                               "have cost more (points this cheap are not worth one)")
 
     def written(self, event: FilesWritten) -> None:
         self.close()

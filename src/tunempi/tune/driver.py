@@ -25,9 +25,15 @@ from tunempi.errors import TunempiError
 from tunempi.space import Cell, FeatureSpace
 from tunempi.store.results import Measurement, ResultStore
 from tunempi.strategy import MeasurementRecord, Request, Strategy, make_strategy
+from tunempi.tune.guard import CONTINUE, MEASURE_THE_REST, estimate_exhaustive
 from tunempi.tune.runner import ParallelRunner, PointResult
 
-STOP_REASONS: tuple[str, ...] = ("converged", "timeout", "max_rounds", "interrupted")
+#: "exhaustive-cost": another round would have made the tune cost more than an exhaustive sweep of the
+#: space; the strategies stopped there, after the points never measured if those were cheaper than a round
+#: (tune/guard.py).
+STOP_REASONS: tuple[str, ...] = ("converged", "exhaustive-cost", "timeout", "max_rounds", "interrupted")
+#: Stop reasons after which the strategies have said all they will: the confirmation round follows.
+COMPLETE_STOPS: tuple[str, ...] = ("converged", "exhaustive-cost")
 #: An algorithm replaces the library's own choice only where it is estimated this much faster (relative).
 DEFAULT_MARGIN = 0.03
 
@@ -141,7 +147,7 @@ def check_evidence(outcome: TuneOutcome, cells: int) -> None:
     """TooLittleMeasured when too few of the `cells` have their selection measured: MIN_EVIDENCED_SHARE for
     a tune stopped early, MIN_EVIDENCED_SHARE_CONVERGED for one whose strategy converged."""
     evidenced = outcome.evidenced_cells()
-    share = MIN_EVIDENCED_SHARE_CONVERGED if outcome.stop_reason == "converged" else MIN_EVIDENCED_SHARE
+    share = MIN_EVIDENCED_SHARE_CONVERGED if outcome.stop_reason in COMPLETE_STOPS else MIN_EVIDENCED_SHARE
     if cells and evidenced >= max(1.0, share * cells - 1e-9):  # 1e-9: 0.1 * 30 is 3.0000000000000004
         return
     raise TooLittleMeasured(
@@ -174,10 +180,12 @@ class Tuner:
         default_margin: float = DEFAULT_MARGIN,
         lanes: int = 2,
         confirm: bool = True,
+        exhaustive_guard: bool = True,
     ) -> None:
         self.spaces = dict(spaces)
         self.n_lanes = lanes
         self.confirm = confirm
+        self.exhaustive_guard = exhaustive_guard
         self.default_margin = default_margin
         self.crash_limit = 2
         self.fail_limit = 3
@@ -286,14 +294,15 @@ class Tuner:
             on_result: OnResult | None = None, max_rounds: int | None = None) -> TuneOutcome:
         """Tune until every strategy stops ('converged'), `timeout_s` passes ('timeout'), `max_rounds`
         rounds were measured ('max_rounds') or Ctrl-C ('interrupted': no selection; every point measured
-        until then is in the store)."""
+        until then is in the store); or, with `exhaustive_guard`, when another round would have made the
+        tune cost more than measuring every point once ('exhaustive-cost', tune/guard.py)."""
         started = time.monotonic()
         run = _Run(started, started + timeout_s if timeout_s is not None else None, on_round, on_result)
         run.curve.append(self._state(run))
         thinker = ThreadPoolExecutor(max_workers=1, thread_name_prefix="tunempi-model")
         try:
             stop_reason = self._explore(run, thinker, max_rounds)
-            if stop_reason == "converged" and self.confirm:
+            if stop_reason in COMPLETE_STOPS and self.confirm:
                 thinker.shutdown(wait=True)
                 self._confirm(run)
         except KeyboardInterrupt:
@@ -339,8 +348,27 @@ class Tuner:
                 continue
             self._measure_round(run, requests)
             run.rounds += 1
+            if self.exhaustive_guard and self._end_at_exhaustive_cost(run, time.monotonic() - waited, asks):
+                return "exhaustive-cost"
             asks[lane] = thinker.submit(self._think, lanes[lane], run)
         return "converged"
+
+    def _end_at_exhaustive_cost(self, run: _Run, round_s: float, asks: Mapping[int, Future]) -> bool:
+        """True (the tune ends) if another round as long as this one (`round_s`: waiting for the model, then
+        measuring) would make it cost more than an exhaustive sweep of its spaces; the points never
+        measured are measured first if that costs no more than the round would (tune/guard.py)."""
+        estimate = estimate_exhaustive(self.strategies)
+        if estimate is None:
+            return False
+        decision = estimate.decide(time.monotonic() - run.started, round_s)
+        if decision == CONTINUE:
+            return False
+        if decision == MEASURE_THE_REST and not run.past_deadline():
+            for ask in asks.values():  # no strategy may still be fitting while it is told the rest
+                ask.result()
+            self._measure_round(run, estimate.remaining)
+            run.rounds += 1
+        return True
 
     def _think(self, lane: Sequence[str], run: _Run) -> dict[str, list[Request]]:
         """The lane's next requests (runs in the model thread: the strategies fit their models)."""

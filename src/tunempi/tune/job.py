@@ -89,6 +89,8 @@ class TuneOptions:
     system: str = ""
     strategy_params: dict[str, object] = field(default_factory=dict)
     lanes: int = 0  # collectives' turns on the engine (one measured while the others' models fit); 0: auto_lanes
+    #: End the tune where another round would cost more than measuring every point once (tune/guard.py).
+    exhaustive_guard: bool = True
 
 
 def auto_lanes(scales: list[Scale], cpus: int | None = None) -> int:
@@ -304,7 +306,8 @@ def run_tune(options: TuneOptions, on_event: OnTuneEvent | None = None) -> TuneR
         with ResultStore(plan.db) as store:
             tuner = Tuner(plan.spaces, runner, strategy=options.strategy, seed=options.seed, store=store,
                           fingerprint=plan.library.fingerprint, system=options.system,
-                          lanes=options.lanes or auto_lanes(plan.scales), strategy_params=plan.strategy_params)
+                          lanes=options.lanes or auto_lanes(plan.scales), strategy_params=plan.strategy_params,
+                          exhaustive_guard=options.exhaustive_guard)
             emit(plan.started(tuner.resumed))
             measured = 0
 
