@@ -6,7 +6,11 @@ Both start from empty stores and use the same per-point measuring settings:
 2. exhaustive: every candidate algorithm (the library default included) at every cell, one run each,
    through bench.sweep.Sweep (one engine launch per layout, as `tunempi bench` does).
 Quality, from the exhaustive measurements (the oracle is the fastest measured algorithm per cell): the
-average and geometric-mean slowdown of tune's selection and of the library default.
+average and geometric-mean slowdown of tune's selection and of the library default. Because the
+exhaustive sweep's own fastest is partly luck (the minimum over noisy runs), a third, independent sweep
+(`--no-validate` skips it) measures in every cell the default, tune's selection and the exhaustive
+sweep's fastest, side by side: the geometric-mean speedup over the default of each selection
+(`validate_*`), i.e. is tuned/default as good as what the exhaustive data would have chosen.
 
     .venv/bin/python bench/tune_vs_exhaustive.py --mpi openmpi --ranks 4 --max-msg 1MiB
     .venv/bin/python bench/tune_vs_exhaustive.py --mpi mpich --ranks 2 --collectives allreduce,bcast
@@ -26,7 +30,7 @@ from rich.console import Console
 
 from tunempi.bench.engine import Layout
 from tunempi.bench.protocol import MeasureSettings
-from tunempi.bench.sweep import Sweep, plan_points
+from tunempi.bench.sweep import BenchPoint, Sweep, plan_points
 from tunempi.collectives import DEFAULT_ALGORITHM
 from tunempi.mpi.discovery import adapter_for, resolve_library
 from tunempi.report.console import TuneProgress
@@ -43,6 +47,45 @@ def parse_params(items: list[str]) -> dict[str, object]:
     return params
 
 
+def validate(library, adapter, settings, spaces, selection, exhaustive) -> dict[str, object]:  # noqa: ANN001
+    """One fresh run of the default, tune's selection and the exhaustive sweep's fastest in every cell (all of
+    a cell's next to each other in one launch per layout); geometric-mean speedup over the default."""
+    exhaustive_choice: dict[tuple, str] = {}
+    for (collective, ranks, size, algorithm), median in exhaustive.items():
+        key = (collective, ranks, size)
+        if key not in exhaustive_choice or median < exhaustive[(*key, exhaustive_choice[key])]:
+            exhaustive_choice[key] = algorithm
+    plan: dict[int, list[BenchPoint]] = {}
+    cells = []
+    for cell, tuned in sorted(selection.items(), key=lambda item: (item[0].ranks, item[0].collective, item[0].msg_bytes)):
+        key = (cell.collective, cell.ranks, cell.msg_bytes)
+        if key not in exhaustive_choice:
+            continue
+        cells.append((key, tuned, exhaustive_choice[key]))
+        for algorithm in dict.fromkeys((DEFAULT_ALGORITHM, tuned, exhaustive_choice[key])):
+            plan.setdefault(cell.ranks, []).append(BenchPoint(cell.collective, algorithm, cell.msg_bytes))
+    fresh: dict[tuple, float] = {}
+    started = time.monotonic()
+    for ranks, points in plan.items():
+        for m in Sweep(library, adapter, Layout(ranks=ranks), settings=settings).run(points):
+            if m.ok and not m.errors and m.median_us is not None:
+                fresh[(m.collective, m.ranks, m.msg_bytes, m.algorithm)] = m.median_us
+    tuned_logs, exhaustive_logs, same = [], [], 0
+    for key, tuned, best in cells:
+        default = fresh.get((*key, DEFAULT_ALGORITHM))
+        if default is None or (*key, tuned) not in fresh or (*key, best) not in fresh:
+            continue
+        tuned_logs.append(math.log(default / fresh[(*key, tuned)]))
+        exhaustive_logs.append(math.log(default / fresh[(*key, best)]))
+        same += tuned == best
+    n = len(tuned_logs)
+    return {
+        "validate_s": round(time.monotonic() - started, 2), "validate_cells": n, "validate_same_choice": same,
+        "validate_tuned_speedup_geo": round(math.exp(sum(tuned_logs) / n), 4) if n else None,
+        "validate_exhaustive_choice_speedup_geo": round(math.exp(sum(exhaustive_logs) / n), 4) if n else None,
+    }
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--mpi", default="openmpi")
@@ -57,6 +100,7 @@ def main() -> None:
     parser.add_argument("--lanes", type=int, default=0, help="1: no overlap of model fitting and measuring; 0: auto")
     parser.add_argument("--no-guard", action="store_true",
                         help="let the strategy run past the cost of measuring every point (tune/guard.py)")
+    parser.add_argument("--no-validate", action="store_true", help="skip the independent validation sweep")
     parser.add_argument("--json", type=Path)
     args = parser.parse_args()
     console = Console(width=120)
@@ -118,6 +162,9 @@ def main() -> None:
         if DEFAULT_ALGORITHM in row:
             default_slowdowns.append(row[DEFAULT_ALGORITHM] / best)
 
+    validation = {} if args.no_validate else validate(library, adapter, settings, report.spaces,
+                                                      outcome.selection, exhaustive)
+
     def avg(values: list[float]) -> float | None:
         ok = [v for v in values if math.isfinite(v)]
         return round(sum(ok) / len(ok), 4) if ok else None
@@ -141,6 +188,7 @@ def main() -> None:
         "tuned_avg_slowdown": avg(slowdowns), "tuned_geo_slowdown": geo(slowdowns),
         "tuned_missing": sum(not math.isfinite(v) for v in slowdowns),
         "default_avg_slowdown": avg(default_slowdowns), "default_geo_slowdown": geo(default_slowdowns),
+        **validation,
         "worst_cells": [text for _, text in sorted(worst, reverse=True)[:5]],
         "work_dir": str(work),
     }
