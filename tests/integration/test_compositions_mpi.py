@@ -270,6 +270,14 @@ def test_tune_records_compositions_at_2x1_and_run_accepts_the_written_file(
     assert "allreduce compositions at 2 nodes x 1" in report.stdout and "chose beta" in report.stdout
     assert "Compositions across nodes" in (tmp_path / "report.html").read_text()
 
+    # A rerun into the same directory on one node (no composition step) leaves no composition file behind
+    # that could look current; the algorithm files it wrote are there.
+    again = _tunempi("tune", "--mpi", "mpich", "--ranks", "2", "--collectives", "allreduce", "--max-msg", "4KiB",
+                     "--time-cap", "20ms", "--timeout", "40s", "--out", str(out), env=env)
+    assert again.returncode == 0, again.stdout + again.stderr
+    rerun = Manifest.load(out)
+    assert rerun.compositions.files == {} and not ch4.exists() and rerun.missing_files() == []
+
 
 def test_tune_records_openmpi_compositions_at_2x2_and_run_applies_the_chosen_component(
         two_nodes_2: EmulatedCluster, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

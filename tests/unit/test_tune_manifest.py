@@ -79,3 +79,20 @@ def test_a_manifest_without_the_newer_keys_still_loads(tmp_path: Path) -> None:
     (tmp_path / MANIFEST_NAME).write_text(json.dumps({"kind": KIND, "version": 1}))
     with pytest.raises(UsageError, match="not a readable tuning manifest"):
         Manifest.load(tmp_path)
+
+
+def test_a_rerun_removes_the_files_the_earlier_manifest_listed_and_the_new_one_does_not(tmp_path: Path) -> None:
+    earlier = dataclasses.replace(make_manifest(tmp_path), env_file="tuning.env")
+    earlier = dataclasses.replace(earlier, compositions=dataclasses.replace(
+        earlier.compositions, files={"composition": "composition.json"}))
+    for name in ("tuning.env", "composition.json", "notes.txt"):
+        (tmp_path / name).write_text("x\n")
+    (tmp_path.parent / "outside.json").write_text("x\n")
+    listed = earlier.file_names() | {"../outside.json"}
+    assert earlier.file_names() == {"openmpi.rules", "tuning.env", "composition.json"}
+    rerun = dataclasses.replace(earlier, compositions=dataclasses.replace(earlier.compositions, files={}))
+    assert rerun.remove_files_no_longer_listed(listed) == ["composition.json"]
+    assert not (tmp_path / "composition.json").exists()
+    for kept in ("openmpi.rules", "tuning.env", "notes.txt"):  # still listed, or never listed
+        assert (tmp_path / kept).is_file()
+    assert (tmp_path.parent / "outside.json").is_file()  # never a path outside the directory

@@ -324,9 +324,19 @@ def run_tune(options: TuneOptions, on_event: OnTuneEvent | None = None) -> TuneR
     report = TuneReport(None, outcome, plan.spaces)
     if outcome.stop_reason != "interrupted":
         check_evidence(outcome, sum(len(s.cells) for s in plan.spaces.values()))
+        earlier = earlier_file_names(options.out)
         report.manifest = write_result(plan, outcome, emit)
         report.manifest = tune_compositions(plan, report.manifest, emit)
+        report.manifest.remove_files_no_longer_listed(earlier)
     return report
+
+
+def earlier_file_names(directory: Path) -> set[str]:
+    """The files the tuning directory's current manifest lists (none if it has no readable manifest)."""
+    try:
+        return Manifest.load(directory).file_names()
+    except (UsageError, KeyError, TypeError, ValueError):
+        return set()
 
 
 def files_fields(written: WrittenFiles, rule_sets: Mapping[str, RuleSet]) -> dict[str, Any]:

@@ -318,6 +318,22 @@ class Manifest:
             env[name] = str((self.directory / file).resolve())
         return env
 
+    def file_names(self) -> set[str]:
+        """Every file of the directory this manifest lists: algorithm files, composition files, env file."""
+        return {*self.files.values(), *self.compositions.files.values(), *([self.env_file] if self.env_file else [])}
+
+    def remove_files_no_longer_listed(self, earlier: set[str]) -> list[str]:
+        """Delete the files an earlier manifest of this directory listed and this one does not (a rerun that
+        chooses no composition must not leave the last run's composition file looking current); plain
+        names in the directory only. Returns the names removed."""
+        removed = []
+        for name in sorted(earlier - self.file_names()):
+            path = self.directory / name
+            if Path(name).name == name and path.is_file():
+                path.unlink()
+                removed.append(name)
+        return removed
+
     def missing_files(self) -> list[str]:
         names = [*self.files.values(), *self.compositions.files.values()]
         return [name for name in names if not (self.directory / name).is_file()]
