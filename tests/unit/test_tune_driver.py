@@ -86,16 +86,20 @@ def test_tuner_finds_the_crossover_and_stores_every_run() -> None:
         assert outcome.curve[-1].bench_s == pytest.approx(outcome.bench_s)
 
 
-def test_a_tune_whose_rounds_cost_more_than_all_its_points_measures_them_all_and_ends() -> None:
+@pytest.mark.parametrize("lanes", [1, 2])
+def test_a_tune_whose_rounds_cost_more_than_all_its_points_measures_them_all_and_ends(lanes: int) -> None:
     # Points that cost 0.1 us: any model round costs more than the whole space. The guard ends the tune
-    # after its first round, measuring every point not measured yet (cheaper than another round).
+    # after its first round, measuring every point not measured yet (cheaper than another round); with two
+    # lanes the other lane's strategy may be fitting meanwhile, and is waited for before it is told.
     runner = FakeRunner(point_cost_s=1e-7)
-    tuner = Tuner(spaces(), runner, strategy="tunempi", lanes=1)
+    collectives = {"allreduce": spaces()["allreduce"],
+                   "bcast": feature_space("bcast", SCALES, SIZES, (DEFAULT_ALGORITHM, "small", "large"))}
+    tuner = Tuner(collectives, runner, strategy="tunempi", lanes=lanes)
     outcome = tuner.run()
     assert outcome.stop_reason == "exhaustive-cost"
-    strategy = tuner.strategies["allreduce"]
-    assert (strategy.measured_counts()[strategy.usable_mask()] >= 1).all()  # every point, once at least
-    assert len(runner.calls) == 2  # the initial design, then the rest: no model round in between
+    for strategy in tuner.strategies.values():
+        assert (strategy.measured_counts()[strategy.usable_mask()] >= 1).all()  # every point, once at least
+    assert len(runner.calls) == 2  # the initial design (one lane's), then the rest: no model round between
     wrong = [(c, a) for c, a in outcome.selection.items()
              if a != ("small" if c.msg_bytes < 2048 else "large")]
     assert len(wrong) <= 0.1 * len(outcome.selection), wrong
