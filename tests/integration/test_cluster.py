@@ -280,19 +280,27 @@ def test_tune_verify_run_mpich_2x1_inside_salloc(cluster: EmulatedCluster, probe
     _expect_layout(_probe_report(done.stdout), 2, 1)
 
 
-def test_tune_verify_openmpi_2x2_with_the_hostfile(cluster: EmulatedCluster, tmp_path: Path) -> None:
-    env = {k: v for k, v in _env(cluster).items() if not k.startswith("SLURM_")}
+@pytest.mark.parametrize("where", ["hostfile", "salloc"])
+def test_tune_verify_openmpi_2x2(cluster: EmulatedCluster, tmp_path: Path, where: str) -> None:
+    """Open MPI across 2 emulated nodes x 2 ranks: with the cluster's hostfile, and inside a Slurm allocation
+    (the nodes come from SLURM_JOB_NODELIST, mpirun launches through Slurm)."""
+    if where == "salloc":
+        env, wrap = _env(cluster), ("salloc", "-N", "2", "-n", "4")
+    else:
+        env, wrap = {k: v for k, v in _env(cluster).items() if not k.startswith("SLURM_")}, ()
     env["TUNEMPI_DB"] = str(tmp_path / "results.sqlite")
     out = tmp_path / "tuned"
     # 4 ranks on this 2-core machine (3 scales: 1x2, 2x1, 2x2): few sizes, or the timeout comes first.
     done = _tunempi("tune", "--mpi", "openmpi", "--nodes", "2", "--ppn", "2", "--collectives", "bcast",
-                    "--max-msg", "8", "--time-cap", "20ms", "--timeout", "120s", "--out", str(out), env=env)
+                    "--max-msg", "8", "--time-cap", "20ms", "--timeout", "120s", "--out", str(out), env=env,
+                    wrap=wrap)
     assert done.returncode == 0, done.stdout + done.stderr
     manifest = json.loads((out / "manifest.json").read_text())
     assert [4, 2, 2] in manifest["scales"]
     assert any(row["nodes"] == 2 and row["ppn"] == 2 for row in manifest["selection"])
-    done = _tunempi("verify", "--tuning", str(out), "--repeats", "2", "--time-cap", "20ms", env=env)
+    done = _tunempi("verify", "--tuning", str(out), "--repeats", "2", "--time-cap", "20ms", env=env, wrap=wrap)
     assert done.returncode == 0, done.stdout + done.stderr
+    assert "verified" in done.stdout
 
 
 def test_a_tune_that_measures_nothing_fails_and_writes_nothing(cluster: EmulatedCluster, tmp_path: Path) -> None:
