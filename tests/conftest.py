@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 PEAK_FILE = "ornl-peak.csv.gz"
+PEAK_PR7730_FILE = "ornl-peak-pr7730.csv.gz"  # the same machine with Open MPI's PR 7730
 
 
 def _datasets_folder() -> Path:
@@ -17,13 +18,23 @@ def _datasets_folder() -> Path:
     return Path(explicit) if explicit else Path(__file__).resolve().parents[1] / "data"
 
 
-@pytest.fixture(scope="session")
-def peak_dataset() -> Path:
-    """The real Open MPI sweep on ORNL's Peak, shipped in data/. Missing is a failure, not a skip."""
-    path = _datasets_folder() / PEAK_FILE
+def _shipped_dataset(name: str) -> Path:
+    path = _datasets_folder() / name
     if not path.is_file():
         pytest.fail(f"{path} is missing: the repository ships it in data/ (see data/README.md)")
     return path
+
+
+@pytest.fixture(scope="session")
+def peak_dataset() -> Path:
+    """The real Open MPI sweep on ORNL's Peak, shipped in data/. Missing is a failure, not a skip."""
+    return _shipped_dataset(PEAK_FILE)
+
+
+@pytest.fixture(scope="session")
+def peak_pr7730_dataset() -> Path:
+    """The second real sweep of Peak (Open MPI with PR 7730), shipped in data/."""
+    return _shipped_dataset(PEAK_PR7730_FILE)
 
 
 # System packages some tests need, by the group names of tools/system-packages.sh, and how to tell they are here.

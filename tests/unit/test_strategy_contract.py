@@ -9,6 +9,7 @@ from tunempi.errors import UsageError
 from tunempi.sim import Oracle, ReplayBackend
 from tunempi.sim.synthetic import synthetic_frame
 from tunempi.strategy import STRATEGIES, MeasurementRecord, Request, Strategy, make_strategy
+from tunempi.strategy.tunempi import CARRY_EXPONENT
 
 FRAME = synthetic_frame(seed=3)
 
@@ -136,22 +137,30 @@ def test_context_from_other_scales_predicts_a_new_scale() -> None:
     assert oracle.average_slowdown(informed) < 1.1 < oracle.average_slowdown(first_candidate)
 
 
-def test_tunempi_carries_the_decision_at_the_largest_measured_scale_beyond_it() -> None:
-    """extrapolation="carry": beyond the measured scales, allreduce (whole buffer) keeps the choice of the
-    largest measured scale at the same bytes per rank; alltoall (per-peer block) at the same size."""
-    for collective, per_rank in (("allreduce", True), ("alltoall", False)):
-        frame = synthetic_frame(seed=3, collective=collective)
-        backend = ReplayBackend(frame, collective, seed=0)
-        space = backend.space()
-        strategy = make_strategy("tunempi", space, seed=0, measurable=space.restrict(max_ranks=8),
-                                 budget_s=0.5 * Oracle(backend).exhaustive_cost(), extrapolation="carry")
-        _drive(strategy, backend)
-        table = strategy.select()
-        edge = {c.msg_bytes: c for c in space.cells if c.ranks == 8}
-        sizes = np.array(sorted(edge))
-        for cell in space.cells:
-            if cell.ranks <= 8:
-                continue
-            target = cell.msg_bytes * 8 / cell.ranks if per_rank else cell.msg_bytes
-            anchor = edge[int(sizes[np.argmin(np.abs(np.log2(sizes) - np.log2(max(target, 1))))])]
-            assert table[cell] == table[anchor]
+@pytest.mark.parametrize("collective", ["allreduce", "bcast", "alltoall"])
+def test_tunempi_carries_the_decision_at_the_largest_measured_scale_beyond_it(collective: str) -> None:
+    """By default, beyond the measured scales each cell keeps the choice of the largest measured scale at the
+    size its collective's exponent says: allreduce the same bytes per rank, bcast the same size times
+    ranks, alltoall the same size."""
+    exponent = {"allreduce": -1, "bcast": 1, "alltoall": 0}[collective]
+    assert CARRY_EXPONENT[collective] == exponent
+    frame = synthetic_frame(seed=3, collective=collective)
+    backend = ReplayBackend(frame, collective, seed=0)
+    space = backend.space()
+    strategy = make_strategy("tunempi", space, seed=0, measurable=space.restrict(max_ranks=8),
+                             budget_s=0.5 * Oracle(backend).exhaustive_cost())
+    _drive(strategy, backend)
+    table = strategy.select()
+    edge = {c.msg_bytes: c for c in space.cells if c.ranks == 8}
+    sizes = np.array(sorted(edge))
+    beyond = [c for c in space.cells if c.ranks > 8]
+    assert beyond
+    for cell in beyond:
+        target = cell.msg_bytes * (cell.ranks / 8) ** exponent
+        anchor = edge[int(sizes[np.argmin(np.abs(np.log2(sizes) - np.log2(max(target, 1))))])]
+        assert table[cell] == table[anchor]
+    # The log-linear trend decides otherwise somewhere beyond (else this test would not tell them apart).
+    trend = make_strategy("tunempi", space, seed=0, measurable=space.restrict(max_ranks=8),
+                          budget_s=0.5 * Oracle(backend).exhaustive_cost(), extrapolation="trend")
+    _drive(trend, backend)
+    assert trend.select() != table

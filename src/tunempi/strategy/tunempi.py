@@ -20,10 +20,11 @@ What matters is not the latency surface but which algorithm wins in each cell. T
    `max_repeats` runs per algorithm);
 5. stops when the expected regret over the measurable cells stays below `regret_tolerance`.
 
-Selection is the lowest posterior-mean latency per cell. With `extrapolation="carry"` (opt-in: better
-on average, but not on every sweep, see docs/strategies.md), beyond the largest measured scale it is the
-selection of that largest scale, at the same message size for per-peer-block collectives and at the same
-bytes per rank for whole-buffer ones; by default ("trend") the model's log-linear extrapolation decides.
+Selection is the lowest posterior-mean latency per cell. Beyond the largest measured scale (a tuning job
+limited to small allocations) it is by default (`extrapolation="carry"`) the selection of that largest
+scale, at a message size that moves with the scale as `CARRY_EXPONENT` says for the collective; with
+`extrapolation="trend"` the model's log-linear extrapolation decides (worse on both Peak sweeps,
+docs/strategies.md, issue 15).
 """
 
 from __future__ import annotations
@@ -36,6 +37,23 @@ from tunempi.collectives import BLOCK_COLLECTIVES
 from tunempi.model import TrendGaussianProcess
 from tunempi.strategy.base import Request, Strategy
 from tunempi.strategy.forest_selection import ForestFill
+
+#: How the decision of the largest measured scale E is carried to a larger scale R (`extrapolation="carry"`):
+#: a cell of size s at R takes E's decision at size s * (R / E) ** exponent. -1: the same bytes per rank,
+#: 0: the same size, 1: the same size times ranks. Where an algorithm switch sits moves with the scale
+#: differently per collective, and no one rule (nor the alpha-beta cost model's crossovers) fits all four:
+#: chosen per collective from {-1, 0, 1} by the worst of the two Peak sweeps, measured with the true
+#: medians and with the strategy itself (docs/strategies.md, issue 15, where the leave-one-sweep-out check
+#: is too). Collectives without such evidence keep the rule of what their size means (`_carry_exponent`).
+CARRY_EXPONENT: dict[str, float] = {"allreduce": -1.0, "bcast": 1.0, "allgather": 1.0, "alltoall": 0.0}
+
+
+def _carry_exponent(collective: str) -> float:
+    """`CARRY_EXPONENT`'s value, else 0 for a per-peer block (allgatherv, gather, ...: OSU's convention)
+    and -1 for a whole buffer (reduce, ...: their algorithms split it among the ranks)."""
+    if collective in CARRY_EXPONENT:
+        return CARRY_EXPONENT[collective]
+    return 0.0 if collective in BLOCK_COLLECTIVES else -1.0
 
 
 class TunempiStrategy(Strategy):
@@ -60,7 +78,8 @@ class TunempiStrategy(Strategy):
         trust_measurements: float = 0.0,
         distance_uncertainty: float = 0.1,
         forest_blend: float = 0.5,
-        extrapolation: str = "trend",
+        extrapolation: str = "carry",
+        carry_exponent: float | None = None,
         **kwargs: Any,
     ) -> None:
         super().__init__(space, **kwargs)
@@ -81,6 +100,8 @@ class TunempiStrategy(Strategy):
         if extrapolation not in ("trend", "carry"):
             raise ValueError(f"extrapolation must be 'trend' or 'carry', got {extrapolation!r}")
         self.extrapolation = extrapolation
+        #: None: the collective's `CARRY_EXPONENT`; a number overrides it (experiments).
+        self.carry_exponent = _carry_exponent(space.collective) if carry_exponent is None else carry_exponent
         self._forest = ForestFill(n_estimators=50, random_state=self.seed)
         raw = space.features()
         #: log2 ranks and log2 message size of every cell: grid distances in doublings.
@@ -180,14 +201,11 @@ class TunempiStrategy(Strategy):
         return mean
 
     def _carry_beyond_measured(self, mean: np.ndarray) -> np.ndarray:
-        """Selection beyond the largest measured scale: the decision of the largest measured scale, at the
-        same message size for collectives whose size is a per-peer block (allgather, alltoall, ...), at
-        the same bytes per rank for those whose size is the whole buffer (allreduce, bcast, ...: their
-        algorithms split it among the ranks and switch where the share per rank crosses a threshold).
-        The model's log-linear trend, fitted mostly on smaller scales, does not know where such switches
-        move: on the Peak sweep (--train-max-ranks 128) it selected 2-57 % slower algorithms above the
-        measured scales, this rule 3-7 %; on the pr7730 sweep this rule is better for allreduce, worse
-        for bcast and allgather (docs/strategies.md, Issue 15), so it is not the default."""
+        """Selection beyond the largest measured scale E: at a larger scale R, a cell of size s gets the
+        estimates (so the decision) of E's cell nearest to size s * (R / E) ** `carry_exponent`. The
+        model's log-linear trend, fitted mostly on smaller scales, does not know where algorithm switches
+        move: on the Peak sweeps (--train-max-ranks 128) it selected up to 57 % slower algorithms above
+        the measured scales, this rule 3-10 % (docs/strategies.md, issue 15)."""
         measured = [r.cell.ranks for r in self.records if r.ok]
         if not measured:
             return mean
@@ -196,12 +214,11 @@ class TunempiStrategy(Strategy):
         if not edge:
             return mean
         edge_log_size = np.log2([max(self.space.cells[i].msg_bytes, 1) for i in edge])
-        block = self.space.collective in BLOCK_COLLECTIVES
         carried = mean.copy()
         for i, cell in enumerate(self.space.cells):
             if cell.ranks <= largest:
                 continue
-            target = cell.msg_bytes if block else cell.msg_bytes * largest / cell.ranks
+            target = max(cell.msg_bytes, 1) * (cell.ranks / largest) ** self.carry_exponent
             anchor = edge[int(np.argmin(np.abs(edge_log_size - np.log2(max(target, 1)))))]
             row = mean[anchor]
             if np.isfinite(row[self.usable_mask()[i]]).any():
