@@ -32,6 +32,7 @@ from tunempi.tune.compositions import (
 )
 from tunempi.tune.job import TuneOptions
 from tunempi.tune.manifest import Manifest
+from tunempi.tune.verify_run import drop_compositions
 
 pytestmark = [pytest.mark.mpi, pytest.mark.slow]
 
@@ -270,6 +271,30 @@ def test_tune_records_compositions_at_2x1_and_run_accepts_the_written_file(
     assert "allreduce compositions at 2 nodes x 1" in report.stdout and "chose beta" in report.stdout
     assert "Compositions across nodes" in (tmp_path / "report.html").read_text()
 
+    # verify measures the written composition against the library's default, launch against launch, and
+    # drops it where the rule says (which way it goes here is the emulated nodes' noise).
+    verified = _tunempi("verify", "--tuning", str(out), "--repeats", "3", "--time-cap", "20ms", env=env, timeout=240)
+    assert verified.returncode == 0, verified.stdout + verified.stderr
+    print(verified.stdout)
+    after = Manifest.load(out)
+    assert after.verify is not None
+    (checked,) = after.verify.compositions
+    assert (checked.collective, checked.composition, checked.layout) == ("allreduce", "beta", (2, 2, 1))
+    assert checked.pairs == 3 * len(sizes), checked
+    assert checked.dropped == (checked.verdict in ("slower", "failed") or
+                               (checked.verdict == "same" and checked.speedup < 1.0)), checked
+    assert f"{'dropped' if checked.dropped else 'kept'} composition beta of allreduce" in verified.stdout
+    assert after.compositions.chosen() == ({} if checked.dropped else {"allreduce": "beta"})
+    assert ch4.exists() != checked.dropped and after.missing_files() == []
+    assert ("MPIR_CVAR_CH4_COLL_SELECTION_TUNING_JSON_FILE" in after.activation_env()) != checked.dropped
+    if not checked.dropped:  # the drop path all the same: the file goes, `run` checks what is left
+        after = drop_compositions(after, library, {"allreduce"})
+        after.save()
+        assert not ch4.exists() and after.compositions.files == {} and after.compositions.chosen() == {}
+        assert after.compositions.collectives[0].choice.reason.startswith("dropped by verify")
+    printed = _tunempi("run", "--tuning", str(out), "--print-env", env=env, timeout=60)
+    assert printed.returncode == 0 and str(ch4) not in printed.stdout, printed.stdout + printed.stderr
+
     # A rerun into the same directory on one node (no composition step) leaves no composition file behind
     # that could look current; the algorithm files it wrote are there.
     again = _tunempi("tune", "--mpi", "mpich", "--ranks", "2", "--collectives", "allreduce", "--max-msg", "4KiB",
@@ -318,3 +343,17 @@ def test_tune_records_openmpi_compositions_at_2x2_and_run_applies_the_chosen_com
     probe = build_c(library, [PROBE_SOURCE], "node_probe", werror=True)
     ran = _tunempi("run", "--tuning", str(out), "--", "mpirun", "-n", "2", str(probe), env=env, timeout=60)
     assert ran.returncode == 0, ran.stdout + ran.stderr
+
+    # verify: the component against the default, launch against launch; Open MPI takes one component for
+    # every collective, so a drop removes the env file and its variables.
+    verified = _tunempi("verify", "--tuning", str(out), "--repeats", "2", "--time-cap", "20ms", env=env, timeout=240)
+    assert verified.returncode == 0, verified.stdout + verified.stderr
+    after = Manifest.load(out)
+    assert after.verify is not None
+    (checked,) = after.verify.compositions
+    assert (checked.collective, checked.composition, checked.layout) == ("bcast", chosen["bcast"], (4, 2, 2))
+    assert checked.dropped == (checked.verdict in ("slower", "failed") or
+                               (checked.verdict == "same" and checked.speedup < 1.0)), checked
+    env_file = out / "openmpi-compositions.env"
+    assert env_file.exists() != checked.dropped and after.missing_files() == []
+    assert (component_env.items() <= after.activation_env().items()) != checked.dropped

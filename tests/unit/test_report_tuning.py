@@ -47,7 +47,10 @@ def manifest(tmp_path: Path) -> Manifest:
         "verify": {"summary": {"compared": 2, "cells": 4, "geo_mean_speedup_compared_after": 1.118,
                                "geo_mean_speedup_all_cells": 1.06, "faster_beyond_noise": 1,
                                "slower_beyond_noise_before": 1, "slower_beyond_noise_after": 0, "replaced": 1},
-                   "cells": verify_cells},
+                   "cells": verify_cells,
+                   "compositions": [{"collective": "bcast", "composition": "han", "layout": [4, 2, 2], "pairs": 6,
+                                     "speedup": 0.9, "ci_low": 0.8, "ci_high": 1.01, "verdict": "same",
+                                     "dropped": True}]},
     })
 
 
@@ -67,6 +70,8 @@ def test_tables_summary_plots_and_html(manifest: Manifest, tmp_path: Path) -> No
     assert "ring" in text and "binomial" in text and "1.118" not in text
     lines = summary_lines(manifest)
     assert any("slower beyond noise 1 -> 0" in line for line in lines)
+    assert "verify: composition han of bcast not told apart from the default side by side (speedup 0.900, 95% CI " \
+           "0.800..1.010, 6 pairs): dropped" in lines
     plots = write_plots(manifest, tmp_path / "plots")
     for path in plots.values():
         assert path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"

@@ -1,6 +1,8 @@
 from __future__ import annotations
 
+import json
 import math
+from dataclasses import replace
 
 import pytest
 
@@ -9,8 +11,17 @@ from tunempi.bench.protocol import PointRequest
 from tunempi.collectives import DEFAULT_ALGORITHM
 from tunempi.space import Cell
 from tunempi.store.results import Measurement
+from tunempi.tune.compositions import DEFAULT, CompositionResult
+from tunempi.tune.manifest import VerifyRecord
 from tunempi.tune.runner import PointResult
-from tunempi.tune.verify import apply_replacements, evaluate, summary, verify_plan
+from tunempi.tune.verify import (
+    apply_replacements,
+    compositions_to_drop,
+    evaluate,
+    evaluate_composition,
+    summary,
+    verify_plan,
+)
 
 A = Cell("allreduce", 2, 1, 2, 1024)
 B = Cell("allreduce", 2, 1, 2, 65536)
@@ -83,3 +94,55 @@ def test_suspicious_cells_get_a_second_pass_with_new_run_indices() -> None:
     work = verify_plan({A: "ring"}, 2, first_run=3)
     assert [(p.algorithm, p.run) for p in work[Layout(2)]] == [("default", 3), ("ring", 3), ("ring", 4),
                                                                 ("default", 4)]  # order alternates by run
+
+
+# --- written compositions (tune/compositions.py) against the default, a launch each ------------------------
+
+def composition_runs(composition: str, times: list[tuple[float | None, float | None]],
+                     sizes: tuple[int, ...] = (8, 4096)) -> list[list[CompositionResult]]:
+    """One repetition per (composition time, default time); every size scaled from them (x1, x100)."""
+    runs = []
+    for mine, default in times:
+        results = []
+        for index, size in enumerate(sizes):
+            for name, t in ((composition, mine), (DEFAULT, default)):
+                scaled = None if t is None else t * 100 ** index
+                results.append(CompositionResult("allreduce", size, name, "ok" if t is not None else "failed", scaled))
+        runs.append(results)
+    return runs
+
+
+def test_a_composition_faster_in_every_pair_is_kept_and_one_slower_is_dropped() -> None:
+    faster = evaluate_composition("allreduce", "beta", (2, 2, 1),
+                                  composition_runs("beta", [(8.0, 10.0), (8.2, 10.1), (7.9, 9.8)]))
+    assert faster.pairs == 6 and faster.verdict == "faster" and faster.speedup == pytest.approx(1.24, abs=0.03)
+    slower = evaluate_composition("bcast", "beta", (2, 2, 1),
+                                  composition_runs("beta", [(12.0, 10.0), (12.5, 10.1), (11.9, 9.8)]))
+    assert slower.verdict == "slower" and slower.speedup < 1
+    assert compositions_to_drop([faster, slower], applies_to_all=False) == {"bcast"}
+    # Open MPI takes one component for every collective: one bad verdict drops it for all.
+    assert compositions_to_drop([faster, slower], applies_to_all=True) == {"allreduce", "bcast"}
+    assert compositions_to_drop([faster], applies_to_all=True) == set()
+
+
+def test_a_composition_without_evidence_stays_unless_its_estimate_is_slower_and_one_that_never_ran_goes() -> None:
+    mixed = [(9.0, 10.0), (11.0, 10.0)]  # 4 pairs, half won: no verdict either way
+    ahead = evaluate_composition("allreduce", "beta", (2, 2, 1), composition_runs("beta", mixed))
+    behind = evaluate_composition("allreduce", "beta", (2, 2, 1), composition_runs("beta", [(11.5, 10.0), (9.5, 10.0)]))
+    assert ahead.verdict == behind.verdict == "same" and ahead.speedup > 1 > behind.speedup
+    assert compositions_to_drop([ahead], applies_to_all=False) == set()
+    assert compositions_to_drop([behind], applies_to_all=False) == {"allreduce"}
+    never = evaluate_composition("allreduce", "beta", (2, 2, 1), composition_runs("beta", [(None, 10.0), (None, 9.0)]))
+    assert never.verdict == "failed" and never.pairs == 0
+    assert compositions_to_drop([never], applies_to_all=False) == {"allreduce"}
+
+
+def test_verified_compositions_round_trip_through_the_manifest_record() -> None:
+    verified = evaluate_composition("allreduce", "beta", (2, 2, 1), composition_runs("beta", [(8.0, 10.0), (8.1, 9.9)]))
+    record = VerifyRecord("2026-11-24T00:00:00Z", 2, 0, 0.1, 1.0, {}, (), (replace(verified, dropped=True),))
+    again = VerifyRecord.from_dict(json.loads(json.dumps(record.to_dict())))
+    (back,) = again.compositions
+    assert replace(back, speedup=0, ci_low=0, ci_high=0) == replace(record.compositions[0], speedup=0, ci_low=0,
+                                                                     ci_high=0)
+    assert back.speedup == pytest.approx(verified.speedup, abs=1e-5)  # kept to 5 decimals
+    assert VerifyRecord.from_dict({"cells": []}).compositions == ()  # verified before compositions were

@@ -60,8 +60,17 @@ class VerifyProgress(VerifyListener):
     def started(self, plan: VerifyPlan) -> None:
         self.console.print(f"[bold]{plan.library.name}[/]: verifying {plan.tuned_cells} tuned cells against the "
                            f"default, {plan.repeats} interleaved pairs each ({plan.runs} runs)")
+        chosen = plan.manifest.compositions.chosen()
+        if chosen:
+            said = ", ".join(f"{name} of {collective}" for collective, name in sorted(chosen.items()))
+            self.console.print(f"then the written composition{'s' if len(chosen) > 1 else ''} ({said}) against "
+                               f"the default, {plan.repeats} pairs of launches each")
         self.progress.start()
         self.task = self.progress.add_task("verifying", total=plan.runs)
+
+    def composition_measured(self, collective: str, composition: str, done: int, total: int) -> None:
+        self.progress.stop()
+        self.console.print(f"  {collective} composition {composition}: pair {done} of {total} measured")
 
     def measured(self, result: PointResult, done: int, total: int) -> None:
         if self.task is not None:

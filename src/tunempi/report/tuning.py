@@ -141,6 +141,12 @@ def summary_lines(manifest: Manifest) -> list[str]:
             f"{s['faster_beyond_noise']} faster beyond noise, slower beyond noise {s['slower_beyond_noise_before']}"
             f" -> {s['slower_beyond_noise_after']} (replaced {s['replaced']}; "
             f"{s.get('slower_point_estimate_after', '?')} below 1 within noise)")
+        for v in verify.compositions:
+            said = {"faster": "faster than", "slower": "slower than", "failed": "failed against"}.get(
+                v.verdict, "not told apart from")
+            lines.append(f"verify: composition {v.composition} of {v.collective} {said} the default "
+                         f"side by side (speedup {v.speedup:.3f}, 95% CI {v.ci_low:.3f}..{v.ci_high:.3f}, "
+                         f"{v.pairs} pairs): {'dropped' if v.dropped else 'kept'}")
     else:
         lines.append("not verified yet: run `tunempi verify --tuning DIR`")
     return lines

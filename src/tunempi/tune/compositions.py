@@ -99,10 +99,12 @@ def measure_compositions(
     allocation: NodeAllocation | None = None,
     point_timeout_s: float | None = None,
     retries: int = 2,
+    names: Sequence[str] | None = None,
 ) -> list[CompositionResult]:
-    """Every candidate composition and the library's default, at each size, one launch each; each point as
-    bench and tune measure theirs (`bench.sweep.measure_point`: a disturbed point measured again up to
-    `retries` times, the library's refusal marked not usable)."""
+    """Every candidate composition and the library's default (or only `names`, DEFAULT among them, launched
+    in that order: `verify`'s pairs), at each size, one launch each; each point as bench and tune measure
+    theirs (`bench.sweep.measure_point`: a disturbed point measured again up to `retries` times, the
+    library's refusal marked not usable)."""
     candidates = adapter.composition_candidates(collective, layout.nodes)
     if not candidates:
         raise UsageError(f"{library.name} offers no composition for {collective} at {layout.nodes} node(s)"
@@ -110,6 +112,13 @@ def measure_compositions(
     strict = adapter.strict_selection_switch()
     results: list[CompositionResult] = []
     runs: list[tuple[str, Mapping[str, str]]] = [(DEFAULT, {})] + [(c.name, c.env) for c in candidates]
+    if names is not None:
+        known = dict(runs)
+        unknown = [name for name in names if name not in known]
+        if unknown:
+            raise UsageError(f"{', '.join(unknown)}: not a composition of {collective} in {library.name}; have "
+                             f"{', '.join(c.name for c in candidates)}")
+        runs = [(name, known[name]) for name in names]
     for name, forced in runs:
         env = {**adapter.launch_env(), **forced}
         mine: list[CompositionResult] = []

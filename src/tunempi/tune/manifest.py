@@ -15,7 +15,7 @@ Keys (version 1):
     rule_sets{collective: RuleSet.to_dict()}, training_curve[{wall_s, bench_s, points, convergence,
     per_collective}], smoke[{ranks, ok, argv, points, message}],
     verify (null until `tunempi verify`: {verified_at, repeats, second_pass_cells, time_cap_s, wall_s,
-    summary, cells[VerifiedCell.to_dict()]}),
+    summary, cells[VerifiedCell.to_dict()], compositions[VerifiedComposition.to_dict()]}),
     compositions{margin, sizes, collectives[{collective, layout[ranks, nodes, ppn], results[CompositionResult],
     choice{collective, chosen, reason, best, best_us, default_us}}], files{role: name}, env_files{VAR: name},
     env{VAR: value}} (compositions measured at the largest multi-node layout; the files activate them).
@@ -38,7 +38,7 @@ from tunempi.mpi.library import MPILibrary
 from tunempi.rules import RuleSet
 from tunempi.space import Cell
 from tunempi.tune.compositions import CompositionChoice, CompositionResult
-from tunempi.tune.verify import VerifiedCell
+from tunempi.tune.verify import VerifiedCell, VerifiedComposition
 
 MANIFEST_NAME = "manifest.json"
 KIND = "tunempi-tuning"
@@ -164,17 +164,21 @@ class VerifyRecord:
     wall_s: float
     summary: Mapping[str, float | int]
     cells: tuple[VerifiedCell, ...] = ()
+    #: The written compositions against the default (absent: none written, or verified before there was this).
+    compositions: tuple[VerifiedComposition, ...] = ()
 
     def to_dict(self) -> dict[str, Any]:
         return {"verified_at": self.verified_at, "repeats": self.repeats, "second_pass_cells": self.second_pass_cells,
                 "time_cap_s": self.time_cap_s, "wall_s": round(self.wall_s, 3), "summary": dict(self.summary),
-                "cells": [cell.to_dict() for cell in self.cells]}
+                "cells": [cell.to_dict() for cell in self.cells],
+                "compositions": [c.to_dict() for c in self.compositions]}
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> VerifyRecord:
         return cls(str(data.get("verified_at", "")), int(data.get("repeats", 0)), int(data.get("second_pass_cells", 0)),
                    data.get("time_cap_s"), float(data.get("wall_s", 0.0)), dict(data.get("summary", {})),
-                   tuple(VerifiedCell.from_dict(cell) for cell in data.get("cells", [])))
+                   tuple(VerifiedCell.from_dict(cell) for cell in data.get("cells", [])),
+                   tuple(VerifiedComposition.from_dict(c) for c in data.get("compositions", [])))
 
 
 @dataclass(frozen=True)

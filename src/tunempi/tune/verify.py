@@ -12,6 +12,13 @@ says it hurts: the library's own choice costs nothing to keep). The rule sets an
 (and smoke-checked again), and verify says so. A verified tuning result therefore keeps no measured
 point that it estimates slower than the default.
 
+A composition `tune` wrote at a multi-node layout (tune/compositions.py) is verified the same way: it is
+forced for a whole launch, so each repetition is one launch of the written composition and one of the
+library's default at that layout (order alternating), each measuring the composition sizes; every
+(repetition, size) is a pair. One that is slower beyond noise, estimated slower, or failed is dropped
+(`compositions_to_drop`; where the library takes one composition for every collective, all of them go):
+its file is rewritten without it or deleted, and the manifest no longer activates it.
+
 The command as a library call, in steps, is tune/verify_run.py (this module is what the manifest records).
 """
 
@@ -28,6 +35,7 @@ from tunempi.bench.engine import Layout
 from tunempi.bench.sweep import BenchPoint
 from tunempi.collectives import DEFAULT_ALGORITHM
 from tunempi.space import Cell
+from tunempi.tune.compositions import DEFAULT, CompositionResult
 from tunempi.tune.driver import layout_of
 from tunempi.tune.runner import PointResult
 
@@ -152,3 +160,68 @@ def summary(verified: Sequence[VerifiedCell]) -> dict[str, float | int]:
         "replaced": sum(v.replaced for v in verified),
         "failed": sum(v.verdict == "failed" for v in verified),
     }
+
+
+@dataclass(frozen=True)
+class VerifiedComposition:
+    """A written composition against the library's default at its layout. speedup = default / composition
+    over `pairs` pairs (one per repetition and size); verdict one of VERDICTS ("default" never)."""
+
+    collective: str
+    composition: str
+    layout: tuple[int, int, int]  # (ranks, nodes, ppn)
+    pairs: int
+    speedup: float
+    ci_low: float
+    ci_high: float
+    verdict: str
+    dropped: bool = False
+
+    def to_dict(self) -> dict:
+        def r(x: float) -> float | None:
+            return None if not math.isfinite(x) else round(float(x), 5)
+
+        return {"collective": self.collective, "composition": self.composition, "layout": list(self.layout),
+                "pairs": self.pairs, "speedup": r(self.speedup), "ci_low": r(self.ci_low), "ci_high": r(self.ci_high),
+                "verdict": self.verdict, "dropped": self.dropped}
+
+    @classmethod
+    def from_dict(cls, data: Mapping) -> VerifiedComposition:
+        def f(x: float | str | None) -> float:
+            return float("nan") if x is None else float(x)
+
+        ranks, nodes, ppn = (int(v) for v in data["layout"])
+        return cls(str(data["collective"]), str(data["composition"]), (ranks, nodes, ppn), int(data.get("pairs", 0)),
+                   f(data.get("speedup")), f(data.get("ci_low")), f(data.get("ci_high")), str(data["verdict"]),
+                   bool(data.get("dropped", False)))
+
+
+def evaluate_composition(collective: str, composition: str, layout: tuple[int, int, int],
+                         repetitions: Sequence[Sequence[CompositionResult]]) -> VerifiedComposition:
+    """The paired evidence from `repetitions` (each: one launch of `composition` and one of DEFAULT, as
+    `measure_compositions(names=...)` returns them): a pair per repetition and size where both ran."""
+    tuned: list[float] = []
+    default: list[float] = []
+    for results in repetitions:
+        medians = {(r.name, r.msg_bytes): r.median_us for r in results
+                   if r.status == "ok" and r.median_us is not None and r.median_us > 0}
+        for size in sorted({r.msg_bytes for r in results}):
+            mine, theirs = medians.get((composition, size)), medians.get((DEFAULT, size))
+            if mine is not None and theirs is not None:
+                tuned.append(mine)
+                default.append(theirs)
+    if not tuned:
+        nan = float("nan")
+        return VerifiedComposition(collective, composition, layout, 0, nan, nan, nan, "failed")
+    found = evidence.compare(tuned, default)
+    return VerifiedComposition(collective, composition, layout, found.pairs, found.speedup, found.low, found.high,
+                               found.verdict)
+
+
+def compositions_to_drop(verified: Sequence[VerifiedComposition], *, applies_to_all: bool) -> set[str]:
+    """Collectives whose composition goes: slower beyond noise, estimated slower within noise, or failed (as
+    for a cell's rule). Where the library takes one composition for every collective, one such verdict
+    drops it for all of them."""
+    drop = {v.collective for v in verified
+            if v.verdict in ("slower", "failed") or (v.verdict == "same" and v.speedup < 1.0)}
+    return {v.collective for v in verified} if drop and applies_to_all else drop

@@ -1,6 +1,7 @@
 """`tunempi verify` as a library call, in steps: `plan_verify` (load and check the tuning directory),
 `measure_pairs` (the interleaved runs and the second pass), `apply_replacements` (tune/verify.py),
-`rewrite_files`, `record_verify` (the manifest's `verify` section). Progress goes to a VerifyListener;
+`rewrite_files`, `verify_compositions` and `drop_compositions` (the written compositions, where a layout
+spans nodes), `record_verify` (the manifest's `verify` section). Progress goes to a VerifyListener;
 nothing here prints. The statistics and the rule are in tune/verify.py and tunempi.evidence.
 """
 
@@ -12,6 +13,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from tunempi import evidence
 from tunempi.bench.engine import Layout
 from tunempi.bench.protocol import MeasureSettings
 from tunempi.bench.sweep import BenchPoint
@@ -21,13 +23,22 @@ from tunempi.launch.hosts import NodeAllocation
 from tunempi.mpi.library import MPILibrary
 from tunempi.space import Cell
 from tunempi.store.results import utc_timestamp
+from tunempi.tune.compositions import (
+    DEFAULT,
+    CompositionResult,
+    measure_compositions,
+    write_composition_choices,
+)
 from tunempi.tune.files import rule_sets_for, selection_table, write_tuning_files
-from tunempi.tune.manifest import Manifest, SelectionRow, VerifyRecord
+from tunempi.tune.manifest import CompositionsRecord, Manifest, SelectionRow, VerifyRecord
 from tunempi.tune.runner import LayoutRunner, ParallelRunner, PointResult
 from tunempi.tune.verify import (
     VerifiedCell,
+    VerifiedComposition,
     apply_replacements,
+    compositions_to_drop,
     evaluate,
+    evaluate_composition,
     summary,
     suspicious,
     verify_plan,
@@ -69,6 +80,9 @@ class VerifyListener:
     def rewriting(self) -> None:
         """Rules were replaced: the files are being rewritten and smoke-checked."""
 
+    def composition_measured(self, collective: str, composition: str, done: int, total: int) -> None:
+        """One repetition (a launch of the composition and one of the default) done."""
+
 
 @dataclass
 class VerifyReport:
@@ -77,6 +91,7 @@ class VerifyReport:
     summary: dict
     replaced: int
     second_pass_cells: int = 0
+    compositions: list[VerifiedComposition] = dataclasses.field(default_factory=list)
 
     def lines(self) -> list[str]:
         """What verify found, as plain text: one line per replaced rule, then the summary."""
@@ -92,6 +107,13 @@ class VerifyReport:
             f"-> {n['slower_beyond_noise_after']} after verify ({n['slower_point_estimate_after']} below 1 "
             f"within noise; {self.second_pass_cells} cells got a second pass)"
             + (f"; files rewritten ({self.replaced} rules -> default)" if self.replaced else "; files unchanged"))
+        for v in self.compositions:
+            ranks, nodes, ppn = v.layout
+            verdict = "slower within noise" if v.verdict == "same" and v.speedup < 1.0 else v.verdict
+            out.append(f"{'dropped' if v.dropped else 'kept'} composition {v.composition} of {v.collective} at "
+                       f"{nodes} nodes x {ppn} ({ranks} ranks): {verdict} (speedup {v.speedup:.3f}, 95% CI "
+                       f"{v.ci_low:.3f}..{v.ci_high:.3f}, {v.pairs} pairs)"
+                       + (" -> the library's default composition" if v.dropped else ""))
         return out
 
 
@@ -160,12 +182,71 @@ def rewrite_files(manifest: Manifest, library: MPILibrary, fixed: Mapping[Cell, 
         for row in manifest.selection))
 
 
+def verify_compositions(plan: VerifyPlan, settings: MeasureSettings, listener: VerifyListener
+                        ) -> list[VerifiedComposition]:
+    """Each written composition against the library's default at the layout it was chosen at: `repeats`
+    repetitions of one launch each, order alternating (evidence.pair_order), at the composition sizes."""
+    from tunempi.mpi.discovery import adapter_for
+
+    chosen = plan.manifest.compositions.chosen()
+    if not chosen:
+        return []
+    adapter = adapter_for(plan.library)
+    allocation = NodeAllocation.from_environment()
+    layouts = {r.collective: r.layout for r in plan.manifest.compositions.collectives}
+    sizes = plan.manifest.compositions.sizes
+    verified = []
+    for collective, composition in sorted(chosen.items()):
+        ranks, nodes, ppn = layouts[collective]
+        if allocation is None:
+            raise UsageError(f"the {composition} composition of {collective} was chosen at {nodes} nodes: verify "
+                             "needs an allocation of that many (Slurm, PBS or TUNEMPI_HOSTFILE)")
+        repetitions: list[list[CompositionResult]] = []
+        for repetition in range(plan.repeats):
+            repetitions.append(measure_compositions(
+                plan.library, adapter, Layout(ranks=ranks, nodes=nodes, ppn=ppn), collective, sizes,
+                settings=settings, allocation=allocation.first(nodes),
+                names=evidence.pair_order(composition, DEFAULT, repetition)))
+            listener.composition_measured(collective, composition, repetition + 1, plan.repeats)
+        verified.append(evaluate_composition(collective, composition, (ranks, nodes, ppn), repetitions))
+    return verified
+
+
+def drop_compositions(manifest: Manifest, library: MPILibrary, drop: set[str]) -> Manifest:
+    """The manifest without the compositions of `drop`: the composition file rewritten with the rest (read
+    back strictly by `run`'s check) or deleted, the choices saying why."""
+    from tunempi.mpi.discovery import adapter_for
+    from tunempi.tune.apply import check_tuning_files
+
+    before = manifest.compositions
+    keep = {c: name for c, name in before.chosen().items() if c not in drop}
+    records = tuple(dataclasses.replace(r, choice=dataclasses.replace(
+        r.choice, chosen=None, reason=f"dropped by verify (not faster than the default side by side); tune: "
+                                      f"{r.choice.reason}")) if r.collective in drop else r
+        for r in before.collectives)
+    files: dict[str, str] = {}
+    env_files: dict[str, str] = {}
+    env: dict[str, str] = {}
+    if keep:
+        nodes = max(r.layout[1] for r in before.collectives)
+        written = write_composition_choices(adapter_for(library), keep, manifest.directory, nodes=nodes)
+        files, env_files, env = dict(written.files), dict(written.env_files), dict(written.env)
+    for name in set(before.files.values()) - set(files.values()):
+        (manifest.directory / name).unlink(missing_ok=True)
+    manifest = dataclasses.replace(manifest, compositions=CompositionsRecord(
+        margin=before.margin, sizes=before.sizes, collectives=records, files=files, env_files=env_files, env=env))
+    check_tuning_files(manifest, library)
+    return manifest
+
+
 def record_verify(manifest: Manifest, verified: Sequence[VerifiedCell], *, repeats: int, second_pass: int,
-                  settings: MeasureSettings, wall_s: float) -> Manifest:
-    """The manifest with its `verify` section (every cell, the summary), saved."""
+                  settings: MeasureSettings, wall_s: float,
+                  compositions: Sequence[VerifiedComposition] = ()) -> Manifest:
+    """The manifest with its `verify` section (every cell, every written composition, the summary), saved."""
     manifest = dataclasses.replace(manifest, verify=VerifyRecord(
         verified_at=utc_timestamp(), repeats=repeats, second_pass_cells=second_pass,
-        time_cap_s=settings.time_cap_s, wall_s=wall_s, summary=summary(verified), cells=tuple(verified)))
+        time_cap_s=settings.time_cap_s, wall_s=wall_s, summary=summary(verified), cells=tuple(verified),
+        compositions=tuple(compositions)))
     manifest.save()
     return manifest
 
@@ -174,8 +255,9 @@ def run_verify(directory: Path, *, repeats: int = 3, settings: MeasureSettings =
                mpi: str | None = None, topology: str = "serial", smoke: bool = True,
                listener: VerifyListener | None = None) -> VerifyReport:
     """Tuned against default, interleaved per layout; rules slower than the default (beyond noise, or
-    by the estimate) go back to default and the files are rewritten (smoke-checked). The manifest's
-    `verify` section records every cell."""
+    by the estimate) go back to default and the files are rewritten (smoke-checked). Written compositions
+    likewise, each launch against one of the default; a slower one is dropped. The manifest's `verify`
+    section records every cell and composition."""
     listener = listener or VerifyListener()
     started = time.monotonic()
     plan = plan_verify(directory, repeats=repeats, mpi=mpi)
@@ -187,7 +269,15 @@ def run_verify(directory: Path, *, repeats: int = 3, settings: MeasureSettings =
     if replaced:
         listener.rewriting()
         manifest = rewrite_files(manifest, plan.library, fixed, smoke)
+    compositions = verify_compositions(plan, settings, listener)
+    if compositions:
+        from tunempi.mpi.discovery import adapter_for
+
+        drop = compositions_to_drop(compositions, applies_to_all=adapter_for(plan.library).composition_applies_to_all())
+        compositions = [dataclasses.replace(v, dropped=v.collective in drop) for v in compositions]
+        if drop:
+            manifest = drop_compositions(manifest, plan.library, drop)
     manifest = record_verify(manifest, verified, repeats=repeats, second_pass=len(again), settings=settings,
-                             wall_s=time.monotonic() - started)
+                             wall_s=time.monotonic() - started, compositions=compositions)
     assert manifest.verify is not None
-    return VerifyReport(manifest, verified, dict(manifest.verify.summary), replaced, len(again))
+    return VerifyReport(manifest, verified, dict(manifest.verify.summary), replaced, len(again), compositions)
