@@ -5,7 +5,9 @@ of the dataset's runs) in every cell of the largest training scale E, carry it t
 scale R at E's size nearest to s * (R / E) ** exponent, and report the average slowdown of that choice over
 the cells above E. This is the best any strategy can do with that carry rule (the strategy itself only
 estimates E's decision); it shows which exponent a collective's switch points follow. Also reported: the
-same rule one scale down (E/2 carried to E), the hold-out a strategy could score itself on.
+same rule one scale down (E/2 carried to E), the hold-out a strategy could score itself on, and the
+library default's own slowdown above E. (A tuning file's last communicator-size block applies to every
+larger communicator at the same message size: what k = 0 scores.)
 
     .venv/bin/python bench/carry_rules.py                      # both Peak files, E = 128 ranks
     .venv/bin/python bench/carry_rules.py --train-max-ranks 64 --files data/ornl-peak.csv.gz
@@ -28,9 +30,9 @@ EXPONENTS = (-1.0, 0.0, 1.0)
 Scale = tuple[int, int, int]
 
 
-def medians(frame: pd.DataFrame, collective: str) -> dict[tuple[Scale, int], dict[str, float]]:
-    """(scale, size) -> algorithm -> median latency, the library's default left out."""
-    rows = frame[(frame.collective == collective) & (frame.algorithm != DEFAULT_ALGORITHM)]
+def medians(frame: pd.DataFrame, collective: str, *, default: bool = False) -> dict[tuple[Scale, int], dict[str, float]]:
+    """(scale, size) -> algorithm -> median latency, the library's default left out (or only it)."""
+    rows = frame[(frame.collective == collective) & ((frame.algorithm == DEFAULT_ALGORITHM) == default)]
     table = rows.groupby(["ranks", "nodes", "ppn", "msg_bytes", "algorithm"], as_index=False).latency_us.median()
     cells: dict[tuple[Scale, int], dict[str, float]] = {}
     for row in table.itertuples(index=False):
@@ -63,8 +65,8 @@ def main() -> None:
     parser.add_argument("--train-max-ranks", type=int, default=128)
     args = parser.parse_args()
     heads = " | ".join(f"{e:+g}" for e in EXPONENTS)
-    print(f"| file | collective | above E, exponent {heads} | E/2 -> E, exponent {heads} |")
-    print("|---|---|" + "---|" * 2 * len(EXPONENTS))
+    print(f"| file | collective | above E, exponent {heads} | E/2 -> E, exponent {heads} | default above E |")
+    print("|---|---|" + "---|" * (2 * len(EXPONENTS) + 1))
     for path in args.files.split(","):
         frame = pd.read_csv(path)
         for collective in args.collectives.split(","):
@@ -75,8 +77,12 @@ def main() -> None:
             beyond = [s for s in scales if s[0] > args.train_max_ranks]
             ahead = [carried_slowdown(cells, edge, beyond, e) for e in EXPONENTS]
             holdout = [carried_slowdown(cells, below, [edge], e) for e in EXPONENTS]
+            defaults = medians(frame, collective, default=True)
+            library = [next(iter(latencies.values())) / min(cells[key].values()) for key, latencies in defaults.items()
+                       if key[0] in beyond and cells.get(key)]
             print(f"| {Path(path).name.removesuffix('.csv.gz')} | {collective} | "
-                  + " | ".join(f"{v:.3f}" for v in ahead) + " | " + " | ".join(f"{v:.3f}" for v in holdout) + " |")
+                  + " | ".join(f"{v:.3f}" for v in ahead) + " | " + " | ".join(f"{v:.3f}" for v in holdout)
+                  + (f" | {np.mean(library):.3f} |" if library else " | - |"))
 
 
 if __name__ == "__main__":
