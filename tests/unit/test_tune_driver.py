@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 
 import numpy as np
 import pytest
@@ -34,8 +34,10 @@ def latency_us(algorithm: str, ranks: int, msg_bytes: int) -> float | None:
 class FakeRunner:
     """Answers like ParallelRunner.run, from `latency_us` with 2 % seeded noise."""
 
-    def __init__(self, seed: int = 0, interrupt_after: int | None = None, point_cost_s: float | None = None) -> None:
+    def __init__(self, seed: int = 0, interrupt_after: int | None = None, point_cost_s: float | None = None,
+                 latency: Callable[[str, int, int], float | None] = latency_us) -> None:
         self.rng = np.random.default_rng(seed)
+        self.latency = latency
         self.point_cost_s = point_cost_s  # the wall time every point reports (None: 10 ms + latency x 1e-4)
         self.launches = 1
         self.calls: list[dict[Layout, list[BenchPoint]]] = []
@@ -49,7 +51,7 @@ class FakeRunner:
             for point in points:
                 if self.interrupt_after is not None and self.delivered >= self.interrupt_after:
                     raise KeyboardInterrupt
-                value = latency_us(point.algorithm, layout.ranks, point.msg_bytes)
+                value = self.latency(point.algorithm, layout.ranks, point.msg_bytes)
                 request = PointRequest(id=1, collective=point.collective, msg_bytes=point.msg_bytes)
                 crashed = value is None
                 outcome = PointOutcome(request, "failed" if crashed else "ok",
@@ -309,3 +311,35 @@ def test_a_converged_tune_may_leave_cells_to_the_model_but_not_nearly_all() -> N
     too_many = cells + 1
     with pytest.raises(TooLittleMeasured):
         check_evidence(dataclasses.replace(short, stop_reason="converged"), too_many)
+
+
+def default_fastest_us(algorithm: str, ranks: int, msg_bytes: int) -> float | None:
+    """As `latency_us`, but the library's own choice is the fastest everywhere (half the others' best)."""
+    value = latency_us(algorithm, ranks, msg_bytes)
+    return 0.5 * (latency_us("small", ranks, msg_bytes) or 0.0) if algorithm == DEFAULT_ALGORITHM else value
+
+
+def test_a_resumed_tune_overrides_the_library_only_on_a_pair_measured_in_its_own_launch() -> None:
+    """The store holds the default from an earlier launch, 3x slower than it runs now (another state of the
+    machine). The tune measures the other algorithms now; against the stored default they win, so its
+    strategy overrides the library. Every such override is measured against the default again in this
+    launch, where the default is twice as fast as the best of them: the library's choice is kept."""
+    with ResultStore(":memory:") as store:
+        space = spaces()["allreduce"]
+        for cell in space.cells:
+            slow = 3 * (latency_us(DEFAULT_ALGORITHM, cell.ranks, cell.msg_bytes) or 0.0)
+            store.add(Measurement(library_fingerprint=FINGERPRINT, library="fake-1.0", collective="allreduce",
+                                  algorithm=DEFAULT_ALGORITHM, ranks=cell.ranks, msg_bytes=cell.msg_bytes, nodes=1,
+                                  ppn=cell.ranks, run=0, status="ok", median_us=slow, iterations=100))
+        runner = FakeRunner(latency=default_fastest_us)
+        tuner = Tuner(spaces(), runner, strategy="tunempi", store=store, fingerprint=FINGERPRINT)
+        assert tuner.resumed == len(space.cells)
+        outcome = tuner.run()
+        assert outcome.stop_reason in ("converged", "exhaustive-cost")
+        strategy = tuner.strategies["allreduce"]
+        overrides = [c for c, a in prefer_default(strategy, strategy.select(), 0.03).items() if a != DEFAULT_ALGORITHM]
+        assert overrides  # what the strategy, with the stored default, would have written
+        remeasured = {(layout.ranks, p.msg_bytes) for call in runner.calls for layout, points in call.items()
+                      for p in points if p.algorithm == DEFAULT_ALGORITHM}
+        assert {(c.ranks, c.msg_bytes) for c in overrides} <= remeasured
+        assert set(outcome.selection.values()) == {DEFAULT_ALGORITHM}
