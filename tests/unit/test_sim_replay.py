@@ -127,6 +127,30 @@ def test_cli_json_plot_and_usage_errors(tmp_path: Path) -> None:
     assert isinstance(bad.exception, UsageError) and "acclaim" in str(bad.exception)
 
 
+def test_cli_passes_strategy_settings_and_refuses_bad_ones(tmp_path: Path) -> None:
+    """`--param tunempi.extrapolation=trend` reaches the strategy (recorded in the JSON; beyond the measured
+    scales it selects otherwise than the default carry rule); a bad key, value or form is a usage error."""
+    from tunempi.errors import UsageError
+    from tunempi.store.dataset import DatasetRow, write_dataset
+
+    frame = synthetic_frame(seed=3, collective="allreduce")
+    path = tmp_path / "synthetic.csv.gz"
+    write_dataset((DatasetRow(system="synthetic", library="none", **row) for row in frame.to_dict("records")), path)
+    runner = CliRunner()
+    common = ["simulate", "--dataset", str(path), "--strategy", "tunempi", "--seeds", "1", "--budget-fraction", "0.5",
+              "--train-max-ranks", "8", "--format", "json"]
+    carried = json.loads(runner.invoke(_app(), common).stdout)[0]
+    result = runner.invoke(_app(), [*common, "--param", "tunempi.extrapolation=trend", "--param", "tunempi.batch_size=3"])
+    assert result.exit_code == 0, result.output
+    trend = json.loads(result.stdout)[0]
+    assert trend["params"] == {"extrapolation": "trend", "batch_size": 3} and carried["params"] == {}
+    assert trend["avg_slowdown_extrapolated"] != carried["avg_slowdown_extrapolated"]
+    for bad, said in (("tunempi.extrapolation=sideways", "extrapolation must be"), ("tunempi.no_such=1", "no_such"),
+                      ("extrapolation=trend", "STRATEGY.KEY=VALUE"), ("random.n_estimators=5", "not among")):
+        refused = runner.invoke(_app(), [*common, "--param", bad])
+        assert isinstance(refused.exception, UsageError) and said in str(refused.exception), (bad, refused.output)
+
+
 def test_peak_dataset_quick_run(peak_dataset: Path) -> None:
     frame = load_frame(peak_dataset)
     summaries, _ = simulate(frame, "allreduce", ["tunempi"], seeds=1, budget_fraction=0.03)

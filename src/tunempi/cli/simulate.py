@@ -14,8 +14,8 @@ from tunempi.collectives import check_collective
 from tunempi.config import resolve
 from tunempi.errors import UsageError
 from tunempi.report.console import output_console
-from tunempi.sim import CostModel, load_frame, simulate
-from tunempi.strategy import DEFAULT_STRATEGY, STRATEGIES
+from tunempi.sim import CostModel, ReplayBackend, load_frame, simulate
+from tunempi.strategy import DEFAULT_STRATEGY, STRATEGIES, make_strategy
 
 
 def _strategies(strategy: str | None, compare: str | None) -> list[str]:
@@ -26,6 +26,31 @@ def _strategies(strategy: str | None, compare: str | None) -> list[str]:
     if unknown or not names:
         raise UsageError(f"unknown strategy {', '.join(unknown) or '(none)'}; valid: {', '.join(STRATEGIES)}")
     return list(dict.fromkeys(names))
+
+
+def _strategy_params(settings: list[str] | None, names: list[str], space: Any) -> dict[str, dict[str, Any]]:
+    """`--param STRATEGY.KEY=VALUE` (VALUE as JSON, else text) -> {strategy: {key: value}}, each checked by
+    building the strategy once on the dataset's space (a wrong key or value is a usage error here, not
+    a traceback from a worker process)."""
+    params: dict[str, dict[str, Any]] = {}
+    for setting in settings or []:
+        where, equals, text = setting.partition("=")
+        name, dot, key = where.partition(".")
+        if not (equals and dot and name and key):
+            raise UsageError(f"--param {setting!r}: expected STRATEGY.KEY=VALUE, e.g. tunempi.extrapolation=trend")
+        if name not in names:
+            raise UsageError(f"--param {setting!r}: {name!r} is not among the strategies run ({', '.join(names)})")
+        try:
+            value = json.loads(text)
+        except json.JSONDecodeError:
+            value = text
+        params.setdefault(name, {})[key] = value
+    for name, given in params.items():
+        try:
+            make_strategy(name, space, **given)
+        except (TypeError, ValueError) as exc:
+            raise UsageError(f"--param for {name}: {exc}") from None
+    return params
 
 
 def _fraction(value: float | None, whole: float) -> str:
@@ -69,6 +94,9 @@ def register(app: typer.Typer) -> None:
         evaluate_above: Annotated[int | None, typer.Option(
             help="Score only the cells above R ranks (a cold start to compare with --prior-max-ranks R).")] = None,
         jobs: Annotated[int, typer.Option(min=1, help="Run the (strategy, seed) runs in this many processes.")] = 1,
+        param: Annotated[list[str] | None, typer.Option(
+            "--param", help="A strategy setting, STRATEGY.KEY=VALUE (repeatable; VALUE as JSON, else text), "
+                            "e.g. tunempi.extrapolation=trend.")] = None,
         plot: Annotated[Path | None, typer.Option(help="Write slowdown-vs-cost curves to this PNG.")] = None,
         output_format: Annotated[str, typer.Option("--format", help="table or json.")] = "table",
     ) -> None:
@@ -87,6 +115,7 @@ def register(app: typer.Typer) -> None:
             raise UsageError(f"--train-max-ranks {train_max_ranks} leaves nothing to measure; "
                              f"smallest scale in the dataset: {int(frame['ranks'].min())} ranks")
         model = CostModel.named(cost_model)
+        params = _strategy_params(param, names, ReplayBackend(frame, collective_name).space())
         largest = int(frame["ranks"].max())
         for option, value in (("--prior-max-ranks", prior_max_ranks), ("--evaluate-above", evaluate_above)):
             if value is not None and value >= largest:
@@ -102,10 +131,12 @@ def register(app: typer.Typer) -> None:
 
             summaries, _ = simulate(frame, collective_name, names, seeds=seeds, budget_fraction=budget_fraction,
                                     max_ranks=train_max_ranks, on_run=advance, cost_model=model,
-                                    prior_max_ranks=prior_max_ranks, evaluate_above=evaluate_above, jobs=jobs)
+                                    prior_max_ranks=prior_max_ranks, evaluate_above=evaluate_above, jobs=jobs,
+                                    params=params)
         for summary in summaries:
             summary["collective"] = collective_name
             summary["dataset"] = str(path)
+            summary["params"] = params.get(summary["strategy"], {})
         if plot is not None:
             from tunempi.report.curves import plot_slowdown_curves
 
@@ -119,6 +150,8 @@ def register(app: typer.Typer) -> None:
             f" (cells above {summaries[0]['evaluated_above_ranks']} ranks)"
         out.print(f"cost model: {summaries[0]['cost_model']}{scope}; default's slowdown: {summaries[0]['default_slowdown']:.3f}; exhaustive cost "
                   f"{summaries[0]['exhaustive_cost_s']:.0f} s; cost fractions are of the exhaustive cost")
+        for name, given in params.items():
+            out.print(f"{name} settings: " + ", ".join(f"{k}={json.dumps(v)}" for k, v in given.items()))
         if train_max_ranks is not None:
             for s in summaries:
                 out.print(f"{s['strategy']}: cells with ranks <= {train_max_ranks}: {s['avg_slowdown_measurable']:.4f}, "
