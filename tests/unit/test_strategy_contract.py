@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import numpy as np
+import pandas as pd
 import pytest
 
 from tunempi.errors import UsageError
@@ -135,6 +136,30 @@ def test_context_from_other_scales_predicts_a_new_scale() -> None:
     informed = make_strategy("exhaustive", target, seed=0, records=earlier).select()
     first_candidate = {c: target.candidates(c)[0] for c in target.cells}
     assert oracle.average_slowdown(informed) < 1.1 < oracle.average_slowdown(first_candidate)
+
+
+def test_tunempi_carries_each_layout_from_the_edge_layout_with_the_same_ranks_per_node() -> None:
+    """8 ranks come as 1 x 8 (where `a` wins) and 2 x 4 (where `b` wins); beyond them, 16 ranks as 2 x 8
+    take 1 x 8's decision and 4 x 4 take 2 x 4's, not whichever edge layout comes first."""
+    rows = []
+    layouts = [(2, 1, 2), (4, 1, 4), (8, 1, 8), (8, 2, 4), (16, 2, 8), (16, 4, 4)]
+    for ranks, nodes, ppn in layouts:
+        for size in (4, 64, 1024, 16384):
+            base = (1.0 + ranks * 0.3) * (1.0 + size / 512)
+            for algorithm, factor in (("a", 1.0 if ppn >= 8 else 2.0), ("b", 2.0 if ppn >= 8 else 1.0),
+                                      ("default", 1.5)):
+                rows += [("alltoall", algorithm, ranks, nodes, ppn, size, run, base * factor * (1 + 0.01 * run))
+                         for run in range(2)]
+    frame = pd.DataFrame(rows, columns=["collective", "algorithm", "ranks", "nodes", "ppn", "msg_bytes", "run",
+                                        "latency_us"])
+    backend = ReplayBackend(frame, "alltoall", seed=0)
+    space = backend.space()
+    strategy = make_strategy("tunempi", space, seed=0, measurable=space.restrict(max_ranks=8),
+                             budget_s=Oracle(backend).exhaustive_cost())
+    _drive(strategy, backend)
+    table = strategy.select()
+    beyond = {(c.ppn, table[c]) for c in space.cells if c.ranks == 16}
+    assert beyond == {(8, "a"), (4, "b")}
 
 
 @pytest.mark.parametrize("collective", ["allreduce", "bcast", "alltoall"])

@@ -210,16 +210,23 @@ class TunempiStrategy(Strategy):
         if not measured:
             return mean
         largest = max(measured)
-        edge = [i for i, c in enumerate(self.space.cells) if c.ranks == largest]
+        # E's cells per layout (nodes, ppn): a rank count can come as several layouts (32 = 2 x 16 = 4 x 8).
+        edge: dict[tuple[int, int], list[int]] = {}
+        for i, c in enumerate(self.space.cells):
+            if c.ranks == largest:
+                edge.setdefault((c.nodes, c.ppn), []).append(i)
         if not edge:
             return mean
-        edge_log_size = np.log2([max(self.space.cells[i].msg_bytes, 1) for i in edge])
         carried = mean.copy()
         for i, cell in enumerate(self.space.cells):
             if cell.ranks <= largest:
                 continue
+            # The layout with the same ranks per node if E has one, else the one spread over most nodes.
+            same_ppn = [layout for layout in edge if layout[1] == cell.ppn]
+            anchors = edge[same_ppn[0] if same_ppn else max(edge)]
+            anchor_log_size = np.log2([max(self.space.cells[k].msg_bytes, 1) for k in anchors])
             target = max(cell.msg_bytes, 1) * (cell.ranks / largest) ** self.carry_exponent
-            anchor = edge[int(np.argmin(np.abs(edge_log_size - np.log2(max(target, 1)))))]
+            anchor = anchors[int(np.argmin(np.abs(anchor_log_size - np.log2(max(target, 1)))))]
             row = mean[anchor]
             if np.isfinite(row[self.usable_mask()[i]]).any():
                 # Algorithms without an estimate at the anchor are not chosen here.
