@@ -138,6 +138,27 @@ def test_context_from_other_scales_predicts_a_new_scale() -> None:
     assert oracle.average_slowdown(informed) < 1.1 < oracle.average_slowdown(first_candidate)
 
 
+def test_tunempi_with_a_shared_surface_keeps_the_contract_and_uses_it() -> None:
+    """`shared_surface=True` (opt-in, docs/strategies.md): the same seed asks the same, nothing outside the
+    measurable space, a selection for every cell as good as the default model's here, and the surface
+    changes the posterior (it is fitted, not ignored)."""
+    runs = []
+    for shared in (True, True, False):
+        backend = ReplayBackend(FRAME, "allreduce", seed=3)
+        space = backend.space()
+        oracle = Oracle(backend)
+        strategy = make_strategy("tunempi", space, seed=3, measurable=space.restrict(max_ranks=8),
+                                 budget_s=0.5 * oracle.exhaustive_cost(), shared_surface=shared)
+        asked = _drive(strategy, backend)
+        assert all(r.cell.ranks <= 8 and set(r.algorithms) <= set(space.candidates(r.cell)) for r in asked)
+        table = strategy.select()
+        assert set(table) == set(space.cells)
+        runs.append((asked, table, oracle.average_slowdown(table), strategy.estimate_log_latency()))
+    assert runs[0][0] == runs[1][0] and runs[0][1] == runs[1][1]
+    assert runs[0][2] <= runs[2][2] + 0.02
+    assert not np.allclose(runs[0][3], runs[2][3], equal_nan=True)
+
+
 def test_tunempi_carries_each_layout_from_the_edge_layout_with_the_same_ranks_per_node() -> None:
     """8 ranks come as 1 x 8 (where `a` wins) and 2 x 4 (where `b` wins); beyond them, 16 ranks as 2 x 8
     take 1 x 8's decision and 4 x 4 take 2 x 4's, not whichever edge layout comes first."""

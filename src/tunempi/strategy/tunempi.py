@@ -80,6 +80,7 @@ class TunempiStrategy(Strategy):
         forest_blend: float = 0.5,
         extrapolation: str = "carry",
         carry_exponent: float | None = None,
+        shared_surface: bool = False,
         **kwargs: Any,
     ) -> None:
         super().__init__(space, **kwargs)
@@ -100,6 +101,9 @@ class TunempiStrategy(Strategy):
         if extrapolation not in ("trend", "carry"):
             raise ValueError(f"extrapolation must be 'trend' or 'carry', got {extrapolation!r}")
         self.extrapolation = extrapolation
+        self.shared_surface = shared_surface
+        self._shared: TrendGaussianProcess | None = None
+        self._shared_at = np.zeros(0)
         #: None: the collective's `CARRY_EXPONENT`; a number overrides it (experiments).
         self.carry_exponent = _carry_exponent(space.collective) if carry_exponent is None else carry_exponent
         self._forest = ForestFill(n_estimators=50, random_state=self.seed)
@@ -122,6 +126,8 @@ class TunempiStrategy(Strategy):
             return
         self._fitted_on = len(self.records)
         cells, algorithms, target = self.training_rows()
+        if self.shared_surface:
+            target = target - self._fit_shared(cells, algorithms, target)
         # Hyperparameter optimisation dominates the time of an iteration: at most `max_reoptimize`
         # algorithms per iteration, those whose data grew most since their last optimisation.
         growth = {int(j): (algorithms == j).sum() / max(self._optimized_at.get(int(j), 0), 1)
@@ -140,6 +146,30 @@ class TunempiStrategy(Strategy):
             if optimize:
                 self._optimized_at[int(j)] = n
             self._models[int(j)] = model
+
+    def _fit_shared(self, cells: np.ndarray, algorithms: np.ndarray, target: np.ndarray) -> np.ndarray:
+        """`shared_surface` (opt-in, docs/strategies.md "Tried for goal 1"): what all algorithms share. Per
+        algorithm a linear fit is removed, the residuals are averaged per measured cell, and a GP is
+        fitted to those averages; the per-algorithm GPs then model what is left, so a cell's measured
+        algorithms inform its unmeasured ones. Returns the surface at each training row (subtracted
+        before the per-algorithm fits, added back in the posterior mean)."""
+        residual = np.zeros_like(target)
+        for j in np.unique(algorithms):
+            rows = algorithms == j
+            design = np.hstack([np.ones((rows.sum(), 1)), self.row_features[cells[rows]]])
+            coef = np.linalg.lstsq(design.T @ design + 1e-2 * np.eye(design.shape[1]), design.T @ target[rows],
+                                   rcond=None)[0]
+            residual[rows] = target[rows] - design @ coef
+        unique, inverse = np.unique(cells, return_inverse=True)
+        sums = np.bincount(inverse, weights=residual)
+        counts = np.bincount(inverse)
+        if len(unique) < 5:
+            self._shared = None
+            self._shared_at = np.zeros(len(self.row_features))
+            return np.zeros_like(target)
+        self._shared = TrendGaussianProcess(random_state=self.seed).fit(self.row_features[unique], sums / counts)
+        self._shared_at = self._shared.predict(self.row_features)
+        return self._shared_at[cells]
 
     def _posterior(self) -> tuple[np.ndarray, np.ndarray, dict[int, tuple[np.ndarray, float]]]:
         """Mean and latent std (cells x algorithms) and, per algorithm, the latent covariance over cells.
@@ -164,6 +194,8 @@ class TunempiStrategy(Strategy):
             residual, cov = model.gp_.predict(self.cell_features, return_cov=True)
             cov = cov - model.noise_ * np.eye(len(cov))
             mean[:, j] = model.coef_[0] + self.cell_features @ model.coef_[1:] + residual
+            if self.shared_surface and self._shared is not None:
+                mean[:, j] += self._shared_at[: len(self.cell_features)]
             std[:, j] = self.uncertainty_scale * np.sqrt(np.maximum(np.diag(cov), 1e-12))
             if self.distance_uncertainty > 0:
                 # The model is wrong in ways its own variance does not show (protocol switches,
