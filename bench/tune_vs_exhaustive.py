@@ -43,7 +43,10 @@ def parse_params(items: list[str]) -> dict[str, object]:
     params: dict[str, object] = {}
     for item in items:
         name, value = item.split("=", 1)
-        params[name] = float(value) if "." in value or "e" in value else int(value)
+        try:  # JSON (numbers, true/false, strings in quotes), else the text itself
+            params[name] = json.loads(value)
+        except json.JSONDecodeError:
+            params[name] = value
     return params
 
 
