@@ -288,7 +288,7 @@ def test_tune_records_compositions_at_2x1_and_run_accepts_the_written_file(
     assert ch4.exists() != checked.dropped and after.missing_files() == []
     assert ("MPIR_CVAR_CH4_COLL_SELECTION_TUNING_JSON_FILE" in after.activation_env()) != checked.dropped
     if not checked.dropped:  # the drop path all the same: the file goes, `run` checks what is left
-        after = drop_compositions(after, library, {"allreduce"})
+        after = drop_compositions(after, library, adapter_for(library), {"allreduce"})
         after.save()
         assert not ch4.exists() and after.compositions.files == {} and after.compositions.chosen() == {}
         assert after.compositions.collectives[0].choice.reason.startswith("dropped by verify")

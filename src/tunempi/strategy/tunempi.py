@@ -249,6 +249,7 @@ class TunempiStrategy(Strategy):
                 edge.setdefault((c.nodes, c.ppn), []).append(i)
         if not edge:
             return mean
+        log_size = np.log2([max(c.msg_bytes, 1) for c in self.space.cells])
         carried = mean.copy()
         for i, cell in enumerate(self.space.cells):
             if cell.ranks <= largest:
@@ -256,9 +257,8 @@ class TunempiStrategy(Strategy):
             # The layout with the same ranks per node if E has one, else the one spread over most nodes.
             same_ppn = [layout for layout in edge if layout[1] == cell.ppn]
             anchors = edge[same_ppn[0] if same_ppn else max(edge)]
-            anchor_log_size = np.log2([max(self.space.cells[k].msg_bytes, 1) for k in anchors])
             target = max(cell.msg_bytes, 1) * (cell.ranks / largest) ** self.carry_exponent
-            anchor = anchors[int(np.argmin(np.abs(anchor_log_size - np.log2(max(target, 1)))))]
+            anchor = anchors[int(np.argmin(np.abs(log_size[anchors] - np.log2(max(target, 1)))))]
             row = mean[anchor]
             if np.isfinite(row[self.usable_mask()[i]]).any():
                 # Algorithms without an estimate at the anchor are not chosen here.

@@ -124,6 +124,12 @@ def suspicious(verified: Sequence[VerifiedCell], threshold: float = SUSPICIOUS_B
     return [v.cell for v in verified if v.verdict == "same" and v.speedup < threshold]
 
 
+def goes_back_to_default(verdict: str, speedup: float) -> bool:
+    """The rule for a tuned choice against the library's: slower beyond noise, failed, or no evidence
+    either way with the estimate below 1 (the library's own choice costs nothing to keep)."""
+    return verdict in ("slower", "failed") or (verdict == "same" and speedup < 1.0)
+
+
 def apply_replacements(selection: Mapping[Cell, str], verified: Sequence[VerifiedCell]
                        ) -> tuple[dict[Cell, str], list[VerifiedCell]]:
     """Cells slower beyond noise, estimated slower within noise, or whose tuned run failed go back to
@@ -131,7 +137,7 @@ def apply_replacements(selection: Mapping[Cell, str], verified: Sequence[Verifie
     fixed = dict(selection)
     out = []
     for v in verified:
-        if v.verdict in ("slower", "failed") or (v.verdict == "same" and v.speedup < 1.0):
+        if goes_back_to_default(v.verdict, v.speedup):
             fixed[v.cell] = DEFAULT_ALGORITHM
             v = VerifiedCell(v.cell, v.algorithm, v.tuned_us, v.default_us, v.speedup, v.ci_low, v.ci_high,
                              v.verdict, replaced=True)
@@ -222,6 +228,5 @@ def compositions_to_drop(verified: Sequence[VerifiedComposition], *, applies_to_
     """Collectives whose composition goes: slower beyond noise, estimated slower within noise, or failed (as
     for a cell's rule). Where the library takes one composition for every collective, one such verdict
     drops it for all of them."""
-    drop = {v.collective for v in verified
-            if v.verdict in ("slower", "failed") or (v.verdict == "same" and v.speedup < 1.0)}
+    drop = {v.collective for v in verified if goes_back_to_default(v.verdict, v.speedup)}
     return {v.collective for v in verified} if drop and applies_to_all else drop

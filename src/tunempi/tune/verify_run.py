@@ -21,6 +21,7 @@ from tunempi.bench.validate import DEFAULT_ALGORITHM
 from tunempi.errors import UsageError
 from tunempi.launch.hosts import NodeAllocation
 from tunempi.mpi.library import MPILibrary
+from tunempi.mpi.vendor import VendorAdapter
 from tunempi.space import Cell
 from tunempi.store.results import utc_timestamp
 from tunempi.tune.compositions import (
@@ -182,16 +183,13 @@ def rewrite_files(manifest: Manifest, library: MPILibrary, fixed: Mapping[Cell, 
         for row in manifest.selection))
 
 
-def verify_compositions(plan: VerifyPlan, settings: MeasureSettings, listener: VerifyListener
-                        ) -> list[VerifiedComposition]:
+def verify_compositions(plan: VerifyPlan, adapter: VendorAdapter, settings: MeasureSettings,
+                        listener: VerifyListener) -> list[VerifiedComposition]:
     """Each written composition against the library's default at the layout it was chosen at: `repeats`
     repetitions of one launch each, order alternating (evidence.pair_order), at the composition sizes."""
-    from tunempi.mpi.discovery import adapter_for
-
     chosen = plan.manifest.compositions.chosen()
     if not chosen:
         return []
-    adapter = adapter_for(plan.library)
     allocation = NodeAllocation.from_environment()
     layouts = {r.collective: r.layout for r in plan.manifest.compositions.collectives}
     sizes = plan.manifest.compositions.sizes
@@ -212,10 +210,9 @@ def verify_compositions(plan: VerifyPlan, settings: MeasureSettings, listener: V
     return verified
 
 
-def drop_compositions(manifest: Manifest, library: MPILibrary, drop: set[str]) -> Manifest:
+def drop_compositions(manifest: Manifest, library: MPILibrary, adapter: VendorAdapter, drop: set[str]) -> Manifest:
     """The manifest without the compositions of `drop`: the composition file rewritten with the rest (read
     back strictly by `run`'s check) or deleted, the choices saying why."""
-    from tunempi.mpi.discovery import adapter_for
     from tunempi.tune.apply import check_tuning_files
 
     before = manifest.compositions
@@ -229,7 +226,7 @@ def drop_compositions(manifest: Manifest, library: MPILibrary, drop: set[str]) -
     env: dict[str, str] = {}
     if keep:
         nodes = max(r.layout[1] for r in before.collectives)
-        written = write_composition_choices(adapter_for(library), keep, manifest.directory, nodes=nodes)
+        written = write_composition_choices(adapter, keep, manifest.directory, nodes=nodes)
         files, env_files, env = dict(written.files), dict(written.env_files), dict(written.env)
     for name in set(before.files.values()) - set(files.values()):
         (manifest.directory / name).unlink(missing_ok=True)
@@ -269,14 +266,17 @@ def run_verify(directory: Path, *, repeats: int = 3, settings: MeasureSettings =
     if replaced:
         listener.rewriting()
         manifest = rewrite_files(manifest, plan.library, fixed, smoke)
-    compositions = verify_compositions(plan, settings, listener)
-    if compositions:
+    if plan.manifest.compositions.chosen():
         from tunempi.mpi.discovery import adapter_for
 
-        drop = compositions_to_drop(compositions, applies_to_all=adapter_for(plan.library).composition_applies_to_all())
+        adapter = adapter_for(plan.library)
+        compositions = verify_compositions(plan, adapter, settings, listener)
+        drop = compositions_to_drop(compositions, applies_to_all=adapter.composition_applies_to_all())
         compositions = [dataclasses.replace(v, dropped=v.collective in drop) for v in compositions]
         if drop:
-            manifest = drop_compositions(manifest, plan.library, drop)
+            manifest = drop_compositions(manifest, plan.library, adapter, drop)
+    else:
+        compositions = []
     manifest = record_verify(manifest, verified, repeats=repeats, second_pass=len(again), settings=settings,
                              wall_s=time.monotonic() - started, compositions=compositions)
     assert manifest.verify is not None
