@@ -210,7 +210,7 @@ def test_warm_start_gets_small_scales_free_and_scores_the_rest() -> None:
 @pytest.mark.parametrize(("collective", "at_15_percent"), [("allreduce", 1.08), ("alltoall", 1.04)])
 def test_peak_curve_key_points_regression(peak_dataset: Path, collective: str, at_15_percent: float) -> None:
     """Loose pins of the default strategy on Peak (seed 0, 15 % of the exhaustive cost, one launch per
-    point): docs/strategies.md has 1.039 and 1.008 over 5 seeds. A change that makes it much worse fails."""
+    point): docs/strategies.md has 1.037 and 1.012 over 5 seeds. A change that makes it much worse fails."""
     summaries, traces = simulate(load_frame(peak_dataset), collective, ["tunempi"], seeds=1,
                                  budget_fraction=0.15)
     summary = summaries[0]
@@ -221,9 +221,10 @@ def test_peak_curve_key_points_regression(peak_dataset: Path, collective: str, a
 
 
 @pytest.mark.parametrize(("sweep", "collective", "above_limit"), [
-    # Peak alltoall: 1.06 over 5 seeds; the log-linear trend ("trend") gave 1.33, on this seed 2.04.
+    # Peak alltoall: 1.04 over 5 seeds, 1.03 on this seed; the log-linear trend ("trend") gave 1.33, on this
+    # seed 2.04.
     ("peak", "alltoall", 1.15),
-    # pr7730 bcast: 1.09 over 5 seeds and on this seed; carrying at the same bytes per rank (the rule before
+    # pr7730 bcast: 1.07 over 5 seeds, 1.09 on this seed; carrying at the same bytes per rank (the rule before
     # CARRY_EXPONENT) gave 1.24 on this seed, the trend 1.16.
     ("pr7730", "bcast", 1.12),
 ])

@@ -139,8 +139,8 @@ def test_context_from_other_scales_predicts_a_new_scale() -> None:
 
 
 def test_tunempi_with_a_shared_surface_keeps_the_contract_and_uses_it() -> None:
-    """`shared_surface=True` (opt-in, docs/strategies.md): the same seed asks the same, nothing outside the
-    measurable space, a selection for every cell as good as the default model's here, and the surface
+    """`shared_surface=True` (the default, docs/strategies.md): the same seed asks the same, nothing outside
+    the measurable space, a selection for every cell as good as without the surface here, and the surface
     changes the posterior (it is fitted, not ignored)."""
     runs = []
     for shared in (True, True, False):
@@ -210,3 +210,31 @@ def test_tunempi_carries_the_decision_at_the_largest_measured_scale_beyond_it(co
                           budget_s=0.5 * Oracle(backend).exhaustive_cost(), extrapolation="trend")
     _drive(trend, backend)
     assert trend.select() != table
+
+
+def _first_batch_after_one_layout(fixed: bool) -> tuple[list[Request], set[tuple[int, int, int]]]:
+    """tunempi under the engine cost model (one launch per layout), told every point at 2 ranks; its next
+    batch, and the layouts launched so far."""
+    from tunempi.sim import CostModel
+    from tunempi.strategy.tunempi import TunempiStrategy
+
+    backend = ReplayBackend(FRAME, "allreduce", seed=0, cost_model=CostModel.named("engine"))
+    space = backend.space()
+    strategy = make_strategy("tunempi", space, seed=0)
+    assert isinstance(strategy, TunempiStrategy)
+    if not fixed:  # the batch's cost without launches (before issue 15's fix)
+        strategy._layout_launches = lambda: (0.0, {c.scale for c in space.cells})  # type: ignore[method-assign]
+    strategy._initial_done = True
+    strategy.tell(backend.measure([Request(c, space.candidates(c)) for c in space.cells if c.ranks == 2]))
+    return strategy.ask(), {r.cell.scale for r in strategy.records}
+
+
+def test_tunempi_batch_counts_the_launch_of_a_new_layout() -> None:
+    """Where points share one launch per layout (the engine), a batch is cut at `batch_size` cells once it
+    opens a layout whose launch alone costs more than 3 % of what was spent: the cells' own predicted costs
+    (milliseconds) leave the launch out, and the batch then grew to 24 cells over several new layouts."""
+    batch, launched = _first_batch_after_one_layout(fixed=True)
+    new_layouts = {r.cell.scale for r in batch} - launched
+    assert new_layouts and len(batch) == 3
+    unbounded, _ = _first_batch_after_one_layout(fixed=False)
+    assert len(unbounded) > 3 and len({r.cell.scale for r in unbounded} - launched) > len(new_layouts)

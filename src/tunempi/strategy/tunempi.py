@@ -2,8 +2,10 @@
 
 What matters is not the latency surface but which algorithm wins in each cell. The strategy
 
-1. models every algorithm's log latency with a Gaussian process on a linear trend (model/
-   gaussian_process.py, Matern 3/2 on log features plus log2 bytes-per-rank): it interpolates, extrapolates
+1. models every algorithm's log latency as a surface all algorithms share (a GP on the per-cell average
+   of their residuals from a linear fit: what one algorithm shows in a cell says something about the
+   others there) plus a Gaussian process on a linear trend per algorithm (model/gaussian_process.py,
+   Matern 3/2 on log features plus log2 bytes-per-rank): it interpolates, extrapolates
    log-linearly beyond the measured range and is uncertain far from data (a forest is the opposite: its
    trees agree where nothing was measured). Inside the measured scales its mean is averaged with a small
    forest's (they err in different places); its std gets a misspecification term growing with the distance,
@@ -37,6 +39,11 @@ from tunempi.collectives import BLOCK_COLLECTIVES
 from tunempi.model import TrendGaussianProcess
 from tunempi.strategy.base import Request, Strategy
 from tunempi.strategy.forest_selection import ForestFill
+
+#: The shared surface's hyperparameters are re-optimised when its measured cells grew by this factor (else
+#: refitted with the previous ones). Every refit costs ~1.5x the model work; 1.25 (the per-algorithm GPs'
+#: growth) and 1.1 cost the same as without the surface, and 1.1 selected best of the three (docs/strategies.md).
+SHARED_REOPTIMIZE_GROWTH = 1.1
 
 #: How the decision of the largest measured scale E is carried to a larger scale R (`extrapolation="carry"`):
 #: a cell of size s at R takes E's decision at size s * (R / E) ** exponent. -1: the same bytes per rank,
@@ -80,7 +87,7 @@ class TunempiStrategy(Strategy):
         forest_blend: float = 0.5,
         extrapolation: str = "carry",
         carry_exponent: float | None = None,
-        shared_surface: bool = False,
+        shared_surface: bool = True,
         **kwargs: Any,
     ) -> None:
         super().__init__(space, **kwargs)
@@ -104,6 +111,7 @@ class TunempiStrategy(Strategy):
         self.shared_surface = shared_surface
         self._shared: TrendGaussianProcess | None = None
         self._shared_at = np.zeros(0)
+        self._shared_optimized_at = 0
         #: None: the collective's `CARRY_EXPONENT`; a number overrides it (experiments).
         self.carry_exponent = _carry_exponent(space.collective) if carry_exponent is None else carry_exponent
         self._forest = ForestFill(n_estimators=50, random_state=self.seed)
@@ -148,11 +156,12 @@ class TunempiStrategy(Strategy):
             self._models[int(j)] = model
 
     def _fit_shared(self, cells: np.ndarray, algorithms: np.ndarray, target: np.ndarray) -> np.ndarray:
-        """`shared_surface` (opt-in, docs/strategies.md "Tried for goal 1"): what all algorithms share. Per
-        algorithm a linear fit is removed, the residuals are averaged per measured cell, and a GP is
+        """`shared_surface` (the default since issue 15, docs/strategies.md): what all algorithms share.
+        Per algorithm a linear fit is removed, the residuals are averaged per measured cell, and a GP is
         fitted to those averages; the per-algorithm GPs then model what is left, so a cell's measured
-        algorithms inform its unmeasured ones. Returns the surface at each training row (subtracted
-        before the per-algorithm fits, added back in the posterior mean)."""
+        algorithms inform its unmeasured ones (the selection's excess slowdown sits mostly in cells never
+        measured). Returns the surface at each training row (subtracted before the per-algorithm fits,
+        added back in the posterior mean)."""
         residual = np.zeros_like(target)
         for j in np.unique(algorithms):
             rows = algorithms == j
@@ -167,7 +176,14 @@ class TunempiStrategy(Strategy):
             self._shared = None
             self._shared_at = np.zeros(len(self.row_features))
             return np.zeros_like(target)
-        self._shared = TrendGaussianProcess(random_state=self.seed).fit(self.row_features[unique], sums / counts)
+        # Like the per-algorithm GPs: hyperparameters re-optimised only when the cells grew enough.
+        previous = self._shared
+        optimize = previous is None or len(unique) >= SHARED_REOPTIMIZE_GROWTH * self._shared_optimized_at
+        self._shared = TrendGaussianProcess(
+            kernel=None if previous is None else previous.kernel_, optimize=optimize, random_state=self.seed,
+        ).fit(self.row_features[unique], sums / counts)
+        if optimize:
+            self._shared_optimized_at = len(unique)
         self._shared_at = self._shared.predict(self.row_features)
         return self._shared_at[cells]
 
@@ -307,6 +323,15 @@ class TunempiStrategy(Strategy):
         latency_s = np.exp(np.where(np.isfinite(mean), mean, np.nanmax(mean) if np.isfinite(mean).any() else 0.0))
         return overhead + per_cell[:, None] * latency_s * 1e-6
 
+    def _layout_launches(self) -> tuple[float, set[tuple[int, int, int]]]:
+        """Where runs share one launch per layout (records with no launch of their own): the seconds a
+        launch costs and the layouts already launched; (0, all) where every run pays its own launch."""
+        ok = [r for r in self.records if r.ok and r.cost_s > 0]
+        if not any(r.launches == 0 for r in ok):
+            return 0.0, {c.scale for c in self.space.cells}
+        paid = [max(r.cost_s - r.iterations * r.measured_us * 1e-6, 0.0) / r.launches for r in ok if r.launches > 0]
+        return (float(np.median(paid)) if paid else 0.0), {r.cell.scale for r in self.records if r.cost_s > 0}
+
     # -- ask/tell ---------------------------------------------------------------------------------
     def _initial_cells(self) -> list[int]:
         """Cheap corners and middle of the measurable space (never the largest scale x largest size)."""
@@ -371,6 +396,10 @@ class TunempiStrategy(Strategy):
         requests: list[Request] = []
         candidates = np.flatnonzero(self._measurable_mask & contenders.any(axis=1))
         batch_cost = 0.0
+        # The batch's cost counts the launch of each layout not launched yet: a cell's predicted cost
+        # leaves it out (its value per cost would shun new scales, docs/strategies.md), but where points
+        # share a launch per layout, one pick at a new layout can cost more than the rest of the batch.
+        launch_s, launched = self._layout_launches()
         for picked in range(self.max_batch):
             # At least `batch_size` cells; more while the batch is cheap next to what was spent so far
             # (points that cost milliseconds, as in a running engine, are not worth a model refit each).
@@ -386,6 +415,9 @@ class TunempiStrategy(Strategy):
             requests.append(Request(self.space.cells[pick], algorithms))
             remaining = remaining * (1.0 - fraction[:, pick])
             batch_cost += float(cost[pick])
+            if self.space.cells[pick].scale not in launched:
+                batch_cost += launch_s
+                launched.add(self.space.cells[pick].scale)
             candidates = np.delete(candidates, best)
         return requests
 
