@@ -35,6 +35,7 @@ from tunempi.collectives import DEFAULT_ALGORITHM
 from tunempi.mpi.discovery import adapter_for, resolve_library
 from tunempi.report.console import TuneProgress
 from tunempi.store.results import ResultStore
+from tunempi.strategy import setting_value
 from tunempi.tune.job import TuneOptions, run_tune
 from tunempi.units import parse_duration, parse_size
 
@@ -43,10 +44,7 @@ def parse_params(items: list[str]) -> dict[str, object]:
     params: dict[str, object] = {}
     for item in items:
         name, value = item.split("=", 1)
-        try:  # JSON (numbers, true/false, strings in quotes), else the text itself
-            params[name] = json.loads(value)
-        except json.JSONDecodeError:
-            params[name] = value
+        params[name] = setting_value(value)
     return params
 
 

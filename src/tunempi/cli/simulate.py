@@ -15,7 +15,7 @@ from tunempi.config import resolve
 from tunempi.errors import UsageError
 from tunempi.report.console import output_console
 from tunempi.sim import CostModel, ReplayBackend, load_frame, simulate
-from tunempi.strategy import DEFAULT_STRATEGY, STRATEGIES, make_strategy
+from tunempi.strategy import DEFAULT_STRATEGY, STRATEGIES, make_strategy, setting_value
 
 
 def _strategies(strategy: str | None, compare: str | None) -> list[str]:
@@ -40,11 +40,7 @@ def _strategy_params(settings: list[str] | None, names: list[str], space: Any) -
             raise UsageError(f"--param {setting!r}: expected STRATEGY.KEY=VALUE, e.g. tunempi.extrapolation=trend")
         if name not in names:
             raise UsageError(f"--param {setting!r}: {name!r} is not among the strategies run ({', '.join(names)})")
-        try:
-            value = json.loads(text)
-        except json.JSONDecodeError:
-            value = text
-        params.setdefault(name, {})[key] = value
+        params.setdefault(name, {})[key] = setting_value(text)
     for name, given in params.items():
         try:
             make_strategy(name, space, **given)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 from tunempi.errors import UsageError
@@ -26,7 +27,16 @@ def make_strategy(name: str, space: FeatureSpace, **kwargs: Any) -> Strategy:
     return cls(space, **kwargs)
 
 
+def setting_value(text: str) -> Any:
+    """A strategy setting's value from the command line: JSON (numbers, true/false, quoted strings), else
+    the text itself (`tunempi simulate --param`, bench scripts)."""
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError:
+        return text
+
+
 __all__ = [
     "DEFAULT_STRATEGY", "STRATEGIES", "AcclaimStrategy", "ExhaustiveStrategy", "MeasurementRecord",
-    "RandomStrategy", "Request", "SelectionTable", "Strategy", "TunempiStrategy", "make_strategy",
+    "RandomStrategy", "Request", "SelectionTable", "Strategy", "TunempiStrategy", "make_strategy", "setting_value",
 ]

@@ -37,7 +37,7 @@ import numpy as np
 
 from tunempi.collectives import BLOCK_COLLECTIVES
 from tunempi.model import TrendGaussianProcess
-from tunempi.strategy.base import Request, Strategy
+from tunempi.strategy.base import MeasurementRecord, Request, Strategy
 from tunempi.strategy.forest_selection import ForestFill
 
 #: The shared surface's hyperparameters are re-optimised when its measured cells grew by this factor (else
@@ -210,7 +210,7 @@ class TunempiStrategy(Strategy):
             residual, cov = model.gp_.predict(self.cell_features, return_cov=True)
             cov = cov - model.noise_ * np.eye(len(cov))
             mean[:, j] = model.coef_[0] + self.cell_features @ model.coef_[1:] + residual
-            if self.shared_surface and self._shared is not None:
+            if self._shared is not None:  # fitted only with `shared_surface`
                 mean[:, j] += self._shared_at[: len(self.cell_features)]
             std[:, j] = self.uncertainty_scale * np.sqrt(np.maximum(np.diag(cov), 1e-12))
             if self.distance_uncertainty > 0:
@@ -303,16 +303,16 @@ class TunempiStrategy(Strategy):
         return chosen, regret, p_best
 
     # -- cost ----------------------------------------------------------------------------------
-    def _predicted_cost(self, mean: np.ndarray) -> np.ndarray:
-        """(cells x algorithms) seconds a run would cost, from what the records say about costs."""
-        ok = [r for r in self.records if r.ok and r.cost_s > 0]
-        if ok:
-            overhead = float(np.median([
-                max(r.cost_s - r.iterations * r.measured_us * 1e-6, 0.0) / max(r.launches, 1)
-                for r in ok
-            ]))
-        else:
-            overhead = 1.0
+    def _paid_runs(self) -> list[tuple[MeasurementRecord, float]]:
+        """The successful runs this strategy paid for, each with its overhead: the seconds beyond its
+        iterations (launches, setup)."""
+        return [(r, max(r.cost_s - r.iterations * r.measured_us * 1e-6, 0.0))
+                for r in self.records if r.ok and r.cost_s > 0]
+
+    def _predicted_cost(self, mean: np.ndarray, paid: list[tuple[MeasurementRecord, float]]) -> np.ndarray:
+        """(cells x algorithms) seconds a run would cost, from what the paid runs say about costs."""
+        ok = [r for r, _ in paid]
+        overhead = float(np.median([o / max(r.launches, 1) for r, o in paid])) if paid else 1.0
         sizes = np.array(sorted({r.cell.msg_bytes for r in ok})) if ok else np.array([])
         iterations_at = {r.cell.msg_bytes: r.iterations for r in ok}
         per_cell = np.ones(len(self.space.cells))
@@ -323,14 +323,14 @@ class TunempiStrategy(Strategy):
         latency_s = np.exp(np.where(np.isfinite(mean), mean, np.nanmax(mean) if np.isfinite(mean).any() else 0.0))
         return overhead + per_cell[:, None] * latency_s * 1e-6
 
-    def _layout_launches(self) -> tuple[float, set[tuple[int, int, int]]]:
-        """Where runs share one launch per layout (records with no launch of their own): the seconds a
+    def _layout_launches(self, paid: list[tuple[MeasurementRecord, float]]) -> tuple[float, set[tuple[int, int, int]]]:
+        """Where runs share one launch per layout (paid runs with no launch of their own): the seconds a
         launch costs and the layouts already launched; (0, all) where every run pays its own launch."""
-        ok = [r for r in self.records if r.ok and r.cost_s > 0]
-        if not any(r.launches == 0 for r in ok):
+        if not any(r.launches == 0 for r, _ in paid):
             return 0.0, {c.scale for c in self.space.cells}
-        paid = [max(r.cost_s - r.iterations * r.measured_us * 1e-6, 0.0) / r.launches for r in ok if r.launches > 0]
-        return (float(np.median(paid)) if paid else 0.0), {r.cell.scale for r in self.records if r.cost_s > 0}
+        per_launch = [o / r.launches for r, o in paid if r.launches > 0]
+        launched = {r.cell.scale for r in self.records if r.cost_s > 0}
+        return (float(np.median(per_launch)) if per_launch else 0.0), launched
 
     # -- ask/tell ---------------------------------------------------------------------------------
     def _initial_cells(self) -> list[int]:
@@ -378,7 +378,8 @@ class TunempiStrategy(Strategy):
         contenders &= counts < self.max_repeats
         contenders[~self._measurable_mask] = False
         n_contenders = np.maximum(((p_best >= self.contention) & self.usable_mask()).sum(axis=1), 1)
-        cost = np.where(contenders, self._predicted_cost(mean), 0.0).sum(axis=1)
+        paid = self._paid_runs()
+        cost = np.where(contenders, self._predicted_cost(mean, paid), 0.0).sum(axis=1)
 
         # fraction[k, i]: share of cell k's contenders' variance removed by measuring them in cell i.
         fraction = np.zeros((len(chosen), len(chosen)))
@@ -399,7 +400,7 @@ class TunempiStrategy(Strategy):
         # The batch's cost counts the launch of each layout not launched yet: a cell's predicted cost
         # leaves it out (its value per cost would shun new scales, docs/strategies.md), but where points
         # share a launch per layout, one pick at a new layout can cost more than the rest of the batch.
-        launch_s, launched = self._layout_launches()
+        launch_s, launched = self._layout_launches(paid)
         for picked in range(self.max_batch):
             # At least `batch_size` cells; more while the batch is cheap next to what was spent so far
             # (points that cost milliseconds, as in a running engine, are not worth a model refit each).

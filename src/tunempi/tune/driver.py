@@ -470,8 +470,8 @@ def _fresh_latencies(strategy: Strategy) -> dict[tuple[Cell, str], list[float]]:
     store cost this tune nothing: `cost_s` 0)."""
     fresh: dict[tuple[Cell, str], list[float]] = {}
     for record in strategy.records:
-        if record.ok and record.cost_s > 0 and record.latency_us is not None:
-            fresh.setdefault((record.cell, record.algorithm), []).append(float(record.latency_us))
+        if record.ok and record.cost_s > 0:
+            fresh.setdefault((record.cell, record.algorithm), []).append(record.measured_us)
     return fresh
 
 
