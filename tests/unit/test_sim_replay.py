@@ -13,6 +13,7 @@ from tunempi.sim import CostModel, Oracle, ReplayBackend, load_frame, simulate
 from tunempi.sim.synthetic import synthetic_frame
 from tunempi.space import Cell
 from tunempi.strategy import Request
+from tunempi.strategy.tunempi import COST_STAIRS
 
 
 def _tiny() -> pd.DataFrame:
@@ -254,3 +255,36 @@ def test_cells_where_only_the_default_ran_are_not_cells_to_tune() -> None:
     backend = ReplayBackend(pd.concat([frame, only_default]), "bcast")
     assert [c.ranks for c in backend.cells] == [2, 4]
     assert Oracle(backend).best_algorithm == ["a", "b"]
+
+
+def _first_batch_after_the_initial_design(frame: pd.DataFrame, **params: object) -> tuple[list[Cell], list[Cell], float]:
+    """Peak allgather, seed 3, one launch per point: the cells of the initial design, those of the next
+    batch, and that batch's cost as a fraction of the exhaustive sweep's."""
+    from tunempi.strategy import make_strategy
+
+    backend = ReplayBackend(frame, "allgather", seed=3)
+    space = backend.space()
+    exhaustive = Oracle(backend).exhaustive_cost()
+    strategy = make_strategy("tunempi", space, seed=3, budget_s=exhaustive, **params)
+    initial = strategy.ask()
+    strategy.tell(backend.measure(initial))
+    batch = strategy.ask()
+    spent = strategy.spent_s
+    strategy.tell(backend.measure(batch))
+    return [r.cell for r in initial], [r.cell for r in batch], (strategy.spent_s - spent) / exhaustive
+
+
+def test_tunempi_stairs_step_up_to_costly_cells(peak_dataset: Path) -> None:
+    """After the initial design (5 cells) the model predicts Peak allgather at 512 ranks x 1 MiB e^7.9 us
+    (measured: e^13-e^14), and the next batch goes there: 0.17 of the exhaustive cost after 0.014 was spent.
+    With `stairs=COST_STAIRS` (opt-in) a cell is measured only within 2 doublings of ranks and 4 of size
+    above a measured one."""
+    frame = load_frame(peak_dataset)
+    initial, batch, cost = _first_batch_after_the_initial_design(frame, stairs=COST_STAIRS)
+    for cell in batch:
+        assert any(np.log2(cell.ranks / c.ranks) <= 2 and np.log2(cell.msg_bytes / c.msg_bytes) <= 4
+                   for c in initial), cell
+    assert cost < 0.03
+    _, unguarded, unguarded_cost = _first_batch_after_the_initial_design(frame)
+    assert (512, 1 << 20) in {(c.ranks, c.msg_bytes) for c in unguarded}
+    assert unguarded_cost > 0.1
