@@ -12,7 +12,7 @@ from typer.testing import CliRunner
 from tunempi.sim import CostModel, Oracle, ReplayBackend, load_frame, simulate
 from tunempi.sim.synthetic import synthetic_frame
 from tunempi.space import Cell
-from tunempi.strategy import Request
+from tunempi.strategy import Request, make_strategy
 from tunempi.strategy.tunempi import COST_STAIRS
 
 
@@ -260,8 +260,6 @@ def test_cells_where_only_the_default_ran_are_not_cells_to_tune() -> None:
 def _first_batch_after_the_initial_design(frame: pd.DataFrame, **params: object) -> tuple[list[Cell], list[Cell], float]:
     """Peak allgather, seed 3, one launch per point: the cells of the initial design, those of the next
     batch, and that batch's cost as a fraction of the exhaustive sweep's."""
-    from tunempi.strategy import make_strategy
-
     backend = ReplayBackend(frame, "allgather", seed=3)
     space = backend.space()
     exhaustive = Oracle(backend).exhaustive_cost()
