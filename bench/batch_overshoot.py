@@ -13,36 +13,24 @@ off (after the initial design, allgather at 512 ranks x 1 MiB was predicted e^7.
 from __future__ import annotations
 
 import argparse
-import functools
 import json
 from concurrent.futures import ProcessPoolExecutor
 from multiprocessing import get_context
 from pathlib import Path
 from typing import Any
 
-import numpy as np
-import pandas as pd
+from strategy_matrix import COLLECTIVES, FILES, replay_frame, replay_setup
 from threadpoolctl import threadpool_limits
 
-from tunempi.sim import CostModel, Oracle, ReplayBackend, load_frame
+from tunempi.sim import CostModel, ReplayBackend
 from tunempi.strategy import make_strategy
-
-FILES = ("data/ornl-peak.csv.gz", "data/ornl-peak-pr7730.csv.gz")
-COLLECTIVES = ("allreduce", "bcast", "allgather", "alltoall")
-
-
-@functools.cache
-def _frame(path: str) -> pd.DataFrame:
-    return load_frame(Path(path))
 
 
 def _overshoots(path: str, collective: str, cost_model: str, seed: int, over: float, until: float,
                 params: dict[str, Any]) -> list[str]:
     threadpool_limits(limits=1)
-    model = CostModel.named(cost_model)
-    oracle = Oracle(ReplayBackend(_frame(path), collective, seed=0, cost_model=model))
-    exhaustive = oracle.exhaustive_cost(cells=np.ones(len(oracle.cells), dtype=bool))
-    backend = ReplayBackend(_frame(path), collective, seed=seed, cost_model=model)
+    _, exhaustive, _ = replay_setup(path, collective, cost_model, until)
+    backend = ReplayBackend(replay_frame(path), collective, seed=seed, cost_model=CostModel.named(cost_model))
     space = backend.space()
     strategy = make_strategy("tunempi", space, seed=seed, measurable=space, budget_s=exhaustive, **params)
     found = []

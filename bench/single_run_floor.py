@@ -14,32 +14,23 @@ everything once gives.
 from __future__ import annotations
 
 import argparse
-import functools
 from concurrent.futures import ProcessPoolExecutor
 from multiprocessing import get_context
 from pathlib import Path
 
 import numpy as np
-import pandas as pd
+from strategy_matrix import COLLECTIVES, FILES, replay_frame
 from threadpoolctl import threadpool_limits
 
-from tunempi.sim import Oracle, ReplayBackend, load_frame
+from tunempi.sim import Oracle, ReplayBackend
 from tunempi.space import Cell
 from tunempi.strategy import Request, make_strategy
-
-FILES = ("data/ornl-peak.csv.gz", "data/ornl-peak-pr7730.csv.gz")
-COLLECTIVES = ("allreduce", "bcast", "allgather", "alltoall")
-
-
-@functools.cache
-def _frame(path: str) -> pd.DataFrame:
-    return load_frame(Path(path))
 
 
 def _one(path: str, collective: str, seed: int) -> tuple[float, float]:
     """(raw, model) average slowdown of one seed's full single-run sweep."""
     threadpool_limits(limits=1)
-    frame = _frame(path)
+    frame = replay_frame(path)
     oracle = Oracle(ReplayBackend(frame, collective, seed=0))
     backend = ReplayBackend(frame, collective, seed=seed)
     space = backend.space()

@@ -37,12 +37,14 @@ RESOLUTION = 200
 
 
 @functools.cache
-def _frame(path: str) -> pd.DataFrame:
+def replay_frame(path: str) -> pd.DataFrame:
+    """A replayed sweep, loaded once per process (also used by the other strategy bench scripts)."""
     return load_frame(Path(path))
 
 
-def _setup(path: str, collective: str, cost_model: str, budget_fraction: float) -> tuple[Oracle, float, np.ndarray]:
-    oracle = Oracle(ReplayBackend(_frame(path), collective, seed=0, cost_model=CostModel.named(cost_model)))
+def replay_setup(path: str, collective: str, cost_model: str, budget_fraction: float) -> tuple[Oracle, float, np.ndarray]:
+    """The oracle, the exhaustive cost and the curve's grid up to `budget_fraction` of it."""
+    oracle = Oracle(ReplayBackend(replay_frame(path), collective, seed=0, cost_model=CostModel.named(cost_model)))
     exhaustive = oracle.exhaustive_cost(cells=np.ones(len(oracle.cells), dtype=bool))
     grid = np.arange(0, int(np.floor(budget_fraction * RESOLUTION + 1e-9)) + 1) * exhaustive / RESOLUTION
     return oracle, exhaustive, grid
@@ -51,8 +53,8 @@ def _setup(path: str, collective: str, cost_model: str, budget_fraction: float) 
 def _run(strategy: str, path: str, collective: str, cost_model: str, seed: int, budget_fraction: float,
          max_ranks: int | None, params: dict[str, Any]) -> Trace:
     threadpool_limits(limits=1)
-    oracle, exhaustive, grid = _setup(path, collective, cost_model, budget_fraction)
-    return run_strategy(strategy, _frame(path), collective, seed=seed, budget_s=budget_fraction * exhaustive,
+    oracle, exhaustive, grid = replay_setup(path, collective, cost_model, budget_fraction)
+    return run_strategy(strategy, replay_frame(path), collective, seed=seed, budget_s=budget_fraction * exhaustive,
                         grid_s=grid, max_ranks=max_ranks, params=params, oracle=oracle,
                         cost_model=CostModel.named(cost_model))
 
@@ -100,7 +102,7 @@ def main() -> None:
     rows = []
     for combo in combos:
         path, collective, cost_model = combo
-        oracle, exhaustive, _ = _setup(path, collective, cost_model, args.budget_fraction)
+        oracle, exhaustive, _ = replay_setup(path, collective, cost_model, args.budget_fraction)
         runs = [traces[combo][s] for s in seeds]
         summary = summarize(runs, oracle, exhaustive, args.train_max_ranks)
         row = {"file": Path(path).name.removesuffix(".csv.gz"), "collective": collective, "cost_model": cost_model,

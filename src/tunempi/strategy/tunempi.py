@@ -342,14 +342,14 @@ class TunempiStrategy(Strategy):
         launched = {r.cell.scale for r in self.records if r.cost_s > 0}
         return (float(np.median(per_launch)) if per_launch else 0.0), launched
 
-    def _within_stairs(self) -> np.ndarray:
+    def _within_stairs(self, stairs: tuple[float, float]) -> np.ndarray:
         """Per cell: at most `stairs` doublings (ranks, size) above some measured cell (anything below
         one is within): where the predicted cost can be trusted."""
         measured = np.flatnonzero(self.measured_counts().sum(axis=1) > 0)
-        if len(measured) == 0 or self.stairs is None:
+        if len(measured) == 0:
             return np.ones(len(self.space.cells), dtype=bool)
         above = self._log_grid[:, None, :] - self._log_grid[None, measured, :]
-        return ((above[:, :, 0] <= self.stairs[0]) & (above[:, :, 1] <= self.stairs[1])).any(axis=1)
+        return ((above[:, :, 0] <= stairs[0]) & (above[:, :, 1] <= stairs[1])).any(axis=1)
 
     # -- ask/tell ---------------------------------------------------------------------------------
     def _initial_cells(self) -> list[int]:
@@ -416,7 +416,7 @@ class TunempiStrategy(Strategy):
         requests: list[Request] = []
         candidates = np.flatnonzero(self._measurable_mask & contenders.any(axis=1))
         if self.stairs is not None:
-            near = self._within_stairs()[candidates]
+            near = self._within_stairs(self.stairs)[candidates]
             if near.any():
                 candidates = candidates[near]
         batch_cost = 0.0
