@@ -11,8 +11,9 @@ from typer.testing import CliRunner
 
 from tunempi.sim import CostModel, Oracle, ReplayBackend, load_frame, simulate
 from tunempi.sim.synthetic import synthetic_frame
-from tunempi.space import Cell
+from tunempi.space import Cell, FeatureSpace
 from tunempi.strategy import Request, make_strategy
+from tunempi.strategy.base import MeasurementRecord
 from tunempi.strategy.tunempi import COST_STAIRS
 
 
@@ -272,17 +273,46 @@ def _first_batch_after_the_initial_design(frame: pd.DataFrame, **params: object)
     return [r.cell for r in initial], [r.cell for r in batch], (strategy.spent_s - spent) / exhaustive
 
 
-def test_tunempi_stairs_step_up_to_costly_cells(peak_dataset: Path) -> None:
+def test_tunempi_cost_floor_keeps_the_first_batch_cheap(peak_dataset: Path) -> None:
     """After the initial design (5 cells) the model predicts Peak allgather at 512 ranks x 1 MiB e^7.9 us
-    (measured: e^13-e^14), and the next batch goes there: 0.17 of the exhaustive cost after 0.014 was spent.
-    With `stairs=COST_STAIRS` (opt-in) a cell is measured only within 2 doublings of ranks and 4 of size
-    above a measured one."""
+    (measured: e^13-e^14). Without a floor under the predicted cost the next batch goes there: 0.17 of the
+    exhaustive cost after 0.014 was spent. With the default `volume_floor` (each rank moves (ranks - 1) x
+    size bytes, at no more than the best rate measured) it stays cheap."""
     frame = load_frame(peak_dataset)
-    initial, batch, cost = _first_batch_after_the_initial_design(frame, stairs=COST_STAIRS)
+    _, batch, cost = _first_batch_after_the_initial_design(frame)
+    assert (512, 1 << 20) not in {(c.ranks, c.msg_bytes) for c in batch}
+    assert cost < 0.03
+    _, unguarded, unguarded_cost = _first_batch_after_the_initial_design(frame, volume_floor=False)
+    assert (512, 1 << 20) in {(c.ranks, c.msg_bytes) for c in unguarded}
+    assert unguarded_cost > 0.1
+
+
+def test_tunempi_stairs_step_up_to_costly_cells(peak_dataset: Path) -> None:
+    """With `stairs=COST_STAIRS` (opt-in) a cell is measured only within 2 doublings of ranks and 4 of size
+    above a measured one: the same case as above, without the floor, stays cheap too."""
+    frame = load_frame(peak_dataset)
+    initial, batch, cost = _first_batch_after_the_initial_design(frame, stairs=COST_STAIRS, volume_floor=False)
     for cell in batch:
         assert any(np.log2(cell.ranks / c.ranks) <= 2 and np.log2(cell.msg_bytes / c.msg_bytes) <= 4
                    for c in initial), cell
     assert cost < 0.03
-    _, unguarded, unguarded_cost = _first_batch_after_the_initial_design(frame)
-    assert (512, 1 << 20) in {(c.ranks, c.msg_bytes) for c in unguarded}
-    assert unguarded_cost > 0.1
+
+
+def test_volume_floor_bounds_the_predicted_latency_of_block_collectives() -> None:
+    """The floor: (ranks - 1) x size bytes at the best rate of any run at that size or larger; none for a
+    whole-buffer collective, none for sizes above every measured one."""
+    def floor(collective: str) -> dict[tuple[int, int], float]:
+        cells = tuple(Cell(collective, ranks, 1, ranks, size) for ranks in (2, 4, 64) for size in (8, 1024, 1 << 20))
+        space = FeatureSpace(collective, cells, ("a", "b"))
+        strategy = make_strategy("tunempi", space, seed=0)
+        # 2 ranks x 1 KiB in 1 us (1024 B/us: the best rate), 4 ranks x 8 B in 1 us (24 B/us)
+        strategy.tell([MeasurementRecord(Cell(collective, 2, 1, 2, 1024), "a", 1.0, iterations=10, cost_s=1.0),
+                       MeasurementRecord(Cell(collective, 4, 1, 4, 8), "b", 1.0, iterations=10, cost_s=1.0)])
+        values = strategy._volume_floor_us([r for r in strategy.records if r.ok])
+        return {(c.ranks, c.msg_bytes): float(v) for c, v in zip(space.cells, values, strict=True)}
+
+    allgather = floor("allgather")
+    assert allgather[(64, 1024)] == pytest.approx(63 * 1024 / 1024)
+    assert allgather[(64, 8)] == pytest.approx(63 * 8 / 1024)  # the 1 KiB rate counts for 8 B too
+    assert allgather[(2, 1 << 20)] == 0.0  # no run at 1 MiB or larger: no floor
+    assert not any(floor("allreduce").values())
