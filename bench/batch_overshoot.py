@@ -14,12 +14,10 @@ from __future__ import annotations
 
 import argparse
 import json
-from concurrent.futures import ProcessPoolExecutor
-from multiprocessing import get_context
 from pathlib import Path
 from typing import Any
 
-from strategy_matrix import COLLECTIVES, FILES, replay_frame, replay_setup
+from strategy_matrix import add_replay_arguments, replay_frame, replay_setup, run_in_pool
 from threadpoolctl import threadpool_limits
 
 from tunempi.sim import CostModel, ReplayBackend
@@ -51,22 +49,17 @@ def _overshoots(path: str, collective: str, cost_model: str, seed: int, over: fl
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--files", default=",".join(FILES))
-    parser.add_argument("--collectives", default=",".join(COLLECTIVES))
+    add_replay_arguments(parser)
     parser.add_argument("--cost-model", default="acclaim", choices=("acclaim", "engine"))
-    parser.add_argument("--seeds", type=int, default=5)
     parser.add_argument("--over", type=float, default=0.03, help="report batches costing more than this "
                         "fraction of the exhaustive cost")
     parser.add_argument("--until", type=float, default=0.2, help="stop at this fraction of the exhaustive cost")
     parser.add_argument("--params", default="{}", help="JSON keyword arguments of the strategy")
-    parser.add_argument("--jobs", type=int, default=2)
     args = parser.parse_args()
     params = json.loads(args.params)
     keys = [(f, c, s) for f in args.files.split(",") for c in args.collectives.split(",") for s in range(args.seeds)]
-    with ProcessPoolExecutor(max_workers=args.jobs, mp_context=get_context("spawn")) as pool:
-        futures = {key: pool.submit(_overshoots, key[0], key[1], args.cost_model, key[2], args.over, args.until,
-                                    params) for key in keys}
-        found = {key: future.result() for key, future in futures.items()}
+    found = run_in_pool(args.jobs, {key: (_overshoots, (key[0], key[1], args.cost_model, key[2], args.over,
+                                                        args.until, params)) for key in keys})
     print(f"cost model {args.cost_model}; batches costing > {args.over} of the exhaustive cost before {args.until}")
     total = 0
     for (f, c, s), lines in found.items():

@@ -14,12 +14,10 @@ Set the result against `bench/strategy_matrix.py`'s per-point figure at the same
 from __future__ import annotations
 
 import argparse
-from concurrent.futures import ProcessPoolExecutor
-from multiprocessing import get_context
 from pathlib import Path
 
 import numpy as np
-from strategy_matrix import COLLECTIVES, FILES, replay_frame, replay_setup
+from strategy_matrix import add_replay_arguments, replay_frame, replay_setup, run_in_pool
 from threadpoolctl import threadpool_limits
 
 from tunempi.sim import CostModel, ReplayBackend
@@ -58,19 +56,14 @@ def _one(path: str, collective: str, seed: int, design: str, budget_fraction: fl
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--files", default=",".join(FILES))
-    parser.add_argument("--collectives", default=",".join(COLLECTIVES))
-    parser.add_argument("--seeds", type=int, default=3)
-    parser.add_argument("--jobs", type=int, default=2)
+    add_replay_arguments(parser, seeds=3)
     parser.add_argument("--budget-fraction", type=float, default=0.15, help="the random design's cost")
     parser.add_argument("--lattice-step", type=int, default=7, help="the lattice measures every k-th size")
     args = parser.parse_args()
     combos = [(f, c, d) for f in args.files.split(",") for c in args.collectives.split(",")
               for d in ("random", "lattice")]
-    with ProcessPoolExecutor(max_workers=args.jobs, mp_context=get_context("spawn")) as pool:
-        futures = {(f, c, d, s): pool.submit(_one, f, c, s, d, args.budget_fraction, args.lattice_step)
-                   for f, c, d in combos for s in range(args.seeds)}
-        results = {key: future.result() for key, future in futures.items()}
+    results = run_in_pool(args.jobs, {(f, c, d, s): (_one, (f, c, s, d, args.budget_fraction, args.lattice_step))
+                                      for f, c, d in combos for s in range(args.seeds)})
     print(f"fixed designs, every algorithm once per cell, tunempi model, {args.seeds} seeds, acclaim cost")
     print("| file | collective | design | average slowdown | fraction of exhaustive cost |")
     print("|---|---|---|---|---|")

@@ -14,12 +14,10 @@ everything once gives.
 from __future__ import annotations
 
 import argparse
-from concurrent.futures import ProcessPoolExecutor
-from multiprocessing import get_context
 from pathlib import Path
 
 import numpy as np
-from strategy_matrix import COLLECTIVES, FILES, replay_frame
+from strategy_matrix import add_replay_arguments, replay_frame, run_in_pool
 from threadpoolctl import threadpool_limits
 
 from tunempi.sim import Oracle, ReplayBackend
@@ -48,15 +46,10 @@ def _one(path: str, collective: str, seed: int) -> tuple[float, float]:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--files", default=",".join(FILES))
-    parser.add_argument("--collectives", default=",".join(COLLECTIVES))
-    parser.add_argument("--seeds", type=int, default=5)
-    parser.add_argument("--jobs", type=int, default=2)
+    add_replay_arguments(parser)
     args = parser.parse_args()
     combos = [(f, c) for f in args.files.split(",") for c in args.collectives.split(",")]
-    with ProcessPoolExecutor(max_workers=args.jobs, mp_context=get_context("spawn")) as pool:
-        futures = {(f, c, s): pool.submit(_one, f, c, s) for f, c in combos for s in range(args.seeds)}
-        results = {key: future.result() for key, future in futures.items()}
+    results = run_in_pool(args.jobs, {(f, c, s): (_one, (f, c, s)) for f, c in combos for s in range(args.seeds)})
     print(f"one run per point, every point ({args.seeds} seeds): average slowdown against the oracle (median of the runs)")
     print("| file | collective | raw: fastest single run | tunempi model on the same runs |")
     print("|---|---|---|---|")

@@ -19,10 +19,11 @@ import argparse
 import functools
 import json
 import time
+from collections.abc import Callable
 from concurrent.futures import ProcessPoolExecutor, as_completed
 from multiprocessing import get_context
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import numpy as np
 import pandas as pd
@@ -34,6 +35,8 @@ FILES = ("data/ornl-peak.csv.gz", "data/ornl-peak-pr7730.csv.gz")
 COLLECTIVES = ("allreduce", "bcast", "allgather", "alltoall")
 COST_MODELS = ("acclaim", "engine")
 RESOLUTION = 200
+K = TypeVar("K")
+R = TypeVar("R")
 
 
 @functools.cache
@@ -48,6 +51,21 @@ def replay_setup(path: str, collective: str, cost_model: str, budget_fraction: f
     exhaustive = oracle.exhaustive_cost(cells=np.ones(len(oracle.cells), dtype=bool))
     grid = np.arange(0, int(np.floor(budget_fraction * RESOLUTION + 1e-9)) + 1) * exhaustive / RESOLUTION
     return oracle, exhaustive, grid
+
+
+def add_replay_arguments(parser: argparse.ArgumentParser, seeds: int = 5) -> None:
+    """--files, --collectives, --seeds and --jobs, as every strategy bench script takes them."""
+    parser.add_argument("--files", default=",".join(FILES))
+    parser.add_argument("--collectives", default=",".join(COLLECTIVES))
+    parser.add_argument("--seeds", type=int, default=seeds)
+    parser.add_argument("--jobs", type=int, default=2)
+
+
+def run_in_pool(jobs: int, calls: dict[K, tuple[Callable[..., R], tuple[Any, ...]]]) -> dict[K, R]:
+    """Each call (function, arguments) in a pool of `jobs` spawned processes; results by the calls' keys."""
+    with ProcessPoolExecutor(max_workers=jobs, mp_context=get_context("spawn")) as pool:
+        futures = {key: pool.submit(function, *arguments) for key, (function, arguments) in calls.items()}
+        return {key: future.result() for key, future in futures.items()}
 
 
 def _run(strategy: str, path: str, collective: str, cost_model: str, seed: int, budget_fraction: float,
@@ -76,14 +94,11 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--strategy", default="tunempi")
     parser.add_argument("--params", default="{}", help="JSON keyword arguments of the strategy")
-    parser.add_argument("--files", default=",".join(FILES))
-    parser.add_argument("--collectives", default=",".join(COLLECTIVES))
+    add_replay_arguments(parser)
     parser.add_argument("--cost-models", default=",".join(COST_MODELS))
-    parser.add_argument("--seeds", type=int, default=5)
     parser.add_argument("--first-seed", type=int, default=0, help="seeds first-seed .. first-seed+seeds-1")
     parser.add_argument("--budget-fraction", type=float, default=0.4)
     parser.add_argument("--train-max-ranks", type=int, default=None)
-    parser.add_argument("--jobs", type=int, default=2)
     parser.add_argument("--json", type=Path, default=None, help="also write the rows here")
     args = parser.parse_args()
     params = json.loads(args.params)

@@ -342,26 +342,23 @@ class TunempiStrategy(Strategy):
     def _volume_floor_us(self, ok: list[MeasurementRecord]) -> np.ndarray:
         """Per cell, the least latency a block collective can have (0 for the others): each rank receives or
         sends (ranks - 1) x size bytes, at no more bytes per microsecond than the best run at that size or
-        larger achieved (rates grow with the size, so smaller sizes' would overstate the floor).
-
-        Far above the measured cells the model's trend can be 100x low on exactly these cells, and so the
-        cost it predicts: after the initial design on Peak allgather, 512 ranks x 1 MiB was predicted at
-        e^7.9 us and took e^13-e^14, and one batch cost 0.17 of the exhaustive sweep after 0.014 had been
-        spent (docs/strategies.md, "A floor under the predicted cost")."""
-        floor = np.zeros(len(self.space.cells))
-        if self.space.collective not in BLOCK_COLLECTIVES:
+        larger achieved (rates grow with the size, so smaller sizes' would overstate the floor). Far above
+        the measured cells the model's trend can be 100x low on exactly these cells, and so the cost it
+        predicts (the case under `COST_STAIRS`; docs/strategies.md, "A floor under the predicted cost")."""
+        cells = self.space.cells
+        floor = np.zeros(len(cells))
+        runs = [r for r in ok if r.cell.ranks > 1 and r.latency_us]  # every ok run has a latency (for mypy)
+        if self.space.collective not in BLOCK_COLLECTIVES or not runs:
             return floor
-        rates: dict[int, float] = {}
-        for r in ok:
-            if r.latency_us and r.cell.ranks > 1:
-                rate = (r.cell.ranks - 1) * r.cell.msg_bytes / r.latency_us
-                rates[r.cell.msg_bytes] = max(rates.get(r.cell.msg_bytes, 0.0), rate)
-        sizes = sorted(rates, reverse=True)
-        best_at_or_above = dict(zip(sizes, np.maximum.accumulate([rates[size] for size in sizes]), strict=True))
-        for i, cell in enumerate(self.space.cells):
-            larger = [size for size in sizes if size >= cell.msg_bytes]
-            if larger:
-                floor[i] = (cell.ranks - 1) * cell.msg_bytes / best_at_or_above[larger[-1]]
+        sizes = np.array([r.cell.msg_bytes for r in runs])
+        rates = np.array([(r.cell.ranks - 1) * r.cell.msg_bytes / (r.latency_us or 1.0) for r in runs])
+        order = np.argsort(sizes)
+        sizes = sizes[order]
+        best_at_or_above = np.maximum.accumulate(rates[order][::-1])[::-1]
+        first = np.searchsorted(sizes, [c.msg_bytes for c in cells])  # first run at that size or larger
+        volume = np.array([(c.ranks - 1) * c.msg_bytes for c in cells], dtype=float)
+        measured = first < len(sizes)
+        floor[measured] = volume[measured] / best_at_or_above[first[measured]]
         return floor
 
     def _layout_launches(self, paid: list[tuple[MeasurementRecord, float]]) -> tuple[float, set[tuple[int, int, int]]]:
