@@ -156,6 +156,10 @@ static void ctl_complete(engine *e, MPI_Request *pending, int sleepy)
             fprintf(stderr, "tunempi engine: rank %d: a collective call failed here (%s) but other ranks did not "
                     "follow within %.0f s; aborting the launch\n", e->rank, why, WATCHDOG_S);
             fflush(stderr);
+            /* Hydra tears the job down on MPI_Abort, and under load it did so before forwarding this
+             * line (6 of 25 runs of a test on a busy machine lost it): give the line time to leave. */
+            struct timespec forward = {0, 100 * 1000 * 1000};
+            nanosleep(&forward, NULL);
             MPI_Abort(MPI_COMM_WORLD, 3);
         }
         nanosleep(&nap, NULL);
