@@ -157,8 +157,9 @@ static void ctl_complete(engine *e, MPI_Request *pending, int sleepy)
                     "follow within %.0f s; aborting the launch\n", e->rank, why, WATCHDOG_S);
             fflush(stderr);
             /* Hydra tears the job down on MPI_Abort, and under load it did so before forwarding this
-             * line (6 of 25 runs of a test on a busy machine lost it): give the line time to leave. */
-            struct timespec forward = {0, 100 * 1000 * 1000};
+             * line (6 of 25 runs of a test on a busy machine lost it; with 30 ms, 0 of 30): give the line
+             * time to leave. Short: every failing point pays it (MPICH's exhaustive sweep has ~33). */
+            struct timespec forward = {0, 30 * 1000 * 1000};
             nanosleep(&forward, NULL);
             MPI_Abort(MPI_COMM_WORLD, 3);
         }
