@@ -316,3 +316,28 @@ def test_volume_floor_bounds_the_predicted_latency_of_block_collectives() -> Non
     assert allgather[(64, 8)] == pytest.approx(63 * 8 / 1024)  # the 1 KiB rate counts for 8 B too
     assert allgather[(2, 1 << 20)] == 0.0  # no run at 1 MiB or larger: no floor
     assert not any(floor("allreduce").values())
+
+
+def test_scale_doubling_weight_counts_a_doubling_of_ranks_twice() -> None:
+    """The doubt added far from an algorithm's measurements: with `scale_doubling_weight=2` one doubling of
+    ranks adds as much as two of size (opt-in: a trend carried to another scale is checked sooner)."""
+    sizes = (8, 16, 32, 64, 128, 256)
+    cells = tuple(Cell("allreduce", ranks, 1, ranks, size) for ranks in (2, 4, 8) for size in sizes)
+    space = FeatureSpace("allreduce", cells, ("a",))
+    records = [MeasurementRecord(Cell("allreduce", 2, 1, 2, size), "a", 1.0 + 0.1 * k, iterations=10, cost_s=1.0)
+               for k, size in enumerate(sizes[:4])]
+
+    def std(weight: float) -> dict[tuple[int, int], float]:
+        strategy = make_strategy("tunempi", space, seed=0, scale_doubling_weight=weight, forest_blend=0.0)
+        strategy.tell(records)
+        _, deviation, _ = strategy._posterior()
+        return {(c.ranks, c.msg_bytes): float(d) for c, d in zip(space.cells, deviation[:, 0], strict=True)}
+
+    plain, weighted = std(1.0), std(2.0)
+    # Two size doublings from the nearest measurement (2 ranks x 64 B): 0.2 either way.
+    assert weighted[(2, 256)] == pytest.approx(plain[(2, 256)])
+    # One and two doublings of ranks: (0.1 x 2 x d)^2 instead of (0.1 x d)^2 on top of the GP's own variance.
+    for ranks, doublings in ((4, 1), (8, 2)):
+        for size in sizes[:4]:
+            extra = weighted[(ranks, size)] ** 2 - plain[(ranks, size)] ** 2
+            assert extra == pytest.approx((0.2 * doublings) ** 2 - (0.1 * doublings) ** 2, rel=1e-6)

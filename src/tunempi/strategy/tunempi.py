@@ -9,7 +9,8 @@ What matters is not the latency surface but which algorithm wins in each cell. T
    log-linearly beyond the measured range and is uncertain far from data (a forest is the opposite: its
    trees agree where nothing was measured). Inside the measured scales its mean is averaged with a small
    forest's (they err in different places); its std gets a misspecification term growing with the distance,
-   in doublings, to the nearest measurement of that algorithm;
+   in doublings, to the nearest measurement of that algorithm (opt-in, `scale_doubling_weight`: a doubling
+   of ranks counts as that many doublings of size);
 2. draws joint samples of all algorithms in every cell and computes, per cell, the probability that each
    algorithm is the best and the *expected regret* of the current choice (E[latency(choice)/latency(best)]-1);
    the mean expected regret over the cells estimates the average slowdown still to gain;
@@ -94,6 +95,7 @@ class TunempiStrategy(Strategy):
         uncertainty_scale: float = 1.0,
         trust_measurements: float = 0.0,
         distance_uncertainty: float = 0.1,
+        scale_doubling_weight: float = 1.0,
         forest_blend: float = 0.5,
         extrapolation: str = "carry",
         carry_exponent: float | None = None,
@@ -116,6 +118,8 @@ class TunempiStrategy(Strategy):
         self.uncertainty_scale = uncertainty_scale
         self.trust_measurements = trust_measurements
         self.distance_uncertainty = distance_uncertainty
+        #: Per axis of `_log_grid` (ranks, size): how much one doubling adds to the misspecification distance.
+        self._doubling_weights = np.array([scale_doubling_weight, 1.0])
         self.forest_blend = forest_blend
         if extrapolation not in ("trend", "carry"):
             raise ValueError(f"extrapolation must be 'trend' or 'carry', got {extrapolation!r}")
@@ -230,10 +234,13 @@ class TunempiStrategy(Strategy):
             if self.distance_uncertainty > 0:
                 # The model is wrong in ways its own variance does not show (protocol switches,
                 # fallbacks): add doubt that grows with the distance, in doublings of ranks or size, to
-                # the nearest cell where this algorithm was measured.
+                # the nearest cell where this algorithm was measured. `scale_doubling_weight` > 1 doubts
+                # a trend carried across scales sooner: more robust when the initial design misses how
+                # an algorithm scales, not better on Peak (docs/strategies.md, "Where issue 15 stands").
                 measured_at = np.flatnonzero(np.isfinite(measured_log[:, j]))
                 if len(measured_at):
-                    gap = np.abs(self._log_grid[:, None, :] - self._log_grid[None, measured_at, :]).max(axis=2)
+                    steps = np.abs(self._log_grid[:, None, :] - self._log_grid[None, measured_at, :])
+                    gap = (steps * self._doubling_weights).max(axis=2)
                     distance = gap.min(axis=1)
                     std[:, j] = np.sqrt(std[:, j] ** 2 + (self.distance_uncertainty * distance) ** 2)
             covariance[j] = (cov, model.noise_)
