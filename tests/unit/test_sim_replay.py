@@ -341,3 +341,9 @@ def test_scale_doubling_weight_counts_a_doubling_of_ranks_twice() -> None:
         for size in sizes[:4]:
             extra = weighted[(ranks, size)] ** 2 - plain[(ranks, size)] ** 2
             assert extra == pytest.approx((0.2 * doublings) ** 2 - (0.1 * doublings) ** 2, rel=1e-6)
+
+
+def test_scale_doubling_weight_must_be_positive() -> None:
+    space = FeatureSpace("allreduce", (Cell("allreduce", 2, 1, 2, 8),), ("a",))
+    with pytest.raises(ValueError, match="scale_doubling_weight"):
+        make_strategy("tunempi", space, seed=0, scale_doubling_weight=0.0)

@@ -118,6 +118,8 @@ class TunempiStrategy(Strategy):
         self.uncertainty_scale = uncertainty_scale
         self.trust_measurements = trust_measurements
         self.distance_uncertainty = distance_uncertainty
+        if scale_doubling_weight <= 0:
+            raise ValueError(f"scale_doubling_weight must be positive, got {scale_doubling_weight!r}")
         #: Per axis of `_log_grid` (ranks, size): how much one doubling adds to the misspecification distance.
         self._doubling_weights = np.array([scale_doubling_weight, 1.0])
         self.forest_blend = forest_blend
