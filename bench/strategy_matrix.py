@@ -20,7 +20,7 @@ import functools
 import json
 import time
 from collections.abc import Callable
-from concurrent.futures import ProcessPoolExecutor, as_completed
+from concurrent.futures import ProcessPoolExecutor
 from multiprocessing import get_context
 from pathlib import Path
 from typing import Any, TypeVar
@@ -107,18 +107,14 @@ def main() -> None:
     seeds = range(args.first_seed, args.first_seed + args.seeds)
     tasks = [(combo, seed) for combo in combos for seed in seeds]
     started = time.perf_counter()
-    traces: dict[tuple[str, str, str], dict[int, Trace]] = {combo: {} for combo in combos}
-    with ProcessPoolExecutor(max_workers=args.jobs, mp_context=get_context("spawn")) as pool:
-        futures = {pool.submit(_run, args.strategy, *combo, seed, args.budget_fraction, args.train_max_ranks,
-                               params): (combo, seed) for combo, seed in tasks}
-        for future in as_completed(futures):
-            combo, seed = futures[future]
-            traces[combo][seed] = future.result()
+    traces = run_in_pool(args.jobs, {(combo, seed): (_run, (args.strategy, *combo, seed, args.budget_fraction,
+                                                             args.train_max_ranks, params))
+                                     for combo, seed in tasks})
     rows = []
     for combo in combos:
         path, collective, cost_model = combo
         oracle, exhaustive, _ = replay_setup(path, collective, cost_model, args.budget_fraction)
-        runs = [traces[combo][s] for s in seeds]
+        runs = [traces[(combo, s)] for s in seeds]
         summary = summarize(runs, oracle, exhaustive, args.train_max_ranks)
         row = {"file": Path(path).name.removesuffix(".csv.gz"), "collective": collective, "cost_model": cost_model,
                "at_15": summary["slowdown_at_fraction"].get("0.15"),

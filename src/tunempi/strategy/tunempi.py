@@ -120,8 +120,7 @@ class TunempiStrategy(Strategy):
         self.distance_uncertainty = distance_uncertainty
         if scale_doubling_weight <= 0:
             raise ValueError(f"scale_doubling_weight must be positive, got {scale_doubling_weight!r}")
-        #: Per axis of `_log_grid` (ranks, size): how much one doubling adds to the misspecification distance.
-        self._doubling_weights = np.array([scale_doubling_weight, 1.0])
+        self.scale_doubling_weight = scale_doubling_weight
         self.forest_blend = forest_blend
         if extrapolation not in ("trend", "carry"):
             raise ValueError(f"extrapolation must be 'trend' or 'carry', got {extrapolation!r}")
@@ -242,7 +241,7 @@ class TunempiStrategy(Strategy):
                 measured_at = np.flatnonzero(np.isfinite(measured_log[:, j]))
                 if len(measured_at):
                     steps = np.abs(self._log_grid[:, None, :] - self._log_grid[None, measured_at, :])
-                    gap = (steps * self._doubling_weights).max(axis=2)
+                    gap = np.maximum(steps[:, :, 0] * self.scale_doubling_weight, steps[:, :, 1])  # ranks, size
                     distance = gap.min(axis=1)
                     std[:, j] = np.sqrt(std[:, j] ** 2 + (self.distance_uncertainty * distance) ** 2)
             covariance[j] = (cov, model.noise_)
