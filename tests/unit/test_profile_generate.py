@@ -29,6 +29,7 @@ typedef long long MPI_Count;
 typedef struct MPI_Status { int MPI_SOURCE; } MPI_Status;
 #define MPI_SUCCESS 0
 #define MPI_OP_NULL ((MPI_Op)0)
+#define MPI_DATATYPE_NULL ((MPI_Datatype)0)
 #define MPI_THREAD_SINGLE 0
 #define ATTR __attribute__((deprecated("no")))
 int MPI_Init(int *argc, char ***argv);
@@ -100,6 +101,10 @@ def test_generate_keeps_the_header_types_and_skips_absent_optional_functions() -
     # what the online mode needs to know which algorithms can serve the call: buffer, count, op
     assert ".buffer = a0, .count = a2, .mpi_op = a4" in text  # MPI_Allreduce
     assert ".buffer = a0, .count = -1, .mpi_op = MPI_OP_NULL" in text  # MPI_Allgatherv
+    # and the datatypes whose layout some algorithms need (contiguous, true lower bound 0): allreduce has
+    # one, allgatherv a receive type and a send type (unread when the send buffer is MPI_IN_PLACE)
+    assert ".datatype = a3, .send_datatype = MPI_DATATYPE_NULL" in text  # MPI_Allreduce
+    assert ".datatype = a6, .send_datatype = a2" in text  # MPI_Allgatherv
     # the collective runs on call.comm so that a mode can substitute a communicator
     assert "PMPI_Allreduce(a0, a1, a2, a3, a4, call.comm)" in text
     assert f"const int tmpi_op_count = {len(SPECS) - 1};" in text
@@ -163,3 +168,10 @@ def test_fortran_families_are_emitted_only_where_asked() -> None:
     assert "mpi_finalize_f08_(" in f08_only and "mpi_finalize_(" not in f08_only and "MPI_FINALIZE(" not in f08_only
     assert generate_fortran(protos, f77=False, f08=False, specs=SPECS) == ""
     assert fortran_symbols("MPI_Waitall", f08=False) == ["mpi_waitall_", "mpi_waitall", "mpi_waitall__", "MPI_WAITALL"]
+
+
+def test_a_datatype_position_that_is_no_datatype_is_refused() -> None:
+    protos = parse_prototypes(FAKE_MPI_H)
+    spec = WrapSpec("MPI_Allreduce", "coll", "allreduce", "count", (2, 3), traits=(0, 2, 4), datatypes=(4, -1))
+    with pytest.raises(GeneratorError, match="no MPI_Datatype"):
+        generate(protos, [spec])

@@ -4,9 +4,11 @@ the tuning-file exclusions and the MPICH JSON guards."""
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 from tunempi.mpi.mpich import LEAF_RESTRICTIONS, file_expressible
 from tunempi.mpi.restrictions import (
+    DATATYPE_REQUIREMENTS,
     ONLINE_BITS,
     ONLINE_NEVER,
     REQUIREMENTS,
@@ -52,9 +54,12 @@ def test_rules_files_cannot_restrict_but_mpich_json_can():
     assert file_exclusion("openmpi", "5.0.11", "bcast", "binomial", frozenset()) is None
     excluded = {(r.collective, r.algorithm) for r in RESTRICTIONS if r.vendor == "mpich" and file_exclusion(
         "mpich", "5.0.2", r.collective, r.algorithm, file_expressible(r.collective))}
-    # the JSON cannot compare send and receive datatypes, and its in-place key exists for alltoall only
+    # the JSON cannot compare send and receive datatypes, nor see a datatype's bounds, and its in-place key
+    # exists for alltoall only
     assert excluded == {("allgather", "recexch_doubling"), ("allgather", "recexch_halving"),
-                        ("reduce_scatter", "pairwise")}
+                        ("reduce_scatter", "pairwise"), ("allreduce", "tree"), ("allreduce", "ring"),
+                        ("allreduce", "k_reduce_scatter_allgather"), ("allgather", "k_brucks"),
+                        ("alltoall", "k_brucks"), ("reduce_scatter_block", "noncommutative")}
     assert file_expressible("alltoall") >= {"inplace", "not-inplace"}
 
 
@@ -66,3 +71,36 @@ def test_mpich_json_guards_a_commutative_only_leaf():
     assert json.dumps(tree) == json.dumps({"is_commutative=no": default, "is_commutative=yes": leaf})
     # the suite's in-place crash of reduce_scatter pairwise reaches the guards' spelling too
     assert LEAF_RESTRICTIONS["MPIR_Reduce_scatter_intra_pairwise"] == ("commutative", "noinplace")
+
+
+def test_issue_25_datatype_restrictions_are_in_the_table():
+    # Open MPI's ring allreduces write past their buffer for a datatype whose true lower bound is not 0
+    for name in ("ring", "segmented_ring"):
+        assert requirements("openmpi", "5.0.11", "allreduce", name) == ("commutative", "true-lb-zero")
+    # the reported bcast algorithms (not reproduced here, kept on the reporter's evidence)
+    for name in ("split_binary_tree", "scatter_allgather", "scatter_allgather_ring"):
+        assert requirements("openmpi", "5.0.11", "bcast", name) == ("contiguous",)
+    assert requirements("openmpi", "5.0.11", "bcast", "binomial") == ()
+    assert "true-lb-zero" in requirements("mpich", "5.0.2", "allreduce", "tree")
+    assert "true-lb-zero" not in requirements("mpich", "5.0.2", "allreduce", "recursive_doubling")
+
+
+def test_datatype_requirements_are_agreed_online_except_where_only_the_root_s_datatype_counts():
+    bits = ONLINE_BITS["commutative"] | ONLINE_BITS["true-lb-zero"]
+    assert online_mask("openmpi", "5.0.11", "allreduce", "ring") == bits
+    assert online_mask("openmpi", "5.0.11", "bcast", "scatter_allgather") == ONLINE_BITS["contiguous"]
+    # the bits are the interposer's (tmpi_online.c NEED_CONTIGUOUS, NEED_TRUE_LB_ZERO)
+    source = (Path(__file__).parents[2] / "src/tunempi/profile/c/tmpi_online.c").read_text()
+    assert f"NEED_CONTIGUOUS = {ONLINE_BITS['contiguous']}," in source
+    assert f"NEED_TRUE_LB_ZERO = {ONLINE_BITS['true-lb-zero']}," in source
+    assert DATATYPE_REQUIREMENTS == {"contiguous", "true-lb-zero"}
+
+
+def test_a_user_may_vouch_for_a_datatype_requirement_a_file_cannot_state():
+    reason = file_exclusion("openmpi", "5.0.11", "bcast", "scatter_allgather", frozenset())
+    assert reason is not None and "contiguous" in reason
+    assert file_exclusion("openmpi", "5.0.11", "bcast", "scatter_allgather", frozenset(),
+                          DATATYPE_REQUIREMENTS) is None
+    # vouching for datatypes does not lift the other requirements
+    reason = file_exclusion("openmpi", "5.0.11", "allreduce", "ring", frozenset(), DATATYPE_REQUIREMENTS)
+    assert reason is not None and "commutative" in reason and "true lower bound" not in reason

@@ -31,7 +31,14 @@ REQUIREMENTS: dict[str, str] = {
                   "plain elements)",
     "two-ranks": "a communicator of exactly two ranks",
     "block-regular": "equal receive counts on every rank (reduce_scatter)",
+    "contiguous": "contiguous datatypes on every rank (predefined, or derived with no gaps and lower bounds 0)",
+    "true-lb-zero": "datatypes whose data starts at the buffer pointer on every rank (true lower bound 0)",
 }
+
+#: Requirements on the call's datatypes. Datatypes may differ between the ranks of one call (only their
+#: signatures must match), so the online mode decides them by an agreement of every rank, made only for a
+#: draw that needs it (profile/c/tmpi_online.c, online_datatypes_unmet); a tuning file can state none.
+DATATYPE_REQUIREMENTS: frozenset[str] = frozenset({"contiguous", "true-lb-zero"})
 
 #: Bits of the online table's `requires` mask (tmpi_online.c); NEVER: a requirement the interposer
 #: cannot decide identically on every rank of the call, so the algorithm is never drawn online.
@@ -43,12 +50,18 @@ ONLINE_BITS: dict[str, int] = {
     "count-ge-pow2": 16,
     "power-of-two": 32,
     "two-ranks": 64,
+    "contiguous": 128,
+    "true-lb-zero": 256,
 }
 ONLINE_NEVER = 1 << 30
 
 #: Collectives where MPI_IN_PLACE is given by the root only: the other ranks cannot see it, so an
 #: in-place requirement cannot be decided identically on every rank.
 ROOTED: frozenset[str] = frozenset({"reduce", "gather", "scatter", "bcast"})
+
+#: Collectives whose datatype arguments are significant at the root only: the interposer never reads them
+#: (another rank may pass anything), so a datatype requirement keeps the algorithm out of the online draws.
+ROOT_ONLY_DATATYPES: frozenset[str] = frozenset({"gather", "scatter", "gatherv", "scatterv"})
 
 
 @dataclass(frozen=True)
@@ -110,6 +123,25 @@ RESTRICTIONS: tuple[Restriction, ...] = (
     _ompi("allgatherv", "sparbit", ("same-types",),
           "MPI error for a strided send type received as plain ints",
           "coll_base_allgatherv.c sparbit"),
+    # ---- derived datatypes (issue 25) ----
+    *(_ompi("allreduce", ring, ("true-lb-zero",),
+            "a user op on a derived type whose true lower bound is not 0 (an hindexed of 4-D subarrays, true lb "
+            "+160 bytes; an hindexed with a block below the buffer pointer, true lb -16 bytes) at counts 7 and "
+            "33 writes past a buffer the algorithm allocated: glibc's heap check aborts in the call (without it, "
+            "a crash or a hang cases later); the library's own choice picks ring_segmented for the 33-element "
+            "nested case and crashes there too (listed as the library's own)",
+            "coll_base_allreduce.c ring: the receive buffer is malloc'd as true_extent + (segcount - 1) * extent "
+            "and received into without the true lower bound's shift")
+      for ring in ("ring", "segmented_ring")),
+    *(Restriction("openmpi", ("5.0",), "bcast", algorithm, ("contiguous",),
+                  "reported in issue 25 from a collective test suite not ours, forced without tunempi by "
+                  "OMPI_MCA_coll_tuned_bcast_algorithm=4|8|9 (Open MPI 5.0.11, 2 ranks): wrong values at the "
+                  "receiver for 512 elements of an hindexed (16 blocks of 2) of a 4-D subarray of MPI_INT, and "
+                  "for the same with a struct base type; the other bcast algorithms were right. NOT reproduced "
+                  "by tunempi's suite (its nested, struct and negative-lb types, counts 1-512, 2 and 4 ranks, "
+                  "pass under every bcast algorithm): kept on the reporter's evidence, as what the three share "
+                  "is splitting the message among ranks (two halves, or count / size blocks)")
+      for algorithm in ("split_binary_tree", "scatter_allgather", "scatter_allgather_ring")),
 )
 
 
@@ -167,6 +199,28 @@ RESTRICTIONS += (
     _mpich("reduce_scatter_block", "recursive_halving", ("commutative",), _REFUSED),
 )
 
+_TRUE_LB = ("conformance suite, algorithm forced through the environment (one per launch), MPICH 5.0.2 at 2 "
+            "ranks: {what} for a derived type whose true lower bound is not 0 (an hindexed of 4-D subarrays, true "
+            "lb +160 bytes, and/or an hindexed with a block below the buffer pointer, true lb -16 bytes), where "
+            "the library's own choice is right; a struct with gaps and true lb 0 passes. MPICH does not check it "
+            "(its fallback checks are on the op, counts and communicator)")
+
+
+def _mpich_true_lb(collective: str, algorithm: str, what: str) -> Restriction:
+    return Restriction("mpich", ("5.0",), collective, algorithm, ("true-lb-zero",), _TRUE_LB.format(what=what))
+
+
+RESTRICTIONS += (
+    # ---- MPICH and derived datatypes (issue 25): temporary buffers without the true lower bound's shift ----
+    _mpich_true_lb("allreduce", "tree", "a crash (user op, counts 0-33, both types)"),
+    _mpich_true_lb("allreduce", "ring", "a crash (user op, counts 7 and 33, negative true lb)"),
+    _mpich_true_lb("allreduce", "k_reduce_scatter_allgather", "a crash (user op, negative true lb)"),
+    _mpich_true_lb("allgather", "k_brucks", "a crash (negative true lb)"),
+    _mpich_true_lb("alltoall", "k_brucks", "a crash (negative true lb)"),
+    _mpich_true_lb("reduce_scatter_block", "noncommutative",
+                   "wrong results (positive true lb) and a crash (negative true lb), user op"),
+)
+
 
 def restrictions_for(vendor: str, version: str, collective: str, algorithm: str) -> tuple[Restriction, ...]:
     """The restrictions of one algorithm in one library (empty: none known)."""
@@ -190,6 +244,8 @@ def online_mask(vendor: str, version: str, collective: str, algorithm: str) -> i
             return ONLINE_NEVER
         if requirement == "parent-comm":
             continue  # an application's communicators are all parents
+        if requirement in DATATYPE_REQUIREMENTS and collective in ROOT_ONLY_DATATYPES:
+            return ONLINE_NEVER
         bit = ONLINE_BITS.get(requirement)
         if bit is None:
             return ONLINE_NEVER  # e.g. same-types: ranks may use different datatypes for one call
@@ -198,10 +254,12 @@ def online_mask(vendor: str, version: str, collective: str, algorithm: str) -> i
 
 
 def file_exclusion(vendor: str, version: str, collective: str, algorithm: str,
-                   expressible: frozenset[str]) -> str | None:
+                   expressible: frozenset[str], assumed: frozenset[str] = frozenset()) -> str | None:
     """Why a tuning file whose format can only state `expressible` requirements must not select the
-    algorithm (None: it may)."""
-    missing = [r for r in requirements(vendor, version, collective, algorithm) if r not in expressible]
+    algorithm (None: it may). `assumed`: requirements the user vouches every call of the application meets
+    (e.g. "contiguous" for an application that passes no derived datatypes to collectives)."""
+    missing = [r for r in requirements(vendor, version, collective, algorithm)
+               if r not in expressible and r not in assumed]
     if not missing:
         return None
     return "needs " + "; ".join(REQUIREMENTS[r] for r in missing) + ", which the tuning file cannot state"

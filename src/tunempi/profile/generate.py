@@ -105,6 +105,11 @@ class WrapSpec:
     #: collectives: positions of (send buffer that may be MPI_IN_PLACE, count, op); -1 where the
     #: collective has none. The online mode reads them to know which algorithms can serve the call.
     traits: tuple[int, int, int] = (-1, -1, -1)
+    #: collectives: positions of (a datatype every rank's call makes significant, the send datatype,
+    #: significant unless the send buffer is MPI_IN_PLACE); -1 where none is (the root-only arguments of
+    #: rooted collectives may be anything on other ranks, so they are never read). The online mode checks
+    #: their contiguity for the algorithms that need it (mpi/restrictions.py "contiguous").
+    datatypes: tuple[int, int] = (-1, -1)
 
 
 def _collectives() -> list[WrapSpec]:
@@ -112,26 +117,27 @@ def _collectives() -> list[WrapSpec]:
     # non-blocking form has the same leading arguments plus a trailing request.
     # traits: (in-place buffer, count, op) positions (scatter: the root's receive buffer is MPI_IN_PLACE).
     table = [
-        ("allreduce", "count", (2, 3), (0, 2, 4)),
-        ("bcast", "count", (1, 2), (-1, 1, -1)),
-        ("reduce", "count", (2, 3), (0, 2, 4)),
-        ("allgather", "block_inplace", (0, 1, 2, 4, 5), (0, 4, -1)),
-        ("alltoall", "block_inplace", (0, 1, 2, 4, 5), (0, 4, -1)),
-        ("gather", "block_inplace", (0, 1, 2, 4, 5), (0, -1, -1)),
-        ("scatter", "scatter", (1, 2, 3, 4, 5), (3, -1, -1)),
-        ("allgatherv", "vavg", (4, 6, 7), (0, -1, -1)),
-        ("alltoallv", "alltoallv", (0, 1, 3, 5, 7, 8), (0, -1, -1)),
-        ("gatherv", "gatherv", (0, 1, 2, 4, 6, 8), (0, -1, -1)),
-        ("scatterv", "scatterv", (1, 3, 4, 5, 6, 8), (4, -1, -1)),
-        ("reduce_scatter", "vsum", (2, 3, 5), (0, -1, 4)),
-        ("reduce_scatter_block", "block_total", (2, 3, 5), (0, 2, 4)),
-        ("barrier", "none", (), (-1, -1, -1)),
+        ("allreduce", "count", (2, 3), (0, 2, 4), (3, -1)),
+        ("bcast", "count", (1, 2), (-1, 1, -1), (2, -1)),
+        ("reduce", "count", (2, 3), (0, 2, 4), (3, -1)),
+        ("allgather", "block_inplace", (0, 1, 2, 4, 5), (0, 4, -1), (5, 2)),
+        ("alltoall", "block_inplace", (0, 1, 2, 4, 5), (0, 4, -1), (5, 2)),
+        ("gather", "block_inplace", (0, 1, 2, 4, 5), (0, -1, -1), (-1, -1)),
+        ("scatter", "scatter", (1, 2, 3, 4, 5), (3, -1, -1), (-1, -1)),
+        ("allgatherv", "vavg", (4, 6, 7), (0, -1, -1), (6, 2)),
+        ("alltoallv", "alltoallv", (0, 1, 3, 5, 7, 8), (0, -1, -1), (7, 3)),
+        ("gatherv", "gatherv", (0, 1, 2, 4, 6, 8), (0, -1, -1), (-1, -1)),
+        ("scatterv", "scatterv", (1, 3, 4, 5, 6, 8), (4, -1, -1), (-1, -1)),
+        ("reduce_scatter", "vsum", (2, 3, 5), (0, -1, 4), (3, -1)),
+        ("reduce_scatter_block", "block_total", (2, 3, 5), (0, 2, 4), (3, -1)),
+        ("barrier", "none", (), (-1, -1, -1), (-1, -1)),
     ]
     specs = []
-    for label, rule, args, traits in table:
+    for label, rule, args, traits, datatypes in table:
         c_name = "MPI_" + label.capitalize()
-        specs.append(WrapSpec(c_name, "coll", label, rule, args, traits=traits))
-        specs.append(WrapSpec("MPI_I" + label, "coll", "i" + label, rule, args, required=False, traits=traits))
+        specs.append(WrapSpec(c_name, "coll", label, rule, args, traits=traits, datatypes=datatypes))
+        specs.append(WrapSpec("MPI_I" + label, "coll", "i" + label, rule, args, required=False, traits=traits,
+                              datatypes=datatypes))
     return specs
 
 
@@ -260,6 +266,9 @@ def _check_types(spec: WrapSpec, proto: Prototype) -> None:
             raise GeneratorError(
                 f"{spec.function}: argument {position} is {got!r}, size rule {rule.name} expects {wanted!r}"
             )
+    for position in spec.datatypes:
+        if position >= 0 and (position >= len(proto.params) or proto.params[position].base != "MPI_Datatype"):
+            raise GeneratorError(f"{spec.function}: argument {position} of {_signature(proto)} is no MPI_Datatype")
 
 
 def _signature(proto: Prototype) -> str:
@@ -321,6 +330,9 @@ def _emit_wrapper(spec: WrapSpec, op: int, proto: Prototype) -> str:
                 fields.append(f".buffer = {names[inplace] if inplace >= 0 else 'NULL'}")
                 fields.append(f".count = {names[count] if count >= 0 else -1}")
                 fields.append(f".mpi_op = {names[mpi_op] if mpi_op >= 0 else 'MPI_OP_NULL'}")
+                datatype, send_datatype = spec.datatypes
+                fields.append(f".datatype = {names[datatype] if datatype >= 0 else 'MPI_DATATYPE_NULL'}")
+                fields.append(f".send_datatype = {names[send_datatype] if send_datatype >= 0 else 'MPI_DATATYPE_NULL'}")
         if spec.kind == "send_init":
             fields += [f".requests = {names[spec.requests[0]]}", ".nrequests = 1"]
         elif spec.kind == "start":

@@ -71,6 +71,8 @@ typedef struct {
     const void *buffer;     /* collectives: the buffer that may be MPI_IN_PLACE (NULL: none) */
     long count;             /* collectives: the element count the library's selection sees (-1: none) */
     MPI_Op mpi_op;          /* reductions: the operation (MPI_OP_NULL otherwise) */
+    MPI_Datatype datatype;  /* collectives: a datatype significant on every rank (MPI_DATATYPE_NULL: none) */
+    MPI_Datatype send_datatype; /* the send datatype, significant unless buffer is MPI_IN_PLACE (or NULL) */
     MPI_Request *requests;  /* SEND_INIT: the new request; START: the started requests */
     int nrequests;
     uint64_t t_begin, t_end; /* clock ticks (tmpi_ticks); tmpi_ticks_to_ns converts after calibration */

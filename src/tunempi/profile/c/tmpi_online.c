@@ -50,6 +50,9 @@ enum {
     NEED_COUNT_GE_POW2 = 16,
     NEED_POWER_OF_TWO = 32,
     NEED_TWO_RANKS = 64,
+    NEED_CONTIGUOUS = 128,   /* datatype requirements: decided only for a draw that needs them, */
+    NEED_TRUE_LB_ZERO = 256, /* by an agreement of every rank (online_datatypes_unmet) */
+    NEED_DATATYPES = NEED_CONTIGUOUS | NEED_TRUE_LB_ZERO,
     NEED_NEVER = 1 << 30 /* a requirement no rank can decide alone: never drawn */
 };
 
@@ -119,6 +122,7 @@ static struct {
     online_record *records;
     long nrecords;
     uint64_t switchable_calls, switches, shadows_created, restricted_calls, refused_calls;
+    uint64_t datatype_agreements; /* allreduces run to agree on what every rank's datatypes are */
 } on;
 
 /* The call in flight (single recorded thread, no nesting: the re-entry guard sees to that). */
@@ -613,6 +617,47 @@ static int online_pick_allowed(const online_coll *coll, const double *cum, doubl
     return last;
 }
 
+/* The datatype requirements (NEED_CONTIGUOUS, NEED_TRUE_LB_ZERO) one datatype does not meet. Contiguous:
+ * a predefined type, or a derived one with no gaps and both lower bounds 0. */
+static int online_datatype_unmet(MPI_Datatype type)
+{
+    if (type == MPI_DATATYPE_NULL)
+        return 0;
+    int ints, addresses, types, combiner;
+    PMPI_Type_get_envelope(type, &ints, &addresses, &types, &combiner);
+    if (combiner == MPI_COMBINER_NAMED)
+        return 0;
+    MPI_Count size, lb, extent, true_lb, true_extent;
+    PMPI_Type_size_x(type, &size);
+    PMPI_Type_get_extent_x(type, &lb, &extent);
+    PMPI_Type_get_true_extent_x(type, &true_lb, &true_extent);
+    int unmet = true_lb != 0 ? NEED_TRUE_LB_ZERO : 0;
+    if (lb != 0 || true_lb != 0 || size != extent || size != true_extent)
+        unmet |= NEED_CONTIGUOUS;
+    return unmet;
+}
+
+/* The datatype requirements some rank of the call does not meet. Datatypes may differ between ranks (only
+ * their signatures must match), so no rank can decide alone: the ranks agree with one allreduce (a bitwise
+ * or of what each misses), run only when the draw, identical on every rank, fell on an algorithm with a
+ * datatype requirement. Intercommunicators are not agreed (the allreduce would return the other group's
+ * answer): every datatype requirement counts as unmet there. */
+static int online_datatypes_unmet(const tmpi_call *call)
+{
+    int inter = 0;
+    PMPI_Comm_test_inter(call->comm, &inter);
+    if (inter)
+        return NEED_DATATYPES;
+    int mine = online_datatype_unmet(call->datatype);
+    if (call->buffer != MPI_IN_PLACE)
+        mine |= online_datatype_unmet(call->send_datatype);
+    int all = NEED_DATATYPES;
+    on.datatype_agreements++;
+    if (PMPI_Allreduce(&mine, &all, 1, MPI_INT, MPI_BOR, call->comm) != MPI_SUCCESS)
+        return NEED_DATATYPES;
+    return all;
+}
+
 static void online_begin(tmpi_call *call)
 {
     pending.active = 0;
@@ -647,6 +692,16 @@ static void online_begin(tmpi_call *call)
         on.restricted_calls++;
     } else {
         a = tmpi_online_pick(cum, coll->nalg, u);
+    }
+    if (coll->algs[a].requires & NEED_DATATYPES) {
+        int datatypes = online_datatypes_unmet(call);
+        if (coll->algs[a].requires & datatypes) {
+            /* the same u, more unmet requirements: every rank draws again, the same way */
+            unmet |= datatypes | NEED_NEVER;
+            a = online_pick_allowed(coll, cum, u, unmet);
+            if (!excluded)
+                on.restricted_calls++;
+        }
     }
     if (coll->needs_new_comm) {
         if (a != 0)
@@ -733,11 +788,12 @@ static void online_write(const online_record *all, long n, const char *path)
     }
     fprintf(f, "# tunempi-online-records 1\n# fingerprint %s\n# batch %d\n# run %llu\n# world_ranks %d\n"
                "# world_nodes %d\n# rank0_switchable_calls %llu\n# rank0_cvar_writes %llu\n"
-               "# rank0_shadow_communicators %llu\n# rank0_restricted_draws %llu\n# rank0_refused_draws %llu\n",
+               "# rank0_shadow_communicators %llu\n# rank0_restricted_draws %llu\n# rank0_refused_draws %llu\n"
+               "# rank0_datatype_agreements %llu\n",
             on.fingerprint, on.batch, (unsigned long long)on.run, tmpi_globals.world_size, on.nnodes,
             (unsigned long long)on.switchable_calls, (unsigned long long)on.switches,
             (unsigned long long)on.shadows_created, (unsigned long long)on.restricted_calls,
-            (unsigned long long)on.refused_calls);
+            (unsigned long long)on.refused_calls, (unsigned long long)on.datatype_agreements);
     fputs("rank,seq,stream,collective,msg_bytes,ranks,nodes,ppn,algorithm,start_ns,end_ns\n", f);
     for (long i = 0; i < n; i++) {
         const online_record *r = &all[i];
