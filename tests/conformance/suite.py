@@ -16,6 +16,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from tunempi.errors import MPIError
 from tunempi.launch.launchers import LaunchSpec, launcher_for
 from tunempi.launch.process import run_launch
 from tunempi.mpi.build import build_c
@@ -50,8 +51,19 @@ class Outcome:
         return f"{self.collective} {self.case}: {self.verdict}"
 
 
+#: glibc's heap checking (mcheck, linked in): a library that writes past a buffer it allocated (Open MPI
+#: 5.0.11's ring allreduce does, for a datatype whose true lower bound is above 0) aborts in the free of
+#: that buffer, inside the case at fault, instead of corrupting the heap for a later case to crash on.
+#: After every case the program checks every block still allocated (mcheck_check_all), so a write into a
+#: buffer the library keeps (a cached temporary) is charged to the case that made it.
+HEAP_CHECK = ("-DTUNEMPI_HEAP_CHECK", "-Wl,--no-as-needed", "-lmcheck", "-l:libc_malloc_debug.so.0")
+
+
 def build_program(library: MPILibrary) -> Path:
-    return build_c(library, [SOURCE], "coll_conformance", werror=True)
+    try:
+        return build_c(library, [SOURCE], "coll_conformance", werror=True, extra_flags=HEAP_CHECK)
+    except MPIError:  # no glibc mcheck here (another C library): the suite runs without it
+        return build_c(library, [SOURCE], "coll_conformance", werror=True)
 
 
 def launch_command(library: MPILibrary, ranks: int, program: Sequence[str]) -> tuple[list[str], dict[str, str]]:
@@ -153,9 +165,20 @@ def run_suite(
     return outcomes
 
 
+def case_class(outcome: Outcome) -> tuple[str, str]:
+    """(collective, datatypes/op): a class of calls, whatever the communicator, count and root."""
+    return outcome.collective, outcome.case.split()[2]
+
+
 def crashing(outcomes: Mapping[int, Outcome]) -> list[tuple[str, str]]:
-    """The cases that crashed or hung (what later runs skip)."""
-    return [o.key for o in outcomes.values() if o.verdict in ("CRASH", "HANG", "OWN")]
+    """What later runs skip: the cases that crashed or hung the library on its own, and every other case of
+    their class. A library that corrupts its heap in one case of a class does so in others now and then
+    (MPICH 5.0.2's reduce with a user op on a type with a negative true lower bound aborts at a different
+    count or root from launch to launch, whichever algorithm runs): run again, such a case would be charged
+    to whatever mode happened to meet it."""
+    lost = ("CRASH", "HANG", "OWN")
+    classes = {case_class(o) for o in outcomes.values() if o.verdict in lost}
+    return [o.key for o in outcomes.values() if o.verdict in lost or case_class(o) in classes]
 
 
 def failures(outcomes: Mapping[int, Outcome]) -> list[Outcome]:
@@ -171,8 +194,9 @@ def passes_in(reference: Mapping[int, Outcome], outcome: Outcome) -> bool:
 
 
 def new_failures(outcomes: Mapping[int, Outcome], reference: Mapping[int, Outcome]) -> list[Outcome]:
-    """Cases that fail here but pass in `reference` (the library on its own)."""
-    return [o for _, o in sorted(outcomes.items()) if not o.passed and passes_in(reference, o)]
+    """Cases that fail here but pass in `reference` (the library on its own); skipped ones (OWN) are not."""
+    return [o for _, o in sorted(outcomes.items())
+            if not o.passed and o.verdict != "OWN" and passes_in(reference, o)]
 
 
 def summary(outcomes: Mapping[int, Outcome], reference: Mapping[int, Outcome] | None = None) -> str:
@@ -180,7 +204,7 @@ def summary(outcomes: Mapping[int, Outcome], reference: Mapping[int, Outcome] | 
     bad = failures(outcomes)
     text = f"run {len(outcomes)}, pass {len(outcomes) - len(bad)}, fail {len(bad)}"
     if reference is not None:
-        own = [o for o in bad if not passes_in(reference, o)]
+        own = [o for o in bad if o.verdict == "OWN" or not passes_in(reference, o)]
         text += f" (library's own: {len(own)})"
     return text
 
