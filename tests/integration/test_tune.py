@@ -201,3 +201,28 @@ def test_site_library_tune_verify_and_its_files_load(mpi_library, tmp_path: Path
                            str(program), "hello", file_var], capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stdout + done.stderr  # MPICH aborts on a file it cannot use
     assert done.stdout.count(f"{file_var}={env[file_var]}") == 2
+
+
+def test_vouching_for_contiguous_datatypes_lets_open_mpi_files_select_what_needs_them(tmp_path: Path) -> None:
+    """Issue 25: algorithms wrong for some derived datatypes stay out of the files unless the user vouches
+    that the application passes none; the manifest keeps the assumption, verify's rewrite honours it and
+    `run` says it."""
+    from tunempi.mpi.restrictions import DATATYPE_REQUIREMENTS
+    from tunempi.tune.job import TunePlan
+
+    plain = TunePlan.of(options(tmp_path, "openmpi", "bcast,allreduce", 2, 64))
+    assert "scatter_allgather" in plain.excluded["bcast"] and "ring" in plain.excluded["allreduce"]
+    vouched = options(tmp_path, "openmpi", "bcast", 2, 1 << 16, assume=tuple(sorted(DATATYPE_REQUIREMENTS)))
+    plan = TunePlan.of(vouched)
+    assert {"scatter_allgather", "split_binary_tree"} <= set(plan.file_algorithms["bcast"].selectable)
+    assert "scatter_allgather" in plan.spaces["bcast"].algorithms  # measured, so it can be chosen
+
+    report = run_tune(vouched)
+    manifest = report.manifest
+    assert manifest is not None and manifest.assumes == ("contiguous", "true-lb-zero")
+    assert "bcast" not in manifest.excluded
+    run_verify(manifest.directory, repeats=2, settings=FAST)  # a rewrite must accept what the files select
+    assert Manifest.load(manifest.directory).assumes == ("contiguous", "true-lb-zero")
+    shown = subprocess.run([*TUNEMPI, "run", "--tuning", str(manifest.directory), "--", "true"],
+                           capture_output=True, text=True)
+    assert shown.returncode == 0 and "assumes every collective call passes contiguous" in shown.stderr

@@ -324,3 +324,18 @@ def test_mpich_refusals_are_told_from_failures_even_when_the_error_stack_was_cut
     assert not adapter.says_not_usable(prefix + "(Other MPI error, error stack: ... MPIR_Allreduce_impl(4833): "
                                        "Message truncated)" + suffix)
     assert not adapter.says_not_usable("no result within 30 s; job killed")
+
+
+def test_an_adapter_assuming_contiguous_datatypes_lets_files_select_what_needs_them():
+    catalog = {"bcast": [Algorithm("binomial", 6), Algorithm("scatter_allgather", 8)]}
+    library = MPILibrary(vendor="openmpi", version="5.0.11", version_string="", device="",
+                         prefix=Path("/nonexistent"), mpicc=Path("/nonexistent/mpicc"),
+                         mpiexec=Path("/nonexistent/mpiexec"))
+    adapter = OpenMPIAdapter(library, catalog, {"bcast": Algorithm("ignore", 0)})
+    plain = adapter.tuning_file_algorithms("bcast")
+    assert plain.selectable == ("binomial",) and "contiguous" in plain.excluded["scatter_allgather"]
+    assuming = adapter.assuming({"contiguous", "true-lb-zero"})
+    assert assuming.tuning_file_algorithms("bcast").selectable == ("binomial", "scatter_allgather")
+    assert adapter.assumed == frozenset()  # a copy: the original still excludes it
+    with pytest.raises(UsageError, match="unknown requirement"):
+        adapter.assuming({"contigous"})

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 
 import pytest
@@ -77,3 +78,11 @@ def test_tables_summary_plots_and_html(manifest: Manifest, tmp_path: Path) -> No
         assert path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     page = write_html(manifest, plots, tmp_path / "r.html").read_text()
     assert page.count("data:image/png;base64,") == 3 and "replaced rd" in page
+
+
+def test_an_assumption_the_user_vouched_for_is_said_where_the_files_are_shown(manifest: Manifest) -> None:
+    assert not any("assumes" in line for line in summary_lines(manifest))
+    vouched = dataclasses.replace(manifest, assumes=("contiguous", "true-lb-zero"))
+    said = [line for line in summary_lines(vouched) if "assumes" in line]
+    assert len(said) == 1 and "contiguous datatypes" in said[0] and "true lower bound 0" in said[0]
+    assert "--assume-contiguous-datatypes" in said[0]

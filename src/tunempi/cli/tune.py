@@ -12,6 +12,7 @@ from tunempi.bench.protocol import MeasureSettings
 from tunempi.config import resolve
 from tunempi.errors import UsageError
 from tunempi.mpi.discovery import SPEC_HELP
+from tunempi.mpi.restrictions import DATATYPE_REQUIREMENTS
 from tunempi.report.console import TuneProgress, output_console
 from tunempi.strategy import DEFAULT_STRATEGY, STRATEGIES
 from tunempi.tune.job import (
@@ -46,6 +47,11 @@ def tune_command(
     rel_ci: Annotated[float, typer.Option(help="Stop a point when its median's 95% CI is within +-this.")] = 0.05,
     point_timeout: Annotated[str | None, typer.Option(help="Kill a launch when a point hangs this long.")] = None,
     smoke: Annotated[bool, typer.Option(help="Load the files into the library before reporting success.")] = True,
+    assume_contiguous_datatypes: Annotated[bool, typer.Option(
+        "--assume-contiguous-datatypes", envvar="TUNEMPI_ASSUME_CONTIGUOUS_DATATYPES",
+        help="The application passes only contiguous datatypes (predefined, or without gaps, lower bounds 0) "
+             "to collectives: let the files select the algorithms that are wrong for other datatypes "
+             "(docs/conformance.md). Recorded in the manifest.")] = False,
 ) -> None:
     """Tune collective algorithms at every sub-scale of the allocation; write smoke-checked tuning files."""
     try:
@@ -63,6 +69,7 @@ def tune_command(
         timeout_s=parse_duration(timeout), topology=resolve(topology, "TOPOLOGY", "serial") or "serial",
         db=Path(db) if db else None, settings=settings,
         point_timeout_s=parse_duration(point_timeout) if point_timeout else None, smoke=smoke,
+        assume=tuple(sorted(DATATYPE_REQUIREMENTS)) if assume_contiguous_datatypes else (),
     )
     progress = TuneProgress(output_console())
     try:

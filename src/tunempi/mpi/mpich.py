@@ -464,7 +464,7 @@ class MpichAdapter(VendorAdapter):
         if (collective, algorithm) in UNWRITABLE_ALGORITHMS:
             return UNWRITABLE_ALGORITHMS[(collective, algorithm)]
         restricted = file_exclusion(self.vendor, self.library.version, collective, algorithm,
-                                    file_expressible(collective))
+                                    file_expressible(collective), self.assumed)
         if restricted is not None:
             return restricted
         leaf = f"algorithm={leaf_function(collective, algorithm)}"

@@ -276,7 +276,8 @@ class OpenMPIAdapter(VendorAdapter):
         # The rules file conditions on communicator and message size only: no commutativity, no
         # MPI_IN_PLACE, no datatypes, and a communicator-size section also serves every size up to the
         # next one. An algorithm with any restriction (mpi/restrictions.py) is never written.
-        return file_exclusion(self.vendor, self.library.version, collective, algorithm, frozenset())
+        return file_exclusion(self.vendor, self.library.version, collective, algorithm, frozenset(),
+                              self.assumed)
 
     def write_tuning_files(self, rule_sets: Mapping[str, RuleSet], directory: Path) -> TuningFiles:
         """A dynamic rules file, read back by the strict reader first: Open MPI drops a file it cannot

@@ -136,6 +136,24 @@ class VendorAdapter(ABC):
         self.defaults = dict(defaults or {})
         self.cvar_values = dict(cvar_values or {})  # name -> default value read through MPI_T
         self.cvar_names = frozenset(cvar_names) | frozenset(self.cvar_values)  # empty: not discovered
+        # Requirements (mpi/restrictions.py) the user vouches every call of the application meets, so a
+        # tuning file may select the algorithms that need them although it cannot state them.
+        self.assumed: frozenset[str] = frozenset()
+
+    def assuming(self, requirements: Iterable[str]) -> VendorAdapter:
+        """A copy of this adapter whose tuning files may select algorithms needing `requirements`
+        (UsageError for a requirement the restriction table does not know)."""
+        import copy
+
+        from tunempi.mpi.restrictions import REQUIREMENTS
+
+        wanted = frozenset(requirements)
+        unknown = sorted(wanted - set(REQUIREMENTS))
+        if unknown:
+            raise UsageError(f"unknown requirement(s) {', '.join(unknown)}; valid: {', '.join(REQUIREMENTS)}")
+        other = copy.copy(self)
+        other.assumed = wanted
+        return other
 
     def collectives(self) -> list[str]:
         """The collectives (tunempi names) whose algorithm this library lets us choose."""

@@ -131,6 +131,7 @@ def summary_lines(manifest: Manifest) -> list[str]:
     for collective, reasons in manifest.excluded.items():
         lines.append(f"{collective}: no tuning file can select "
                      + "; ".join(f"{name} ({why})" for name, why in reasons.items()))
+    lines += assumption_lines(manifest)
     lines += composition_lines(manifest)
     verify = manifest.verify
     if verify:
@@ -323,6 +324,18 @@ def apply_commands(manifest: Manifest) -> list[tuple[str, str]]:
         commands.append((f"or the environment file: forcing variables only ({covers})",
                          f"source {shlex.quote(str(manifest.directory / env_file))}"))
     return commands
+
+
+def assumption_lines(manifest: Manifest) -> list[str]:
+    """What the user vouched for at tune time (--assume-contiguous-datatypes), said wherever the files are
+    shown or applied: with another program these files may compute wrong results."""
+    from tunempi.mpi.restrictions import REQUIREMENTS
+
+    if not manifest.assumes:
+        return []
+    said = "; ".join(REQUIREMENTS.get(r, r) for r in manifest.assumes)
+    return [f"assumes every collective call passes {said} (tuned with --assume-contiguous-datatypes): the files "
+            "may select algorithms that compute wrong results for other calls"]
 
 
 def exclusions(manifest: Manifest) -> list[dict[str, str]]:

@@ -91,6 +91,10 @@ class TuneOptions:
     lanes: int = 0  # collectives' turns on the engine (one measured while the others' models fit); 0: auto_lanes
     #: End the tune where another round would cost more than measuring every point once (tune/guard.py).
     exhaustive_guard: bool = True
+    #: Requirements the user vouches every call meets (e.g. mpi.restrictions.DATATYPE_REQUIREMENTS for an
+    #: application that passes no derived datatypes to collectives): the files may then select algorithms
+    #: that need them. Recorded in the manifest; `report` and `run` say so.
+    assume: tuple[str, ...] = ()
 
 
 def auto_lanes(scales: list[Scale], cpus: int | None = None) -> int:
@@ -260,7 +264,7 @@ class TunePlan:
                              "or TUNEMPI_HOSTFILE: `tunempi cluster` emulates one)")
         scheduler = scheduling(options.topology, allocation)
         library = resolve_library(options.mpi)
-        adapter = adapter_for(library)
+        adapter = adapter_for(library).assuming(options.assume)
         file_algorithms = {c: adapter.tuning_file_algorithms(c) for c in collectives}
         spaces = build_spaces(collectives, scales, sizes, lambda c: file_algorithms[c].selectable)
         db = resolve_db(str(options.db) if options.db else None)
@@ -365,7 +369,7 @@ def write_result(plan: TunePlan, outcome: TuneOutcome, emit: OnTuneEvent = _igno
         run=RunRecord(stop_reason=outcome.stop_reason, wall_s=outcome.wall_s, bench_s=outcome.bench_s,
                       measured=outcome.measured, resumed=outcome.resumed, failed=outcome.failed,
                       launches=outcome.launches),
-        excluded=plan.excluded,
+        excluded=plan.excluded, assumes=tuple(sorted(plan.adapter.assumed)),
         selection=tuple(
             SelectionRow(cell, algorithm, medians.get((cell, algorithm)), medians.get((cell, DEFAULT_ALGORITHM)))
             for cell, algorithm in sorted(outcome.selection.items())),

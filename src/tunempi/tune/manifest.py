@@ -11,6 +11,7 @@ Keys (version 1):
     run{stop_reason, wall_s, bench_s, measured, resumed, failed, launches},
     files{role: name}, env_files{VAR: name}, env{VAR: value}, env_file, needs_file,
     excluded{collective: {algorithm: reason}} (what no tuning file of the library can select, and why),
+    assumes[requirement] (what the user vouched every call meets: files may select algorithms needing it),
     selection[{collective, ranks, nodes, ppn, msg_bytes, algorithm, median_us, default_us, replaced_from?}],
     rule_sets{collective: RuleSet.to_dict()}, training_curve[{wall_s, bench_s, points, convergence,
     per_collective}], smoke[{ranks, ok, argv, points, message}],
@@ -254,6 +255,7 @@ class Manifest:
     env_file: str = ""
     needs_file: tuple[str, ...] = ()  # collectives the env file cannot express
     excluded: Mapping[str, Mapping[str, str]] = field(default_factory=dict)  # collective -> algorithm -> why
+    assumes: tuple[str, ...] = ()  # requirements the user vouched for (mpi/restrictions.py), e.g. contiguous
     selection: tuple[SelectionRow, ...] = ()
     rule_sets: Mapping[str, RuleSet] = field(default_factory=dict)
     training_curve: tuple[CurveRecord, ...] = ()
@@ -306,6 +308,7 @@ class Manifest:
             needs_file=tuple(data.get("needs_file", ())),
             excluded={str(c): {str(a): str(why) for a, why in reasons.items()}
                       for c, reasons in data.get("excluded", {}).items()},
+            assumes=tuple(str(r) for r in data.get("assumes", ())),
             selection=tuple(SelectionRow.from_dict(row) for row in data.get("selection", ())),
             rule_sets={c: RuleSet.from_dict(d) for c, d in data.get("rule_sets", {}).items()},
             training_curve=tuple(CurveRecord.from_dict(p) for p in data.get("training_curve", ())),
@@ -353,6 +356,7 @@ class Manifest:
             "files": dict(self.files), "env_files": dict(self.env_files), "env": dict(self.env),
             "env_file": self.env_file, "needs_file": list(self.needs_file),
             "excluded": {c: dict(reasons) for c, reasons in sorted(self.excluded.items())},
+            "assumes": list(self.assumes),
             "selection": [row.to_dict() for row in self.selection],
             "rule_sets": {c: rs.to_dict() for c, rs in sorted(self.rule_sets.items())},
             "training_curve": [point.to_dict() for point in self.training_curve],

@@ -174,7 +174,8 @@ def rewrite_files(manifest: Manifest, library: MPILibrary, fixed: Mapping[Cell, 
     from tunempi.tune.job import files_fields
 
     rule_sets = rule_sets_for(selection_table(fixed, preferred_ppn=manifest.preferred_ppn))
-    written = write_tuning_files(manifest.directory, library, adapter_for(library), rule_sets,
+    written = write_tuning_files(manifest.directory, library, adapter_for(library).assuming(manifest.assumes),
+                                 rule_sets,
                                  smoke_ranks=sorted({cell.ranks for cell in fixed}), smoke=smoke)
     return dataclasses.replace(manifest, **files_fields(written, rule_sets), selection=tuple(
         SelectionRow(row.cell, fixed[row.cell],
@@ -269,7 +270,7 @@ def run_verify(directory: Path, *, repeats: int = 3, settings: MeasureSettings =
     if plan.manifest.compositions.chosen():
         from tunempi.mpi.discovery import adapter_for
 
-        adapter = adapter_for(plan.library)
+        adapter = adapter_for(plan.library).assuming(manifest.assumes)
         compositions = verify_compositions(plan, adapter, settings, listener)
         drop = compositions_to_drop(compositions, applies_to_all=adapter.composition_applies_to_all())
         compositions = [dataclasses.replace(v, dropped=v.collective in drop) for v in compositions]
