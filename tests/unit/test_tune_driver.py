@@ -13,11 +13,27 @@ from tunempi.bench.protocol import PointRequest
 from tunempi.bench.sweep import BenchPoint
 from tunempi.collectives import DEFAULT_ALGORITHM
 from tunempi.store.results import Measurement, ResultStore
-from tunempi.tune.driver import Tuner, prefer_default, records_from_store
+from tunempi.tune.driver import Tuner as RealTuner
+from tunempi.tune.driver import prefer_default, records_from_store
 from tunempi.tune.runner import PointResult
 from tunempi.tune.scope import Scale, feature_space, message_sizes
 
 FINGERPRINT = "fake-1.0-abc"
+
+
+def ticking_clock(step_s: float = 1e-6) -> Callable[[], float]:
+    """A clock that advances one step per reading: model work then costs the same on any machine, so the
+    guard's and the timeout's decisions (which read the clock) do not depend on the machine's speed or load
+    (issue 28: a loaded machine made a tune stop on exhaustive-cost instead of converged)."""
+    import itertools
+
+    ticks = itertools.count()
+    return lambda: next(ticks) * step_s
+
+
+def Tuner(*args, **kwargs) -> RealTuner:  # noqa: N802 - the driver's Tuner with the test clock
+    kwargs.setdefault("clock", ticking_clock())
+    return RealTuner(*args, **kwargs)
 SCALES = [Scale(1, 2), Scale(1, 4)]
 SIZES = message_sizes(64 * 1024)
 
@@ -90,13 +106,14 @@ def test_tuner_finds_the_crossover_and_stores_every_run() -> None:
 
 @pytest.mark.parametrize("lanes", [1, 2])
 def test_a_tune_whose_rounds_cost_more_than_all_its_points_measures_them_all_and_ends(lanes: int) -> None:
-    # Points that cost 0.1 us: any model round costs more than the whole space. The guard ends the tune
-    # after its first round, measuring every point not measured yet (cheaper than another round); with two
-    # lanes the other lane's strategy may be fitting meanwhile, and is waited for before it is told.
+    # Points that cost 0.1 us and a clock that moves 1 ms a reading: any model round costs more than the
+    # whole space. The guard ends the tune after its first round, measuring every point not measured yet
+    # (cheaper than another round); with two lanes the other lane's strategy may be fitting meanwhile, and
+    # is waited for before it is told.
     runner = FakeRunner(point_cost_s=1e-7)
     collectives = {"allreduce": spaces()["allreduce"],
                    "bcast": feature_space("bcast", SCALES, SIZES, (DEFAULT_ALGORITHM, "small", "large"))}
-    tuner = Tuner(collectives, runner, strategy="tunempi", lanes=lanes)
+    tuner = Tuner(collectives, runner, strategy="tunempi", lanes=lanes, clock=ticking_clock(1e-3))
     outcome = tuner.run()
     assert outcome.stop_reason == "exhaustive-cost"
     for strategy in tuner.strategies.values():

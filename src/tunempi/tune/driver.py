@@ -181,8 +181,12 @@ class Tuner:
         lanes: int = 2,
         confirm: bool = True,
         exhaustive_guard: bool = True,
+        clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self.spaces = dict(spaces)
+        # Where the time of model work and of the whole tune is read (the guard and the timeout decide on
+        # it): injected by tests, so that no decision they check depends on how fast the machine is.
+        self.clock = clock
         self.n_lanes = lanes
         self.confirm = confirm
         self.exhaustive_guard = exhaustive_guard
@@ -303,8 +307,9 @@ class Tuner:
         rounds were measured ('max_rounds') or Ctrl-C ('interrupted': no selection; every point measured
         until then is in the store); or, with `exhaustive_guard`, when another round would have made the
         tune cost more than measuring every point once ('exhaustive-cost', tune/guard.py)."""
-        started = time.monotonic()
-        run = _Run(started, started + timeout_s if timeout_s is not None else None, on_round, on_result)
+        started = self.clock()
+        run = _Run(started, started + timeout_s if timeout_s is not None else None, self.clock, on_round,
+                   on_result)
         run.curve.append(self._state(run))
         thinker = ThreadPoolExecutor(max_workers=1, thread_name_prefix="tunempi-model")
         try:
@@ -322,7 +327,7 @@ class Tuner:
             run.curve.append(self._state(run))
         return TuneOutcome(
             selection=selection, strategies=self.strategies, curve=run.curve, stop_reason=stop_reason,
-            wall_s=time.monotonic() - started, bench_s=run.bench_s, measured=run.measured, resumed=self.resumed,
+            wall_s=self.clock() - started, bench_s=run.bench_s, measured=run.measured, resumed=self.resumed,
             failed=run.failed, launches=self.runner.launches, model_s=run.model_s, model_wait_s=run.wait_s,
         )
 
@@ -347,15 +352,15 @@ class Tuner:
             turn += 1
             if lane in done_lanes:
                 continue
-            waited = time.monotonic()
+            waited = self.clock()
             requests = {c: r for c, r in asks.pop(lane).result().items() if r}
-            run.wait_s += time.monotonic() - waited
+            run.wait_s += self.clock() - waited
             if not requests:
                 done_lanes.add(lane)
                 continue
             self._measure_round(run, requests)
             run.rounds += 1
-            if self.exhaustive_guard and self._end_at_exhaustive_cost(run, time.monotonic() - waited, asks):
+            if self.exhaustive_guard and self._end_at_exhaustive_cost(run, self.clock() - waited, asks):
                 return "exhaustive-cost"
             asks[lane] = thinker.submit(self._think, lanes[lane], run)
         return "converged"
@@ -367,7 +372,7 @@ class Tuner:
         estimate = estimate_exhaustive(self.strategies)
         if estimate is None:
             return False
-        decision = estimate.decide(time.monotonic() - run.started, round_s)
+        decision = estimate.decide(self.clock() - run.started, round_s)
         if decision == CONTINUE:
             return False
         if decision == MEASURE_THE_REST and not run.past_deadline():
@@ -379,21 +384,21 @@ class Tuner:
 
     def _think(self, lane: Sequence[str], run: _Run) -> dict[str, list[Request]]:
         """The lane's next requests (runs in the model thread: the strategies fit their models)."""
-        began = time.monotonic()
+        began = self.clock()
         try:
             return {c: self.strategies[c].ask() for c in lane if not self.strategies[c].finished}
         finally:
-            run.model_s += time.monotonic() - began
+            run.model_s += self.clock() - began
 
     def _confirm(self, run: _Run, passes: int = 3) -> None:
         """After convergence: measure what confirmation_requests asks for, if there is time left. What it
         measures can change a cell's selection to another algorithm, which then needs its own pair: up to
         `passes` rounds."""
         for _ in range(passes):
-            began = time.monotonic()
+            began = self.clock()
             requests = self.confirmation_requests()
-            run.model_s += time.monotonic() - began
-            run.wait_s += time.monotonic() - began
+            run.model_s += self.clock() - began
+            run.wait_s += self.clock() - began
             if not requests or run.past_deadline():
                 return
             self._measure_round(run, requests)
@@ -427,19 +432,19 @@ class Tuner:
 
     def _select(self, run: _Run) -> dict[Cell, str]:
         """Each strategy's selection, with the library's own choice kept where it is about as fast."""
-        began = time.monotonic()
+        began = self.clock()
         selection: dict[Cell, str] = {}
         for strategy in self.strategies.values():
             selection.update(keep_default_where_this_launch_disagrees(
                 strategy, prefer_default(strategy, strategy.select(), self.default_margin)))
-        run.model_s += time.monotonic() - began
-        run.wait_s += time.monotonic() - began
+        run.model_s += self.clock() - began
+        run.wait_s += self.clock() - began
         return selection
 
     def _state(self, run: _Run) -> CurvePoint:
         per = self.convergence()
         return CurvePoint(
-            wall_s=time.monotonic() - run.started, bench_s=run.bench_s,
+            wall_s=self.clock() - run.started, bench_s=run.bench_s,
             points=sum(len(s.records) for s in self.strategies.values()),
             convergence=float(np.mean(list(per.values()))) if per else 1.0, per_collective=per,
         )
@@ -451,6 +456,7 @@ class _Run:
 
     started: float
     deadline: float | None
+    clock: Callable[[], float] = time.monotonic
     on_round: OnRound | None = None
     on_result: OnResult | None = None
     curve: list[CurvePoint] = field(default_factory=list)
@@ -462,7 +468,7 @@ class _Run:
     wait_s: float = 0.0  # part of it the loop waited for
 
     def past_deadline(self) -> bool:
-        return self.deadline is not None and time.monotonic() >= self.deadline
+        return self.deadline is not None and self.clock() >= self.deadline
 
 
 def _fresh_latencies(strategy: Strategy) -> dict[tuple[Cell, str], list[float]]:
