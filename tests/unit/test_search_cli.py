@@ -28,7 +28,7 @@ APP = textwrap.dedent("""
         time.sleep(30)
     if x >= 40:
         print("fatal [/mpich/x.c:36] [0x7f00]"); sys.exit(3)  # the cliff, with Rich-hostile output
-    if os.environ.get("MODE") == "hang" and x == 10:
+    if os.environ.get("MODE") == "hang" and x == 10 and not os.environ.get("NO_HANG"):
         time.sleep(60)
     print(f"Time in seconds = {1.0 + abs(x - 20) / 10:.3f}")
 """)
@@ -88,9 +88,9 @@ def workdir(tmp_path: Path) -> Path:
     return tmp_path
 
 
-def search_args(budget: int, repeats: int = 0) -> list[str]:
+def search_args(budget: int, repeats: int = 0, timeout: str = "1.5") -> list[str]:
     return ["search", "--space", "space.toml", "--strategy", "exhaustive", "--budget", str(budget),
-            "--repeats", str(repeats), "--timeout", "1.5", "--metric", r"Time in seconds = (\S+)", "--out", "out",
+            "--repeats", str(repeats), "--timeout", timeout, "--metric", r"Time in seconds = (\S+)", "--out", "out",
             "--mpi", "none", "--db", "db.sqlite", "--", sys.executable, "app.py"]
 
 
@@ -128,16 +128,22 @@ def test_real_search_records_failures_timeouts_and_writes_outputs(workdir):
 
 def test_interrupted_search_resumes_from_the_store_without_losing_a_trial(workdir):
     # Ctrl-C arrives while the third trial (X=10, fast) runs: its job is killed, the first two are stored.
+    # No trial hangs here and the time-out is long: the trial that sends Ctrl-C must get to send it however
+    # slowly a loaded machine starts it (issue 28: at 1.5 s the time-out killed it first).
     os.environ["INTERRUPT_AT"] = "10/fast"
+    os.environ["NO_HANG"] = "1"
     try:
-        result = tunempi(*search_args(5), cwd=workdir)
+        result = tunempi(*search_args(5, timeout="120"), cwd=workdir)
     finally:
         del os.environ["INTERRUPT_AT"]
     assert result.returncode == 130, result.stderr
     assert "2 trials are recorded" in result.stderr.replace("\n", " ")
     first = [r for r in journal(workdir) if r["kind"] == "trial"]
     assert [t["number"] for t in first] == [0, 1]
-    result = tunempi(*search_args(5), cwd=workdir)
+    try:
+        result = tunempi(*search_args(5, timeout="120"), cwd=workdir)
+    finally:
+        del os.environ["NO_HANG"]
     assert result.returncode == 0, result.stderr
     assert "resuming" in result.stderr and "2 trials already recorded" in result.stderr.replace("\n", " ")
     trials = [r for r in journal(workdir) if r["kind"] == "trial"]
