@@ -123,7 +123,7 @@ def under_online(library: MPILibrary, ranks: int, program: Path, state: Path, *,
     colls = "allreduce,bcast,allgather,alltoall,reduce,barrier,gather,scatter,reduce_scatter,reduce_scatter_block,allgatherv"
 
     def wrap(argv: list[str]) -> list[str]:
-        return [TUNEMPI, "online", "run", "--state", str(state), "--mpi", library.vendor,
+        return [TUNEMPI, "online", "run", "--state", str(state), "--mpi", str(library.mpicc),
                 "--collectives", colls, "--record-ranks", "all", "--", *argv]
 
     return run_suite(library, ranks, program=program, wrap=wrap, timeout=300, skip=skip)
@@ -132,7 +132,7 @@ def under_online(library: MPILibrary, ranks: int, program: Path, state: Path, *,
 def under_profiler(library: MPILibrary, ranks: int, program: Path, out: Path, *,
                    skip: Iterable[tuple[str, str]] = ()) -> dict[int, Outcome]:
     def wrap(argv: list[str]) -> list[str]:
-        return [TUNEMPI, "profile", "-o", str(out), "--mpi", library.vendor, "--", *argv]
+        return [TUNEMPI, "profile", "-o", str(out), "--mpi", str(library.mpicc), "--", *argv]
 
     return run_suite(library, ranks, program=program, wrap=wrap, timeout=300, skip=skip)
 
@@ -140,9 +140,30 @@ def under_profiler(library: MPILibrary, ranks: int, program: Path, out: Path, *,
 LAYOUTS = (("openmpi", 2), ("openmpi", 4), ("mpich", 2))
 
 
+def isolated_report(library: MPILibrary, ranks: int, program: Path, default: Mapping[int, Outcome]) -> None:
+    """Every algorithm forced alone (one per launch, through the environment): each failure that passes with
+    the library's own choice, with the algorithm's recorded requirements (the experiment behind the
+    table's entries; docs/conformance.md)."""
+    from tunempi.mpi.restrictions import requirements
+
+    for choice, outcomes in library_forced(library, ranks, program, isolated=True, skip=crashing(default)):
+        (collective, name), = choice.items()
+        new = new_failures(outcomes, default)
+        known = ", ".join(requirements(library.vendor, library.version, collective, name)) or "none"
+        print(f"{library.name} at {ranks} ranks | {collective} {name} forced | run {len(outcomes)}, "
+              f"fail where the default passes {len(new)} | table: {known}")
+        for o in new:
+            print(f"    {o}")
+        sys.stdout.flush()
+
+
 def main(argv: list[str]) -> int:
-    """Print the counts per library x mode and every failure (the figures of docs/conformance.md)."""
-    layouts = [(v, int(r)) for v, r in (a.split(":") for a in argv)] if argv else list(LAYOUTS)
+    """Print the counts per library x mode and every failure (the figures of docs/conformance.md).
+    Arguments: LIBRARY:RANKS ... (LIBRARY: a --mpi SPEC, e.g. openmpi or /usr/bin/mpicc.mpich); with
+    --isolated, only the library's default and every algorithm forced alone."""
+    isolated = "--isolated" in argv
+    argv = [a for a in argv if a != "--isolated"]
+    layouts = [(v, int(r)) for v, r in (a.rsplit(":", 1) for a in argv)] if argv else list(LAYOUTS)
     os.environ.setdefault("TUNEMPI_LOG", "warning")
     for vendor, ranks in layouts:
         library = resolve_library(vendor)
@@ -152,6 +173,9 @@ def main(argv: list[str]) -> int:
         print(f"{head} | library default | {summary(default)}")
         for o in failures(default):
             print(f"    library's own: {o}")
+        if isolated:
+            isolated_report(library, ranks, program, default)
+            continue
         skip = crashing(default)
         forced = library_forced(library, ranks, program, skip=skip)
         runs = sum(len(o) for _, o in forced)
@@ -160,7 +184,7 @@ def main(argv: list[str]) -> int:
         for (c, n), fails in sorted(per_algorithm(forced).items()):
             for o in fails:
                 print(f"    {c} {n}: {o.case}: {o.verdict}")
-        if vendor == "mpich":
+        if library.vendor == "mpich":
             strict = library_forced(library, ranks, program, strict=True, skip=skip)
             runs = sum(len(o) for _, o in strict)
             bad = sum(len(f) for f in per_algorithm(strict).values())

@@ -104,3 +104,12 @@ def test_a_user_may_vouch_for_a_datatype_requirement_a_file_cannot_state():
     # vouching for datatypes does not lift the other requirements
     reason = file_exclusion("openmpi", "5.0.11", "allreduce", "ring", frozenset(), DATATYPE_REQUIREMENTS)
     assert reason is not None and "commutative" in reason and "true lower bound" not in reason
+
+
+def test_a_leaf_keeps_every_guard_of_its_entries_and_none_for_datatypes():
+    # allreduce tree has two entries (commutativity from MPICH's checks, true lb 0 from issue 25): the guard
+    # of the first must survive the second, and no guard is asked for a datatype requirement
+    assert LEAF_RESTRICTIONS["MPIR_Allreduce_intra_tree"] == ("commutative",)
+    assert LEAF_RESTRICTIONS["MPIR_Alltoall_intra_brucks"] == ("noinplace",)
+    assert "MPIR_Allgather_intra_k_brucks" not in LEAF_RESTRICTIONS
+    assert not any(set(v) & DATATYPE_REQUIREMENTS for v in LEAF_RESTRICTIONS.values())

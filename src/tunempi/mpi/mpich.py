@@ -31,7 +31,7 @@ from tunempi.mpi.mpich_selection import (
     known_leaves,
     select_mpich,
 )
-from tunempi.mpi.restrictions import REQUIREMENTS, file_exclusion
+from tunempi.mpi.restrictions import DATATYPE_REQUIREMENTS, REQUIREMENTS, file_exclusion
 from tunempi.mpi.restrictions import RESTRICTIONS as ALGORITHM_RESTRICTIONS
 from tunempi.mpi.ucx import UCX_TUNABLES
 from tunempi.mpi.vendor import (
@@ -643,10 +643,24 @@ def leaf_parameters(collective: str, algorithm: str, cvar_value: Callable[[str],
 #: restriction table (mpi/restrictions.py: MPICH's coll_algorithms.txt `restrictions`, its fallback
 #: checks, and the conformance suite), in the guards' spelling.
 _GUARD_NAMES = {"count-ge-pow2": "size-ge-pof2", "not-inplace": "noinplace"}
-LEAF_RESTRICTIONS: dict[str, tuple[str, ...]] = {
-    leaf_function(r.collective, r.algorithm): tuple(_GUARD_NAMES.get(q, q) for q in r.requires)
-    for r in ALGORITHM_RESTRICTIONS if r.vendor == "mpich"
-}
+
+
+def _leaf_restrictions() -> dict[str, tuple[str, ...]]:
+    """Every requirement of each leaf, merged over the table's entries for it (a leaf can have several: the
+    fallback checks, and the datatype findings of issue 25). Datatype requirements have no guard: an
+    algorithm needing one reaches a file only when the user vouched for it (tune
+    --assume-contiguous-datatypes), and then needs none."""
+    leaves: dict[str, list[str]] = {}
+    for r in ALGORITHM_RESTRICTIONS:
+        if r.vendor != "mpich":
+            continue
+        merged = leaves.setdefault(leaf_function(r.collective, r.algorithm), [])
+        merged += [_GUARD_NAMES.get(q, q) for q in r.requires
+                   if q not in DATATYPE_REQUIREMENTS and _GUARD_NAMES.get(q, q) not in merged]
+    return {leaf: tuple(requirements) for leaf, requirements in leaves.items() if requirements}
+
+
+LEAF_RESTRICTIONS: dict[str, tuple[str, ...]] = _leaf_restrictions()
 #: csel.c's MPIR_Csel_sendbuf_inplace is defined for these only and ASSERTS for any other collective
 #: (measured: a guard on reduce_scatter crashed every reduce_scatter call).
 _INPLACE_KEY_COLLECTIVES = frozenset({"alltoall", "alltoallv"})

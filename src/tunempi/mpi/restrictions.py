@@ -133,6 +133,11 @@ RESTRICTIONS: tuple[Restriction, ...] = (
             "coll_base_allreduce.c ring: the receive buffer is malloc'd as true_extent + (segcount - 1) * extent "
             "and received into without the true lower bound's shift")
       for ring in ("ring", "segmented_ring")),
+    Restriction("openmpi", ("4.1",), "alltoall", "modified_bruck", ("same-types",),
+                "conformance suite, algorithm forced by OMPI_MCA_coll_tuned_alltoall_algorithm, Debian's Open MPI "
+                "4.1.4 at 2 ranks: a crash (and a hang once) for a nested send type (an hindexed of 4-D subarrays) "
+                "received as plain ints, where the same type on both sides passes; Open MPI 5.0.11's "
+                "modified_bruck passes it"),
     *(Restriction("openmpi", ("5.0",), "bcast", algorithm, ("contiguous",),
                   "reported in issue 25 from a collective test suite not ours, forced without tunempi by "
                   "OMPI_MCA_coll_tuned_bcast_algorithm=4|8|9 (Open MPI 5.0.11, 2 ranks): wrong values at the "
@@ -206,19 +211,27 @@ _TRUE_LB = ("conformance suite, algorithm forced through the environment (one pe
             "(its fallback checks are on the op, counts and communicator)")
 
 
-def _mpich_true_lb(collective: str, algorithm: str, what: str) -> Restriction:
-    return Restriction("mpich", ("5.0",), collective, algorithm, ("true-lb-zero",), _TRUE_LB.format(what=what))
+def _mpich_true_lb(collective: str, algorithm: str, what: str, versions: tuple[str, ...] = ("5.0",)) -> Restriction:
+    return Restriction("mpich", versions, collective, algorithm, ("true-lb-zero",), _TRUE_LB.format(what=what))
 
 
 RESTRICTIONS += (
     # ---- MPICH and derived datatypes (issue 25): temporary buffers without the true lower bound's shift ----
     _mpich_true_lb("allreduce", "tree", "a crash (user op, counts 0-33, both types)"),
-    _mpich_true_lb("allreduce", "ring", "a crash (user op, counts 7 and 33, negative true lb)"),
-    _mpich_true_lb("allreduce", "k_reduce_scatter_allgather", "a crash (user op, negative true lb)"),
+    _mpich_true_lb("allreduce", "ring", "a crash (user op, counts 7 and 33, negative true lb; kept although "
+                   "the library's own choice also crashes in that class of calls now and then)"),
+    _mpich_true_lb("allreduce", "k_reduce_scatter_allgather", "a crash (user op, negative true lb; kept "
+                   "although the library's own choice also crashes in that class of calls now and then)"),
     _mpich_true_lb("allgather", "k_brucks", "a crash (negative true lb)"),
     _mpich_true_lb("alltoall", "k_brucks", "a crash (negative true lb)"),
     _mpich_true_lb("reduce_scatter_block", "noncommutative",
-                   "wrong results (positive true lb) and a crash (negative true lb), user op"),
+                   "wrong results (positive true lb) and a crash (negative true lb), user op; the same in "
+                   "Debian's MPICH 4.0.2", versions=("5.0", "4.0")),
+    Restriction("mpich", ("4.0",), "alltoall", "brucks", ("contiguous",),
+                "conformance suite, algorithm forced through the environment, Debian's MPICH 4.0.2 at 2 ranks: "
+                "the call returns an MPI error for 33 elements of an hindexed of struct {int, double} (gaps, two "
+                "basic types), not in place, where the library's own choice is right (in place both fail: the "
+                "library's own); MPICH 5.0.2's brucks passes it"),
 )
 
 
