@@ -411,7 +411,10 @@ class Tuner:
             if run.on_result is not None:
                 run.on_result(result)
 
-        results = self.runner.run(self.plan(requests), on_point=store_result, deadline=run.deadline)
+        # The runner stops starting points at the deadline; it reads the real monotonic clock, so the
+        # time left on this tune's clock is handed over in that clock's terms.
+        deadline = None if run.deadline is None else time.monotonic() + run.deadline - self.clock()
+        results = self.runner.run(self.plan(requests), on_point=store_result, deadline=deadline)
         by_collective: dict[str, list[MeasurementRecord]] = {}
         crashed: dict[str, list[MeasurementRecord]] = {}
         for result in results:

@@ -95,6 +95,8 @@ class TuneOptions:
     #: application that passes no derived datatypes to collectives): the files may then select algorithms
     #: that need them. Recorded in the manifest; `report` and `run` say so.
     assume: tuple[str, ...] = ()
+    #: The tune's clock (the timeout and the guard read it); None: time.monotonic. Tests pass their own.
+    clock: Callable[[], float] | None = None
 
 
 def auto_lanes(scales: list[Scale], cpus: int | None = None) -> int:
@@ -311,7 +313,8 @@ def run_tune(options: TuneOptions, on_event: OnTuneEvent | None = None) -> TuneR
             tuner = Tuner(plan.spaces, runner, strategy=options.strategy, seed=options.seed, store=store,
                           fingerprint=plan.library.fingerprint, system=options.system,
                           lanes=options.lanes or auto_lanes(plan.scales), strategy_params=plan.strategy_params,
-                          exhaustive_guard=options.exhaustive_guard)
+                          exhaustive_guard=options.exhaustive_guard,
+                          **({"clock": options.clock} if options.clock is not None else {}))
             emit(plan.started(tuner.resumed))
             measured = 0
 
