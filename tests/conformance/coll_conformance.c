@@ -132,6 +132,23 @@ static void describe_layout(layout *l, const char *name, MPI_Datatype type)
     free(index);
 }
 
+/* A committed hindexed of 16 blocks of 2 `base` elements, the gap after each block one int longer than the
+ * last (issue 25's nested types). */
+static MPI_Datatype growing_hindexed(MPI_Datatype base)
+{
+    int blocks[16];
+    MPI_Aint displs[16], lb, extent;
+    MPI_Datatype h;
+    MPI_Type_get_extent(base, &lb, &extent);
+    for (int i = 0; i < 16; i++) {
+        blocks[i] = 2;
+        displs[i] = i * 2 * extent + (MPI_Aint)(i * (i + 1) / 2) * 4;
+    }
+    MPI_Type_create_hindexed(16, blocks, displs, base, &h);
+    MPI_Type_commit(&h);
+    return h;
+}
+
 static void make_layouts(void)
 {
     MPI_Datatype v, sub, st, h;
@@ -153,26 +170,14 @@ static void make_layouts(void)
 
     int sizes[4] = {3, 3, 3, 3}, subsizes[4] = {2, 2, 2, 2}, starts[4] = {1, 1, 1, 1};
     MPI_Type_create_subarray(4, sizes, subsizes, starts, MPI_ORDER_C, MPI_INT, &sub);
-    int blocks[16] = {2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2};
-    MPI_Aint displs[16], lb, extent;
-    MPI_Type_get_extent(sub, &lb, &extent);
-    for (int i = 0; i < 16; i++)
-        displs[i] = i * 2 * extent + (MPI_Aint)(i * (i + 1) / 2) * 4;
-    MPI_Type_create_hindexed(16, blocks, displs, sub, &h);
-    MPI_Type_commit(&h);
-    describe_layout(&lay[L_NEST], "nest", h);
+    describe_layout(&lay[L_NEST], "nest", growing_hindexed(sub));
     MPI_Type_free(&sub);
 
     int one[2] = {1, 1};
     MPI_Aint at[2] = {0, 8};
     MPI_Datatype types[2] = {MPI_INT, MPI_DOUBLE};
     MPI_Type_create_struct(2, one, at, types, &st);
-    MPI_Type_get_extent(st, &lb, &extent);
-    for (int i = 0; i < 16; i++)
-        displs[i] = i * 2 * extent + (MPI_Aint)(i * (i + 1) / 2) * 4;
-    MPI_Type_create_hindexed(16, blocks, displs, st, &h);
-    MPI_Type_commit(&h);
-    describe_layout(&lay[L_STRUCT], "struct", h);
+    describe_layout(&lay[L_STRUCT], "struct", growing_hindexed(st));
     MPI_Type_free(&st);
 
     int nb[2] = {2, 1};
