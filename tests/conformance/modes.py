@@ -14,7 +14,17 @@ import tempfile
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 
-from suite import COLLECTIVES, Outcome, build_program, crashing, failures, new_failures, run_suite, summary
+from suite import (
+    COLLECTIVES,
+    Outcome,
+    build_program,
+    crashing,
+    failures,
+    new_failures,
+    run_suite,
+    summary,
+    worst_of,
+)
 
 from tunempi.mpi.discovery import adapter_for, resolve_library
 from tunempi.mpi.library import MPILibrary
@@ -169,8 +179,8 @@ def main(argv: list[str]) -> int:
         library = resolve_library(vendor)
         program = build_program(library)
         head = f"{library.name} at {ranks} ranks"
-        default = run_suite(library, ranks, program=program)
-        print(f"{head} | library default | {summary(default)}")
+        default = worst_of(run_suite(library, ranks, program=program), run_suite(library, ranks, program=program))
+        print(f"{head} | library default (twice) | {summary(default)}")
         for o in failures(default):
             print(f"    library's own: {o}")
         if isolated:

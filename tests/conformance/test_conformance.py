@@ -28,6 +28,7 @@ from suite import (  # noqa: E402
     passes_in,
     run_suite,
     summary,
+    worst_of,
 )
 
 from tunempi.mpi.restrictions import requirements  # noqa: E402
@@ -57,7 +58,8 @@ def _reference(library_id: str, ranks: int):
 @functools.cache
 def _reference_run(library, ranks: int):
     program = build_program(library)
-    default = run_suite(library, ranks, program=program)
+    # Twice: a case the library fails on its own now and then must count as its own (issue 25).
+    default = worst_of(run_suite(library, ranks, program=program), run_suite(library, ranks, program=program))
     name = f"{library.name} at {ranks} ranks"
     _record(name, "library default", summary(default), [f"library's own: {o}" for o in failures(default)])
     return library, ranks, program, default, name
