@@ -11,6 +11,7 @@ import dataclasses
 import os
 import shutil
 import tempfile
+import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -313,8 +314,7 @@ def run_tune(options: TuneOptions, on_event: OnTuneEvent | None = None) -> TuneR
             tuner = Tuner(plan.spaces, runner, strategy=options.strategy, seed=options.seed, store=store,
                           fingerprint=plan.library.fingerprint, system=options.system,
                           lanes=options.lanes or auto_lanes(plan.scales), strategy_params=plan.strategy_params,
-                          exhaustive_guard=options.exhaustive_guard,
-                          **({"clock": options.clock} if options.clock is not None else {}))
+                          exhaustive_guard=options.exhaustive_guard, clock=options.clock or time.monotonic)
             emit(plan.started(tuner.resumed))
             measured = 0
 
