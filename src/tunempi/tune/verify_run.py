@@ -167,15 +167,21 @@ def measure_pairs(plan: VerifyPlan, settings: MeasureSettings, topology: str, li
     return results, again
 
 
+def manifest_adapter(manifest: Manifest, library: MPILibrary) -> VendorAdapter:
+    """The library's adapter as the directory was tuned: with the requirements the user vouched for
+    (`assumes`), so a rewrite may keep what the files already select."""
+    from tunempi.mpi.discovery import adapter_for
+
+    return adapter_for(library).assuming(manifest.assumes)
+
+
 def rewrite_files(manifest: Manifest, library: MPILibrary, fixed: Mapping[Cell, str], smoke: bool) -> Manifest:
     """Rule sets and tuning files (smoke-checked) for the selection after replacements, and the manifest's
     selection rows (a replaced row keeps the default's median and says what it replaced)."""
-    from tunempi.mpi.discovery import adapter_for
     from tunempi.tune.job import files_fields
 
     rule_sets = rule_sets_for(selection_table(fixed, preferred_ppn=manifest.preferred_ppn))
-    written = write_tuning_files(manifest.directory, library, adapter_for(library).assuming(manifest.assumes),
-                                 rule_sets,
+    written = write_tuning_files(manifest.directory, library, manifest_adapter(manifest, library), rule_sets,
                                  smoke_ranks=sorted({cell.ranks for cell in fixed}), smoke=smoke)
     return dataclasses.replace(manifest, **files_fields(written, rule_sets), selection=tuple(
         SelectionRow(row.cell, fixed[row.cell],
@@ -268,9 +274,7 @@ def run_verify(directory: Path, *, repeats: int = 3, settings: MeasureSettings =
         listener.rewriting()
         manifest = rewrite_files(manifest, plan.library, fixed, smoke)
     if plan.manifest.compositions.chosen():
-        from tunempi.mpi.discovery import adapter_for
-
-        adapter = adapter_for(plan.library).assuming(manifest.assumes)
+        adapter = manifest_adapter(manifest, plan.library)
         compositions = verify_compositions(plan, adapter, settings, listener)
         drop = compositions_to_drop(compositions, applies_to_all=adapter.composition_applies_to_all())
         compositions = [dataclasses.replace(v, dropped=v.collective in drop) for v in compositions]

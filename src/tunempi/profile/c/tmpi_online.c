@@ -697,7 +697,7 @@ static void online_begin(tmpi_call *call)
         int datatypes = online_datatypes_unmet(call);
         if (coll->algs[a].requires & datatypes) {
             /* the same u, more unmet requirements: every rank draws again, the same way */
-            unmet |= datatypes | NEED_NEVER;
+            unmet |= datatypes;
             a = online_pick_allowed(coll, cum, u, unmet);
             if (!excluded)
                 on.restricted_calls++;
