@@ -44,6 +44,7 @@ SUBCOMMAND_MODULES: tuple[str, ...] = (
     "tunempi.cli.advise",
     "tunempi.cli.search",
     "tunempi.cli.online",
+    "tunempi.cli.compare",
     "tunempi.cli.cluster",
 )
 

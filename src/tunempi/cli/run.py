@@ -13,7 +13,7 @@ import typer
 
 from tunempi.errors import UsageError
 from tunempi.mpi.discovery import SPEC_HELP
-from tunempi.report.tuning import assumption_lines
+from tunempi.report.tuning import application_warnings, assumption_lines
 from tunempi.tune.apply import check_tuning_files, command_for_library, tuning_library
 from tunempi.tune.manifest import Manifest
 
@@ -39,6 +39,8 @@ def run_command(
     env = manifest.activation_env()
     for line in assumption_lines(manifest):
         print(f"tunempi run: {line}", file=sys.stderr)
+    for line in application_warnings(manifest):
+        print(f"tunempi run: warning: {line}", file=sys.stderr)
     if print_env:
         for name, value in sorted(env.items()):
             print(f"export {name}={shlex.quote(value)}")

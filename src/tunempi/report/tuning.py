@@ -150,6 +150,13 @@ def summary_lines(manifest: Manifest) -> list[str]:
                          f"{v.pairs} pairs): {'dropped' if v.dropped else 'kept'}")
     else:
         lines.append("not verified yet: run `tunempi verify --tuning DIR`")
+    newest = {check.command: check for check in manifest.applications}
+    for command, check in newest.items():
+        interval = f", 95% CI {check.low:.3f}..{check.high:.3f}" if check.low is not None else ""
+        speedup = f" {check.speedup:.3f}x{interval}" if check.speedup is not None else ""
+        lines.append(f"application `{' '.join(command)}`: {check.verdict}{speedup} ({check.pairs} pairs), results "
+                     f"{check.results} ({check.at})")
+    lines += [f"warning: {line}" for line in application_warnings(manifest)]
     return lines
 
 
@@ -336,6 +343,20 @@ def assumption_lines(manifest: Manifest) -> list[str]:
     said = "; ".join(REQUIREMENTS.get(r, r) for r in manifest.assumes)
     return [f"assumes every collective call passes {said} (tuned with --assume-contiguous-datatypes): the files "
             "may select algorithms that compute wrong results for other calls"]
+
+
+def application_warnings(manifest: Manifest) -> list[str]:
+    """The newest `tunempi compare` of each application command, when it found the directory slower, failing,
+    or computing something else: said by `run` and `report`, so a tuning found bad is not applied unawares."""
+    newest = {check.command: check for check in manifest.applications}
+    lines = []
+    for command, check in newest.items():
+        if not check.warns:
+            continue
+        what = "changed the results" if check.results == "changed" else check.verdict
+        lines.append(f"`tunempi compare` found this tuning {what} for `{' '.join(command)}` ({check.at}: "
+                     f"{check.reason}); do not use it for that application")
+    return lines
 
 
 def exclusions(manifest: Manifest) -> list[dict[str, str]]:

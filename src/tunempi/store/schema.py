@@ -90,8 +90,38 @@ _V2 = (
     "CREATE UNIQUE INDEX search_runs_key ON search_runs (search_id, kind, number, role)",
 )
 
+# Version 3: A/B comparisons of an application (tunempi compare). One row per comparison (its identity is
+# a hash of what must match to resume it), one row per launch of one variant in one block.
+_V3 = (
+    """
+    CREATE TABLE comparisons (
+        comparison_id TEXT PRIMARY KEY,
+        header        TEXT NOT NULL,
+        created       TEXT NOT NULL
+    )
+    """,
+    """
+    CREATE TABLE comparison_runs (
+        id            INTEGER PRIMARY KEY,
+        comparison_id TEXT    NOT NULL REFERENCES comparisons (comparison_id),
+        block         INTEGER NOT NULL CHECK (block >= 0),
+        variant       TEXT    NOT NULL,
+        position      INTEGER NOT NULL CHECK (position >= 0),
+        status        TEXT    NOT NULL CHECK (status IN ('ok', 'failed', 'timeout')),
+        value         REAL,
+        wall_s        REAL,
+        result        TEXT    NOT NULL DEFAULT '',
+        reason        TEXT    NOT NULL DEFAULT '',
+        launch_argv   TEXT    NOT NULL DEFAULT '[]',
+        env           TEXT    NOT NULL DEFAULT '{}',
+        timestamp     TEXT    NOT NULL
+    )
+    """,
+    "CREATE UNIQUE INDEX comparison_runs_key ON comparison_runs (comparison_id, block, variant)",
+)
+
 #: Ordered migrations: MIGRATIONS[i] takes the schema from version i to version i + 1.
-MIGRATIONS: tuple[tuple[str, ...], ...] = (_V1, _V2)
+MIGRATIONS: tuple[tuple[str, ...], ...] = (_V1, _V2, _V3)
 SCHEMA_VERSION: int = len(MIGRATIONS)
 
 

@@ -19,7 +19,9 @@ Keys (version 1):
     summary, cells[VerifiedCell.to_dict()], compositions[VerifiedComposition.to_dict()]}),
     compositions{margin, sizes, collectives[{collective, layout[ranks, nodes, ppn], results[CompositionResult],
     choice{collective, chosen, reason, best, best_us, default_us}}], files{role: name}, env_files{VAR: name},
-    env{VAR: value}} (compositions measured at the largest multi-node layout; the files activate them).
+    env{VAR: value}} (compositions measured at the largest multi-node layout; the files activate them),
+    applications[{at, command, verdict, reason, results, pairs, speedup, low, high, metric, comparison}] (what
+    `tunempi compare` found on applications run with this directory; `run` warns about a bad newest one).
 Keys a manifest lacks read as empty (an older manifest without `excluded` loads as excluding nothing, one
 without `compositions` as having measured none).
 """
@@ -30,7 +32,7 @@ import dataclasses
 import json
 import os
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
@@ -234,6 +236,42 @@ class CompositionsRecord:
 
 
 @dataclass(frozen=True)
+class ApplicationCheck:
+    """What `tunempi compare` found when the application ran with this directory against the library's
+    default: the verdict (compare.session.VERDICTS), the speedup and its 95 % interval, whether the
+    application's results were unchanged. `run` warns when the newest one says slower, failed or wrong."""
+
+    at: str
+    command: tuple[str, ...]
+    verdict: str
+    reason: str = ""
+    results: str = "unchecked"
+    pairs: int = 0
+    speedup: float | None = None
+    low: float | None = None
+    high: float | None = None
+    metric: str = ""
+    comparison: str = ""
+
+    def to_dict(self) -> dict[str, Any]:
+        d = asdict(self)
+        d["command"] = list(self.command)
+        return d
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> ApplicationCheck:
+        known = {f.name for f in fields(cls)}
+        values = {k: v for k, v in data.items() if k in known}
+        values["command"] = tuple(values.get("command", ()))
+        return cls(**values)
+
+    @property
+    def warns(self) -> bool:
+        """The application was slower with the directory, crashed, or computed something else."""
+        return self.verdict in ("slower", "failed", "wrong results") or self.results == "changed"
+
+
+@dataclass(frozen=True)
 class Manifest:
     """A tuning directory's manifest. Change it with `dataclasses.replace`, write it with `save`."""
 
@@ -262,6 +300,7 @@ class Manifest:
     smoke: tuple[SmokeRecord, ...] = ()
     verify: VerifyRecord | None = None
     compositions: CompositionsRecord = field(default_factory=CompositionsRecord)
+    applications: tuple[ApplicationCheck, ...] = ()  # `tunempi compare` on applications, oldest first
 
     # -- reading ------------------------------------------------------------------------------
     @classmethod
@@ -315,6 +354,7 @@ class Manifest:
             smoke=tuple(SmokeRecord.from_dict(s) for s in data.get("smoke", ())),
             verify=VerifyRecord.from_dict(verify) if verify else None,
             compositions=CompositionsRecord.from_dict(data.get("compositions") or {}),
+            applications=tuple(ApplicationCheck.from_dict(a) for a in data.get("applications", ())),
         )
 
     def activation_env(self) -> dict[str, str]:
@@ -363,6 +403,7 @@ class Manifest:
             "smoke": [record.to_dict() for record in self.smoke],
             "verify": self.verify.to_dict() if self.verify is not None else None,
             "compositions": self.compositions.to_dict(),
+            "applications": [check.to_dict() for check in self.applications],
         }
 
     def save(self) -> Path:
