@@ -40,7 +40,8 @@ def peak_pr7730_dataset() -> Path:
 # System packages some tests need, by the group names of tools/system-packages.sh, and how to tell they are here.
 SYSTEM_GROUPS: dict[str, tuple[str, ...]] = {
     "site-mpi": ("/usr/bin/mpicc.mpich", "/usr/bin/mpicc.openmpi", "/usr/bin/gfortran"),
-    "applications": ("/usr/bin/hpcc", "/usr/bin/lmp", "/usr/share/doc/hpcc/examples/_hpccinf.txt"),
+    "applications": ("/usr/bin/hpcc", "/usr/bin/lmp", "/usr/share/doc/hpcc/examples/_hpccinf.txt",
+                     "/usr/lib/x86_64-linux-gnu/libblas.so", "/usr/bin/curl"),
     "slurm": ("/usr/sbin/slurmd", "/usr/sbin/slurmctld", "/usr/bin/srun"),
     "browser": ("/usr/bin/chromium",),
     "trace": ("/usr/bin/strace",),

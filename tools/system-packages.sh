@@ -10,7 +10,7 @@ stamp=${1:-.venv/.system-packages}
 # One group a line: the name the tests ask for, then its Debian packages.
 groups=(
   "site-mpi mpich libmpich-dev openmpi-bin libopenmpi-dev gfortran"
-  "applications hpcc lammps"
+  "applications hpcc lammps libblas-dev curl"
   "slurm slurmd slurmctld slurm-client libpmix2 libpmix-dev"
   "browser chromium"
   "trace strace"

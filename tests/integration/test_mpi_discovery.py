@@ -311,3 +311,13 @@ def test_mpich_forced_algorithm_survives_the_shared_memory_level(adapters) -> No
     env = adapter.force_env("allreduce", "ring")
     assert env["MPIR_CVAR_ALLREDUCE_POSIX_INTRA_ALGORITHM"] == "mpir"
     assert "MPIR_CVAR_ALLREDUCE_POSIX_INTRA_ALGORITHM" not in adapter.force_env("allreduce", "default")
+
+
+def test_the_library_a_profile_names_is_found_among_every_library_here(mpi_library: MPILibrary) -> None:
+    """A profile says which library the program ran with (its MPI_Get_library_version text): advice must be for
+    that library, the site's too (Debian's Open MPI 4.1.4 beside the embedded 5.0.11), not the embedded one of
+    the same vendor."""
+    from tunempi.mpi.discovery import library_for_version_string
+
+    found = library_for_version_string(mpi_library.version_string)
+    assert (found.vendor, found.version) == (mpi_library.vendor, mpi_library.version)

@@ -32,11 +32,13 @@ def test_hydra_starts_emulated_nodes_through_the_agent_unbound() -> None:
 
 
 def test_openmpi_emulated_nodes_never_bind_by_default() -> None:
-    launcher = OpenMPILauncher(as_root=False, cores=2)
+    launcher = OpenMPILauncher(as_root=False, cores=2, runtime="prrte")
     assert launcher.argv(_spec(4, nodes=2, ppn=2, allocation=EMULATED)) == [
         "mpirun", "-n", "4", "--prtemca", "plm_ssh_agent", "/st/agent", "--host", "n1:2,n2:2",
         "--map-by", "ppr:2:node", "--bind-to", "none", *PROG,
     ]
+    orte = OpenMPILauncher(as_root=False, cores=2, runtime="orte")  # Open MPI 4.x (Debian's 4.1.4)
+    assert orte.argv(_spec(4, nodes=2, ppn=2, allocation=EMULATED))[3:6] == ["--mca", "plm_rsh_agent", "/st/agent"]
     real = NodeAllocation(("n1", "n2"), (2, 2), "slurm")
     assert "--bind-to" not in launcher.argv(_spec(4, nodes=2, ppn=2, allocation=real))
 

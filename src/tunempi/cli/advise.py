@@ -20,7 +20,9 @@ from tunempi.profile.advise import (
     Advice,
     Cell,
     PerformanceSource,
+    PlanStep,
     advise,
+    application_plan,
     eager_search_space,
     eager_verdict,
     tune_command,
@@ -200,17 +202,36 @@ def advise_command(
         from tunempi.store.dataset import iter_dataset
 
         rows = list(iter_dataset(dataset_path))
-        source: PerformanceSource = DatasetSource(rows)
+        source: PerformanceSource | None = DatasetSource(rows)
         measured_with = sorted({f"{row.library} ({row.system})" for row in rows})
         _out.print(f"measurements from {dataset_path}: {', '.join(measured_with) or 'none'}; "
                    f"advice for {library.name}: they apply only if they were measured with it")
+    elif not resolve_db(db).exists():
+        _out.print(f"no measurements yet (no results database at {resolve_db(db)}): the plan below is from the "
+                   "profile alone")
+        source = None
     else:
         source = _store_source(resolve_db(db), library, adapter, collectives, _out)
-    result = advise(app_profile, source, min_saving_fraction=min_saving)
-    print_advice(result, top=top, console=_out, min_saving=min_saving)
-    print_tune_command(result, mpi or (library.vendor if library.embedded else str(library.prefix)),
-                       db if db else None, _out)
+    spec = mpi or (library.vendor if library.embedded else str(library.mpicc))
+    if source is not None:
+        result = advise(app_profile, source, min_saving_fraction=min_saving)
+        print_advice(result, top=top, console=_out, min_saving=min_saving)
+        print_tune_command(result, spec, db if db else None, _out)
     eager_advice(app_profile, adapter, library, space_out, _out)
+    print_plan(application_plan(app_profile, str(profile), spec), _out)
+
+
+def print_plan(steps: list[PlanStep], console: Console) -> None:
+    """Which of tune / online / search is worth it for this application, and the commands, then compare."""
+    console.print("[bold]plan for this application[/] (what each kind of tuning can act on, from the profile):")
+    for step in steps:
+        mark = "[green]worth it[/]" if step.worth else "[dim]not worth it[/]"
+        if step.kind == "compare":
+            mark = "[bold]then[/]" if step.worth else "[dim]nothing to compare[/]"
+        console.print(f"  {step.kind}: {mark}: {escape(step.why)}")
+        if step.worth:
+            for command in step.commands:
+                console.print(f"    [bold]{escape(command)}[/]", soft_wrap=True)
 
 
 def register(app: typer.Typer) -> None:

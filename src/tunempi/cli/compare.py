@@ -72,6 +72,8 @@ def compare(
     fmt: str = typer.Option("table", "--format", help="table or json."),
     no_record: bool = typer.Option(False, "--no-record", help="Do not write the verdicts into the tuning "
                                    "directories' manifests."),
+    restart: bool = typer.Option(False, "--restart", help="Forget the runs recorded for this same comparison "
+                                 "(default: continue them)."),
 ) -> None:
     """Is the application faster with a tuning, and does it compute the same? An A/B comparison of the
     application itself against the library's default, with its 95 % interval."""
@@ -81,7 +83,7 @@ def compare(
         raise UsageError("give the application command after '--', e.g. -- mpiexec -n 4 ./app")
     request = CompareRequest(list(command), list(variant or []), mpi, metric, higher_is_better,
                              tuple(result or ()), result_command, tolerance, min_runs, max_runs, width, budget,
-                             timeout, seed, db, not no_record)
+                             timeout, seed, db, not no_record, restart)
     with _err.status("checking the variants and finding the MPI library ..."):
         session = prepare_compare(request)
     progress = _Progress()

@@ -63,6 +63,22 @@ def _parse_ranks(text: str) -> str:
     return ",".join(str(r) for r in ranks)
 
 
+def _from_profile(path: str, collectives: str | None, mpi: str | None) -> tuple[str, str]:
+    """(--collectives, --mpi) from a profile: the collectives it calls that online switches, most time first,
+    and the library it ran with (flags given as well win)."""
+    from tunempi.mpi.discovery import library_for_version_string
+    from tunempi.online.state import DEFAULT_COLLECTIVES
+    from tunempi.profile.reader import load_profile
+
+    profile = load_profile(path)
+    library = library_for_version_string(str(profile.header.get("library", "")), resolve(mpi, "MPI"))
+    used = [name for name, _, _ in profile.time_by_collective() if name in DEFAULT_COLLECTIVES]
+    if not used and not collectives:
+        raise UsageError(f"{path}: the application calls none of the collectives online switches "
+                         f"({', '.join(DEFAULT_COLLECTIVES)})")
+    return collectives or ",".join(used), mpi or (library.vendor if library.embedded else str(library.mpicc))
+
+
 @online_app.command("run", context_settings={"allow_interspersed_args": False})
 def run(
     command: list[str] = typer.Argument(..., help="The launch command, after --: mpiexec -n 8 ./app args"),
@@ -83,6 +99,9 @@ def run(
     runs: int = typer.Option(1, "--runs", min=1, help="Run the command this many times."),
     auto_update: bool = typer.Option(False, "--update", help="Run `online update` whenever a batch is full."),
     timeout: float | None = typer.Option(None, "--timeout", help="Kill a run after this many seconds."),
+    from_profile: str | None = typer.Option(None, "--from-profile", help="A profile from `tunempi profile`: switch "
+                                            "the collectives the application uses (new state only), with the "
+                                            "library it ran with."),
 ) -> None:
     """Run the application with online tuning (creates the state directory on first use)."""
     from tunempi.online.cells import SizeRanges, parse_layouts
@@ -93,6 +112,8 @@ def run(
     _warnings_to_console()
     if not command:
         raise UsageError("give the command after --, e.g. `tunempi online run -- mpiexec -n 8 ./app`")
+    if from_profile is not None:
+        collectives, mpi = _from_profile(from_profile, collectives, mpi)
     library = _library(mpi)
     directory = _state_dir(state)
     existing = OnlineState(directory)

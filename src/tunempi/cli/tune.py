@@ -26,12 +26,18 @@ from tunempi.units import parse_duration, parse_size
 def tune_command(
     out: Annotated[Path, typer.Option(help="Directory for the tuning files and manifest.json.")],
     mpi: Annotated[str | None, typer.Option("--mpi", help=f"MPI library: {SPEC_HELP} (env TUNEMPI_MPI).")] = None,
-    collectives: Annotated[str, typer.Option(help="Collectives, comma list.")] = "allreduce,bcast,allgather,alltoall",
-    nodes: Annotated[int, typer.Option(help="Nodes of the allocation (several need Slurm/PBS or TUNEMPI_HOSTFILE).")] = 1,
+    collectives: Annotated[str | None, typer.Option(
+        help="Collectives, comma list (default allreduce,bcast,allgather,alltoall).")] = None,
+    nodes: Annotated[int | None, typer.Option(
+        help="Nodes of the allocation (several need Slurm/PBS or TUNEMPI_HOSTFILE; default 1).")] = None,
     ppn: Annotated[int | None, typer.Option(help="Processes per node.")] = None,
     ranks: Annotated[int | None, typer.Option(help="Processes (one node): tunes 2, 4, ... up to this.")] = None,
-    max_msg: Annotated[str, typer.Option(help="Largest message size (OSU convention), e.g. 1MiB.")] = "1MiB",
-    min_msg: Annotated[str, typer.Option(help="Smallest message size.")] = "4",
+    max_msg: Annotated[str | None, typer.Option(help="Largest message size (OSU convention), e.g. 1MiB "
+                                                "(default 1MiB).")] = None,
+    min_msg: Annotated[str | None, typer.Option(help="Smallest message size (default 4).")] = None,
+    from_profile: Annotated[Path | None, typer.Option(
+        "--from-profile", help="A profile from `tunempi profile`: tune the collectives the application uses, at "
+        "its layout and sizes, for the library it ran with (flags given as well win).")] = None,
     strategy: Annotated[str | None, typer.Option(
         help=f"Strategy: {', '.join(STRATEGIES)} (env TUNEMPI_STRATEGY; default {DEFAULT_STRATEGY}).")] = None,
     seed: Annotated[int, typer.Option(help="Seed of the strategy.")] = 0,
@@ -60,11 +66,31 @@ def tune_command(
                                    time_cap_s=parse_duration(time_cap))
     except ValueError as exc:
         raise UsageError(str(exc)) from None
+    if from_profile is not None:
+        from tunempi.mpi.discovery import library_for_version_string
+        from tunempi.profile.advise import profile_scope
+        from tunempi.profile.reader import load_profile
+
+        profile = load_profile(from_profile)
+        scope = profile_scope(profile)
+        library = library_for_version_string(str(profile.header.get("library", "")), resolve(mpi, "MPI"))
+        mpi = mpi or (library.vendor if library.embedded else str(library.mpicc))
+        collectives = collectives or ",".join(scope.collectives)
+        if nodes is None and ranks is None and ppn is None:
+            nodes = scope.nodes
+            ranks, ppn = (scope.ranks, None) if scope.nodes == 1 else (None, scope.ppn)
+        min_msg = min_msg or str(scope.min_msg)
+        max_msg = max_msg or str(scope.max_msg)
+        untunable = f"; not taken by tune: {', '.join(scope.untunable)}" if scope.untunable else ""
+        output_console().print(f"from {from_profile}: {collectives} at {ranks or ppn} ranks"
+                               f"{f' per node on {nodes} nodes' if (nodes or 1) > 1 else ''}, {min_msg}..{max_msg} "
+                               f"bytes, {library.name}{untunable}")
+    nodes = nodes or 1
     if ranks is None and ppn is None and nodes == 1:
         ranks = 2
     options = TuneOptions(
-        out=out, collectives=collectives, mpi=mpi, nodes=nodes, ppn=ppn, ranks=ranks,
-        max_msg=parse_size(max_msg), min_msg=parse_size(min_msg),
+        out=out, collectives=collectives or "allreduce,bcast,allgather,alltoall", mpi=mpi, nodes=nodes, ppn=ppn,
+        ranks=ranks, max_msg=parse_size(max_msg or "1MiB"), min_msg=parse_size(min_msg or "4"),
         strategy=resolve(strategy, "STRATEGY", DEFAULT_STRATEGY) or DEFAULT_STRATEGY, seed=seed,
         timeout_s=parse_duration(timeout), topology=resolve(topology, "TOPOLOGY", "serial") or "serial",
         db=Path(db) if db else None, settings=settings,

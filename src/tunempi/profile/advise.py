@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 from typing import Protocol
 
 from tunempi.bench.validate import ENGINE_COLLECTIVES
+from tunempi.errors import UsageError
 from tunempi.mpi.vendor import ThresholdKnob
 from tunempi.profile.reader import P2PBucket, Profile, UsageRow
 from tunempi.space.feature import Cell, is_power_of_two, power_of_two_ceil, power_of_two_floor
@@ -177,6 +178,101 @@ def tune_command(advice: Advice, mpi_spec: str, *, db: str | None = None, out: s
         argv += ["--db", db]
     argv += ["--out", out]
     return TuneCommand(tuple(argv), collectives, left_out)
+
+
+# ------------------------------------------------------------------------- from a profile, no measurements
+
+#: A kind of tuning is worth trying where what it acts on takes at least this share of the ranks' time: a
+#: collective algorithm can save at most the time spent in collectives (and a runtime parameter search at
+#: most the time in MPI), so below 5 % the best outcome is smaller than the run-to-run noise of most codes.
+WORTH_SHARE = 0.05
+
+
+@dataclass(frozen=True)
+class ProfileScope:
+    """What `tune --from-profile` measures: the tunable collectives the application uses (most time first),
+    the largest layout it used them at, and the range of sizes (powers of two around what it sent)."""
+
+    collectives: tuple[str, ...]
+    untunable: tuple[str, ...]  # used, but `tune` benchmarks no algorithms for them
+    ranks: int
+    nodes: int
+    ppn: int
+    min_msg: int
+    max_msg: int
+
+
+def profile_scope(profile: Profile) -> ProfileScope:
+    """The tuning scope of an application (UsageError when it makes no collective call tune can take)."""
+    rows = profile.usage()
+    by_time: dict[str, float] = defaultdict(float)
+    for row in rows:
+        by_time[row.collective] += row.time_s
+    used = sorted(by_time, key=lambda name: -by_time[name])
+    tunable = [name for name in used if name in TUNABLE_COLLECTIVES]
+    if not tunable:
+        raise UsageError("the profile holds no call of a collective `tunempi tune` takes (" +
+                         (", ".join(used) or "no collective at all") + "): nothing to tune from it")
+    chosen = [row for row in rows if row.collective in tunable]
+    nodes = max(max(row.nodes for row in chosen), 1)
+    ranks = max(row.comm_size for row in chosen)
+    ppn = max((row.ppn for row in chosen if row.ppn > 0), default=max(1, ranks // nodes))
+    sizes = [row.msg_size for row in chosen]
+    return ProfileScope(tuple(tunable), tuple(name for name in used if name not in tunable), ranks, nodes, ppn,
+                        max(4, power_of_two_floor(max(1, min(sizes)))), max(4, power_of_two_ceil(max(1, max(sizes)))))
+
+
+@dataclass(frozen=True)
+class PlanStep:
+    """One step of the plan for an application: what, whether it is worth it and why, the command."""
+
+    kind: str  # tune / online / search / compare
+    worth: bool
+    why: str
+    commands: tuple[str, ...]
+
+
+def application_plan(profile: Profile, profile_path: str, mpi_spec: str) -> list[PlanStep]:
+    """Which of tune / online / search is worth it for this application, from its profile alone (the shares
+    of its time), with the commands; then the comparison that decides on the application itself."""
+    wall = profile.wall_s or 1.0
+    collective_share, p2p_share, mpi_share = profile.collective_s / wall, profile.p2p_s / wall, profile.mpi_s / wall
+    ranks = profile.header.get("ranks", "N")
+    program = shlex.join(str(a) for a in profile.header.get("command", ["./app"]))
+    launch = f"mpiexec -n {ranks} {program}"
+    mpi = shlex.quote(mpi_spec)
+    steps = []
+    try:
+        scope: ProfileScope | None = profile_scope(profile)
+    except UsageError:
+        scope = None
+    collective_worth = scope is not None and collective_share >= WORTH_SHARE
+    said = f"collectives take {100 * collective_share:.1f}% of the ranks' time"
+    if scope is None:
+        why = f"{said}, none of them one `tune` takes"
+    elif collective_worth:
+        why = f"{said} ({', '.join(scope.collectives)}): better algorithms can save up to that"
+    else:
+        why = f"{said}: below {100 * WORTH_SHARE:g}%, the most algorithm tuning could save"
+    steps.append(PlanStep("tune", collective_worth, why, (
+        f"tunempi tune --from-profile {shlex.quote(profile_path)} --mpi {mpi} --out tuned",)))
+    steps.append(PlanStep("online", collective_worth, why + "; online tunes inside the application's own runs "
+                          "(for an application run often)", (
+                              f"tunempi online run --from-profile {shlex.quote(profile_path)} --mpi {mpi} --runs 10 "
+                              f"--update -- {launch}",
+                              f"tunempi online best --mpi {mpi} --out online-best")))
+    search_worth = p2p_share >= WORTH_SHARE or mpi_share - collective_share >= WORTH_SHARE
+    steps.append(PlanStep("search", search_worth, f"point-to-point takes {100 * p2p_share:.1f}% of the ranks' time "
+                          f"(MPI {100 * mpi_share:.1f}%): runtime parameters (eager limits, transports) act on it"
+                          + ("" if search_worth else f"; below {100 * WORTH_SHARE:g}%"), (
+                              f"tunempi search --space auto --mpi {mpi} --budget 30 -- {launch}",)))
+    variants = [v for v, worth in (("tuned", collective_worth), ("online-best", collective_worth),
+                                   ("tunempi-search/best.env", search_worth)) if worth]
+    steps.append(PlanStep("compare", bool(variants), "decides on the application itself: speedup with its 95% "
+                          "interval, results checked unchanged (give --result REGEX for what it computes)", (
+                              "tunempi compare " + " ".join(f"--variant {v}" for v in variants or ["DIR"])
+                              + f" --result REGEX -- {launch}",)))
+    return steps
 
 
 # -------------------------------------------------------------------------------------- eager space

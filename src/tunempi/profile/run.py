@@ -10,7 +10,8 @@ from pathlib import Path
 
 from tunempi.config import ENV_PREFIX
 from tunempi.errors import MPIError
-from tunempi.launch import own_launcher, rank_env_command
+from tunempi.launch import launcher_for_argv, own_launcher, rank_env_command
+from tunempi.launch.launchers import LaunchCommand, OpenMPILauncher
 from tunempi.mpi.library import MPILibrary
 from tunempi.profile.build import build_interposer
 
@@ -54,6 +55,9 @@ def run_profiled(argv: Sequence[str], library: MPILibrary, output: Path | str) -
     # The variables reach the ranks through the launcher's own syntax (Hydra -genv, mpirun -x, srun
     # --export); the launcher process never gets the preload (it links no MPI).
     command = rank_env_command(argv, interposer_env(interposer, partial), library)
+    launcher = launcher_for_argv(argv, library)
+    if isinstance(launcher, OpenMPILauncher) and launcher.as_root:  # as root: Open MPI's permission to run
+        command = LaunchCommand(command.argv, {**OpenMPILauncher.ROOT_ENV, **command.env})
     try:
         # Not launch.run_launch: the application keeps the terminal (stdin for `< input`, output as it
         # comes, uncaptured), and Ctrl-C reaches the launcher in the foreground process group as usual.

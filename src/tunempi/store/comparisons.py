@@ -82,6 +82,11 @@ class ComparisonLog:
             for row in rows
         ]
 
+    def clear(self) -> int:
+        """Forget every recorded run of this comparison (`compare --restart`); returns how many."""
+        with self.store.transaction() as conn:
+            return conn.execute("DELETE FROM comparison_runs WHERE comparison_id = ?", (self.comparison_id,)).rowcount
+
     def add(self, run: ComparisonRun) -> None:
         """Record one run (one transaction, durable before it returns)."""
         with self.store.transaction() as conn:
