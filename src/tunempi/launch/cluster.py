@@ -51,11 +51,13 @@ from tunempi.launch.process import (
 #: not "tcp,self": with self the UCX address grew past what Slurm 22.05's pmi2 plugin parses ("value not
 #: properly terminated in client request", MPICH under srun --mpi=pmi2; measured). Open MPI's
 #: ob1 with the tcp BTL, restricted to lo (docs/launch.md, measured). PRRTE's own out-of-band channel is
-#: left alone: restricted to lo it finds "no network interfaces" (measured, 5.0.11).
+#: left alone: restricted to lo it finds "no network interfaces" (measured, 5.0.11). The shared-memory BTL is
+#: named `vader`: Open MPI 4.1 knows no `sm` (MPI_Init fails, measured with Debian's 4.1.4) and 5.0 takes `vader`
+#: as the old name of its `sm` (measured, 5.0.11).
 LOOPBACK_NETWORK_ENV: Mapping[str, str] = {
     "UCX_TLS": "tcp",
     "OMPI_MCA_pml": "ob1",
-    "OMPI_MCA_btl": "self,sm,tcp",
+    "OMPI_MCA_btl": "self,vader,tcp",
     "OMPI_MCA_btl_tcp_if_include": "lo",
 }
 

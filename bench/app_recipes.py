@@ -1,0 +1,210 @@
+"""Real applications, as a user runs them: what each is, its input, its launcher line per layout, what it
+computes (the result `compare` checks) and the pipeline profile -> advise -> tune / online / search ->
+compare. Used by bench/applications.py (real sizes) and tests/integration/test_applications.py (short inputs).
+
+Applications nobody here wrote:
+- LAMMPS (Debian's `lammps`, on Debian's Open MPI 4.1.4): the 3-D Lennard-Jones melt of LAMMPS' own
+  bench/in.lj; the result is every thermo line (temperature, energies, pressure);
+- HPCC 1.5.0 (Debian's `hpcc` on Open MPI 4.1.4, or built from Debian's source against any MPI with
+  tools/build-hpcc.sh: the MPICH application); the result is what HPCC verifies (Success, HPL's solution
+  norms, PTRANS residual, RandomAccess errors), read from the hpccoutf.txt it appends to.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+DEBIAN_OPENMPI = "/usr/bin/mpicc.openmpi"
+HPCC_EXAMPLE = Path("/usr/share/doc/hpcc/examples/_hpccinf.txt")
+
+LJ_INPUT = """\
+# 3-D Lennard-Jones melt (LAMMPS' bench/in.lj); size with -var cells N (4 N^3 atoms), length with -var steps S
+variable cells index 20
+variable steps index 100
+units lj
+atom_style atomic
+lattice fcc 0.8442
+region box block 0 ${cells} 0 ${cells} 0 ${cells}
+create_box 1 box
+create_atoms 1 box
+mass 1 1.0
+velocity all create 3.0 87287 loop geom
+pair_style lj/cut 2.5
+pair_coeff 1 1 1.0 1.0 2.5
+neighbor 0.3 bin
+neigh_modify delay 0 every 20 check no
+fix 1 all nve
+thermo 50
+run ${steps}
+"""
+
+#: LAMMPS' thermo lines: step, temperature, pair energy, molecular energy, total energy, pressure.
+LJ_RESULT = r"^\s+(\d+)\s+(\S+)\s+(\S+)\s+\S+\s+(\S+)\s+(\S+)\s*$"
+#: What HPCC verifies, from the file it appends to (removed after each run, so every run reads its own).
+HPCC_RESULT = ('grep -E "^(Success|HPL_N|HPL_Anorm1|HPL_Xnorm1|HPL_XnormI|PTRANS_residual|MPIRandomAccess_Errors)=" '
+               'hpccoutf.txt; status=$?; rm -f hpccoutf.txt; exit $status')
+
+
+#: MPICH between emulated nodes goes through OFI's tcp provider on loopback, not UCX's tcp transport: with UCX
+#: (UCX_TLS=tcp, also tcp,self) HPCC hangs in its MPIRandomAccess section, both ranks at 100 % CPU for 60 s
+#: and more (MPICH 5.0.2 wheel, 2 emulated nodes x 1; measured), and passes in 1.6 s over OFI.
+MPICH_NETWORK_ENV = {"MPICH_CH4_NETMOD": "ofi", "FI_PROVIDER": "tcp", "FI_TCP_IFACE": "lo"}
+
+
+def network_env(mpi: str, layout: Layout) -> dict[str, str]:
+    """What the ranks need between emulated nodes (TCP on loopback), beside the cluster's own variables."""
+    from tunempi.launch.cluster import LOOPBACK_NETWORK_ENV
+
+    if layout.nodes == 1:
+        return {}
+    return {**LOOPBACK_NETWORK_ENV, **(MPICH_NETWORK_ENV if "mpich" in mpi else {})}
+
+
+@dataclass(frozen=True)
+class Layout:
+    nodes: int
+    ppn: int
+
+    @property
+    def ranks(self) -> int:
+        return self.nodes * self.ppn
+
+    @property
+    def label(self) -> str:
+        return f"{self.nodes}x{self.ppn}"
+
+
+@dataclass(frozen=True)
+class Application:
+    """One application with one input: its program and arguments (no launcher), the files it reads, and how
+    `compare` checks its result."""
+
+    name: str
+    mpi: str  # the --mpi spec of the library it is built on
+    program: tuple[str, ...]
+    files: Mapping[str, str] = field(default_factory=dict)
+    result_args: tuple[str, ...] = ()
+
+    def prepare(self, workdir: Path) -> None:
+        workdir.mkdir(parents=True, exist_ok=True)
+        for name, text in self.files.items():
+            (workdir / name).write_text(text)
+
+
+def lammps(cells: int, steps: int) -> Application:
+    return Application("lammps", DEBIAN_OPENMPI, ("lmp", "-in", "in.lj", "-log", "none", "-var", "cells", str(cells),
+                                                  "-var", "steps", str(steps)),
+                       {"in.lj": LJ_INPUT}, ("--result", LJ_RESULT))
+
+
+def hpcc_input(ranks: int, n: int) -> str:
+    """Debian's example input with one problem size `n` and a 1 x ranks process grid."""
+    lines = HPCC_EXAMPLE.read_text().splitlines()
+    lines[5] = f"{n:<12} Ns"
+    lines[10] = f"{1:<12} Ps"
+    lines[11] = f"{ranks:<12} Qs"
+    return "\n".join(lines) + "\n"
+
+
+def hpcc(binary: str, mpi: str, ranks: int, n: int = 1000) -> Application:
+    return Application("hpcc", mpi, (binary,), {"hpccinf.txt": hpcc_input(ranks, n)},
+                       ("--result-command", HPCC_RESULT))
+
+
+def build_hpcc(mpicc: str | Path, out: Path) -> Path:
+    """HPCC from Debian's source, built against `mpicc` (tools/build-hpcc.sh), once per output path."""
+    if not out.exists():
+        subprocess.run(["bash", str(ROOT / "tools" / "build-hpcc.sh"), str(mpicc), str(out)], check=True,
+                       capture_output=True, text=True, timeout=600)
+    return out
+
+
+def launcher_line(mpi: str, program: Sequence[str], layout: Layout, cluster_dir: Path | None) -> list[str]:
+    """The line a user would type: the library's own launcher; across emulated nodes the cluster's hosts and
+    agent, no binding (the nodes share this machine's cores) and TCP on loopback between them."""
+    from tunempi.launch import LaunchSpec, launcher_for
+    from tunempi.launch.cluster import EmulatedCluster
+    from tunempi.mpi.discovery import resolve_library
+
+    library = resolve_library(mpi)
+    if layout.nodes == 1:
+        spec = LaunchSpec(tuple(program), layout.ranks)
+    else:
+        if cluster_dir is None:
+            raise ValueError(f"layout {layout.label} needs an emulated cluster")
+        spec = LaunchSpec(tuple(program), layout.ranks, nodes=layout.nodes, ppn=layout.ppn,
+                          allocation=EmulatedCluster(cluster_dir).allocation(), env=network_env(mpi, layout))
+    return list(launcher_for(library).command(spec).argv)
+
+
+def tunempi(*args: str, cwd: Path, env: Mapping[str, str] | None = None,
+            timeout: float = 1800) -> subprocess.CompletedProcess[str]:
+    """A tunempi command as a user runs it (its own process, the given environment added)."""
+    full = {k: v for k, v in os.environ.items() if not k.startswith("TUNEMPI_")}
+    full.update(env or {})
+    full["COLUMNS"] = "250"
+    return subprocess.run([sys.executable, "-m", "tunempi", *args], cwd=cwd, env=full, capture_output=True,
+                          text=True, timeout=timeout)
+
+
+def check(done: subprocess.CompletedProcess[str], what: str, codes: Sequence[int] = (0,)) -> str:
+    if done.returncode not in codes:
+        raise AssertionError(f"{what}: exit {done.returncode}\n{done.stdout[-3000:]}\n{done.stderr[-3000:]}")
+    return done.stdout
+
+
+@dataclass
+class PipelineResult:
+    profile: Path
+    advice: str
+    variants: list[str]
+    comparison: dict
+    seconds: dict[str, float] = field(default_factory=dict)
+
+
+def run_pipeline(app: Application, layout: Layout, workdir: Path, *, cluster_env: Mapping[str, str] | None = None,
+                 cluster_dir: Path | None = None, tune_args: Sequence[str] = (), online_runs: int = 0,
+                 search_budget: int = 0, compare_args: Sequence[str] = ()) -> PipelineResult:
+    """profile -> advise -> tune --from-profile (-> online run/best) (-> search) -> compare, as a user would."""
+    import time
+
+    app.prepare(workdir)
+    # tune measures over the network the application uses (Hydra hands its environment to the ranks)
+    env = {"TUNEMPI_DB": str(workdir / "results.sqlite"), **(cluster_env or {}), **network_env(app.mpi, layout)}
+    line = launcher_line(app.mpi, app.program, layout, cluster_dir)
+    seconds: dict[str, float] = {}
+
+    def step(name: str, *args: str, codes: Sequence[int] = (0,)) -> str:
+        started = time.monotonic()
+        out = check(tunempi(*args, cwd=workdir, env=env), name, codes)
+        seconds[name] = time.monotonic() - started
+        return out
+
+    step("profile", "profile", "--mpi", app.mpi, "-o", "app.json", "--", *line)
+    (workdir / "hpccoutf.txt").unlink(missing_ok=True)  # HPCC appends: each compared run must start clean
+    advice = step("advise", "advise", "--profile", "app.json")
+    step("tune", "tune", "--from-profile", "app.json", "--out", "tuned", *tune_args)
+    variants = ["tuned"]
+    if online_runs:
+        step("online", "online", "run", "--state", "online-state", "--from-profile", "app.json", "--runs",
+             str(online_runs), "--update", "--", *line)
+        (workdir / "hpccoutf.txt").unlink(missing_ok=True)
+        step("online best", "online", "best", "--state", "online-state", "--mpi", app.mpi, "--out", "online-best")
+        variants.append("online-best")
+    if search_budget:
+        step("search", "search", "--space", "auto", "--mpi", app.mpi, "--budget", str(search_budget),
+             "--out", "searched", "--", *line)
+        (workdir / "hpccoutf.txt").unlink(missing_ok=True)
+        best = workdir / "searched" / "best.env"
+        if any(not text.startswith("#") and text.strip() for text in best.read_text().splitlines()):
+            variants.append("searched/best.env")
+    compare = step("compare", "compare", *[arg for v in variants for arg in ("--variant", v)], *app.result_args,
+                   "--format", "json", *compare_args, "--", *line, codes=(0, 3))
+    return PipelineResult(workdir / "app.json", advice, variants, json.loads(compare), seconds)

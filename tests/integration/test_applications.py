@@ -1,0 +1,113 @@
+"""Real applications nobody here wrote, through the whole pipeline a user runs: profile -> advise -> tune
+--from-profile -> compare (the application itself, default against the tuning, results checked).
+
+LAMMPS and HPCC as Debian ships them (on Debian's Open MPI 4.1.4), and HPCC built from Debian's source
+against the embedded MPICH; on one node x 2 ranks and on 2 emulated nodes x 1 (TCP between them). Short
+inputs: each case runs in about a minute. bench/applications.py runs the real sizes."""
+
+from __future__ import annotations
+
+import os
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from conftest import require_system
+
+ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT / "bench"))
+
+from app_recipes import (  # noqa: E402 - bench/ is no package
+    DEBIAN_OPENMPI,
+    Layout,
+    build_hpcc,
+    hpcc,
+    lammps,
+    run_pipeline,
+)
+
+from tunempi.launch.cluster import EmulatedCluster  # noqa: E402
+from tunempi.tune.manifest import Manifest  # noqa: E402
+
+pytestmark = [pytest.mark.mpi, pytest.mark.slow]
+
+#: Tuning kept short: a test asserts the pipeline, not the best tuning.
+QUICK_TUNE = ("--timeout", "40s", "--time-cap", "10ms", "--rel-ci", "0.2", "--max-msg", "64KiB")
+QUICK_COMPARE = ("--min-runs", "10", "--max-runs", "10")
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[EmulatedCluster]:
+    if os.geteuid() != 0:
+        pytest.skip("emulated nodes need root (unshare --uts gives each node its own host name)")
+    emulated = EmulatedCluster(tmp_path_factory.mktemp("app-cluster"))
+    try:
+        assert emulated.start(2, slots=2).state == "running"
+        yield emulated
+    finally:
+        emulated.stop()
+
+
+@pytest.fixture(scope="module")
+def hpcc_mpich(tmp_path_factory: pytest.TempPathFactory) -> str:
+    require_system("applications")
+    from tunempi.mpi.discovery import resolve_library
+
+    return str(build_hpcc(resolve_library("mpich").mpicc, tmp_path_factory.mktemp("hpcc") / "hpcc"))
+
+
+def application(name: str, hpcc_mpich: str | None, ranks: int):
+    require_system("applications")
+    require_system("site-mpi")
+    if name == "lammps":
+        return lammps(cells=8, steps=100)
+    if name == "hpcc-debian":
+        return hpcc("hpcc", DEBIAN_OPENMPI, ranks)
+    assert hpcc_mpich is not None
+    return hpcc(hpcc_mpich, "mpich", ranks)
+
+
+def check_pipeline(result, app, layout: Layout, workdir: Path) -> None:
+    """What the pipeline must show whatever the machine: advice for the library the application ran with,
+    a comparison of every run with unchanged results, and the verdict in the tuning's manifest."""
+    from tunempi.mpi.discovery import resolve_library
+
+    library = resolve_library(app.mpi)
+    assert f"library: {library.name}" in result.advice
+    assert "plan for this application" in result.advice
+    doc = result.comparison
+    (tuned,) = doc["variants"]
+    assert tuned["results"] == "unchanged", tuned
+    assert tuned["verdict"] in ("faster", "no difference", "slower"), tuned
+    assert tuned["pairs"] == 10 and doc["default"]["runs"] == 10
+    comparison = tuned["comparison"]
+    assert comparison["low"] <= comparison["speedup"] <= comparison["high"]
+    check = Manifest.load(workdir / "tuned").applications[-1]
+    assert check.verdict == tuned["verdict"] and check.results == "unchanged"
+    manifest = Manifest.load(workdir / "tuned")
+    assert manifest.library.fingerprint == library.fingerprint
+    assert manifest.scales and all(scale[1] == layout.nodes for scale in manifest.scales[-1:])
+
+
+@pytest.mark.parametrize("name", ["lammps", "hpcc-debian", "hpcc-mpich"])
+def test_pipeline_on_one_node(name: str, tmp_path: Path, request: pytest.FixtureRequest) -> None:
+    hpcc_binary = request.getfixturevalue("hpcc_mpich") if name == "hpcc-mpich" else None
+    layout = Layout(1, 2)
+    app = application(name, hpcc_binary, layout.ranks)
+    result = run_pipeline(app, layout, tmp_path, tune_args=QUICK_TUNE, compare_args=QUICK_COMPARE)
+    check_pipeline(result, app, layout, tmp_path)
+
+
+@pytest.mark.parametrize("name", ["lammps", "hpcc-mpich"])
+def test_pipeline_on_two_emulated_nodes(name: str, tmp_path: Path, cluster: EmulatedCluster,
+                                        request: pytest.FixtureRequest) -> None:
+    hpcc_binary = request.getfixturevalue("hpcc_mpich") if name == "hpcc-mpich" else None
+    layout = Layout(2, 1)
+    app = application(name, hpcc_binary, layout.ranks)
+    result = run_pipeline(app, layout, tmp_path, cluster_env=cluster.environment(), cluster_dir=cluster.dir,
+                          tune_args=QUICK_TUNE, compare_args=QUICK_COMPARE)
+    check_pipeline(result, app, layout, tmp_path)
+    from tunempi.profile.reader import load_profile
+
+    assert int(load_profile(tmp_path / "app.json").header["nodes"]) == 2  # the ranks really were on two nodes
