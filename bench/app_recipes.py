@@ -160,6 +160,13 @@ def check(done: subprocess.CompletedProcess[str], what: str, codes: Sequence[int
     return done.stdout
 
 
+def sets_something(env_file: Path) -> bool:
+    """An env file that sets a variable (search's "keep the defaults" and an online best that kept every
+    default set none: comparing them would compare the default with itself)."""
+    return env_file.is_file() and any(line.strip() and not line.lstrip().startswith("#")
+                                      for line in env_file.read_text().splitlines())
+
+
 @dataclass
 class PipelineResult:
     profile: Path
@@ -196,14 +203,15 @@ def run_pipeline(app: Application, layout: Layout, workdir: Path, *, cluster_env
         step("online", "online", "run", "--state", "online-state", "--from-profile", "app.json", "--runs",
              str(online_runs), "--update", "--", *line)
         (workdir / "hpccoutf.txt").unlink(missing_ok=True)
-        step("online best", "online", "best", "--state", "online-state", "--mpi", app.mpi, "--out", "online-best")
-        variants.append("online-best")
+        step("online best", "online", "best", "--state", "online-state", "--mpi", app.mpi, "--out", "online-best",
+             codes=(0, 1))
+        if sets_something(workdir / "online-best" / "tuning.env"):
+            variants.append("online-best")
     if search_budget:
         step("search", "search", "--space", "auto", "--mpi", app.mpi, "--budget", str(search_budget),
              "--out", "searched", "--", *line)
         (workdir / "hpccoutf.txt").unlink(missing_ok=True)
-        best = workdir / "searched" / "best.env"
-        if any(not text.startswith("#") and text.strip() for text in best.read_text().splitlines()):
+        if sets_something(workdir / "searched" / "best.env"):
             variants.append("searched/best.env")
     compare = step("compare", "compare", *[arg for v in variants for arg in ("--variant", v)], *app.result_args,
                    "--format", "json", *compare_args, "--", *line, codes=(0, 3))

@@ -270,3 +270,15 @@ def test_assess_judges_nothing_when_the_defaults_own_results_vary(tmp_path):
     verdicts, varies = assess(session, runs)
     assert varies is not None and "block 2 differs from block 1" in varies
     assert verdicts[0].results == "unknown" and verdicts[0].verdict != "wrong results"
+
+
+def test_an_online_best_directory_is_compared_through_its_env_file(tmp_path):
+    best = tmp_path / "online-best"
+    best.mkdir()
+    (best / "tuning.env").write_text("# tunempi online best\nexport MPIR_CVAR_ALLTOALL_INTRA_ALGORITHM=pairwise\n")
+    variant, manifest = load_variant(str(best))
+    assert variant.name == "online-best" and manifest is None
+    assert dict(variant.env) == {"MPIR_CVAR_ALLTOALL_INTRA_ALGORITHM": "pairwise"}
+    (best / "tuning.env").write_text("# allreduce: the library's own choice everywhere (nothing to set)\n")
+    with pytest.raises(UsageError, match="sets nothing"):
+        load_variant(str(best))

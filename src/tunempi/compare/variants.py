@@ -1,8 +1,9 @@
 """What `tunempi compare` runs: the library's default, and variants that each set environment variables.
 
 A variant is given as `[NAME=]PATH`:
-- a tuning directory (`tune`, `verify`, `online best`): its manifest's activation variables, after the
-  same checks as `tunempi run` (the library it was tuned for, files the library reads back);
+- a tuning directory (`tune`, `verify`): its manifest's activation variables, after the same checks as
+  `tunempi run` (the library it was tuned for, files the library reads back);
+- a directory of tuning files without a manifest (`online best`): its env file (tuning.env);
 - an env file (`search`'s best.env, `tune`'s env file, any file of `NAME=value` / `export NAME=value`
   lines; `#` comments; values in shell quoting). An empty one (search's "keep the defaults") is refused:
   it would compare the default with itself.
@@ -81,6 +82,7 @@ def split_spec(spec: str) -> tuple[str, Path]:
 def load_variant(spec: str) -> tuple[Variant, Manifest | None]:
     """A variant from `[NAME=]PATH`, and the manifest when it is a tuning directory (checked by the caller
     against the library: see `check_tuning_variants`)."""
+    from tunempi.tune.files import ENV_FILE
     from tunempi.tune.manifest import MANIFEST_NAME, Manifest
 
     name, path = split_spec(spec)
@@ -90,6 +92,13 @@ def load_variant(spec: str) -> tuple[Variant, Manifest | None]:
     if name == BASELINE:
         raise UsageError(f"variant {spec!r}: {BASELINE!r} is the library's default run; give it another name "
                          f"(NAME=PATH)")
+    if path.is_dir() and not (path / MANIFEST_NAME).is_file() and (path / ENV_FILE).is_file():
+        # `online best` writes the files and their env file, no manifest: the env file applies them
+        env = parse_env_lines((path / ENV_FILE).read_text(encoding="utf-8"), str(path / ENV_FILE))
+        if not env:
+            raise UsageError(f"variant {spec!r}: {path / ENV_FILE} sets nothing (every choice is the library's own): "
+                             "it would compare the default with itself")
+        return Variant(name, f"tuning files {path} (its {ENV_FILE})", env), None
     if path.is_dir():
         if not (path / MANIFEST_NAME).is_file():
             raise UsageError(f"variant {spec!r}: {path} is a directory without {MANIFEST_NAME}: not a tuning "
