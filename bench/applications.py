@@ -38,11 +38,11 @@ def applications(names: list[str], ranks: int, scratch: Path) -> list:
         if name == "lammps":
             apps.append(lammps(cells=20, steps=200))  # 32,000 atoms
         elif name == "hpcc-debian":
-            apps.append(hpcc("hpcc", DEBIAN_OPENMPI, ranks, n=4000))
+            apps.append(hpcc("hpcc", DEBIAN_OPENMPI, ranks, n=2000))
         elif name == "hpcc-mpich":
             if ranks <= MAX_MPICH_RANKS:
                 binary = build_hpcc(resolve_library("mpich").mpicc, scratch / "hpcc-mpich" / "hpcc")
-                apps.append(hpcc(str(binary), "mpich", ranks, n=4000))
+                apps.append(hpcc(str(binary), "mpich", ranks, n=2000))
         else:
             raise SystemExit(f"unknown application {name!r}")
     return apps

@@ -282,3 +282,26 @@ def test_an_online_best_directory_is_compared_through_its_env_file(tmp_path):
     (best / "tuning.env").write_text("# allreduce: the library's own choice everywhere (nothing to set)\n")
     with pytest.raises(UsageError, match="sets nothing"):
         load_variant(str(best))
+
+
+def test_a_version_2_database_gains_the_comparison_tables_and_keeps_its_rows(tmp_path, monkeypatch):
+    import sqlite3
+
+    import tunempi.store.schema as schema_module
+    from tunempi.store.comparisons import ComparisonRun
+    from tunempi.store.searches import SearchLog, SearchRun
+
+    path = tmp_path / "v2.sqlite"
+    monkeypatch.setattr(schema_module, "MIGRATIONS", schema_module.MIGRATIONS[:2])
+    monkeypatch.setattr(schema_module, "SCHEMA_VERSION", 2)
+    with ResultStore(path) as store:
+        SearchLog(store, {"x": 1}).add(SearchRun("trial", 0, {}, "ok", 1.0))
+    monkeypatch.undo()
+    with ResultStore(path) as store:
+        assert [run.value for run in SearchLog(store, {"x": 1}).runs()] == [1.0]
+        log = ComparisonLog(store, {"command": ["./app"]})
+        log.add(ComparisonRun(0, "default", 0, "ok", 2.0, 2.0))
+        assert [run.value for run in log.runs()] == [2.0]
+    conn = sqlite3.connect(path)
+    assert conn.execute("SELECT version FROM schema_version").fetchone()[0] == schema_module.SCHEMA_VERSION == 3
+    conn.close()

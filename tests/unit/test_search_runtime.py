@@ -165,6 +165,26 @@ def test_objective_scrubs_inherited_values_and_inserts_launcher_options(tmp_path
     assert missing.status is TrialStatus.FAILED and "cannot start" in missing.reason
 
 
+class _Preload:
+    """A MetricsSource like the interposer's: variables every rank needs, the launcher must not get."""
+
+    def prepare(self) -> dict[str, str]:
+        return {"LD_PRELOAD": "/x/libtool.so"}
+
+    def collect(self, launch) -> dict[str, float]:
+        return {}
+
+
+def test_a_metrics_source_reaches_the_ranks_through_the_launcher_not_the_launcher_itself():
+    through = CommandObjective(["mpiexec", "-n", "2", "./app"], apply=lambda p: {"K": "1"}, base_env={},
+                               env_args=HydraLauncher().env_args, sources=[_Preload()])
+    argv, env, settings = through.command_for({})
+    assert argv == ["mpiexec", "-genv", "K", "1", "-genv", "LD_PRELOAD", "/x/libtool.so", "-n", "2", "./app"]
+    assert "LD_PRELOAD" not in env and env["K"] == "1" and settings == {"K": "1"}
+    direct = CommandObjective(["./app"], apply=lambda p: {}, base_env={}, sources=[_Preload()])
+    assert direct.command_for({})[1]["LD_PRELOAD"] == "/x/libtool.so"  # no launcher: the program's own env
+
+
 def test_search_log_round_trip_and_identity(tmp_path):
     header = {"strategy": "bayes", "seed": 0, "space": {"params": []}}
     with ResultStore(tmp_path / "r.sqlite") as store:
@@ -201,7 +221,7 @@ def test_a_version_1_database_gains_the_search_tables_and_keeps_its_rows(tmp_pat
         assert store.query() == [row]
         SearchLog(store, {"x": 1}).add(SearchRun("trial", 0, {}, "ok", 1.0))
     conn = sqlite3.connect(path)
-    assert conn.execute("SELECT version FROM schema_version").fetchone()[0] == schema_module.SCHEMA_VERSION == 2
+    assert conn.execute("SELECT version FROM schema_version").fetchone()[0] == schema_module.SCHEMA_VERSION
     conn.close()
 
 

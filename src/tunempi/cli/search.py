@@ -70,6 +70,10 @@ def search(
                                   "default: the per-user results.sqlite)."),
     observe: list[str] = typer.Option(None, "--observe", help="NAME=REGEX: a number from the output recorded "
                                       "with each trial (rl's state); repeatable."),
+    state: str | None = typer.Option(None, "--state", help="What each trial records beside its value (rl's state, "
+                                     "AITuning's): 'interposer' (every MPI_T pvar the library offers, time in MPI, "
+                                     "per-collective calls and times, by preloading the profiling interposer; the "
+                                     "default with --strategy rl) or 'output' (--observe only)."),
 ) -> None:
     """Search MPI run-time parameters by relaunching an application (or simulate on a landscape)."""
     if simulate is not None:
@@ -83,8 +87,17 @@ def search(
         raise UsageError("give --space SPACE (a .toml, .json or PTF file, or auto) or --simulate LANDSCAPE")
     if not command:
         raise UsageError("give the application command after '--', e.g. -- mpiexec -n 4 ./app")
+    chosen = resolve(strategy, "SEARCH_STRATEGY", None)
+    state = state or ("interposer" if chosen == "rl" else "output")
+    if state not in ("interposer", "output"):
+        raise UsageError(f"unknown --state {state!r}; valid: interposer, output")
+    source = None
+    if state == "interposer":
+        from tunempi.profile.metrics import InterposerMetrics
+
+        source = InterposerMetrics.for_library
     _search_application(SearchRequest(command, space, strategy, budget, repeats, timeout, metric, seed, out, mpi,
-                                      db, list(observe or [])))
+                                      db, list(observe or []), source))
 
 
 # -- simulation --------------------------------------------------------------------------------------

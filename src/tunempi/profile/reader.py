@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import json
 from collections import defaultdict
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -108,6 +108,10 @@ class Profile:
     ranks: tuple[RankSummary, ...]
     collectives: tuple[CollectiveRecord, ...]
     p2p: tuple[P2PBucket, ...]
+    #: MPI_T performance variables (TUNEMPI_PVARS=1): name -> {"sum", "max", "class"} over the ranks, or
+    #: None where a rank could not read it; empty when not asked for or the library offers none.
+    pvars: dict[str, dict[str, float] | None] = field(default_factory=dict)
+    pvars_offered: int = -1  # how many the library lists (-1: not asked for)
 
     @property
     def wall_s(self) -> float:
@@ -185,7 +189,8 @@ def parse_profile(data: dict[str, Any], path: Path = Path("<profile>")) -> Profi
     for hi, calls, nbytes in zip(histogram["upper_bounds"], histogram["calls"], histogram["bytes"], strict=True):
         buckets.append(P2PBucket(lo, hi, calls, nbytes))
         lo = hi if hi is not None else lo
-    return Profile(dict(_require(data, "header", path)), ranks, tuple(collectives), tuple(buckets))
+    return Profile(dict(_require(data, "header", path)), ranks, tuple(collectives), tuple(buckets),
+                   dict(data.get("pvars") or {}), int(data.get("pvars_offered", -1)))
 
 
 def load_profile(path: Path | str) -> Profile:

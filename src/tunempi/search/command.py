@@ -107,12 +107,19 @@ class CommandObjective:
         settings = self.apply(params)
         env = {k: v for k, v in self.base_env.items() if k not in self.scrub}
         env.update(self.launch_env)
+        source_env: dict[str, str] = {}
         for source in self.sources:
-            env.update(source.prepare())
-        env.update(settings)
+            source_env.update(source.prepare())
         argv = list(self.argv)
-        if self.env_args is not None and settings:
-            argv[1:1] = self.env_args(settings)
+        if self.env_args is not None:
+            # Through the launcher's own flags, so they reach ranks on other nodes too; the launcher process
+            # itself never gets a source's preload (it links no MPI).
+            if settings or source_env:
+                argv[1:1] = self.env_args({**source_env, **settings})
+            env.update(settings)
+        else:
+            env.update(source_env)
+            env.update(settings)
         return argv, env, settings
 
     def __call__(self, params: Mapping[str, Value]) -> TrialResult:

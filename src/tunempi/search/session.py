@@ -21,7 +21,7 @@ from tunempi.config import resolve, resolve_db
 from tunempi.errors import TunempiError, UsageError
 from tunempi.search import make_search, run_search, strategy_class
 from tunempi.search.base import Trial
-from tunempi.search.command import CommandObjective
+from tunempi.search.command import CommandObjective, MetricsSource
 from tunempi.search.journal import TrialJournal
 from tunempi.search.space import ParamSpace, Value, config_key
 from tunempi.search.verify import MIN_PAIRS, Verdict, verify_against_default
@@ -83,6 +83,9 @@ class SearchRequest:
     mpi: str | None = None
     db: str | None = None
     observe: list[str] = field(default_factory=list)
+    #: A MetricsSource built for the target library (the CLI passes the profiling interposer's, AITuning's
+    #: state for rl: profile/metrics.py); None: the output's numbers only.
+    metrics_source: Callable[[MPILibrary], MetricsSource] | None = None
 
 
 @dataclass
@@ -243,6 +246,11 @@ def prepare_search(request: SearchRequest, listener: SearchListener | None = Non
         raise UsageError(f"--repeats must be 0 (no verification) or >= {MIN_PAIRS}, got {repeats}")
 
     adapter = target.adapter
+    command = list(request.command)
+    if target.library is not None:  # a bare mpiexec/mpirun is the library's own, never whatever PATH has first
+        from tunempi.launch import own_launcher
+
+        command = own_launcher(command, target.library)
     apply: Callable[[Mapping[str, Value]], dict[str, str]]
     if adapter is not None and target.library is not None:
         def apply(params: Mapping[str, Value]) -> dict[str, str]:
@@ -251,18 +259,26 @@ def prepare_search(request: SearchRequest, listener: SearchListener | None = Non
                 env.update(adapter.parameter_env(key, value))
             return env
         scrub = {k for p in space for k in adapter.parameter_env(p.name, p.start_value())}
-        launcher = launcher_for_argv(request.command, target.library)
+        launcher = launcher_for_argv(command, target.library)
         launch_env = adapter.launch_env()
+        from tunempi.launch.launchers import OpenMPILauncher
+
+        if isinstance(launcher, OpenMPILauncher) and launcher.as_root:  # as run, profile and compare do
+            launch_env.update(OpenMPILauncher.ROOT_ENV)
     else:
         apply, scrub, launcher, launch_env = space.format_env, set(space.names), None, {}
+    sources: list[MetricsSource] = [OutputMetrics(observed)] if observed else []
+    if request.metrics_source is not None and target.library is not None:
+        sources.append(request.metrics_source(target.library))
     objective = CommandObjective(
-        request.command, apply, timeout=request.timeout, metric=pattern, scrub=scrub, launch_env=launch_env,
-        env_args=launcher.env_args if launcher is not None else None,
-        sources=[OutputMetrics(observed)] if observed else [],
+        command, apply, timeout=request.timeout, metric=pattern, scrub=scrub, launch_env=launch_env,
+        env_args=launcher.env_args if launcher is not None else None, sources=sources,
     )
     fingerprint = target.library.fingerprint if target.library is not None else ""
     header = {"space": space.to_dict(), "strategy": name, "seed": request.seed, "command": list(request.command),
               "metric": request.metric, "library": fingerprint, "observe": sorted(request.observe or [])}
+    if request.metrics_source is not None and target.library is not None:
+        header["state"] = "interposer"  # another state, another search: not resumed from one without it
     return SearchSession(space, request.space, name, request.seed, options, budget, repeats, objective, apply,
                          out_dir, list(request.command), target, resolve_db(request.db), header)
 

@@ -6,6 +6,9 @@
  * Settings (environment, echoed in the output header):
  *   TUNEMPI_PROFILE_OUT       output path (default tunempi-profile.<pid of rank 0>.json)
  *   TUNEMPI_FAKE_PPN          pretend world rank r runs on node r / N (tmpi_host_name in tmpi_core.c)
+ *   TUNEMPI_PVARS=1           also read every MPI_T performance variable the library offers (numeric, bound
+ *                             to nothing or to a communicator: MPI_COMM_WORLD) from MPI_Init to MPI_Finalize,
+ *                             summed and maxed over the ranks into "pvars" (the `rl` search's state)
  */
 #include "tmpi.h"
 
@@ -249,9 +252,134 @@ static void profile_pcontrol(int level)
     }
 }
 
+/* ---------------------------------------------------------------- MPI_T performance variables ---- */
+
+#define TMPI_MAX_PVARS 512
+#define TMPI_PVAR_NAME 96
+#define TMPI_PVAR_MAX_COUNT 64
+
+typedef struct {
+    char name[TMPI_PVAR_NAME];
+    MPI_T_pvar_handle handle;
+    MPI_Datatype type;
+    int count, var_class;
+} tmpi_pvar;
+
+static MPI_T_pvar_session pvar_session;
+static tmpi_pvar *pvars;
+static int n_pvars, pvars_on, pvars_offered;
+
+/* A numeric value of one of the datatypes MPI_T uses, as a double. */
+static double tmpi_pvar_number(MPI_Datatype type, const void *buf, int i)
+{
+    if (type == MPI_DOUBLE)
+        return ((const double *)buf)[i];
+    if (type == MPI_INT)
+        return ((const int *)buf)[i];
+    if (type == MPI_UNSIGNED)
+        return ((const unsigned *)buf)[i];
+    if (type == MPI_UNSIGNED_LONG)
+        return (double)((const unsigned long *)buf)[i];
+    if (type == MPI_COUNT)
+        return (double)((const MPI_Count *)buf)[i];
+    return (double)((const unsigned long long *)buf)[i]; /* MPI_UNSIGNED_LONG_LONG */
+}
+
+/* pvars whose handle allocation crashes the library: Debian's Open MPI 4.1.4 segfaults in
+ * MPI_T_pvar_handle_alloc on every mtl_psm2_* pvar (psm2_mq_get_stats, no PSM2 device; measured). More
+ * prefixes: TUNEMPI_PVARS_SKIP=prefix1,prefix2. */
+static int tmpi_pvar_skipped(const char *name)
+{
+    static const char *const known[] = {"mtl_psm2_"};
+    for (size_t i = 0; i < sizeof known / sizeof known[0]; i++)
+        if (strncmp(name, known[i], strlen(known[i])) == 0)
+            return 1;
+    const char *extra = getenv("TUNEMPI_PVARS_SKIP");
+    while (extra && *extra) {
+        const char *comma = strchr(extra, ',');
+        size_t len = comma ? (size_t)(comma - extra) : strlen(extra);
+        if (len > 0 && strncmp(name, extra, len) == 0)
+            return 1;
+        extra = comma ? comma + 1 : NULL;
+    }
+    return 0;
+}
+
+static int tmpi_pvar_type_ok(MPI_Datatype type)
+{
+    return type == MPI_DOUBLE || type == MPI_INT || type == MPI_UNSIGNED || type == MPI_UNSIGNED_LONG ||
+           type == MPI_UNSIGNED_LONG_LONG || type == MPI_COUNT;
+}
+
+/* Open a session and start a handle on every pvar that can be read as numbers over the whole run. */
+static void pvars_start(void)
+{
+    const char *want = getenv("TUNEMPI_PVARS");
+    if (want == NULL || strcmp(want, "1") != 0)
+        return;
+    int provided = 0, num = 0;
+    if (MPI_T_init_thread(MPI_THREAD_SINGLE, &provided) != MPI_SUCCESS)
+        return;
+    if (MPI_T_pvar_get_num(&num) != MPI_SUCCESS || MPI_T_pvar_session_create(&pvar_session) != MPI_SUCCESS) {
+        MPI_T_finalize();
+        return;
+    }
+    pvars_offered = num;
+    pvars = calloc((size_t)(num > 0 ? num : 1), sizeof *pvars);
+    for (int i = 0; i < num && n_pvars < TMPI_MAX_PVARS; i++) {
+        char name[TMPI_PVAR_NAME], desc[8];
+        int name_len = sizeof name, desc_len = sizeof desc, verbosity, var_class, bind, readonly, continuous,
+            atomic;
+        MPI_Datatype type;
+        MPI_T_enum enumtype;
+        if (MPI_T_pvar_get_info(i, name, &name_len, &verbosity, &var_class, &type, &enumtype, desc, &desc_len,
+                                &bind, &readonly, &continuous, &atomic) != MPI_SUCCESS)
+            continue;
+        if (!tmpi_pvar_type_ok(type) || (bind != MPI_T_BIND_NO_OBJECT && bind != MPI_T_BIND_MPI_COMM) ||
+            tmpi_pvar_skipped(name))
+            continue;
+        MPI_Comm world = MPI_COMM_WORLD;
+        tmpi_pvar *v = &pvars[n_pvars];
+        if (MPI_T_pvar_handle_alloc(pvar_session, i, bind == MPI_T_BIND_MPI_COMM ? (void *)&world : NULL,
+                                    &v->handle, &v->count) != MPI_SUCCESS)
+            continue;
+        if (v->count < 1 || v->count > TMPI_PVAR_MAX_COUNT ||
+            (!continuous && MPI_T_pvar_start(pvar_session, v->handle) != MPI_SUCCESS)) {
+            MPI_T_pvar_handle_free(pvar_session, &v->handle);
+            continue;
+        }
+        snprintf(v->name, sizeof v->name, "%s", name);
+        v->type = type;
+        v->var_class = var_class;
+        n_pvars++;
+    }
+    pvars_on = 1;
+}
+
+/* This rank's values (each the sum of the handle's elements), then the session closed. */
+static void pvars_read(double *values)
+{
+    unsigned long long buf[TMPI_PVAR_MAX_COUNT];
+    for (int k = 0; k < n_pvars; k++) {
+        values[k] = 0.0;
+        memset(buf, 0, sizeof buf);
+        if (MPI_T_pvar_read(pvar_session, pvars[k].handle, buf) != MPI_SUCCESS) {
+            values[k] = -1.0; /* unreadable here: the JSON says null */
+            continue;
+        }
+        for (int e = 0; e < pvars[k].count; e++)
+            values[k] += tmpi_pvar_number(pvars[k].type, buf, e);
+    }
+    for (int k = 0; k < n_pvars; k++)
+        MPI_T_pvar_handle_free(pvar_session, &pvars[k].handle);
+    MPI_T_pvar_session_free(&pvar_session);
+    MPI_T_finalize();
+}
+
 static void profile_start(void)
 {
     memset(&me, 0, sizeof me);
+    pvars_start();
 }
 
 /* ---------------------------------------------------------------- finalize: merge ---- */
@@ -422,8 +550,26 @@ static void tmpi_json_u64_array(FILE *out, const uint64_t *v, int n)
     fputc(']', out);
 }
 
+/* The pvar sums and maxima over ranks: {"name": {"sum": S, "max": M, "class": C}}, null where a rank
+ * could not read it. */
+static void tmpi_json_pvars(FILE *out, const double *sums, const double *maxima, const double *minima)
+{
+    fprintf(out, "  \"pvars_offered\": %d,\n  \"pvars\": {", pvars_on ? pvars_offered : -1);
+    for (int k = 0; k < n_pvars; k++) {
+        fputs(k ? ",\n    " : "\n    ", out);
+        tmpi_json_cstr(out, pvars[k].name);
+        if (minima[k] < 0.0)
+            fprintf(out, ": null");
+        else
+            fprintf(out, ": {\"sum\": %.17g, \"max\": %.17g, \"class\": %d}", sums[k], maxima[k],
+                    pvars[k].var_class);
+    }
+    fputs(n_pvars ? "\n  },\n" : "},\n", out);
+}
+
 static void tmpi_write_json(FILE *out, const tmpi_record *records, int n_records,
-                            const tmpi_rank_summary *ranks, int n_ranks, int n_nodes)
+                            const tmpi_rank_summary *ranks, int n_ranks, int n_nodes,
+                            const double *pvar_sums, const double *pvar_max, const double *pvar_min)
 {
     char version[MPI_MAX_LIBRARY_VERSION_STRING] = "";
     int len = 0;
@@ -486,6 +632,7 @@ static void tmpi_write_json(FILE *out, const tmpi_record *records, int n_records
             "\"p2p_ns\": %llu},\n",
             (unsigned long long)wall, (unsigned long long)mpi, (unsigned long long)coll,
             (unsigned long long)p2p);
+    tmpi_json_pvars(out, pvar_sums, pvar_max, pvar_min);
 
     fputs("  \"collectives\": [\n", out);
     for (int i = 0; i < n_records; i++) {
@@ -522,7 +669,8 @@ static void tmpi_write_json(FILE *out, const tmpi_record *records, int n_records
 }
 
 static void tmpi_write_file(const tmpi_record *records, int n_records, const tmpi_rank_summary *ranks,
-                            int n_ranks, int n_nodes)
+                            int n_ranks, int n_nodes, const double *pvar_sums, const double *pvar_max,
+                            const double *pvar_min)
 {
     char path[4096];
     const char *env = getenv("TUNEMPI_PROFILE_OUT");
@@ -537,7 +685,7 @@ static void tmpi_write_file(const tmpi_record *records, int n_records, const tmp
         tmpi_warn("cannot write %s: %s", tmp, strerror(errno));
         return;
     }
-    tmpi_write_json(out, records, n_records, ranks, n_ranks, n_nodes);
+    tmpi_write_json(out, records, n_records, ranks, n_ranks, n_nodes, pvar_sums, pvar_max, pvar_min);
     if (fclose(out) != 0 || rename(tmp, path) != 0) {
         tmpi_warn("cannot write %s: %s", path, strerror(errno));
         remove(tmp);
@@ -547,6 +695,10 @@ static void tmpi_write_file(const tmpi_record *records, int n_records, const tmp
 static void profile_finish(void)
 {
     uint64_t end = tmpi_globals.t_finalize;
+    /* the application's pvars, before the tool's own communication below adds to them */
+    double *values = calloc((size_t)n_pvars + 1, sizeof *values);
+    if (pvars_on)
+        pvars_read(values);
     if (paused)
         paused_total += end - paused_since;
     tmpi_rank_summary summary;
@@ -589,10 +741,29 @@ static void profile_finish(void)
     PMPI_Gatherv(local, local_bytes, MPI_BYTE, all, counts, displs, MPI_BYTE, 0, MPI_COMM_WORLD);
     PMPI_Gather(&summary, (int)sizeof summary, MPI_BYTE, summaries, (int)sizeof summary, MPI_BYTE, 0,
                 MPI_COMM_WORLD);
+    /* pvars: every rank runs the same library, so the same list; a rank that found another count (a
+     * handle refused on one rank only) makes the whole list unusable: dropped rather than misaligned. */
+    int counts_agree[2] = {n_pvars, -n_pvars};
+    PMPI_Allreduce(MPI_IN_PLACE, counts_agree, 2, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
+    if (pvars_on && counts_agree[0] != -counts_agree[1])
+        n_pvars = 0;
+    double *sums = calloc((size_t)n_pvars + 1, sizeof *sums), *maxima = calloc((size_t)n_pvars + 1, sizeof *maxima),
+           *minima = calloc((size_t)n_pvars + 1, sizeof *minima);
+    if (n_pvars > 0) {
+        PMPI_Reduce(values, sums, n_pvars, MPI_DOUBLE, MPI_SUM, 0, MPI_COMM_WORLD);
+        PMPI_Reduce(values, maxima, n_pvars, MPI_DOUBLE, MPI_MAX, 0, MPI_COMM_WORLD);
+        PMPI_Reduce(values, minima, n_pvars, MPI_DOUBLE, MPI_MIN, 0, MPI_COMM_WORLD);
+    }
     if (rank == 0) {
         int n = tmpi_merge_sorted(all, total / (int)sizeof(tmpi_record));
-        tmpi_write_file(all, n, summaries, size, n_nodes);
+        tmpi_write_file(all, n, summaries, size, n_nodes, sums, maxima, minima);
     }
+    free(values);
+    free(sums);
+    free(maxima);
+    free(minima);
+    free(pvars);
+    pvars = NULL;
     free(local);
     free(all);
     free(counts);
