@@ -36,6 +36,7 @@ from tunempi.compare.results import DEFAULT_TOLERANCE, ResultCheck, ResultUnavai
 from tunempi.compare.variants import BASELINE, Variant, check_tuning_variants, load_variants
 from tunempi.config import resolve, resolve_db
 from tunempi.errors import TunempiError, UsageError
+from tunempi.search.session import int_setting
 from tunempi.store.comparisons import ComparisonLog, ComparisonRun
 
 if TYPE_CHECKING:
@@ -187,17 +188,6 @@ class CompareListener:
 
 # -- preparing ---------------------------------------------------------------------------------------
 
-def _int_setting(flag: int | None, env: str, default: int, what: str, minimum: int) -> int:
-    text = resolve(None if flag is None else str(flag), env, str(default)) or str(default)
-    try:
-        value = int(text)
-    except ValueError:
-        raise UsageError(f"{what} must be an integer, got {text!r} (from TUNEMPI_{env})") from None
-    if value < minimum:
-        raise UsageError(f"{what} must be >= {minimum}, got {value}")
-    return value
-
-
 def _command_library(mpi: str | None, command: Sequence[str]) -> MPILibrary | None:
     """--mpi SPEC, else the library of the command's mpiexec/mpirun, else None (env passed as it is)."""
     from tunempi.mpi.discovery import resolve_library
@@ -256,9 +246,9 @@ def prepare_compare(request: CompareRequest, launch: Launch | None = None) -> Co
     elif request.higher_is_better:
         raise UsageError("--higher-is-better needs --metric REGEX (wall time is lower-is-better)")
     check = ResultCheck(tuple(request.results), request.result_command, request.tolerance)
-    min_runs = _int_setting(request.min_runs, "COMPARE_MIN_RUNS", DEFAULT_MIN_RUNS, "--min-runs",
+    min_runs = int_setting(request.min_runs, "COMPARE_MIN_RUNS", DEFAULT_MIN_RUNS, "--min-runs",
                             evidence.MIN_PAIRS)
-    max_runs = _int_setting(request.max_runs, "COMPARE_MAX_RUNS", max(DEFAULT_MAX_RUNS, min_runs), "--max-runs",
+    max_runs = int_setting(request.max_runs, "COMPARE_MAX_RUNS", max(DEFAULT_MAX_RUNS, min_runs), "--max-runs",
                             min_runs)
     width = DEFAULT_WIDTH if request.width is None else request.width
     if not width > 0 or math.isnan(width):
