@@ -95,6 +95,11 @@ def main() -> None:
                 print(f"   MPI {100 * row['mpi_share']:.1f}% (collectives {100 * row['collective_share']:.1f}%, "
                       f"p2p {100 * row['p2p_share']:.1f}%); default {row['default_mean_s']:.3f} s; pipeline "
                       f"{row['pipeline_s'] / 60:.1f} min ({', '.join(f'{k} {v:.0f}s' for k, v in result.seconds.items())})")
+                summary = workdir / "searched" / "summary.json"
+                if summary.exists():
+                    verdict = json.loads(summary.read_text()).get("verdict") or {}
+                    row["search"] = verdict.get("reason", "")
+                    print(f"   search: {row['search']}", flush=True)
                 for variant in row["variants"]:
                     c = variant["comparison"]
                     said = (f"{c['speedup']:.3f}x [{c['low']:.3f}, {c['high']:.3f}] over {c['pairs']} pairs"
