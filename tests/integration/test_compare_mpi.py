@@ -38,6 +38,9 @@ def app_command(vendor: str) -> list[str]:
 def tunempi(*args: str, cwd: Path, wait: bool = True):
     env = {k: v for k, v in os.environ.items() if not k.startswith("TUNEMPI_") and not k.startswith("SLOW_APP")}
     env["COLUMNS"] = "250"
+    # Every arm waits 400 ms (x its factor): differences of 240 ms and more, far above what a loaded machine's
+    # launch jitter does to one pair.
+    env["SLOW_APP_BASE_MS"] = "400"
     argv = [*TUNEMPI, *args]
     if not wait:
         return subprocess.Popen(argv, cwd=cwd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
