@@ -212,7 +212,7 @@ def advise_command(
         source = None
     else:
         source = _store_source(resolve_db(db), library, adapter, collectives, _out)
-    spec = mpi or (library.vendor if library.embedded else str(library.mpicc))
+    spec = mpi or library.spec
     if source is not None:
         result = advise(app_profile, source, min_saving_fraction=min_saving)
         print_advice(result, top=top, console=_out, min_saving=min_saving)

@@ -76,7 +76,7 @@ def _from_profile(path: str, collectives: str | None, mpi: str | None) -> tuple[
     if not used and not collectives:
         raise UsageError(f"{path}: the application calls none of the collectives online switches "
                          f"({', '.join(DEFAULT_COLLECTIVES)})")
-    return collectives or ",".join(used), mpi or (library.vendor if library.embedded else str(library.mpicc))
+    return collectives or ",".join(used), mpi or library.spec
 
 
 @online_app.command("run", context_settings={"allow_interspersed_args": False})

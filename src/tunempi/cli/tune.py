@@ -74,7 +74,7 @@ def tune_command(
         profile = load_profile(from_profile)
         scope = profile_scope(profile)
         library = library_for_version_string(str(profile.header.get("library", "")), resolve(mpi, "MPI"))
-        mpi = mpi or (library.vendor if library.embedded else str(library.mpicc))
+        mpi = mpi or library.spec
         collectives = collectives or ",".join(scope.collectives)
         if nodes is None and ranks is None and ppn is None:
             nodes = scope.nodes

@@ -382,7 +382,7 @@ def run_once(session: CompareSession, variant: Variant, block: int, position: in
     result = ""
     if status == "ok" and session.check.active:
         try:
-            result = session.check.extract(outcome.output, env={k: v for k, v in os.environ.items()})
+            result = session.check.extract(outcome.output)
         except ResultUnavailable as exc:
             status, value, reason = "failed", None, f"result check: {exc}"
     return ComparisonRun(block, variant.name, position, status, value, outcome.wall_s, result, reason,

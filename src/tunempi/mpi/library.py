@@ -35,6 +35,12 @@ class MPILibrary:
         return f"{self.vendor}-{self.version}"
 
     @property
+    def spec(self) -> str:
+        """The --mpi SPEC that names this library in a command a user is told to run: the vendor for the
+        embedded wheel, else its mpicc (Debian's MPICH and Open MPI share the prefix /usr)."""
+        return self.vendor if self.embedded else str(self.mpicc)
+
+    @property
     def launcher(self) -> str | None:
         """The registry name of this library's own launcher (launch.get_launcher), None if unknown."""
         return LAUNCHERS.get(self.vendor)

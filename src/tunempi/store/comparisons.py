@@ -13,7 +13,6 @@ env as JSON, UTC timestamp.
 
 from __future__ import annotations
 
-import hashlib
 import json
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -22,11 +21,10 @@ from typing import Any
 
 from tunempi.errors import UsageError
 from tunempi.store.results import STATUSES, ResultStore, utc_timestamp
+from tunempi.store.searches import search_id_of
 
-
-def comparison_id_of(header: Mapping[str, Any]) -> str:
-    """The identity of a comparison: a hash of its canonical JSON header."""
-    return hashlib.sha256(json.dumps(header, sort_keys=True, default=str).encode()).hexdigest()[:16]
+#: The identity of a comparison: the same canonical-JSON hash of its header as a search's.
+comparison_id_of = search_id_of
 
 
 @dataclass(frozen=True)
