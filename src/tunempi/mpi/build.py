@@ -16,7 +16,7 @@ from pathlib import Path
 
 from tunempi.config import cache_dir
 from tunempi.errors import MPIError
-from tunempi.mpi.library import MPILibrary
+from tunempi.mpi.library import MPILibrary, wrapper_env
 
 WARNING_FLAGS: tuple[str, ...] = ("-std=c11", "-Wall", "-Wextra")
 
@@ -73,7 +73,8 @@ def build_c(
             return output
         tmp = output.with_name(output.name + f".tmp{os.getpid()}")
         argv = [str(library.mpicc), *flags, "-o", str(tmp), *map(str, sources), "-lm"]
-        result = subprocess.run(argv, capture_output=True, text=True)
+        result = subprocess.run(argv, capture_output=True, text=True,
+                                env={**os.environ, **wrapper_env(library.prefix)})
         if result.returncode != 0:
             tmp.unlink(missing_ok=True)
             raise MPIError(

@@ -1,9 +1,9 @@
 """Finding MPI libraries and learning what they offer, from the libraries themselves.
 
-SPEC (`--mpi`, env TUNEMPI_MPI): `mpich`, `openmpi`, the path of an mpicc, the path of an install prefix
+SPEC (`--mpi`, env TUNEMPI_MPI): `mpich`, `openmpi`, `impi` (Intel MPI), the path of an mpicc, the path of an install prefix
 (or of its bin/ directory), or several of these separated by commas. Without a SPEC every library found
-is used: the embedded ones (`make setup` installs them at <sys.prefix>/opt/mpich and
-<sys.prefix>/opt/openmpi) first, then the site's on PATH (mpicc.mpich, mpicc.openmpi, mpicc).
+is used: the embedded ones (`make setup` installs them at <sys.prefix>/opt/mpich, <sys.prefix>/opt/openmpi
+and <sys.prefix>/opt/impi) first, then the site's on PATH (mpicc.mpich, mpicc.openmpi, mpicc).
 
 Vendor, version and device come from MPI_Get_library_version, through the C probe (mpi/probe.py)
 compiled with that library's mpicc and run as one process. The probe's full listing (control and
@@ -28,7 +28,7 @@ from pathlib import Path
 
 from tunempi.config import cache_dir, env_value
 from tunempi.errors import MPIError, UsageError
-from tunempi.mpi import mpich, openmpi
+from tunempi.mpi import impi, mpich, openmpi
 from tunempi.mpi.library import VENDORS, MPILibrary
 from tunempi.mpi.probe import (
     PROBE_SOURCE,
@@ -46,7 +46,7 @@ _log = logging.getLogger(__name__)
 #: Bumped when the cached JSON's layout or meaning changes.
 CACHE_FORMAT = 1
 SITE_MPICC_NAMES: tuple[str, ...] = ("mpicc.mpich", "mpicc.openmpi", "mpicc")
-SPEC_HELP = "mpich, openmpi, the path of an mpicc, or the path of an MPI install prefix"
+SPEC_HELP = "mpich, openmpi, impi, the path of an mpicc, or the path of an MPI install prefix"
 
 
 # ---------------------------------------------------------------------------------------------- SPEC
@@ -164,7 +164,7 @@ def _library_key(mpicc: Path) -> str:
 def _find_launcher(mpicc: Path, vendor: str) -> Path:
     """The launcher that belongs to the library: next to its mpicc, with the same suffix if any."""
     suffix = mpicc.name[len("mpicc"):] if mpicc.name.startswith("mpicc") else ""
-    names = ("mpiexec", "mpiexec.hydra", "mpirun") if vendor == "mpich" else ("mpirun", "mpiexec")
+    names = ("mpirun", "mpiexec") if vendor == "openmpi" else ("mpiexec", "mpiexec.hydra", "mpirun")
     tried = [mpicc.parent / f"{name}{suffix}" for name in names] + [mpicc.parent / name for name in names]
     for path in tried:
         if _is_executable(path):
@@ -180,10 +180,20 @@ def parse_version_string(version_string: str) -> tuple[str, str, str]:
     if match := re.search(r"MPICH Version:\s*(\S+)", text):
         device = re.search(r"MPICH Device:\s*([^\n]+)", text)
         return "mpich", match.group(1), device.group(1).strip() if device else ""
-    if match := re.search(r"(MVAPICH\d*|Intel\(R\) MPI Library)[^\d]*(\d[\w.]*)", text):
+    if match := re.search(r"Intel\(R\) MPI Library[^\d]*(\d[\w.]*)", text):
+        return "impi", match.group(1), ""
+    if match := re.search(r"(MVAPICH\d*)[^\d]*(\d[\w.]*)", text):
         return "mpich", match.group(2), ""  # MPICH derivatives keep MPICH's cvar names
     first = text.splitlines()[0] if text else "(empty)"
     raise MPIError(f"unsupported MPI library {first!r}: tunempi knows {', '.join(VENDORS)}")
+
+
+def _impi_fabrics(cvars: Iterable[dict]) -> str:
+    """Intel MPI's I_MPI_FABRICS where MPI_T reports a value ('' when it is chosen at start)."""
+    holders = impi.aliases(cvars)
+    by_name = {c["name"]: c for c in cvars}
+    value = by_name.get(holders.get("I_MPI_FABRICS", ""), {}).get("value")
+    return str(value) if value else ""
 
 
 def _openmpi_transports(cvar_names: Iterable[str]) -> str:
@@ -282,6 +292,8 @@ def _discover(candidate: Candidate) -> LibraryInfo:
     vendor, version, device = parse_version_string(output.version_string)
     if vendor == "openmpi":
         device = _openmpi_transports(c["name"] for c in output.cvars)
+    elif vendor == "impi":
+        device = _impi_fabrics(output.cvars)
     library = MPILibrary(
         vendor=vendor, version=version, version_string=output.version_string.strip(), device=device,
         prefix=candidate.mpicc.parent.parent, mpicc=candidate.mpicc,
@@ -293,7 +305,7 @@ def _discover(candidate: Candidate) -> LibraryInfo:
     )
     if vendor == "mpich":
         _verify_mpich_catalog(info)
-    elif not openmpi.enum_items_from_cvars(info.cvars):
+    elif vendor == "openmpi" and not openmpi.enum_items_from_cvars(info.cvars):
         info.ompi_info_items = _ompi_info_items(library)
     return info
 
@@ -389,6 +401,8 @@ def catalog_of(info: LibraryInfo) -> tuple[dict[str, list[Algorithm]], dict[str,
         if info.verified:  # the int read back wins over the position in the description
             catalog, defaults = _apply_verification(catalog, defaults, info)
         return catalog, defaults
+    if info.library.vendor == "impi":
+        return impi.catalog_from_cvars(info.cvars, info.library.version)
     items = openmpi.enum_items_from_cvars(info.cvars) or info.ompi_info_items
     return openmpi.catalog_from_items(items)
 
@@ -424,6 +438,9 @@ def adapter_from_info(info: LibraryInfo) -> VendorAdapter:
         return mpich.MpichAdapter(info.library, catalog, defaults, names, compositions,
                                   mpich.fallback_values(info.cvars), mpich.posix_values(info.cvars),
                                   cvar_values=values)
+    if info.library.vendor == "impi":
+        return impi.IntelMPIAdapter(info.library, catalog, defaults, names, cvar_values=values,
+                                    aliases=impi.aliases(info.cvars))
     return openmpi.OpenMPIAdapter(info.library, catalog, defaults, names, cvar_values=values,
                                   pml_probe=lambda: openmpi_selected_pml(info.library))
 

@@ -12,9 +12,19 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
-VENDORS: tuple[str, ...] = ("mpich", "openmpi")
-#: The launcher (launch/'s registry name) that belongs to each vendor's own library.
-LAUNCHERS: dict[str, str] = {"mpich": "hydra", "openmpi": "mpirun"}
+VENDORS: tuple[str, ...] = ("mpich", "openmpi", "impi")
+#: The launcher (launch/'s registry name) that belongs to each vendor's own library. Intel MPI's
+#: mpiexec.hydra takes the flags of MPICH's Hydra that tunempi uses (-n, -ppn, -hosts, -genv, -bind-to,
+#: -launcher(-exec), -localhost; checked on 2021.19.0).
+LAUNCHERS: dict[str, str] = {"mpich": "hydra", "openmpi": "mpirun", "impi": "hydra"}
+#: A compiler wrapper that finds its headers and libraries only through a root variable naming the
+#: install prefix (Intel MPI's mpicc: I_MPI_ROOT), recognised by a file only that library installs.
+ROOT_VARIABLES: tuple[tuple[str, str], ...] = (("bin/impi_info", "I_MPI_ROOT"),)
+
+
+def wrapper_env(prefix: Path) -> dict[str, str]:
+    """Variables the install prefix's compiler wrapper and tools need to find their own files."""
+    return {variable: os.path.abspath(prefix) for marker, variable in ROOT_VARIABLES if (prefix / marker).exists()}
 
 
 @dataclass(frozen=True)
@@ -39,6 +49,11 @@ class MPILibrary:
         """The --mpi SPEC that names this library in a command a user is told to run: the vendor for the
         embedded wheel, else its mpicc (Debian's MPICH and Open MPI share the prefix /usr)."""
         return self.vendor if self.embedded else str(self.mpicc)
+
+    @property
+    def wrapper_env(self) -> dict[str, str]:
+        """What this library's mpicc (and its own tools) need in the environment (mpi.library.wrapper_env)."""
+        return wrapper_env(self.prefix)
 
     @property
     def launcher(self) -> str | None:

@@ -208,6 +208,16 @@ class VendorAdapter(ABC):
     def runtime_switch(self, collective: str, name: str) -> CvarSwitch:
         """How to switch to `name` at run time through MPI_T (see CvarSwitch)."""
 
+    def switches_at_run_time(self) -> bool:
+        """Whether runtime_switch works: a library that reads its algorithm choice only at MPI_Init (Intel
+        MPI) is forced per launch through force_env instead, and has no online per-call mode."""
+        return True
+
+    def ignored_by_library(self, output: str) -> list[str]:
+        """The selections a run's output says the library ignored (e.g. an id it does not know): a tuning
+        whose launch prints any is rejected by the smoke check. Empty where the library says nothing."""
+        return []
+
     @abstractmethod
     def launch_env(self) -> dict[str, str]:
         """Environment every launch of this library needs for tunempi's runs (e.g. Open MPI's dynamic rules)."""

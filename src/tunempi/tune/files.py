@@ -102,7 +102,8 @@ def write_tuning_files(
             points = smoke_points(rule_sets)
             run_env = {**adapter.launch_env(), **adapter.single_node_env(), **staged_env}
             for ranks in sorted(set(smoke_ranks)):
-                result = smoke_check(library, run_env, points, ranks=ranks, timeout=smoke_timeout_s)
+                result = smoke_check(library, run_env, points, ranks=ranks, timeout=smoke_timeout_s,
+                                     ignored_by_library=adapter.ignored_by_library)
                 records.append(SmokeRecord(ranks, result.ok, result.argv, len(points), result.summary()))
                 if not result.ok:
                     raise TuningFileError(f"{library.name} rejected the tuning files at {ranks} ranks: "

@@ -51,7 +51,9 @@ class LayoutRunner:
     pin). These are the launches `bench.sweep.Sweep` makes, so tune measures what `bench` measures; on
     MPICH that is up to three sessions per layout (no pin, allreduce pinned, bcast pinned), on Open MPI
     one. They stay open side by side (an idle engine naps between control messages) so that the
-    algorithms of a cell are still compared seconds apart, without a relaunch per switch. A point that
+    algorithms of a cell are still compared seconds apart, without a relaunch per switch. A library that
+    reads its choice at MPI_Init only (Intel MPI) needs a launch per forced algorithm (`Selection.env`):
+    at most `max_sessions` stay open, the least recently used closed first. A point that
     was mostly measured while ranks were descheduled (`bench.sweep.contended`) is measured again, up to
     `retries` times, keeping the lowest median: the same rule as Sweep's.
     """
@@ -68,6 +70,7 @@ class LayoutRunner:
         point_timeout_s: float | None = None,
         executable: Path | None = None,
         retries: int = 2,
+        max_sessions: int = 6,
     ) -> None:
         self.library = library
         self.adapter = adapter
@@ -84,22 +87,33 @@ class LayoutRunner:
         self._executable = executable
         strict = adapter.strict_selection_switch()  # a forced algorithm that cannot take a call fails
         self._strict: tuple[CvarSwitch, ...] = (strict,) if strict is not None else ()
-        self.sessions: dict[tuple[CvarSwitch, ...], EngineSession] = {}
+        # setup + forced environment -> its session, the most recently used last
+        self.sessions: dict[tuple[tuple[CvarSwitch, ...], tuple[tuple[str, str], ...]], EngineSession] = {}
+        self.max_sessions = max(1, max_sessions)
+        self._closed_launches = 0
         self._next_id = 0
         self._lock = threading.Lock()
 
     @property
     def launches(self) -> int:
-        return sum(session.launches for session in self.sessions.values())
+        return self._closed_launches + sum(session.launches for session in self.sessions.values())
 
     def session_for(self, selection: Selection) -> EngineSession:
         setup = self._strict + tuple(selection.setup)
-        if setup not in self.sessions:
-            self.sessions[setup] = EngineSession(
-                self.library, self.layout, env=self._env, setup=setup, executable=self._executable,
-                allocation=self._allocation, point_timeout_s=self._point_timeout_s,
+        key = (setup, tuple(sorted(selection.env.items())))
+        session = self.sessions.pop(key, None)
+        if session is None:
+            while len(self.sessions) >= self.max_sessions:
+                oldest = next(iter(self.sessions))
+                closed = self.sessions.pop(oldest)
+                closed.close()
+                self._closed_launches += closed.launches
+            session = EngineSession(
+                self.library, self.layout, env={**self._env, **selection.env}, setup=setup,
+                executable=self._executable, allocation=self._allocation, point_timeout_s=self._point_timeout_s,
             )
-        return self.sessions[setup]
+        self.sessions[key] = session  # most recently used last
+        return session
 
     def measure(self, point: BenchPoint, settings: MeasureSettings | None = None) -> PointResult:
         """Measure one point (never raises for a failure of the point: see PointOutcome.status)."""

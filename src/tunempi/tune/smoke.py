@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import os
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -37,9 +37,13 @@ class SmokeResult:
     stderr: str
     #: (collective, bytes) -> extra observations, e.g. {"user_op_max_len": 2048, "count": 4096}
     observations: dict[tuple[str, int], dict[str, int]] = field(default_factory=dict)
+    #: selections the library said it ignored (VendorAdapter.ignored_by_library): the run then fails
+    ignored: tuple[str, ...] = ()
 
     def summary(self) -> str:
         state = "passed" if self.ok else f"FAILED (exit {self.returncode})"
+        if self.ignored:
+            state = f"FAILED (the library ignored {', '.join(self.ignored)})"
         tail = self.stderr.strip().splitlines()[-3:]
         return f"smoke run {state}: {' '.join(self.argv)}" + ("\n" + "\n".join(tail) if tail and not self.ok else "")
 
@@ -80,12 +84,15 @@ def parse_probe_output(stdout: str) -> dict[tuple[str, int], dict[str, int]]:
 
 
 def smoke_check(library: MPILibrary, tuning_env: Mapping[str, str], points: Sequence[tuple[str, int]], *,
-                ranks: int = 2, timeout: float = 120.0) -> SmokeResult:
+                ranks: int = 2, timeout: float = 120.0,
+                ignored_by_library: Callable[[str], list[str]] | None = None) -> SmokeResult:
     """Run the probe at `points` ((collective, OSU bytes)) with `tuning_env` added to the environment.
 
     `tuning_env` is what activates the file, spelled by the vendor adapter (e.g.
     MPIR_CVAR_COLL_SELECTION_TUNING_JSON_FILE=/path, or Open MPI's use_dynamic_rules + filename).
-    The run passes when it exits 0 and every point reported a checked result.
+    The run passes when it exits 0, every point reported a checked result and the library said it
+    ignored no selection (`ignored_by_library`: the adapter's reader of the run's output; Intel MPI
+    ignores a selection it cannot use with a warning and runs its own).
     """
     probe = build_c(library, [PROBE_SOURCE], "smoke_probe")
     wanted = [(coll, int(size)) for coll, size in points if coll in PROBE_COLLECTIVES]
@@ -95,5 +102,6 @@ def smoke_check(library: MPILibrary, tuning_env: Mapping[str, str], points: Sequ
     if done.timed_out or done.returncode is None:
         return SmokeResult(False, -1, argv, done.stdout, f"timed out after {timeout:.0f} s")
     observations = parse_probe_output(done.stdout)
-    ok = done.returncode == 0 and all(point in observations for point in wanted)
-    return SmokeResult(ok, done.returncode, argv, done.stdout, done.stderr, observations)
+    ignored = tuple(ignored_by_library(done.stdout + done.stderr)) if ignored_by_library else ()
+    ok = done.returncode == 0 and all(point in observations for point in wanted) and not ignored
+    return SmokeResult(ok, done.returncode, argv, done.stdout, done.stderr, observations, ignored)
