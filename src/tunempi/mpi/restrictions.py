@@ -276,3 +276,29 @@ def file_exclusion(vendor: str, version: str, collective: str, algorithm: str,
     if not missing:
         return None
     return "needs " + "; ".join(REQUIREMENTS[r] for r in missing) + ", which the tuning file cannot state"
+
+
+_IMPI_EXP = ("conformance suite, preset forced by I_MPI_ADJUST_{c}={n}, Intel MPI 2021.19.0 (PyPI wheel) at 2 ranks, "
+             "passing with the library's own choice: {what} (Intel publishes no restrictions; its sources are closed)")
+
+
+def _impi(collective: str, preset: int, requires: tuple[str, ...], what: str) -> Restriction:
+    evidence = _IMPI_EXP.format(c=collective.upper(), n=preset, what=what)
+    return Restriction("impi", ("2021.19",), collective, f"preset_{preset}", requires, evidence)
+
+
+_USER_OP_LAYOUTS = ("a user-defined op on a nested or negative-lower-bound datatype: wrong results or a "
+                    "segfault")
+RESTRICTIONS += (
+    # ---- Intel MPI presets (docs/conformance.md; tests/conformance forces each one) ----
+    _impi("allgather", 5, ("same-types",), "wrong results for a strided or nested send type received as ints"),
+    _impi("allreduce", 4, ("contiguous", "true-lb-zero"), _USER_OP_LAYOUTS),
+    _impi("allreduce", 13, ("contiguous", "true-lb-zero"),
+          "segfault for MPI_IN_PLACE with a user-defined op on a negative-lower-bound datatype"),
+    _impi("gather", 2, ("true-lb-zero",), "segfault for a datatype with a negative lower bound"),
+    _impi("scatter", 2, ("true-lb-zero",), "segfault for a datatype with a negative lower bound"),
+    _impi("reduce_scatter", 4, ("contiguous", "true-lb-zero"), _USER_OP_LAYOUTS),
+    _impi("reduce_scatter", 5, ("contiguous", "true-lb-zero"), _USER_OP_LAYOUTS),
+    _impi("reduce_scatter_block", 2, ("commutative",),
+          "wrong results for a non-commutative user op (2x2 matrix product)"),
+)

@@ -60,6 +60,11 @@ def open_state(directory: Path | str, library: MPILibrary, config: OnlineConfig 
         return state
     config = config or OnlineConfig()
     adapter = adapter_for(library)
+    if not adapter.switches_at_run_time():
+        raise CannotSwitch(
+            f"{library.name} reads its algorithm choice at MPI_Init only, so it cannot switch per call; "
+            f"tune it offline instead (`tunempi tune --mpi {library.spec}`), or compare whole runs under "
+            f"settings (`tunempi compare`, `tunempi search`)")
     switches = collective_switches(adapter, config.collectives)
     if not switches:
         raise CannotSwitch(f"{library.name} cannot switch any of {', '.join(config.collectives)} at run time")

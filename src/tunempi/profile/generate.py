@@ -14,6 +14,7 @@ example an MPI_Count variant) fails here, not as a silent miscount at run time.
 
 from __future__ import annotations
 
+import os
 import re
 import subprocess
 import tempfile
@@ -22,6 +23,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from tunempi.errors import MPIError
+from tunempi.mpi.library import wrapper_env
 
 
 class GeneratorError(MPIError):
@@ -245,7 +247,9 @@ def preprocess_mpi_h(mpicc: Path | str) -> str:
     with tempfile.TemporaryDirectory(prefix="tunempi-gen-") as tmp:
         source = Path(tmp) / "include_mpi.c"
         source.write_text("#include <mpi.h>\n")
-        result = subprocess.run([str(mpicc), "-E", str(source)], capture_output=True, text=True)
+        # Intel MPI's wrapper finds mpi.h only through I_MPI_ROOT (mpi.library.wrapper_env).
+        env = {**os.environ, **wrapper_env(Path(mpicc).parent.parent)}
+        result = subprocess.run([str(mpicc), "-E", str(source)], capture_output=True, text=True, env=env)
     if result.returncode != 0:
         raise GeneratorError(f"{mpicc} -E failed (exit {result.returncode}): {result.stderr.strip()}")
     return result.stdout

@@ -1,0 +1,125 @@
+"""Intel MPI's adapter without the library: the catalog from MPI_T descriptions as 2021.19.0 prints them,
+the selection strings (writers/impi_adjust.py) and the tuning file read back strictly. The real library:
+tests/integration/test_impi_mpi.py."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from tunempi.errors import MPIError, TuningFileError, UsageError
+from tunempi.mpi import impi
+from tunempi.mpi.discovery import parse_version_string
+from tunempi.mpi.library import MPILibrary, wrapper_env
+from tunempi.rules.ruleset import CommBlock, MsgRule, RuleSet
+from tunempi.writers.impi_adjust import UNBOUNDED, read_adjust_value, select_preset, write_adjust_value
+
+# Verbatim shapes of 2021.19.0's MPI_T (the string cvar carries the I_MPI_ name as an alias).
+CVARS = [
+    {"name": "MPIR_CVAR_USE_ALLREDUCE", "datatype": "char",
+     "description": "Control selection of MPI_Allreduce algorithm presets.$ Arguments$ <presetid> - Preset "
+                    "identifier$ range: 0-32 @Alias:# I_MPI_ADJUST_ALLREDUCE @Default:# -1"},
+    {"name": "MPIR_CVAR_USE_ALLREDUCE_COMPOSITION", "datatype": "char",
+     "description": "range: 0-10 @Verbosity:# expert @Alias:# I_MPI_ADJUST_ALLREDUCE_COMPOSITION"},
+    {"name": "MPIR_CVAR_USE_ALLGATHER", "datatype": "char",
+     "description": "Control selection of MPI_Allgather algorithm presets.$ range: 0-6 @Alias:# "
+                    "I_MPI_ADJUST_ALLGATHER @Default:# -1"},
+    {"name": "I_MPI_ADJUST_BCAST", "datatype": "char", "description": "range: 0-22"},  # an older spelling
+    {"name": "MPIR_CVAR_SHM_EAGER", "datatype": "int", "value": 4096,
+     "description": "@Alias:# I_MPI_SHM_EAGER_THRESHOLD"},
+]
+
+
+def adapter(version: str = "2021.19.0", tmp: Path = Path("/opt/impi")) -> impi.IntelMPIAdapter:
+    library = MPILibrary("impi", version, f"Intel(R) MPI Library {version} for Linux* OS", "", tmp,
+                         tmp / "bin" / "mpicc", tmp / "bin" / "mpiexec")
+    catalog, defaults = impi.catalog_from_cvars(CVARS, version)
+    return impi.IntelMPIAdapter(library, catalog, defaults, [c["name"] for c in CVARS],
+                                aliases=impi.aliases(CVARS))
+
+
+def test_the_version_string_names_intel_mpi_and_not_mpich():
+    assert parse_version_string("Intel(R) MPI Library 2021.19.0 for Linux* OS\n") == ("impi", "2021.19.0", "")
+    assert parse_version_string("MVAPICH2 Version: 2.3.7")[0] == "mpich"
+
+
+def test_the_catalog_is_every_preset_of_the_range_with_names_only_where_checked():
+    current = adapter()
+    assert [a.value for a in current.algorithms("allreduce")] == list(range(1, 33))
+    assert current.algorithms("allreduce")[2].name == "preset_3"
+    assert len(current.algorithms("bcast")) == 22  # the cvar under its I_MPI_ name (older releases)
+    assert "allreduce_composition" not in current.collectives()
+    assert current.default_algorithm("allreduce").name == "auto"
+    # 2021.14's reference lists allgather's presets in order; other versions keep preset_N.
+    assert adapter("2021.14.0").algorithms("allgather")[1].name == "bruck"
+    assert current.algorithms("allgather")[1].name == "preset_2"
+
+
+def test_forcing_is_the_environment_and_a_runtime_switch_is_refused_with_the_reason():
+    current = adapter()
+    assert current.force_env("allreduce", "preset_5") == {"I_MPI_ADJUST_ALLREDUCE": "5"}
+    assert current.force_env("allreduce", "default") == {}
+    assert not current.switches_at_run_time()
+    with pytest.raises(MPIError, match="only from the environment at MPI_Init"):
+        current.runtime_switch("allreduce", "preset_5")
+    with pytest.raises(UsageError, match="valid: default, auto, preset_1"):
+        current.force_env("allreduce", "ring")
+
+
+def test_selection_strings_select_what_the_rule_set_selects_and_leave_the_default_unwritten():
+    rule_set = RuleSet("allreduce", (
+        CommBlock(1, 2, (MsgRule(1024, "preset_3"), MsgRule(65536, "default"), MsgRule(None, "preset_5"))),
+        CommBlock(3, None, (MsgRule(None, "preset_1"),)),
+    ))
+    presets = {f"preset_{i}": i for i in range(1, 33)}
+    text = write_adjust_value(rule_set, presets)
+    assert text == f"3:0-1024@1-2;5:65537-{UNBOUNDED}@1-2;1:0-{UNBOUNDED}@3-{UNBOUNDED}"
+    conditions = read_adjust_value(text)
+    for ranks in (1, 2, 3, 64):
+        for size in (0, 8, 1024, 1025, 65536, 65537, 1 << 22):
+            chosen = rule_set.select(ranks, size)
+            expected = None if chosen == "default" else presets[chosen]
+            assert select_preset(conditions, ranks, size) == expected, (ranks, size)
+    assert write_adjust_value(RuleSet("bcast", (CommBlock(1, None, (MsgRule(None, "default"),)),)), presets) is None
+
+
+@pytest.mark.parametrize("bad", ["garbage", "3:0-", "3:10-1", "3:0-10@4-2", "3;;4", "-1"])
+def test_a_selection_string_tunempi_would_not_write_is_refused(bad):
+    with pytest.raises(TuningFileError):
+        read_adjust_value(bad)
+
+
+def test_the_tuning_file_is_read_back_strictly(tmp_path):
+    current = adapter(tmp=tmp_path)
+    rule_set = RuleSet("allreduce", (CommBlock(1, None, (MsgRule(4096, "preset_2"), MsgRule(None, "default"))),))
+    written = current.write_tuning_files({"allreduce": rule_set}, tmp_path)
+    assert written.env == {"I_MPI_ADJUST_ALLREDUCE": f"2:0-4096@1-{UNBOUNDED}"}
+    path = tmp_path / written.files["impi-adjust"]
+    current.read_back_tuning_file(path)
+    assert current.tuning_file_env("I_MPI_ADJUST", str(path)) == written.env
+    path.write_text(path.read_text().replace("2:0-4096", "40:0-4096"))
+    with pytest.raises(UsageError, match="preset 40 is not one of"):
+        current.read_back_tuning_file(path)
+    path.write_text("export I_MPI_ADJUST_NOPE=1\n")
+    with pytest.raises(UsageError, match="no selectable presets for I_MPI_ADJUST_NOPE"):
+        current.read_back_tuning_file(path)
+
+
+def test_what_the_library_says_it_ignored_is_found_in_a_run_s_output():
+    output = ("[0] MPI startup(): Incorrect algorithm: ALLREDUCE=99, will be ignored\n"
+              "MPI startup(): Incorrect adjust value: BCAST=3:0-, will be ignored\nhello\n")
+    assert adapter().ignored_by_library(output) == ["I_MPI_ADJUST_ALLREDUCE=99", "I_MPI_ADJUST_BCAST=3:0-"]
+
+
+def test_run_time_parameters_go_by_intel_s_own_names():
+    current = adapter()
+    assert current.canonical_parameter("I_MPI_SHM_EAGER_THRESHOLD") == "MPIR_CVAR_SHM_EAGER"
+    assert current.parameter_env("MPIR_CVAR_SHM_EAGER", 8192) == {"I_MPI_SHM_EAGER_THRESHOLD": "8192"}
+
+
+def test_the_compiler_wrapper_gets_its_root_only_where_the_prefix_is_intel_s(tmp_path):
+    assert wrapper_env(tmp_path) == {}
+    (tmp_path / "bin").mkdir()
+    (tmp_path / "bin" / "impi_info").write_text("")
+    assert wrapper_env(tmp_path) == {"I_MPI_ROOT": str(tmp_path)}
