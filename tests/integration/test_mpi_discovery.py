@@ -21,7 +21,7 @@ from tunempi.mpi.build import build_c
 from tunempi.mpi.discovery import adapter_for, embedded_prefix, resolve_library
 from tunempi.mpi.library import MPILibrary
 from tunempi.mpi.probe import read_cvars
-from tunempi.mpi.vendor import VendorAdapter
+from tunempi.mpi.vendor import CvarSwitch, VendorAdapter
 
 pytestmark = pytest.mark.mpi
 
@@ -189,7 +189,13 @@ def _launch_switch_check(library: MPILibrary, adapter: VendorAdapter, ranks: int
     A minimal direct launch (the library's own launcher, nothing else): launch/ owns real launching.
     """
     binary = build_c(library, [SWITCH_CHECK], "switch_check", werror=True)
-    s1, s2 = adapter.runtime_switch("allreduce", first), adapter.runtime_switch("allreduce", second)
+    if adapter.switches_at_run_time():
+        s1, s2 = adapter.runtime_switch("allreduce", first), adapter.runtime_switch("allreduce", second)
+    else:  # the cvar that holds the choice, written all the same (to show that it changes nothing)
+        any_preset = adapter.algorithms("allreduce")[0].name
+        holder = adapter.canonical_parameter(next(iter(adapter.force_env("allreduce", any_preset))))
+        s1, s2 = (CvarSwitch(holder, adapter.check_algorithm("allreduce", name).value, False)
+                  for name in (first, second))
     argv = [str(library.mpiexec), "-n", str(ranks)]
     run_env = {**os.environ, **adapter.launch_env(), **adapter.single_node_env(), **env}
     if library.vendor == "openmpi":
@@ -215,6 +221,8 @@ SWITCH_PAIRS = {
     ("mpich", "4"): ("smp", "recursive_doubling"),  # 4.0.2 has no ring and no tree
     ("openmpi", "5"): ("basic_linear", "ring"),
     ("openmpi", "4"): ("basic_linear", "ring"),
+    # Intel MPI 2021.19: preset 3 reduces on one rank (the other applies no op), preset 8 splits the vector
+    ("impi", "2"): ("preset_3", "preset_8"),
 }
 
 
@@ -229,6 +237,8 @@ def test_each_library_is_found_with_its_own_launcher(mpi_library: MPILibrary, ca
         assert resolve_library(spec).fingerprint == library.fingerprint
     adapter = adapter_for(library)
     assert all(adapter.algorithms(c) for c in REQUIRED)
+    if not adapter.switches_at_run_time():
+        return  # Intel MPI: forced per launch (test_runtime_switch_selects_what_the_env_forces shows why)
     switch = adapter.runtime_switch("allreduce", SWITCH_PAIRS[(library.vendor, library.version[0])][1])
     output = read_cvars(library, [switch.cvar], writes={switch.cvar: switch.value},
                         env={**adapter.launch_env(), **adapter.single_node_env()})
@@ -250,6 +260,13 @@ def test_runtime_switch_selects_what_the_env_forces(mpi_library, cache, ranks):
         for name in (first, second)
     }
     assert reference[first] != reference[second]
+    if not adapter.switches_at_run_time():
+        # Intel MPI: an MPI_T write of the preset is accepted (write_rc 0) and reads back, but no later call
+        # changes its reduction pattern, on MPI_COMM_WORLD or on communicators made after the write.
+        phases = _launch_switch_check(library, adapter, ranks, adapter.force_env("allreduce", first), second,
+                                      first)
+        assert set(phases.values()) == {reference[first]}, phases
+        return
     phases = _launch_switch_check(library, adapter, ranks, {}, first, second)
     assert phases["world_start"] != reference[first]
     if adapter.runtime_switch("allreduce", first).needs_new_communicator:

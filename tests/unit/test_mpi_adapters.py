@@ -121,7 +121,7 @@ def no_mpi_anywhere(tmp_path, monkeypatch):
 
 
 def test_unknown_spec_word_names_the_valid_forms(no_mpi_anywhere):
-    with pytest.raises(UsageError, match=r"unknown MPI spec 'intelmpi'; valid: mpich, openmpi, the path"):
+    with pytest.raises(UsageError, match=r"unknown MPI spec 'intelmpi'; valid: mpich, openmpi, impi, the path"):
         discovery.candidates_for("intelmpi")
 
 

@@ -41,6 +41,9 @@ class RecordingRunner:
             RecordingRunner.active -= 1
         return (self.layout, self.hosts, point)
 
+    def in_launch_order(self, points):  # noqa: ANN001, ANN201
+        return list(points)
+
     def kill(self) -> None:
         pass
 
@@ -118,3 +121,22 @@ def test_topology_option_spellings(tmp_path) -> None:  # noqa: ANN001
 
     with pytest.raises(UsageError, match="serial, local"):
         scheduling("nonsense", None)
+
+
+def test_points_forced_per_launch_are_grouped_by_launch_only_when_their_sessions_cannot_all_stay_open() -> None:
+    """Intel MPI takes a preset per launch: a round over more presets than open sessions is measured preset
+    by preset (each launch once), in the order the strategy asked within each preset."""
+    from test_impi import adapter as intel_adapter
+
+    from tunempi.bench.protocol import MeasureSettings
+    from tunempi.tune.runner import LayoutRunner
+
+    adapter = intel_adapter()
+    runner = LayoutRunner(adapter.library, adapter, Layout(2), settings=MeasureSettings(), max_sessions=2)
+    few = [BenchPoint("allreduce", name, size) for size in (8, 64) for name in ("preset_1", "default")]
+    assert runner.in_launch_order(few) == few  # two launches: both stay open, the order is the strategy's
+    many = [BenchPoint("allreduce", name, size) for size in (8, 64) for name in ("preset_1", "preset_2", "default")]
+    ordered = runner.in_launch_order(many)
+    assert sorted(ordered, key=many.index) == many
+    assert [p.algorithm for p in ordered] == ["preset_1", "preset_1", "preset_2", "preset_2", "default", "default"]
+    assert [p.msg_bytes for p in ordered] == [8, 64] * 3

@@ -278,12 +278,13 @@ def file_exclusion(vendor: str, version: str, collective: str, algorithm: str,
     return "needs " + "; ".join(REQUIREMENTS[r] for r in missing) + ", which the tuning file cannot state"
 
 
-_IMPI_EXP = ("conformance suite, preset forced by I_MPI_ADJUST_{c}={n}, Intel MPI 2021.19.0 (PyPI wheel) at 2 ranks, "
-             "passing with the library's own choice: {what} (Intel publishes no restrictions; its sources are closed)")
+_IMPI_EXP = ("conformance suite, preset forced by I_MPI_ADJUST_{c}={n}, Intel MPI 2021.19.0 (PyPI wheel) at {ranks} "
+             "ranks, passing with the library's own choice: {what} (Intel publishes no restrictions; its sources "
+             "are closed)")
 
 
-def _impi(collective: str, preset: int, requires: tuple[str, ...], what: str) -> Restriction:
-    evidence = _IMPI_EXP.format(c=collective.upper(), n=preset, what=what)
+def _impi(collective: str, preset: int, requires: tuple[str, ...], what: str, ranks: str = "2 and 4") -> Restriction:
+    evidence = _IMPI_EXP.format(c=collective.upper(), n=preset, what=what, ranks=ranks)
     return Restriction("impi", ("2021.19",), collective, f"preset_{preset}", requires, evidence)
 
 
@@ -301,4 +302,6 @@ RESTRICTIONS += (
     _impi("reduce_scatter", 5, ("contiguous", "true-lb-zero"), _USER_OP_LAYOUTS),
     _impi("reduce_scatter_block", 2, ("commutative",),
           "wrong results for a non-commutative user op (2x2 matrix product)"),
+    *(_impi("allreduce", preset, ("contiguous",), "wrong results on an intercommunicator for a user-defined op on a "
+            "nested datatype", ranks="4") for preset in (8, 9, 10, 11, 12)),
 )

@@ -39,7 +39,19 @@ static int write_cvar(const char *name, int value)
     if (rc != MPI_SUCCESS) return rc;
     rc = MPI_T_cvar_handle_alloc(index, NULL, &handle, &count);
     if (rc != MPI_SUCCESS) return rc;
-    rc = MPI_T_cvar_write(handle, &value);
+    char text[64], name_buf[256], desc[8];
+    int name_len = sizeof name_buf, desc_len = 0, verbosity, bind, scope;
+    MPI_Datatype datatype;
+    MPI_T_enum enumtype;
+    rc = MPI_T_cvar_get_info(index, name_buf, &name_len, &verbosity, &datatype, &enumtype, desc, &desc_len, &bind,
+                             &scope);
+    if (rc != MPI_SUCCESS) return rc;
+    if (datatype == MPI_CHAR) { /* a string cvar (Intel MPI's presets): the value in decimal */
+        snprintf(text, sizeof text, "%d", value);
+        rc = MPI_T_cvar_write(handle, text);
+    } else {
+        rc = MPI_T_cvar_write(handle, &value);
+    }
     MPI_T_cvar_handle_free(&handle);
     return rc;
 }
