@@ -41,7 +41,7 @@ def _root_or_skip() -> None:
 
 @pytest.fixture(scope="module")
 def libraries() -> dict[str, MPILibrary]:
-    return {vendor: resolve_library(vendor) for vendor in ("mpich", "openmpi")}
+    return {vendor: resolve_library(vendor) for vendor in ("mpich", "openmpi", "impi")}
 
 
 @pytest.fixture(scope="module")
@@ -95,7 +95,8 @@ def _expect_layout(report: dict, nodes: int, ppn: int, names: list[str] | None =
 
 
 # --- hostfile: Hydra and mpirun through the agent -----------------------------------------------------
-@pytest.mark.parametrize(("mpi", "nodes", "ppn"), [("mpich", 2, 1), ("mpich", 2, 2), ("openmpi", 2, 2)])
+@pytest.mark.parametrize(("mpi", "nodes", "ppn"), [("mpich", 2, 1), ("mpich", 2, 2), ("openmpi", 2, 2), ("impi", 2, 1),
+                                                   ("impi", 2, 2)])
 def test_hostfile_launch_across_nodes(cluster: EmulatedCluster, probes: dict[str, Path], mpi: str, nodes: int,
                                       ppn: int) -> None:
     env = {k: v for k, v in _env(cluster).items() if not k.startswith("SLURM_")}
@@ -301,6 +302,31 @@ def test_tune_verify_openmpi_2x2(cluster: EmulatedCluster, tmp_path: Path, where
     done = _tunempi("verify", "--tuning", str(out), "--repeats", "2", "--time-cap", "20ms", env=env, wrap=wrap)
     assert done.returncode == 0, done.stdout + done.stderr
     assert "verified" in done.stdout
+
+
+def test_tune_verify_run_intel_mpi_2x1_with_a_hostfile(cluster: EmulatedCluster, probes: dict[str, Path],
+                                                      tmp_path: Path) -> None:
+    """Intel MPI's Hydra across 2 emulated nodes (through the cluster's agent, libfabric's tcp provider), the
+    hosts given as `--hostfile` to tune and verify rather than found in TUNEMPI_HOSTFILE."""
+    env = {k: v for k, v in _env(cluster).items() if not k.startswith("SLURM_") and k != "TUNEMPI_HOSTFILE"}
+    env["TUNEMPI_DB"] = str(tmp_path / "results.sqlite")
+    out = tmp_path / "tuned"
+    hostfile = str(cluster.hostfile)
+    done = _tunempi("tune", "--mpi", "impi", "--nodes", "2", "--ppn", "1", "--hostfile", hostfile, "--collectives",
+                    "bcast", "--max-msg", "64", "--time-cap", "20ms", "--timeout", "90s", "--out", str(out), env=env)
+    assert done.returncode == 0, done.stdout + done.stderr
+    manifest = json.loads((out / "manifest.json").read_text())
+    assert [2, 2, 1] in manifest["scales"]
+    done = _tunempi("verify", "--tuning", str(out), "--hostfile", hostfile, "--repeats", "2", "--time-cap", "20ms",
+                    env=env)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "verified" in done.stdout
+    env["TUNEMPI_HOSTFILE"] = hostfile  # the launch helper finds its hosts there
+    done = _tunempi("run", "--tuning", str(out), "--", sys.executable, str(LAUNCH_HELPER), "impi", "own", "2", "1",
+                    str(probes["impi"]), env=env)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "Incorrect" not in done.stdout + done.stderr
+    _expect_layout(_probe_report(done.stdout), 2, 1)
 
 
 def test_a_tune_that_measures_nothing_fails_and_writes_nothing(cluster: EmulatedCluster, tmp_path: Path) -> None:

@@ -107,8 +107,7 @@ def resolve_binding(choice: str, layout: Layout, allocation: NodeAllocation | No
 
 def _allocation(options: BenchOptions, layout: Layout) -> NodeAllocation | None:
     allocation = (
-        NodeAllocation.from_hostfile(options.hostfile) if options.hostfile
-        else NodeAllocation.from_environment() if layout.nodes > 1 else None
+        NodeAllocation.given_or_found(options.hostfile) if options.hostfile or layout.nodes > 1 else None
     )
     if layout.nodes > 1 and allocation is None:
         raise UsageError(

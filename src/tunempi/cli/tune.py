@@ -31,6 +31,9 @@ def tune_command(
     nodes: Annotated[int | None, typer.Option(
         help="Nodes of the allocation (several need Slurm/PBS or TUNEMPI_HOSTFILE; default 1).")] = None,
     ppn: Annotated[int | None, typer.Option(help="Processes per node.")] = None,
+    hostfile: Annotated[Path | None, typer.Option(
+        help="Hosts of a multi-node tune, as mpirun/mpiexec take them (default: the Slurm/PBS allocation, else "
+             "TUNEMPI_HOSTFILE).")] = None,
     ranks: Annotated[int | None, typer.Option(help="Processes (one node): tunes 2, 4, ... up to this.")] = None,
     max_msg: Annotated[str | None, typer.Option(help="Largest message size (OSU convention), e.g. 1MiB "
                                                 "(default 1MiB).")] = None,
@@ -90,6 +93,7 @@ def tune_command(
         ranks = 2
     options = TuneOptions(
         out=out, collectives=collectives or "allreduce,bcast,allgather,alltoall", mpi=mpi, nodes=nodes, ppn=ppn,
+        hostfile=hostfile,
         ranks=ranks, max_msg=parse_size(max_msg or "1MiB"), min_msg=parse_size(min_msg or "4"),
         strategy=resolve(strategy, "STRATEGY", DEFAULT_STRATEGY) or DEFAULT_STRATEGY, seed=seed,
         timeout_s=parse_duration(timeout), topology=resolve(topology, "TOPOLOGY", "serial") or "serial",

@@ -25,6 +25,8 @@ def verify_command(
     topology: Annotated[str | None, typer.Option(help="serial, local, pattern:REGEX or a group file "
                                                  "(env TUNEMPI_TOPOLOGY).")] = None,
     smoke: Annotated[bool, typer.Option(help="Smoke-check rewritten files in the library.")] = True,
+    hostfile: Annotated[Path | None, typer.Option(
+        help="Hosts for a multi-node tuning (default: the Slurm/PBS allocation, else TUNEMPI_HOSTFILE).")] = None,
 ) -> None:
     """Benchmark tuned against default side by side; replace rules slower than default beyond noise."""
     try:
@@ -37,7 +39,7 @@ def verify_command(
     with VerifyProgress(console) as progress:
         report = run_verify(tuning, repeats=repeats, settings=settings, mpi=mpi,
                             topology=resolve(topology, "TOPOLOGY", "serial") or "serial", smoke=smoke,
-                            listener=progress)
+                            listener=progress, hostfile=hostfile)
     print_verify_report(console, report)
 
 

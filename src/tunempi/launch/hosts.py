@@ -205,6 +205,16 @@ class NodeAllocation:
                                      emulated=_flag(env, EMULATED_VAR))
         return None
 
+    @classmethod
+    def given_or_found(cls, hostfile: str | Path | None, env: Mapping[str, str] | None = None
+                       ) -> NodeAllocation | None:
+        """A --hostfile's hosts, launched as TUNEMPI_HOSTFILE's are (through TUNEMPI_LAUNCH_AGENT, emulated
+        per TUNEMPI_EMULATED_NODES); without one, from_environment()."""
+        env = os.environ if env is None else env
+        if hostfile:
+            return cls.from_hostfile(hostfile, agent=env.get(AGENT_VAR) or None, emulated=_flag(env, EMULATED_VAR))
+        return cls.from_environment(env)
+
     # --- writing ----------------------------------------------------------------------------------
     def hostfile_text(self, style: str = "mpirun") -> str:
         """A hostfile for this allocation: style 'mpirun' (Open MPI's `host slots=N`) or 'hydra' (`host:N`)."""

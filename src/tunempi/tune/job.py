@@ -77,6 +77,7 @@ class TuneOptions:
     nodes: int = 1
     ppn: int | None = None
     ranks: int | None = None
+    hostfile: Path | None = None  # the hosts of a multi-node tune (default: Slurm, PBS or TUNEMPI_HOSTFILE)
     max_msg: int = 1 << 20
     min_msg: int = 4
     strategy: str = DEFAULT_STRATEGY
@@ -261,10 +262,10 @@ class TunePlan:
             raise UsageError("barrier has no message size to tune; valid here: the other engine collectives")
         scales = sub_scales(nodes=options.nodes, ppn=options.ppn, ranks=options.ranks)
         sizes = message_sizes(options.max_msg, min_msg=options.min_msg)
-        allocation = NodeAllocation.from_environment() if options.nodes > 1 else None
+        allocation = NodeAllocation.given_or_found(options.hostfile) if options.nodes > 1 else None
         if options.nodes > 1 and (allocation is None or allocation.nodes < options.nodes):
             raise UsageError(f"--nodes {options.nodes} needs an allocation with that many nodes (Slurm, PBS, "
-                             "or TUNEMPI_HOSTFILE: `tunempi cluster` emulates one)")
+                             "--hostfile or TUNEMPI_HOSTFILE: `tunempi cluster` emulates one)")
         scheduler = scheduling(options.topology, allocation)
         library = resolve_library(options.mpi)
         adapter = adapter_for(library).assuming(options.assume)

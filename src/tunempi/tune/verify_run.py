@@ -132,8 +132,8 @@ def plan_verify(directory: Path, *, repeats: int, mpi: str | None = None) -> Ver
     return VerifyPlan(manifest, library, selection, repeats, verify_plan(selection, repeats))
 
 
-def measure_pairs(plan: VerifyPlan, settings: MeasureSettings, topology: str, listener: VerifyListener
-                  ) -> tuple[list[PointResult], list[Cell]]:
+def measure_pairs(plan: VerifyPlan, settings: MeasureSettings, topology: str, listener: VerifyListener,
+                  hostfile: Path | None = None) -> tuple[list[PointResult], list[Cell]]:
     """The planned runs, then as many pairs again for the cells that look slower without the evidence to
     say so (a real slowdown is not waved through for lack of runs, nor a good rule dropped for one
     outlier). Returns every result and the cells of the second pass."""
@@ -142,7 +142,7 @@ def measure_pairs(plan: VerifyPlan, settings: MeasureSettings, topology: str, li
 
     adapter = adapter_for(plan.library)
     multi_node = any(layout.nodes > 1 for layout in plan.work)
-    allocation = NodeAllocation.from_environment() if multi_node else None
+    allocation = NodeAllocation.given_or_found(hostfile) if multi_node else None
     system = plan.manifest.system
 
     def make_runner(layout: Layout, hosts: NodeAllocation | None) -> LayoutRunner:
@@ -191,13 +191,13 @@ def rewrite_files(manifest: Manifest, library: MPILibrary, fixed: Mapping[Cell, 
 
 
 def verify_compositions(plan: VerifyPlan, adapter: VendorAdapter, settings: MeasureSettings,
-                        listener: VerifyListener) -> list[VerifiedComposition]:
+                        listener: VerifyListener, hostfile: Path | None = None) -> list[VerifiedComposition]:
     """Each written composition against the library's default at the layout it was chosen at: `repeats`
     repetitions of one launch each, order alternating (evidence.pair_order), at the composition sizes."""
     chosen = plan.manifest.compositions.chosen()
     if not chosen:
         return []
-    allocation = NodeAllocation.from_environment()
+    allocation = NodeAllocation.given_or_found(hostfile)
     layouts = {r.collective: r.layout for r in plan.manifest.compositions.collectives}
     sizes = plan.manifest.compositions.sizes
     verified = []
@@ -205,7 +205,7 @@ def verify_compositions(plan: VerifyPlan, adapter: VendorAdapter, settings: Meas
         ranks, nodes, ppn = layouts[collective]
         if allocation is None:
             raise UsageError(f"the {composition} composition of {collective} was chosen at {nodes} nodes: verify "
-                             "needs an allocation of that many (Slurm, PBS or TUNEMPI_HOSTFILE)")
+                             "needs an allocation of that many (Slurm, PBS, --hostfile or TUNEMPI_HOSTFILE)")
         repetitions: list[list[CompositionResult]] = []
         for repetition in range(plan.repeats):
             repetitions.append(measure_compositions(
@@ -257,7 +257,7 @@ def record_verify(manifest: Manifest, verified: Sequence[VerifiedCell], *, repea
 
 def run_verify(directory: Path, *, repeats: int = 3, settings: MeasureSettings = VERIFY_SETTINGS,
                mpi: str | None = None, topology: str = "serial", smoke: bool = True,
-               listener: VerifyListener | None = None) -> VerifyReport:
+               listener: VerifyListener | None = None, hostfile: Path | None = None) -> VerifyReport:
     """Tuned against default, interleaved per layout; rules slower than the default (beyond noise, or
     by the estimate) go back to default and the files are rewritten (smoke-checked). Written compositions
     likewise, each launch against one of the default; a slower one is dropped. The manifest's `verify`
@@ -266,7 +266,7 @@ def run_verify(directory: Path, *, repeats: int = 3, settings: MeasureSettings =
     started = time.monotonic()
     plan = plan_verify(directory, repeats=repeats, mpi=mpi)
     listener.started(plan)
-    results, again = measure_pairs(plan, settings, topology, listener)
+    results, again = measure_pairs(plan, settings, topology, listener, hostfile)
     fixed, verified = apply_replacements(plan.selection, evaluate(plan.selection, results))
     replaced = sum(v.replaced for v in verified)
     manifest = plan.manifest
@@ -275,7 +275,7 @@ def run_verify(directory: Path, *, repeats: int = 3, settings: MeasureSettings =
         manifest = rewrite_files(manifest, plan.library, fixed, smoke)
     if plan.manifest.compositions.chosen():
         adapter = manifest_adapter(manifest, plan.library)
-        compositions = verify_compositions(plan, adapter, settings, listener)
+        compositions = verify_compositions(plan, adapter, settings, listener, hostfile)
         drop = compositions_to_drop(compositions, applies_to_all=adapter.composition_applies_to_all())
         compositions = [dataclasses.replace(v, dropped=v.collective in drop) for v in compositions]
         if drop:
