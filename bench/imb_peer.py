@@ -3,8 +3,12 @@
 The same forced presets and message sizes are measured by `tunempi bench` (bench.session.run_bench, one
 launch per preset) and by IMB-MPI1 (`-msglen` with exactly these sizes, the preset forced through
 I_MPI_ADJUST_<COLL>), interleaved: every round measures each (collective, preset) with both tools, in an
-order drawn per round. Per point, the ratio tunempi median / IMB t_avg of each round; the point's ratio is the
-median over rounds; the script prints every point and the geometric mean (goal: within 0.9-1.1).
+order drawn per round. Like for like: IMB times a loop of calls with no barrier between them and reports,
+per size, the average call time of each rank (t_max: the slowest rank's); tunempi's engine then runs in its
+back-to-back mode (`--back-to-back` calls per timed iteration, the time per call of the slowest rank, the
+median over iterations). Per point, the ratio tunempi / IMB t_max of each round; the point's ratio is the
+median over rounds; the script prints every point and the geometric mean (goal: within 0.9-1.1). With
+--back-to-back 1 it compares tunempi's default (barrier before every call) instead.
 
 Usage: .venv/bin/python bench/imb_peer.py [--presets allreduce=1,2,3,5 bcast=1,2] [--sizes 8,1KiB,64KiB]
                                           [--rounds 3] [--ranks 2]
@@ -43,11 +47,12 @@ class Medians(BenchListener):
             self.by_size[point.msg_bytes] = measurement.median_us
 
 
-def tunempi_point(collective: str, preset: str, sizes: list[int], ranks: int, db: Path) -> dict[int, float]:
+def tunempi_point(collective: str, preset: str, sizes: list[int], ranks: int, db: Path, back_to_back: int
+                  ) -> dict[int, float]:
     listener = Medians()
     run_bench(BenchOptions(mpi="impi", collectives=collective, algorithms=preset,
                            sizes=",".join(str(s) for s in sizes), ranks=ranks, db=str(db), force=True,
-                           settings=MeasureSettings(time_cap_s=0.5)), listener)
+                           settings=MeasureSettings(time_cap_s=0.5, back_to_back=back_to_back)), listener)
     return listener.by_size
 
 
@@ -58,14 +63,17 @@ def imb_point(library, env: dict[str, str], collective: str, sizes: list[int], r
     imb = library.prefix / "bin" / "IMB-MPI1"
     argv = [str(library.mpiexec), "-n", str(ranks), str(imb), IMB_NAMES[collective], "-npmin", str(ranks),
             "-msglen", str(lengths), "-time", "0.5"]
-    done = subprocess.run(argv, env={**os.environ, **env}, capture_output=True, text=True, timeout=300, check=False)
+    # The wheel's IMB binaries carry no run path to libmpi (Intel's tools expect LD_LIBRARY_PATH).
+    paths = [str(library.prefix / "lib"), *filter(None, [os.environ.get("LD_LIBRARY_PATH")])]
+    run_env = {**os.environ, **env, "LD_LIBRARY_PATH": ":".join(paths)}
+    done = subprocess.run(argv, env=run_env, capture_output=True, text=True, timeout=300, check=False)
     if done.returncode != 0:
         raise SystemExit(f"IMB-MPI1 failed ({done.returncode}): {' '.join(argv)}\n{done.stderr[-2000:]}")
     found: dict[int, float] = {}
     for line in done.stdout.splitlines():
         match = _ROW.match(line)
         if match:
-            found[int(match.group(1))] = float(match.group(5))  # t_avg[usec]
+            found[int(match.group(1))] = float(match.group(4))  # t_max[usec]
     return found
 
 
@@ -76,6 +84,7 @@ def main() -> int:
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--ranks", type=int, default=2)
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--back-to-back", type=int, default=100)
     args = parser.parse_args()
     library = resolve_library("impi")
     adapter = adapter_for(library)
@@ -92,13 +101,15 @@ def main() -> int:
                 rng.shuffle(tools)
                 got: dict[str, dict[int, float]] = {}
                 for tool in tools:
-                    got[tool] = (tunempi_point(collective, preset, sizes, args.ranks, work / "db.sqlite")
+                    got[tool] = (tunempi_point(collective, preset, sizes, args.ranks, work / "db.sqlite",
+                                               args.back_to_back)
                                  if tool == "tunempi" else imb_point(library, env, collective, sizes, args.ranks, work))
                 for size in sizes:
                     if size in got["tunempi"] and got["imb"].get(size):
                         ratios.setdefault((collective, preset, size), []).append(got["tunempi"][size] / got["imb"][size])
             print(f"round {round_ + 1}/{args.rounds} done", file=sys.stderr, flush=True)
-    print(f"{library.name}, {args.ranks} ranks, {args.rounds} interleaved rounds: tunempi bench median / IMB-MPI1 t_avg")
+    print(f"{library.name}, {args.ranks} ranks, {args.rounds} interleaved rounds: tunempi bench median "
+          f"(back_to_back={args.back_to_back}) / IMB-MPI1 t_max")
     print(f"{'collective':<10} {'preset':<10} {'size':>7} {'ratio':>7}  per round")
     point_ratios = []
     for (collective, preset, size), values in sorted(ratios.items()):

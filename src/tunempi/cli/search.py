@@ -104,9 +104,9 @@ def search(
 
 def _simulate(landscape_name: str, strategy: str | None, compare: str | None, budget: int | None,
               n_seeds: int, first_seed: int, fmt: str) -> None:
+    from tunempi.report.search_tables import comparison_table
     from tunempi.search.evaluate import DEFAULT_TARGET, evaluate, summarize
     from tunempi.search.landscapes import LANDSCAPES, get_landscape
-    from tunempi.search.report import comparison_table
 
     if fmt not in FORMATS:
         raise UsageError(f"unknown format {fmt!r}; valid: {', '.join(FORMATS)}")
@@ -171,7 +171,7 @@ class _SearchOutput(SearchListener):
                    f"{escape(value)}")
 
     def searched(self, outcome: SearchOutcome) -> None:
-        from tunempi.search.report import trials_table
+        from tunempi.report.search_tables import trials_table
 
         self.where = outcome.where
         _out.print(trials_table(outcome.space, outcome.trials, title=f"{outcome.strategy} search"))
