@@ -123,3 +123,35 @@ def test_the_compiler_wrapper_gets_its_root_only_where_the_prefix_is_intel_s(tmp
     (tmp_path / "bin").mkdir()
     (tmp_path / "bin" / "impi_info").write_text("")
     assert wrapper_env(tmp_path) == {"I_MPI_ROOT": str(tmp_path)}
+
+
+def test_a_collective_is_selected_whole_where_a_selection_string_replaces_the_library_s_choice():
+    """Intel MPI runs its untuned basic logic at every size no condition matches once I_MPI_ADJUST_<COLL> is set
+    (measured): a default cell beside selected ones takes the fastest preset measured there when it was no
+    slower than the default, else the whole collective keeps the default. MPICH/Open MPI files keep the
+    library's choice elsewhere, so their selections pass unchanged."""
+    from tunempi.space import Cell
+    from tunempi.tune.files import whole_collectives
+
+    current = adapter()
+    a8, a64, a1k = (Cell("allreduce", 2, 1, 2, size) for size in (8, 64, 1024))
+    b8 = Cell("bcast", 2, 1, 2, 8)
+    selection = {a8: "preset_2", a64: "default", a1k: "default", b8: "default"}
+    medians = {(a8, "preset_2"): 1.0, (a8, "default"): 2.0,
+               (a64, "default"): 3.0, (a64, "preset_7"): 2.9, (a64, "preset_8"): 3.5,
+               (a1k, "default"): 5.0, (a1k, "preset_1"): 5.0}
+    assert whole_collectives(selection, current, medians) == {a8: "preset_2", a64: "preset_7", a1k: "preset_1",
+                                                              b8: "default"}
+    slower = {**medians, (a1k, "preset_1"): 5.5}  # no preset as fast as the default at 1 KiB
+    assert whole_collectives(selection, current, slower) == {a8: "default", a64: "default", a1k: "default",
+                                                             b8: "default"}
+    restricted = {**medians, (a64, "preset_4"): 1.0}  # the fastest there cannot go into a file (restrictions)
+    assert whole_collectives(selection, current, restricted)[a64] == "preset_7"
+    assert whole_collectives(selection, current) == {cell: "default" for cell in selection}  # verify: no medians
+
+    class KeepsChoice(impi.IntelMPIAdapter):
+        def files_keep_library_choice_elsewhere(self) -> bool:
+            return True
+
+    other = KeepsChoice(current.library, current.catalog, current.defaults)
+    assert whole_collectives(selection, other) == selection

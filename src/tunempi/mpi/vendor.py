@@ -213,6 +213,13 @@ class VendorAdapter(ABC):
         MPI) is forced per launch through force_env instead, and has no online per-call mode."""
         return True
 
+    def files_keep_library_choice_elsewhere(self) -> bool:
+        """Whether sizes a tuning file leaves to the library keep the library's own (tuned) choice. False
+        where selecting any size of a collective replaces the library's choice at every size (Intel MPI:
+        with I_MPI_ADJUST_<COLL> set, the sizes no condition matches run its untuned basic logic); tune and
+        verify then select for a collective as a whole (tune.files.whole_collectives)."""
+        return True
+
     def ignored_by_library(self, output: str) -> list[str]:
         """The selections a run's output says the library ignored (e.g. an id it does not know): a tuning
         whose launch prints any is rejected by the smoke check. Empty where the library says nothing."""

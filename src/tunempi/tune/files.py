@@ -17,6 +17,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from tunempi.collectives import DEFAULT_ALGORITHM
 from tunempi.errors import TuningFileError
 from tunempi.mpi.library import MPILibrary
 from tunempi.mpi.vendor import TuningFiles, VendorAdapter
@@ -35,7 +36,7 @@ from tunempi.writers.env_file import write_env_file
 ENV_FILE = "tuning.env"
 
 __all__ = ["ENV_FILE", "SmokeRecord", "TuningFileError", "WrittenFiles", "rule_sets_for", "selection_table",
-           "smoke_points", "write_tuning_files"]
+           "smoke_points", "whole_collectives", "write_tuning_files"]
 
 
 @dataclass(frozen=True)
@@ -52,6 +53,41 @@ class WrittenFiles:
     def activation_env(self, directory: Path) -> dict[str, str]:
         """Every variable to set, with file variables pointing into `directory`."""
         return TuningFiles(self.files, self.env_files, self.env).activation_env(directory)
+
+
+def whole_collectives(selection: Mapping[Cell, str], adapter: VendorAdapter,
+                      medians: Mapping[tuple[Cell, str], float | None] | None = None) -> dict[Cell, str]:
+    """The selection as the library's files can hold it. Where selecting any size of a collective replaces
+    the library's own choice at every size (adapter.files_keep_library_choice_elsewhere() false: Intel MPI), a
+    collective that keeps the default at some cells and not at others cannot be written as it is: each of its
+    default cells takes the algorithm measured fastest there when that was measured no slower than the
+    default (`medians`: (cell, algorithm) -> median us); if one cannot, the whole collective keeps the
+    library's default, so no cell is left to a choice nobody measured."""
+    if adapter.files_keep_library_choice_elsewhere():
+        return dict(selection)
+    medians = medians or {}
+    whole = dict(selection)
+    for collective in sorted({cell.collective for cell in selection}):
+        cells = [cell for cell in selection if cell.collective == collective]
+        defaults = [cell for cell in cells if selection[cell] == DEFAULT_ALGORITHM]
+        if not defaults or len(defaults) == len(cells):
+            continue
+        fills: dict[Cell, str] = {}
+        for cell in defaults:
+            default_us = medians.get((cell, DEFAULT_ALGORITHM))
+            measured = [(us, algorithm) for (c, algorithm), us in medians.items()
+                        if c == cell and algorithm != DEFAULT_ALGORITHM and us is not None
+                        and adapter.tuning_file_exclusion(collective, algorithm) is None]
+            best = min(measured, default=None)
+            if best is None or default_us is None or best[0] > default_us:
+                fills = {}
+                break
+            fills[cell] = best[1]
+        if fills:
+            whole.update(fills)
+        else:
+            whole.update({cell: DEFAULT_ALGORITHM for cell in cells})
+    return whole
 
 
 def selection_table(selection: Mapping[Cell, str], *, preferred_ppn: int | None = None) -> SelectionTable:

@@ -39,7 +39,13 @@ from tunempi.tune.compositions import (
     write_composition_choices,
 )
 from tunempi.tune.driver import CurvePoint, TuneOutcome, Tuner, check_evidence
-from tunempi.tune.files import WrittenFiles, rule_sets_for, selection_table, write_tuning_files
+from tunempi.tune.files import (
+    WrittenFiles,
+    rule_sets_for,
+    selection_table,
+    whole_collectives,
+    write_tuning_files,
+)
 from tunempi.tune.manifest import (
     CompositionRecord,
     CompositionsRecord,
@@ -358,16 +364,17 @@ def write_result(plan: TunePlan, outcome: TuneOutcome, emit: OnTuneEvent = _igno
     """Selection -> rule sets -> smoke-checked files -> manifest (TuningFileError if a file is rejected)."""
     options, library = plan.options, plan.library
     preferred_ppn = options.ppn if options.nodes > 1 else None
-    rule_sets = rule_sets_for(selection_table(outcome.selection, preferred_ppn=preferred_ppn))
+    medians = outcome.measured_medians()
+    selection = whole_collectives(outcome.selection, plan.adapter, medians)
+    rule_sets = rule_sets_for(selection_table(selection, preferred_ppn=preferred_ppn))
     smoke_ranks = tuple(sorted({s.ranks for s in plan.scales}))
     emit(WritingFiles(smoke_ranks))
     written = write_tuning_files(options.out, library, plan.adapter, rule_sets, smoke_ranks=smoke_ranks,
                                  smoke=options.smoke)
-    medians = outcome.measured_medians()
     manifest = Manifest(
         directory=options.out, library=LibraryRecord.of(library), created=utc_timestamp(),
         system=options.system, preferred_ppn=preferred_ppn,
-        collectives=tuple(sorted({c.collective for c in outcome.selection})),
+        collectives=tuple(sorted({c.collective for c in selection})),
         scales=tuple(s.key() for s in plan.scales), sizes=tuple(plan.sizes),
         strategy=options.strategy, seed=options.seed, strategy_params=plan.strategy_params,
         run=RunRecord(stop_reason=outcome.stop_reason, wall_s=outcome.wall_s, bench_s=outcome.bench_s,
@@ -376,7 +383,7 @@ def write_result(plan: TunePlan, outcome: TuneOutcome, emit: OnTuneEvent = _igno
         excluded=plan.excluded, assumes=tuple(sorted(plan.adapter.assumed)),
         selection=tuple(
             SelectionRow(cell, algorithm, medians.get((cell, algorithm)), medians.get((cell, DEFAULT_ALGORITHM)))
-            for cell, algorithm in sorted(outcome.selection.items())),
+            for cell, algorithm in sorted(selection.items())),
         training_curve=tuple(CurveRecord(p.wall_s, p.bench_s, p.points, p.convergence, dict(p.per_collective))
                              for p in outcome.curve),
         **files_fields(written, rule_sets),

@@ -30,7 +30,7 @@ from tunempi.tune.compositions import (
     measure_compositions,
     write_composition_choices,
 )
-from tunempi.tune.files import rule_sets_for, selection_table, write_tuning_files
+from tunempi.tune.files import rule_sets_for, selection_table, whole_collectives, write_tuning_files
 from tunempi.tune.manifest import CompositionsRecord, Manifest, SelectionRow, VerifyRecord
 from tunempi.tune.runner import LayoutRunner, ParallelRunner, PointResult
 from tunempi.tune.verify import (
@@ -180,8 +180,10 @@ def rewrite_files(manifest: Manifest, library: MPILibrary, fixed: Mapping[Cell, 
     selection rows (a replaced row keeps the default's median and says what it replaced)."""
     from tunempi.tune.job import files_fields
 
+    adapter = manifest_adapter(manifest, library)
+    fixed = whole_collectives(fixed, adapter)  # a replacement may leave a collective that cannot be written as is
     rule_sets = rule_sets_for(selection_table(fixed, preferred_ppn=manifest.preferred_ppn))
-    written = write_tuning_files(manifest.directory, library, manifest_adapter(manifest, library), rule_sets,
+    written = write_tuning_files(manifest.directory, library, adapter, rule_sets,
                                  smoke_ranks=sorted({cell.ranks for cell in fixed}), smoke=smoke)
     return dataclasses.replace(manifest, **files_fields(written, rule_sets), selection=tuple(
         SelectionRow(row.cell, fixed[row.cell],
