@@ -84,6 +84,25 @@ def test_a_rule_estimated_slower_within_noise_also_goes_back_to_default() -> Non
     assert numbers["geo_mean_speedup_compared_after"] == pytest.approx(math.sqrt(1.04))
 
 
+def test_where_files_select_a_collective_whole_it_is_judged_as_one() -> None:
+    """Intel MPI: a selection string replaces the library's choice at every size, so a cell only estimated
+    slower within noise stays (dropping it would drop the collective), and one cell slower beyond noise sends
+    every cell of its collective back to the default."""
+    from tunempi.space import Cell
+    from tunempi.tune.verify import VerifiedCell
+
+    other = Cell("bcast", A.ranks, A.nodes, A.ppn, A.msg_bytes)
+    verified = [VerifiedCell(A, "ring", 11.0, 10.0, 0.91, 0.6, 1.3, "same"),  # within noise: kept
+                VerifiedCell(B, "rd", 9.0, 10.0, 1.04, 0.8, 1.4, "same"),
+                VerifiedCell(other, "p1", 14.0, 10.0, 0.7, 0.6, 0.8, "slower")]
+    selection = {A: "ring", B: "rd", other: "p1"}
+    fixed, _ = apply_replacements(selection, verified, whole=True)
+    assert fixed == {A: "ring", B: "rd", other: DEFAULT_ALGORITHM}
+    slower = [*verified[:1], VerifiedCell(B, "rd", 13.0, 10.0, 0.77, 0.7, 0.85, "slower"), verified[2]]
+    fixed, judged = apply_replacements(selection, slower, whole=True)
+    assert set(fixed.values()) == {DEFAULT_ALGORITHM} and all(v.replaced for v in judged)
+
+
 def test_suspicious_cells_get_a_second_pass_with_new_run_indices() -> None:
     from tunempi.tune.verify import VerifiedCell, suspicious
 

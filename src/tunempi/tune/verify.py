@@ -130,14 +130,20 @@ def goes_back_to_default(verdict: str, speedup: float) -> bool:
     return verdict in ("slower", "failed") or (verdict == "same" and speedup < 1.0)
 
 
-def apply_replacements(selection: Mapping[Cell, str], verified: Sequence[VerifiedCell]
+def apply_replacements(selection: Mapping[Cell, str], verified: Sequence[VerifiedCell], *, whole: bool = False
                        ) -> tuple[dict[Cell, str], list[VerifiedCell]]:
     """Cells slower beyond noise, estimated slower within noise, or whose tuned run failed go back to
-    `default`."""
+    `default`. whole: the library's files select per collective as a whole (Intel MPI: a selection string
+    replaces its own choice at every size, tune.files.whole_collectives), so a collective is judged as one:
+    every cell of it goes back to default when one cell is slower beyond noise or failed, and a cell only
+    estimated slower within noise stays (going back would cost every other cell of the collective)."""
     fixed = dict(selection)
     out = []
+    dropped = {v.cell.collective for v in verified if v.verdict in ("slower", "failed")} if whole else set()
     for v in verified:
-        if goes_back_to_default(v.verdict, v.speedup):
+        back = (v.cell.collective in dropped and v.algorithm != DEFAULT_ALGORITHM) if whole else \
+            goes_back_to_default(v.verdict, v.speedup)
+        if back:
             fixed[v.cell] = DEFAULT_ALGORITHM
             v = VerifiedCell(v.cell, v.algorithm, v.tuned_us, v.default_us, v.speedup, v.ci_low, v.ci_high,
                              v.verdict, replaced=True)

@@ -269,7 +269,8 @@ def run_verify(directory: Path, *, repeats: int = 3, settings: MeasureSettings =
     plan = plan_verify(directory, repeats=repeats, mpi=mpi)
     listener.started(plan)
     results, again = measure_pairs(plan, settings, topology, listener, hostfile)
-    fixed, verified = apply_replacements(plan.selection, evaluate(plan.selection, results))
+    whole = not manifest_adapter(plan.manifest, plan.library).files_keep_library_choice_elsewhere()
+    fixed, verified = apply_replacements(plan.selection, evaluate(plan.selection, results), whole=whole)
     replaced = sum(v.replaced for v in verified)
     manifest = plan.manifest
     if replaced:
