@@ -56,7 +56,11 @@ def run_mpitune_fast(library, args: argparse.Namespace, out: Path) -> tuple[Path
         env.update(I_MPI_HYDRA_BOOTSTRAP="ssh", I_MPI_HYDRA_BOOTSTRAP_EXEC=os.environ[AGENT_VAR])
     directory = out / "mpitune_fast"
     directory.mkdir(parents=True, exist_ok=True)
-    hosts = ["-f", args.hostfile] if args.hostfile else ["-hosts", os.uname().nodename]
+    hosts = ["-hosts", os.uname().nodename]
+    if args.hostfile:  # mpitune_fast takes one host name per line
+        names = out / "mpitune_fast.hosts"
+        names.write_text("".join(f"{host}\n" for host in NodeAllocation.from_hostfile(args.hostfile).hosts))
+        hosts = ["-f", str(names)]
     argv = [str(library.prefix / "bin" / "mpitune_fast"), *hosts, "-n", str(args.nodes), "-ppn", str(args.ppn),
             "-c", args.collectives, "-d", str(directory)]
     wall = timed(argv, env, out / "mpitune_fast.log")

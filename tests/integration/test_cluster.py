@@ -130,7 +130,7 @@ def test_srun_inside_an_allocation(cluster: EmulatedCluster, probes: dict[str, P
     assert len(set(report["names"])) == 2
 
 
-@pytest.mark.parametrize(("mpi", "ppn"), [("mpich", 1), ("openmpi", 2)])
+@pytest.mark.parametrize(("mpi", "ppn"), [("mpich", 1), ("openmpi", 2), ("impi", 1)])
 def test_own_launcher_inside_salloc(cluster: EmulatedCluster, probes: dict[str, Path], mpi: str, ppn: int) -> None:
     record, report = _helper(cluster, mpi, "own", 2, ppn, probes[mpi],
                              wrap=["salloc", "-N", "2", f"--ntasks-per-node={ppn}"])
@@ -138,7 +138,7 @@ def test_own_launcher_inside_salloc(cluster: EmulatedCluster, probes: dict[str, 
     _expect_layout(report, 2, ppn, names=record["hosts"])
 
 
-@pytest.mark.parametrize("mpi", ["mpich", "openmpi"])
+@pytest.mark.parametrize("mpi", ["mpich", "openmpi", "impi"])
 def test_own_launcher_inside_sbatch(cluster: EmulatedCluster, probes: dict[str, Path], tmp_path: Path,
                                     mpi: str) -> None:
     script = tmp_path / "job.sh"

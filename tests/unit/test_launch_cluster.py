@@ -21,12 +21,12 @@ def _spec(ranks: int, **kwargs: object) -> LaunchSpec:
 
 def test_hydra_starts_emulated_nodes_through_the_agent_unbound() -> None:
     assert HydraLauncher().argv(_spec(2, nodes=2, ppn=1, allocation=EMULATED, bind="core")) == [
-        "mpiexec", "-n", "2", "-launcher", "ssh", "-launcher-exec", "/st/agent", "-localhost", "127.0.0.1",
+        "mpiexec", "-n", "2", "-launcher", "ssh", "-launcher-exec", "/st/agent", "-localhost", "127.0.0.1", "-iface", "lo",
         "-hosts", "n1,n2", "-ppn", "1", "-bind-to", "none", *PROG,
     ]
     # One node of the emulated cluster: its ranks may be bound (they do not meet another node's ranks).
     assert HydraLauncher().argv(_spec(2, nodes=1, allocation=EMULATED, bind="core")) == [
-        "mpiexec", "-n", "2", "-launcher", "ssh", "-launcher-exec", "/st/agent", "-localhost", "127.0.0.1",
+        "mpiexec", "-n", "2", "-launcher", "ssh", "-launcher-exec", "/st/agent", "-localhost", "127.0.0.1", "-iface", "lo",
         "-hosts", "n1:2", "-bind-to", "core", *PROG,
     ]
 
@@ -113,3 +113,13 @@ def test_launches_inside_slurm_may_share_the_allocation_cpus() -> None:
     assert "--overlap" in SrunLauncher().argv(spec)
     hostfile = NodeAllocation(("n1", "n2"), (1, 1), "hf")
     assert "SLURM_OVERLAP" not in HydraLauncher().command(_spec(2, nodes=2, ppn=1, allocation=hostfile)).env
+
+
+def test_hydra_inside_a_slurm_allocation_starts_its_proxies_with_slurm() -> None:
+    """MPICH's Hydra picks srun by itself inside an allocation; Intel MPI's tries ssh unless told."""
+    real = NodeAllocation(("n1", "n2"), (2, 2), "slurm")
+    assert HydraLauncher().argv(_spec(2, nodes=2, ppn=1, allocation=real))[3:7] == [
+        "-launcher", "slurm", "-hosts", "n1,n2"]
+    hostfile = NodeAllocation(("n1", "n2"), (2, 2), "hostfile", agent="/st/agent")
+    argv = HydraLauncher().argv(_spec(2, nodes=2, ppn=1, allocation=hostfile))
+    assert "slurm" not in argv and argv[3:7] == ["-launcher", "ssh", "-launcher-exec", "/st/agent"]

@@ -195,10 +195,15 @@ class HydraLauncher(Launcher):
         if hosts is not None:
             if hosts.agent is not None:
                 argv += ["-launcher", "ssh", "-launcher-exec", hosts.agent]
+            elif _in_slurm(hosts):
+                # MPICH's Hydra starts its proxies with srun inside an allocation by itself; Intel MPI's
+                # tries ssh unless told (measured in the private Slurm: "Ssh bootstrap cannot launch").
+                argv += ["-launcher", "slurm"]
             if hosts.emulated:
                 # The proxies call back the host mpiexec runs on by its name, which for an emulated node
-                # (mpiexec inside an sbatch script runs "on" n1) resolves nowhere: hydra then hangs.
-                argv += ["-localhost", "127.0.0.1"]
+                # (mpiexec inside an sbatch script runs "on" n1) resolves nowhere: hydra then hangs. Intel MPI's
+                # Hydra ignores -localhost for that and needs its interface named (measured inside sbatch).
+                argv += ["-localhost", "127.0.0.1", "-iface", "lo"]
             # With -ppn Hydra places ppn ranks per host; without it, per-host slot counts do.
             argv += ["-hosts", _host_list(hosts, with_slots=spec.ppn is None)]
         if spec.ppn is not None:
