@@ -118,6 +118,22 @@ def test_values_reach_every_rank(tmp_path, mpi_library):
     assert f"{spelled}=2048" in env_file  # the smallest "time"
 
 
+def test_intel_mpi_auto_space_runs_under_intel_s_own_names(tmp_path):
+    """`--space auto` for Intel MPI: its curated tunables (MPI_T names, values explicit around the default -1)
+    reach the ranks under Intel's I_MPI_ spellings, and every trial runs."""
+    library = resolve_library("impi")
+    program = build_c(library, [Path(__file__).parent / "c" / "launch_probe.c"], "launch_probe", werror=True)
+    result = tunempi("search", "--space", "auto", "--mpi", "impi", "--strategy", "random", "--budget", "3",
+                     "--repeats", "0", "--timeout", "60", "--db", "db.sqlite", "--out", "out", "--",
+                     str(library.mpiexec), "-n", "2", str(program), "hello", "I_MPI_SHM_EAGER_THRESHOLD", cwd=tmp_path)
+    assert result.returncode == 0, result.stderr
+    trials = [r for r in _runs(tmp_path / "db.sqlite") if r["kind"] == "trial"]
+    assert len(trials) == 3 and all(t["status"] == "ok" for t in trials), trials
+    assert "MPIR_CVAR_IMPI_WAIT_MODE" in trials[0]["params"]
+    argv = " ".join(trials[0]["argv"])
+    assert "I_MPI_WAIT_MODE" in argv and "MPIR_CVAR_IMPI_WAIT_MODE" not in argv
+
+
 def _live_processes_running(path: Path) -> list[int]:
     found = []
     for entry in os.listdir("/proc"):

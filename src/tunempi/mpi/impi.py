@@ -68,6 +68,24 @@ _ALIAS = re.compile(r"@Alias:#\s*(I_MPI_[A-Z0-9_]+)")
 _RANGE = re.compile(r"range:\s*0-(\d+)")
 
 
+#: Curated run-time parameters (`search --space auto`), by their MPI_T names (Intel's I_MPI_ names in the
+#: comments; `parameter_env` sets those). Their MPI_T default is -1 ("the library decides"), so the values are
+#: explicit, and -1 joins them as the default. Every value below starts and runs (2021.19.0, 2 ranks).
+TUNABLES: tuple[Tunable, ...] = (
+    Tunable("MPIR_CVAR_INTEL_SHM_EAGER_THRESHOLD", "size",  # I_MPI_SHM_EAGER_THRESHOLD
+            "shared-memory eager/rendezvous switch between ranks of a node", values=(4096, 16384, 65536, 262144)),
+    Tunable("MPIR_CVAR_INTEL_SHM_CELL_FWD_SIZE", "size",  # I_MPI_SHM_CELL_FWD_SIZE
+            "shared-memory forward cell: a message up to this size travels in one cell",
+            values=(16384, 65536, 262144)),
+    Tunable("MPIR_CVAR_INTEL_SHM_CMA_THRESHOLD", "size",  # I_MPI_SHM_CMA_THRESHOLD
+            "intra-node messages from this size go by a single CMA copy", values=(4096, 65536, 1048576)),
+    Tunable("MPIR_CVAR_IMPI_PROGRESS_SPIN_COUNT", "count",  # I_MPI_SPIN_COUNT
+            "polls before a waiting rank yields the core: matters where ranks share cores", values=(1, 100, 10000)),
+    Tunable("MPIR_CVAR_IMPI_WAIT_MODE", "bool",  # I_MPI_WAIT_MODE
+            "wait for messages asleep instead of busy-polling (oversubscribed nodes)", values=(0, 1)),
+)
+
+
 def adjust_variable(collective: str) -> str:
     return f"I_MPI_ADJUST_{COLLECTIVE_TOKENS[collective]}"
 
@@ -228,7 +246,7 @@ class IntelMPIAdapter(VendorAdapter):
         return {public: format_parameter_value(value)}
 
     def tunables(self) -> list[Tunable]:
-        return []
+        return list(TUNABLES)
 
 
 def read_adjust_file(text: str) -> dict[str, str]:
