@@ -155,3 +155,20 @@ def test_a_collective_is_selected_whole_where_a_selection_string_replaces_the_li
 
     other = KeepsChoice(current.library, current.catalog, current.defaults)
     assert whole_collectives(selection, other) == selection
+
+
+def test_the_application_plan_offers_online_only_where_the_library_switches_per_call():
+    """A real profile made with Intel MPI 2021.19.0 (a 2-rank allreduce loop, 93 % of the time in collectives):
+    tune is worth it; online is not offered for a library that reads its choice at MPI_Init only."""
+    from tunempi.profile.advise import application_plan
+    from tunempi.profile.reader import load_profile
+
+    path = Path(__file__).parent / "data" / "impi-2021.19.0-allreduce-profile.json"
+    profile = load_profile(path)
+    assert "Intel(R) MPI Library 2021.19.0" in profile.header["library"]
+    steps = {step.kind: step for step in application_plan(profile, str(path), "impi", switches_per_call=False)}
+    assert steps["tune"].worth and not steps["online"].worth
+    assert "reads its algorithm choice at MPI_Init only" in steps["online"].why
+    assert "online-best" not in steps["compare"].commands[0]
+    switching = {step.kind: step for step in application_plan(profile, str(path), "mpich")}
+    assert switching["online"].worth and "online-best" in switching["compare"].commands[0]

@@ -218,7 +218,8 @@ def advise_command(
         print_advice(result, top=top, console=_out, min_saving=min_saving)
         print_tune_command(result, spec, db if db else None, _out)
     eager_advice(app_profile, adapter, library, space_out, _out)
-    print_plan(application_plan(app_profile, str(profile), spec), _out)
+    print_plan(application_plan(app_profile, str(profile), spec, switches_per_call=adapter.switches_at_run_time()),
+               _out)
 
 
 def print_plan(steps: list[PlanStep], console: Console) -> None:

@@ -232,9 +232,12 @@ class PlanStep:
     commands: tuple[str, ...]
 
 
-def application_plan(profile: Profile, profile_path: str, mpi_spec: str) -> list[PlanStep]:
+def application_plan(profile: Profile, profile_path: str, mpi_spec: str, *, switches_per_call: bool = True
+                     ) -> list[PlanStep]:
     """Which of tune / online / search is worth it for this application, from its profile alone (the shares
-    of its time), with the commands; then the comparison that decides on the application itself."""
+    of its time), with the commands; then the comparison that decides on the application itself.
+    switches_per_call: the library can switch algorithms per call (the adapter's switches_at_run_time: not
+    Intel MPI), which the online mode needs."""
     wall = profile.wall_s or 1.0
     collective_share, p2p_share, mpi_share = profile.collective_s / wall, profile.p2p_s / wall, profile.mpi_s / wall
     ranks = profile.header.get("ranks", "N")
@@ -256,8 +259,11 @@ def application_plan(profile: Profile, profile_path: str, mpi_spec: str) -> list
         why = f"{said}: below {100 * WORTH_SHARE:g}%, the most algorithm tuning could save"
     steps.append(PlanStep("tune", collective_worth, why, (
         f"tunempi tune --from-profile {shlex.quote(profile_path)} --mpi {mpi} --out tuned",)))
-    steps.append(PlanStep("online", collective_worth, why + "; online tunes inside the application's own runs "
-                          "(for an application run often)", (
+    online_worth = collective_worth and switches_per_call
+    online_why = (why + "; online tunes inside the application's own runs (for an application run often)"
+                  if switches_per_call else "not for this library: it reads its algorithm choice at MPI_Init only, "
+                  "so it cannot switch per call")
+    steps.append(PlanStep("online", online_worth, online_why, (
                               f"tunempi online run --from-profile {shlex.quote(profile_path)} --mpi {mpi} --runs 10 "
                               f"--update -- {launch}",
                               f"tunempi online best --mpi {mpi} --out online-best")))
@@ -266,7 +272,7 @@ def application_plan(profile: Profile, profile_path: str, mpi_spec: str) -> list
                           f"(MPI {100 * mpi_share:.1f}%): runtime parameters (eager limits, transports) act on it"
                           + ("" if search_worth else f"; below {100 * WORTH_SHARE:g}%"), (
                               f"tunempi search --space auto --mpi {mpi} --budget 30 -- {launch}",)))
-    variants = [v for v, worth in (("tuned", collective_worth), ("online-best", collective_worth),
+    variants = [v for v, worth in (("tuned", collective_worth), ("online-best", online_worth),
                                    ("tunempi-search/best.env", search_worth)) if worth]
     steps.append(PlanStep("compare", bool(variants), "decides on the application itself: speedup with its 95% "
                           "interval, results checked unchanged (give --result REGEX for what it computes)", (
