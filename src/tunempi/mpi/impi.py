@@ -26,6 +26,7 @@ from functools import cache
 from pathlib import Path
 from typing import Any
 
+from tunempi.collectives import COLLECTIVES
 from tunempi.errors import MPIError, TuningFileError, UsageError
 from tunempi.mpi.library import MPILibrary
 from tunempi.mpi.restrictions import file_exclusion
@@ -46,21 +47,8 @@ DEFAULT_NAME = "auto"
 ADJUST_FILE = "impi-adjust.env"
 PRESETS_DATA = Path(__file__).with_name("data") / "impi_presets.json"
 
-#: tunempi collective name -> the token of Intel's I_MPI_ADJUST_<TOKEN>.
-COLLECTIVE_TOKENS: dict[str, str] = {
-    "allreduce": "ALLREDUCE",
-    "bcast": "BCAST",
-    "allgather": "ALLGATHER",
-    "alltoall": "ALLTOALL",
-    "reduce": "REDUCE",
-    "reduce_scatter": "REDUCE_SCATTER",
-    "gather": "GATHER",
-    "scatter": "SCATTER",
-    "barrier": "BARRIER",
-    "allgatherv": "ALLGATHERV",
-    "alltoallv": "ALLTOALLV",
-    "reduce_scatter_block": "REDUCE_SCATTER_BLOCK",
-}
+#: tunempi collective name -> the token of Intel's I_MPI_ADJUST_<TOKEN>: the name in capitals for all of them.
+COLLECTIVE_TOKENS: dict[str, str] = {collective: collective.upper() for collective in COLLECTIVES}
 
 #: What the library prints at start for a selection it ignores (2021.19.0, with or without I_MPI_DEBUG).
 IGNORED_SELECTION = re.compile(r"Incorrect (?:algorithm|adjust value): ([A-Z_]+)=(\S*), will be ignored")
