@@ -349,6 +349,9 @@ static void pvars_start(void)
             continue;
         }
         snprintf(v->name, sizeof v->name, "%s", name);
+        for (int k = 0; k < n_pvars; k++) /* one name for two variables (Intel MPI: "idle", a timer and a */
+            if (strcmp(pvars[k].name, name) == 0) /* counter): the later is keyed by its MPI_T index too */
+                snprintf(v->name, sizeof v->name, "%.*s@%d", (int)sizeof v->name - 12, name, i);
         v->type = type;
         v->var_class = var_class;
         n_pvars++;
