@@ -188,14 +188,6 @@ def parse_version_string(version_string: str) -> tuple[str, str, str]:
     raise MPIError(f"unsupported MPI library {first!r}: tunempi knows {', '.join(VENDORS)}")
 
 
-def _impi_fabrics(cvars: Iterable[dict]) -> str:
-    """Intel MPI's I_MPI_FABRICS where MPI_T reports a value ('' when it is chosen at start)."""
-    holders = impi.aliases(cvars)
-    by_name = {c["name"]: c for c in cvars}
-    value = by_name.get(holders.get("I_MPI_FABRICS", ""), {}).get("value")
-    return str(value) if value else ""
-
-
 def _openmpi_transports(cvar_names: Iterable[str]) -> str:
     """'pml ob1,ucx; btl self,sm,tcp': the point-to-point components this Open MPI build has."""
     components: dict[str, set[str]] = {"pml": set(), "mtl": set(), "btl": set()}
@@ -292,8 +284,6 @@ def _discover(candidate: Candidate) -> LibraryInfo:
     vendor, version, device = parse_version_string(output.version_string)
     if vendor == "openmpi":
         device = _openmpi_transports(c["name"] for c in output.cvars)
-    elif vendor == "impi":
-        device = _impi_fabrics(output.cvars)
     library = MPILibrary(
         vendor=vendor, version=version, version_string=output.version_string.strip(), device=device,
         prefix=candidate.mpicc.parent.parent, mpicc=candidate.mpicc,

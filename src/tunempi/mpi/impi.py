@@ -28,7 +28,6 @@ from typing import Any
 
 from tunempi.collectives import COLLECTIVES
 from tunempi.errors import MPIError, TuningFileError, UsageError
-from tunempi.mpi.library import MPILibrary
 from tunempi.mpi.restrictions import file_exclusion
 from tunempi.mpi.vendor import (
     Algorithm,
@@ -40,6 +39,7 @@ from tunempi.mpi.vendor import (
     format_parameter_value,
 )
 from tunempi.rules.ruleset import RuleSet
+from tunempi.writers.env_file import read_env_file
 from tunempi.writers.impi_adjust import read_adjust_value, write_adjust_value
 
 DEFAULT_NAME = "auto"
@@ -132,16 +132,8 @@ def ignored_selections(output: str) -> list[str]:
 class IntelMPIAdapter(VendorAdapter):
     vendor = "impi"
 
-    def __init__(
-        self,
-        library: MPILibrary,
-        catalog: dict[str, list[Algorithm]],
-        defaults: dict[str, Algorithm] | None = None,
-        cvar_names: Iterable[str] = (),
-        cvar_values: Mapping[str, Any] | None = None,
-        aliases: Mapping[str, str] | None = None,
-    ) -> None:
-        super().__init__(library, catalog, defaults, cvar_names, cvar_values)
+    def __init__(self, *args: Any, aliases: Mapping[str, str] | None = None, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)  # VendorAdapter's
         self.aliases = dict(aliases or {})  # I_MPI_ name -> MPI_T cvar name
 
     def default_name(self) -> str:
@@ -196,7 +188,7 @@ class IntelMPIAdapter(VendorAdapter):
         return {a.name: a.value for a in self.algorithms(collective)}
 
     def write_tuning_files(self, rule_sets: Mapping[str, RuleSet], directory: Path) -> TuningFiles:
-        """One I_MPI_ADJUST_<COLL> selection string per collective that leaves the default somewhere, in an
+        """One I_MPI_ADJUST_<COLL> selection string per collective that selects a preset somewhere, in an
         env file (read back strictly) and as the launch environment."""
         self.check_tuning_file_algorithms(rule_sets)
         env: dict[str, str] = {}
@@ -248,21 +240,13 @@ class IntelMPIAdapter(VendorAdapter):
 
 def read_adjust_file(text: str) -> dict[str, str]:
     """The variables of an env file written by write_tuning_files, every value parsed (TuningFileError)."""
-    env: dict[str, str] = {}
-    for line in text.splitlines():
-        line = line.strip()
-        if not line or line.startswith("#"):
-            continue
-        try:
-            words = shlex.split(line)
-        except ValueError as exc:
-            raise TuningFileError(f"cannot read {line!r}: {exc}") from None
-        if len(words) != 2 or words[0] != "export" or "=" not in words[1]:
-            raise TuningFileError(f"not an Intel MPI selection line: {line!r}")
-        name, _, value = words[1].partition("=")
+    try:
+        env = read_env_file(text)
+    except (UsageError, ValueError) as exc:  # ValueError: shlex on an unclosed quote
+        raise TuningFileError(str(exc)) from None
+    for name, value in env.items():
         if not name.startswith("I_MPI_ADJUST_"):
             raise TuningFileError(f"not an I_MPI_ADJUST variable: {name}")
         read_adjust_value(value)
-        env[name] = value
     return env
 

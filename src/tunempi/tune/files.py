@@ -65,7 +65,11 @@ def whole_collectives(selection: Mapping[Cell, str], adapter: VendorAdapter,
     library's default, so no cell is left to a choice nobody measured."""
     if adapter.files_keep_library_choice_elsewhere():
         return dict(selection)
-    medians = medians or {}
+    by_cell: dict[Cell, list[tuple[float, str]]] = {}
+    for (cell, algorithm), us in (medians or {}).items():
+        if algorithm != DEFAULT_ALGORITHM and us is not None:
+            by_cell.setdefault(cell, []).append((us, algorithm))
+    defaults_us = {cell: us for (cell, algorithm), us in (medians or {}).items() if algorithm == DEFAULT_ALGORITHM}
     whole = dict(selection)
     for collective in sorted({cell.collective for cell in selection}):
         cells = [cell for cell in selection if cell.collective == collective]
@@ -74,11 +78,9 @@ def whole_collectives(selection: Mapping[Cell, str], adapter: VendorAdapter,
             continue
         fills: dict[Cell, str] = {}
         for cell in defaults:
-            default_us = medians.get((cell, DEFAULT_ALGORITHM))
-            measured = [(us, algorithm) for (c, algorithm), us in medians.items()
-                        if c == cell and algorithm != DEFAULT_ALGORITHM and us is not None
-                        and adapter.tuning_file_exclusion(collective, algorithm) is None]
-            best = min(measured, default=None)
+            default_us = defaults_us.get(cell)
+            best = min(((us, algorithm) for us, algorithm in by_cell.get(cell, [])
+                        if adapter.tuning_file_exclusion(collective, algorithm) is None), default=None)
             if best is None or default_us is None or best[0] > default_us:
                 fills = {}
                 break
