@@ -20,6 +20,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from tunempi.mpi.library import wrapper_env
+
 ROOT = Path(__file__).resolve().parents[1]
 DEBIAN_OPENMPI = "/usr/bin/mpicc.openmpi"
 HPCC_EXAMPLE = Path("/usr/share/doc/hpcc/examples/_hpccinf.txt")
@@ -122,7 +124,8 @@ def build_hpcc(mpicc: str | Path, out: Path) -> Path:
     """HPCC from Debian's source, built against `mpicc` (tools/build-hpcc.sh), once per output path."""
     if not out.exists():
         subprocess.run(["bash", str(ROOT / "tools" / "build-hpcc.sh"), str(mpicc), str(out)], check=True,
-                       capture_output=True, text=True, timeout=600)
+                       capture_output=True, text=True, timeout=600,
+                       env={**os.environ, **wrapper_env(Path(mpicc).parent.parent)})  # Intel's mpicc: I_MPI_ROOT
     return out
 
 
