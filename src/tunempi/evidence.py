@@ -17,12 +17,23 @@ The rule (docs/evidence.md says why):
 - the estimate and the two-sided 1 - 2 * level interval come from the same test (Hodges-Lehmann with the
   signed-rank interval; the geometric mean with the t interval), so the interval excludes 1 exactly when
   the test is significant.
+
+Across launches (`compare_launches`, docs/evidence.md "Launches as blocks"): one `mpiexec` is one sample
+(Hunold and Carpen-Amarie, ReproMPI): a launch can favour one algorithm over another for its whole life
+(placement, binding, the state the machine was in), so runs within one launch are not independent pairs. A
+launch gives one block value per cell, log(median baseline / median candidate) over its runs there, and a
+verdict needs at least MIN_LAUNCHES launches. It is given for a range of cells (the neighbouring sizes a
+tuning-file rule covers; one cell is a range of one) under a mixed model, block value = cell effect +
+launch effect (shared by the range) + residual; both variances are pooled over the ranges measured in the
+same launches (`launch_spread`, method of moments), and a range's own larger spread only widens its
+interval. Then Student's t with Satterthwaite's degrees of freedom, and the consistency rule on the
+launches: the range's mean favouring the candidate in at least CONSISTENCY of them.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import asdict, dataclass
 from functools import lru_cache
 from typing import TypeVar
@@ -42,7 +53,14 @@ MIN_PAIRS = 3
 #: loses the rest (a ranking that flips with the machine's state) is no reason to switch.
 CONSISTENCY = 0.75
 
+#: A comparison across launches needs both sides measured in at least this many launches.
+MIN_LAUNCHES = 2
+#: The most degrees of freedom the pooled spread counts for against a range's own (compare_launches).
+PRIOR_DF = 10.0
+
 VERDICTS: tuple[str, ...] = ("faster", "slower", "same")
+#: Block values: one cell's, one per launch, or a range's, cells x launches.
+Blocks = Sequence[float] | Sequence[Sequence[float]] | np.ndarray
 
 T = TypeVar("T")
 
@@ -164,3 +182,100 @@ def alternating(first: T, second: T, pairs: int, *, start: int = 0) -> list[tupl
     """The run order of `pairs` interleaved pairs as (pair index, side), in pair_order; pair indices run
     from `start` (a second pass continues them)."""
     return [(pair, side) for pair in range(start, start + pairs) for side in pair_order(first, second, pair)]
+
+
+def launch_log_ratio(candidate: Sequence[float], baseline: Sequence[float]) -> float:
+    """One launch's block value: log(median baseline / median candidate) over the runs of each side in that
+    launch (> 0: the candidate was faster there). The median: a stalled run does not move it."""
+    if len(candidate) == 0 or len(baseline) == 0:
+        raise ValueError("a launch's block needs at least one run of each side")
+    values = np.asarray([*candidate, *baseline], dtype=float)
+    if not np.all(np.isfinite(values) & (values > 0)):
+        raise ValueError("times must be positive and finite")
+    return math.log(float(np.median(baseline)) / float(np.median(candidate)))
+
+
+@dataclass(frozen=True)
+class LaunchSpread:
+    """The variance components of block values, pooled over ranges of cells measured in the same launches:
+    `launch`, a launch's effect shared by the cells of a range (a launch favouring one algorithm at every
+    size), and `cell`, what each cell's block value adds on its own (its runs' noise, a launch effect on that
+    cell alone); each with its degrees of freedom (0: not estimable, the variance then counted in the other)."""
+
+    launch: float
+    launch_df: int
+    cell: float = 0.0
+    cell_df: int = 0
+
+
+def _matrix(blocks: Blocks) -> np.ndarray:
+    """Block values as cells x launches (a flat sequence: one cell)."""
+    values = np.asarray(blocks, dtype=float)
+    values = values.reshape(1, -1) if values.ndim == 1 else values
+    if values.ndim != 2 or values.size == 0 or not np.all(np.isfinite(values)):
+        raise ValueError("block values: a finite cells x launches matrix (or one cell's launches)")
+    return values
+
+
+def launch_spread(ranges: Iterable[Blocks]) -> LaunchSpread | None:
+    """Pool the variance components over ranges (each: cells x launches block values, one cell a flat
+    sequence): the additive two-way model per range (cell effect + launch effect + residual), the residual
+    mean square pooled for `cell`, the launch mean square's excess over it (method of moments, not below 0)
+    for `launch`. None without two launches anywhere."""
+    matrices = [m for m in map(_matrix, ranges) if m.shape[1] >= 2]
+    residual_ss = sum(float(((m - m.mean(axis=1, keepdims=True) - m.mean(axis=0) + m.mean()) ** 2).sum())
+                      for m in matrices)
+    cell_df = sum((m.shape[0] - 1) * (m.shape[1] - 1) for m in matrices)
+    launch_df = sum(m.shape[1] - 1 for m in matrices)
+    if not launch_df:
+        return None
+    cell = residual_ss / cell_df if cell_df else 0.0
+    # E[sum over launches of (range mean - grand mean)^2] = (launches - 1) (launch + cell / cells)
+    excess = sum(float(((m.mean(axis=0) - m.mean()) ** 2).sum()) - (m.shape[1] - 1) * cell / m.shape[0]
+                 for m in matrices)
+    return LaunchSpread(max(0.0, excess / launch_df), launch_df, cell, cell_df)
+
+
+def compare_launches(blocks: Blocks, *, spread: LaunchSpread | None = None, level: float = LEVEL) -> Comparison:
+    """Candidate against baseline over a range of cells (cells x launches block values from
+    `launch_log_ratio`; one cell: a flat sequence, one value per launch): is the candidate faster over the
+    range, launch after launch? The estimate is the mean block value; its variance (over launches) the
+    pooled model's, launch + cell / cells (Satterthwaite's degrees of freedom, at most PRIOR_DF), moderated
+    by the range's own spread of launch means; Student's t with the degrees of freedom of both. `spread`: from `launch_spread`
+    over the ranges measured in the same launches (this one included); without it, the range's own spread.
+    `pairs` of the result counts launches; wins / losses are shares of launches whose mean favours a side."""
+    if not 0.0 < level < 0.5:
+        raise ValueError(f"level must be in (0, 0.5), got {level}")
+    matrix = _matrix(blocks)
+    cells, n = matrix.shape
+    per_launch = matrix.mean(axis=0)
+    mean = float(per_launch.mean())
+    own = float(per_launch.var(ddof=1)) if n > 1 else 0.0
+    variance, df = own, float(n - 1)
+    if spread is not None:
+        parts = [(spread.launch, spread.launch_df), (spread.cell / cells, spread.cell_df)]
+        model = sum(v for v, _ in parts)
+        if model > 0:
+            # the range's own spread moderates the pooled one (Smyth's moderated t): it weighs as its n - 1
+            # degrees of freedom against at most PRIOR_DF of the model's, so one range cannot hide behind the
+            # others' calm, and two launches still decide
+            model_df = min(PRIOR_DF, model ** 2 / sum(v ** 2 / d for v, d in parts if v > 0 and d > 0))
+            variance = (model_df * model + (n - 1) * own) / (model_df + n - 1)
+            df = model_df + n - 1
+    wins = float(np.count_nonzero(per_launch > 0)) / n
+    losses = float(np.count_nonzero(per_launch < 0)) / n
+    if n < MIN_LAUNCHES or df < 1:
+        return Comparison(n, math.exp(mean), math.exp(mean), math.exp(mean), 1.0, 1.0, wins, losses, level, "same")
+    if variance == 0.0:  # the same ratio in every launch: the sign decides
+        p_faster, p_slower, half = (0.0 if mean > 0 else 1.0), (0.0 if mean < 0 else 1.0), 0.0
+    else:
+        se = math.sqrt(variance / n)
+        p_faster, p_slower = float(stdtr(df, -mean / se)), float(stdtr(df, mean / se))
+        half = float(stdtrit(df, 1.0 - level)) * se
+    verdict = "same"
+    if p_faster < level and wins >= CONSISTENCY:
+        verdict = "faster"
+    elif p_slower < level and losses >= CONSISTENCY:
+        verdict = "slower"
+    return Comparison(n, math.exp(mean), math.exp(mean - half), math.exp(mean + half), p_faster, p_slower,
+                      wins, losses, level, verdict)

@@ -46,3 +46,32 @@ def same_runs(rng: np.random.Generator, trials: int, pairs: int, calls: int = 40
                                                                    rng.uniform(10, 100, shape), 1.0)
     means = calls_ns.mean(axis=3)
     return means[:, :, 0] / speedup, means[:, :, 1]
+
+
+def launch_blocks(rng: np.random.Generator, trials: int, cells: int, launches: int, runs: int = 1, *,
+                  run_sigma: float = 0.05, launch_sigma: float = 0.05, shared_sigma: float = 0.0,
+                  ranges: tuple[int, ...] = (), stall: float = 0.0, cell_spread: float = 0.0,
+                  speedup: float | np.ndarray = 1.0) -> tuple[np.ndarray, np.ndarray]:
+    """(candidate, baseline) times, trials x cells x launches x runs: what tune measures when the contenders
+    of `cells` cells are measured in `launches` launches, `runs` runs each per launch. Each algorithm gets
+    its own lognormal offset per (cell, launch), sigma `launch_sigma` (a launch that favours one algorithm for
+    its whole life: placement, binding, the machine's state) and one shared by the cells of a range per
+    launch, sigma `shared_sigma` (a launch that favours it at neighbouring sizes; `ranges`: the sizes of the
+    ranges from the first cell on, the rest one cell each), each run a lognormal noise `run_sigma` and a
+    stall of 2-10x with probability `stall`. `cell_spread`: the cells' noise scales differ by a lognormal
+    factor of this sigma (small messages noisier than large ones). `speedup`: the candidate's, per cell or
+    for all (1: A/A)."""
+    scale = np.exp(rng.normal(0.0, cell_spread, (trials, cells, 1, 1))) if cell_spread > 0 else 1.0
+
+    def side() -> np.ndarray:
+        group = np.repeat(np.arange(len(ranges) + cells - sum(ranges)), [*ranges, *([1] * (cells - sum(ranges)))])
+        shared = rng.normal(0.0, shared_sigma, (trials, int(group.max()) + 1, launches, 1))[:, group]
+        offsets = rng.normal(0.0, launch_sigma, (trials, cells, launches, 1)) + shared
+        noise = rng.normal(0.0, run_sigma, (trials, cells, launches, runs))
+        stalls = np.where(rng.random((trials, cells, launches, runs)) < stall,
+                          rng.uniform(math.log(2), math.log(10), (trials, cells, launches, runs)), 0.0)
+        return np.exp(scale * (offsets + noise) + stalls)
+
+    factor = np.broadcast_to(np.asarray(speedup, dtype=float).reshape(-1, 1, 1) if np.ndim(speedup) else
+                             np.asarray(speedup, dtype=float), (cells, 1, 1))
+    return side() / factor, side()
