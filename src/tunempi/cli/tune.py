@@ -16,6 +16,7 @@ from tunempi.mpi.restrictions import DATATYPE_REQUIREMENTS
 from tunempi.report.console import TuneProgress, output_console
 from tunempi.strategy import DEFAULT_STRATEGY, STRATEGIES
 from tunempi.tune.job import (
+    DEFAULT_LAUNCHES,
     TUNE_SETTINGS,
     TuneOptions,
     run_tune,
@@ -56,6 +57,9 @@ def tune_command(
     rel_ci: Annotated[float, typer.Option(help="Stop a point when its median's 95% CI is within +-this.")] = 0.05,
     point_timeout: Annotated[str | None, typer.Option(help="Kill a launch when a point hangs this long.")] = None,
     smoke: Annotated[bool, typer.Option(help="Load the files into the library before reporting success.")] = True,
+    launches: Annotated[int, typer.Option(
+        "--launches", min=1, help="Launches every override is measured in against the library's default before "
+        "it is written (1: the exploring launch alone; docs/tune.md).")] = DEFAULT_LAUNCHES,
     assume_contiguous_datatypes: Annotated[bool, typer.Option(
         "--assume-contiguous-datatypes", envvar="TUNEMPI_ASSUME_CONTIGUOUS_DATATYPES",
         help="The application passes only contiguous datatypes (predefined, or without gaps, lower bounds 0) "
@@ -99,7 +103,7 @@ def tune_command(
         timeout_s=parse_duration(timeout), topology=resolve(topology, "TOPOLOGY", "serial") or "serial",
         db=Path(db) if db else None, settings=settings,
         point_timeout_s=parse_duration(point_timeout) if point_timeout else None, smoke=smoke,
-        assume=tuple(sorted(DATATYPE_REQUIREMENTS)) if assume_contiguous_datatypes else (),
+        assume=tuple(sorted(DATATYPE_REQUIREMENTS)) if assume_contiguous_datatypes else (), launches=launches,
     )
     progress = TuneProgress(output_console())
     try:

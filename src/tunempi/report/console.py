@@ -179,6 +179,13 @@ class TuneProgress:
         self.console.print(
             f"{outcome.stop_reason}: {outcome.measured} runs measured in {outcome.wall_s:.1f} s "
             f"(benchmark time {outcome.bench_s:.1f} s, {outcome.launches} engine launches, {outcome.failed} failed)")
+        if outcome.decisions:
+            counts = outcome.outcome_counts()
+            launches = max((d.comparison.pairs for d in outcome.decisions.values() if d.comparison), default=1)
+            self.console.print(
+                f"decided across {launches} launches: {counts.get('tuned', 0)} cells tuned, {counts.get('tie', 0)} "
+                f"ties (the library's default kept: no difference that held in every launch), "
+                f"{counts.get('default', 0)} default")
         if outcome.stop_reason == "interrupted":
             self.console.print("[yellow]interrupted[/]: measured points are kept in the store; rerun to resume.")
         elif outcome.stop_reason == "exhaustive-cost":

@@ -43,6 +43,10 @@ class MeasurementRecord:
     iterations: int = 0
     launches: int = 1
     cost_s: float = 0.0
+    #: Which launches measured it, for tune's decision across launches (tune/launch_blocks.py): 0 earlier
+    #: launches (read back from the store), 1 this tune's exploring launch, 2... its deciding launches.
+    #: The strategies do not read it.
+    launch_block: int = 0
 
     @property
     def ok(self) -> bool:

@@ -14,7 +14,7 @@ import math
 import time
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 
@@ -26,6 +26,7 @@ from tunempi.space import Cell, FeatureSpace
 from tunempi.store.results import Measurement, ResultStore
 from tunempi.strategy import MeasurementRecord, Request, Strategy, make_strategy
 from tunempi.tune.guard import CONTINUE, MEASURE_THE_REST, estimate_exhaustive
+from tunempi.tune.launch_blocks import CellDecision, contenders, decide_cells
 from tunempi.tune.runner import ParallelRunner, PointResult
 
 #: "exhaustive-cost": another round would have made the tune cost more than an exhaustive sweep of the
@@ -36,6 +37,9 @@ STOP_REASONS: tuple[str, ...] = ("converged", "exhaustive-cost", "timeout", "max
 COMPLETE_STOPS: tuple[str, ...] = ("converged", "exhaustive-cost")
 #: An algorithm replaces the library's own choice only where it is estimated this much faster (relative).
 DEFAULT_MARGIN = 0.03
+#: Launches a cell's contenders are measured in before an override is written: the exploring launch and
+#: one more (tune/launch_blocks.py).
+DEFAULT_LAUNCHES = 2
 
 
 def cell_of(measurement: Measurement) -> Cell:
@@ -108,6 +112,15 @@ class TuneOutcome:
     launches: int
     model_s: float = 0.0  # time the strategies spent choosing points and selecting (model fits)
     model_wait_s: float = 0.0  # part of it the loop waited for (the rest overlapped with measuring)
+    #: The cells the tune would override, decided across launches (empty: no deciding launch was made).
+    decisions: dict[Cell, CellDecision] = field(default_factory=dict)
+
+    def outcome_counts(self) -> dict[str, int]:
+        """How many decided cells are tuned, ties (the default kept) or the default after all."""
+        counts: dict[str, int] = {}
+        for decision in self.decisions.values():
+            counts[decision.outcome] = counts.get(decision.outcome, 0) + 1
+        return counts
 
     def measured_medians(self) -> dict[tuple[Cell, str], float]:
         """(cell, algorithm) -> median over runs of each run's median latency (successful runs only)."""
@@ -181,6 +194,7 @@ class Tuner:
         lanes: int = 2,
         confirm: bool = True,
         exhaustive_guard: bool = True,
+        launches: int = DEFAULT_LAUNCHES,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self.spaces = dict(spaces)
@@ -191,6 +205,9 @@ class Tuner:
         self.confirm = confirm
         self.exhaustive_guard = exhaustive_guard
         self.default_margin = default_margin
+        # Launches a contested cell is decided from (1: the exploring launch's estimate alone, as before).
+        self.launches = max(1, launches)
+        self.decisions: dict[Cell, CellDecision] = {}
         self.crash_limit = 2
         self.fail_limit = 3
         self._crashes: dict[tuple, int] = {}
@@ -317,6 +334,8 @@ class Tuner:
             if stop_reason in COMPLETE_STOPS and self.confirm:
                 thinker.shutdown(wait=True)
                 self._confirm(run)
+                if self.launches > 1:
+                    self._decide_across_launches(run)
         except KeyboardInterrupt:
             stop_reason = "interrupted"
         finally:
@@ -329,6 +348,7 @@ class Tuner:
             selection=selection, strategies=self.strategies, curve=run.curve, stop_reason=stop_reason,
             wall_s=self.clock() - started, bench_s=run.bench_s, measured=run.measured, resumed=self.resumed,
             failed=run.failed, launches=self.runner.launches, model_s=run.model_s, model_wait_s=run.wait_s,
+            decisions=dict(self.decisions),
         )
 
     def _explore(self, run: _Run, thinker: ThreadPoolExecutor, max_rounds: int | None) -> str:
@@ -403,8 +423,35 @@ class Tuner:
                 return
             self._measure_round(run, requests)
 
-    def _measure_round(self, run: _Run, requests: Mapping[str, Sequence[Request]]) -> None:
-        """Measure the requests, store each result as it arrives, tell each strategy its records."""
+    def _decide_across_launches(self, run: _Run) -> None:
+        """Measure the contenders of every cell the tune would override in `launches` - 1 fresh launches,
+        in a seeded random order inside each, then decide each such cell across its launches
+        (tune/launch_blocks.py). Stops starting launches at the deadline; the cells are decided on what
+        was measured (a cell measured in one launch only is a tie)."""
+        began = self.clock()
+        contested = {collective: contenders(strategy, prefer_default(strategy, strategy.select(),
+                                                                      self.default_margin), self.default_margin)
+                     for collective, strategy in self.strategies.items()}
+        run.model_s += self.clock() - began
+        order = np.random.default_rng([self.seed, 28])
+        for _ in range(self.launches - 1):
+            requests = {c: [Request(cell, algorithms) for cell, algorithms in cells.items()]
+                        for c, cells in contested.items() if cells}
+            if not requests or run.past_deadline():
+                break
+            self.runner.relaunch()
+            run.block += 1
+            self._measure_round(run, requests, order=order)
+        began = self.clock()
+        self.decisions = {}
+        for collective, strategy in self.strategies.items():
+            self.decisions.update(decide_cells(strategy, contested[collective]))
+        run.model_s += self.clock() - began
+
+    def _measure_round(self, run: _Run, requests: Mapping[str, Sequence[Request]], *,
+                       order: np.random.Generator | None = None) -> None:
+        """Measure the requests, store each result as it arrives, tell each strategy its records.
+        order: shuffle each layout's points with it (else they run cell by cell)."""
         def store_result(result: PointResult) -> None:
             if self.store is not None:
                 self.store.add(result.measurement)
@@ -414,14 +461,18 @@ class Tuner:
         # The runner stops starting points at the deadline; it reads the real monotonic clock, so the
         # time left on this tune's clock is handed over in that clock's terms.
         deadline = None if run.deadline is None else time.monotonic() + run.deadline - self.clock()
-        results = self.runner.run(self.plan(requests), on_point=store_result, deadline=deadline)
+        work = self.plan(requests)
+        if order is not None:
+            work = {layout: [points[i] for i in order.permutation(len(points))] for layout, points in work.items()}
+        results = self.runner.run(work, on_point=store_result, deadline=deadline)
         by_collective: dict[str, list[MeasurementRecord]] = {}
         crashed: dict[str, list[MeasurementRecord]] = {}
         for result in results:
             run.bench_s += result.wall_s
             run.measured += 1
             run.failed += not (result.outcome.ok and not result.measurement.errors)
-            record = record_of(result.measurement, cost_s=result.wall_s, launches=result.launches)
+            record = replace(record_of(result.measurement, cost_s=result.wall_s, launches=result.launches),
+                             launch_block=run.block)
             by_collective.setdefault(result.point.collective, []).append(record)
             if result.outcome.status == "timeout" or result.outcome.reason.startswith("the engine died"):
                 crashed.setdefault(result.point.collective, []).append(record)
@@ -434,12 +485,18 @@ class Tuner:
             run.on_round(point, len(results))
 
     def _select(self, run: _Run) -> dict[Cell, str]:
-        """Each strategy's selection, with the library's own choice kept where it is about as fast."""
+        """Each strategy's selection, with the library's own choice kept where it is about as fast. Where the
+        tune decided across launches, every override is a cell decided "tuned" there."""
         began = self.clock()
         selection: dict[Cell, str] = {}
         for strategy in self.strategies.values():
-            selection.update(keep_default_where_this_launch_disagrees(
-                strategy, prefer_default(strategy, strategy.select(), self.default_margin)))
+            chosen = prefer_default(strategy, strategy.select(), self.default_margin)
+            if self.decisions:
+                chosen = {cell: self.decisions[cell].choice if cell in self.decisions else DEFAULT_ALGORITHM
+                          for cell in chosen}
+            else:
+                chosen = keep_default_where_this_launch_disagrees(strategy, chosen)
+            selection.update(chosen)
         run.model_s += self.clock() - began
         run.wait_s += self.clock() - began
         return selection
@@ -469,6 +526,7 @@ class _Run:
     rounds: int = 0
     model_s: float = 0.0  # time the strategies spent choosing points and selecting
     wait_s: float = 0.0  # part of it the loop waited for
+    block: int = 1  # the launch block being measured: 1 exploring, 2... deciding (tune/launch_blocks.py)
 
     def past_deadline(self) -> bool:
         return self.deadline is not None and self.clock() >= self.deadline

@@ -38,7 +38,7 @@ from tunempi.tune.compositions import (
     measure_compositions,
     write_composition_choices,
 )
-from tunempi.tune.driver import CurvePoint, TuneOutcome, Tuner, check_evidence
+from tunempi.tune.driver import DEFAULT_LAUNCHES, CurvePoint, TuneOutcome, Tuner, check_evidence
 from tunempi.tune.files import (
     WrittenFiles,
     rule_sets_for,
@@ -99,6 +99,9 @@ class TuneOptions:
     lanes: int = 0  # collectives' turns on the engine (one measured while the others' models fit); 0: auto_lanes
     #: End the tune where another round would cost more than measuring every point once (tune/guard.py).
     exhaustive_guard: bool = True
+    #: Launches a cell's contenders are measured in before an override is written (tune/launch_blocks.py;
+    #: 1: the exploring launch alone).
+    launches: int = DEFAULT_LAUNCHES
     #: Requirements the user vouches every call meets (e.g. mpi.restrictions.DATATYPE_REQUIREMENTS for an
     #: application that passes no derived datatypes to collectives): the files may then select algorithms
     #: that need them. Recorded in the manifest; `report` and `run` say so.
@@ -321,7 +324,8 @@ def run_tune(options: TuneOptions, on_event: OnTuneEvent | None = None) -> TuneR
             tuner = Tuner(plan.spaces, runner, strategy=options.strategy, seed=options.seed, store=store,
                           fingerprint=plan.library.fingerprint, system=options.system,
                           lanes=options.lanes or auto_lanes(plan.scales), strategy_params=plan.strategy_params,
-                          exhaustive_guard=options.exhaustive_guard, clock=options.clock or time.monotonic)
+                          exhaustive_guard=options.exhaustive_guard, launches=options.launches,
+                          clock=options.clock or time.monotonic)
             emit(plan.started(tuner.resumed))
             measured = 0
 

@@ -151,6 +151,14 @@ class LayoutRunner:
         for session in self.sessions.values():
             session.close()
 
+    def relaunch(self) -> None:
+        """Close every session: the next point starts a new launch (tune's launches as blocks)."""
+        with self._lock:
+            for session in self.sessions.values():
+                session.close()
+                self._closed_launches += session.launches
+            self.sessions.clear()
+
     def kill(self) -> None:
         for session in self.sessions.values():
             session.kill()
@@ -285,6 +293,11 @@ class ParallelRunner:
                 self.scheduler.release(placement)
             raise
         return delivered
+
+    def relaunch(self) -> None:
+        """Every layout's next point starts a new launch (its engine sessions are closed)."""
+        for runner in self._runners.values():
+            runner.relaunch()
 
     def close(self) -> None:
         for runner in self._runners.values():

@@ -1,0 +1,167 @@
+"""Do two tunes give the same answer? Two independent tunes, and an exhaustive validation run to judge them.
+
+In one run, on one machine (issue 28):
+1. two tunes with the launches-as-blocks decision (`--launches`, default 2), each from an empty store with
+   its own seed;
+2. two tunes as before it (`launches=1`: the exploring launch alone), the same way: today's agreement and
+   today's cost, side by side;
+3. a validation run: every algorithm a tuning file can select, at every cell, measured in
+   `--validation-launches` fresh launches, one run each per launch, in a seeded random order inside each
+   launch. Per (cell, algorithm) the median over launches; the cell's best is the fastest of those, its
+   gap default / best.
+
+Printed (and written to --json), for each rule:
+- agreement: of the cells both tunes call decided (a tie is undecided; launches=1 calls every cell
+  decided), the share where they selected the same algorithm;
+- decided_share_of_gap_cells: of the cells whose validation gap is above 10 %, the share each tune
+  overrides with an algorithm decided faster (launches=1: overrides at all), and the share where that
+  override is within 5 % of the validation best;
+- slowdown: each tune's average over cells of validation(selected) / validation(best), and the default's;
+- cost: each tune's benchmark seconds and runs, against the validation run's and against today's rule.
+
+    .venv/bin/python bench/tune_agreement.py --mpi mpich --ranks 2
+    .venv/bin/python bench/tune_agreement.py --mpi openmpi --ranks 2
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+from rich.console import Console
+
+from tunempi.bench.protocol import MeasureSettings
+from tunempi.bench.sweep import BenchPoint
+from tunempi.collectives import DEFAULT_ALGORITHM
+from tunempi.space import Cell
+from tunempi.tune.driver import layout_of
+from tunempi.tune.job import TuneOptions, TunePlan, run_tune
+from tunempi.units import parse_duration, parse_size
+
+GAP = 1.10  # a cell whose default is this much slower than its best is one a tune should decide
+NEAR_BEST = 1.05
+
+
+def one_tune(args: argparse.Namespace, work: Path, name: str, seed: int, launches: int) -> dict:
+    options = TuneOptions(
+        out=work / name, collectives=args.collectives, mpi=args.mpi, ranks=args.ranks,
+        max_msg=parse_size(args.max_msg), seed=seed, timeout_s=parse_duration(args.timeout),
+        db=work / f"{name}.sqlite", settings=MeasureSettings(time_cap_s=parse_duration(args.time_cap), rel_ci=0.05),
+        smoke=False, launches=launches,
+    )
+    started = time.monotonic()
+    outcome = run_tune(options).outcome
+    decided = {cell for cell in outcome.selection
+               if cell not in outcome.decisions or outcome.decisions[cell].outcome != "tie"}
+    tuned = {cell for cell, algorithm in outcome.selection.items() if algorithm != DEFAULT_ALGORITHM}
+    return {"name": name, "seed": seed, "launches": launches, "selection": outcome.selection, "decided": decided,
+            "tuned": tuned, "outcomes": outcome.outcome_counts(), "bench_s": outcome.bench_s,
+            "runs": outcome.measured, "wall_s": time.monotonic() - started, "stop": outcome.stop_reason}
+
+
+def validation(args: argparse.Namespace, work: Path) -> tuple[dict[tuple[Cell, str], float], float, int]:
+    """(cell, algorithm) -> median over launches; the run's benchmark seconds and runs."""
+    plan = TunePlan.of(TuneOptions(
+        out=work / "validation", collectives=args.collectives, mpi=args.mpi, ranks=args.ranks,
+        max_msg=parse_size(args.max_msg), db=work / "validation.sqlite",
+        settings=MeasureSettings(time_cap_s=parse_duration(args.time_cap), rel_ci=0.05)))
+    runner = plan.runner()
+    rng = np.random.default_rng(args.seed + 1000)
+    samples: dict[tuple[Cell, str], list[float]] = {}
+    bench_s, runs = 0.0, 0
+    try:
+        for launch in range(args.validation_launches):
+            work_points: dict = {}
+            for collective, space in plan.spaces.items():
+                for cell in space.cells:
+                    for algorithm in space.algorithms:
+                        work_points.setdefault(layout_of(cell), []).append(
+                            (cell, BenchPoint(collective, algorithm, cell.msg_bytes, launch)))
+            runner.relaunch()
+            ordered = {layout: [items[i] for i in rng.permutation(len(items))] for layout, items in work_points.items()}
+            results = runner.run({layout: [p for _, p in items] for layout, items in ordered.items()},
+                                 settings=plan.options.settings)
+            for result in results:
+                bench_s += result.wall_s
+                runs += 1
+                m = result.measurement
+                if m.ok and not m.errors and m.median_us is not None:
+                    cell = Cell(m.collective, m.ranks, m.nodes, m.ppn, m.msg_bytes)
+                    samples.setdefault((cell, m.algorithm), []).append(m.median_us)
+            print(f"validation launch {launch + 1}/{args.validation_launches}: {len(results)} runs", flush=True)
+    finally:
+        runner.close()
+    return {key: statistics.median(v) for key, v in samples.items()}, bench_s, runs
+
+
+def judge(tunes: list[dict], truth: dict[tuple[Cell, str], float]) -> dict:
+    cells = sorted({cell for cell, _ in truth}, key=lambda c: (c.collective, c.msg_bytes))
+    best = {cell: min(v for (c, _), v in truth.items() if c == cell) for cell in cells}
+    gap_cells = [c for c in cells if (c, DEFAULT_ALGORITHM) in truth and truth[(c, DEFAULT_ALGORITHM)] > GAP * best[c]]
+    a, b = tunes
+    both = [c for c in cells if c in a["decided"] and c in b["decided"]]
+    agree = sum(a["selection"].get(c) == b["selection"].get(c) for c in both)
+    result: dict = {"cells": len(cells), "gap_cells": len(gap_cells), "both_decided": len(both),
+                    "agreement": round(agree / len(both), 4) if both else None, "tunes": []}
+    for tune in tunes:
+        ratios = [truth.get((c, tune["selection"].get(c, DEFAULT_ALGORITHM))) for c in cells]
+        slowdowns = [r / best[c] for r, c in zip(ratios, cells, strict=True) if r is not None]
+        overridden = [c for c in gap_cells if c in tune["tuned"] and c in tune["decided"]]
+        near = [c for c in overridden if truth.get((c, tune["selection"][c]), float("inf")) <= NEAR_BEST * best[c]]
+        result["tunes"].append({
+            "name": tune["name"], "launches": tune["launches"], "stop": tune["stop"], "outcomes": tune["outcomes"],
+            "tuned_cells": len(tune["tuned"]), "decided_cells": len(tune["decided"]),
+            "decided_share_of_gap_cells": round(len(overridden) / len(gap_cells), 4) if gap_cells else None,
+            "near_best_share_of_gap_cells": round(len(near) / len(gap_cells), 4) if gap_cells else None,
+            "slowdown": round(float(np.mean(slowdowns)), 4), "unjudged_cells": len(cells) - len(slowdowns),
+            "bench_s": round(tune["bench_s"], 2), "runs": tune["runs"], "wall_s": round(tune["wall_s"], 2),
+        })
+    defaults = [truth[(c, DEFAULT_ALGORITHM)] / best[c] for c in cells if (c, DEFAULT_ALGORITHM) in truth]
+    result["default_slowdown"] = round(float(np.mean(defaults)), 4)
+    return result
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--mpi", default="mpich")
+    parser.add_argument("--ranks", type=int, default=2)
+    parser.add_argument("--collectives", default="allreduce,bcast,allgather,alltoall")
+    parser.add_argument("--max-msg", default="1MiB")
+    parser.add_argument("--time-cap", default="100ms")
+    parser.add_argument("--timeout", default="20m")
+    parser.add_argument("--launches", type=int, default=2, help="the new rule's launches per decision")
+    parser.add_argument("--validation-launches", type=int, default=3)
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--json", type=Path)
+    args = parser.parse_args()
+    console = Console(width=120)
+    work = Path(tempfile.mkdtemp(prefix="tune-agreement-"))
+    rules = {"blocks": args.launches, "today": 1}
+    tunes = {rule: [one_tune(args, work, f"{rule}-{k}", args.seed + k, launches) for k in range(2)]
+             for rule, launches in rules.items()}
+    for rule, pair in tunes.items():
+        console.print(f"{rule}: " + ", ".join(f"{t['name']} {t['runs']} runs {t['bench_s']:.1f} s {t['outcomes']}"
+                                             for t in pair))
+    truth, validation_s, validation_runs = validation(args, work)
+    report: dict = {"mpi": args.mpi, "ranks": args.ranks, "collectives": args.collectives, "max_msg": args.max_msg,
+                    "validation_launches": args.validation_launches, "validation_bench_s": round(validation_s, 2),
+                    "validation_runs": validation_runs}
+    for rule, pair in tunes.items():
+        report[rule] = judge(pair, truth)
+    today_cost = statistics.mean(t["bench_s"] for t in tunes["today"])
+    report["blocks_cost_vs_today"] = round(statistics.mean(t["bench_s"] for t in tunes["blocks"]) / today_cost, 3)
+    report["blocks_cost_vs_validation"] = round(
+        statistics.mean(t["bench_s"] for t in tunes["blocks"]) / validation_s, 3)
+    text = json.dumps(report, indent=1)
+    console.print_json(text)
+    if args.json:
+        args.json.write_text(text)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,143 @@
+"""Launches as blocks: tune decides each cell it would override from runs of at least two launches.
+
+One `mpiexec` is one sample (Hunold and Carpen-Amarie, ReproMPI): the runs of one launch share its
+placement, binding and the machine's state, and a launch can favour one algorithm over another for its
+whole life. Two tunes of the same machine minutes apart chose the same algorithm at 66 % of the cells
+(issue 28), each confident in its own launch. So, after the strategies converge, the contenders of every
+cell the tune would override are measured again in fresh launches (`Tuner(launches=...)`), in a seeded
+random order inside each launch, and a cell's choice must hold across the launches:
+
+- contenders (`contenders`): the library's default, the selected algorithm, and the next algorithm the
+  strategy's estimate also puts ahead of the default by the margin (measured there at least once);
+- each launch gives one block value per (cell, contender): log(default / contender) over its runs there
+  (evidence.launch_log_ratio); the exploring launch is the first block, runs read back from the store
+  (earlier launches) another;
+- a cell's lead is the contender with the highest mean block value; neighbouring cells with the same lead
+  form a range (what one tuning-file rule covers), decided as one by evidence.compare_launches, with the
+  variances pooled over the collective's ranges (they were measured in the same launches): the run-to-run
+  noise of this VM (~15 % per run) needs many samples per cell, a range has them.
+
+A cell's outcome: "tuned" (its range's lead decided faster than the default), "tie" (not decided either
+way: the library's default is kept, and reported as a tie) or "default" (decided slower).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+import numpy as np
+
+from tunempi.collectives import DEFAULT_ALGORITHM
+from tunempi.evidence import LEVEL, Comparison, compare_launches, launch_log_ratio, launch_spread
+from tunempi.space import Cell
+from tunempi.strategy import Strategy
+
+OUTCOMES: tuple[str, ...] = ("tuned", "tie", "default")
+#: Contenders beside the library's default in a cell: the selected algorithm and this many minus one more.
+MOST_CONTENDERS = 2
+
+
+@dataclass(frozen=True)
+class CellDecision:
+    """A cell's choice and why: `comparison` is the choice against the default across launches (for a tie,
+    the contender that came closest); None where no contender was measured against it in two launches."""
+
+    cell: Cell
+    choice: str
+    outcome: str  # one of OUTCOMES
+    comparison: Comparison | None = None
+
+    def to_dict(self) -> dict:
+        return {"choice": self.choice, "outcome": self.outcome,
+                "comparison": self.comparison.to_dict() if self.comparison is not None else None}
+
+
+def contenders(strategy: Strategy, selection: Mapping[Cell, str], margin: float,
+               most: int = MOST_CONTENDERS) -> dict[Cell, tuple[str, ...]]:
+    """cell -> (default, contenders...) for every measurable cell whose selection overrides the library's
+    default: the selected algorithm first, then up to `most` - 1 others the strategy's estimate puts ahead
+    of the default by `margin`, fastest first, each measured in that cell at least once."""
+    space = strategy.space
+    if DEFAULT_ALGORITHM not in space.algorithms:
+        return {}
+    estimate = strategy.estimate_log_latency()
+    usable, counts = strategy.usable_mask(), strategy.measured_counts()
+    j_default = space.algorithms.index(DEFAULT_ALGORITHM)
+    chosen: dict[Cell, tuple[str, ...]] = {}
+    for cell, selected in selection.items():
+        if selected == DEFAULT_ALGORITHM or cell not in strategy.measurable or selected not in space.algorithms:
+            continue
+        i = space.index(cell)
+        if not usable[i, j_default]:
+            continue
+        ahead = [j for j in np.argsort(estimate[i], kind="stable")
+                 if space.algorithms[j] not in (selected, DEFAULT_ALGORITHM) and usable[i, j] and counts[i, j] > 0
+                 and math.isfinite(estimate[i, j])
+                 and estimate[i, j_default] - estimate[i, j] >= math.log1p(margin)]
+        others = [space.algorithms[j] for j in ahead][: max(0, most - 1)]
+        chosen[cell] = (DEFAULT_ALGORITHM, selected, *others)
+    return chosen
+
+
+def launch_runs(strategy: Strategy, cell: Cell) -> dict[tuple[str, int], list[float]]:
+    """(algorithm, launch block) -> the latencies of its successful runs in `cell`."""
+    runs: dict[tuple[str, int], list[float]] = {}
+    for record in strategy.records:
+        if record.cell == cell and record.ok:
+            runs.setdefault((record.algorithm, record.launch_block), []).append(record.measured_us)
+    return runs
+
+
+def block_values(runs: Mapping[tuple[str, int], list[float]], algorithm: str) -> dict[int, float]:
+    """launch block -> block value of `algorithm` against the default, in the blocks where both ran."""
+    return {block: launch_log_ratio(values, runs[(DEFAULT_ALGORITHM, block)])
+            for (name, block), values in runs.items() if name == algorithm and (DEFAULT_ALGORITHM, block) in runs}
+
+
+def ranges_of(cells: list[Cell], leads: Mapping[Cell, str], sizes: list[int]) -> list[list[Cell]]:
+    """Neighbouring cells (same collective and scale, consecutive sizes of the space) led by the same
+    algorithm, as the ranges a tuning-file rule would cover."""
+    ranges: list[list[Cell]] = []
+    for cell in sorted(cells, key=lambda c: (c.collective, c.scale, c.msg_bytes)):
+        last = ranges[-1][-1] if ranges else None
+        if (last is not None and (last.collective, last.scale) == (cell.collective, cell.scale)
+                and leads[last] == leads[cell] and sizes.index(cell.msg_bytes) == sizes.index(last.msg_bytes) + 1):
+            ranges[-1].append(cell)
+        else:
+            ranges.append([cell])
+    return ranges
+
+
+def decide_cells(strategy: Strategy, contested: Mapping[Cell, tuple[str, ...]], *,
+                 level: float = LEVEL) -> dict[Cell, CellDecision]:
+    """Each contested cell's decision (module docstring). A cell's lead is the contender with the highest
+    mean block value against the default; neighbouring cells with the same lead form a range, decided as
+    one (evidence.compare_launches over the range's cells and the launches all of them have), with the
+    spread pooled over the ranges of the collective."""
+    values: dict[Cell, dict[str, dict[int, float]]] = {}
+    for cell, algorithms in contested.items():
+        runs = launch_runs(strategy, cell)
+        values[cell] = {a: block_values(runs, a) for a in algorithms[1:]}
+    leads = {cell: max(found, key=lambda a: (len(found[a]) >= 2, float(np.mean(list(found[a].values())))
+                                             if found[a] else -math.inf))
+             for cell, found in values.items()}
+    sizes = sorted({cell.msg_bytes for cell in strategy.space.cells})
+    matrices: list[tuple[list[Cell], np.ndarray | None]] = []
+    for cells in ranges_of(list(contested), leads, sizes):
+        blocks = sorted(set.intersection(*(set(values[c][leads[c]]) for c in cells)))
+        matrix = np.array([[values[c][leads[c]][b] for b in blocks] for c in cells]) if blocks else None
+        matrices.append((cells, matrix))
+    spread = launch_spread(m for _, m in matrices if m is not None)
+    decisions: dict[Cell, CellDecision] = {}
+    for cells, matrix in matrices:
+        comparison = compare_launches(matrix, spread=spread, level=level) if matrix is not None else None
+        verdict = comparison.verdict if comparison is not None else "same"
+        for cell in cells:
+            if verdict == "faster":
+                decisions[cell] = CellDecision(cell, leads[cell], "tuned", comparison)
+            else:
+                decisions[cell] = CellDecision(cell, DEFAULT_ALGORITHM, "default" if verdict == "slower" else "tie",
+                                               comparison)
+    return decisions
