@@ -1,19 +1,22 @@
-"""Launches as blocks: tune decides each cell it would override from runs of at least two launches.
+"""Launches as blocks: tune decides every measured cell from runs of at least two launches.
 
 One `mpiexec` is one sample (Hunold and Carpen-Amarie, ReproMPI): the runs of one launch share its
 placement, binding and the machine's state, and a launch can favour one algorithm over another for its
 whole life. Two tunes of the same machine minutes apart chose the same algorithm at 66 % of the cells
 (issue 28), each confident in its own launch. So, after the strategies converge, the contenders of every
-cell the tune would override are measured again in fresh launches (`Tuner(launches=...)`), in a seeded
-random order inside each launch, and a cell's choice must hold across the launches:
+measured cell are measured again in fresh launches (`Tuner(launches=...)`), in a seeded random order inside
+each launch, and a cell's choice must hold across the launches:
 
-- contenders (`contenders`): the library's default, the selected algorithm, and the next algorithm the
-  strategy's estimate also puts ahead of the default by the margin (measured there at least once);
+- contenders (`contenders`): the library's default and, where the tune would override it, the selected
+  algorithm and the next one the strategy's estimate also puts ahead of the default by the margin; where
+  it would keep it, the algorithm estimated fastest after it (the exploring launch can favour the default
+  too). Each measured there at least once;
 - each launch gives one block value per (cell, contender): log(default / contender) over its runs there
   (evidence.launch_log_ratio); the exploring launch is the first block, runs read back from the store
   (earlier launches) another;
 - a cell's lead is the contender with the highest mean block value; neighbouring cells with the same lead
-  form a range (what one tuning-file rule covers), decided as one by evidence.compare_launches, with the
+  ahead of the default (or all behind it) form a range (what one tuning-file rule covers), decided as one
+  by evidence.compare_launches, with the
   variances pooled over the collective's ranges (they were measured in the same launches): the run-to-run
   noise of this VM (~15 % per run) needs many samples per cell, a range has them.
 
@@ -56,9 +59,11 @@ class CellDecision:
 
 def contenders(strategy: Strategy, selection: Mapping[Cell, str], margin: float,
                most: int = MOST_CONTENDERS) -> dict[Cell, tuple[str, ...]]:
-    """cell -> (default, contenders...) for every measurable cell whose selection overrides the library's
-    default: the selected algorithm first, then up to `most` - 1 others the strategy's estimate puts ahead
-    of the default by `margin`, fastest first, each measured in that cell at least once."""
+    """cell -> (default, contenders...) for every measurable cell where the default and another algorithm
+    were measured: where the selection overrides the default, the selected algorithm first, then up to
+    `most` - 1 others the strategy's estimate puts ahead of the default by `margin`, fastest first; where it
+    keeps the default, the algorithm estimated fastest after it (the exploring launch may have favoured
+    the default as well as any other). Each contender was measured in that cell at least once."""
     space = strategy.space
     if DEFAULT_ALGORITHM not in space.algorithms:
         return {}
@@ -67,25 +72,29 @@ def contenders(strategy: Strategy, selection: Mapping[Cell, str], margin: float,
     j_default = space.algorithms.index(DEFAULT_ALGORITHM)
     chosen: dict[Cell, tuple[str, ...]] = {}
     for cell, selected in selection.items():
-        if selected == DEFAULT_ALGORITHM or cell not in strategy.measurable or selected not in space.algorithms:
+        if cell not in strategy.measurable or selected not in space.algorithms:
             continue
         i = space.index(cell)
-        if not usable[i, j_default]:
+        if not usable[i, j_default] or counts[i, j_default] == 0:
             continue
-        ahead = [j for j in np.argsort(estimate[i], kind="stable")
-                 if space.algorithms[j] not in (selected, DEFAULT_ALGORITHM) and usable[i, j] and counts[i, j] > 0
-                 and math.isfinite(estimate[i, j])
-                 and estimate[i, j_default] - estimate[i, j] >= math.log1p(margin)]
-        others = [space.algorithms[j] for j in ahead][: max(0, most - 1)]
-        chosen[cell] = (DEFAULT_ALGORITHM, selected, *others)
+        measured = [space.algorithms[j] for j in np.argsort(estimate[i], kind="stable")
+                    if space.algorithms[j] != DEFAULT_ALGORITHM and usable[i, j] and counts[i, j] > 0
+                    and math.isfinite(estimate[i, j])]
+        if selected == DEFAULT_ALGORITHM:
+            if measured:
+                chosen[cell] = (DEFAULT_ALGORITHM, measured[0])
+            continue
+        ahead = [a for a in measured if a != selected
+                 and estimate[i, j_default] - estimate[i, space.algorithms.index(a)] >= math.log1p(margin)]
+        chosen[cell] = (DEFAULT_ALGORITHM, selected, *ahead[: max(0, most - 1)])
     return chosen
 
 
-def launch_runs(strategy: Strategy, cell: Cell) -> dict[tuple[str, int], list[float]]:
-    """(algorithm, launch block) -> the latencies of its successful runs in `cell`."""
+def launch_runs(strategy: Strategy, cell: Cell, first_block: int = 0) -> dict[tuple[str, int], list[float]]:
+    """(algorithm, launch block) -> the latencies of its successful runs in `cell`, blocks from `first_block`."""
     runs: dict[tuple[str, int], list[float]] = {}
     for record in strategy.records:
-        if record.cell == cell and record.ok:
+        if record.cell == cell and record.ok and record.launch_block >= first_block:
             runs.setdefault((record.algorithm, record.launch_block), []).append(record.measured_us)
     return runs
 
@@ -97,8 +106,8 @@ def block_values(runs: Mapping[tuple[str, int], list[float]], algorithm: str) ->
 
 
 def ranges_of(cells: list[Cell], leads: Mapping[Cell, str], sizes: list[int]) -> list[list[Cell]]:
-    """Neighbouring cells (same collective and scale, consecutive sizes of the space) led by the same
-    algorithm, as the ranges a tuning-file rule would cover."""
+    """Neighbouring cells (same collective and scale, consecutive sizes of the space) with the same `leads`
+    value, as the ranges a tuning-file rule would cover."""
     ranges: list[list[Cell]] = []
     for cell in sorted(cells, key=lambda c: (c.collective, c.scale, c.msg_bytes)):
         last = ranges[-1][-1] if ranges else None
@@ -113,19 +122,27 @@ def ranges_of(cells: list[Cell], leads: Mapping[Cell, str], sizes: list[int]) ->
 def decide_cells(strategy: Strategy, contested: Mapping[Cell, tuple[str, ...]], *,
                  level: float = LEVEL) -> dict[Cell, CellDecision]:
     """Each contested cell's decision (module docstring). A cell's lead is the contender with the highest
-    mean block value against the default; neighbouring cells with the same lead form a range, decided as
-    one (evidence.compare_launches over the range's cells and the launches all of them have), with the
-    spread pooled over the ranges of the collective."""
+    mean block value against the default (over two launches at least); neighbouring cells with the same
+    lead ahead of the default, or with their leads behind it, form a range, decided as one
+    (evidence.compare_launches over the range's cells and the launches all of them have), with the spread
+    pooled over the ranges of the collective."""
     values: dict[Cell, dict[str, dict[int, float]]] = {}
+    deciding = {r.launch_block for r in strategy.records if r.launch_block >= 2}
+    # With two deciding launches or more, the exploring launch (its order set by the strategy's rounds, the
+    # default often measured first at a size) is left out: only the randomized launches decide.
+    first_block = 2 if len(deciding) >= 2 else 0
     for cell, algorithms in contested.items():
-        runs = launch_runs(strategy, cell)
+        runs = launch_runs(strategy, cell, first_block)
         values[cell] = {a: block_values(runs, a) for a in algorithms[1:]}
-    leads = {cell: max(found, key=lambda a: (len(found[a]) >= 2, float(np.mean(list(found[a].values())))
-                                             if found[a] else -math.inf))
+    means = {cell: {a: float(np.mean(list(v.values()))) if len(v) >= 2 else -math.inf for a, v in found.items()}
              for cell, found in values.items()}
+    leads = {cell: max(found, key=lambda a: means[cell][a]) for cell, found in values.items()}
+    # A range: neighbouring cells whose lead is ahead of the default so far, led by the same algorithm, or
+    # neighbouring cells whose lead is behind it (the default so far, whichever algorithm trails).
+    provisional = {cell: lead if means[cell][lead] > 0 else DEFAULT_ALGORITHM for cell, lead in leads.items()}
     sizes = sorted({cell.msg_bytes for cell in strategy.space.cells})
     matrices: list[tuple[list[Cell], np.ndarray | None]] = []
-    for cells in ranges_of(list(contested), leads, sizes):
+    for cells in ranges_of(list(contested), provisional, sizes):
         blocks = sorted(set.intersection(*(set(values[c][leads[c]]) for c in cells)))
         matrix = np.array([[values[c][leads[c]][b] for b in blocks] for c in cells]) if blocks else None
         matrices.append((cells, matrix))
