@@ -236,3 +236,42 @@ def test_tunempi_batch_counts_the_launch_of_a_new_layout() -> None:
     assert new_layouts and len(batch) == 3
     unbounded, _ = _first_batch_after_one_layout(fixed=False)
     assert len(unbounded) > 3 and len({r.cell.scale for r in unbounded} - launched) > len(new_layouts)
+
+
+def _guard_records(space, fast_until: int):  # noqa: ANN001, ANN202
+    """'slow' measured in every cell; 'fast' (5 % faster where it was measured) only at the sizes up to
+    `fast_until` bytes: beyond, the model carries its trend into cells where it never ran."""
+    from tunempi.strategy import MeasurementRecord
+
+    records = []
+    rng = np.random.default_rng(28)
+    for cell in space.cells:
+        base = 5.0 + cell.msg_bytes / 50.0
+        records.append(MeasurementRecord(cell, "slow", base * float(np.exp(rng.normal(0, 0.03)))))
+        if cell.msg_bytes <= fast_until:
+            records.append(MeasurementRecord(cell, "fast", 0.95 * base * float(np.exp(rng.normal(0, 0.03)))))
+    return records
+
+
+def test_tunempi_does_not_select_an_algorithm_never_measured_near_a_cell_a_measured_one_may_win() -> None:
+    """Issue 28, item 3: on a sweep never tuned on, the catastrophic cells were cells whose selected
+    algorithm was never measured there. Where neither the algorithm nor a neighbouring size at that scale
+    was measured and a measured algorithm's interval overlaps its prediction, the measured one is selected;
+    next to its measurements, or without the guard, the model's choice stands. Seeded."""
+    from tunempi.tune.scope import Scale, feature_space, message_sizes
+
+    space = feature_space("allreduce", [Scale(1, 2)], message_sizes(1 << 20), ("slow", "fast"))
+    records = _guard_records(space, fast_until=1024)
+    guarded = make_strategy("tunempi", space, seed=0, records=records)
+    unguarded = make_strategy("tunempi", space, seed=0, records=records, unmeasured_guard=None)
+    far = [c for c in space.cells if c.msg_bytes >= 64 * 1024]
+    estimate = unguarded.estimate_log_latency()
+    fast, slow = space.algorithms.index("fast"), space.algorithms.index("slow")
+    assert any(estimate[space.index(c), fast] < estimate[space.index(c), slow] for c in far)  # the premise
+    chosen_unguarded, chosen = unguarded.select(), guarded.select()
+    assert any(chosen_unguarded[c] == "fast" for c in far)
+    assert all(chosen[c] == "slow" for c in far)
+    sizes = sorted({c.msg_bytes for c in space.cells})
+    near = [c for c in space.cells if c.msg_bytes <= sizes[sizes.index(1024) + 1]]
+    assert all(chosen[c] == chosen_unguarded[c] for c in near)  # measured there or next to it
+    assert [c for c in near if chosen[c] == "fast"]
