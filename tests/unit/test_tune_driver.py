@@ -387,7 +387,7 @@ def test_an_override_only_one_launch_favoured_is_not_written() -> None:
     library's own choice is kept everywhere, and the cells are reported (ties or default), not hidden."""
     runner = FakeRunner()
     runner.latency = favoured_in_the_first_launch(runner)
-    tuner = Tuner(spaces(), runner, strategy="exhaustive")
+    tuner = Tuner(spaces(), runner, strategy="exhaustive", launches=2)
     outcome = tuner.run()
     assert runner.relaunched == 1  # launches=2: the exploring launch and one deciding launch
     assert set(outcome.selection.values()) == {DEFAULT_ALGORITHM}

@@ -58,8 +58,9 @@ def tune_command(
     point_timeout: Annotated[str | None, typer.Option(help="Kill a launch when a point hangs this long.")] = None,
     smoke: Annotated[bool, typer.Option(help="Load the files into the library before reporting success.")] = True,
     launches: Annotated[int, typer.Option(
-        "--launches", min=1, help="Launches every override is measured in against the library's default before "
-        "it is written (1: the exploring launch alone; docs/tune.md).")] = DEFAULT_LAUNCHES,
+        "--launches", min=1, help="Launches every cell's contenders are measured in against the library's default "
+        "before an override is written; undecided cells keep the default and are reported as ties (1: the "
+        "exploring launch alone; docs/tune.md, 'Launches as blocks').")] = DEFAULT_LAUNCHES,
     assume_contiguous_datatypes: Annotated[bool, typer.Option(
         "--assume-contiguous-datatypes", envvar="TUNEMPI_ASSUME_CONTIGUOUS_DATATYPES",
         help="The application passes only contiguous datatypes (predefined, or without gaps, lower bounds 0) "

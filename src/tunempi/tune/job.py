@@ -383,7 +383,8 @@ def write_result(plan: TunePlan, outcome: TuneOutcome, emit: OnTuneEvent = _igno
         strategy=options.strategy, seed=options.seed, strategy_params=plan.strategy_params,
         run=RunRecord(stop_reason=outcome.stop_reason, wall_s=outcome.wall_s, bench_s=outcome.bench_s,
                       measured=outcome.measured, resumed=outcome.resumed, failed=outcome.failed,
-                      launches=outcome.launches),
+                      launches=outcome.launches, decided_across=options.launches,
+                      decisions=outcome.outcome_counts()),
         excluded=plan.excluded, assumes=tuple(sorted(plan.adapter.assumed)),
         selection=tuple(
             SelectionRow(cell, algorithm, medians.get((cell, algorithm)), medians.get((cell, DEFAULT_ALGORITHM)))

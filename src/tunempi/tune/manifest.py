@@ -8,7 +8,7 @@ machine with the same library.
 Keys (version 1):
     kind, version, created, library{name, vendor, version, fingerprint, prefix, mpicc}, system, preferred_ppn,
     collectives, scales[[ranks, nodes, ppn]], sizes, strategy, seed, strategy_params,
-    run{stop_reason, wall_s, bench_s, measured, resumed, failed, launches},
+    run{stop_reason, wall_s, bench_s, measured, resumed, failed, launches, decided_across, decisions{outcome: cells}},
     files{role: name}, env_files{VAR: name}, env{VAR: value}, env_file, needs_file,
     excluded{collective: {algorithm: reason}} (what no tuning file of the library can select, and why),
     assumes[requirement] (what the user vouched every call meets: files may select algorithms needing it),
@@ -105,9 +105,14 @@ class RunRecord:
     resumed: int = 0
     failed: int = 0
     launches: int = 0
+    #: Launches each cell was decided across (`tune --launches`; 1: the exploring launch alone), and with
+    #: more, how many cells came out tuned / tie / default (tune/launch_blocks.py).
+    decided_across: int = 1
+    decisions: Mapping[str, int] = dataclasses.field(default_factory=dict)
 
     def to_dict(self) -> dict[str, Any]:
-        return {**dataclasses.asdict(self), "wall_s": round(self.wall_s, 3), "bench_s": round(self.bench_s, 3)}
+        return {**dataclasses.asdict(self), "wall_s": round(self.wall_s, 3), "bench_s": round(self.bench_s, 3),
+                "decisions": dict(self.decisions)}
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> RunRecord:
