@@ -261,3 +261,28 @@ def test_intel_mpi_tunes_into_selection_strings_it_accepts_verifies_and_runs(tmp
                           ignored_by_library=adapter.ignored_by_library)
     assert not refused.ok and refused.ignored == ("I_MPI_ADJUST_ALLREDUCE=99",)
     assert "the library ignored I_MPI_ADJUST_ALLREDUCE=99" in refused.summary()
+
+
+@pytest.mark.parametrize("mpi", ["mpich", "openmpi"])
+def test_launches_as_blocks_decide_every_override_across_fresh_launches(tmp_path: Path, mpi: str) -> None:
+    """`tune --launches 2` in the real library: after the exploring launch every contested cell's
+    contenders are measured again in a fresh launch; every override written is a cell decided "tuned"
+    across both launches, every other decided cell keeps the default, the manifest says how many of each,
+    and the files load."""
+    report = run_tune(options(tmp_path, mpi, "allreduce,alltoall", 2, 256, launches=2))
+    outcome, manifest = report.outcome, report.manifest
+    assert manifest is not None and outcome.stop_reason in ("converged", "exhaustive-cost")
+    assert outcome.decisions  # every measured cell with the default and another algorithm is contested
+    blocks = {r.launch_block for s in outcome.strategies.values() for r in s.records if r.cost_s > 0}
+    assert blocks == {1, 2}  # the exploring launch, then one deciding launch
+    for cell, algorithm in outcome.selection.items():
+        decision = outcome.decisions.get(cell)
+        if algorithm != "default":
+            assert decision is not None and decision.outcome == "tuned" and decision.choice == algorithm
+            assert decision.comparison is not None and decision.comparison.pairs == 2
+        elif decision is not None:
+            assert decision.outcome in ("tie", "default")
+    assert manifest.run.decided_across == 2
+    assert sum(manifest.run.decisions.values()) == len(outcome.decisions)
+    assert Manifest.load(manifest.directory).run.decisions == manifest.run.decisions
+    assert [s.ok for s in manifest.smoke] == [True]
