@@ -152,7 +152,7 @@ def decide_cells(strategy: Strategy, contested: Mapping[Cell, tuple[str, ...]], 
         comparison = compare_launches(matrix, spread=spread, level=level) if matrix is not None else None
         verdict = comparison.verdict if comparison is not None else "same"
         for cell in cells:
-            if verdict == "faster":
+            if verdict == "faster" and provisional[cell] != DEFAULT_ALGORITHM:
                 decisions[cell] = CellDecision(cell, leads[cell], "tuned", comparison)
             else:
                 decisions[cell] = CellDecision(cell, DEFAULT_ALGORITHM, "default" if verdict == "slower" else "tie",
