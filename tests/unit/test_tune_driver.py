@@ -412,4 +412,4 @@ def test_a_difference_that_holds_in_every_launch_is_decided_in_ranges_of_neighbo
     for cell, decision in tuned.items():
         assert outcome.selection[cell] == decision.choice == ("small" if cell.msg_bytes < 2048 else "large")
         assert decision.comparison is not None and decision.comparison.low > 1.0
-        assert decision.comparison.pairs == 3
+        assert decision.comparison.pairs == 2  # the two randomized deciding launches (the exploring one left out)
