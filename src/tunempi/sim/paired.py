@@ -62,9 +62,9 @@ def launch_blocks(rng: np.random.Generator, trials: int, cells: int, launches: i
     factor of this sigma (small messages noisier than large ones). `speedup`: the candidate's, per cell or
     for all (1: A/A)."""
     scale = np.exp(rng.normal(0.0, cell_spread, (trials, cells, 1, 1))) if cell_spread > 0 else 1.0
+    group = np.repeat(np.arange(len(ranges) + cells - sum(ranges)), [*ranges, *([1] * (cells - sum(ranges)))])
 
     def side() -> np.ndarray:
-        group = np.repeat(np.arange(len(ranges) + cells - sum(ranges)), [*ranges, *([1] * (cells - sum(ranges)))])
         shared = rng.normal(0.0, shared_sigma, (trials, int(group.max()) + 1, launches, 1))[:, group]
         offsets = rng.normal(0.0, launch_sigma, (trials, cells, launches, 1)) + shared
         noise = rng.normal(0.0, run_sigma, (trials, cells, launches, runs))

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import math
 import time
+from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
@@ -115,15 +116,12 @@ class TuneOutcome:
     launches: int
     model_s: float = 0.0  # time the strategies spent choosing points and selecting (model fits)
     model_wait_s: float = 0.0  # part of it the loop waited for (the rest overlapped with measuring)
-    #: The cells the tune would override, decided across launches (empty: no deciding launch was made).
+    #: Every contested cell, decided across launches (empty: no deciding launch was made).
     decisions: dict[Cell, CellDecision] = field(default_factory=dict)
 
     def outcome_counts(self) -> dict[str, int]:
         """How many decided cells are tuned, ties (the default kept) or the default after all."""
-        counts: dict[str, int] = {}
-        for decision in self.decisions.values():
-            counts[decision.outcome] = counts.get(decision.outcome, 0) + 1
-        return counts
+        return dict(Counter(decision.outcome for decision in self.decisions.values()))
 
     def measured_medians(self) -> dict[tuple[Cell, str], float]:
         """(cell, algorithm) -> median over runs of each run's median latency (successful runs only)."""
@@ -208,7 +206,7 @@ class Tuner:
         self.confirm = confirm
         self.exhaustive_guard = exhaustive_guard
         self.default_margin = default_margin
-        # Launches a contested cell is decided from (1: the exploring launch's estimate alone, as before).
+        # Launches every contested cell is decided from (1: the exploring launch's estimate alone, as before).
         self.launches = max(1, launches)
         self.decisions: dict[Cell, CellDecision] = {}
         self.crash_limit = 2
@@ -427,8 +425,8 @@ class Tuner:
             self._measure_round(run, requests)
 
     def _decide_across_launches(self, run: _Run) -> None:
-        """Measure the contenders of every cell the tune would override in `launches` - 1 fresh launches,
-        in a seeded random order inside each, then decide each such cell across its launches
+        """Measure the contenders of every measured cell (launch_blocks.contenders) in `launches` - 1 fresh
+        launches, in a seeded random order inside each, then decide each such cell across its launches
         (tune/launch_blocks.py). Stops starting launches at the deadline; the cells are decided on what
         was measured (a cell measured in one launch only is a tie)."""
         began = self.clock()

@@ -90,12 +90,14 @@ def contenders(strategy: Strategy, selection: Mapping[Cell, str], margin: float,
     return chosen
 
 
-def launch_runs(strategy: Strategy, cell: Cell, first_block: int = 0) -> dict[tuple[str, int], list[float]]:
-    """(algorithm, launch block) -> the latencies of its successful runs in `cell`, blocks from `first_block`."""
-    runs: dict[tuple[str, int], list[float]] = {}
+def launch_runs(strategy: Strategy, first_block: int = 0) -> dict[Cell, dict[tuple[str, int], list[float]]]:
+    """cell -> (algorithm, launch block) -> the latencies of its successful runs there, blocks from
+    `first_block` on (one pass over the records)."""
+    runs: dict[Cell, dict[tuple[str, int], list[float]]] = {}
     for record in strategy.records:
-        if record.cell == cell and record.ok and record.launch_block >= first_block:
-            runs.setdefault((record.algorithm, record.launch_block), []).append(record.measured_us)
+        if record.ok and record.launch_block >= first_block:
+            runs.setdefault(record.cell, {}).setdefault((record.algorithm, record.launch_block), []).append(
+                record.measured_us)
     return runs
 
 
@@ -130,10 +132,9 @@ def decide_cells(strategy: Strategy, contested: Mapping[Cell, tuple[str, ...]], 
     deciding = {r.launch_block for r in strategy.records if r.launch_block >= 2}
     # With two deciding launches or more, the exploring launch (its order set by the strategy's rounds, the
     # default often measured first at a size) is left out: only the randomized launches decide.
-    first_block = 2 if len(deciding) >= 2 else 0
+    runs = launch_runs(strategy, 2 if len(deciding) >= 2 else 0)
     for cell, algorithms in contested.items():
-        runs = launch_runs(strategy, cell, first_block)
-        values[cell] = {a: block_values(runs, a) for a in algorithms[1:]}
+        values[cell] = {a: block_values(runs.get(cell, {}), a) for a in algorithms[1:]}
     means = {cell: {a: float(np.mean(list(v.values()))) if len(v) >= 2 else -math.inf for a, v in found.items()}
              for cell, found in values.items()}
     leads = {cell: max(found, key=lambda a: means[cell][a]) for cell, found in values.items()}

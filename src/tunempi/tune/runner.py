@@ -118,10 +118,7 @@ class LayoutRunner:
         session = self.sessions.pop(key, None)
         if session is None:
             while len(self.sessions) >= self.max_sessions:
-                oldest = next(iter(self.sessions))
-                closed = self.sessions.pop(oldest)
-                closed.close()
-                self._closed_launches += closed.launches
+                self._close(self.sessions.pop(next(iter(self.sessions))))
             session = EngineSession(
                 self.library, self.layout, env={**self._env, **selection.env}, setup=setup,
                 executable=self._executable, allocation=self._allocation, point_timeout_s=self._point_timeout_s,
@@ -151,12 +148,15 @@ class LayoutRunner:
         for session in self.sessions.values():
             session.close()
 
+    def _close(self, session: EngineSession) -> None:
+        session.close()
+        self._closed_launches += session.launches
+
     def relaunch(self) -> None:
         """Close every session: the next point starts a new launch (tune's launches as blocks)."""
         with self._lock:
             for session in self.sessions.values():
-                session.close()
-                self._closed_launches += session.launches
+                self._close(session)
             self.sessions.clear()
 
     def kill(self) -> None:
