@@ -2,10 +2,12 @@
 
 Each verify measures the tuned rules against the library's default in its own launches (3 pairs, a second
 pass where undecided) and may send rules back to the default; both start from the same files, so any
-difference between them is the verdicts' noise. Printed (and written to --json): per verified cell, the
-share where both verifies gave the same verdict (faster / same / slower ...), and the share where both
-did the same to the rule (kept or sent back to the default), over the rules both compared (cells the tuning
-leaves at the default have nothing to compare); the goal (issue 28) is >= 95 % of the rules.
+difference between them is the verdicts' noise. Printed (and written to --json), over the rules both
+compared (a rule: neighbouring sizes with one tuned algorithm, as the file writes it and verify judges
+it; cells the tuning leaves at the default have nothing to compare): the share of rules where both verifies
+gave the same verdict (faster / same / slower ...) and did the same to the rule (kept or sent back to the
+default); the same per cell; and, side by side from the same runs, the per-cell verdicts on each cell's
+own pairs (how verify judged before it judged rules). The goal (issue 28) is >= 95 % of the rules.
 
     .venv/bin/python bench/verify_repeatability.py --mpi mpich --ranks 2
     .venv/bin/python bench/verify_repeatability.py --mpi openmpi --ranks 2 --launches 1
@@ -33,6 +35,7 @@ def main() -> None:
     parser.add_argument("--collectives", default="allreduce,bcast,allgather,alltoall")
     parser.add_argument("--max-msg", default="1MiB")
     parser.add_argument("--launches", type=int, default=1, help="tune's launches per decision (tune --launches)")
+    parser.add_argument("--repeats", type=int, default=3, help="verify's repetitions, each a launch (verify --repeats)")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--json", type=Path)
     args = parser.parse_args()
@@ -46,22 +49,45 @@ def main() -> None:
     for k in range(2):
         copy = work / f"verify-{k}"
         shutil.copytree(tuned, copy)
-        reports.append(run_verify(copy, mpi=args.mpi))
+        reports.append(run_verify(copy, mpi=args.mpi, repeats=args.repeats))
     first, second = ({v.cell: v for v in r.verified} for r in reports)
-    # the rules verify compared (a cell the tuning leaves at the default has nothing to compare)
+    # the cells verify compared (a cell the tuning leaves at the default has nothing to compare)
     cells = sorted((c for c in set(first) & set(second) if "default" not in (first[c].verdict, second[c].verdict)),
                    key=lambda c: (c.collective, c.ranks, c.msg_bytes))
-    same_verdict = sum(first[c].verdict == second[c].verdict for c in cells)
-    same_action = sum(first[c].replaced == second[c].replaced for c in cells)
+    rules: dict[tuple, list] = {}
+    for c in cells:
+        rules.setdefault(first[c].rule, []).append(c)
+
+    def share(agree: int, total: int) -> float | None:
+        return round(agree / total, 4) if total else None
+
+    def same_rule(members: list) -> tuple[bool, bool]:
+        verdict = all(first[c].verdict == second[c].verdict for c in members)
+        action = all(first[c].replaced == second[c].replaced for c in members)
+        return verdict, action
+
+    judged = [same_rule(members) for members in rules.values()]
+
+    def describe(members: list) -> str:
+        def verdict(v) -> str:  # noqa: ANN001 - a VerifiedCell
+            return f"{v.verdict} {v.speedup:.3f} [{v.ci_low:.3f}, {v.ci_high:.3f}] over {v.launches} launches"
+
+        a, b = first[members[0]], second[members[0]]
+        return (f"{a.cell.collective} {a.algorithm} {members[0].msg_bytes}-{members[-1].msg_bytes} B "
+                f"({len(members)} sizes): {verdict(a)} / {verdict(b)}")
     result = {
-        "mpi": args.mpi, "ranks": args.ranks, "launches": args.launches, "compared_rules": len(cells),
-        "same_verdict": round(same_verdict / len(cells), 4) if cells else None,
-        "same_action": round(same_action / len(cells), 4) if cells else None,
+        "mpi": args.mpi, "ranks": args.ranks, "launches": args.launches, "repeats": args.repeats,
+        "compared_rules": len(rules), "compared_cells": len(cells),
+        "same_verdict": share(sum(v for v, _ in judged), len(rules)),
+        "same_action": share(sum(a for _, a in judged), len(rules)),
+        "same_verdict_cells": share(sum(first[c].verdict == second[c].verdict for c in cells), len(cells)),
+        "same_action_cells": share(sum(first[c].replaced == second[c].replaced for c in cells), len(cells)),
+        "same_own_verdict_cells": share(sum(first[c].own_verdict == second[c].own_verdict for c in cells), len(cells)),
         "verdicts": [dict(Counter(v.verdict for v in r.verified)) for r in reports],
+        "own_verdicts": [dict(Counter(v.own_verdict for v in r.verified if v.own_verdict)) for r in reports],
         "replaced": [r.replaced for r in reports],
         "geo_mean_speedup_all_cells": [r.summary.get("geo_mean_speedup_all_cells") for r in reports],
-        "different": [f"{c.collective} {c.msg_bytes} B: {first[c].verdict} / {second[c].verdict}"
-                      for c in cells if first[c].verdict != second[c].verdict],
+        "different": [describe(members) for members in rules.values() if not same_rule(members)[0]],
     }
     text = json.dumps(result, indent=1)
     print(text)

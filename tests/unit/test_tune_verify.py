@@ -4,8 +4,10 @@ import json
 import math
 from dataclasses import replace
 
+import numpy as np
 import pytest
 
+from tunempi import evidence
 from tunempi.bench.engine import Layout, PointOutcome
 from tunempi.bench.protocol import PointRequest
 from tunempi.collectives import DEFAULT_ALGORITHM
@@ -113,6 +115,90 @@ def test_suspicious_cells_get_a_second_pass_with_new_run_indices() -> None:
     work = verify_plan({A: "ring"}, 2, first_run=3)
     assert [(p.algorithm, p.run) for p in work[Layout(2)]] == [("default", 3), ("ring", 3), ("ring", 4),
                                                                 ("default", 4)]  # order alternates by run
+
+
+def test_a_rule_is_a_run_of_neighbouring_sizes_of_one_layout_with_one_tuned_algorithm() -> None:
+    from tunempi.tune.verify import rules_of
+
+    sizes = [8, 64, 512, 4096, 32768]
+    algorithms = ["ring", "ring", DEFAULT_ALGORITHM, "ring", "rd"]
+    selection = {Cell("allreduce", 2, 1, 2, s): a for s, a in zip(sizes, algorithms, strict=True)}
+    selection |= {Cell("allreduce", 4, 1, 4, 8): "ring", Cell("bcast", 2, 1, 2, 64): "ring"}
+    rules = [[(c.collective, c.ranks, c.msg_bytes) for c in rule] for rule in rules_of(selection)]
+    assert rules == [[("allreduce", 2, 8), ("allreduce", 2, 64)],  # the default at 512 B splits the ring runs
+                     [("allreduce", 2, 4096)], [("allreduce", 2, 32768)],
+                     [("allreduce", 4, 8)], [("bcast", 2, 64)]]  # other layouts, other rules
+
+
+def noisy_rule(rng: np.random.Generator, cells: list[Cell], gain: float, sigma: float, repeats: int = 3,
+               launch_sigma: float = 0.0) -> list[PointResult]:
+    """Verify results for `cells` (tuned "ring"), one launch per repetition: the tuned side `gain` times
+    faster, each median with log-normal noise of `sigma`, and each launch favouring one side across the whole
+    rule by a log-normal factor of `launch_sigma` (what one launch of this VM does)."""
+    out = []
+    for run in range(repeats):
+        favour = math.exp(rng.normal(0, launch_sigma))
+        for cell in cells:
+            out += [result(cell, "ring", run, 10.0 / gain / favour * math.exp(rng.normal(0, sigma))),
+                    result(cell, DEFAULT_ALGORITHM, run, 10.0 * math.exp(rng.normal(0, sigma)))]
+    return out
+
+
+RULE = [Cell("allreduce", 2, 1, 2, 2 ** k) for k in (3, 6, 9, 12, 15)]
+
+
+def verdicts(rng: np.random.Generator, gain: float, launch_sigma: float, trials: int = 200) -> list[str]:
+    """The rule's verdict in `trials` simulated verifies of 3 launches each."""
+    out = []
+    for _ in range(trials):
+        verified = evaluate(dict.fromkeys(RULE, "ring"), noisy_rule(rng, RULE, gain, 0.10, launch_sigma=launch_sigma))
+        assert len({(v.speedup, v.verdict, v.launches, v.rule_from) for v in verified}) == 1  # the rule's verdict
+        assert (verified[0].launches, verified[0].rule_cells, verified[0].rule_from) == (3, 5, 8)
+        out.append(verified[0].verdict)
+    return out
+
+
+def agreement(found: list[str]) -> float:
+    """The chance that two independent verifies give the same verdict."""
+    return sum((found.count(v) / len(found)) ** 2 for v in set(found))
+
+
+def test_a_rule_holds_only_if_it_holds_across_launches_so_a_rerun_reaches_the_same_verdict() -> None:
+    """A rule of five sizes alone (no other rule to pool the spread with), 3 launches, 10 % noise per median.
+    A launch that favours one side across the rule (15 %) looks like a real difference to the pairs of one
+    launch: pooled as if they were independent, the same A/A data say "faster" or "slower" at several
+    times the level (5 % both sides), and two verifies disagree on them. Across launches the verdict stays
+    "same" at about the level, and a real 1.3x gain is still "faster". Seeded."""
+    rng = np.random.default_rng(28)
+    same = verdicts(rng, gain=1.0, launch_sigma=0.15)
+    assert same.count("same") >= 0.92 * len(same) and agreement(same) >= 0.85
+    flagged = 0
+    for _ in range(200):  # the same A/A data judged as if one launch's pairs were independent
+        pooled = [r.measurement.median_us for r in noisy_rule(rng, RULE, 1.0, 0.10, launch_sigma=0.15)]
+        flagged += evidence.compare(pooled[0::2], pooled[1::2]).verdict != "same"
+    assert flagged >= 0.12 * 200
+    real = verdicts(rng, gain=1.3, launch_sigma=0.03)
+    assert real.count("faster") >= 0.85 * len(real) and agreement(real) >= 0.75
+
+
+def test_a_cell_clearly_slower_on_its_own_pairs_goes_back_even_in_a_faster_rule() -> None:
+    cells = [Cell("allreduce", 2, 1, 2, 2 ** k) for k in range(3, 19, 2)]
+    selection = dict.fromkeys(cells, "ring")
+    results = []
+    for run in range(4):
+        for cell in cells[:-1]:  # 1.3x faster, a little noise
+            results += [result(cell, "ring", run, 10.0 + 0.1 * run), result(cell, DEFAULT_ALGORITHM, run, 13.0)]
+        results += [result(cells[-1], "ring", run, 20.0 + 0.1 * run),  # 2x slower at the largest size
+                    result(cells[-1], DEFAULT_ALGORITHM, run, 10.0)]
+    verified = evaluate(selection, results)
+    assert {v.verdict for v in verified} == {"faster"} and verified[-1].own_verdict == "slower"
+    fixed, judged = apply_replacements(selection, verified)
+    assert fixed == {**selection, cells[-1]: DEFAULT_ALGORITHM}
+    assert [v.replaced for v in judged] == [False] * 7 + [True]
+    assert summary(judged)["slower_beyond_noise_before"] == 1 and summary(judged)["rules"] == 1
+    back = type(judged[-1]).from_dict(judged[-1].to_dict())  # the manifest keeps the rule and the cell's own
+    assert (back.rule, back.rule_cells, back.launches, back.own_verdict, back.replaced) == \
+        (judged[-1].rule, 8, 4, "slower", True)
 
 
 # --- written compositions (tune/compositions.py) against the default, a launch each ------------------------

@@ -1,16 +1,24 @@
-"""`tunempi verify`: the tuned choice against the library's default, side by side, in the same launch.
+"""`tunempi verify`: the tuned choice against the library's default, side by side, launch after launch.
 
 For every cell of the selection whose choice is not `default`, the engine measures the tuned algorithm
-and the library's own choice alternately, `repeats` times, in ONE launch per layout (the algorithm is
-switched through MPI_T between points; the order alternates each repetition so that drift of a shared
-machine hits both sides alike). Each repetition gives a pair of medians measured seconds apart, and the
-shared paired-evidence rule (tunempi.evidence, docs/evidence.md) gives the speedup default/tuned, its
-95 % interval and the verdict: a cell is *slower beyond noise* when the interval lies below 1 and the
-tuned rule lost at least 3 of 4 pairs. Its rule is replaced by `default`, and so is the rule of a cell
-whose estimate stays below 1 after the second pass (no evidence the rule helps, and the best estimate
-says it hurts: the library's own choice costs nothing to keep). The rule sets and files are rewritten
-(and smoke-checked again), and verify says so. A verified tuning result therefore keeps no measured
-point that it estimates slower than the default.
+and the library's own choice back to back (the algorithm is switched through MPI_T between points; the
+order alternates each repetition so that drift of a shared machine hits both sides alike), once per
+repetition, and **each repetition is a fresh launch** of every layout (tune/verify_run.py): the launch is a
+first-order factor here (ReproMPI; on this VM one launch can favour an algorithm across a whole range of
+sizes by 10-30 %), so a verdict must hold across launches, not across runs of one launch.
+
+The unit judged is the *rule*, as the file writes it: a run of neighbouring sizes of one layout where
+the tuning selects one algorithm (`rules_of`). Its block values (log default/tuned, one per cell and
+launch) go to the across-launch form of the shared evidence rule (evidence.compare_launches, the launch
+and cell variances pooled over every rule: docs/evidence.md), which gives the speedup default/tuned, its
+95 % interval and the verdict; every cell of the rule carries it, and keeps its own estimate and verdict
+across the launches too. A rule is *slower beyond noise* when the interval lies below 1 and it lost at
+least 3 of 4 launches; it is replaced by `default`, and so is a rule whose estimate stays below 1 after
+the second pass (no evidence the rule helps, and the best estimate says it hurts: the library's own choice
+costs nothing to keep). A cell slower beyond noise on its own goes back too, whatever its rule's verdict
+(a rule faster on average does not carry a size where it is clearly slower). The rule sets and files are
+rewritten (and smoke-checked again), and verify says so. A verified tuning result therefore keeps no
+measured point that it estimates slower than the default.
 
 A composition `tune` wrote at a multi-node layout (tune/compositions.py) is verified the same way: it is
 forced for a whole launch, so each repetition is one launch of the written composition and one of the
@@ -24,6 +32,8 @@ The command as a library call, in steps, is tune/verify_run.py (this module is w
 
 from __future__ import annotations
 
+import dataclasses
+import itertools
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -44,7 +54,10 @@ VERDICTS: tuple[str, ...] = ("faster", "same", "slower", "default", "failed")
 
 @dataclass(frozen=True)
 class VerifiedCell:
-    """Tuned against default in one cell. speedup = default time / tuned time (> 1: tuning helps)."""
+    """Tuned against default in one cell. speedup = default time / tuned time (> 1: tuning helps), with its
+    interval and verdict, are those of the cell's rule across `launches` launches (its `rule_cells` cells
+    from size `rule_from` on); `own_speedup` and `own_verdict` are the cell's own launches alone (tuned_us /
+    default_us the medians of its pairs)."""
 
     cell: Cell
     algorithm: str
@@ -55,6 +68,17 @@ class VerifiedCell:
     ci_high: float
     verdict: str  # one of VERDICTS
     replaced: bool = False
+    rule_cells: int = 1
+    launches: int = 0
+    own_speedup: float = float("nan")
+    own_verdict: str = ""
+    rule_from: int = -1  # the rule's smallest size; -1: the cell's own
+
+    @property
+    def rule(self) -> tuple[str, int, int, int, int]:
+        """Which rule of the file the cell belongs to (its layout and first size)."""
+        c = self.cell
+        return c.collective, c.ranks, c.nodes, c.ppn, c.msg_bytes if self.rule_from < 0 else self.rule_from
 
     def to_dict(self) -> dict:
         def r(x: float | None) -> float | None:
@@ -62,7 +86,10 @@ class VerifiedCell:
 
         return {**self.cell.to_dict(), "algorithm": self.algorithm, "tuned_us": r(self.tuned_us),
                 "default_us": r(self.default_us), "speedup": r(self.speedup), "ci_low": r(self.ci_low),
-                "ci_high": r(self.ci_high), "verdict": self.verdict, "replaced": self.replaced}
+                "ci_high": r(self.ci_high), "verdict": self.verdict, "replaced": self.replaced,
+                "rule_cells": self.rule_cells, "launches": self.launches, "own_speedup": r(self.own_speedup),
+                "own_verdict": self.own_verdict,
+                "rule_from": self.rule_from}
 
     @classmethod
     def from_dict(cls, data: Mapping) -> VerifiedCell:
@@ -71,13 +98,15 @@ class VerifiedCell:
 
         return cls(Cell.from_dict(data), str(data["algorithm"]), data.get("tuned_us"), data.get("default_us"),
                    f(data.get("speedup")), f(data.get("ci_low")), f(data.get("ci_high")), str(data["verdict"]),
-                   bool(data.get("replaced", False)))
+                   bool(data.get("replaced", False)), int(data.get("rule_cells", 1)), int(data.get("launches", 0)),
+                   f(data.get("own_speedup")), str(data.get("own_verdict", "")),
+                   int(data.get("rule_from", -1)))
 
 
 def verify_plan(selection: Mapping[Cell, str], repeats: int, *, first_run: int = 0) -> dict[Layout, list[BenchPoint]]:
     """Per layout: tuned and default points of every non-default cell, interleaved, order alternating per
-    repetition (evidence.pair_order); the point's `run` is the repetition (from `first_run`: a second
-    pass adds pairs)."""
+    repetition (evidence.pair_order); the point's `run` is the repetition, which is measured in a launch of
+    its own (from `first_run`: a second pass adds launches)."""
     work: dict[Layout, list[BenchPoint]] = {}
     cells = sorted(c for c, a in selection.items() if a != DEFAULT_ALGORITHM)
     for run in range(first_run, first_run + repeats):
@@ -88,46 +117,102 @@ def verify_plan(selection: Mapping[Cell, str], repeats: int, *, first_run: int =
     return work
 
 
-def evaluate(selection: Mapping[Cell, str], results: Sequence[PointResult]) -> list[VerifiedCell]:
-    """One VerifiedCell per selection cell, from the interleaved results of `verify_plan`."""
+def rules_of(selection: Mapping[Cell, str]) -> list[list[Cell]]:
+    """The tuned rules as the files write them: per layout, each run of neighbouring sizes (neighbours among
+    the selection's cells of that layout) with one algorithm other than `default`, smallest size first."""
+    def layout(cell: Cell) -> tuple[str, int, int, int]:
+        return cell.collective, cell.ranks, cell.nodes, cell.ppn
+
+    rules = []
+    for _, cells in itertools.groupby(sorted(selection, key=lambda c: (*layout(c), c.msg_bytes)), key=layout):
+        for algorithm, run in itertools.groupby(cells, key=selection.__getitem__):
+            if algorithm != DEFAULT_ALGORITHM:
+                rules.append(list(run))
+    return rules
+
+
+def _pairs(selection: Mapping[Cell, str], results: Sequence[PointResult]) -> dict[Cell, dict[int, tuple[float, float]]]:
+    """(tuned, default) medians per tuned cell and repetition (= launch) where both sides ran."""
     runs: dict[tuple[Cell, str, int], float] = {}
     for result in results:
         m = result.measurement
         if m.ok and not m.errors and m.median_us is not None:
             cell = Cell(m.collective, m.ranks, m.nodes, m.ppn, m.msg_bytes)
             runs[(cell, m.algorithm, m.run)] = float(m.median_us)
-    verified = []
-    for cell, algorithm in sorted(selection.items()):
-        if algorithm == DEFAULT_ALGORITHM:
-            verified.append(VerifiedCell(cell, algorithm, None, None, 1.0, 1.0, 1.0, "default"))
-            continue
-        repetitions = sorted({run for (c, a, run) in runs if c == cell and a == algorithm})
-        pairs = [(runs[(cell, algorithm, r)], runs[(cell, DEFAULT_ALGORITHM, r)]) for r in repetitions
-                 if (cell, DEFAULT_ALGORITHM, r) in runs]
-        if not pairs:
-            nan = float("nan")
-            verified.append(VerifiedCell(cell, algorithm, None, None, nan, nan, nan, "failed"))
-            continue
-        tuned, default = [p[0] for p in pairs], [p[1] for p in pairs]
-        found = evidence.compare(tuned, default)
-        verified.append(VerifiedCell(cell, algorithm, float(np.median(tuned)), float(np.median(default)),
-                                     found.speedup, found.low, found.high, found.verdict))
-    return verified
+    pairs: dict[Cell, dict[int, tuple[float, float]]] = {}
+    for (cell, algorithm, run), tuned in runs.items():
+        if algorithm == selection.get(cell) and algorithm != DEFAULT_ALGORITHM \
+                and (cell, DEFAULT_ALGORITHM, run) in runs:
+            pairs.setdefault(cell, {})[run] = (tuned, runs[(cell, DEFAULT_ALGORITHM, run)])
+    return pairs
 
 
-#: A cell whose speedup estimate is below this but not slower beyond noise gets a second pass of pairs.
+def _blocks(rule: Sequence[Cell], pairs: Mapping[Cell, Mapping[int, tuple[float, float]]]) -> np.ndarray:
+    """The rule's block values, cells (those with a pair) x the launches where each of them has one:
+    log(default / tuned) of the launch's pair."""
+    cells = [cell for cell in rule if pairs.get(cell)]
+    launches = sorted(set.intersection(*(set(pairs[cell]) for cell in cells))) if cells else []
+    return np.array([[evidence.launch_log_ratio([pairs[cell][run][0]], [pairs[cell][run][1]]) for run in launches]
+                     for cell in cells]).reshape(len(cells), len(launches))
+
+
+def evaluate(selection: Mapping[Cell, str], results: Sequence[PointResult]) -> list[VerifiedCell]:
+    """One VerifiedCell per selection cell, from the results of `verify_plan` (each repetition one launch):
+    each tuned cell carries its rule's verdict across launches (evidence.compare_launches on the rule's
+    cells x launches, the launch and cell variances pooled over the other rules), and its own estimate and
+    verdict. A cell with no pair (its tuned run failed) is "failed" whatever its rule."""
+    nan = float("nan")
+    pairs = _pairs(selection, results)
+    verified = {cell: VerifiedCell(cell, algorithm, None, None, 1.0, 1.0, 1.0, "default")
+                for cell, algorithm in selection.items() if algorithm == DEFAULT_ALGORITHM}
+    rules = rules_of(selection)
+    blocks = [_blocks(rule, pairs) for rule in rules]
+    for i, (rule, matrix) in enumerate(zip(rules, blocks, strict=True)):
+        # the other rules' pooled spread moderates this one's own (a prior from the rest, as in Smyth's
+        # moderated t): pooled with its own, the rule's launches would count twice and one rule alone would
+        # be judged on too many degrees of freedom
+        spread = evidence.launch_spread(b for j, b in enumerate(blocks) if j != i and b.size)
+        found = evidence.compare_launches(matrix, spread=spread) if matrix.size else None
+        for cell in rule:
+            own = pairs.get(cell)
+            if not own or found is None:
+                verified[cell] = VerifiedCell(cell, selection[cell], None, None, nan, nan, nan, "failed",
+                                              rule_cells=len(rule), rule_from=rule[0].msg_bytes)
+                continue
+            tuned, default = [p[0] for p in own.values()], [p[1] for p in own.values()]
+            alone = evidence.compare_launches([evidence.launch_log_ratio([t], [d]) for t, d in own.values()],
+                                              spread=spread)
+            verified[cell] = VerifiedCell(cell, selection[cell], float(np.median(tuned)), float(np.median(default)),
+                                          found.speedup, found.low, found.high, found.verdict,
+                                          rule_cells=len(rule), launches=found.pairs, own_speedup=alone.speedup,
+                                          own_verdict=alone.verdict, rule_from=rule[0].msg_bytes)
+    return [verified[cell] for cell in sorted(verified)]
+
+
+#: A rule whose speedup estimate is below this but not slower beyond noise gets a second pass of launches.
 SUSPICIOUS_BELOW = 0.97
 
 
 def suspicious(verified: Sequence[VerifiedCell], threshold: float = SUSPICIOUS_BELOW) -> list[Cell]:
-    """Cells that look slower than default without the evidence to say so: measured again."""
+    """Cells whose rule looks slower than default without the evidence to say so: measured again (every cell
+    of such a rule, since the verdict is the rule's)."""
     return [v.cell for v in verified if v.verdict == "same" and v.speedup < threshold]
 
 
-def goes_back_to_default(verdict: str, speedup: float) -> bool:
+def goes_back_to_default(verdict: str, speedup: float, own_verdict: str = "") -> bool:
     """The rule for a tuned choice against the library's: slower beyond noise, failed, or no evidence
-    either way with the estimate below 1 (the library's own choice costs nothing to keep)."""
-    return verdict in ("slower", "failed") or (verdict == "same" and speedup < 1.0)
+    either way with the estimate below 1 (the library's own choice costs nothing to keep); or, for a cell of
+    a rule, slower beyond noise on the cell's own."""
+    return verdict in ("slower", "failed") or (verdict == "same" and speedup < 1.0) or own_verdict == "slower"
+
+
+def _slower(v: VerifiedCell) -> bool:
+    """Slower beyond noise: the cell's rule, or the cell on its own."""
+    return v.verdict == "slower" or v.own_verdict == "slower"
+
+
+def _slower_or_failed(v: VerifiedCell) -> bool:
+    return _slower(v) or v.verdict == "failed"
 
 
 def apply_replacements(selection: Mapping[Cell, str], verified: Sequence[VerifiedCell], *, whole: bool = False
@@ -139,14 +224,13 @@ def apply_replacements(selection: Mapping[Cell, str], verified: Sequence[Verifie
     estimated slower within noise stays (going back would cost every other cell of the collective)."""
     fixed = dict(selection)
     out = []
-    dropped = {v.cell.collective for v in verified if v.verdict in ("slower", "failed")} if whole else set()
+    dropped = {v.cell.collective for v in verified if _slower_or_failed(v)} if whole else set()
     for v in verified:
         back = (v.cell.collective in dropped and v.algorithm != DEFAULT_ALGORITHM) if whole else \
-            goes_back_to_default(v.verdict, v.speedup)
+            goes_back_to_default(v.verdict, v.speedup, v.own_verdict)
         if back:
             fixed[v.cell] = DEFAULT_ALGORITHM
-            v = VerifiedCell(v.cell, v.algorithm, v.tuned_us, v.default_us, v.speedup, v.ci_low, v.ci_high,
-                             v.verdict, replaced=True)
+            v = dataclasses.replace(v, replaced=True)
         out.append(v)
     return fixed, out
 
@@ -165,8 +249,9 @@ def summary(verified: Sequence[VerifiedCell]) -> dict[str, float | int]:
         "cells": len(verified), "compared": len(measured),
         "geo_mean_speedup_compared_before": geo(before), "geo_mean_speedup_compared_after": geo(after),
         "geo_mean_speedup_all_cells": geo(everywhere),
-        "slower_beyond_noise_before": sum(v.verdict == "slower" for v in verified),
-        "slower_beyond_noise_after": sum(v.verdict == "slower" and not v.replaced for v in verified),
+        "slower_beyond_noise_before": sum(_slower(v) for v in verified),
+        "slower_beyond_noise_after": sum(_slower(v) and not v.replaced for v in verified),
+        "rules": len({v.rule for v in measured}),
         "slower_point_estimate_after": sum(v.speedup < 1.0 and not v.replaced for v in measured),
         "faster_beyond_noise": sum(v.verdict == "faster" for v in verified),
         "replaced": sum(v.replaced for v in verified),

@@ -95,14 +95,18 @@ class VerifyReport:
     compositions: list[VerifiedComposition] = dataclasses.field(default_factory=list)
 
     def lines(self) -> list[str]:
-        """What verify found, as plain text: one line per replaced rule, then the summary."""
+        """What verify found, as plain text: one line per replaced cell, then the summary."""
         out = [f"replaced {v.cell.collective} {format_size(v.cell.msg_bytes)} at {v.cell.ranks} ranks: "
-               f"{v.algorithm} was {'slower within noise' if v.verdict == 'same' else v.verdict} "
-               f"(speedup {v.speedup:.3f}, 95% CI {v.ci_low:.3f}..{v.ci_high:.3f}) -> default"
+               + (f"{v.algorithm} was slower on its own (speedup {v.own_speedup:.3f}) in a rule "
+                  if v.own_verdict == "slower" and v.verdict != "slower" else f"{v.algorithm} was ")
+               + f"{'slower within noise' if v.verdict == 'same' else v.verdict} "
+               f"(speedup {v.speedup:.3f}, 95% CI {v.ci_low:.3f}..{v.ci_high:.3f}"
+               + (f"; its rule of {v.rule_cells} sizes" if v.rule_cells > 1 else "") + f", {v.launches} launches"
+               + ") -> default"
                for v in self.verified if v.replaced]
         n = self.summary
         out.append(
-            f"verified {n['compared']} cells: geo-mean speedup over default {n['geo_mean_speedup_compared_after']:.3f}x "
+            f"verified {n['compared']} cells in {n.get('rules', n['compared'])} rules: geo-mean speedup over default {n['geo_mean_speedup_compared_after']:.3f}x "
             f"(before replacements {n['geo_mean_speedup_compared_before']:.3f}x; all {n['cells']} cells "
             f"{n['geo_mean_speedup_all_cells']:.3f}x); slower beyond noise: {n['slower_beyond_noise_before']} "
             f"-> {n['slower_beyond_noise_after']} after verify ({n['slower_point_estimate_after']} below 1 "
@@ -134,9 +138,9 @@ def plan_verify(directory: Path, *, repeats: int, mpi: str | None = None) -> Ver
 
 def measure_pairs(plan: VerifyPlan, settings: MeasureSettings, topology: str, listener: VerifyListener,
                   hostfile: Path | None = None) -> tuple[list[PointResult], list[Cell]]:
-    """The planned runs, then as many pairs again for the cells that look slower without the evidence to
-    say so (a real slowdown is not waved through for lack of runs, nor a good rule dropped for one
-    outlier). Returns every result and the cells of the second pass."""
+    """The planned runs, one launch per repetition, then as many launches again for the rules that look
+    slower without the evidence to say so (a real slowdown is not waved through for lack of launches, nor a
+    good rule dropped for one outlier). Returns every result and the cells of the second pass."""
     from tunempi.mpi.discovery import adapter_for
     from tunempi.tune.job import scheduling
 
@@ -155,13 +159,22 @@ def measure_pairs(plan: VerifyPlan, settings: MeasureSettings, topology: str, li
         progress["done"] += 1
         listener.measured(result, progress["done"], progress["total"])
 
+    def measure(work: Mapping[Layout, Sequence[BenchPoint]]) -> list[PointResult]:
+        """Each repetition in a launch of its own (the launch is the unit of the evidence)."""
+        out: list[PointResult] = []
+        for run in sorted({p.run for points in work.values() for p in points}):
+            out += runner.run({layout: [p for p in points if p.run == run] for layout, points in work.items()},
+                              on_point=on_point)
+            runner.relaunch()
+        return out
+
     try:
-        results = list(runner.run(plan.work, on_point=on_point))
+        results = measure(plan.work)
         again = suspicious(evaluate(plan.selection, results))
         if again:
             extra = verify_plan({c: plan.selection[c] for c in again}, plan.repeats, first_run=plan.repeats)
             progress["total"] += sum(len(points) for points in extra.values())
-            results += runner.run(extra, on_point=on_point)
+            results += measure(extra)
     finally:
         runner.close()
     return results, again
