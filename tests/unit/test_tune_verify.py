@@ -164,7 +164,7 @@ def agreement(found: list[str]) -> float:
 
 
 def test_a_rule_holds_only_if_it_holds_across_launches_so_a_rerun_reaches_the_same_verdict() -> None:
-    """A rule of five sizes alone (no other rule to pool the spread with), 3 launches, 10 % noise per median.
+    """A rule of five sizes judged on its own 3 launches, 10 % noise per median.
     A launch that favours one side across the rule (15 %) looks like a real difference to the pairs of one
     launch: pooled as if they were independent, the same A/A data say "faster" or "slower" at several
     times the level (5 % both sides), and two verifies disagree on them. Across launches the verdict stays

@@ -18,7 +18,7 @@ from tunempi.units import parse_duration
 
 def verify_command(
     tuning: Annotated[Path, typer.Option(help="A tuning directory written by `tunempi tune`.")],
-    repeats: Annotated[int, typer.Option(help="Interleaved tuned/default pairs per cell (>= 2).")] = 3,
+    repeats: Annotated[int, typer.Option(help="Tuned/default pairs per cell, each repetition in a fresh launch (>= 2).")] = 3,
     time_cap: Annotated[str, typer.Option(help="Measuring time per run at most.")] = "100ms",
     mpi: Annotated[str | None, typer.Option("--mpi", help=f"MPI library ({SPEC_HELP}); default: the "
                                             "manifest's.")] = None,

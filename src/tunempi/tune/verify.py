@@ -9,8 +9,8 @@ sizes by 10-30 %), so a verdict must hold across launches, not across runs of on
 
 The unit judged is the *rule*, as the file writes it: a run of neighbouring sizes of one layout where
 the tuning selects one algorithm (`rules_of`). Its block values (log default/tuned, one per cell and
-launch) go to the across-launch form of the shared evidence rule (evidence.compare_launches, the launch
-and cell variances pooled over every rule: docs/evidence.md), which gives the speedup default/tuned, its
+launch) go to the across-launch form of the shared evidence rule (evidence.compare_launches on the spread
+of the rule's own launch means: docs/evidence.md), which gives the speedup default/tuned, its
 95 % interval and the verdict; every cell of the rule carries it, and keeps its own estimate and verdict
 across the launches too. A rule is *slower beyond noise* when the interval lies below 1 and it lost at
 least 3 of 4 launches; it is replaced by `default`, and so is a rule whose estimate stays below 1 after
@@ -159,7 +159,7 @@ def _blocks(rule: Sequence[Cell], pairs: Mapping[Cell, Mapping[int, tuple[float,
 def evaluate(selection: Mapping[Cell, str], results: Sequence[PointResult]) -> list[VerifiedCell]:
     """One VerifiedCell per selection cell, from the results of `verify_plan` (each repetition one launch):
     each tuned cell carries its rule's verdict across launches (evidence.compare_launches on the rule's
-    cells x launches, the launch and cell variances pooled over the other rules), and its own estimate and
+    cells x launches, on the spread of its own launch means), and its own estimate and
     verdict. A cell with no pair (its tuned run failed) is "failed" whatever its rule."""
     nan = float("nan")
     pairs = _pairs(selection, results)
@@ -167,12 +167,10 @@ def evaluate(selection: Mapping[Cell, str], results: Sequence[PointResult]) -> l
                 for cell, algorithm in selection.items() if algorithm == DEFAULT_ALGORITHM}
     rules = rules_of(selection)
     blocks = [_blocks(rule, pairs) for rule in rules]
-    for i, (rule, matrix) in enumerate(zip(rules, blocks, strict=True)):
-        # the other rules' pooled spread moderates this one's own (a prior from the rest, as in Smyth's
-        # moderated t): pooled with its own, the rule's launches would count twice and one rule alone would
-        # be judged on too many degrees of freedom
-        spread = evidence.launch_spread(b for j, b in enumerate(blocks) if j != i and b.size)
-        found = evidence.compare_launches(matrix, spread=spread) if matrix.size else None
+    for rule, matrix in zip(rules, blocks, strict=True):
+        # on the rule's own launches alone: the rules' launch spreads differ too much to pool (one wild rule
+        # widened every other rule's interval in one verify and not in the next; docs/tune.md "verify twice")
+        found = evidence.compare_launches(matrix) if matrix.size else None
         for cell in rule:
             own = pairs.get(cell)
             if not own or found is None:
@@ -180,8 +178,7 @@ def evaluate(selection: Mapping[Cell, str], results: Sequence[PointResult]) -> l
                                               rule_cells=len(rule), rule_from=rule[0].msg_bytes)
                 continue
             tuned, default = [p[0] for p in own.values()], [p[1] for p in own.values()]
-            alone = evidence.compare_launches([evidence.launch_log_ratio([t], [d]) for t, d in own.values()],
-                                              spread=spread)
+            alone = evidence.compare_launches([evidence.launch_log_ratio([t], [d]) for t, d in own.values()])
             verified[cell] = VerifiedCell(cell, selection[cell], float(np.median(tuned)), float(np.median(default)),
                                           found.speedup, found.low, found.high, found.verdict,
                                           rule_cells=len(rule), launches=found.pairs, own_speedup=alone.speedup,

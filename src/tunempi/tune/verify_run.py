@@ -128,7 +128,7 @@ def plan_verify(directory: Path, *, repeats: int, mpi: str | None = None) -> Ver
     from tunempi.tune.apply import check_tuning_files, tuning_library
 
     if repeats < 2:
-        raise UsageError(f"--repeats must be at least 2 (a confidence interval needs two pairs), got {repeats}")
+        raise UsageError(f"--repeats must be at least 2 (a verdict needs two launches), got {repeats}")
     manifest = Manifest.load(directory)
     library = tuning_library(manifest, mpi)  # the library it was tuned for, by fingerprint
     check_tuning_files(manifest, library)  # present, and read back strictly
