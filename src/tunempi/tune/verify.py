@@ -13,17 +13,17 @@ launch) go to the across-launch form of the shared evidence rule (evidence.compa
 of the rule's own launch means: docs/evidence.md), which gives the speedup default/tuned, its
 95 % interval and the verdict; every cell of the rule carries it, and keeps its own estimate and verdict
 across the launches too. A rule is *slower beyond noise* when the interval lies below 1 and it lost at
-least 3 of 4 launches; it is replaced by `default`, and so is a rule whose estimate stays below 1 after
-the second pass (no evidence the rule helps, and the best estimate says it hurts: the library's own choice
-costs nothing to keep). A cell slower beyond noise on its own goes back too, whatever its rule's verdict
+least 3 of 4 launches; it is replaced by `default`. A rule estimated slower within noise gets a second
+pass of launches, and stays unless that brings the evidence: a near tie's estimate flips from verify to
+verify, and keeping it costs little. A cell slower beyond noise on its own goes back too, whatever its rule's verdict
 (a rule faster on average does not carry a size where it is clearly slower). The rule sets and files are
-rewritten (and smoke-checked again), and verify says so. A verified tuning result therefore keeps no
-measured point that it estimates slower than the default.
+rewritten (and smoke-checked again), and verify says so. A verified tuning result therefore keeps no rule
+slower than the default beyond noise across launches.
 
 A composition `tune` wrote at a multi-node layout (tune/compositions.py) is verified the same way: it is
 forced for a whole launch, so each repetition is one launch of the written composition and one of the
 library's default at that layout (order alternating), each measuring the composition sizes; every
-(repetition, size) is a pair. One that is slower beyond noise, estimated slower, or failed is dropped
+(repetition, size) is a pair. One that is slower beyond noise or failed is dropped
 (`compositions_to_drop`; where the library takes one composition for every collective, all of them go):
 its file is rewritten without it or deleted, and the manifest no longer activates it.
 
@@ -186,7 +186,8 @@ def evaluate(selection: Mapping[Cell, str], results: Sequence[PointResult]) -> l
     return [verified[cell] for cell in sorted(verified)]
 
 
-#: A rule whose speedup estimate is below this but not slower beyond noise gets a second pass of launches.
+#: A rule estimated this much slower than the default without the evidence to say so gets a second pass
+#: of launches (a real slowdown is not waved through for lack of launches).
 SUSPICIOUS_BELOW = 0.97
 
 
@@ -196,11 +197,13 @@ def suspicious(verified: Sequence[VerifiedCell], threshold: float = SUSPICIOUS_B
     return [v.cell for v in verified if v.verdict == "same" and v.speedup < threshold]
 
 
-def goes_back_to_default(verdict: str, speedup: float, own_verdict: str = "") -> bool:
-    """The rule for a tuned choice against the library's: slower beyond noise, failed, or no evidence
-    either way with the estimate below 1 (the library's own choice costs nothing to keep); or, for a cell of
-    a rule, slower beyond noise on the cell's own."""
-    return verdict in ("slower", "failed") or (verdict == "same" and speedup < 1.0) or own_verdict == "slower"
+def goes_back_to_default(verdict: str, own_verdict: str = "") -> bool:
+    """The rule for a tuned choice against the library's: slower beyond noise across launches, or failed;
+    for a cell of a rule, also slower beyond noise on the cell's own. Evidence only: an estimate below 1
+    within noise is a near tie whose sign flips from verify to verify (sending those back too, two
+    verifies of one tuning did the same to 53-90 % of the rules, on evidence only to 89-95 %: docs/tune.md
+    "verify twice"), and keeping a near tie costs little."""
+    return verdict in ("slower", "failed") or own_verdict == "slower"
 
 
 def _slower(v: VerifiedCell) -> bool:
@@ -214,17 +217,16 @@ def _slower_or_failed(v: VerifiedCell) -> bool:
 
 def apply_replacements(selection: Mapping[Cell, str], verified: Sequence[VerifiedCell], *, whole: bool = False
                        ) -> tuple[dict[Cell, str], list[VerifiedCell]]:
-    """Cells slower beyond noise, estimated slower within noise, or whose tuned run failed go back to
-    `default`. whole: the library's files select per collective as a whole (Intel MPI: a selection string
-    replaces its own choice at every size, tune.files.whole_collectives), so a collective is judged as one:
-    every cell of it goes back to default when one cell is slower beyond noise or failed, and a cell only
-    estimated slower within noise stays (going back would cost every other cell of the collective)."""
+    """Cells slower beyond noise (their rule's, or their own) or whose tuned run failed go back to `default`
+    (goes_back_to_default). whole: the library's files select per collective as a whole (Intel MPI: a
+    selection string replaces its own choice at every size, tune.files.whole_collectives), so a collective
+    is judged as one: every cell of it goes back to default when one cell is slower beyond noise or failed."""
     fixed = dict(selection)
     out = []
     dropped = {v.cell.collective for v in verified if _slower_or_failed(v)} if whole else set()
     for v in verified:
         back = (v.cell.collective in dropped and v.algorithm != DEFAULT_ALGORITHM) if whole else \
-            goes_back_to_default(v.verdict, v.speedup, v.own_verdict)
+            goes_back_to_default(v.verdict, v.own_verdict)
         if back:
             fixed[v.cell] = DEFAULT_ALGORITHM
             v = dataclasses.replace(v, replaced=True)
@@ -313,8 +315,7 @@ def evaluate_composition(collective: str, composition: str, layout: tuple[int, i
 
 
 def compositions_to_drop(verified: Sequence[VerifiedComposition], *, applies_to_all: bool) -> set[str]:
-    """Collectives whose composition goes: slower beyond noise, estimated slower within noise, or failed (as
-    for a cell's rule). Where the library takes one composition for every collective, one such verdict
-    drops it for all of them."""
-    drop = {v.collective for v in verified if goes_back_to_default(v.verdict, v.speedup)}
+    """Collectives whose composition goes: slower beyond noise or failed (as for a cell's rule). Where the
+    library takes one composition for every collective, one such verdict drops it for all of them."""
+    drop = {v.collective for v in verified if goes_back_to_default(v.verdict)}
     return {v.collective for v in verified} if drop and applies_to_all else drop
