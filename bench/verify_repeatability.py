@@ -1,13 +1,13 @@
 """Does `verify` give the same verdict twice? One tune, then `verify` twice on two copies of its result.
 
-Each verify measures the tuned rules against the library's default in its own launches (3 pairs, a second
-pass where undecided) and may send rules back to the default; both start from the same files, so any
+Each verify measures the tuned rules against the library's default in its own launches (3, one pair per
+cell in each; more for a rule that looks slower) and may send rules back to the default; both start from the same files, so any
 difference between them is the verdicts' noise. Printed (and written to --json), over the rules both
 compared (a rule: neighbouring sizes with one tuned algorithm, as the file writes it and verify judges
 it; cells the tuning leaves at the default have nothing to compare): the share of rules where both verifies
 gave the same verdict (faster / same / slower ...) and did the same to the rule (kept or sent back to the
-default); the same per cell; and, side by side from the same runs, the per-cell verdicts on each cell's
-own pairs (how verify judged before it judged rules). The goal (issue 28) is >= 95 % of the rules.
+default); the same per cell; and, from the same runs, each cell's own verdict across the launches (the
+rule's cells judged one by one). The goal (issue 28) is >= 95 % of the rules.
 
     .venv/bin/python bench/verify_repeatability.py --mpi mpich --ranks 2
     .venv/bin/python bench/verify_repeatability.py --mpi openmpi --ranks 2 --launches 1

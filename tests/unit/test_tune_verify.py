@@ -251,3 +251,22 @@ def test_verified_compositions_round_trip_through_the_manifest_record() -> None:
                                                                      ci_high=0)
     assert back.speedup == pytest.approx(verified.speedup, abs=1e-5)  # kept to 5 decimals
     assert VerifyRecord.from_dict({"cells": []}).compositions == ()  # verified before compositions were
+
+
+def test_verify_says_which_rule_a_replaced_cell_belongs_to_and_why() -> None:
+    from tunempi.tune.verify import VerifiedCell
+    from tunempi.tune.verify_run import VerifyReport
+
+    big = Cell("allreduce", 2, 1, 2, 131072)
+    rule = {"rule_cells": 3, "launches": 3, "rule_from": A.msg_bytes}
+    verified = [VerifiedCell(A, "ring", 8.0, 10.0, 1.2, 1.1, 1.3, "faster", own_speedup=1.25, own_verdict="faster",
+                             **rule),
+                VerifiedCell(B, "ring", 8.0, 10.0, 1.2, 1.1, 1.3, "faster", own_speedup=1.3, own_verdict="faster",
+                             **rule),
+                VerifiedCell(big, "ring", 20.0, 10.0, 1.2, 1.1, 1.3, "faster", replaced=True, own_speedup=0.5,
+                             own_verdict="slower", **rule)]
+    report = VerifyReport(None, verified, summary(verified), replaced=1)  # type: ignore[arg-type]
+    first, last = report.lines()[0], report.lines()[-1]
+    assert first.startswith("replaced allreduce 128KiB at 2 ranks: ring was slower on its own (speedup 0.500) in a rule faster")
+    assert "its rule of 3 sizes, 3 launches" in first and first.endswith("-> default")
+    assert "verified 3 cells in 1 rules" in last and "slower beyond noise: 1 -> 0" in last

@@ -13,11 +13,11 @@ launch) go to the across-launch form of the shared evidence rule (evidence.compa
 of the rule's own launch means: docs/evidence.md), which gives the speedup default/tuned, its
 95 % interval and the verdict; every cell of the rule carries it, and keeps its own estimate and verdict
 across the launches too. A rule is *slower beyond noise* when the interval lies below 1 and it lost at
-least 3 of 4 launches; it is replaced by `default`. A rule estimated slower within noise gets a second
-pass of launches, and stays unless that brings the evidence: a near tie's estimate flips from verify to
-verify, and keeping it costs little. A cell slower beyond noise on its own goes back too, whatever its rule's verdict
-(a rule faster on average does not carry a size where it is clearly slower). The rule sets and files are
-rewritten (and smoke-checked again), and verify says so. A verified tuning result therefore keeps no rule
+least 3 of 4 launches; it is replaced by `default`. A cell slower beyond noise on its own goes back too,
+whatever its rule's verdict (a rule faster on average does not carry a size where it is clearly slower).
+A rule estimated slower within noise gets a second pass of launches, and stays unless that brings the
+evidence: a near tie's estimate flips from verify to verify, and keeping it costs little. The rule sets
+and files are rewritten (and smoke-checked again), and verify says so. A verified tuning result therefore keeps no rule
 slower than the default beyond noise across launches.
 
 A composition `tune` wrote at a multi-node layout (tune/compositions.py) is verified the same way: it is
@@ -88,8 +88,7 @@ class VerifiedCell:
                 "default_us": r(self.default_us), "speedup": r(self.speedup), "ci_low": r(self.ci_low),
                 "ci_high": r(self.ci_high), "verdict": self.verdict, "replaced": self.replaced,
                 "rule_cells": self.rule_cells, "launches": self.launches, "own_speedup": r(self.own_speedup),
-                "own_verdict": self.own_verdict,
-                "rule_from": self.rule_from}
+                "own_verdict": self.own_verdict, "rule_from": self.rule_from}
 
     @classmethod
     def from_dict(cls, data: Mapping) -> VerifiedCell:

@@ -99,14 +99,14 @@ class VerifyReport:
         out = [f"replaced {v.cell.collective} {format_size(v.cell.msg_bytes)} at {v.cell.ranks} ranks: "
                + (f"{v.algorithm} was slower on its own (speedup {v.own_speedup:.3f}) in a rule "
                   if v.own_verdict == "slower" and v.verdict != "slower" else f"{v.algorithm} was ")
-               + f"{'slower within noise' if v.verdict == 'same' else v.verdict} "
-               f"(speedup {v.speedup:.3f}, 95% CI {v.ci_low:.3f}..{v.ci_high:.3f}"
+               + f"{v.verdict} (speedup {v.speedup:.3f}, 95% CI {v.ci_low:.3f}..{v.ci_high:.3f}"
                + (f"; its rule of {v.rule_cells} sizes" if v.rule_cells > 1 else "") + f", {v.launches} launches"
                + ") -> default"
                for v in self.verified if v.replaced]
         n = self.summary
         out.append(
-            f"verified {n['compared']} cells in {n.get('rules', n['compared'])} rules: geo-mean speedup over default {n['geo_mean_speedup_compared_after']:.3f}x "
+            f"verified {n['compared']} cells in {n.get('rules', n['compared'])} rules: geo-mean speedup over default "
+            f"{n['geo_mean_speedup_compared_after']:.3f}x "
             f"(before replacements {n['geo_mean_speedup_compared_before']:.3f}x; all {n['cells']} cells "
             f"{n['geo_mean_speedup_all_cells']:.3f}x); slower beyond noise: {n['slower_beyond_noise_before']} "
             f"-> {n['slower_beyond_noise_after']} after verify ({n['slower_point_estimate_after']} below 1 "
