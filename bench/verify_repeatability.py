@@ -24,6 +24,7 @@ from pathlib import Path
 
 from tunempi.bench.protocol import MeasureSettings
 from tunempi.tune.job import TuneOptions, run_tune
+from tunempi.tune.verify import VerifiedCell
 from tunempi.tune.verify_run import run_verify
 from tunempi.units import parse_duration, parse_size
 
@@ -69,7 +70,7 @@ def main() -> None:
     judged = [same_rule(members) for members in rules.values()]
 
     def describe(members: list) -> str:
-        def verdict(v) -> str:  # noqa: ANN001 - a VerifiedCell
+        def verdict(v: VerifiedCell) -> str:
             return f"{v.verdict} {v.speedup:.3f} [{v.ci_low:.3f}, {v.ci_high:.3f}] over {v.launches} launches"
 
         a, b = first[members[0]], second[members[0]]

@@ -164,9 +164,8 @@ def evaluate(selection: Mapping[Cell, str], results: Sequence[PointResult]) -> l
     pairs = _pairs(selection, results)
     verified = {cell: VerifiedCell(cell, algorithm, None, None, 1.0, 1.0, 1.0, "default")
                 for cell, algorithm in selection.items() if algorithm == DEFAULT_ALGORITHM}
-    rules = rules_of(selection)
-    blocks = [_blocks(rule, pairs) for rule in rules]
-    for rule, matrix in zip(rules, blocks, strict=True):
+    for rule in rules_of(selection):
+        matrix = _blocks(rule, pairs)
         # on the rule's own launches alone: the rules' launch spreads differ too much to pool (one wild rule
         # widened every other rule's interval in one verify and not in the next; docs/tune.md "verify twice")
         found = evidence.compare_launches(matrix) if matrix.size else None
@@ -177,7 +176,8 @@ def evaluate(selection: Mapping[Cell, str], results: Sequence[PointResult]) -> l
                                               rule_cells=len(rule), rule_from=rule[0].msg_bytes)
                 continue
             tuned, default = [p[0] for p in own.values()], [p[1] for p in own.values()]
-            alone = evidence.compare_launches([evidence.launch_log_ratio([t], [d]) for t, d in own.values()])
+            alone = found if len(rule) == 1 else \
+                evidence.compare_launches([evidence.launch_log_ratio([t], [d]) for t, d in own.values()])
             verified[cell] = VerifiedCell(cell, selection[cell], float(np.median(tuned)), float(np.median(default)),
                                           found.speedup, found.low, found.high, found.verdict,
                                           rule_cells=len(rule), launches=found.pairs, own_speedup=alone.speedup,
@@ -210,10 +210,6 @@ def _slower(v: VerifiedCell) -> bool:
     return v.verdict == "slower" or v.own_verdict == "slower"
 
 
-def _slower_or_failed(v: VerifiedCell) -> bool:
-    return _slower(v) or v.verdict == "failed"
-
-
 def apply_replacements(selection: Mapping[Cell, str], verified: Sequence[VerifiedCell], *, whole: bool = False
                        ) -> tuple[dict[Cell, str], list[VerifiedCell]]:
     """Cells slower beyond noise (their rule's, or their own) or whose tuned run failed go back to `default`
@@ -222,7 +218,8 @@ def apply_replacements(selection: Mapping[Cell, str], verified: Sequence[Verifie
     is judged as one: every cell of it goes back to default when one cell is slower beyond noise or failed."""
     fixed = dict(selection)
     out = []
-    dropped = {v.cell.collective for v in verified if _slower_or_failed(v)} if whole else set()
+    dropped = {v.cell.collective for v in verified if goes_back_to_default(v.verdict, v.own_verdict)} \
+        if whole else set()
     for v in verified:
         back = (v.cell.collective in dropped and v.algorithm != DEFAULT_ALGORITHM) if whole else \
             goes_back_to_default(v.verdict, v.own_verdict)
