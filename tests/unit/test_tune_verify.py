@@ -270,3 +270,22 @@ def test_verify_says_which_rule_a_replaced_cell_belongs_to_and_why() -> None:
     assert first.startswith("replaced allreduce 128KiB at 2 ranks: ring was slower on its own (speedup 0.500) in a rule faster")
     assert "its rule of 3 sizes, 3 launches" in first and first.endswith("-> default")
     assert "verified 3 cells in 1 rules" in last and "slower beyond noise: 1 -> 0" in last
+
+
+def test_a_cell_sent_back_with_its_whole_collective_says_so() -> None:
+    """Intel MPI reads one selection per collective: a rule "same" within noise goes back because another rule
+    of its collective was slower, and the line must say that rather than look like "same -> default"."""
+    from tunempi.tune.verify import VerifiedCell
+    from tunempi.tune.verify_run import VerifyReport
+
+    steady = VerifiedCell(A, "ring", 10.0, 10.1, 1.01, 0.97, 1.05, "same", own_speedup=1.01, own_verdict="same",
+                          launches=3)
+    slower = VerifiedCell(B, "ring", 20.0, 10.0, 0.5, 0.45, 0.55, "slower", own_speedup=0.5, own_verdict="slower",
+                          launches=3)
+    _, judged = apply_replacements({A: "ring", B: "ring"}, [steady, slower], whole=True)
+    report = VerifyReport(None, judged, summary(judged), replaced=2)  # type: ignore[arg-type]
+    by_size = dict(zip((A.msg_bytes, B.msg_bytes), report.lines()[:2], strict=True))
+    assert by_size[A.msg_bytes].endswith("-> default with the whole collective (the library reads one selection per "
+                                         "collective, and another rule of it was slower beyond noise or failed)")
+    assert "ring was same (speedup 1.010" in by_size[A.msg_bytes]
+    assert by_size[B.msg_bytes].endswith("3 launches) -> default") and "ring was slower" in by_size[B.msg_bytes]

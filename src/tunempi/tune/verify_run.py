@@ -40,6 +40,7 @@ from tunempi.tune.verify import (
     compositions_to_drop,
     evaluate,
     evaluate_composition,
+    goes_back_to_default,
     summary,
     suspicious,
     verify_plan,
@@ -96,13 +97,7 @@ class VerifyReport:
 
     def lines(self) -> list[str]:
         """What verify found, as plain text: one line per replaced cell, then the summary."""
-        out = [f"replaced {v.cell.collective} {format_size(v.cell.msg_bytes)} at {v.cell.ranks} ranks: "
-               + (f"{v.algorithm} was slower on its own (speedup {v.own_speedup:.3f}) in a rule "
-                  if v.own_verdict == "slower" and v.verdict != "slower" else f"{v.algorithm} was ")
-               + f"{v.verdict} (speedup {v.speedup:.3f}, 95% CI {v.ci_low:.3f}..{v.ci_high:.3f}"
-               + (f"; its rule of {v.rule_cells} sizes" if v.rule_cells > 1 else "") + f", {v.launches} launches"
-               + ") -> default"
-               for v in self.verified if v.replaced]
+        out = [_replacement_line(v) for v in self.verified if v.replaced]
         n = self.summary
         out.append(
             f"verified {n['compared']} cells in {n.get('rules', n['compared'])} rules: geo-mean speedup over default "
@@ -120,6 +115,20 @@ class VerifyReport:
                        f"{v.ci_low:.3f}..{v.ci_high:.3f}, {v.pairs} pairs)"
                        + (" -> the library's default composition" if v.dropped else ""))
         return out
+
+
+def _replacement_line(v: VerifiedCell) -> str:
+    """Why a cell went back to the default: its rule's evidence, its own, or (a library reading one selection
+    per collective, apply_replacements(whole=True)) another rule of its collective."""
+    own_only = v.own_verdict == "slower" and v.verdict != "slower"
+    with_collective = not goes_back_to_default(v.verdict, v.own_verdict)
+    return (f"replaced {v.cell.collective} {format_size(v.cell.msg_bytes)} at {v.cell.ranks} ranks: "
+            + (f"{v.algorithm} was slower on its own (speedup {v.own_speedup:.3f}) in a rule "
+               if own_only else f"{v.algorithm} was ")
+            + f"{v.verdict} (speedup {v.speedup:.3f}, 95% CI {v.ci_low:.3f}..{v.ci_high:.3f}"
+            + (f"; its rule of {v.rule_cells} sizes" if v.rule_cells > 1 else "") + f", {v.launches} launches"
+            + (") -> default with the whole collective (the library reads one selection per collective, and "
+               "another rule of it was slower beyond noise or failed)" if with_collective else ") -> default"))
 
 
 def plan_verify(directory: Path, *, repeats: int, mpi: str | None = None) -> VerifyPlan:
