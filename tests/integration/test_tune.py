@@ -28,12 +28,33 @@ from tunempi.tune.job import (
     run_tune,
 )
 from tunempi.tune.manifest import Manifest
-from tunempi.tune.verify_run import run_verify
+from tunempi.tune.runner import PointResult
+from tunempi.tune.verify_run import VerifyListener, run_verify
 from tunempi.writers.dynamic_rules import read_dynamic_rules
 
 pytestmark = pytest.mark.mpi
 
 FAST = MeasureSettings(warmup=1, min_iters=5, max_iters=200, rel_ci=0.1, time_cap_s=0.02)
+
+
+class RecordingVerify(VerifyListener):
+    """Every run verify measured, in order."""
+
+    def __init__(self) -> None:
+        self.results: list[PointResult] = []
+
+    def measured(self, result: PointResult, done: int, total: int) -> None:
+        self.results.append(result)
+
+
+def assert_each_repetition_starts_a_launch(results: list[PointResult]) -> None:
+    """verify's evidence is across launches: every repetition (the run index of its points) begins with a
+    fresh engine launch of each layout, not a point measured in the previous repetition's launch."""
+    assert results, "verify measured nothing: the tune wrote no override"
+    for run in {r.point.run for r in results}:
+        for layout in {r.layout for r in results if r.point.run == run}:
+            first = next(r for r in results if r.point.run == run and r.layout == layout)
+            assert first.launches >= 1, (run, layout)
 TUNEMPI = [sys.executable, "-m", "tunempi"]
 
 
@@ -88,6 +109,33 @@ def test_mpich_tune_verify_run_report(tmp_path: Path) -> None:
                           capture_output=True, text=True)
     assert done.returncode == 0, done.stderr
     assert (manifest.directory / "report" / "speedup.png").is_file() and "base64" in html.read_text()
+
+
+def test_verify_measures_each_repetition_in_a_fresh_launch_of_a_real_override(tmp_path: Path) -> None:
+    """verify's evidence is across launches: with an override in the files (forced here, as a tune of tiny
+    sizes at 2 ranks often keeps the default everywhere), each of its repetitions begins with a new launch of
+    the layout, every rule is judged on as many launches as repetitions, and whatever it replaces the real
+    library reads back."""
+    from tunempi.mpi.discovery import resolve_library
+    from tunempi.tune.verify_run import rewrite_files
+
+    report = run_tune(options(tmp_path, "mpich", "allreduce", 2, 64))
+    manifest = report.manifest
+    assert manifest is not None
+    space = report.outcome.strategies["allreduce"].space
+    override = next(a for a in space.algorithms if a != "default")
+    forced = {row.cell: override for row in manifest.selection}
+    rewrite_files(manifest, resolve_library("mpich"), forced, smoke=True).save()
+    runs = RecordingVerify()
+    verified = run_verify(manifest.directory, repeats=2, settings=FAST, listener=runs)
+    assert_each_repetition_starts_a_launch(runs.results)
+    assert {r.point.run for r in runs.results} >= {0, 1}
+    compared = [v for v in verified.verified if v.verdict not in ("default", "failed")]
+    assert len(compared) == len(forced) and all(v.launches >= 2 for v in compared)
+    after = Manifest.load(manifest.directory).rule_sets["allreduce"]
+    for v in verified.verified:
+        assert after.select(2, v.cell.msg_bytes) == ("default" if v.replaced else override)
+
 
 
 def test_openmpi_tunes_two_and_four_ranks_and_writes_a_strict_rules_file(tmp_path: Path) -> None:
@@ -261,6 +309,25 @@ def test_intel_mpi_tunes_into_selection_strings_it_accepts_verifies_and_runs(tmp
                           ignored_by_library=adapter.ignored_by_library)
     assert not refused.ok and refused.ignored == ("I_MPI_ADJUST_ALLREDUCE=99",)
     assert "the library ignored I_MPI_ADJUST_ALLREDUCE=99" in refused.summary()
+
+
+def test_intel_mpi_decides_across_launches_and_its_collectives_stay_whole(tmp_path: Path) -> None:
+    """`tune --launches 2` with Intel MPI (a forced preset is a launch of its own): the deciding runs are a
+    second block, an override is written only in a collective where some cell was decided "tuned" across
+    both launches (its other cells are filled whole, tune.files.whole_collectives), every cell of a
+    collective kept at the default is a tie or decided slower, and the library starts with the strings."""
+    report = run_tune(options(tmp_path, "impi", "allreduce", 2, 16, launches=2))
+    outcome, manifest = report.outcome, report.manifest
+    assert manifest is not None and outcome.stop_reason in ("converged", "exhaustive-cost")
+    blocks = {r.launch_block for s in outcome.strategies.values() for r in s.records if r.cost_s > 0}
+    assert blocks == {1, 2}
+    assert outcome.decisions and manifest.run.decided_across == 2
+    decided_tuned = {c.collective for c, d in outcome.decisions.items() if d.outcome == "tuned"}
+    for row in manifest.selection:
+        if row.algorithm != "default":
+            assert row.cell.collective in decided_tuned, row
+    assert sum(manifest.run.decisions.values()) == len(outcome.decisions)
+    assert [s.ok for s in manifest.smoke] == [True]
 
 
 @pytest.mark.parametrize("mpi", ["mpich", "openmpi"])
