@@ -106,13 +106,19 @@ def test_where_files_select_a_collective_whole_it_is_judged_as_one() -> None:
     assert set(fixed.values()) == {DEFAULT_ALGORITHM} and all(v.replaced for v in judged)
 
 
-def test_suspicious_cells_get_a_second_pass_with_new_run_indices() -> None:
-    from tunempi.tune.verify import VerifiedCell, suspicious
+def test_undecided_rules_far_from_one_get_a_second_pass_with_new_run_indices() -> None:
+    """Undecided ("same") with an estimate below 0.97 (a slowdown not waved through for lack of launches) or
+    above 1.10 (a gain whose verdict would flip from verify to verify): more launches. Near 1, or decided: not."""
+    from tunempi.tune.verify import VerifiedCell, needs_second_pass
 
+    D = Cell(A.collective, A.ranks, A.nodes, A.ppn, 1 << 20)
     verified = [VerifiedCell(A, "ring", 11.0, 10.0, 0.9, 0.6, 1.3, "same"),
-                VerifiedCell(B, "rd", 9.0, 10.0, 1.1, 0.8, 1.4, "same"),
-                VerifiedCell(C, "ring", 12.0, 10.0, 0.8, 0.7, 0.9, "slower")]
-    assert suspicious(verified) == [A]  # B looks fine, C is already decided
+                VerifiedCell(B, "rd", 9.5, 10.0, 1.05, 0.8, 1.4, "same"),
+                VerifiedCell(C, "ring", 12.0, 10.0, 0.8, 0.7, 0.9, "slower"),
+                VerifiedCell(D, "ring", 5.0, 10.0, 1.9, 0.5, 6.5, "same"),
+                VerifiedCell(Cell(A.collective, A.ranks, A.nodes, A.ppn, 1 << 21), "ring", 5.0, 10.0, 2.0, 1.9,
+                             2.1, "faster")]
+    assert needs_second_pass(verified) == [A, D]
     work = verify_plan({A: "ring"}, 2, first_run=3)
     assert [(p.algorithm, p.run) for p in work[Layout(2)]] == [("default", 3), ("ring", 3), ("ring", 4),
                                                                 ("default", 4)]  # order alternates by run

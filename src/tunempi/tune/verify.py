@@ -188,12 +188,17 @@ def evaluate(selection: Mapping[Cell, str], results: Sequence[PointResult]) -> l
 #: A rule estimated this much slower than the default without the evidence to say so gets a second pass
 #: of launches (a real slowdown is not waved through for lack of launches).
 SUSPICIOUS_BELOW = 0.97
+#: ... and one estimated this much faster without it likewise: its verdict flipped from verify to verify
+#: ("faster" 1.93x [1.86, 2.00] in one, "same" 1.09x [0.31, 3.88] in the next, one launch in three wild;
+#: docs/tune.md "verify twice"), and more launches settle which.
+PROMISING_ABOVE = 1.10
 
 
-def suspicious(verified: Sequence[VerifiedCell], threshold: float = SUSPICIOUS_BELOW) -> list[Cell]:
-    """Cells whose rule looks slower than default without the evidence to say so: measured again (every cell
-    of such a rule, since the verdict is the rule's)."""
-    return [v.cell for v in verified if v.verdict == "same" and v.speedup < threshold]
+def needs_second_pass(verified: Sequence[VerifiedCell], below: float = SUSPICIOUS_BELOW,
+                      above: float = PROMISING_ABOVE) -> list[Cell]:
+    """Cells whose rule is undecided ("same") with an estimate far from 1 (below `below` or above `above`):
+    measured again (every cell of such a rule, since the verdict is the rule's)."""
+    return [v.cell for v in verified if v.verdict == "same" and not below <= v.speedup <= above]
 
 
 def goes_back_to_default(verdict: str, own_verdict: str = "") -> bool:

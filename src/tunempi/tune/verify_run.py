@@ -41,8 +41,8 @@ from tunempi.tune.verify import (
     evaluate,
     evaluate_composition,
     goes_back_to_default,
+    needs_second_pass,
     summary,
-    suspicious,
     verify_plan,
 )
 from tunempi.units import format_size
@@ -147,9 +147,10 @@ def plan_verify(directory: Path, *, repeats: int, mpi: str | None = None) -> Ver
 
 def measure_pairs(plan: VerifyPlan, settings: MeasureSettings, topology: str, listener: VerifyListener,
                   hostfile: Path | None = None) -> tuple[list[PointResult], list[Cell]]:
-    """The planned runs, one launch per repetition, then as many launches again for the rules that look
-    slower without the evidence to say so (a real slowdown is not waved through for lack of launches, nor a
-    good rule dropped for one outlier). Returns every result and the cells of the second pass."""
+    """The planned runs, one launch per repetition, then as many launches again for the rules left undecided
+    with an estimate far from 1 (verify.needs_second_pass: a real slowdown is not waved through for lack of
+    launches, nor a good rule dropped for one outlier, nor a large gain left to flip between verifies).
+    Returns every result and the cells of the second pass."""
     from tunempi.mpi.discovery import adapter_for
     from tunempi.tune.job import scheduling
 
@@ -179,7 +180,7 @@ def measure_pairs(plan: VerifyPlan, settings: MeasureSettings, topology: str, li
 
     try:
         results = measure(plan.work)
-        again = suspicious(evaluate(plan.selection, results))
+        again = needs_second_pass(evaluate(plan.selection, results))
         if again:
             extra = verify_plan({c: plan.selection[c] for c in again}, plan.repeats, first_run=plan.repeats)
             progress["total"] += sum(len(points) for points in extra.values())
