@@ -65,8 +65,21 @@ def options(tmp_path: Path, mpi: str, collectives: str, ranks: int, max_msg: int
 
 
 def test_mpich_tune_verify_run_report(tmp_path: Path) -> None:
+    from threadpoolctl import threadpool_info
+
+    from tunempi.tune.job import model_threads
+    from tunempi.tune.scope import Scale
+
     events: list[TuneEvent] = []
-    report = run_tune(options(tmp_path, "mpich", "allreduce,bcast", 2, 64), events.append)
+    blas_threads: set[int] = set()
+
+    def on_event(event: TuneEvent) -> None:
+        events.append(event)
+        if isinstance(event, PointMeasured):  # inside the tune: the model's libraries leave the ranks' cores
+            blas_threads.update(pool["num_threads"] for pool in threadpool_info() if pool["user_api"] == "blas")
+
+    report = run_tune(options(tmp_path, "mpich", "allreduce,bcast", 2, 64), on_event)
+    assert blas_threads == {model_threads([Scale(1, 2)])}  # 2 ranks on this node
     manifest = report.manifest
     assert manifest is not None and report.outcome.stop_reason in ("converged", "exhaustive-cost", "timeout")
     assert report.outcome.measured > 0 and not manifest.missing_files()

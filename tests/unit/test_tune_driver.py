@@ -306,6 +306,14 @@ def test_auto_lanes_overlap_only_with_a_core_to_spare() -> None:
     assert auto_lanes([Scale(4, 12)], cpus=12) == 1
 
 
+def test_the_model_gets_the_cores_the_ranks_leave_and_at_least_one() -> None:
+    from tunempi.tune.job import model_threads
+
+    assert model_threads([Scale(1, 2), Scale(1, 4)], cpus=2) == 1
+    assert model_threads([Scale(1, 2), Scale(2, 4)], cpus=8) == 4
+    assert model_threads([], cpus=8) == 7
+
+
 def test_a_tune_that_measured_almost_nothing_is_refused() -> None:
     """One round of a few points: the selection would be the model's guess; check_evidence refuses it."""
     from tunempi.tune.driver import TooLittleMeasured, check_evidence

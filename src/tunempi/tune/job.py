@@ -7,8 +7,8 @@ CompositionsMeasured, CompositionsWritten) to a callback; the CLI (cli/tune.py) 
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
-import os
 import shutil
 import tempfile
 import time
@@ -17,12 +17,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from threadpoolctl import threadpool_limits
+
 from tunempi.bench.engine import EngineSession, Layout
 from tunempi.bench.protocol import MeasureSettings, PointRequest
 from tunempi.bench.validate import check_engine_collective
 from tunempi.collectives import DEFAULT_ALGORITHM, parse_collectives
 from tunempi.errors import MPIError, TuningFileError, UsageError
-from tunempi.launch.hosts import NodeAllocation
+from tunempi.launch.hosts import NodeAllocation, local_cores
 from tunempi.launch.scheduler import SCHEDULING_MODES, GroupScheduler
 from tunempi.launch.topology import group_nodes, read_group_file, slurm_topology
 from tunempi.mpi.library import MPILibrary
@@ -97,6 +99,8 @@ class TuneOptions:
     system: str = ""
     strategy_params: dict[str, object] = field(default_factory=dict)
     lanes: int = 0  # collectives' turns on the engine (one measured while the others' models fit); 0: auto_lanes
+    #: Threads the model's linear algebra may use (BLAS, OpenMP); 0: `model_threads`, -1: the libraries' own.
+    model_threads: int = 0
     #: End the tune where another round would cost more than measuring every point once (tune/guard.py).
     exhaustive_guard: bool = True
     #: Launches a cell's contenders are measured in before an override is written (tune/launch_blocks.py;
@@ -115,9 +119,21 @@ def auto_lanes(scales: list[Scale], cpus: int | None = None) -> int:
     to spare beyond the most ranks a benchmark puts on it, else 1. Measured on a 2-core node with 2
     MPICH ranks: the model thread beside the busy-polling ranks made every run cost 4x (scheduler
     stalls, contended runs measured again), far more than the model time it hid."""
-    cpus = cpus if cpus is not None else (os.cpu_count() or 1)
+    cpus = cpus if cpus is not None else local_cores()
     per_node = max(s.ppn for s in scales) if scales else 1
     return 2 if cpus > per_node else 1
+
+
+def model_threads(scales: list[Scale], cpus: int | None = None) -> int:
+    """The cores this node has beyond the most ranks a benchmark puts on it, at least 1: the threads the
+    models' linear algebra may use. With the libraries' own choice (a thread per core) the threads they leave
+    spinning after a fit share the cores with the ranks that measure next: tunes on this 2-core machine with
+    2 MPICH ranks moved a cell's block value from the exploring launch to a fresh one by a standard deviation
+    of 0.43-0.58 (log), 0.16-0.23 with one thread, and one tune in four decided almost nothing
+    (`bench/model_threads.py`, docs/tune.md "One thread for the model")."""
+    cpus = cpus if cpus is not None else local_cores()
+    per_node = max(s.ppn for s in scales) if scales else 1
+    return max(1, cpus - per_node)
 
 
 def scheduling(topology: str, allocation: NodeAllocation | None) -> GroupScheduler:
@@ -319,8 +335,10 @@ def run_tune(options: TuneOptions, on_event: OnTuneEvent | None = None) -> TuneR
     emit = on_event or _ignore
     plan = TunePlan.of(options)
     runner = plan.runner()
+    threads = options.model_threads or model_threads(plan.scales)
     try:
-        with ResultStore(plan.db) as store:
+        with ResultStore(plan.db) as store, \
+                (threadpool_limits(limits=threads) if threads > 0 else contextlib.nullcontext()):
             tuner = Tuner(plan.spaces, runner, strategy=options.strategy, seed=options.seed, store=store,
                           fingerprint=plan.library.fingerprint, system=options.system,
                           lanes=options.lanes or auto_lanes(plan.scales), strategy_params=plan.strategy_params,
