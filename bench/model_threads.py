@@ -20,6 +20,7 @@ import time
 from pathlib import Path
 
 import numpy as np
+from tune_agreement import add_live_tune_arguments
 
 from tunempi.bench.protocol import MeasureSettings
 from tunempi.collectives import DEFAULT_ALGORITHM
@@ -46,10 +47,7 @@ def launch_differences(outcome: TuneOutcome) -> tuple[list[float], list[float]]:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--mpi", default="mpich")
-    parser.add_argument("--ranks", type=int, default=2)
-    parser.add_argument("--collectives", default="allreduce,bcast,allgather,alltoall")
-    parser.add_argument("--max-msg", default="1MiB")
+    add_live_tune_arguments(parser)
     parser.add_argument("--seeds", type=int, default=4)
     parser.add_argument("--first-seed", type=int, default=200)
     args = parser.parse_args()

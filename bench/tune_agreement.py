@@ -53,6 +53,14 @@ GAP = 1.10  # a cell whose default is this much slower than its best is one a tu
 NEAR_BEST = 1.05
 
 
+def add_live_tune_arguments(parser: argparse.ArgumentParser, mpi: str = "mpich", ranks: int = 2) -> None:
+    """--mpi, --ranks, --collectives and --max-msg, as every bench script that tunes the real library takes them."""
+    parser.add_argument("--mpi", default=mpi)
+    parser.add_argument("--ranks", type=int, default=ranks)
+    parser.add_argument("--collectives", default="allreduce,bcast,allgather,alltoall")
+    parser.add_argument("--max-msg", default="1MiB")
+
+
 def one_tune(args: argparse.Namespace, work: Path, name: str, seed: int, launches: int) -> dict:
     options = TuneOptions(
         out=work / name, collectives=args.collectives, mpi=args.mpi, ranks=args.ranks,
@@ -71,6 +79,8 @@ def one_tune(args: argparse.Namespace, work: Path, name: str, seed: int, launche
 
 
 Samples = dict[tuple[Cell, str], dict[int, float]]
+#: cell -> launch k -> (the other launches' choice, every algorithm's time in launch k)
+HeldOut = dict[Cell, dict[int, tuple[str, dict[str, float]]]]
 
 
 def validation(args: argparse.Namespace, work: Path) -> tuple[Samples, float, int]:
@@ -108,15 +118,17 @@ def validation(args: argparse.Namespace, work: Path) -> tuple[Samples, float, in
     return samples, bench_s, runs
 
 
-def held_out(samples: Samples, cells: list[Cell]) -> dict[Cell, dict[int, tuple[str, dict[str, float]]]]:
+def held_out(samples: Samples) -> HeldOut:
     """Per cell and launch k: the algorithm fastest by the median of the *other* launches (an exhaustive
     validation of one launch fewer), and every algorithm's time in launch k. Judging a tune against that
     choice on data the choice never saw is fair: the fastest of 6-9 noisy medians, judged on the same
     medians, is below every algorithm's true time, so even a perfect selection scores above 1 against it."""
     launches = sorted({k for values in samples.values() for k in values})
-    out: dict[Cell, dict[int, tuple[str, dict[str, float]]]] = {}
-    for cell in cells:
-        timed = {a: v for (c, a), v in samples.items() if c == cell}
+    by_cell: dict[Cell, dict[str, dict[int, float]]] = {}
+    for (cell, algorithm), values in samples.items():
+        by_cell.setdefault(cell, {})[algorithm] = values
+    out: HeldOut = {}
+    for cell, timed in by_cell.items():
         for k in launches:
             others = {a: statistics.median([t for j, t in v.items() if j != k]) for a, v in timed.items()
                       if k in v and any(j != k for j in v)}
@@ -132,12 +144,12 @@ def held_out_ratio(choices: dict[int, tuple[str, dict[str, float]]], algorithm: 
     return float(np.exp(np.mean(logs))) if logs else None
 
 
-def judge(tunes: list[dict], samples: Samples) -> dict:
+def judge(tunes: list[dict], samples: Samples, fair: HeldOut) -> dict:
+    """Both tunes of a rule against the validation: `samples` per launch, `fair` = held_out(samples)."""
     truth = {key: statistics.median(v.values()) for key, v in samples.items()}
     cells = sorted({cell for cell, _ in truth}, key=lambda c: (c.collective, c.msg_bytes))
     best = {cell: min(v for (c, _), v in truth.items() if c == cell) for cell in cells}
     gap_cells = [c for c in cells if (c, DEFAULT_ALGORITHM) in truth and truth[(c, DEFAULT_ALGORITHM)] > GAP * best[c]]
-    fair = held_out(samples, cells)
     default_held_out = {c: held_out_ratio(fair[c], DEFAULT_ALGORITHM) for c in fair}
     held_out_gap_cells = [c for c, r in default_held_out.items() if r is not None and r > GAP]
     a, b = tunes
@@ -173,10 +185,7 @@ def judge(tunes: list[dict], samples: Samples) -> dict:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--mpi", default="mpich")
-    parser.add_argument("--ranks", type=int, default=2)
-    parser.add_argument("--collectives", default="allreduce,bcast,allgather,alltoall")
-    parser.add_argument("--max-msg", default="1MiB")
+    add_live_tune_arguments(parser)
     parser.add_argument("--time-cap", default="100ms")
     parser.add_argument("--timeout", default="20m")
     parser.add_argument("--launches", type=int, default=2, help="the new rule's launches per decision")
@@ -196,8 +205,9 @@ def main() -> None:
     report: dict = {"mpi": args.mpi, "ranks": args.ranks, "collectives": args.collectives, "max_msg": args.max_msg,
                     "validation_launches": args.validation_launches, "validation_bench_s": round(validation_s, 2),
                     "validation_runs": validation_runs}
+    fair = held_out(samples)
     for rule, pair in tunes.items():
-        report[rule] = judge(pair, samples)
+        report[rule] = judge(pair, samples, fair)
     today_cost = statistics.mean(t["bench_s"] for t in tunes["today"])
     report["blocks_cost_vs_today"] = round(statistics.mean(t["bench_s"] for t in tunes["blocks"]) / today_cost, 3)
     report["blocks_cost_vs_validation"] = round(

@@ -27,6 +27,7 @@ import time
 from pathlib import Path
 
 from rich.console import Console
+from tune_agreement import add_live_tune_arguments
 
 from tunempi.bench.engine import Layout
 from tunempi.bench.protocol import MeasureSettings
@@ -89,10 +90,7 @@ def validate(library, adapter, settings, spaces, selection, exhaustive) -> dict[
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--mpi", default="openmpi")
-    parser.add_argument("--ranks", type=int, default=4)
-    parser.add_argument("--collectives", default="allreduce,bcast,allgather,alltoall")
-    parser.add_argument("--max-msg", default="1MiB")
+    add_live_tune_arguments(parser, mpi="openmpi", ranks=4)
     parser.add_argument("--time-cap", default="100ms")
     parser.add_argument("--timeout", default="20m")
     parser.add_argument("--strategy", default="tunempi")

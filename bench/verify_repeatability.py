@@ -22,6 +22,8 @@ import tempfile
 from collections import Counter
 from pathlib import Path
 
+from tune_agreement import add_live_tune_arguments
+
 from tunempi.bench.protocol import MeasureSettings
 from tunempi.tune.job import TuneOptions, run_tune
 from tunempi.tune.verify import VerifiedCell
@@ -31,10 +33,7 @@ from tunempi.units import parse_duration, parse_size
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--mpi", default="mpich")
-    parser.add_argument("--ranks", type=int, default=2)
-    parser.add_argument("--collectives", default="allreduce,bcast,allgather,alltoall")
-    parser.add_argument("--max-msg", default="1MiB")
+    add_live_tune_arguments(parser)
     parser.add_argument("--launches", type=int, default=1, help="tune's launches per decision (tune --launches)")
     parser.add_argument("--repeats", type=int, default=3, help="verify's repetitions, each a launch (verify --repeats)")
     parser.add_argument("--seed", type=int, default=0)

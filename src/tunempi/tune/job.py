@@ -114,14 +114,18 @@ class TuneOptions:
     clock: Callable[[], float] | None = None
 
 
+def spare_cores(scales: list[Scale], cpus: int | None = None) -> int:
+    """Cores of this node (`cpus`, else the affinity mask) beyond the most ranks a benchmark puts on it."""
+    cpus = cpus if cpus is not None else local_cores()
+    return cpus - (max(s.ppn for s in scales) if scales else 1)
+
+
 def auto_lanes(scales: list[Scale], cpus: int | None = None) -> int:
     """2 (fit the models of some collectives while the others are measured) when this node has a core
     to spare beyond the most ranks a benchmark puts on it, else 1. Measured on a 2-core node with 2
     MPICH ranks: the model thread beside the busy-polling ranks made every run cost 4x (scheduler
     stalls, contended runs measured again), far more than the model time it hid."""
-    cpus = cpus if cpus is not None else local_cores()
-    per_node = max(s.ppn for s in scales) if scales else 1
-    return 2 if cpus > per_node else 1
+    return 2 if spare_cores(scales, cpus) > 0 else 1
 
 
 def model_threads(scales: list[Scale], cpus: int | None = None) -> int:
@@ -131,9 +135,7 @@ def model_threads(scales: list[Scale], cpus: int | None = None) -> int:
     2 MPICH ranks moved a cell's block value from the exploring launch to a fresh one by a standard deviation
     of 0.43-0.58 (log), 0.16-0.23 with one thread, and one tune in four decided almost nothing
     (`bench/model_threads.py`, docs/tune.md "One thread for the model")."""
-    cpus = cpus if cpus is not None else local_cores()
-    per_node = max(s.ppn for s in scales) if scales else 1
-    return max(1, cpus - per_node)
+    return max(1, spare_cores(scales, cpus))
 
 
 def scheduling(topology: str, allocation: NodeAllocation | None) -> GroupScheduler:
