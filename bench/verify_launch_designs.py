@@ -74,18 +74,16 @@ def judge(seeds: list[list[tuple[Rules, Rules, set]]], repeats: int) -> dict[str
     for name, extend in DESIGNS.items():
         total = same = decided = launches = 0
         for (a_half, a_all, a_ship), (b_half, b_all, b_ship) in seeds:
-            pick = []
+            pick = []  # per verify: rule -> (its verdict under the design, the launches it took)
             for half, full, shipped in ((a_half, a_all, a_ship), (b_half, b_all, b_ship)):
-                chosen = {}
-                for rule, v in half.items():
-                    more = extend(v, shipped) and rule in full
-                    chosen[rule] = full[rule] if more else v
-                    launches += repeats if more else repeats // 2
-                pick.append(chosen)
+                pick.append({rule: (full[rule], repeats) if extend(v, shipped) and rule in full else (v, repeats // 2)
+                             for rule, v in half.items()})
             for rule in set(pick[0]) & set(pick[1]):
+                (a, a_launches), (b, b_launches) = pick[0][rule], pick[1][rule]
                 total += 1
-                same += pick[0][rule].verdict == pick[1][rule].verdict
-                decided += (pick[0][rule].verdict != "same") + (pick[1][rule].verdict != "same")
+                same += a.verdict == b.verdict
+                decided += (a.verdict != "same") + (b.verdict != "same")
+                launches += a_launches + b_launches
         out[name] = {"rules": total, "same_verdict": round(same / total, 3) if total else float("nan"),
                      "decided": round(decided / 2 / total, 3) if total else float("nan"),
                      "launches_per_rule": round(launches / 2 / max(1, total), 2)}
