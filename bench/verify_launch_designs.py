@@ -18,12 +18,10 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from tune_agreement import add_live_tune_arguments
+from verify_repeatability import tune_for_verify
 
-from tunempi.bench.protocol import MeasureSettings
-from tunempi.tune.job import TuneOptions, run_tune
 from tunempi.tune.verify import VerifiedCell, evaluate, needs_second_pass
 from tunempi.tune.verify_run import VERIFY_SETTINGS, VerifyListener, measure_pairs, plan_verify
-from tunempi.units import parse_duration, parse_size
 
 Rules = dict[tuple, VerifiedCell]  # one cell (the first) per rule: the verdict is the rule's
 
@@ -55,9 +53,7 @@ def one_seed(args: argparse.Namespace, seed: int, work: Path) -> list[tuple[Rule
     """Two verifies of one tune: per verify, the rules judged on the first half and on all the launches,
     and the cells the shipped rule would give a second pass."""
     tuned = work / f"tuned-{seed}"
-    run_tune(TuneOptions(out=tuned, collectives=args.collectives, mpi=args.mpi, ranks=args.ranks,
-                         max_msg=parse_size(args.max_msg), seed=seed, db=work / f"tune-{seed}.sqlite",
-                         settings=MeasureSettings(time_cap_s=parse_duration("100ms"), rel_ci=0.05), smoke=False))
+    tune_for_verify(args, tuned, work / f"tune-{seed}.sqlite", seed, smoke=False)
     half = args.repeats // 2
     verifies = []
     for _ in range(2):

@@ -31,6 +31,15 @@ from tunempi.tune.verify_run import run_verify
 from tunempi.units import parse_duration, parse_size
 
 
+def tune_for_verify(args: argparse.Namespace, out: Path, db: Path, seed: int, *, launches: int = 1,
+                    smoke: bool = True) -> None:
+    """The tune whose result the verifies judge: `add_live_tune_arguments`' space, 100 ms per point."""
+    run_tune(TuneOptions(out=out, collectives=args.collectives, mpi=args.mpi, ranks=args.ranks,
+                         max_msg=parse_size(args.max_msg), seed=seed, db=db,
+                         settings=MeasureSettings(time_cap_s=parse_duration("100ms"), rel_ci=0.05),
+                         launches=launches, smoke=smoke))
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     add_live_tune_arguments(parser)
@@ -41,10 +50,7 @@ def main() -> None:
     args = parser.parse_args()
     work = Path(tempfile.mkdtemp(prefix="verify-repeatability-"))
     tuned = work / "tuned"
-    run_tune(TuneOptions(out=tuned, collectives=args.collectives, mpi=args.mpi, ranks=args.ranks,
-                         max_msg=parse_size(args.max_msg), seed=args.seed, db=work / "tune.sqlite",
-                         settings=MeasureSettings(time_cap_s=parse_duration("100ms"), rel_ci=0.05),
-                         launches=args.launches))
+    tune_for_verify(args, tuned, work / "tune.sqlite", args.seed, launches=args.launches)
     reports = []
     for k in range(2):
         copy = work / f"verify-{k}"
