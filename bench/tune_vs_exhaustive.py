@@ -27,7 +27,6 @@ import time
 from pathlib import Path
 
 from rich.console import Console
-from tune_agreement import add_live_tune_arguments
 
 from tunempi.bench.engine import Layout
 from tunempi.bench.protocol import MeasureSettings
@@ -39,6 +38,14 @@ from tunempi.store.results import ResultStore
 from tunempi.strategy import setting_value
 from tunempi.tune.job import TuneOptions, run_tune
 from tunempi.units import parse_duration, parse_size
+
+
+def add_live_tune_arguments(parser: argparse.ArgumentParser, mpi: str = "mpich", ranks: int = 2) -> None:
+    """--mpi, --ranks, --collectives and --max-msg, as a bench script that tunes the real library takes them."""
+    parser.add_argument("--mpi", default=mpi)
+    parser.add_argument("--ranks", type=int, default=ranks)
+    parser.add_argument("--collectives", default="allreduce,bcast,allgather,alltoall")
+    parser.add_argument("--max-msg", default="1MiB")
 
 
 def parse_params(items: list[str]) -> dict[str, object]:
