@@ -10,6 +10,7 @@ import typer
 from typer.testing import CliRunner
 
 from tunempi.sim import CostModel, Oracle, ReplayBackend, load_frame, simulate
+from tunempi.sim.run import Trace
 from tunempi.sim.synthetic import synthetic_frame
 from tunempi.space import Cell, FeatureSpace
 from tunempi.strategy import Request, make_strategy
@@ -155,10 +156,10 @@ def test_cli_passes_strategy_settings_and_refuses_bad_ones(tmp_path: Path) -> No
 
 def test_peak_dataset_quick_run(peak_dataset: Path) -> None:
     frame = load_frame(peak_dataset)
-    summaries, _ = simulate(frame, "allreduce", ["tunempi"], seeds=1, budget_fraction=0.03)
+    summaries, traces = simulate(frame, "allreduce", ["tunempi"], seeds=1, budget_fraction=0.03)
     summary = summaries[0]
     assert summary["default_slowdown"] == pytest.approx(1.628, abs=0.01)  # the anchors' figure
-    assert summary["cost_fraction"] < 0.06
+    _assert_stops_at_the_budget(traces["tunempi"][0], 0.03 * summary["exhaustive_cost_s"])
     assert 1.0 <= summary["avg_slowdown"] < summary["default_slowdown"]
 
 
@@ -209,20 +210,31 @@ def test_warm_start_gets_small_scales_free_and_scores_the_rest() -> None:
     assert warm[0]["avg_slowdown"] < 1.05 and cold[0]["avg_slowdown"] < 1.05
 
 
-@pytest.mark.parametrize(("collective", "at_15_percent"), [("allreduce", 1.08), ("alltoall", 1.04)])
+def _assert_stops_at_the_budget(trace: Trace, budget_s: float) -> None:
+    """What the code guarantees, on any machine: the strategy checks its budget before each ask, so every
+    batch but the last starts below the budget; the overshoot is the last batch's cost, whatever it was."""
+    assert trace.cost_s == pytest.approx(sum(trace.step_cost_s))
+    assert sum(trace.step_cost_s[:-1]) < budget_s
+
+
+# Loose pins of the default strategy on Peak (seed 0, 15 % of the exhaustive cost, one launch per point). A
+# replay is deterministic on one machine but not across machines (the forest's float order, BLAS kernels),
+# so a pin must hold for any trajectory, not this machine's one: over seeds 0-4 (5 trajectories, 2026-11-27)
+# the slowdown at 15 % was 1.024-1.062 (allreduce) and 1.009-1.045 (alltoall), at 10 % up to 1.18
+# (allreduce); the pins sit about twice as far above 1. Close figures: docs/measurements/strategies.md.
+@pytest.mark.parametrize(("collective", "at_15_percent"), [("allreduce", 1.13), ("alltoall", 1.10)])
 def test_peak_curve_key_points_regression(peak_dataset: Path, collective: str, at_15_percent: float) -> None:
-    """Loose pins of the default strategy on Peak (seed 0, 15 % of the exhaustive cost, one launch per
-    point): docs/strategies.md has 1.037 and 1.012 over 5 seeds. A change that makes it much worse fails."""
     summaries, traces = simulate(load_frame(peak_dataset), collective, ["tunempi"], seeds=1,
                                  budget_fraction=0.15)
     summary = summaries[0]
     assert summary["slowdown_at_fraction"]["0.15"] <= at_15_percent
-    assert summary["slowdown_at_fraction"]["0.1"] <= at_15_percent + 0.05
     assert summary["slowdown_at_fraction"]["0.15"] < summary["default_slowdown"] - 0.2
-    assert summary["cost_fraction"] <= 0.17  # stops at the budget
+    assert summary["slowdown_at_fraction"]["0.1"] < summary["default_slowdown"]  # learning by then
+    _assert_stops_at_the_budget(traces["tunempi"][0], 0.15 * summary["exhaustive_cost_s"])
 
 
 @pytest.mark.parametrize(("sweep", "collective", "above_limit"), [
+    # Seeds 0-4 (2026-11-27): Peak alltoall 1.030-1.036, pr7730 bcast 1.029-1.092; all cells 1.010-1.031.
     # Peak alltoall: 1.04 over 5 seeds, 1.03 on this seed; the log-linear trend ("trend") gave 1.33, on this
     # seed 2.04.
     ("peak", "alltoall", 1.15),

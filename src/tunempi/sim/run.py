@@ -48,6 +48,9 @@ class Trace:
     launches: int = 0
     iterations: int = 0
     step_seconds: list[float] = field(default_factory=list)
+    #: What each batch cost: the strategy checks its budget before it asks, so every batch but the last
+    #: starts below the budget and the overshoot is at most the last batch's cost.
+    step_cost_s: list[float] = field(default_factory=list)
     step_cpu_seconds: list[float] = field(default_factory=list)
     #: Process CPU seconds of the whole run, and of drawing its curve (selection + oracle at checkpoints).
     cpu_seconds: float = 0.0
@@ -110,6 +113,7 @@ def run_strategy(
         strategy.tell(records)
         trace.step_seconds.append(asked + time.perf_counter() - started)
         trace.step_cpu_seconds.append(asked_cpu + time.process_time() - started_cpu)
+        trace.step_cost_s.append(float(sum(r.cost_s for r in records)))
         trace.iterations += 1
     record_state(np.inf)
     final = strategy.select()
