@@ -4,7 +4,8 @@
  *
  *   in place and not; MPI_SUM, a commutative user op, a NON-commutative user op (2x2 matrix product,
  *   on a contiguous and on a strided derived type); contiguous ints, a strided vector type, and a
- *   strided send type received as plain ints; counts 0, 1, 7 and 1031; roots 0 and the last rank;
+ *   strided send type received as plain ints; ranks passing different types of the same signature (a
+ *   root's plain ints received as derived elements); counts 0, 1, 7 and 1031; roots 0 and the last rank;
  *   MPI_COMM_WORLD, a reversed-order copy, the halves of a split and (where the collective has an
  *   intercommunicator form) an intercommunicator between the halves.
  *
@@ -288,6 +289,9 @@ typedef struct {
     const char *coll;
     int comm, inplace, send_layout, recv_layout, opkind;
     int count, root, salt;
+    /* Ranks pass different but compatible types (issue 38, MPICH's DTP tests): even ranks send and receive
+     * in send_layout (count elements), odd ranks in recv_layout (as many elements as carry the same values). */
+    int mixed;
 } ccase;
 
 typedef struct {
@@ -353,6 +357,12 @@ static int run_case(const ccase *c)
     int myid = inter ? me + (left ? 0 : 100) : me;
     const layout *sl = &lay[c->send_layout], *rl = &lay[c->recv_layout];
     int n = c->count;                         /* elements of the send layout */
+    if (c->mixed && me % 2) {                 /* this rank's own type: the same values, another count */
+        n = (int)((long)n * sl->per / rl->per);
+        sl = rl;
+    } else if (c->mixed) {
+        rl = sl;
+    }
     long vals = (long)n * sl->per;            /* signature values per rank-block */
     long rn = vals / rl->per;                 /* elements of the receive layout per block */
     MPI_Op op = c->opkind == OP_SUM ? MPI_SUM : c->opkind == OP_USUM ? op_usum : op_matmul;
@@ -562,7 +572,7 @@ static void build_cases(const char *only)
     int has_inter[] = {0, 0, 0, 1};
     for (int cm = 0; cm < NCOMM; cm++) {
         if (wanted("barrier", only))
-            add((ccase){"barrier", cm, 0, L_INT, L_INT, OP_SUM, 0, 0, 0});
+            add((ccase){"barrier", cm, 0, L_INT, L_INT, OP_SUM, 0, 0, 0, 0});
     }
     for (size_t k = 0; k < sizeof reductions / sizeof *reductions; k++) {
         const char *coll = reductions[k];
@@ -581,7 +591,7 @@ static void build_cases(const char *only)
                         int nroots = is_rooted(coll) ? 2 : 1;
                         for (int rt = 0; rt < nroots; rt++)
                             add((ccase){coll, cm, inpl, red_types[t][0], red_types[t][0], red_types[t][1], count,
-                                        rt ? -1 : 0, 0});
+                                        rt ? -1 : 0, 0, 0});
                     }
                 }
         }
@@ -606,16 +616,30 @@ static void build_cases(const char *only)
                         int nroots = is_rooted(coll) && !has_inter[cm] ? 2 : 1;
                         for (int rt = 0; rt < nroots; rt++)
                             add((ccase){coll, cm, inpl, move_types[t][0], move_types[t][1], OP_SUM,
-                                        count_for(move_types[t][0], counts[q]), rt ? -1 : 0, 0});
+                                        count_for(move_types[t][0], counts[q]), rt ? -1 : 0, 0, 0});
                     }
                 }
         }
+    }
+    /* Issue 38: ranks with different types of the same signature (a root's plain ints received as derived
+     * elements, and the reverse): the element counts differ between ranks, the bytes do not. */
+    static const int mixed_types[][2] = {{L_VEC, L_INT}, {L_NEST, L_INT}, {L_NEGLB, L_INT}};
+    static const int mixed_counts[][3] = {{1, 7, 1031}, {1, 2, 0}, {1, 7, 33}};
+    for (size_t k = 0; k < sizeof moves / sizeof *moves; k++) {
+        const char *coll = moves[k];
+        if (!wanted(coll, only))
+            continue;
+        for (size_t t = 0; t < sizeof mixed_types / sizeof *mixed_types; t++)
+            for (size_t q = 0; q < 3 && mixed_counts[t][q] > 0; q++)
+                for (int rt = 0; rt < (is_rooted(coll) ? 2 : 1); rt++)
+                    add((ccase){coll, C_WORLD, 0, mixed_types[t][0], mixed_types[t][1], OP_SUM, mixed_counts[t][q],
+                                rt ? -1 : 0, 0, 1});
     }
     /* Issue 25's report as it was: 512 elements of the nested types, broadcast (1 MiB and 6 KiB of data). */
     if (wanted("bcast", only))
         for (int t = L_NEST; t <= L_STRUCT; t++)
             for (int rt = 0; rt < 2; rt++)
-                add((ccase){"bcast", C_WORLD, 0, t, t, OP_SUM, 512, rt ? -1 : 0, 0});
+                add((ccase){"bcast", C_WORLD, 0, t, t, OP_SUM, 512, rt ? -1 : 0, 0, 0});
 }
 
 static void describe(const ccase *c, int root, char *out, size_t len)
@@ -624,6 +648,8 @@ static void describe(const ccase *c, int root, char *out, size_t len)
     char types[32];
     if (c->send_layout == c->recv_layout)
         snprintf(types, sizeof types, "%s", lay[c->send_layout].name);
+    else if (c->mixed)
+        snprintf(types, sizeof types, "%s|%s", lay[c->send_layout].name, lay[c->recv_layout].name);
     else
         snprintf(types, sizeof types, "%s>%s", lay[c->send_layout].name, lay[c->recv_layout].name);
     int reduction = strstr(c->coll, "reduce") != NULL;

@@ -11,7 +11,7 @@ from __future__ import annotations
 import os
 import sys
 import tempfile
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 
 from suite import (
@@ -80,13 +80,16 @@ def per_algorithm(results: list[tuple[dict[str, str], dict[int, Outcome]]]) -> d
 
 
 def library_forced(library: MPILibrary, ranks: int, program: Path, *, strict: bool = False,
-                   isolated: bool = False, skip: Iterable[tuple[str, str]] = ()
+                   isolated: bool = False, skip: Iterable[tuple[str, str]] = (),
+                   skip_for: Callable[[Mapping[str, str]], Iterable[tuple[str, str]]] | None = None,
                    ) -> list[tuple[dict[str, str], dict[int, Outcome]]]:
     """Every algorithm forced, without tunempi: through the environment, or (strict) through MPI_T with the
-    library's strict selection on."""
+    library's strict selection on. `skip_for(choice)`: more cases to leave out of that round."""
     adapter = adapter_for(library)
     results = []
+    fixed = list(skip)
     for choice in rounds(adapter, isolated=isolated):
+        skip = fixed + list(skip_for(choice) if skip_for is not None else ())
         if strict:
             outcomes = run_suite(library, ranks, program=program, colls=list(choice), skip=skip,
                                  program_args=strict_cvars(adapter, choice))

@@ -83,7 +83,16 @@ def test_every_failure_of_a_forced_algorithm_is_a_known_restriction_or_the_libra
     default too, or the algorithm must have a restriction, or (a composite algorithm running a forced inner
     collective, e.g. Open MPI's allreduce nonoverlapping = reduce + bcast) another algorithm of the round."""
     library, ranks, program, default, name = forced_layout
-    rounds = library_forced(library, ranks, program, skip=crashing(default))
+    mixed = [(o.collective, o.case) for o in default.values() if "|" in o.case.split()[2]]
+
+    def known_count_mismatches(choice):
+        """Ranks passing different counts (mixed types) are left out where the forced algorithm is known to
+        need the same counts everywhere: they hang there (Open MPI's bcast scatter_allgather), a relaunch
+        after 120 s each."""
+        return [(c, case) for c, case in mixed
+                if "same-counts" in requirements(library.vendor, library.version, c, choice.get(c, "default"))]
+
+    rounds = library_forced(library, ranks, program, skip=crashing(default), skip_for=known_count_mismatches)
     details, unexplained, runs = [], [], 0
     for choice, outcomes in rounds:
         runs += len(outcomes)

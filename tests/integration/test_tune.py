@@ -264,11 +264,14 @@ def test_vouching_for_contiguous_datatypes_lets_open_mpi_files_select_what_needs
     """Issue 25: algorithms wrong for some derived datatypes stay out of the files unless the user vouches
     that the application passes none; the manifest keeps the assumption, verify's rewrite honours it and
     `run` says it."""
-    from tunempi.mpi.restrictions import DATATYPE_REQUIREMENTS
+    from tunempi.mpi.restrictions import CONTIGUOUS_DATATYPES, DATATYPE_REQUIREMENTS
     from tunempi.tune.job import TunePlan
 
     plain = TunePlan.of(options(tmp_path, "openmpi", "bcast,allreduce", 2, 64))
     assert "scatter_allgather" in plain.excluded["bcast"] and "ring" in plain.excluded["allreduce"]
+    # Contiguous datatypes alone are not enough for the bcasts that split by element counts (issue 38).
+    contiguous = TunePlan.of(options(tmp_path, "openmpi", "bcast", 2, 64, assume=tuple(sorted(CONTIGUOUS_DATATYPES))))
+    assert "same count" in contiguous.excluded["bcast"]["scatter_allgather"]
     vouched = options(tmp_path, "openmpi", "bcast", 2, 1 << 16, assume=tuple(sorted(DATATYPE_REQUIREMENTS)))
     plan = TunePlan.of(vouched)
     assert {"scatter_allgather", "split_binary_tree"} <= set(plan.file_algorithms["bcast"].selectable)
@@ -276,10 +279,10 @@ def test_vouching_for_contiguous_datatypes_lets_open_mpi_files_select_what_needs
 
     report = run_tune(vouched)
     manifest = report.manifest
-    assert manifest is not None and manifest.assumes == ("contiguous", "true-lb-zero")
+    assert manifest is not None and manifest.assumes == ("contiguous", "same-counts", "true-lb-zero")
     assert "bcast" not in manifest.excluded
     run_verify(manifest.directory, repeats=2, settings=FAST)  # a rewrite must accept what the files select
-    assert Manifest.load(manifest.directory).assumes == ("contiguous", "true-lb-zero")
+    assert Manifest.load(manifest.directory).assumes == ("contiguous", "same-counts", "true-lb-zero")
     shown = subprocess.run([*TUNEMPI, "run", "--tuning", str(manifest.directory), "--", "true"],
                            capture_output=True, text=True)
     assert shown.returncode == 0 and "assumes every collective call passes contiguous" in shown.stderr

@@ -85,4 +85,7 @@ def test_an_assumption_the_user_vouched_for_is_said_where_the_files_are_shown(ma
     vouched = dataclasses.replace(manifest, assumes=("contiguous", "true-lb-zero"))
     said = [line for line in summary_lines(vouched) if "assumes" in line]
     assert len(said) == 1 and "contiguous datatypes" in said[0] and "true lower bound 0" in said[0]
-    assert "--assume-contiguous-datatypes" in said[0]
+    assert "--assume-contiguous-datatypes" in said[0] and "--assume-same-counts" not in said[0]
+    counts = dataclasses.replace(manifest, assumes=("same-counts",))
+    said = [line for line in summary_lines(counts) if "assumes" in line]
+    assert "same count" in said[0] and "--assume-same-counts" in said[0] and "contiguous" not in said[0]

@@ -8,6 +8,7 @@ from pathlib import Path
 
 from tunempi.mpi.mpich import LEAF_RESTRICTIONS, file_expressible
 from tunempi.mpi.restrictions import (
+    CONTIGUOUS_DATATYPES,
     DATATYPE_REQUIREMENTS,
     ONLINE_BITS,
     ONLINE_NEVER,
@@ -77,9 +78,10 @@ def test_issue_25_datatype_restrictions_are_in_the_table():
     # Open MPI's ring allreduces write past their buffer for a datatype whose true lower bound is not 0
     for name in ("ring", "segmented_ring"):
         assert requirements("openmpi", "5.0.11", "allreduce", name) == ("commutative", "true-lb-zero")
-    # the reported bcast algorithms (not reproduced here, kept on the reporter's evidence)
+    # the bcasts that split by element counts (issue 38: wrong or hung where ranks pass different counts)
     for name in ("split_binary_tree", "scatter_allgather", "scatter_allgather_ring"):
-        assert requirements("openmpi", "5.0.11", "bcast", name) == ("contiguous",)
+        assert requirements("openmpi", "5.0.11", "bcast", name) == ("contiguous", "same-counts")
+        assert requirements("openmpi", "4.1.4", "bcast", name) == ("contiguous", "same-counts")
     assert requirements("openmpi", "5.0.11", "bcast", "binomial") == ()
     assert "true-lb-zero" in requirements("mpich", "5.0.2", "allreduce", "tree")
     assert "true-lb-zero" not in requirements("mpich", "5.0.2", "allreduce", "recursive_doubling")
@@ -88,12 +90,14 @@ def test_issue_25_datatype_restrictions_are_in_the_table():
 def test_datatype_requirements_are_agreed_online_except_where_only_the_root_s_datatype_counts():
     bits = ONLINE_BITS["commutative"] | ONLINE_BITS["true-lb-zero"]
     assert online_mask("openmpi", "5.0.11", "allreduce", "ring") == bits
-    assert online_mask("openmpi", "5.0.11", "bcast", "scatter_allgather") == ONLINE_BITS["contiguous"]
-    # the bits are the interposer's (tmpi_online.c NEED_CONTIGUOUS, NEED_TRUE_LB_ZERO)
+    assert online_mask("openmpi", "5.0.11", "bcast", "scatter_allgather") == (ONLINE_BITS["contiguous"]
+                                                                              | ONLINE_BITS["same-counts"])
+    # the bits are the interposer's (tmpi_online.c NEED_CONTIGUOUS, NEED_TRUE_LB_ZERO, NEED_SAME_COUNTS)
     source = (Path(__file__).parents[2] / "src/tunempi/profile/c/tmpi_online.c").read_text()
     assert f"NEED_CONTIGUOUS = {ONLINE_BITS['contiguous']}," in source
     assert f"NEED_TRUE_LB_ZERO = {ONLINE_BITS['true-lb-zero']}," in source
-    assert DATATYPE_REQUIREMENTS == {"contiguous", "true-lb-zero"}
+    assert f"NEED_SAME_COUNTS = {ONLINE_BITS['same-counts']}," in source
+    assert DATATYPE_REQUIREMENTS == {"contiguous", "true-lb-zero", "same-counts"}
 
 
 def test_a_user_may_vouch_for_a_datatype_requirement_a_file_cannot_state():
@@ -101,6 +105,9 @@ def test_a_user_may_vouch_for_a_datatype_requirement_a_file_cannot_state():
     assert reason is not None and "contiguous" in reason
     assert file_exclusion("openmpi", "5.0.11", "bcast", "scatter_allgather", frozenset(),
                           DATATYPE_REQUIREMENTS) is None
+    # contiguous datatypes say nothing of counts: a root's 512 ints may arrive as one derived element
+    reason = file_exclusion("openmpi", "5.0.11", "bcast", "scatter_allgather", frozenset(), CONTIGUOUS_DATATYPES)
+    assert reason is not None and "same count" in reason and "contiguous" not in reason
     # vouching for datatypes does not lift the other requirements
     reason = file_exclusion("openmpi", "5.0.11", "allreduce", "ring", frozenset(), DATATYPE_REQUIREMENTS)
     assert reason is not None and "commutative" in reason and "true lower bound" not in reason

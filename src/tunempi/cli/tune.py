@@ -12,7 +12,7 @@ from tunempi.bench.protocol import MeasureSettings
 from tunempi.config import resolve
 from tunempi.errors import UsageError
 from tunempi.mpi.discovery import SPEC_HELP
-from tunempi.mpi.restrictions import DATATYPE_REQUIREMENTS
+from tunempi.mpi.restrictions import CONTIGUOUS_DATATYPES, SAME_COUNTS
 from tunempi.report.console import TuneProgress, output_console
 from tunempi.strategy import DEFAULT_STRATEGY, STRATEGIES
 from tunempi.tune.job import (
@@ -66,6 +66,12 @@ def tune_command(
         help="The application passes only contiguous datatypes (predefined, or without gaps, lower bounds 0) "
              "to collectives: let the files select the algorithms that are wrong for other datatypes "
              "(docs/conformance.md). Recorded in the manifest.")] = False,
+    assume_same_counts: Annotated[bool, typer.Option(
+        "--assume-same-counts", envvar="TUNEMPI_ASSUME_SAME_COUNTS",
+        help="Every rank passes the same count of same-size datatypes to each collective call (no root "
+             "sending 512 ints that others receive as one derived element): let the files select the "
+             "algorithms that split a message by element counts (docs/conformance.md). Recorded in the "
+             "manifest.")] = False,
 ) -> None:
     """Tune collective algorithms at every sub-scale of the allocation; write smoke-checked tuning files."""
     try:
@@ -104,7 +110,8 @@ def tune_command(
         timeout_s=parse_duration(timeout), topology=resolve(topology, "TOPOLOGY", "serial") or "serial",
         db=Path(db) if db else None, settings=settings,
         point_timeout_s=parse_duration(point_timeout) if point_timeout else None, smoke=smoke,
-        assume=tuple(sorted(DATATYPE_REQUIREMENTS)) if assume_contiguous_datatypes else (), launches=launches,
+        assume=tuple(sorted((CONTIGUOUS_DATATYPES if assume_contiguous_datatypes else frozenset())
+                          | (SAME_COUNTS if assume_same_counts else frozenset()))), launches=launches,
     )
     progress = TuneProgress(output_console())
     try:

@@ -33,12 +33,18 @@ REQUIREMENTS: dict[str, str] = {
     "block-regular": "equal receive counts on every rank (reduce_scatter)",
     "contiguous": "contiguous datatypes on every rank (predefined, or derived with no gaps and lower bounds 0)",
     "true-lb-zero": "datatypes whose data starts at the buffer pointer on every rank (true lower bound 0)",
+    "same-counts": "the same count of datatypes of the same size on every rank (not a root's plain block "
+                   "received as one derived element elsewhere)",
 }
 
 #: Requirements on the call's datatypes. Datatypes may differ between the ranks of one call (only their
 #: signatures must match), so the online mode decides them by an agreement of every rank, made only for a
 #: draw that needs it (profile/c/tmpi_online.c, online_datatypes_unmet); a tuning file can state none.
-DATATYPE_REQUIREMENTS: frozenset[str] = frozenset({"contiguous", "true-lb-zero"})
+DATATYPE_REQUIREMENTS: frozenset[str] = frozenset({"contiguous", "true-lb-zero", "same-counts"})
+#: What a user can vouch for at tune time, flag by flag (tune --assume-contiguous-datatypes, --assume-same-counts):
+#: contiguous datatypes say nothing of counts (512 MPI_INT at the root, one contiguous type of 512 ints elsewhere).
+CONTIGUOUS_DATATYPES: frozenset[str] = frozenset({"contiguous", "true-lb-zero"})
+SAME_COUNTS: frozenset[str] = frozenset({"same-counts"})
 
 #: Bits of the online table's `requires` mask (tmpi_online.c); NEVER: a requirement the interposer
 #: cannot decide identically on every rank of the call, so the algorithm is never drawn online.
@@ -52,6 +58,7 @@ ONLINE_BITS: dict[str, int] = {
     "two-ranks": 64,
     "contiguous": 128,
     "true-lb-zero": 256,
+    "same-counts": 512,
 }
 ONLINE_NEVER = 1 << 30
 
@@ -138,14 +145,15 @@ RESTRICTIONS: tuple[Restriction, ...] = (
                 "4.1.4 at 2 ranks: a crash (and a hang once) for a nested send type (an hindexed of 4-D subarrays) "
                 "received as plain ints, where the same type on both sides passes; Open MPI 5.0.11's "
                 "modified_bruck passes it"),
-    *(Restriction("openmpi", ("5.0",), "bcast", algorithm, ("contiguous",),
-                  "reported in issue 25 from a collective test suite not ours, forced without tunempi by "
-                  "OMPI_MCA_coll_tuned_bcast_algorithm=4|8|9 (Open MPI 5.0.11, 2 ranks): wrong values at the "
-                  "receiver for 512 elements of an hindexed (16 blocks of 2) of a 4-D subarray of MPI_INT, and "
-                  "for the same with a struct base type; the other bcast algorithms were right. NOT reproduced "
-                  "by tunempi's suite (its nested, struct and negative-lb types, counts 1-512, 2 and 4 ranks, "
-                  "pass under every bcast algorithm): kept on the reporter's evidence, as what the three share "
-                  "is splitting the message among ranks (two halves, or count / size blocks)")
+    *(Restriction("openmpi", ("5.0", "4.1"), "bcast", algorithm, ("contiguous", "same-counts"),
+                  "each splits the message by ELEMENT counts (two halves, or count / size blocks), so ranks that "
+                  "pass the same bytes as different counts (a root's 512 MPI_INT received as one contiguous or "
+                  "strided type of 512 ints) disagree on the blocks: forced by OMPI_MCA_coll_tuned_bcast_algorithm "
+                  "(Open MPI 5.0.11, 2 ranks, 2026-11-27), split_binary_tree leaves half the receiver's values "
+                  "wrong, scatter_allgather(_ring) leave them all wrong and hang the root (issue 38, found by "
+                  "MPICH's bcast test with its DTP types built from seed + rank); the other algorithms are right. "
+                  "'contiguous' is kept from issue 25's report (wrong values for 512 elements of a nested type, "
+                  "most likely the same count mismatch), not reproduced with equal counts on every rank")
       for algorithm in ("split_binary_tree", "scatter_allgather", "scatter_allgather_ring")),
 )
 
@@ -224,6 +232,10 @@ RESTRICTIONS += (
                    "although the library's own choice also crashes in that class of calls now and then)"),
     _mpich_true_lb("allgather", "k_brucks", "a crash (negative true lb)"),
     _mpich_true_lb("alltoall", "k_brucks", "a crash (negative true lb)"),
+    Restriction("mpich", ("5.0",), "alltoall", "k_brucks", ("same-counts",),
+                "conformance suite, forced through the environment, MPICH 5.0.2 at 2 ranks (issue 38): wrong "
+                "values when one rank passes n elements of a strided vector type of 2 ints and the other 2n "
+                "plain ints (the same bytes), at every count; the library's own choice is right"),
     _mpich_true_lb("reduce_scatter_block", "noncommutative",
                    "wrong results (positive true lb) and a crash (negative true lb), user op; the same in "
                    "Debian's MPICH 4.0.2", versions=("5.0", "4.0")),

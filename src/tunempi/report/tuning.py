@@ -334,14 +334,18 @@ def apply_commands(manifest: Manifest) -> list[tuple[str, str]]:
 
 
 def assumption_lines(manifest: Manifest) -> list[str]:
-    """What the user vouched for at tune time (--assume-contiguous-datatypes), said wherever the files are
+    """What the user vouched for at tune time (--assume-contiguous-datatypes, --assume-same-counts), said wherever the files are
     shown or applied: with another program these files may compute wrong results."""
     from tunempi.mpi.restrictions import REQUIREMENTS
 
     if not manifest.assumes:
         return []
+    from tunempi.mpi.restrictions import SAME_COUNTS
+
     said = "; ".join(REQUIREMENTS.get(r, r) for r in manifest.assumes)
-    return [f"assumes every collective call passes {said} (tuned with --assume-contiguous-datatypes): the files "
+    flags = [flag for flag, vouched in (("--assume-contiguous-datatypes", set(manifest.assumes) - SAME_COUNTS),
+                                        ("--assume-same-counts", set(manifest.assumes) & SAME_COUNTS)) if vouched]
+    return [f"assumes every collective call passes {said} (tuned with {' '.join(flags)}): the files "
             "may select algorithms that compute wrong results for other calls"]
 
 

@@ -52,7 +52,8 @@ enum {
     NEED_TWO_RANKS = 64,
     NEED_CONTIGUOUS = 128,   /* datatype requirements: decided only for a draw that needs them, */
     NEED_TRUE_LB_ZERO = 256, /* by an agreement of every rank (online_datatypes_unmet) */
-    NEED_DATATYPES = NEED_CONTIGUOUS | NEED_TRUE_LB_ZERO,
+    NEED_SAME_COUNTS = 512,  /* the same count of same-size datatypes on every rank (agreed too) */
+    NEED_DATATYPES = NEED_CONTIGUOUS | NEED_TRUE_LB_ZERO | NEED_SAME_COUNTS,
     NEED_NEVER = 1 << 30 /* a requirement no rank can decide alone: never drawn */
 };
 
@@ -637,11 +638,20 @@ static int online_datatype_unmet(MPI_Datatype type)
     return unmet;
 }
 
+static long long online_type_size(MPI_Datatype type)
+{
+    MPI_Count size = -1;
+    if (type != MPI_DATATYPE_NULL)
+        PMPI_Type_size_x(type, &size);
+    return (long long)size;
+}
+
 /* The datatype requirements some rank of the call does not meet. Datatypes may differ between ranks (only
- * their signatures must match), so no rank can decide alone: the ranks agree with one allreduce (a bitwise
- * or of what each misses), run only when the draw, identical on every rank, fell on an algorithm with a
- * datatype requirement. Intercommunicators are not agreed (the allreduce would return the other group's
- * answer): every datatype requirement counts as unmet there. */
+ * their signatures must match: a root's 512 ints may arrive as one derived element of 512 ints), so no rank
+ * can decide alone: the ranks agree with one allreduce (MPI_MAX over what each misses and over its count
+ * and datatype size, and their negations for the minimum), run only when the draw, identical on every
+ * rank, fell on an algorithm with a datatype requirement. Intercommunicators are not agreed (the allreduce
+ * would return the other group's answer): every datatype requirement counts as unmet there. */
 static int online_datatypes_unmet(const tmpi_call *call)
 {
     int inter = 0;
@@ -651,10 +661,19 @@ static int online_datatypes_unmet(const tmpi_call *call)
     int mine = online_datatype_unmet(call->datatype);
     if (call->buffer != MPI_IN_PLACE)
         mine |= online_datatype_unmet(call->send_datatype);
-    int all = NEED_DATATYPES;
+    /* The bytes are the same on every rank: equal datatype sizes mean equal counts, on both sides. */
+    long long count = (long long)call->count, size = online_type_size(call->datatype),
+              send_size = call->buffer != MPI_IN_PLACE ? online_type_size(call->send_datatype) : -1;
+    long long in[8] = {(mine & NEED_CONTIGUOUS) != 0, (mine & NEED_TRUE_LB_ZERO) != 0, count, -count,
+                       size, -size, send_size, -send_size};
+    long long out[8];
     on.datatype_agreements++;
-    if (PMPI_Allreduce(&mine, &all, 1, MPI_INT, MPI_BOR, call->comm) != MPI_SUCCESS)
+    if (PMPI_Allreduce(in, out, 8, MPI_LONG_LONG, MPI_MAX, call->comm) != MPI_SUCCESS)
         return NEED_DATATYPES;
+    int all = (out[0] ? NEED_CONTIGUOUS : 0) | (out[1] ? NEED_TRUE_LB_ZERO : 0);
+    for (int i = 2; i < 8; i += 2)
+        if (out[i] != -out[i + 1]) /* max != min: some rank passes another count or datatype size */
+            all |= NEED_SAME_COUNTS;
     return all;
 }
 
