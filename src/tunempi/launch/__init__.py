@@ -25,6 +25,7 @@ from tunempi.launch.process import (
     LaunchError,
     LaunchResult,
     LaunchTimeout,
+    run_in_foreground,
     run_launch,
     terminate_job,
 )
@@ -36,5 +37,5 @@ __all__ = [
     "LaunchSpec", "LaunchTimeout", "Launcher", "NodeAllocation", "OpenMPILauncher", "SrunLauncher",
     "expand_counts", "expand_hostlist", "get_launcher", "group_nodes", "launcher_for", "launcher_for_argv",
     "local_cores", "own_launcher", "rank_env_command",
-    "read_group_file", "register_launcher", "run_launch", "terminate_job",
+    "read_group_file", "register_launcher", "run_in_foreground", "run_launch", "terminate_job",
 ]

@@ -13,6 +13,11 @@ checked again, so a recycled pid is never hit.
 
 - `run_launch(argv, env, timeout)`: run to completion (or timeout), capture and/or stream output.
 - `InteractiveLaunch`: a job whose rank 0 talks over stdin/stdout line by line (the bench engine's driver).
+- `run_in_foreground(argv, env)`: a job that keeps the terminal (`tunempi run`, `tunempi profile`).
+
+Every launch that has not ended yet is known to this module (`live_launches`), so that a stopped tunempi
+can end them all as its last act (`end_live_launches`, called by launch/signals.py), whatever the code
+was doing when the signal came.
 """
 
 from __future__ import annotations
@@ -28,13 +33,19 @@ import uuid
 from collections import deque
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import IO
+from typing import IO, Any
 
 from tunempi.errors import TunempiError
 
 #: The environment variable that marks every process of one launch.
 LAUNCH_ID_VAR = "TUNEMPI_LAUNCH_ID"
 _POLL_S = 0.05
+
+# Launches started by this process and not yet ended: launch id -> (launcher, started in a session of its own).
+_LIVE: dict[str, tuple[subprocess.Popen[Any], bool]] = {}
+_LIVE_LOCK = threading.Lock()
+# Set once a stop must not wait any longer (a second signal while stopping): kills skip their grace.
+_HURRY = threading.Event()
 
 
 class LaunchError(TunempiError):
@@ -146,7 +157,7 @@ def terminate_processes(
     for pid, start in targets.items():
         _signal(pid, start, signal.SIGTERM)
     deadline = time.monotonic() + grace_s
-    while time.monotonic() < deadline:
+    while time.monotonic() < deadline and not _HURRY.is_set():
         time.sleep(_POLL_S)
         newcomers = {pid: start for pid, start in find().items() if pid not in targets}
         for pid, start in newcomers.items():
@@ -229,14 +240,58 @@ def _pump(stream: IO[str], sink: Callable[[str], None]) -> None:
             stream.close()
 
 
-def _start(argv: Sequence[str], env: dict[str, str], cwd: str | os.PathLike[str] | None, stdin: int) -> subprocess.Popen[str]:
+def _start(argv: Sequence[str], env: dict[str, str], cwd: str | os.PathLike[str] | None, stdin: int,
+           launch_id: str) -> subprocess.Popen[str]:
     try:
-        return subprocess.Popen(
+        proc = subprocess.Popen(
             list(argv), env=env, cwd=cwd, stdin=stdin, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
             text=True, encoding="utf-8", errors="replace", bufsize=1, start_new_session=True,
         )
     except OSError as exc:
         raise LaunchError(f"cannot start {argv[0]}: {exc.strerror or exc}") from exc
+    _remember(launch_id, proc, own_session=True)
+    return proc
+
+
+# --- launches not yet ended ---------------------------------------------------------------------------
+def _remember(launch_id: str, proc: subprocess.Popen[Any], *, own_session: bool) -> None:
+    with _LIVE_LOCK:
+        _LIVE[launch_id] = (proc, own_session)
+
+
+def _forget(launch_id: str) -> None:
+    with _LIVE_LOCK:
+        _LIVE.pop(launch_id, None)
+
+
+def live_launches() -> list[str]:
+    """The ids of the launches this process started that have not ended yet (not yet cleaned up)."""
+    with _LIVE_LOCK:
+        return list(_LIVE)
+
+
+def hurry_kills() -> None:
+    """From now on every kill sends SIGKILL without waiting out its grace (a second signal while stopping)."""
+    _HURRY.set()
+
+
+def end_live_launches(grace_s: float = 5.0) -> tuple[int, int]:
+    """Kill every launch this process started that has not ended yet, whole (marker, session, tree);
+    returns (processes killed, processes still alive afterwards). The last act of a stopped tunempi:
+    whatever the code was doing when the signal came, nothing it launched runs on."""
+    with _LIVE_LOCK:
+        launches = list(_LIVE.items())
+    killed = left = 0
+    for launch_id, (proc, own_session) in launches:
+        running = proc.poll() is None  # not reaped: its pid (and session) still name the launcher
+        session = proc.pid if own_session and running else None
+        killed += terminate_job(launch_id, session=session, tree_root=proc.pid if running else None,
+                                grace_s=grace_s)
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            proc.wait(timeout=1.0)
+        left += len(job_processes(launch_id, session=session))
+        _forget(launch_id)
+    return killed, left
 
 
 def run_launch(
@@ -259,7 +314,8 @@ def run_launch(
     argv = [str(a) for a in argv]
     launch_id = uuid.uuid4().hex
     started = time.monotonic()
-    proc = _start(argv, _prepare_env(env, launch_id), cwd, subprocess.PIPE if input is not None else subprocess.DEVNULL)
+    proc = _start(argv, _prepare_env(env, launch_id), cwd, subprocess.PIPE if input is not None else subprocess.DEVNULL,
+                  launch_id)
     out: list[str] = []
     err: list[str] = []
 
@@ -297,12 +353,48 @@ def run_launch(
     finally:
         # Whatever outlived the launcher (orphaned ranks) goes too.
         killed += terminate_job(launch_id, session=proc.pid, grace_s=min(grace_s, 2.0))
+        _forget(launch_id)
         for reader in readers:
             reader.join(timeout=5.0)
     return LaunchResult(
         argv=tuple(argv), returncode=proc.returncode, stdout="".join(out), stderr="".join(err),
         timed_out=timed_out, duration_s=time.monotonic() - started, killed=killed,
     )
+
+
+def run_in_foreground(
+    argv: Sequence[str],
+    env: Mapping[str, str] | None = None,
+    *,
+    cwd: str | os.PathLike[str] | None = None,
+    grace_s: float = 5.0,
+) -> int:
+    """Run a launch that keeps the terminal: stdin, stdout and stderr are this process's, and it stays in
+    this process group, so a terminal's Ctrl-C reaches the launcher as usual; returns its return code
+    (negative: killed by that signal).
+
+    When the wait is interrupted (Ctrl-C, or launch/signals.py's Stopped after SIGTERM or SIGHUP), the
+    whole job is killed before the exception propagates: the launcher, its descendants and every process
+    carrying this launch's marker get SIGTERM, SIGKILL after grace_s (measured: a SIGTERM to tunempi
+    alone used to leave mpiexec/prterun and the ranks running). A normal end leaves the job alone: what
+    the command started in the background is its own business.
+    """
+    argv = [str(a) for a in argv]
+    launch_id = uuid.uuid4().hex
+    try:
+        proc = subprocess.Popen(argv, env=_prepare_env(env, launch_id), cwd=cwd)
+    except OSError as exc:
+        raise LaunchError(f"cannot start {argv[0]}: {exc.strerror or exc}") from exc
+    _remember(launch_id, proc, own_session=False)
+    try:
+        return proc.wait()
+    except BaseException:
+        # Not the session or group: they are this process's own (and its shell's).
+        terminate_job(launch_id, tree_root=proc.pid, grace_s=grace_s)
+        proc.wait()
+        raise
+    finally:
+        _forget(launch_id)
 
 
 class InteractiveLaunch:
@@ -357,7 +449,8 @@ class InteractiveLaunch:
         if self._proc is not None:
             raise LaunchError("launch already started")
         self._started = time.monotonic()
-        self._proc = _start(self.argv, _prepare_env(self.env, self.launch_id), self.cwd, subprocess.PIPE)
+        self._proc = _start(self.argv, _prepare_env(self.env, self.launch_id), self.cwd, subprocess.PIPE,
+                            self.launch_id)
 
         def stdout_sink(line: str) -> None:
             self._lines.put(line.rstrip("\n"))
@@ -471,6 +564,7 @@ class InteractiveLaunch:
     def _finish(self, timed_out: bool, killed: int) -> LaunchResult:
         proc = self._require()
         killed += terminate_job(self.launch_id, session=proc.pid, grace_s=min(self.grace_s, 2.0))
+        _forget(self.launch_id)
         self._eof = True
         for reader in self._readers:
             reader.join(timeout=5.0)
