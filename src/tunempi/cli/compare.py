@@ -31,6 +31,7 @@ from tunempi.compare.session import (
     run_compare,
 )
 from tunempi.errors import UsageError
+from tunempi.launch.signals import interrupt_status
 from tunempi.report.console import output_console
 from tunempi.store.comparisons import ComparisonRun
 
@@ -90,10 +91,10 @@ def compare(
     try:
         with progress:
             outcome = run_compare(session, progress)
-    except KeyboardInterrupt:
+    except KeyboardInterrupt as exc:
         _err.print(f"interrupted: {progress.done} runs are recorded (comparison {progress.comparison_id} in "
                    f"{session.db_path}); rerun the same command to continue")
-        raise typer.Exit(130) from None
+        raise typer.Exit(interrupt_status(exc)) from None
     if fmt == "json":
         sys.stdout.write(json.dumps(outcome.to_dict(), indent=2) + "\n")
     else:

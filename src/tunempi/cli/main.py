@@ -2,6 +2,8 @@
 
 Subcommand modules expose `register(app)`; they parse, call the library and print. Errors from the
 library become exit statuses here: UsageError -> 2 (message names valid choices), other TunempiError -> 1.
+SIGTERM, SIGINT and SIGHUP stop a command the way Ctrl-C does, end every job it started and make the
+status 128 + N (launch/signals.py, docs/launch.md "Stopping a run").
 """
 
 from __future__ import annotations
@@ -12,6 +14,7 @@ import sys
 import typer
 
 from tunempi.errors import TunempiError, UsageError
+from tunempi.launch.signals import run_stoppable
 from tunempi.report.console import output_console
 
 app = typer.Typer(
@@ -54,15 +57,20 @@ for _module in SUBCOMMAND_MODULES:
 _err = output_console(stderr=True)
 
 
-def main() -> None:
+def _run_app() -> int:
     try:
         app()
     except UsageError as exc:
         _err.print(f"[bold red]error:[/] {exc}")
-        sys.exit(2)
+        return 2
     except TunempiError as exc:
         _err.print(f"[bold red]error:[/] {exc}")
-        sys.exit(1)
+        return 1
+    return 0
+
+
+def main() -> None:
+    sys.exit(run_stoppable(_run_app))
 
 
 if __name__ == "__main__":

@@ -18,6 +18,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 
 from tunempi.config import resolve
 from tunempi.errors import UsageError
+from tunempi.launch.signals import interrupt_status
 from tunempi.report.console import output_console
 from tunempi.search import STRATEGY_NAMES, strategy_class
 from tunempi.search.base import Trial
@@ -189,13 +190,13 @@ def _search_application(request: SearchRequest) -> None:
         session = prepare_search(request, output)
     try:
         outcome = run_application_search(session, output)
-    except KeyboardInterrupt:
+    except KeyboardInterrupt as exc:
         if output.phase == "verification":
             _err.print("interrupted during verification; rerun the same command to resume")
         else:
             _err.print(f"interrupted: {output.trials} trials are recorded ({output.where or session.db_path}); "
                        "rerun the same command to resume")
-        raise typer.Exit(130) from None
+        raise typer.Exit(interrupt_status(exc)) from None
     if outcome.verdict is not None:
         _out.print(escape(outcome.verdict.reason))
     _out.print("wrote " + ", ".join(str(path) for path in outcome.files))
