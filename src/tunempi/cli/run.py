@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import os
 import shlex
-import subprocess
 import sys
 from pathlib import Path
 from typing import Annotated
@@ -12,6 +11,7 @@ from typing import Annotated
 import typer
 
 from tunempi.errors import UsageError
+from tunempi.launch import LaunchError, run_in_foreground
 from tunempi.mpi.discovery import SPEC_HELP
 from tunempi.report.tuning import application_warnings, assumption_lines
 from tunempi.tune.apply import check_tuning_files, command_for_library, tuning_library
@@ -48,11 +48,13 @@ def run_command(
     if not command:
         raise UsageError("no command given; usage: tunempi run --tuning DIR -- mpiexec -n 8 ./app")
     argv, launcher_env = command_for_library(command, library)
+    # A child, not exec: stopped (Ctrl-C, SIGTERM, SIGHUP), tunempi kills the whole job, which a launcher
+    # left to itself does not always do (docs/launch.md, "Stopping a run").
     try:
-        code = subprocess.call(argv, env={**os.environ, **launcher_env, **env})
-    except FileNotFoundError:
-        raise UsageError(f"command not found: {argv[0]}") from None
-    sys.exit(code)
+        code = run_in_foreground(argv, {**os.environ, **launcher_env, **env})
+    except LaunchError as exc:
+        raise UsageError(str(exc)) from None
+    sys.exit(code if code >= 0 else 128 - code)
 
 
 def register(app: typer.Typer) -> None:

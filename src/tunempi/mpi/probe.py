@@ -115,6 +115,9 @@ def run_probe(
     except subprocess.TimeoutExpired as exc:
         _kill_session(process)
         raise MPIError(f"the MPI probe of {library.mpicc} hung for {timeout:.0f} s: {' '.join(argv)}") from exc
+    except BaseException:  # Ctrl-C, or tunempi stopped by a signal (launch/signals.py): the probe goes too
+        _kill_session(process)
+        raise
     result = subprocess.CompletedProcess(argv, process.returncode, out, err)
     stdout = result.stdout.decode("utf-8", errors="replace")
     records: list[dict] = []

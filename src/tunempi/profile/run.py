@@ -3,14 +3,13 @@
 from __future__ import annotations
 
 import os
-import subprocess
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
 from tunempi.config import ENV_PREFIX
 from tunempi.errors import MPIError
-from tunempi.launch import launcher_for_argv, own_launcher, rank_env_command
+from tunempi.launch import LaunchError, launcher_for_argv, own_launcher, rank_env_command, run_in_foreground
 from tunempi.launch.launchers import LaunchCommand, OpenMPILauncher
 from tunempi.mpi.library import MPILibrary
 from tunempi.profile.build import build_interposer
@@ -61,15 +60,19 @@ def run_profiled(argv: Sequence[str], library: MPILibrary, output: Path | str) -
     try:
         # Not launch.run_launch: the application keeps the terminal (stdin for `< input`, output as it
         # comes, uncaptured), and Ctrl-C reaches the launcher in the foreground process group as usual.
-        result = subprocess.run(list(command.argv), env=command.full_env())
-    except OSError as exc:
+        # Stopped (Ctrl-C, SIGTERM, SIGHUP), the whole job is killed and `output` is left as it was.
+        returncode = run_in_foreground(command.argv, command.full_env())
+    except LaunchError as exc:
         partial.unlink(missing_ok=True)
-        raise MPIError(f"cannot run {command.argv[0]}: {exc.strerror}") from exc
+        raise MPIError(str(exc)) from exc
+    except BaseException:
+        partial.unlink(missing_ok=True)
+        raise
     if not partial.exists():
-        return ProfileRun(result.returncode, output, False)
-    if result.returncode == 0:
+        return ProfileRun(returncode, output, False)
+    if returncode == 0:
         os.replace(partial, output)
         return ProfileRun(0, output, True)
-    aside = failed_run_path(output, result.returncode)
+    aside = failed_run_path(output, returncode)
     os.replace(partial, aside)
-    return ProfileRun(result.returncode, aside, True, kept_aside=True)
+    return ProfileRun(returncode, aside, True, kept_aside=True)
