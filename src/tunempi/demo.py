@@ -26,6 +26,7 @@ from tunempi.bench.protocol import MeasureSettings
 from tunempi.config import data_dir
 from tunempi.errors import TunempiError
 from tunempi.launch.cluster import EmulatedCluster
+from tunempi.launch.signals import run_stoppable
 from tunempi.report.console import TuneProgress, VerifyProgress, output_console, print_verify_report
 from tunempi.report.tuning import speedup_table, summary_lines, write_plots
 from tunempi.tune.job import TuneOptions, run_tune
@@ -144,4 +145,5 @@ def main() -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    # SIGTERM, SIGINT, SIGHUP: the engines and the emulated nodes go, measured points stay (docs/launch.md).
+    sys.exit(run_stoppable(main, name="tunempi demo"))
