@@ -8,6 +8,8 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+from tunempi.errors import UsageError
+
 ENV_PREFIX = "TUNEMPI_"
 
 
@@ -23,6 +25,18 @@ def resolve(flag: str | None, name: str, default: str | None = None) -> str | No
         return flag
     env = env_value(name)
     return env if env is not None else default
+
+
+def int_setting(flag: int | None, env: str, default: int, what: str, minimum: int) -> int:
+    """flag > TUNEMPI_<env> > default, as an integer of at least `minimum` (UsageError otherwise)."""
+    text = resolve(None if flag is None else str(flag), env, str(default)) or str(default)
+    try:
+        value = int(text)
+    except ValueError:
+        raise UsageError(f"{what} must be an integer, got {text!r} (from TUNEMPI_{env})") from None
+    if value < minimum:
+        raise UsageError(f"{what} must be >= {minimum}, got {value}")
+    return value
 
 
 def data_dir() -> Path:

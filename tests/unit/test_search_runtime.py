@@ -226,7 +226,7 @@ def test_a_version_1_database_gains_the_search_tables_and_keeps_its_rows(tmp_pat
 
 
 def test_the_library_is_found_from_the_commands_own_launcher(tmp_path):
-    from tunempi.search.session import command_library_spec as _command_library_spec
+    from tunempi.mpi.discovery import command_library_spec as _command_library_spec
 
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir()

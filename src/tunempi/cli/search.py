@@ -16,7 +16,7 @@ import typer
 from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-from tunempi.config import resolve
+from tunempi.config import int_setting, resolve
 from tunempi.errors import UsageError
 from tunempi.launch.signals import interrupt_status
 from tunempi.report.console import output_console
@@ -28,7 +28,6 @@ from tunempi.search.session import (
     SearchListener,
     SearchOutcome,
     SearchRequest,
-    int_setting,
     prepare_search,
     run_application_search,
 )

@@ -34,9 +34,8 @@ from typing import TYPE_CHECKING
 from tunempi import evidence
 from tunempi.compare.results import DEFAULT_TOLERANCE, ResultCheck, ResultUnavailable, difference
 from tunempi.compare.variants import BASELINE, Variant, check_tuning_variants, load_variants
-from tunempi.config import resolve, resolve_db
+from tunempi.config import int_setting, resolve, resolve_db
 from tunempi.errors import TunempiError, UsageError
-from tunempi.search.session import int_setting
 from tunempi.store.comparisons import ComparisonLog, ComparisonRun
 
 if TYPE_CHECKING:
@@ -190,8 +189,7 @@ class CompareListener:
 
 def _command_library(mpi: str | None, command: Sequence[str]) -> MPILibrary | None:
     """--mpi SPEC, else the library of the command's mpiexec/mpirun, else None (env passed as it is)."""
-    from tunempi.mpi.discovery import resolve_library
-    from tunempi.search.session import command_library_spec
+    from tunempi.mpi.discovery import command_library_spec, resolve_library
 
     spec = resolve(mpi, "MPI", None) or command_library_spec(list(command))
     return resolve_library(spec) if spec else None

@@ -525,3 +525,21 @@ def library_for_version_string(version_string: str, spec: str | None = None) -> 
     if not same_version:
         _log.warning("the program ran with %s %s; none found here, using %s", vendor, version, libraries[0].name)
     return (same_version or libraries)[0]
+
+
+def command_library_spec(command: list[str]) -> str | None:
+    """The mpicc beside the MPI launcher the command starts with (same suffix: mpiexec.mpich ->
+    mpicc.mpich), or None when the command does not start with one or no such mpicc exists."""
+    where = shutil.which(command[0]) if command else None
+    if where is None:
+        return None
+    name = Path(where).name
+    base, _, suffix = name.partition(".")
+    if base not in ("mpiexec", "mpirun"):
+        return None
+    # Hydra's own names (mpiexec.hydra) carry no vendor suffix; Debian's (mpiexec.mpich) do.
+    mpicc_name = "mpicc" if suffix in ("", "hydra") else f"mpicc.{suffix}"
+    for directory in (Path(where).parent, Path(os.path.realpath(where)).parent):
+        if (directory / mpicc_name).exists():
+            return str(directory / mpicc_name)
+    return None

@@ -9,15 +9,13 @@ the same request picks them up. Ctrl-C propagates as KeyboardInterrupt after wha
 from __future__ import annotations
 
 import json
-import os
 import re
-import shutil
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from tunempi.config import resolve, resolve_db
+from tunempi.config import int_setting, resolve, resolve_db
 from tunempi.errors import TunempiError, UsageError
 from tunempi.search import make_search, run_search, strategy_class
 from tunempi.search.base import Trial
@@ -34,18 +32,6 @@ if TYPE_CHECKING:
 DEFAULT_STRATEGY = "bayes"
 DEFAULT_OUT = "tunempi-search"
 NO_LIBRARY = "none"
-
-
-def int_setting(flag: int | None, env: str, default: int, what: str, minimum: int) -> int:
-    """flag > TUNEMPI_<env> > default, as an integer of at least `minimum` (UsageError otherwise)."""
-    text = resolve(None if flag is None else str(flag), env, str(default)) or str(default)
-    try:
-        value = int(text)
-    except ValueError:
-        raise UsageError(f"{what} must be an integer, got {text!r} (from TUNEMPI_{env})") from None
-    if value < minimum:
-        raise UsageError(f"{what} must be >= {minimum}, got {value}")
-    return value
 
 
 class SearchListener:
@@ -138,24 +124,6 @@ class SearchOutcome:
     files: list[Path] = field(default_factory=list)
 
 
-def command_library_spec(command: list[str]) -> str | None:
-    """The mpicc beside the MPI launcher the command starts with (same suffix: mpiexec.mpich ->
-    mpicc.mpich), or None when the command does not start with one or no such mpicc exists."""
-    where = shutil.which(command[0]) if command else None
-    if where is None:
-        return None
-    name = Path(where).name
-    base, _, suffix = name.partition(".")
-    if base not in ("mpiexec", "mpirun"):
-        return None
-    # Hydra's own names (mpiexec.hydra) carry no vendor suffix; Debian's (mpiexec.mpich) do.
-    mpicc_name = "mpicc" if suffix in ("", "hydra") else f"mpicc.{suffix}"
-    for directory in (Path(where).parent, Path(os.path.realpath(where)).parent):
-        if (directory / mpicc_name).exists():
-            return str(directory / mpicc_name)
-    return None
-
-
 def parse_observe(observe: list[str] | None) -> dict[str, re.Pattern[str]]:
     patterns: dict[str, re.Pattern[str]] = {}
     for item in observe or []:
@@ -171,7 +139,7 @@ def parse_observe(observe: list[str] | None) -> dict[str, re.Pattern[str]]:
 
 def resolve_target(mpi: str | None, command: list[str]) -> Target:
     """--mpi SPEC (or TUNEMPI_MPI, else the library of the command's launcher), or `none`: plain env."""
-    from tunempi.mpi.discovery import adapter_from_info, library_info, resolve_library
+    from tunempi.mpi.discovery import adapter_from_info, command_library_spec, library_info, resolve_library
     from tunempi.mpi.runtime import RuntimeParameters
 
     spec = resolve(mpi, "MPI", None)
