@@ -2,7 +2,7 @@
 both sides) and A/B with a known speedup, with the noise measured on a shared VM (docs/online.md,
 docs/tune.md): run-to-run noise of a few %, the machine's state moving everything by 3x for minutes (a
 change can fall between the two runs of a pair), and stalls of 2-10x that hit a whole run. Used by the
-tests of the rule's error rates and by bench/evidence_error_rates.py."""
+tests of the rule's error rates (and, in git history, by bench/evidence_error_rates.py)."""
 
 from __future__ import annotations
 

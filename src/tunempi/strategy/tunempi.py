@@ -250,7 +250,7 @@ class TunempiStrategy(Strategy):
                 # fallbacks): add doubt that grows with the distance, in doublings of ranks or size, to
                 # the nearest cell where this algorithm was measured. `scale_doubling_weight` > 1 doubts
                 # a trend carried across scales sooner: more robust when the initial design misses how
-                # an algorithm scales, not better on Peak (docs/strategies.md, "Where issue 15 stands").
+                # an algorithm scales, not better on Peak (docs/measurements/strategies.md, "Where issue 15 stands").
                 measured_at = np.flatnonzero(np.isfinite(measured_log[:, j]))
                 if len(measured_at):
                     steps = np.abs(self._log_grid[:, None, :] - self._log_grid[None, measured_at, :])
@@ -392,7 +392,7 @@ class TunempiStrategy(Strategy):
         sends (ranks - 1) x size bytes, at no more bytes per microsecond than the best run at that size or
         larger achieved (rates grow with the size, so smaller sizes' would overstate the floor). Far above
         the measured cells the model's trend can be 100x low on exactly these cells, and so the cost it
-        predicts (the case under `COST_STAIRS`; docs/strategies.md, "A floor under the predicted cost")."""
+        predicts (the case under `COST_STAIRS`; docs/measurements/strategies.md, "A floor under the predicted cost")."""
         cells = self.space.cells
         floor = np.zeros(len(cells))
         runs = [r for r in ok if r.cell.ranks > 1 and r.latency_us]  # every ok run has a latency (for mypy)

@@ -42,7 +42,7 @@ DEFAULT_MARGIN = 0.03
 #: the exploring launch decides alone. Two or more made two tunes agree on 94-100 % of the cells both
 #: decided (66-74 % with 1), but on this VM's run-to-run noise they decided few of the cells a validation
 #: run shows a gap in, and their selections were 1.00-1.08x slower out of sample than the exploring
-#: launch's (docs/tune.md, "Launches as blocks"): opt-in (`tune --launches N`) until that is fixed.
+#: launch's (docs/measurements/tune.md, "Launches as blocks"): opt-in (`tune --launches N`) until that is fixed.
 DEFAULT_LAUNCHES = 1
 
 

@@ -134,7 +134,7 @@ def model_threads(scales: list[Scale], cpus: int | None = None) -> int:
     spinning after a fit share the cores with the ranks that measure next: tunes on this 2-core machine with
     2 MPICH ranks moved a cell's block value from the exploring launch to a fresh one by a standard deviation
     of 0.43-0.58 (log), 0.16-0.23 with one thread, and one tune in four decided almost nothing
-    (`bench/model_threads.py`, docs/tune.md "One thread for the model")."""
+    (docs/measurements/tune.md "One thread for the model"; the script is in git history)."""
     return max(1, spare_cores(scales, cpus))
 
 

@@ -167,7 +167,7 @@ def evaluate(selection: Mapping[Cell, str], results: Sequence[PointResult]) -> l
     for rule in rules_of(selection):
         matrix = _blocks(rule, pairs)
         # on the rule's own launches alone: the rules' launch spreads differ too much to pool (one wild rule
-        # widened every other rule's interval in one verify and not in the next; docs/tune.md "verify twice")
+        # widened every other rule's interval in one verify and not in the next; docs/measurements/tune.md "verify twice")
         found = evidence.compare_launches(matrix) if matrix.size else None
         for cell in rule:
             own = pairs.get(cell)
@@ -190,7 +190,7 @@ def evaluate(selection: Mapping[Cell, str], results: Sequence[PointResult]) -> l
 SUSPICIOUS_BELOW = 0.97
 #: ... and one estimated this much faster without it likewise: its verdict flipped from verify to verify
 #: ("faster" 1.93x [1.86, 2.00] in one, "same" 1.09x [0.31, 3.88] in the next, one launch in three wild;
-#: docs/tune.md "verify twice"), and more launches settle which.
+#: docs/measurements/tune.md "verify twice"), and more launches settle which.
 PROMISING_ABOVE = 1.10
 
 
@@ -205,8 +205,8 @@ def goes_back_to_default(verdict: str, own_verdict: str = "") -> bool:
     """The rule for a tuned choice against the library's: slower beyond noise across launches, or failed;
     for a cell of a rule, also slower beyond noise on the cell's own. Evidence only: an estimate below 1
     within noise is a near tie whose sign flips from verify to verify (sending those back too, two
-    verifies of one tuning did the same to 53-90 % of the rules, on evidence only to 89-95 %: docs/tune.md
-    "verify twice"), and keeping a near tie costs little."""
+    verifies of one tuning did the same to 53-90 % of the rules, on evidence only to 89-95 %:
+    docs/measurements/tune.md "verify twice"), and keeping a near tie costs little."""
     return verdict in ("slower", "failed") or own_verdict == "slower"
 
 
