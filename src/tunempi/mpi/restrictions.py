@@ -325,4 +325,10 @@ RESTRICTIONS += (
     # only I_MPI_ADJUST_REDUCE to 8-12 breaks it, forcing allreduce's presets alone does not.
     *(_impi("reduce", preset, ("contiguous",), "wrong results of allreduce on an intercommunicator (a reduce inside) "
             "for a user-defined op on a nested datatype", ranks="4") for preset in (8, 9, 10, 11, 12)),
+    # Found on an Intel Xeon host (2026-11-27; the machines before were AMD EPYC, where the suite passed): the
+    # library picks its code paths by processor, so these presets' failures show only on Intel processors.
+    *(_impi(collective, preset, ("true-lb-zero",),
+            "wrong results for a user-defined op on a datatype with a negative lower bound (counts 7 and 33), on "
+            "an Intel Xeon host", ranks="2")
+      for collective, presets in (("allreduce", range(25, 32)), ("reduce", range(14, 20))) for preset in presets),
 )
