@@ -334,7 +334,9 @@ def test_an_adapter_assuming_contiguous_datatypes_lets_files_select_what_needs_t
     adapter = OpenMPIAdapter(library, catalog, {"bcast": Algorithm("ignore", 0)})
     plain = adapter.tuning_file_algorithms("bcast")
     assert plain.selectable == ("binomial",) and "contiguous" in plain.excluded["scatter_allgather"]
-    assuming = adapter.assuming({"contiguous", "true-lb-zero"})
+    # contiguous datatypes alone are not enough: scatter_allgather splits by element counts (issue 38)
+    assert adapter.assuming({"contiguous", "true-lb-zero"}).tuning_file_algorithms("bcast").selectable == ("binomial",)
+    assuming = adapter.assuming({"contiguous", "true-lb-zero", "same-counts"})
     assert assuming.tuning_file_algorithms("bcast").selectable == ("binomial", "scatter_allgather")
     assert adapter.assumed == frozenset()  # a copy: the original still excludes it
     with pytest.raises(UsageError, match="unknown requirement"):
