@@ -40,10 +40,10 @@ TUNEMPI = [sys.executable, "-m", "tunempi"]
 SETTINGS = MeasureSettings(time_cap_s=0.2)
 
 
-def timed(argv: list[str], env: dict[str, str], log: Path) -> float:
+def timed(argv: list[str], env: dict[str, str], log: Path, cwd: Path | None = None) -> float:
     started = time.monotonic()
     with log.open("w") as out:
-        done = subprocess.run(argv, env=env, stdout=out, stderr=subprocess.STDOUT, check=False)
+        done = subprocess.run(argv, env=env, stdout=out, stderr=subprocess.STDOUT, check=False, cwd=cwd)
     if done.returncode != 0:
         raise SystemExit(f"{' '.join(argv)} failed ({done.returncode}); see {log}")
     return time.monotonic() - started
@@ -54,16 +54,18 @@ def run_mpitune_fast(library, args: argparse.Namespace, out: Path) -> tuple[Path
            "PATH": f"{library.prefix / 'bin'}:{os.environ.get('PATH', '')}"}
     if os.environ.get(AGENT_VAR):  # emulated nodes: its mpiexec must start them through the cluster's agent
         env.update(I_MPI_HYDRA_BOOTSTRAP="ssh", I_MPI_HYDRA_BOOTSTRAP_EXEC=os.environ[AGENT_VAR])
-    directory = out / "mpitune_fast"
+    directory = (out / "mpitune_fast").resolve()
     directory.mkdir(parents=True, exist_ok=True)
     hosts = ["-hosts", os.uname().nodename]
     if args.hostfile:  # mpitune_fast takes one host name per line
-        names = out / "mpitune_fast.hosts"
+        names = (out / "mpitune_fast.hosts").resolve()
         names.write_text("".join(f"{host}\n" for host in NodeAllocation.from_hostfile(args.hostfile).hosts))
         hosts = ["-f", str(names)]
     argv = [str(library.prefix / "bin" / "mpitune_fast"), *hosts, "-n", str(args.nodes), "-ppn", str(args.ppn),
             "-c", args.collectives, "-d", str(directory)]
-    wall = timed(argv, env, out / "mpitune_fast.log")
+    # Run in its own directory: Intel MPI writes shm_msglens_<date>.txt into the working directory (one was
+    # once committed at the repository root from a run of this script).
+    wall = timed(argv, env, out / "mpitune_fast.log", cwd=directory)
     files = sorted(directory.glob("cluster_merged_*.dat"))
     if not files:
         raise SystemExit(f"mpitune_fast wrote no cluster_merged_*.dat; see {out / 'mpitune_fast.log'}")
