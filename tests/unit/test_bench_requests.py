@@ -138,13 +138,18 @@ class PinningAdapter(FakeAdapter):
         return CvarSwitch(switch.cvar, switch.value, switch.needs_new_communicator, also=(("fake_level", level),))
 
 
-def test_mpit_mode_pins_companion_cvars_for_the_launch_and_keeps_default_apart() -> None:
+def test_mpit_mode_pins_companion_cvars_with_the_point_so_default_shares_the_launch() -> None:
     adapter = PinningAdapter(LIBRARY, ADAPTER.catalog, ADAPTER.defaults)
     ring = selection_for(adapter, BenchPoint("allreduce", "ring", 8), "mpit")
-    assert ring.setup == (CvarSwitch("fake_level", 0, False),)
-    assert selection_for(adapter, BenchPoint("allreduce", "default", 8), "mpit").setup == ()
-    # Setup writes last a whole launch (SET_DEFAULT does not undo them): default points need their own.
-    assert ring.setup != selection_for(adapter, BenchPoint("allreduce", "default", 8), "mpit").setup
+    default = selection_for(adapter, BenchPoint("allreduce", "default", 8), "mpit")
+    assert ring.also == (("fake_level", 0),) and default.also == ()
+    # One launch for both (issue 39: a default measured in a launch of its own carried that launch's bias).
+    assert ring.setup == default.setup == ()
+    request = PointRequest(1, "allreduce", 8, ring.cvar, ring.set_value, also=ring.also)
+    assert request.encode().endswith(" also=fake_level:0")
+    assert "also=" not in PointRequest(1, "allreduce", 8, default.cvar, default.set_value).encode()
+    with pytest.raises(ValueError, match="go with a written algorithm"):
+        PointRequest(1, "allreduce", 8, "fake_allreduce", SET_DEFAULT, also=(("fake_level", 0),)).encode()
 
 
 def test_env_mode_forces_through_the_environment_and_only_reads_the_cvar_back() -> None:

@@ -75,6 +75,9 @@ class PointRequest:
     cvar: str | None = None
     set_value: int | str = SET_KEEP
     new_communicator: bool = False
+    #: Further (cvar, int) writes of this selection, made before `cvar`'s and undone by the next point
+    #: that does not ask for them (MPICH's shared-memory level pinned to mpir beside a forced algorithm).
+    also: tuple[tuple[str, int], ...] = ()
     settings: MeasureSettings = MeasureSettings()
     spoil_every: int = 0
 
@@ -86,11 +89,17 @@ class PointRequest:
             raise ValueError(f"set_value must be an int, {SET_DEFAULT!r} or {SET_KEEP!r}")
         if isinstance(self.set_value, int) and self.cvar is None:
             raise ValueError("writing a value needs a cvar")
+        if self.also and not isinstance(self.set_value, int):
+            raise ValueError("also= writes go with a written algorithm")
+        for name, _ in self.also:
+            if not _CVAR_NAME.match(name):
+                raise ValueError(f"not a cvar name: {name!r}")
         s = self.settings
         return (
             f"point id={self.id} coll={self.collective} bytes={self.msg_bytes} cvar={self.cvar or '-'} "
             f"set={self.set_value} newcomm={int(self.new_communicator)} warmup={s.warmup} "
             f"min_iters={s.min_iters} max_iters={s.max_iters} rel_ci={s.rel_ci:g} time_cap={s.time_cap_s:g}"
+            + (" also=" + ",".join(f"{name}:{int(value)}" for name, value in self.also) if self.also else "")
             + (f" back_to_back={s.back_to_back}" if s.back_to_back != 1 else "")
             + (f" spoil_every={self.spoil_every}" if self.spoil_every else "")
         )

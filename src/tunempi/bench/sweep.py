@@ -94,9 +94,12 @@ class Selection:
     new_communicator: bool
     env: Mapping[str, str] = field(default_factory=dict)
     expected_value: int | None = None  # what the cvar must read back as (None: not checked)
-    #: Writes for the whole launch that this selection needs (CvarSwitch.also, e.g. MPICH's shared-memory
-    #: level pinned to "mpir"); points with different setups are measured in different launches.
+    #: Writes for the whole launch that this selection needs; points with different setups are measured in
+    #: different launches (none today: a selection's further writes go with its point, `also`).
     setup: tuple[CvarSwitch, ...] = ()
+    #: Further (cvar, int) writes made with the point's (CvarSwitch.also: MPICH's shared-memory level
+    #: pinned to "mpir" beside a forced algorithm), undone by the next point that does not make them.
+    also: tuple[tuple[str, int], ...] = ()
 
 
 def selection_for(adapter: VendorAdapter, point: BenchPoint, mode: str) -> Selection:
@@ -122,9 +125,10 @@ def selection_for(adapter: VendorAdapter, point: BenchPoint, mode: str) -> Selec
     expected = adapter.check_algorithm(collective, point.algorithm).value
     switch = adapter.runtime_switch(collective, point.algorithm)
     if mode == "mpit":
-        setup = tuple(CvarSwitch(cvar, value, False) for cvar, value in switch.also)
+        # The further writes go with the point, not with its launch: the default and every contender of a
+        # cell are then measured in one launch, so a launch that favours one side cannot decide (issue 39).
         return Selection(switch.cvar, switch.value, switch.needs_new_communicator, expected_value=expected,
-                         setup=setup)
+                         also=switch.also)
     return Selection(switch.cvar, SET_KEEP, False, adapter.force_env(collective, point.algorithm), expected)
 
 
@@ -288,7 +292,8 @@ def _measure_once(session: EngineSession, point: BenchPoint, selection: Selectio
                   request_id: int) -> PointOutcome:
     request = PointRequest(
         id=request_id, collective=point.collective, msg_bytes=point.msg_bytes, cvar=selection.cvar,
-        set_value=selection.set_value, new_communicator=selection.new_communicator, settings=settings,
+        set_value=selection.set_value, new_communicator=selection.new_communicator, also=selection.also,
+        settings=settings,
     )
     outcome = session.measure(request)
     reply = outcome.reply

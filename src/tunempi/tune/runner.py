@@ -46,12 +46,11 @@ class LayoutRunner:
     """Measures points of one layout through engine sessions kept open between calls.
 
     One session per launch-wide setup: the strict-selection write plus the point's `Selection.setup`
-    (CvarSwitch.also: a forced MPICH allreduce/bcast algorithm pins the shared-memory level to `mpir`,
-    else release_gather silently runs instead after a few calls; the library's default runs without the
-    pin). These are the launches `bench.sweep.Sweep` makes, so tune measures what `bench` measures; on
-    MPICH that is up to three sessions per layout (no pin, allreduce pinned, bcast pinned), on Open MPI
-    one. They stay open side by side (an idle engine naps between control messages) so that the
-    algorithms of a cell are still compared seconds apart, without a relaunch per switch. A library that
+    (none today). A forced MPICH allreduce/bcast algorithm pins the shared-memory level to `mpir` (else
+    release_gather silently runs instead after a few calls) with its own point (`Selection.also`), and the
+    next default point puts it back: the library's default and its contenders are measured in ONE launch,
+    so a launch that favours one side (10-30 % on this VM) cannot decide a cell (issue 39). So on MPICH
+    and Open MPI one session per layout; a library that
     reads its choice at MPI_Init only (Intel MPI) needs a launch per forced algorithm (`Selection.env`):
     at most `max_sessions` stay open, the least recently used closed first. A point that
     was mostly measured while ranks were descheduled (`bench.sweep.contended`) is measured again, up to

@@ -87,12 +87,14 @@ int tm_cvar_write(tm_cvars *cvars, tm_cvar *cvar, int value, char *why, size_t w
     return 0;
 }
 
-int tm_cvar_restore_others(tm_cvars *cvars, const tm_cvar *keep, char *why, size_t why_len)
+int tm_cvar_restore_except(tm_cvars *cvars, const tm_cvar *const *keep, int kept, char *why, size_t why_len)
 {
     for (int i = 0; i < cvars->count; i++) {
         tm_cvar *slot = &cvars->slots[i];
-        if (slot != keep && !slot->pinned && slot->current != slot->initial &&
-            tm_cvar_write(cvars, slot, slot->initial, why, why_len) != 0)
+        int keeping = slot->pinned;
+        for (int k = 0; k < kept && !keeping; k++)
+            keeping = keep[k] == slot;
+        if (!keeping && slot->current != slot->initial && tm_cvar_write(cvars, slot, slot->initial, why, why_len) != 0)
             return -1;
     }
     return 0;

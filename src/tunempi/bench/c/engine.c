@@ -9,7 +9,7 @@
  *     quit                       (end of input also quits)
  *   rank 0 answers with ONE JSON line per request on stdout, flushed, and a "ready" line at start.
  * `set=<int>` writes the algorithm cvar through MPI_T on every rank (and puts back every other cvar written
- * before to its start-up value); `set=default` restores every cvar this engine has written to the value it
+ * before to its start-up value, except the point's `also=<cvar>:<int>[,...]` writes, made first); `set=default` restores every cvar this engine has written to the value it
  * had at start; `set=keep` writes nothing (algorithm forced through the environment). `newcomm=1` measures on a communicator duplicated after the write (Open MPI honours a
  * written algorithm only on communicators created after it). The cvar is read back and reported.
  *
@@ -34,6 +34,7 @@
 
 #define MAX_LINE 4096
 #define MAX_NAME 128
+#define TM_MAX_ALSO 4
 
 typedef enum { SET_KEEP, SET_DEFAULT, SET_VALUE } set_mode;
 
@@ -43,6 +44,12 @@ typedef struct {
     long long bytes;
     char cvar[MAX_NAME]; /* empty: none */
     set_mode set;
+    /* `also=<cvar>:<int>[,...]`: further writes that belong to this selection (MPICH's shared-memory level
+     * pinned to mpir beside a forced algorithm), made before the algorithm's, undone by a later point that
+     * does not ask for them, so the default and its contenders are measured in one launch. */
+    int also_count;
+    char also_cvar[TM_MAX_ALSO][MAX_NAME];
+    int also_value[TM_MAX_ALSO];
     int set_value;
     int newcomm;
     int spoil_every; /* self-test: spoil the result of every n-th iteration (0: never) */
@@ -263,6 +270,26 @@ static int parse_double(const char *text, double *out)
     return 0;
 }
 
+/* "<cvar>:<int>[,<cvar>:<int>...]" into req->also_*; returns nonzero when malformed. */
+static int parse_also(const char *val, request *req)
+{
+    char copy[MAX_LINE];
+    snprintf(copy, sizeof copy, "%s", val);
+    char *save = NULL;
+    for (char *item = strtok_r(copy, ",", &save); item; item = strtok_r(NULL, ",", &save)) {
+        char *colon = strrchr(item, ':');
+        long long n = 0;
+        if (!colon || req->also_count == TM_MAX_ALSO || colon - item >= MAX_NAME || colon == item)
+            return 1;
+        *colon = '\0';
+        if (parse_long(colon + 1, -2147483647LL, 2147483647LL, &n))
+            return 1;
+        snprintf(req->also_cvar[req->also_count], MAX_NAME, "%s", item);
+        req->also_value[req->also_count++] = (int)n;
+    }
+    return 0;
+}
+
 /* Parses "point|setup key=value ..." into `req`; returns 0, or -1 with `why` filled. */
 static int parse_point(char *line, request *req, char *why, size_t why_len)
 {
@@ -308,6 +335,8 @@ static int parse_point(char *line, request *req, char *why, size_t why_len)
                 bad = parse_long(val, -2147483647LL, 2147483647LL, &n);
                 req->set_value = (int)n;
             }
+        } else if (strcmp(key, "also") == 0) {
+            bad = parse_also(val, req);
         } else if (strcmp(key, "newcomm") == 0) {
             bad = parse_long(val, 0, 1, &n);
             req->newcomm = (int)n;
@@ -487,8 +516,22 @@ static void measure_point(engine *e, request *req)
         slot = tm_cvar_lookup(&e->cvars, req->cvar, why, sizeof why);
         failed = slot == NULL;
     }
+    const tm_cvar *keep[1 + TM_MAX_ALSO] = {NULL};
+    int kept = 0;
+    tm_cvar *also[TM_MAX_ALSO] = {NULL};
+    if (!failed && req->set == SET_VALUE) {
+        keep[kept++] = slot;
+        for (int i = 0; i < req->also_count && !failed; i++) {
+            also[i] = tm_cvar_lookup(&e->cvars, req->also_cvar[i], why, sizeof why);
+            failed = also[i] == NULL;
+            keep[kept++] = also[i];
+        }
+    }
     if (!failed && req->set != SET_KEEP)
-        failed = tm_cvar_restore_others(&e->cvars, req->set == SET_VALUE ? slot : NULL, why, sizeof why) != 0;
+        failed = tm_cvar_restore_except(&e->cvars, keep, kept, why, sizeof why) != 0;
+    for (int i = 0; i < req->also_count && !failed && req->set == SET_VALUE; i++)
+        if (also[i]->current != req->also_value[i])
+            failed = tm_cvar_write(&e->cvars, also[i], req->also_value[i], why, sizeof why) != 0;
     if (!failed && req->set == SET_VALUE && slot->current != req->set_value)
         failed = tm_cvar_write(&e->cvars, slot, req->set_value, why, sizeof why) != 0;
     if (ctl_any(e, failed)) {

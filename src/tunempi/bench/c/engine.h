@@ -84,8 +84,8 @@ void tm_cvars_free(tm_cvars *cvars); /* before MPI_Finalize */
 tm_cvar *tm_cvar_lookup(tm_cvars *cvars, const char *name, char *why, size_t why_len);
 /* Returns 0, or -1 with `why` filled. */
 int tm_cvar_write(tm_cvars *cvars, tm_cvar *cvar, int value, char *why, size_t why_len);
-/* Puts every cvar written before back to its start-up value, except `keep` and pinned ones. */
-int tm_cvar_restore_others(tm_cvars *cvars, const tm_cvar *keep, char *why, size_t why_len);
+/* Puts every cvar written before back to its start-up value, except the `kept` ones of `keep` and pinned ones. */
+int tm_cvar_restore_except(tm_cvars *cvars, const tm_cvar *const *keep, int kept, char *why, size_t why_len);
 
 /* Statistics on per-iteration times (sorted in place). */
 typedef struct {
