@@ -40,7 +40,7 @@ demo: setup
 test: setup system
 	$(VENV)/bin/ruff check src tests $(wildcard bench)
 	$(VENV)/bin/mypy
-	$(VENV)/bin/pytest -q -ra -m "not full"
+	$(VENV)/bin/pytest -q -ra --durations=25 -m "not full"
 
 test-all: setup system
 	$(VENV)/bin/ruff check src tests $(wildcard bench)
