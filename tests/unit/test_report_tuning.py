@@ -63,6 +63,22 @@ def test_speedups_come_from_verify_then_tuning_then_default(manifest: Manifest) 
     assert rows[("bcast", 8)].speedup == pytest.approx(1.5) and rows[("bcast", 8)].source == "tune"
 
 
+def test_held_out_figures_are_the_ones_reported_where_verify_measured_them(manifest: Manifest) -> None:
+    """Issue 39: the figures printed come from launches that did not choose the rules (the winner's curse)."""
+    from tunempi.tune.manifest import VerifyRecord
+    from tunempi.tune.verify import VerifiedCell, summary
+
+    assert manifest.verify is not None
+    ring = Cell("allreduce", 2, 1, 2, 1024)
+    held = (VerifiedCell(ring, "ring", 5.5, 6.0, 1.08, 1.01, 1.16, "faster"),)
+    record = dataclasses.replace(manifest.verify, held_out=held, held_out_summary=summary(held))
+    again = dataclasses.replace(manifest, verify=VerifyRecord.from_dict(record.to_dict()))
+    rows = {(r.collective, r.msg_bytes): r for r in speedup_rows(again)}
+    assert rows[("allreduce", 1024)].speedup == pytest.approx(1.08) and rows[("allreduce", 1024)].source == "held-out"
+    assert rows[("allreduce", 1024)].ci_low == pytest.approx(1.01)
+    assert any(line.startswith("verify: held out") and "1.080x" in line for line in summary_lines(again))
+
+
 def test_tables_summary_plots_and_html(manifest: Manifest, tmp_path: Path) -> None:
     console = Console(width=150, record=True)
     console.print(rules_table(manifest))

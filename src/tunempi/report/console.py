@@ -59,7 +59,7 @@ class VerifyProgress(VerifyListener):
 
     def started(self, plan: VerifyPlan) -> None:
         self.console.print(f"[bold]{plan.library.name}[/]: verifying {plan.tuned_cells} tuned cells against the "
-                           f"default, {plan.repeats} interleaved pairs each ({plan.runs} runs)")
+                           f"default under the written files, {plan.repeats} pairs of launches ({plan.runs} runs)")
         chosen = plan.manifest.compositions.chosen()
         if chosen:
             said = ", ".join(f"{name} of {collective}" for collective, name in sorted(chosen.items()))
@@ -81,6 +81,13 @@ class VerifyProgress(VerifyListener):
     def rewriting(self) -> None:
         self.progress.stop()
         self.console.print("rewriting the tuning files (smoke run)")
+
+    def holding_out(self, runs: int) -> None:
+        self.progress.stop()
+        self.console.print(f"measuring the final files again in new launches, for the figures to report ({runs} runs)")
+        self.progress = Progress(*self.progress.columns, console=self.console, transient=False)
+        self.progress.start()
+        self.task = self.progress.add_task("held out", total=runs)
 
 
 def print_verify_report(console: Console, report: VerifyReport) -> None:

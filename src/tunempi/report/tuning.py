@@ -47,15 +47,20 @@ def _finite(value: float | None) -> float | None:
 
 
 def speedup_rows(manifest: Manifest) -> list[SpeedupRow]:
-    """One row per selection cell, with the best evidence of its speedup over default."""
+    """One row per selection cell, with the best evidence of its speedup over default: verify's held-out
+    launches (which chose nothing), else verify's own, else the tuning measurements."""
     verified = {v.cell: v for v in manifest.verify.cells} if manifest.verify is not None else {}
+    held = {v.cell: v for v in manifest.verify.held_out} if manifest.verify is not None else {}
     rows = []
     for row in manifest.selection:
         speedup = low = high = None
         source = "-"
         found = verified.get(row.cell)
+        kept = held.get(row.cell)
         if row.algorithm == "default":
             speedup, low, high, source = 1.0, 1.0, 1.0, "default"
+        elif kept is not None and kept.algorithm == row.algorithm and _finite(kept.speedup) is not None:
+            speedup, low, high, source = kept.speedup, _finite(kept.ci_low), _finite(kept.ci_high), "held-out"
         elif found is not None and _finite(found.speedup) is not None:
             speedup, low, high, source = found.speedup, _finite(found.ci_low), _finite(found.ci_high), "verify"
         elif row.median_us and row.default_us:
@@ -93,8 +98,10 @@ def speedup_table(manifest: Manifest) -> Table:
     """Per (collective, scale): cells, geo-mean speedup over default, best and worst, where measured."""
     rows = speedup_rows(manifest)
     verify = manifest.verify
-    table = Table(title="speedup over the library default" + (" (verify: interleaved, 95% CI)" if verify else
-                                                             " (from tuning measurements; run verify)"))
+    held = verify is not None and bool(verify.held_out)
+    table = Table(title="speedup over the library default" + (
+        " (verify, held-out launches under the final files)" if held else
+        " (verify: launches under the files)" if verify else " (from tuning measurements; run verify)"))
     for header in ("collective", "scale", "cells", "tuned", "geo-mean", "best", "worst", "slower*", "replaced"):
         table.add_column(header, justify="left" if header in ("collective", "scale") else "right")
     groups: dict[tuple[str, str], list[SpeedupRow]] = {}
@@ -142,6 +149,10 @@ def summary_lines(manifest: Manifest) -> list[str]:
             f"{s['faster_beyond_noise']} faster beyond noise, slower beyond noise {s['slower_beyond_noise_before']}"
             f" -> {s['slower_beyond_noise_after']} (replaced {s['replaced']}; "
             f"{s.get('slower_point_estimate_after', '?')} below 1 within noise)")
+        if verify.held_out_summary:
+            from tunempi.tune.verify_run import held_out_line
+
+            lines.append("verify: " + held_out_line(verify.held_out_summary))
         for v in verify.compositions:
             said = {"faster": "faster than", "slower": "slower than", "failed": "failed against"}.get(
                 v.verdict, "not told apart from")

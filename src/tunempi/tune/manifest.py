@@ -174,19 +174,27 @@ class VerifyRecord:
     cells: tuple[VerifiedCell, ...] = ()
     #: The written compositions against the default (absent: none written, or verified before there was this).
     compositions: tuple[VerifiedComposition, ...] = ()
+    #: The final files' tuned cells against the default in launches that decided nothing (issue 39): the
+    #: figures to report. Empty: nothing stayed tuned, or verified before there was this.
+    held_out: tuple[VerifiedCell, ...] = ()
+    held_out_summary: Mapping[str, float | int] = field(default_factory=dict)
 
     def to_dict(self) -> dict[str, Any]:
         return {"verified_at": self.verified_at, "repeats": self.repeats, "second_pass_cells": self.second_pass_cells,
                 "time_cap_s": self.time_cap_s, "wall_s": round(self.wall_s, 3), "summary": dict(self.summary),
                 "cells": [cell.to_dict() for cell in self.cells],
-                "compositions": [c.to_dict() for c in self.compositions]}
+                "compositions": [c.to_dict() for c in self.compositions],
+                "held_out": [cell.to_dict() for cell in self.held_out],
+                "held_out_summary": dict(self.held_out_summary)}
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> VerifyRecord:
         return cls(str(data.get("verified_at", "")), int(data.get("repeats", 0)), int(data.get("second_pass_cells", 0)),
                    data.get("time_cap_s"), float(data.get("wall_s", 0.0)), dict(data.get("summary", {})),
                    tuple(VerifiedCell.from_dict(cell) for cell in data.get("cells", [])),
-                   tuple(VerifiedComposition.from_dict(c) for c in data.get("compositions", [])))
+                   tuple(VerifiedComposition.from_dict(c) for c in data.get("compositions", [])),
+                   tuple(VerifiedCell.from_dict(cell) for cell in data.get("held_out", [])),
+                   dict(data.get("held_out_summary", {})))
 
 
 @dataclass(frozen=True)

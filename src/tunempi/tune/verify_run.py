@@ -8,15 +8,17 @@ nothing here prints. The statistics and the rule are in tune/verify.py and tunem
 from __future__ import annotations
 
 import dataclasses
+import itertools
+import random
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
 from tunempi import evidence
-from tunempi.bench.engine import Layout
-from tunempi.bench.protocol import MeasureSettings
-from tunempi.bench.sweep import BenchPoint
+from tunempi.bench.engine import EngineSession, Layout
+from tunempi.bench.protocol import SET_KEEP, MeasureSettings
+from tunempi.bench.sweep import BenchPoint, Selection, measure_point, to_measurement
 from tunempi.bench.validate import DEFAULT_ALGORITHM
 from tunempi.errors import UsageError
 from tunempi.launch.hosts import NodeAllocation
@@ -30,9 +32,10 @@ from tunempi.tune.compositions import (
     measure_compositions,
     write_composition_choices,
 )
+from tunempi.tune.driver import layout_of
 from tunempi.tune.files import rule_sets_for, selection_table, whole_collectives, write_tuning_files
 from tunempi.tune.manifest import CompositionsRecord, Manifest, SelectionRow, VerifyRecord
-from tunempi.tune.runner import LayoutRunner, ParallelRunner, PointResult
+from tunempi.tune.runner import PointResult
 from tunempi.tune.verify import (
     VerifiedCell,
     VerifiedComposition,
@@ -85,6 +88,9 @@ class VerifyListener:
     def composition_measured(self, collective: str, composition: str, done: int, total: int) -> None:
         """One repetition (a launch of the composition and one of the default) done."""
 
+    def holding_out(self, runs: int) -> None:
+        """The final files are measured again against the default: `runs` more runs (`measured` follows)."""
+
 
 @dataclass
 class VerifyReport:
@@ -94,6 +100,7 @@ class VerifyReport:
     replaced: int
     second_pass_cells: int = 0
     compositions: list[VerifiedComposition] = dataclasses.field(default_factory=list)
+    held_out: list[VerifiedCell] = dataclasses.field(default_factory=list)
 
     def lines(self) -> list[str]:
         """What verify found, as plain text: one line per replaced cell, then the summary."""
@@ -107,6 +114,8 @@ class VerifyReport:
             f"-> {n['slower_beyond_noise_after']} after verify ({n['slower_point_estimate_after']} below 1 "
             f"within noise; {self.second_pass_cells} cells got a second pass)"
             + (f"; files rewritten ({self.replaced} rules -> default)" if self.replaced else "; files unchanged"))
+        if self.held_out:
+            out.append(held_out_line(summary(self.held_out)))
         for v in self.compositions:
             ranks, nodes, ppn = v.layout
             verdict = "slower within noise" if v.verdict == "same" and v.speedup < 1.0 else v.verdict
@@ -117,6 +126,14 @@ class VerifyReport:
         return out
 
 
+def held_out_line(numbers: Mapping[str, float | int]) -> str:
+    """The held-out figures in one line (`summary` of the held-out cells)."""
+    return (f"held out (new launches under the final files, which they did not choose): "
+            f"{numbers['compared']} tuned cells, geo-mean speedup {numbers['geo_mean_speedup_compared_before']:.3f}x "
+            f"over default; {numbers['faster_beyond_noise']} faster beyond noise, "
+            f"{numbers['slower_beyond_noise_before']} slower beyond noise")
+
+
 def _replacement_line(v: VerifiedCell) -> str:
     """Why a cell went back to the default: its rule's evidence, its own, or (a library reading one selection
     per collective, apply_replacements(whole=True)) another rule of its collective."""
@@ -125,10 +142,14 @@ def _replacement_line(v: VerifiedCell) -> str:
     return (f"replaced {v.cell.collective} {format_size(v.cell.msg_bytes)} at {v.cell.ranks} ranks: "
             + (f"{v.algorithm} was slower on its own (speedup {v.own_speedup:.3f}) in a rule "
                if own_only else f"{v.algorithm} was ")
-            + f"{v.verdict} (speedup {v.speedup:.3f}, 95% CI {v.ci_low:.3f}..{v.ci_high:.3f}"
+            + f"{VERDICT_WORDS.get(v.verdict, v.verdict)} (speedup {v.speedup:.3f}, 95% CI {v.ci_low:.3f}..{v.ci_high:.3f}"
             + (f"; its rule of {v.rule_cells} sizes" if v.rule_cells > 1 else "") + f", {v.launches} launches"
             + (") -> default with the whole collective (the library reads one selection per collective, and "
-               "another rule of it was slower beyond noise or failed)" if with_collective else ") -> default"))
+               "another rule of it was not faster with evidence)" if with_collective else ") -> default"))
+
+
+#: How a verdict reads in a replacement line ("same": the evidence did not tell the two apart).
+VERDICT_WORDS = {"same": "not faster with evidence"}
 
 
 def plan_verify(directory: Path, *, repeats: int, mpi: str | None = None) -> VerifyPlan:
@@ -147,47 +168,75 @@ def plan_verify(directory: Path, *, repeats: int, mpi: str | None = None) -> Ver
 
 def measure_pairs(plan: VerifyPlan, settings: MeasureSettings, topology: str, listener: VerifyListener,
                   hostfile: Path | None = None) -> tuple[list[PointResult], list[Cell]]:
-    """The planned runs, one launch per repetition, then as many launches again for the rules left undecided
-    with an estimate far from 1 (verify.needs_second_pass: a real slowdown is not waved through for lack of
-    launches, nor a good rule dropped for one outlier, nor a large gain left to flip between verifies).
-    Returns every result and the cells of the second pass."""
+    """The planned repetitions under the files against the default (`measure_under_files`: a pair of
+    launches each), then as many again for the rules left undecided with a promising estimate
+    (verify.needs_second_pass: a rule stays only with the evidence that it is faster). Returns every
+    result and the cells of the second pass. `topology` is kept for the command's interface: the launches
+    of a pair run one after the other."""
     from tunempi.mpi.discovery import adapter_for
-    from tunempi.tune.job import scheduling
 
+    del topology
     adapter = adapter_for(plan.library)
     multi_node = any(layout.nodes > 1 for layout in plan.work)
     allocation = NodeAllocation.given_or_found(hostfile) if multi_node else None
-    system = plan.manifest.system
-
-    def make_runner(layout: Layout, hosts: NodeAllocation | None) -> LayoutRunner:
-        return LayoutRunner(plan.library, adapter, layout, settings=settings, allocation=hosts, system=system)
-
-    runner = ParallelRunner(make_runner, scheduling(topology, allocation), allocation)
+    file_env = plan.manifest.activation_env()
     progress = {"done": 0, "total": plan.runs}
 
     def on_point(result: PointResult) -> None:
         progress["done"] += 1
         listener.measured(result, progress["done"], progress["total"])
 
-    def measure(work: Mapping[Layout, Sequence[BenchPoint]]) -> list[PointResult]:
-        """Each repetition in a launch of its own (the launch is the unit of the evidence)."""
-        out: list[PointResult] = []
-        for run in sorted({p.run for points in work.values() for p in points}):
-            out += runner.run({layout: [p for p in points if p.run == run] for layout, points in work.items()},
-                              on_point=on_point)
-            runner.relaunch()
-        return out
-
-    try:
-        results = measure(plan.work)
-        again = needs_second_pass(evaluate(plan.selection, results))
-        if again:
-            extra = verify_plan({c: plan.selection[c] for c in again}, plan.repeats, first_run=plan.repeats)
-            progress["total"] += sum(len(points) for points in extra.values())
-            results += measure(extra)
-    finally:
-        runner.close()
+    results = measure_under_files(plan.library, adapter, file_env, plan.selection, range(plan.repeats), settings,
+                                  on_point, allocation, plan.manifest.system)
+    again = needs_second_pass(evaluate(plan.selection, results))
+    if again:
+        second = {c: plan.selection[c] for c in again}
+        progress["total"] += 2 * len(again) * plan.repeats
+        results += measure_under_files(plan.library, adapter, file_env, second,
+                                       range(plan.repeats, 2 * plan.repeats), settings, on_point, allocation,
+                                       plan.manifest.system)
     return results, again
+
+
+def measure_under_files(library: MPILibrary, adapter: VendorAdapter, file_env: Mapping[str, str],
+                        selection: Mapping[Cell, str], runs: Sequence[int], settings: MeasureSettings,
+                        on_point: Callable[[PointResult], None] = lambda _: None,
+                        allocation: NodeAllocation | None = None, system: str = "") -> list[PointResult]:
+    """What the written files do, as the application's launch will see it: for every repetition in `runs`
+    and every layout of a tuned cell, one launch under the files (`file_env`) and one without them (the
+    library's default), in alternating order, each measuring every tuned cell of the layout with nothing
+    switched at run time, in a seeded random order. A point of the files' launch carries the cell's tuned
+    algorithm, one of the other launch `default`, and the point's `run` is the repetition: `evaluate` pairs
+    them per launch pair (issue 39: a figure switched inside one launch did not predict the file's)."""
+    keep = Selection(None, SET_KEEP, False)
+    by_layout: dict[Layout, list[Cell]] = {}
+    for cell in sorted(c for c, a in selection.items() if a != DEFAULT_ALGORITHM):
+        by_layout.setdefault(layout_of(cell), []).append(cell)
+    results: list[PointResult] = []
+    counter = itertools.count(1)
+    for run in runs:
+        for layout, cells in sorted(by_layout.items(), key=lambda item: (item[0].nodes, item[0].ranks)):
+            env = dict(adapter.launch_env())
+            hosts = allocation.first(layout.nodes) if allocation is not None and layout.nodes > 1 else None
+            if hosts is None:
+                env.update(adapter.single_node_env())
+            for side in evidence.pair_order("tuned", DEFAULT_ALGORITHM, run):
+                order = list(cells)
+                random.Random(f"{run}/{side}").shuffle(order)
+                with EngineSession(library, layout, env={**env, **(file_env if side == "tuned" else {})},
+                                   allocation=hosts) as session:
+                    for position, cell in enumerate(order):
+                        point = BenchPoint(cell.collective, selection[cell] if side == "tuned" else DEFAULT_ALGORITHM,
+                                           cell.msg_bytes, run)
+                        started = time.perf_counter()
+                        outcome = measure_point(session, point, keep, settings, next_id=lambda: next(counter),
+                                                retries=2, says_not_usable=adapter.says_not_usable)
+                        result = PointResult(point, layout, outcome,
+                                             to_measurement(library, layout, point, outcome, system=system),
+                                             time.perf_counter() - started, session.launches if position == 0 else 0)
+                        results.append(result)
+                        on_point(result)
+    return results
 
 
 def manifest_adapter(manifest: Manifest, library: MPILibrary) -> VendorAdapter:
@@ -268,14 +317,44 @@ def drop_compositions(manifest: Manifest, library: MPILibrary, adapter: VendorAd
     return manifest
 
 
+def hold_out(manifest: Manifest, library: MPILibrary, *, repeats: int, first_run: int, settings: MeasureSettings,
+             listener: VerifyListener, hostfile: Path | None = None) -> list[VerifiedCell]:
+    """The final files' tuned cells against the default in `repeats` new launch pairs, judged as verify
+    judges (`evaluate`), decided on nothing: the figures to report (issue 39: the rules kept are those
+    that looked best, so the launches that kept them overstate them)."""
+    from tunempi.mpi.discovery import adapter_for
+
+    final = {row.cell: row.algorithm for row in manifest.selection}
+    tuned = [cell for cell, algorithm in final.items() if algorithm != DEFAULT_ALGORITHM]
+    if not tuned:
+        return []
+    multi_node = any(cell.nodes > 1 for cell in tuned)
+    allocation = NodeAllocation.given_or_found(hostfile) if multi_node else None
+    total = 2 * len(tuned) * repeats
+    listener.holding_out(total)
+    done = {"n": 0}
+
+    def on_point(result: PointResult) -> None:
+        done["n"] += 1
+        listener.measured(result, done["n"], total)
+
+    results = measure_under_files(library, adapter_for(library), manifest.activation_env(), final,
+                                  range(first_run, first_run + repeats), settings, on_point, allocation,
+                                  manifest.system)
+    return [v for v in evaluate(final, results) if v.algorithm != DEFAULT_ALGORITHM]
+
+
 def record_verify(manifest: Manifest, verified: Sequence[VerifiedCell], *, repeats: int, second_pass: int,
                   settings: MeasureSettings, wall_s: float,
-                  compositions: Sequence[VerifiedComposition] = ()) -> Manifest:
-    """The manifest with its `verify` section (every cell, every written composition, the summary), saved."""
+                  compositions: Sequence[VerifiedComposition] = (),
+                  held_out: Sequence[VerifiedCell] = ()) -> Manifest:
+    """The manifest with its `verify` section (every cell, every written composition, the held-out figures,
+    the summaries), saved."""
     manifest = dataclasses.replace(manifest, verify=VerifyRecord(
         verified_at=utc_timestamp(), repeats=repeats, second_pass_cells=second_pass,
         time_cap_s=settings.time_cap_s, wall_s=wall_s, summary=summary(verified), cells=tuple(verified),
-        compositions=tuple(compositions)))
+        compositions=tuple(compositions), held_out=tuple(held_out),
+        held_out_summary=summary(held_out) if held_out else {}))
     manifest.save()
     return manifest
 
@@ -308,7 +387,9 @@ def run_verify(directory: Path, *, repeats: int = 3, settings: MeasureSettings =
             manifest = drop_compositions(manifest, plan.library, adapter, drop)
     else:
         compositions = []
+    held = hold_out(manifest, plan.library, repeats=repeats, first_run=2 * repeats, settings=settings,
+                    listener=listener, hostfile=hostfile)
     manifest = record_verify(manifest, verified, repeats=repeats, second_pass=len(again), settings=settings,
-                             wall_s=time.monotonic() - started, compositions=compositions)
+                             wall_s=time.monotonic() - started, compositions=compositions, held_out=held)
     assert manifest.verify is not None
-    return VerifyReport(manifest, verified, dict(manifest.verify.summary), replaced, len(again), compositions)
+    return VerifyReport(manifest, verified, dict(manifest.verify.summary), replaced, len(again), compositions, held)
