@@ -158,7 +158,7 @@ def main() -> None:
             continue
         diffs = [x - y for x, y in zip(logs_in, logs_file, strict=True)]
         low, high = interval(diffs)
-        is_biased = low > BAND or high < -BAND
+        is_biased = bool(low > BAND or high < -BAND)
         judged += 1
         biased += is_biased
         rows.append((k, Figures(math.exp(statistics.fmean(logs_in)), math.exp(statistics.fmean(logs_file)),
@@ -194,7 +194,7 @@ def main() -> None:
                 low, high = interval(logs_file)
                 if low > 0 or high < 0:
                     separated += 1
-                    alike += (statistics.fmean(logs_in) > 0) == (low > 0)
+                    alike += int((statistics.fmean(logs_in) > 0) == (low > 0))
     share = biased / judged if judged else float("nan")
     console.print(f"[bold]biased: {biased} of {judged} points ({100 * share:.1f} %)[/] (goal <= 5 %); "
                   f"ordered alike: {alike} of {separated} pairs the file way separates")
@@ -221,7 +221,7 @@ def interval(values: list[float]) -> tuple[float, float]:
     """95 % t-interval of the mean."""
     mean = statistics.fmean(values)
     half = scipy_stats.t.ppf(0.975, len(values) - 1) * statistics.stdev(values) / math.sqrt(len(values))
-    return mean - half, mean + half
+    return float(mean - half), float(mean + half)
 
 
 if __name__ == "__main__":

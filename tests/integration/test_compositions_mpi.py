@@ -281,7 +281,7 @@ def test_tune_records_compositions_at_2x1_and_run_accepts_the_written_file(
     (checked,) = after.verify.compositions
     assert (checked.collective, checked.composition, checked.layout) == ("allreduce", "beta", (2, 2, 1))
     assert checked.pairs == 3 * len(sizes), checked
-    assert checked.dropped == (checked.verdict in ("slower", "failed")), checked
+    assert checked.dropped == (checked.verdict != "faster"), checked  # it stays only with evidence (issue 39)
     assert f"{'dropped' if checked.dropped else 'kept'} composition beta of allreduce" in verified.stdout
     assert after.compositions.chosen() == ({} if checked.dropped else {"allreduce": "beta"})
     assert ch4.exists() != checked.dropped and after.missing_files() == []
@@ -351,7 +351,7 @@ def test_tune_records_openmpi_compositions_at_2x2_and_run_applies_the_chosen_com
     assert after.verify is not None
     (checked,) = after.verify.compositions
     assert (checked.collective, checked.composition, checked.layout) == ("bcast", chosen["bcast"], (4, 2, 2))
-    assert checked.dropped == (checked.verdict in ("slower", "failed")), checked
+    assert checked.dropped == (checked.verdict != "faster"), checked  # it stays only with evidence (issue 39)
     env_file = out / "openmpi-compositions.env"
     assert env_file.exists() != checked.dropped and after.missing_files() == []
     assert (component_env.items() <= after.activation_env().items()) != checked.dropped

@@ -447,7 +447,7 @@ def write_html(manifest: Manifest, plots: dict[str, Path], path: Path) -> Path:
             f"<code>{e(str(manifest.directory))}</code></p>"]
 
     tuned = [r for r in rows if r.algorithm != "default"]
-    faster = [r for r in rows if r.source == "verify" and r.ci_low is not None and r.ci_low > 1.0]
+    faster = [r for r in rows if r.source in ("verify", "held-out") and r.ci_low is not None and r.ci_low > 1.0]
     geo = geo_mean([r.speedup for r in rows if r.speedup is not None])
     cards = [(str(len(rows)), "cells (collective x scale x size)"),
              (str(len(tuned)), "cells where tuning picked an algorithm"),
@@ -465,8 +465,8 @@ def write_html(manifest: Manifest, plots: dict[str, Path], path: Path) -> Path:
         winners = sorted((r for r in tuned if r.speedup is not None and r.speedup > 1.0), key=lambda r: -(r.speedup or 0.0))
     else:
         body.append("<p class='muted'>Cells whose speedup (default time / tuned time) has its 95% confidence "
-                    "interval above 1, from <code>tunempi verify</code> (tuned and default measured alternately "
-                    "in the same launch).</p>")
+                    "interval above 1, from <code>tunempi verify</code> (launches under the written files against "
+                    "launches without them; where verify held launches out, from those, which chose nothing).</p>")
         winners = sorted(faster, key=lambda r: -(r.speedup or 0))
     if winners:
         values = [v for r in winners for v in (r.ci_low, r.speedup, r.ci_high) if v is not None and v > 0]
