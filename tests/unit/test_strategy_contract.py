@@ -90,6 +90,27 @@ def test_reaches_the_oracle_on_noise_free_data_with_full_budget(name: str) -> No
     assert oracle.average_slowdown(strategy.select()) < 1.05
 
 
+def test_a_space_of_one_cell_is_tuned_not_a_traceback(name: str) -> None:
+    """Issue 40: a profile with one size per collective at one layout gives a space of one cell, where no
+    feature varies; every strategy measures it, stops and selects the faster algorithm."""
+    from tunempi.space import FeatureSpace
+
+    space = FeatureSpace.grid("alltoall", [(2, 1, 2)], [4], ["default", "fast", "slow"])
+    latency = {"default": 10.0, "fast": 6.0, "slow": 30.0}
+    strategy = make_strategy(name, space, seed=0, budget_s=60.0)
+    rng = np.random.default_rng(0)
+    for _ in range(50):
+        requests = strategy.ask()
+        if not requests:
+            break
+        strategy.tell([MeasurementRecord(r.cell, a, latency[a] * float(rng.uniform(0.97, 1.03)), iterations=100,
+                                         cost_s=0.1)
+                       for r in requests for a in r.algorithms for _ in range(r.repeats)])
+    assert strategy.finished
+    assert strategy.select() == {space.cells[0]: "fast"}
+    assert 0.0 <= strategy.convergence() <= 1.0
+
+
 def test_unknown_strategy_names_the_valid_ones() -> None:
     backend = ReplayBackend(FRAME, "allreduce", seed=0)
     with pytest.raises(UsageError, match="exhaustive"):

@@ -124,6 +124,11 @@ class Strategy(ABC):
         #: Features of the space's cells, then of the context cells, scaled to [0, 1] over both (constant
         #: features dropped); training rows index into it.
         self.row_features = (features[:, varying] - lo[varying]) / (hi[varying] - lo[varying])
+        if not varying.any():
+            # One cell (an application's one size at one layout, issue 40) and no context: no feature
+            # varies, yet every model needs a column. A constant one makes each model a per-algorithm
+            # mean with its noise, which is all one cell has to say (its repeats still narrow it).
+            self.row_features = np.zeros((len(features), 1))
         #: Features of the space's cells (the first rows of `row_features`).
         self.cell_features = self.row_features[: len(space.cells)]
         # Records from earlier jobs (the store) are knowledge, not spending.
