@@ -26,6 +26,17 @@ BLOCK_COLLECTIVES: frozenset[str] = frozenset({"allgather", "allgatherv", "allto
                                                "scatter"})
 
 
+#: Collectives whose blocks may differ between ranks (count and displacement arrays).
+VECTOR_COLLECTIVES: frozenset[str] = frozenset({"allgatherv", "alltoallv"})
+
+#: How a vector collective's blocks differ between ranks around its mean block (the message size, as the
+#: profiler records it): uniform (every block the same: OSU's v-benchmarks), skewed (rank r's blocks are
+#: 2 (r + 1) / (ranks + 1) x the mean), sparse (alltoallv sends to the next rank only; allgatherv takes the
+#: even ranks' blocks only). Every other collective is uniform. bench/c/engine.h spells the same.
+DISTRIBUTIONS: tuple[str, ...] = ("uniform", "skewed", "sparse")
+DEFAULT_DISTRIBUTION = "uniform"
+
+
 def check_collective(name: str) -> str:
     """Return the canonical name or raise UsageError naming the valid ones."""
     canonical = name.strip().lower()

@@ -73,8 +73,8 @@ ADAPTER = FakeAdapter(LIBRARY, {
 def test_unknown_collective_names_the_valid_ones() -> None:
     with pytest.raises(UsageError, match="valid: .*allreduce"):
         check_engine_collective("allreduse")
-    with pytest.raises(UsageError, match="does not measure 'alltoallv'"):
-        check_engine_collective("alltoallv")
+    with pytest.raises(UsageError, match="valid: .*alltoallv"):  # the engine measures every one tunempi names
+        check_engine_collective("alltoallw")
 
 
 def test_unknown_algorithm_is_rejected_naming_the_valid_ones() -> None:
@@ -304,3 +304,54 @@ def test_mpich_error_stacks_are_condensed_to_their_first_line_and_cause() -> Non
     assert condense("MPI_ERR_UNSUPPORTED_OPERATION: operation not supported") == (
         "MPI_ERR_UNSUPPORTED_OPERATION: operation not supported"
     )
+
+
+# --- vector collectives and their count distributions (issue 40) -----------------------------------------
+def test_a_distribution_is_sent_only_when_not_uniform_and_must_be_known() -> None:
+    assert "dist=" not in PointRequest(1, "alltoallv", 8).encode()
+    assert PointRequest(1, "alltoallv", 8, distribution="skewed").encode().endswith(" dist=skewed")
+    with pytest.raises(ValueError, match="distribution"):
+        PointRequest(1, "alltoallv", 8, distribution="lopsided").encode()
+
+
+def test_the_engine_takes_the_vector_collectives_and_plans_each_distribution_for_them_only() -> None:
+    assert check_engine_collective("alltoallv") == "alltoallv" and check_engine_collective("allgatherv")
+    points = plan_points({"allreduce": ["default"], "alltoallv": ["default", "scattered"]}, [8], ranks=2,
+                         distributions=("uniform", "skewed"))
+    assert [(p.collective, p.algorithm, p.distribution) for p in points] == [
+        ("allreduce", "default", "uniform"),
+        ("alltoallv", "default", "uniform"), ("alltoallv", "scattered", "uniform"),
+        ("alltoallv", "default", "skewed"), ("alltoallv", "scattered", "skewed"),
+    ]
+    with pytest.raises(UsageError, match="sparse"):
+        plan_points({"alltoallv": ["default"]}, [8], ranks=2, distributions=("lopsided",))
+    # A skewed distribution gives some rank up to twice the mean block: the 2 GiB limit counts it.
+    assert size_problem("alltoallv", 2**29, 2) is not None and size_problem("alltoall", 2**29, 2) is None
+
+
+def test_a_distribution_is_part_of_a_point_in_the_store_the_sweep_and_the_summary(tmp_path: Path) -> None:
+    layout = Layout(ranks=2)
+    uniform, skewed = (BenchPoint("alltoallv", "default", 8, 0, d) for d in ("uniform", "skewed"))
+    with ResultStore(tmp_path / "r.sqlite") as store:
+        sweep = Sweep(LIBRARY, ADAPTER, layout, store=store, executable=Path("/bin/true"))
+        store.add(to_measurement(LIBRARY, layout, uniform, _ok_outcome(uniform, [1.0, 2.0])))
+        assert sweep.pending([uniform, skewed]) == [skewed]
+        store.add(to_measurement(LIBRARY, layout, skewed, _ok_outcome(skewed, [3.0, 4.0])))
+        rows = fastest_table(store.query())
+    assert [(r.collective, r.fastest_us) for r in rows] == [("alltoallv", 1.5), ("alltoallv (skewed)", 3.5)]
+
+
+def test_a_collective_whose_cvar_mpi_t_cannot_write_is_forced_per_launch() -> None:
+    """Open MPI 5.0.11 registers coll_tuned_allgatherv_algorithm as a constant to MPI_T (a write fails): its
+    algorithms are forced through the environment of their own launch, the cvar still read back."""
+    from tunempi.mpi.openmpi import OpenMPIAdapter
+
+    library = MPILibrary(vendor="openmpi", version="5.0.11", version_string="fake", device="", prefix=Path("/x"),
+                         mpicc=Path("/x/bin/mpicc"), mpiexec=Path("/x/bin/mpiexec"))
+    catalog = {"allgatherv": [Algorithm("bruck", 2)], "allgather": [Algorithm("bruck", 2)]}
+    adapter = OpenMPIAdapter(library, catalog, fixed_cvars=["coll_tuned_allgatherv_algorithm"])
+    forced = selection_for(adapter, BenchPoint("allgatherv", "bruck", 8), "mpit")
+    assert forced.set_value == SET_KEEP and forced.expected_value == 2
+    assert forced.env["OMPI_MCA_coll_tuned_allgatherv_algorithm"] == "2"
+    switched = selection_for(adapter, BenchPoint("allgather", "bruck", 8), "mpit")
+    assert switched.set_value == 2 and not switched.env and switched.new_communicator

@@ -157,6 +157,33 @@ def test_migrations_apply_in_order_and_newer_schema_is_refused(tmp_path: Path, m
         ResultStore(path)
 
 
+def test_a_version_3_database_gains_the_distribution_and_keeps_its_rows(tmp_path: Path,
+                                                                        monkeypatch: pytest.MonkeyPatch) -> None:
+    """Version 4 (issue 40): a vector collective's count distribution is part of a point's key; rows from
+    before are uniform, and the same point measured skewed is another row."""
+    path = tmp_path / "v3.sqlite"
+    monkeypatch.setattr(schema_module, "MIGRATIONS", schema_module.MIGRATIONS[:3])
+    monkeypatch.setattr(schema_module, "SCHEMA_VERSION", 3)
+    ResultStore(path).close()
+    conn = sqlite3.connect(path)
+    conn.execute("INSERT INTO measurements (library_fingerprint, library, collective, algorithm, ranks, nodes, ppn, "
+                 "msg_bytes, run, status, median_us, timestamp) VALUES (?, 'mpich-5.0.2', 'alltoallv', 'scattered', "
+                 "2, 1, 2, 1024, 0, 'ok', 5.0, '2026-11-22T01:00:00Z')", (FP,))
+    conn.commit()
+    conn.close()
+    monkeypatch.undo()
+    with ResultStore(path) as store:
+        (old,) = store.query()
+        assert old.distribution == "uniform" and old.median_us == 5.0
+        assert old.key == PointKey("alltoallv", "scattered", 2, 1, 2, 1024, 0, "uniform")
+        skewed = replace(old, distribution="skewed", median_us=7.0)
+        store.add(skewed)
+        store.add(replace(old, median_us=6.0))  # the uniform point again: an update
+        assert sorted((m.distribution, m.median_us) for m in store.query()) == [("skewed", 7.0), ("uniform", 6.0)]
+        assert store.measured_points(FP) == {old.key, skewed.key}
+        assert [m.median_us for m in store.query(distribution="skewed")] == [7.0]
+
+
 def test_in_memory_store() -> None:
     with ResultStore(":memory:") as store:
         store.add(_m())

@@ -4,6 +4,7 @@ Requests go to rank 0's stdin, one line each:
 
     point id=7 coll=allreduce bytes=1024 cvar=<name|-> set=<int|default|keep> newcomm=<0|1>
           warmup=2 min_iters=10 max_iters=1000 rel_ci=0.05 time_cap=1 [back_to_back=<n>] [spoil_every=<n>]
+          [dist=<uniform|skewed|sparse>]
     setup id=1 cvar=<name> set=<int> newcomm=<0|1>      (a cvar kept for the whole launch)
     quit
 
@@ -18,6 +19,7 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
+from tunempi.collectives import DEFAULT_DISTRIBUTION, DISTRIBUTIONS
 from tunempi.errors import MPIError
 
 #: `set=` values that are not an int: restore the cvar's start-up value / write nothing.
@@ -67,6 +69,8 @@ class PointRequest:
     new_communicator: measure on a communicator created after the write.
     spoil_every: a self-test of the engine's result check: spoil the result of every n-th iteration
     (warm-up included) on one rank; the reply's `errors` must then count exactly those iterations.
+    distribution: how a vector collective's blocks differ between ranks around the mean block `msg_bytes`
+    (collectives.DISTRIBUTIONS); sent only when not uniform, so uniform lines are as before.
     """
 
     id: int
@@ -80,6 +84,7 @@ class PointRequest:
     also: tuple[tuple[str, int], ...] = ()
     settings: MeasureSettings = MeasureSettings()
     spoil_every: int = 0
+    distribution: str = DEFAULT_DISTRIBUTION
 
     def encode(self) -> str:
         """The request line (without newline)."""
@@ -94,6 +99,8 @@ class PointRequest:
         for name, _ in self.also:
             if not _CVAR_NAME.match(name):
                 raise ValueError(f"not a cvar name: {name!r}")
+        if self.distribution not in DISTRIBUTIONS:
+            raise ValueError(f"unknown distribution {self.distribution!r}; valid: {', '.join(DISTRIBUTIONS)}")
         s = self.settings
         return (
             f"point id={self.id} coll={self.collective} bytes={self.msg_bytes} cvar={self.cvar or '-'} "
@@ -102,6 +109,7 @@ class PointRequest:
             + (" also=" + ",".join(f"{name}:{int(value)}" for name, value in self.also) if self.also else "")
             + (f" back_to_back={s.back_to_back}" if s.back_to_back != 1 else "")
             + (f" spoil_every={self.spoil_every}" if self.spoil_every else "")
+            + (f" dist={self.distribution}" if self.distribution != DEFAULT_DISTRIBUTION else "")
         )
 
 

@@ -14,6 +14,7 @@ from tunempi.bench.protocol import MeasureSettings
 from tunempi.bench.summary import FastestRow, fastest_table
 from tunempi.bench.sweep import MODES, BenchPoint, Sweep, plan_points
 from tunempi.bench.validate import check_engine_collective, check_ranks, check_size, parse_algorithms
+from tunempi.collectives import DEFAULT_DISTRIBUTION, DISTRIBUTIONS, VECTOR_COLLECTIVES
 from tunempi.config import resolve_db
 from tunempi.errors import UsageError
 from tunempi.launch.hosts import NodeAllocation, local_cores
@@ -47,6 +48,7 @@ class BenchOptions:
     bind: str = "auto"
     strict: bool = True
     hostfile: str | None = None
+    distributions: str = DEFAULT_DISTRIBUTION  # comma list, for the vector collectives
 
 
 @dataclass(frozen=True)
@@ -135,6 +137,13 @@ def run_bench(options: BenchOptions, listener: BenchListener | None = None) -> B
     if not collectives:
         raise UsageError(f"no collectives in {options.collectives!r}")
     sizes = parse_sizes(options.sizes)
+    distributions = [d.strip() for d in options.distributions.split(",") if d.strip()] or [DEFAULT_DISTRIBUTION]
+    for distribution in distributions:
+        if distribution not in DISTRIBUTIONS:
+            raise UsageError(f"unknown --distributions {distribution!r}; valid: {', '.join(DISTRIBUTIONS)}")
+    if distributions != [DEFAULT_DISTRIBUTION] and not VECTOR_COLLECTIVES & set(collectives):
+        raise UsageError(f"--distributions {options.distributions} applies to the vector collectives only "
+                         f"({', '.join(sorted(VECTOR_COLLECTIVES))}); none is among {', '.join(collectives)}")
     layout = check_layout(options)
     for collective in collectives:
         for size in [] if collective == "barrier" else sizes:
@@ -143,7 +152,7 @@ def run_bench(options: BenchOptions, listener: BenchListener | None = None) -> B
     library = resolve_library(options.mpi)
     adapter = adapter_for(library)
     algorithms = {c: parse_algorithms(adapter, c, options.algorithms) for c in dict.fromkeys(collectives)}
-    points = plan_points(algorithms, sizes, ranks=layout.ranks, repeat=options.repeat)
+    points = plan_points(algorithms, sizes, ranks=layout.ranks, repeat=options.repeat, distributions=distributions)
     db_path = resolve_db(options.db)
 
     with ResultStore(db_path) as store:
@@ -176,6 +185,7 @@ def run_bench(options: BenchOptions, listener: BenchListener | None = None) -> B
             nodes=layout.nodes, ppn=layout.ppn_or_derived, collective=list(algorithms),
             msg_bytes=sorted({p.msg_bytes for p in points}),
         )
-    wanted = {(p.collective, p.algorithm, p.msg_bytes, p.run) for p in points}
-    report.rows = fastest_table(m for m in measured if (m.collective, m.algorithm, m.msg_bytes, m.run) in wanted)
+    wanted = {(p.collective, p.algorithm, p.msg_bytes, p.run, p.distribution) for p in points}
+    report.rows = fastest_table(m for m in measured
+                                if (m.collective, m.algorithm, m.msg_bytes, m.run, m.distribution) in wanted)
     return report

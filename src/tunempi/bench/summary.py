@@ -7,7 +7,7 @@ from collections import defaultdict
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from tunempi.collectives import DEFAULT_ALGORITHM
+from tunempi.collectives import DEFAULT_ALGORITHM, DEFAULT_DISTRIBUTION
 from tunempi.store.results import Measurement
 
 
@@ -37,8 +37,10 @@ def fastest_table(measurements: Iterable[Measurement]) -> list[FastestRow]:
     failed: dict[tuple[str, int], int] = defaultdict(int)
     order: dict[str, int] = {}
     for m in measurements:
-        order.setdefault(m.collective, len(order))
-        point = (m.collective, m.msg_bytes)
+        # A vector collective's distributions are points of their own: "alltoallv (skewed)".
+        name = m.collective if m.distribution == DEFAULT_DISTRIBUTION else f"{m.collective} ({m.distribution})"
+        order.setdefault(name, len(order))
+        point = (name, m.msg_bytes)
         if not m.ok or m.errors or m.median_us is None:
             failed[point] += 1
             continue

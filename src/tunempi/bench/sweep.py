@@ -30,7 +30,7 @@ from pathlib import Path
 from tunempi.bench.engine import EngineSession, Layout, PointOutcome
 from tunempi.bench.protocol import SET_DEFAULT, SET_KEEP, MeasureSettings, PointRequest
 from tunempi.bench.validate import check_size
-from tunempi.collectives import DEFAULT_ALGORITHM
+from tunempi.collectives import DEFAULT_ALGORITHM, DEFAULT_DISTRIBUTION, DISTRIBUTIONS, VECTOR_COLLECTIVES
 from tunempi.errors import TunempiError, UsageError
 from tunempi.launch.hosts import NodeAllocation
 from tunempi.mpi.library import MPILibrary
@@ -64,16 +64,22 @@ class BenchPoint:
     algorithm: str  # the library's own name, or "default" for the library's own choice
     msg_bytes: int
     run: int = 0
+    distribution: str = DEFAULT_DISTRIBUTION  # a vector collective's blocks across ranks (collectives.DISTRIBUTIONS)
 
 
 def plan_points(
-    algorithms: Mapping[str, Sequence[str]], sizes: Sequence[int], *, ranks: int, repeat: int = 1
+    algorithms: Mapping[str, Sequence[str]], sizes: Sequence[int], *, ranks: int, repeat: int = 1,
+    distributions: Sequence[str] = (DEFAULT_DISTRIBUTION,),
 ) -> list[BenchPoint]:
-    """Every point of a sweep: for each repetition, collective and size, every algorithm.
+    """Every point of a sweep: for each repetition, collective, size and distribution, every algorithm.
 
     algorithms: collective -> validated algorithm names. Barrier moves no data and gets the one size 0.
-    Sizes that a collective cannot take raise UsageError (see validate.size_problem).
+    Sizes that a collective cannot take raise UsageError (see validate.size_problem). `distributions` apply
+    to the vector collectives (collectives.VECTOR_COLLECTIVES); the others are measured uniform only.
     """
+    for distribution in distributions:
+        if distribution not in DISTRIBUTIONS:
+            raise UsageError(f"unknown count distribution {distribution!r}; valid: {', '.join(DISTRIBUTIONS)}")
     if repeat < 1:
         raise UsageError(f"repeat must be at least 1, got {repeat}")
     points: list[BenchPoint] = []
@@ -81,7 +87,9 @@ def plan_points(
         for collective, names in algorithms.items():
             for size in [0] if collective == "barrier" else sizes:
                 check_size(collective, size, ranks)
-                points.extend(BenchPoint(collective, name, size, run) for name in names)
+                shapes = distributions if collective in VECTOR_COLLECTIVES else (DEFAULT_DISTRIBUTION,)
+                for distribution in dict.fromkeys(shapes):
+                    points.extend(BenchPoint(collective, name, size, run, distribution) for name in names)
     return points
 
 
@@ -112,6 +120,10 @@ def selection_for(adapter: VendorAdapter, point: BenchPoint, mode: str) -> Selec
         # environment of its own launch, in both modes; there is no cvar that reads back the choice.
         name = adapter.default_name() if point.algorithm == DEFAULT_ALGORITHM else point.algorithm
         return Selection(None, SET_KEEP, False, adapter.force_env(collective, name))
+    if not adapter.switches_collective_at_run_time(collective):
+        # The library switches other collectives at run time, not this one (Open MPI 5.0.11's allgatherv
+        # cvar is a constant to MPI_T): forced per launch as in mode "env", its cvar still read back.
+        mode = "env"
     if point.algorithm == DEFAULT_ALGORITHM:
         try:  # the cvar is only read back for the library's own choice
             switch = adapter.runtime_switch(collective, adapter.default_name())
@@ -140,7 +152,8 @@ def to_measurement(
     return Measurement(
         library_fingerprint=library.fingerprint, library=library.name, collective=point.collective,
         algorithm=point.algorithm, ranks=layout.ranks, msg_bytes=point.msg_bytes, nodes=layout.nodes,
-        ppn=layout.ppn_or_derived, run=point.run, status=outcome.status, reason=outcome.reason,
+        ppn=layout.ppn_or_derived, run=point.run, distribution=point.distribution, status=outcome.status,
+        reason=outcome.reason,
         median_us=stats.median_us if stats else None, min_us=stats.min_us if stats else None,
         p90_us=stats.p90_us if stats else None, mean_us=stats.mean_us if stats else None,
         ci_low_us=stats.ci_low_us if stats else None, ci_high_us=stats.ci_high_us if stats else None,
@@ -197,7 +210,7 @@ class Sweep:
     def key(self, point: BenchPoint) -> PointKey:
         return PointKey(
             point.collective, point.algorithm, self.layout.ranks, self.layout.nodes,
-            self.layout.ppn_or_derived, point.msg_bytes, point.run,
+            self.layout.ppn_or_derived, point.msg_bytes, point.run, point.distribution,
         )
 
     def pending(self, points: Iterable[BenchPoint], *, force: bool = False) -> list[BenchPoint]:
@@ -294,6 +307,7 @@ def _measure_once(session: EngineSession, point: BenchPoint, selection: Selectio
         id=request_id, collective=point.collective, msg_bytes=point.msg_bytes, cvar=selection.cvar,
         set_value=selection.set_value, new_communicator=selection.new_communicator, also=selection.also,
         settings=settings,
+        distribution=point.distribution,
     )
     outcome = session.measure(request)
     reply = outcome.reply

@@ -7,15 +7,16 @@ engine re-checks what it can and answers with an error line instead of crashing.
 
 from __future__ import annotations
 
-from tunempi.collectives import DEFAULT_ALGORITHM, REDUCTIONS, check_collective
+from tunempi.collectives import DEFAULT_ALGORITHM, REDUCTIONS, VECTOR_COLLECTIVES, check_collective
 from tunempi.errors import UsageError
 from tunempi.mpi.vendor import VendorAdapter
 
 #: What the C engine implements (bench/c/cases.c). Message sizes follow OSU: the per-rank buffer for
-#: allreduce/bcast/reduce; the per-destination block for the others.
+#: allreduce/bcast/reduce; the per-destination block for the others (its mean for allgatherv/alltoallv,
+#: whose blocks differ between ranks as the point's distribution says: collectives.DISTRIBUTIONS).
 ENGINE_COLLECTIVES: tuple[str, ...] = (
     "allreduce", "bcast", "allgather", "alltoall", "reduce", "reduce_scatter", "reduce_scatter_block",
-    "gather", "scatter", "barrier",
+    "gather", "scatter", "barrier", "allgatherv", "alltoallv",
 )
 
 #: Reductions sum floats (4 bytes), as OSU does: their sizes are whole numbers of elements.
@@ -46,6 +47,8 @@ def size_problem(collective: str, msg_bytes: int, ranks: int) -> str | None:
             f"{REDUCTION_ELEMENT_BYTES} bytes, got {msg_bytes}"
         )
     per_rank_total = msg_bytes if collective in ("allreduce", "bcast", "reduce") else msg_bytes * ranks
+    if collective in VECTOR_COLLECTIVES:
+        per_rank_total *= 2  # a skewed or sparse distribution gives some rank up to twice the mean
     if per_rank_total > _INT_MAX:
         return f"{collective} of {msg_bytes} bytes on {ranks} ranks needs buffers over 2 GiB"
     return None

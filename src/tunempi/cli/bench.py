@@ -144,6 +144,12 @@ def bench_command(
     hostfile: Annotated[
         str | None, typer.Option(help="Hosts to run on (default with --nodes: the Slurm/PBS allocation).")
     ] = None,
+    distributions: Annotated[
+        str, typer.Option("--distributions", help="Vector collectives (allgatherv, alltoallv): how their blocks "
+                          "differ between ranks around the size, comma list of uniform (equal, as OSU), skewed "
+                          "(rank r sends 2(r+1)/(ranks+1) x the size), sparse (alltoallv to the next rank only, "
+                          "allgatherv from the even ranks only). The other collectives are uniform.")
+    ] = "uniform",
     strict: Annotated[
         bool, typer.Option("--strict/--no-strict", help="Mode mpit: make an algorithm that cannot take a call "
                                                         "fail it instead of silently running another (MPICH).")
@@ -161,7 +167,7 @@ def bench_command(
         mpi=mpi, collectives=collectives, algorithms=algorithms, sizes=sizes, ranks=ranks, nodes=nodes, ppn=ppn,
         repeat=repeat, db=db, force=force, mode=resolve(mode, "BENCH_MODE", "mpit") or "mpit", settings=settings,
         point_timeout_s=parse_duration(timeout) if timeout is not None else None, bind=bind, strict=strict,
-        hostfile=hostfile,
+        hostfile=hostfile, distributions=distributions,
     )
     console = output_console()
     with BenchProgress(console) as progress:

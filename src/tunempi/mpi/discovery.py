@@ -432,7 +432,8 @@ def adapter_from_info(info: LibraryInfo) -> VendorAdapter:
         return impi.IntelMPIAdapter(info.library, catalog, defaults, names, cvar_values=values,
                                     aliases=impi.aliases(info.cvars))
     return openmpi.OpenMPIAdapter(info.library, catalog, defaults, names, cvar_values=values,
-                                  pml_probe=lambda: openmpi_selected_pml(info.library))
+                                  pml_probe=lambda: openmpi_selected_pml(info.library),
+                                  fixed_cvars=[c["name"] for c in info.cvars if c.get("writable") is False])
 
 
 def openmpi_selected_pml(library: MPILibrary) -> str | None:

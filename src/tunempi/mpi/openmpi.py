@@ -185,10 +185,13 @@ class OpenMPIAdapter(VendorAdapter):
         cvar_names: Iterable[str] = (),
         cvar_values: Mapping[str, Any] | None = None,
         pml_probe: Callable[[], str | None] | None = None,
+        fixed_cvars: Iterable[str] = (),
     ) -> None:
         super().__init__(library, catalog, defaults, cvar_names, cvar_values)
         self._pml_probe = pml_probe  # runs the library once to see which pml it selects
         self._pml: str | None = None
+        #: MPI_T cvars that cannot be written after MPI_Init (scope constant or readonly, from the probe).
+        self.fixed_cvars = frozenset(fixed_cvars)
 
     def default_name(self) -> str:
         return DEFAULT_NAME
@@ -239,6 +242,12 @@ class OpenMPIAdapter(VendorAdapter):
             mca_env(DYNAMIC_RULES_CVAR): "1",
             mca_env(algorithm_cvar(collective)): str(algorithm.value),
         }
+
+    def switches_collective_at_run_time(self, collective: str) -> bool:
+        """Not where MPI_T says the algorithm cvar cannot be written: measured, Open MPI 5.0.11 registers
+        coll_tuned_allgatherv_algorithm with scope constant (every other collective's is scope all), and a
+        write fails; set through the environment at start it is honoured (bench/docs)."""
+        return algorithm_cvar(collective) not in self.fixed_cvars
 
     def runtime_switch(self, collective: str, name: str) -> CvarSwitch:
         algorithm = self.check_algorithm(collective, name)

@@ -213,6 +213,11 @@ class VendorAdapter(ABC):
         MPI) is forced per launch through force_env instead, and has no online per-call mode."""
         return True
 
+    def switches_collective_at_run_time(self, collective: str) -> bool:
+        """Whether runtime_switch works for this collective (switches_at_run_time, unless the library's
+        cvar for it cannot be written after MPI_Init): where not, its algorithms are forced per launch."""
+        return self.switches_at_run_time()
+
     def files_keep_library_choice_elsewhere(self) -> bool:
         """Whether sizes a tuning file leaves to the library keep the library's own (tuned) choice. False
         where selecting any size of a collective replaces the library's choice at every size (Intel MPI:

@@ -2,7 +2,7 @@
 
 Contract (what every caller may rely on):
 - A `Measurement` is a frozen record. Its natural key (schema.NATURAL_KEY: library fingerprint, system,
-  collective, algorithm, ranks, nodes, ppn, msg_bytes, run) names one repetition of one point; the store
+  collective, algorithm, ranks, nodes, ppn, msg_bytes, run, distribution) names one repetition of one point; the store
   holds at most one row per key.
 - Writing a key that exists updates the row ("upsert"), except that a failed or timed-out record never
   replaces a successful one: a retry that fails again does not lose an earlier good measurement.
@@ -77,6 +77,9 @@ class Measurement:
     timestamp: str = field(default_factory=utc_timestamp)
     system: str = ""
     job_id: str = ""
+    #: How a vector collective's blocks differ between ranks (uniform, skewed, sparse: bench/c/engine.h);
+    #: uniform for every other collective.
+    distribution: str = "uniform"
 
     def __post_init__(self) -> None:
         if self.status not in STATUSES:
@@ -106,7 +109,8 @@ class Measurement:
 
     @property
     def key(self) -> PointKey:
-        return PointKey(self.collective, self.algorithm, self.ranks, self.nodes, self.ppn, self.msg_bytes, self.run)
+        return PointKey(self.collective, self.algorithm, self.ranks, self.nodes, self.ppn, self.msg_bytes, self.run,
+                        self.distribution)
 
     @property
     def latency_us(self) -> float | None:
@@ -124,6 +128,7 @@ class PointKey(NamedTuple):
     ppn: int
     msg_bytes: int
     run: int
+    distribution: str = "uniform"
 
 
 _COLUMNS: tuple[str, ...] = tuple(f.name for f in fields(Measurement))

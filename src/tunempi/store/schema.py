@@ -20,6 +20,7 @@ from tunempi.store.transaction import write_transaction
 #: library on one system. Re-importing a dataset or re-measuring a point updates that row, never adds one.
 NATURAL_KEY: tuple[str, ...] = (
     "library_fingerprint", "system", "collective", "algorithm", "ranks", "nodes", "ppn", "msg_bytes", "run",
+    "distribution",
 )
 
 _V1 = (
@@ -53,7 +54,8 @@ _V1 = (
         job_id              TEXT    NOT NULL DEFAULT ''
     )
     """,
-    f"CREATE UNIQUE INDEX measurements_natural_key ON measurements ({', '.join(NATURAL_KEY)})",
+    "CREATE UNIQUE INDEX measurements_natural_key ON measurements (library_fingerprint, system, collective, "
+    "algorithm, ranks, nodes, ppn, msg_bytes, run)",
     # Queries that do not start from a library (e.g. "every allreduce at 64 ranks") use this one.
     "CREATE INDEX measurements_point ON measurements (collective, ranks, msg_bytes)",
 )
@@ -120,8 +122,17 @@ _V3 = (
     "CREATE UNIQUE INDEX comparison_runs_key ON comparison_runs (comparison_id, block, variant)",
 )
 
+# Version 4: how a vector collective's blocks differ between ranks (bench/c/engine.h, tm_distribution: uniform,
+# skewed, sparse), part of a point's natural key: the same alltoallv size measured with equal and with skewed
+# counts is two points. Rows from before were all uniform (the engine measured no vector collective).
+_V4 = (
+    "ALTER TABLE measurements ADD COLUMN distribution TEXT NOT NULL DEFAULT 'uniform'",
+    "DROP INDEX measurements_natural_key",
+    f"CREATE UNIQUE INDEX measurements_natural_key ON measurements ({', '.join(NATURAL_KEY)})",
+)
+
 #: Ordered migrations: MIGRATIONS[i] takes the schema from version i to version i + 1.
-MIGRATIONS: tuple[tuple[str, ...], ...] = (_V1, _V2, _V3)
+MIGRATIONS: tuple[tuple[str, ...], ...] = (_V1, _V2, _V3, _V4)
 SCHEMA_VERSION: int = len(MIGRATIONS)
 
 

@@ -79,7 +79,7 @@ def records_from_store(store: ResultStore, fingerprint: str, spaces: Mapping[str
     for collective, space in spaces.items():
         algorithms = set(space.algorithms)
         for measurement in store.iter_measurements(library_fingerprint=fingerprint, system=system,
-                                                    collective=collective):
+                                                    collective=collective, distribution="uniform"):
             cell = cell_of(measurement)
             if measurement.algorithm not in algorithms:
                 continue

@@ -25,7 +25,11 @@ static const struct {
     {"gather", TM_GATHER},
     {"scatter", TM_SCATTER},
     {"barrier", TM_BARRIER},
+    {"allgatherv", TM_ALLGATHERV},
+    {"alltoallv", TM_ALLTOALLV},
 };
+
+static const char *const distribution_names[] = {"uniform", "skewed", "sparse"};
 
 tm_collective tm_collective_from_name(const char *name)
 {
@@ -33,6 +37,34 @@ tm_collective tm_collective_from_name(const char *name)
         if (strcmp(name, collective_names[i].name) == 0)
             return collective_names[i].kind;
     return TM_UNKNOWN;
+}
+
+tm_distribution tm_distribution_from_name(const char *name)
+{
+    for (int i = 0; i < TM_DIST_UNKNOWN; i++)
+        if (strcmp(name, distribution_names[i]) == 0)
+            return (tm_distribution)i;
+    return TM_DIST_UNKNOWN;
+}
+
+int tm_collective_is_vector(tm_collective kind)
+{
+    return kind == TM_ALLGATHERV || kind == TM_ALLTOALLV;
+}
+
+size_t tm_block_bytes(tm_distribution dist, size_t bytes, int source, int dest, int ranks)
+{
+    const size_t n = (size_t)ranks;
+    switch (dist) {
+    case TM_DIST_SKEWED: /* mean over the sources: 2 / (n + 1) x n (n + 1) / 2 / n = 1 */
+        return bytes * 2u * (size_t)(source + 1) / (n + 1u);
+    case TM_DIST_SPARSE:
+        if (dest < 0) /* allgatherv: the (n + 1) / 2 even ranks carry all the bytes */
+            return source % 2 == 0 ? bytes * n / ((n + 1u) / 2u) : 0;
+        return dest == (source + 1) % ranks ? bytes * n : 0;
+    default:
+        return bytes;
+    }
 }
 
 int tm_collective_is_reduction(tm_collective kind)
@@ -119,12 +151,46 @@ static void *pool_buffer(int which, size_t bytes)
     return pool[which];
 }
 
-int tm_case_init(tm_case *c, tm_collective kind, size_t bytes, MPI_Comm comm)
+/* Counts and displacements of a vector collective; the bytes this rank sends and receives. -1 when a count
+ * or displacement does not fit an int or the arrays cannot be allocated. */
+static int vector_layout(tm_case *c, size_t *send_bytes, size_t *recv_bytes)
+{
+    const size_t ranks = (size_t)c->size;
+    c->recvcounts = malloc(ranks * sizeof *c->recvcounts);
+    c->rdispls = malloc(ranks * sizeof *c->rdispls);
+    c->sendcounts = malloc(ranks * sizeof *c->sendcounts);
+    c->sdispls = malloc(ranks * sizeof *c->sdispls);
+    if (!c->recvcounts || !c->rdispls || !c->sendcounts || !c->sdispls)
+        return -1;
+    size_t sent = 0, received = 0;
+    const int alltoallv = c->kind == TM_ALLTOALLV;
+    for (int peer = 0; peer < c->size; peer++) {
+        size_t out = alltoallv ? tm_block_bytes(c->dist, c->bytes, c->rank, peer, c->size)
+                               : (peer == 0 ? tm_block_bytes(c->dist, c->bytes, c->rank, -1, c->size) : 0);
+        size_t in = tm_block_bytes(c->dist, c->bytes, peer, alltoallv ? c->rank : -1, c->size);
+        if (out > (size_t)INT_MAX || in > (size_t)INT_MAX || sent > (size_t)INT_MAX || received > (size_t)INT_MAX)
+            return -1;
+        c->sendcounts[peer] = (int)out;
+        c->sdispls[peer] = (int)sent;
+        c->recvcounts[peer] = (int)in;
+        c->rdispls[peer] = (int)received;
+        sent += out;
+        received += in;
+    }
+    *send_bytes = sent;
+    *recv_bytes = received;
+    return 0;
+}
+
+int tm_case_init(tm_case *c, tm_collective kind, size_t bytes, tm_distribution dist, MPI_Comm comm)
 {
     memset(c, 0, sizeof *c);
     c->kind = kind;
     c->comm = comm;
     c->bytes = bytes;
+    c->dist = dist;
+    if (dist == TM_DIST_UNKNOWN || (dist != TM_DIST_UNIFORM && !tm_collective_is_vector(kind)))
+        return -1;
     MPI_Comm_rank(comm, &c->rank);
     MPI_Comm_size(comm, &c->size);
     const size_t ranks = (size_t)c->size;
@@ -163,6 +229,13 @@ int tm_case_init(tm_case *c, tm_collective kind, size_t bytes, MPI_Comm comm)
         break;
     case TM_BARRIER:
         break;
+    case TM_ALLGATHERV:
+    case TM_ALLTOALLV:
+        if (vector_layout(c, &send_bytes, &recv_bytes) != 0) {
+            tm_case_free(c);
+            return -1;
+        }
+        break;
     default:
         return -1;
     }
@@ -188,8 +261,11 @@ int tm_case_init(tm_case *c, tm_collective kind, size_t bytes, MPI_Comm comm)
 void tm_case_free(tm_case *c)
 {
     free(c->recvcounts); /* the message buffers stay in the pool */
+    free(c->rdispls);
+    free(c->sendcounts);
+    free(c->sdispls);
     c->sendbuf = c->recvbuf = NULL;
-    c->recvcounts = NULL;
+    c->recvcounts = c->rdispls = c->sendcounts = c->sdispls = NULL;
 }
 
 void tm_case_fill(tm_case *c, uint32_t iteration)
@@ -222,6 +298,13 @@ void tm_case_fill(tm_case *c, uint32_t iteration)
             for (int dest = 0; dest < c->size; dest++)
                 fill_block(send + (size_t)dest * n, n, block_seed(ROOT, dest, iteration));
         break;
+    case TM_ALLGATHERV:
+        fill_block(send, (size_t)c->sendcounts[0], block_seed(c->rank, 0, iteration));
+        break;
+    case TM_ALLTOALLV:
+        for (int dest = 0; dest < c->size; dest++)
+            fill_block(send + c->sdispls[dest], (size_t)c->sendcounts[dest], block_seed(c->rank, dest, iteration));
+        break;
     default:
         break;
     }
@@ -251,6 +334,12 @@ int tm_case_run(tm_case *c)
         return MPI_Scatter(c->sendbuf, n, MPI_BYTE, c->recvbuf, n, MPI_BYTE, ROOT, c->comm);
     case TM_BARRIER:
         return MPI_Barrier(c->comm);
+    case TM_ALLGATHERV:
+        return MPI_Allgatherv(c->sendbuf, c->sendcounts[0], MPI_BYTE, c->recvbuf, c->recvcounts, c->rdispls, MPI_BYTE,
+                              c->comm);
+    case TM_ALLTOALLV:
+        return MPI_Alltoallv(c->sendbuf, c->sendcounts, c->sdispls, MPI_BYTE, c->recvbuf, c->recvcounts, c->rdispls,
+                             MPI_BYTE, c->comm);
     default:
         return MPI_ERR_OTHER;
     }
@@ -289,6 +378,16 @@ int tm_case_check(const tm_case *c, uint32_t iteration)
         return 0;
     case TM_SCATTER:
         return block_wrong(recv, n, block_seed(ROOT, c->rank, iteration));
+    case TM_ALLGATHERV:
+        for (int src = 0; src < c->size; src++)
+            if (block_wrong(recv + c->rdispls[src], (size_t)c->recvcounts[src], block_seed(src, 0, iteration)))
+                return 1;
+        return 0;
+    case TM_ALLTOALLV:
+        for (int src = 0; src < c->size; src++)
+            if (block_wrong(recv + c->rdispls[src], (size_t)c->recvcounts[src], block_seed(src, c->rank, iteration)))
+                return 1;
+        return 0;
     default:
         return 0;
     }
@@ -300,5 +399,13 @@ void tm_case_spoil(tm_case *c)
     const int checker = rooted ? ROOT : c->size - 1;               /* bcast's root does not check */
     if (c->kind == TM_BARRIER || c->count == 0 || c->rank != checker)
         return;
+    if (tm_collective_is_vector(c->kind)) { /* a byte of a block this rank receives (some may be empty) */
+        for (int src = 0; src < c->size; src++)
+            if (c->recvcounts[src] > 0) {
+                ((uint8_t *)c->recvbuf)[c->rdispls[src]] ^= 0x5a;
+                return;
+            }
+        return;
+    }
     ((uint8_t *)c->recvbuf)[0] ^= 0x5a;
 }

@@ -4,7 +4,7 @@
  *   rank 0 reads requests from stdin and broadcasts each to every rank;
  *     point id=<n> coll=<name> bytes=<n> cvar=<name|-> set=<int|default|keep> newcomm=<0|1>
  *           warmup=<n> min_iters=<n> max_iters=<n> rel_ci=<x> time_cap=<seconds> [back_to_back=<n>]
- *           [spoil_every=<n>]
+ *           [spoil_every=<n>] [dist=<uniform|skewed|sparse>]
  *     setup id=<n> cvar=<name> set=<int> [newcomm=1]   (a cvar kept for the whole launch)
  *     quit                       (end of input also quits)
  *   rank 0 answers with ONE JSON line per request on stdout, flushed, and a "ready" line at start.
@@ -21,6 +21,8 @@
  * application calls, timed together and reported per call; the last call's result is checked (every call
  * writes the whole result, so the check still sees a wrong algorithm, not a wrong call in the middle).
  * spoil_every=n (a self-test of that check) spoils one byte of the result of every n-th iteration.
+ * dist= (default uniform) is how the blocks of a vector collective (allgatherv, alltoallv) differ between
+ * ranks around the mean block `bytes` (engine.h, tm_distribution); the other collectives take uniform only.
  */
 #include <errno.h>
 #include <math.h>
@@ -42,6 +44,7 @@ typedef struct {
     long id;
     char coll[MAX_NAME];
     long long bytes;
+    tm_distribution dist;
     char cvar[MAX_NAME]; /* empty: none */
     set_mode set;
     /* `also=<cvar>:<int>[,...]`: further writes that belong to this selection (MPICH's shared-memory level
@@ -322,6 +325,9 @@ static int parse_point(char *line, request *req, char *why, size_t why_len)
             snprintf(req->coll, sizeof req->coll, "%s", val);
         } else if (strcmp(key, "bytes") == 0) {
             bad = parse_long(val, 0, 1LL << 40, &req->bytes);
+        } else if (strcmp(key, "dist") == 0) {
+            req->dist = tm_distribution_from_name(val);
+            bad = req->dist == TM_DIST_UNKNOWN;
         } else if (strcmp(key, "cvar") == 0) {
             bad = strlen(val) >= MAX_NAME;
             snprintf(req->cvar, sizeof req->cvar, "%s", strcmp(val, "-") == 0 ? "" : val);
@@ -424,7 +430,8 @@ static const char *call_name(tm_collective kind)
 {
     static const char *const names[] = {"MPI_Allreduce", "MPI_Bcast", "MPI_Allgather", "MPI_Alltoall",
                                         "MPI_Reduce", "MPI_Reduce_scatter", "MPI_Reduce_scatter_block",
-                                        "MPI_Gather", "MPI_Scatter", "MPI_Barrier"};
+                                        "MPI_Gather", "MPI_Scatter", "MPI_Barrier", "MPI_Allgatherv",
+                                        "MPI_Alltoallv"};
     return kind < TM_UNKNOWN ? names[kind] : "?";
 }
 
@@ -550,11 +557,11 @@ static void measure_point(engine *e, request *req)
     }
 
     tm_case c;
-    failed = tm_case_init(&c, kind, (size_t)req->bytes, e->meas) != 0 || reserve(e, (size_t)req->max_iters) != 0 ||
+    failed = tm_case_init(&c, kind, (size_t)req->bytes, req->dist, e->meas) != 0 || reserve(e, (size_t)req->max_iters) != 0 ||
              reserve(e, (size_t)req->warmup) != 0;
     if (ctl_any(e, failed)) {
         if (e->rank == 0)
-            print_error(req->id, "cannot set up %s with %lld bytes (size not valid or out of memory)", req->coll,
+            print_error(req->id, "cannot set up %s with %lld bytes (size or distribution not valid, or out of memory)", req->coll,
                         req->bytes);
         tm_case_free(&c);
         return;

@@ -27,11 +27,25 @@ typedef enum {
     TM_GATHER,
     TM_SCATTER,
     TM_BARRIER,
+    TM_ALLGATHERV,
+    TM_ALLTOALLV,
     TM_UNKNOWN
 } tm_collective;
 
 tm_collective tm_collective_from_name(const char *name);
 int tm_collective_is_reduction(tm_collective kind);
+
+/* How the vector collectives' blocks differ between ranks; `bytes` is their mean block (OSU's per-peer
+ * size, what the profiler records for them). uniform: every block `bytes` (OSU's v-benchmarks);
+ * skewed: rank r's blocks are 2 (r + 1) / (ranks + 1) x `bytes` (the last rank sends twice the mean, the
+ * first little); sparse: alltoallv sends only to the next rank (a block of ranks x `bytes`), allgatherv
+ * takes blocks from the even ranks only. The other collectives take uniform only. */
+typedef enum { TM_DIST_UNIFORM, TM_DIST_SKEWED, TM_DIST_SPARSE, TM_DIST_UNKNOWN } tm_distribution;
+
+tm_distribution tm_distribution_from_name(const char *name);
+int tm_collective_is_vector(tm_collective kind);
+/* Bytes rank `source` sends to rank `dest` (alltoallv), or contributes to every rank (dest < 0: allgatherv). */
+size_t tm_block_bytes(tm_distribution dist, size_t bytes, int source, int dest, int ranks);
 
 /* One collective at one message size on one communicator. */
 typedef struct {
@@ -39,15 +53,20 @@ typedef struct {
     MPI_Comm comm;
     int rank;
     int size;
-    size_t bytes;   /* OSU convention: per-rank buffer or per-destination block */
+    size_t bytes;   /* OSU convention: per-rank buffer or per-destination block (the mean one: vector) */
     size_t count;   /* elements per block (floats for reductions, bytes otherwise) */
+    tm_distribution dist;
     void *sendbuf;
     void *recvbuf;
-    int *recvcounts; /* reduce_scatter only */
+    int *recvcounts; /* reduce_scatter and the vector collectives */
+    int *rdispls;    /* vector collectives */
+    int *sendcounts; /* alltoallv; allgatherv: sendcounts[0] is this rank's block */
+    int *sdispls;    /* alltoallv */
 } tm_case;
 
-/* Returns 0, or -1 when buffers cannot be allocated or the size does not fit the collective. */
-int tm_case_init(tm_case *c, tm_collective kind, size_t bytes, MPI_Comm comm);
+/* Returns 0, or -1 when buffers cannot be allocated or the size (or distribution) does not fit the
+ * collective. */
+int tm_case_init(tm_case *c, tm_collective kind, size_t bytes, tm_distribution dist, MPI_Comm comm);
 void tm_case_free(tm_case *c);
 /* Fill the send side with values that depend on (rank, iteration) so that stale or misplaced data
  * in the result is detected. */
