@@ -172,3 +172,28 @@ def test_the_application_plan_offers_online_only_where_the_library_switches_per_
     assert "online-best" not in steps["compare"].commands[0]
     switching = {step.kind: step for step in application_plan(profile, str(path), "mpich")}
     assert switching["online"].worth and "online-best" in switching["compare"].commands[0]
+
+
+def test_alltoallv_gets_one_algorithm_per_layout_where_files_cannot_choose_by_size():
+    """Issue 40: alltoallv's counts differ between ranks, and no library's file chooses its algorithm by a
+    size every rank agrees on (MPICH: each rank's own sum of sendcounts; Open MPI: size 0; Intel: none):
+    each layout gets one algorithm for all its sizes, no slower than the default at any, else the default."""
+    from tunempi.space import Cell
+    from tunempi.tune.files import one_choice_per_scale
+
+    current = adapter()
+    assert not current.selects_by_size("alltoallv") and current.selects_by_size("alltoall")
+    v8, v1k = (Cell("alltoallv", 2, 1, 2, size) for size in (8, 1024))
+    v8_4, v1k_4 = (Cell("alltoallv", 4, 1, 4, size) for size in (8, 1024))
+    a8, a1k = (Cell("alltoall", 2, 1, 2, size) for size in (8, 1024))
+    selection = {v8: "preset_1", v1k: "preset_2", v8_4: "preset_1", v1k_4: "preset_1", a8: "preset_1",
+                 a1k: "preset_2"}
+    medians = {(v8, "default"): 10.0, (v8, "preset_1"): 5.0, (v8, "preset_2"): 6.0,
+               (v1k, "default"): 100.0, (v1k, "preset_1"): 99.0, (v1k, "preset_2"): 50.0}
+    fixed = one_choice_per_scale(selection, current, medians)
+    assert fixed[v8] == fixed[v1k] == "preset_2"  # geometric mean of (6, 50) beats (5, 99)
+    assert fixed[v8_4] == fixed[v1k_4] == "preset_1"  # one choice already
+    assert (fixed[a8], fixed[a1k]) == ("preset_1", "preset_2")  # alltoall chooses by size
+    slower = {**medians, (v1k, "preset_1"): 101.0, (v8, "preset_2"): 11.0}  # each slower than the default once
+    assert one_choice_per_scale(selection, current, slower)[v8] == "default"
+    assert one_choice_per_scale(selection, current)[v1k] == "default"  # nothing measured: the default

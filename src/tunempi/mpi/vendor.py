@@ -225,6 +225,15 @@ class VendorAdapter(ABC):
         verify then select for a collective as a whole (tune.files.whole_collectives)."""
         return True
 
+    def selects_by_size(self, collective: str) -> bool:
+        """Whether this library's tuning files can choose `collective`'s algorithm by message size the same
+        way on every rank. Not alltoallv, in any library here: its counts differ between ranks, and MPICH
+        keys its JSON on each rank's own sum(sendcounts) (ranks of one call could pick different
+        algorithms), Open MPI's rules file sees size 0 (only the first rule applies) and Intel MPI documents
+        no message size for it. tune then writes one algorithm per communicator size for it
+        (tune.files.one_choice_per_scale)."""
+        return collective != "alltoallv"
+
     def ignored_by_library(self, output: str) -> list[str]:
         """The selections a run's output says the library ignored (e.g. an id it does not know): a tuning
         whose launch prints any is rejected by the smoke check. Empty where the library says nothing."""

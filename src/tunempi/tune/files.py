@@ -11,6 +11,7 @@ alternative).
 
 from __future__ import annotations
 
+import math
 import shutil
 import tempfile
 from collections.abc import Iterable, Mapping
@@ -36,7 +37,7 @@ from tunempi.writers.env_file import write_env_file
 ENV_FILE = "tuning.env"
 
 __all__ = ["ENV_FILE", "SmokeRecord", "TuningFileError", "WrittenFiles", "rule_sets_for", "selection_table",
-           "smoke_points", "whole_collectives", "write_tuning_files"]
+           "one_choice_per_scale", "smoke_points", "whole_collectives", "write_tuning_files"]
 
 
 @dataclass(frozen=True)
@@ -90,6 +91,40 @@ def whole_collectives(selection: Mapping[Cell, str], adapter: VendorAdapter,
         else:
             whole.update({cell: DEFAULT_ALGORITHM for cell in cells})
     return whole
+
+
+def one_choice_per_scale(selection: Mapping[Cell, str], adapter: VendorAdapter,
+                         medians: Mapping[tuple[Cell, str], float | None] | None = None) -> dict[Cell, str]:
+    """The selection as the library's files can hold it where they cannot choose by message size
+    (adapter.selects_by_size false: alltoallv): at each layout whose sizes select different algorithms, one
+    algorithm for every size of it, the one measured no slower than the default at any of its sizes with the
+    lowest geometric mean of its medians (`medians`: (cell, algorithm) -> median us); where none is, or
+    nothing was measured, the library's default."""
+    fixed = dict(selection)
+    groups: dict[tuple[str, tuple[int, int, int]], list[Cell]] = {}
+    for cell in selection:
+        if not adapter.selects_by_size(cell.collective):
+            groups.setdefault((cell.collective, cell.scale), []).append(cell)
+    known = {key: us for key, us in (medians or {}).items() if us is not None and us > 0}
+    for (collective, _), cells in sorted(groups.items()):
+        if len({selection[cell] for cell in cells}) == 1:
+            continue
+        candidates = {algorithm for cell in cells for c, algorithm in known if c == cell}
+        best: tuple[float, str] | None = None
+        for algorithm in sorted(candidates - {DEFAULT_ALGORITHM}):
+            if adapter.tuning_file_exclusion(collective, algorithm) is not None:
+                continue
+            times = [known.get((cell, algorithm)) for cell in cells]
+            defaults = [known.get((cell, DEFAULT_ALGORITHM)) for cell in cells]
+            if any(t is None for t in times) or any(d is not None and t is not None and t > d
+                                                    for t, d in zip(times, defaults, strict=True)):
+                continue
+            score = sum(math.log(t) for t in times if t is not None) / len(times)
+            if best is None or score < best[0]:
+                best = (score, algorithm)
+        choice = best[1] if best is not None else DEFAULT_ALGORITHM
+        fixed.update({cell: choice for cell in cells})
+    return fixed
 
 
 def selection_table(selection: Mapping[Cell, str], *, preferred_ppn: int | None = None) -> SelectionTable:

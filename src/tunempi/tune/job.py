@@ -43,6 +43,7 @@ from tunempi.tune.compositions import (
 from tunempi.tune.driver import DEFAULT_LAUNCHES, CurvePoint, TuneOutcome, Tuner, check_evidence
 from tunempi.tune.files import (
     WrittenFiles,
+    one_choice_per_scale,
     rule_sets_for,
     selection_table,
     whole_collectives,
@@ -389,7 +390,8 @@ def write_result(plan: TunePlan, outcome: TuneOutcome, emit: OnTuneEvent = _igno
     options, library = plan.options, plan.library
     preferred_ppn = options.ppn if options.nodes > 1 else None
     medians = outcome.measured_medians()
-    selection = whole_collectives(outcome.selection, plan.adapter, medians)
+    selection = whole_collectives(one_choice_per_scale(outcome.selection, plan.adapter, medians), plan.adapter,
+                                  medians)
     rule_sets = rule_sets_for(selection_table(selection, preferred_ppn=preferred_ppn))
     smoke_ranks = tuple(sorted({s.ranks for s in plan.scales}))
     emit(WritingFiles(smoke_ranks))

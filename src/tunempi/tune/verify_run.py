@@ -33,7 +33,13 @@ from tunempi.tune.compositions import (
     write_composition_choices,
 )
 from tunempi.tune.driver import layout_of
-from tunempi.tune.files import rule_sets_for, selection_table, whole_collectives, write_tuning_files
+from tunempi.tune.files import (
+    one_choice_per_scale,
+    rule_sets_for,
+    selection_table,
+    whole_collectives,
+    write_tuning_files,
+)
 from tunempi.tune.manifest import CompositionsRecord, Manifest, SelectionRow, VerifyRecord
 from tunempi.tune.runner import PointResult
 from tunempi.tune.verify import (
@@ -253,7 +259,8 @@ def rewrite_files(manifest: Manifest, library: MPILibrary, fixed: Mapping[Cell, 
     from tunempi.tune.job import files_fields
 
     adapter = manifest_adapter(manifest, library)
-    fixed = whole_collectives(fixed, adapter)  # a replacement may leave a collective that cannot be written as is
+    # A replacement may leave a collective that cannot be written as it is.
+    fixed = whole_collectives(one_choice_per_scale(fixed, adapter), adapter)
     rule_sets = rule_sets_for(selection_table(fixed, preferred_ppn=manifest.preferred_ppn))
     written = write_tuning_files(manifest.directory, library, adapter, rule_sets,
                                  smoke_ranks=sorted({cell.ranks for cell in fixed}), smoke=smoke)
