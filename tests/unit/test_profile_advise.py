@@ -294,3 +294,45 @@ def test_eager_knobs_follow_where_the_ranks_ran(tmp_path: Path, monkeypatch: pyt
     loaded = load_space(space)
     assert loaded.names == ("UCX_RNDV_THRESH",)
     assert (loaded["UCX_RNDV_THRESH"].low, loaded["UCX_RNDV_THRESH"].high) == (8192, 65536)
+
+
+def time_profile(times_ns: dict[str, int], mpi_ns: int) -> dict:
+    """A profile of 4 ranks on one node spending `times_ns` (summed over ranks) in each collective."""
+    data = profile_data()
+    data["ranks"] = [{**r, "mpi_ns": mpi_ns // 4, "collective_ns": mpi_ns // 4} for r in data["ranks"]]
+    data["collectives"] = [
+        {"collective": name, "blocking": not name.startswith("i"), "comm_size": 4, "nodes": 1, "ppn": 4,
+         "size_lo": 513, "size_hi": 1024, "ranks": 4, "calls": 40, "bytes": 40 * 1024, "time_ns": t,
+         "time_min_ns": 1, "time_max_ns": 2, "exact_sizes": {"1024": 40}}
+        for name, t in times_ns.items()]
+    return data
+
+
+def test_every_collective_with_five_percent_of_mpi_time_is_tuned_or_named_with_its_reason() -> None:
+    """Issue 40: what tune --from-profile leaves is named, with why, from 5 % of the MPI time."""
+    from tunempi.profile.advise import application_plan, not_tunable, profile_scope, unselectable_by_library
+
+    profile = parse_profile(time_profile({"scatterv": 8_200_000, "iallreduce": 1_000_000, "barrier": 600_000,
+                                          "gatherv": 40_000, "allreduce": 100_000, "reduce": 60_000}, 10_000_000))
+    reasons = unselectable_by_library(["reduce", "allreduce", "scatterv"],
+                                      lambda name: [] if name == "reduce" else ["a", "b"],
+                                      lambda name: ["a"], "lib-1.0")
+    assert reasons == {"reduce": "lib-1.0 offers no algorithms to choose from for it"}
+    left = not_tunable(profile, reasons)
+    assert [n.text for n in left] == [
+        "scatterv: 82% of MPI time; the bench engine cannot measure it yet",
+        "iallreduce: 10% of MPI time; non-blocking: the bench engine measures only the blocking allreduce",
+        "barrier: 6% of MPI time; barrier moves no data: tune has no message size to select its algorithm by",
+    ]  # gatherv (0.4 %) and reduce (0.6 %) are below 5 %; allreduce is tuned
+    assert "allreduce" in profile_scope(profile).collectives
+    tune_step = application_plan(profile, "p.json", "mpich", library_reasons=reasons)[0]
+    assert tune_step.kind == "tune" and "not tuned: scatterv: 82% of MPI time; the bench engine" in tune_step.why
+    no_files = unselectable_by_library(["allreduce"], lambda name: ["a"], lambda name: [], "lib-1.0")
+    assert no_files == {"allreduce": "lib-1.0's tuning files cannot select an algorithm for it"}
+
+
+def test_advise_names_what_it_cannot_tune(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    KnownLibrary(monkeypatch)
+    output = run_advise(tmp_path, monkeypatch, time_profile({"scatterv": 8_000_000, "allreduce": 2_000_000},
+                                                            10_000_000))
+    assert "not tunable: scatterv: 80% of MPI time; the bench engine cannot measure it yet" in output

@@ -82,7 +82,7 @@ def tune_command(
         raise UsageError(str(exc)) from None
     if from_profile is not None:
         from tunempi.mpi.discovery import library_for_version_string
-        from tunempi.profile.advise import profile_scope
+        from tunempi.profile.advise import not_tunable, profile_scope
         from tunempi.profile.reader import load_profile
 
         profile = load_profile(from_profile)
@@ -95,7 +95,9 @@ def tune_command(
             ranks, ppn = (scope.ranks, None) if scope.nodes == 1 else (None, scope.ppn)
         min_msg = min_msg or str(scope.min_msg)
         max_msg = max_msg or str(scope.max_msg)
-        untunable = f"; not taken by tune: {', '.join(scope.untunable)}" if scope.untunable else ""
+        left = not_tunable(profile)
+        untunable = ("; not tuned: " + "; ".join(n.text for n in left)) if left else (
+            f"; not taken by tune: {', '.join(scope.untunable)}" if scope.untunable else "")
         output_console().print(f"from {from_profile}: {collectives} at {ranks or ppn} ranks"
                                f"{f' per node on {nodes} nodes' if (nodes or 1) > 1 else ''}, {min_msg}..{max_msg} "
                                f"bytes, {library.name}{untunable}")

@@ -15,7 +15,7 @@ import json
 import math
 import shlex
 from collections import defaultdict
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
 
@@ -223,6 +223,62 @@ def profile_scope(profile: Profile) -> ProfileScope:
 
 
 @dataclass(frozen=True)
+class NotTunable:
+    """A collective the application spends time in that `tune --from-profile` does not tune, and why."""
+
+    collective: str
+    share_of_mpi: float  # its time / the ranks' MPI time
+    reason: str
+
+    @property
+    def text(self) -> str:
+        return f"{self.collective}: {100 * self.share_of_mpi:.0f}% of MPI time; {self.reason}"
+
+
+def engine_reason(collective: str) -> str | None:
+    """Why `tune` cannot take `collective` whatever the library (None: it can)."""
+    if collective in TUNABLE_COLLECTIVES:
+        return None
+    if collective == "barrier":
+        return "barrier moves no data: tune has no message size to select its algorithm by"
+    if collective.startswith("i") and collective[1:] in ENGINE_COLLECTIVES:
+        return f"non-blocking: the bench engine measures only the blocking {collective[1:]}"
+    return "the bench engine cannot measure it yet"
+
+
+def not_tunable(profile: Profile, library_reasons: Mapping[str, str] | None = None, *,
+                min_share: float = WORTH_SHARE) -> tuple[NotTunable, ...]:
+    """Every collective with at least `min_share` of the profile's MPI time that `tune --from-profile` leaves
+    untuned, most time first: the engine cannot measure it (`engine_reason`), or the library cannot select
+    an algorithm for it (`library_reasons`: collective -> why, see `unselectable_by_library`)."""
+    mpi = profile.mpi_s
+    if mpi <= 0:
+        return ()
+    found = []
+    for name, _, time_s in profile.time_by_collective():
+        share = time_s / mpi
+        reason = engine_reason(name) or (library_reasons or {}).get(name)
+        if reason is not None and share >= min_share:
+            found.append(NotTunable(name, share, reason))
+    return tuple(sorted(found, key=lambda n: -n.share_of_mpi))
+
+
+def unselectable_by_library(collectives: Iterable[str], algorithms: Callable[[str], Sequence[str]],
+                    selectable: Callable[[str], Sequence[str]], library: str) -> dict[str, str]:
+    """Why the library cannot select an algorithm for each of `collectives` the engine measures: it offers
+    none to choose from (`algorithms`), or no tuning file of it can select one (`selectable`)."""
+    reasons = {}
+    for name in collectives:
+        if engine_reason(name) is not None:
+            continue
+        if not algorithms(name):
+            reasons[name] = f"{library} offers no algorithms to choose from for it"
+        elif not selectable(name):
+            reasons[name] = f"{library}'s tuning files cannot select an algorithm for it"
+    return reasons
+
+
+@dataclass(frozen=True)
 class PlanStep:
     """One step of the plan for an application: what, whether it is worth it and why, the command."""
 
@@ -232,12 +288,14 @@ class PlanStep:
     commands: tuple[str, ...]
 
 
-def application_plan(profile: Profile, profile_path: str, mpi_spec: str, *, switches_per_call: bool = True
-                     ) -> list[PlanStep]:
+def application_plan(profile: Profile, profile_path: str, mpi_spec: str, *, switches_per_call: bool = True,
+                     library_reasons: Mapping[str, str] | None = None) -> list[PlanStep]:
     """Which of tune / online / search is worth it for this application, from its profile alone (the shares
     of its time), with the commands; then the comparison that decides on the application itself.
     switches_per_call: the library can switch algorithms per call (the adapter's switches_at_run_time: not
-    Intel MPI), which the online mode needs."""
+    Intel MPI), which the online mode needs. library_reasons: collective -> why the library cannot select an
+    algorithm for it (`unselectable_by_library`); every collective with >= WORTH_SHARE of the MPI time that
+    tune leaves is named in the tune step, with its reason (`not_tunable`)."""
     wall = profile.wall_s or 1.0
     collective_share, p2p_share, mpi_share = profile.collective_s / wall, profile.p2p_s / wall, profile.mpi_s / wall
     ranks = profile.header.get("ranks", "N")
@@ -257,6 +315,9 @@ def application_plan(profile: Profile, profile_path: str, mpi_spec: str, *, swit
         why = f"{said} ({', '.join(scope.collectives)}): better algorithms can save up to that"
     else:
         why = f"{said}: below {100 * WORTH_SHARE:g}%, the most algorithm tuning could save"
+    left = not_tunable(profile, library_reasons)
+    if left:
+        why += "; not tuned: " + "; ".join(n.text for n in left)
     steps.append(PlanStep("tune", collective_worth, why, (
         f"tunempi tune --from-profile {shlex.quote(profile_path)} --mpi {mpi} --out tuned",)))
     online_worth = collective_worth and switches_per_call
