@@ -14,8 +14,10 @@ from tunempi.mpi.restrictions import (
     ONLINE_NEVER,
     REQUIREMENTS,
     RESTRICTIONS,
+    Restriction,
     file_exclusion,
     online_mask,
+    refusal_is_collective,
     requirements,
 )
 from tunempi.rules.ruleset import CommBlock, MsgRule, RuleSet
@@ -120,3 +122,36 @@ def test_a_leaf_keeps_every_guard_of_its_entries_and_none_for_datatypes():
     assert LEAF_RESTRICTIONS["MPIR_Alltoall_intra_brucks"] == ("noinplace",)
     assert "MPIR_Allgather_intra_k_brucks" not in LEAF_RESTRICTIONS
     assert not any(set(v) & DATATYPE_REQUIREMENTS for v in LEAF_RESTRICTIONS.values())
+
+
+def test_the_library_refuses_a_forced_algorithm_on_every_rank_or_on_none():
+    """Issue 38: the online mode reruns a refused call as the library's choice, assuming every rank refused.
+    MPICH's checks (MPII_COLLECTIVE_FALLBACK_CHECK, from coll_algorithms.txt's restrictions) read the op, the
+    count of reductions, the communicator and MPI_IN_PLACE: pinned here for every requirement the table says
+    the library checks, so an entry whose check could differ between ranks is never drawn online."""
+    for r in RESTRICTIONS:
+        if not r.guarded:
+            continue
+        for requirement in r.requires:
+            for version in r.versions:
+                mask = online_mask(r.vendor, version + ".0", r.collective, r.algorithm)
+                assert refusal_is_collective(r.collective, requirement) or mask == ONLINE_NEVER, (r, requirement)
+    # what a rank may pass alone: MPI_IN_PLACE at the root, a count outside the reductions
+    assert not refusal_is_collective("reduce", "inplace") and refusal_is_collective("alltoall", "inplace")
+    assert refusal_is_collective("reduce", "count-ge-pow2") and not refusal_is_collective("bcast", "count-ge-pow2")
+    assert not refusal_is_collective("allgather", "same-types")  # not a library check: a failure, no refusal
+    # the MPICH entries the online mode draws all refuse collectively
+    drawn = {(r.collective, r.algorithm) for r in RESTRICTIONS if r.vendor == "mpich" and r.guarded and
+             online_mask("mpich", "5.0.2", r.collective, r.algorithm) != ONLINE_NEVER}
+    assert {("allreduce", "reduce_scatter_allgather"), ("reduce", "reduce_scatter_gather"),
+            ("alltoall", "pairwise_sendrecv_replace"), ("allgather", "recursive_doubling")} <= drawn
+
+
+def test_a_guarded_check_on_a_rank_local_argument_is_never_drawn_online(monkeypatch):
+    import tunempi.mpi.restrictions as table
+
+    local = Restriction("mpich", ("5.0",), "reduce", "made_up", ("not-inplace",), "test", guarded=True)
+    counts = Restriction("mpich", ("5.0",), "bcast", "made_up", ("count-ge-pow2",), "test", guarded=True)
+    monkeypatch.setattr(table, "RESTRICTIONS", (*table.RESTRICTIONS, local, counts))
+    assert online_mask("mpich", "5.0.2", "reduce", "made_up") == ONLINE_NEVER
+    assert online_mask("mpich", "5.0.2", "bcast", "made_up") == ONLINE_NEVER

@@ -66,6 +66,45 @@ ONLINE_NEVER = 1 << 30
 #: in-place requirement cannot be decided identically on every rank.
 ROOTED: frozenset[str] = frozenset({"reduce", "gather", "scatter", "bcast"})
 
+#: What the library's own check of a requirement reads, where the library checks it (`guarded`): MPICH's
+#: maint/gen_coll.py (dump_fallback) turns each `restrictions:` entry of src/mpi/coll/coll_algorithms.txt into
+#: one condition of MPII_COLLECTIVE_FALLBACK_CHECK, evaluated in MPIR_<Coll>_impl before the algorithm runs:
+#: `MPIR_Op_is_commutative(op)`, `HANDLE_IS_BUILTIN(op)`, `count >= comm_ptr->coll.pof2`,
+#: `comm_ptr->local_size == comm_ptr->coll.pof2`, `MPIR_Comm_is_parent_comm(comm_ptr)`, `sendbuf == MPI_IN_PLACE`
+#: (and `!=`); the others it knows (node-consecutive: scan; displs-ordered, which reads displs: non-blocking
+#: allgatherv) are on no collective the online mode switches. docs/online.md 2c.
+LIBRARY_CHECK_READS: dict[str, str] = {
+    "commutative": "op",
+    "builtin-op": "op",
+    "count-ge-pow2": "count",
+    "power-of-two": "communicator",
+    "parent-comm": "communicator",
+    "two-ranks": "communicator",
+    "inplace": "sendbuf",
+    "not-inplace": "sendbuf",
+}
+
+#: Collectives whose count (and datatype and op) MPI requires to be the same on every rank: the reductions
+#: (MPI-4.1 6.9.1 "called by all group members using the same arguments for count, datatype, op, root and
+#: comm"; reduce_scatter(_block): the same recvcounts / recvcount everywhere). Elsewhere a rank may pass n
+#: elements of one type where another passes m of another with the same signature.
+SAME_COUNT_COLLECTIVES: frozenset[str] = frozenset({"allreduce", "reduce", "reduce_scatter", "reduce_scatter_block"})
+
+
+def refusal_is_collective(collective: str, requirement: str) -> bool:
+    """Whether the library's check of `requirement` gives the same answer on every rank of a valid call of
+    `collective`, so that every rank refuses a forced algorithm together or none does (the online mode reruns
+    a refused call as the library's choice on that assumption). False for what a rank may pass alone: the send
+    buffer of a rooted collective (MPI_IN_PLACE at the root only), the count outside the reductions, anything
+    the library does not check (then a failure, not a refusal, is all one can expect)."""
+    reads = LIBRARY_CHECK_READS.get(requirement)
+    if reads == "sendbuf":
+        return collective not in ROOTED
+    if reads == "count":
+        return collective in SAME_COUNT_COLLECTIVES
+    return reads in ("op", "communicator")
+
+
 #: Collectives whose datatype arguments are significant at the root only: the interposer never reads them
 #: (another rank may pass anything), so a datatype requirement keeps the algorithm out of the online draws.
 ROOT_ONLY_DATATYPES: frozenset[str] = frozenset({"gather", "scatter", "gatherv", "scatterv"})
@@ -264,9 +303,13 @@ def online_mask(vendor: str, version: str, collective: str, algorithm: str) -> i
     """The interposer's `requires` mask for an algorithm (ONLINE_NEVER where a requirement cannot be
     decided identically on every rank of a call)."""
     mask = 0
+    guarded = {q for r in restrictions_for(vendor, version, collective, algorithm) if r.guarded for q in r.requires}
     for requirement in requirements(vendor, version, collective, algorithm):
         if requirement in ("inplace", "not-inplace") and collective in ROOTED:
             return ONLINE_NEVER
+        if requirement in guarded and requirement in LIBRARY_CHECK_READS and \
+                not refusal_is_collective(collective, requirement):
+            return ONLINE_NEVER  # the library may refuse it on some ranks only: the others would wait in it
         if requirement == "parent-comm":
             continue  # an application's communicators are all parents
         if requirement in DATATYPE_REQUIREMENTS and collective in ROOT_ONLY_DATATYPES:
