@@ -1,0 +1,72 @@
+"""`tune --from-profile` on the profile a user's first run may well give (issue 40): an alltoallv-bound
+program with one 4-byte allreduce and alltoall, every call of one size, at one layout (the embedded MPICH,
+2 ranks). Each collective's space is one cell, where no model feature varies: tune finishes, writes its
+files and names what it tuned; advise names what it cannot tune. Never a traceback."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tunempi.launch.launchers import LaunchSpec, launcher_for
+from tunempi.mpi.build import build_c
+from tunempi.mpi.discovery import resolve_library
+from tunempi.profile.reader import load_profile
+
+pytestmark = pytest.mark.mpi
+
+SOURCE = Path(__file__).parent / "c" / "alltoallv_app.c"
+QUICK_TUNE = ("--timeout", "60s", "--time-cap", "10ms", "--rel-ci", "0.2", "--launches", "1")
+
+
+def tunempi(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("TUNEMPI_")}
+    env.update({"TUNEMPI_DB": str(cwd / "results.sqlite"), "COLUMNS": "250"})
+    return subprocess.run([sys.executable, "-m", "tunempi", *args], cwd=cwd, env=env, capture_output=True,
+                          text=True, timeout=300)
+
+
+def test_tune_from_a_profile_with_one_size_per_collective_at_one_layout(tmp_path: Path) -> None:
+    library = resolve_library("mpich")
+    program = build_c(library, [SOURCE], "alltoallv_app", werror=True)
+    line = launcher_for(library).command(LaunchSpec((str(program), "200", "4", "0"), 2)).argv
+    profiled = tunempi("profile", "--mpi", "mpich", "-o", "a.json", "--", *line, cwd=tmp_path)
+    assert profiled.returncode == 0, profiled.stdout + profiled.stderr
+    profile = load_profile(tmp_path / "a.json")
+    sizes = {(row.collective, row.comm_size, row.msg_size) for row in profile.usage()}
+    assert sizes == {("alltoallv", 2, 4), ("allreduce", 2, 4), ("alltoall", 2, 4)}
+
+    tuned = tunempi("tune", "--from-profile", "a.json", "--out", "tuned", *QUICK_TUNE, cwd=tmp_path)
+    assert tuned.returncode == 0, tuned.stdout[-3000:] + tuned.stderr[-3000:]
+    assert "Traceback" not in tuned.stderr
+    scope = next(line for line in tuned.stdout.splitlines() if line.startswith("from a.json: "))
+    assert scope.startswith("from a.json: alltoallv,") and " at 2 ranks, 4..4 bytes" in scope  # most time first
+    assert set(scope.split()[2].split(",")) == {"alltoallv", "allreduce", "alltoall"}
+    manifest = json.loads((tmp_path / "tuned" / "manifest.json").read_text())
+    assert {row["collective"] for row in manifest["selection"]} == {"alltoallv", "allreduce", "alltoall"}
+
+    advice = tunempi("advise", "--profile", "a.json", cwd=tmp_path)
+    assert advice.returncode == 0, advice.stdout + advice.stderr
+    assert "not tunable" not in advice.stdout  # every collective it uses is one tune takes
+
+
+def test_tune_refuses_a_profile_without_a_collective_it_takes_with_a_message(tmp_path: Path) -> None:
+    """A profile whose collectives are all ones tune cannot take: a usage error naming them, exit 2."""
+    data = {"schema": "tunempi-profile", "schema_version": 1, "header": {"ranks": 2, "library": "MPICH Version: 5.0.2"},
+            "ranks": [{"rank": r, "host": "h", "wall_ns": 10_000_000, "mpi_ns": 9_000_000, "collective_ns": 9_000_000,
+                       "p2p_ns": 0, "collective_calls": 10, "send_calls": 0} for r in range(2)],
+            "collectives": [{"collective": "scatterv", "blocking": True, "comm_size": 2, "nodes": 1, "ppn": 2,
+                             "size_lo": 3, "size_hi": 4, "ranks": 2, "calls": 20, "bytes": 80, "time_ns": 18_000_000,
+                             "time_min_ns": 1, "time_max_ns": 2, "exact_sizes": {"4": 20}}],
+            "p2p_histogram": {"upper_bounds": [2048, 4096, 8192, 16384, 32768, 65536, None], "calls": [0] * 7,
+                              "bytes": [0] * 7}}
+    (tmp_path / "a.json").write_text(json.dumps(data))
+    refused = tunempi("tune", "--from-profile", "a.json", "--mpi", "mpich", "--out", "tuned", cwd=tmp_path)
+    assert refused.returncode == 2, refused.stdout + refused.stderr
+    assert "Traceback" not in refused.stderr
+    assert "scatterv" in refused.stdout + refused.stderr
