@@ -34,8 +34,9 @@ demo: setup
 	$(VENV)/bin/tunempi info
 	$(PY) -m tunempi.demo
 
-# `make test` leaves out the tests marked `full` (the same checks at more layouts: 4-rank and site-library
-# conformance, applications across emulated nodes); `make test-all` runs everything: run it before resolving
+# `make test` leaves out the tests marked `full` (the same checks at more layouts and libraries: 4-rank
+# conformance, HPCC and applications across emulated nodes, compare, MPICH's own tests and compositions on
+# Open MPI and Intel MPI); `make test-all` runs everything: run it before resolving
 # an issue that touches selection, and before a release.
 test: setup system
 	$(VENV)/bin/ruff check src tests $(wildcard bench)

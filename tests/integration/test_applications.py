@@ -92,7 +92,8 @@ def check_pipeline(result, app, layout: Layout, workdir: Path) -> None:
 
 # One application per layout in `make test`; the others at that layout in `make test-all` (marker `full`):
 # HPCC on Debian's Open MPI at one node, HPCC across the emulated nodes (the slowest, ~100 s).
-@pytest.mark.parametrize("name", ["lammps", pytest.param("hpcc-debian", marks=pytest.mark.full), "hpcc-mpich"])
+@pytest.mark.parametrize("name", ["lammps", pytest.param("hpcc-debian", marks=pytest.mark.full),
+                                  pytest.param("hpcc-mpich", marks=pytest.mark.full)])
 def test_pipeline_on_one_node(name: str, tmp_path: Path, request: pytest.FixtureRequest) -> None:
     hpcc_binary = request.getfixturevalue("hpcc_mpich") if name == "hpcc-mpich" else None
     layout = Layout(1, 2)
@@ -101,7 +102,8 @@ def test_pipeline_on_one_node(name: str, tmp_path: Path, request: pytest.Fixture
     check_pipeline(result, app, layout, tmp_path)
 
 
-@pytest.mark.parametrize("name", ["lammps", pytest.param("hpcc-mpich", marks=pytest.mark.full)])
+@pytest.mark.full  # LAMMPS and HPCC across nodes: make test-all (one node and the cluster tests stay in make test)
+@pytest.mark.parametrize("name", ["lammps", "hpcc-mpich"])
 def test_pipeline_on_two_emulated_nodes(name: str, tmp_path: Path, cluster: EmulatedCluster,
                                         request: pytest.FixtureRequest) -> None:
     hpcc_binary = request.getfixturevalue("hpcc_mpich") if name == "hpcc-mpich" else None

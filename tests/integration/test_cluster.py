@@ -306,6 +306,7 @@ def test_tune_verify_openmpi_2x2(cluster: EmulatedCluster, tmp_path: Path, where
     assert "verified" in done.stdout
 
 
+@pytest.mark.full  # Intel MPI's tune + verify + run: test_tune.py on one node; across nodes in make test-all
 def test_tune_verify_run_intel_mpi_2x1_with_a_hostfile(cluster: EmulatedCluster, probes: dict[str, Path],
                                                       tmp_path: Path) -> None:
     """Intel MPI's Hydra across 2 emulated nodes (through the cluster's agent, libfabric's tcp provider), the

@@ -47,7 +47,8 @@ def tunempi(*args: str, cwd: Path, wait: bool = True):
     return subprocess.run(argv, cwd=cwd, env=env, capture_output=True, text=True, timeout=600)
 
 
-@pytest.mark.parametrize("vendor", ["mpich", "openmpi", "impi"])
+@pytest.mark.parametrize("vendor", ["mpich", pytest.param("openmpi", marks=pytest.mark.full),
+                                    pytest.param("impi", marks=pytest.mark.full)])  # the same checks: make test-all
 def test_compare_tells_faster_slower_and_a_changed_result_apart(tmp_path: Path, vendor: str) -> None:
     (tmp_path / "fast.env").write_text("SLOW_APP_FACTOR=0.4\n")
     (tmp_path / "slow.env").write_text("export SLOW_APP_FACTOR=2.0\n")

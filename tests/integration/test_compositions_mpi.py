@@ -303,6 +303,7 @@ def test_tune_records_compositions_at_2x1_and_run_accepts_the_written_file(
     assert rerun.compositions.files == {} and not ch4.exists() and rerun.missing_files() == []
 
 
+@pytest.mark.full  # compositions at 2x1 (MPICH) stay in make test; Open MPI's component at 2x2 in make test-all
 def test_tune_records_openmpi_compositions_at_2x2_and_run_applies_the_chosen_component(
         two_nodes_2: EmulatedCluster, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """The same step for Open MPI at 2 nodes x 2 (oversubscribed: 4 ranks on the 2 cores, so only the path is

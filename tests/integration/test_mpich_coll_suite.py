@@ -43,7 +43,9 @@ ISSUE_38 = Case("bcast", ("-type=MPI_INT", "-count=512", "-seed=12", "-testsize=
 TIMEOUT = 60.0
 
 
-@pytest.fixture(scope="module", params=LIBRARIES, ids=[i.removesuffix("-wheel") for i in LIBRARIES])
+#: Open MPI's run is the same check on another library: make test-all.
+@pytest.fixture(scope="module", params=[pytest.param(i, marks=[pytest.mark.full] if i != "mpich-wheel" else [])
+                                        for i in LIBRARIES], ids=[i.removesuffix("-wheel") for i in LIBRARIES])
 def suite(request, tmp_path_factory):
     """The library, its built tests (cached across sessions), which collectives each calls, and the plain run."""
     require_system("applications")  # curl, to fetch Debian's source

@@ -124,7 +124,7 @@ def test_mpich_tune_verify_run_report(tmp_path: Path) -> None:
     assert (manifest.directory / "report" / "speedup.png").is_file() and "base64" in html.read_text()
 
 
-@pytest.mark.parametrize("mpi", ["mpich", "openmpi", "impi"])
+@pytest.mark.parametrize("mpi", ["mpich", "openmpi", pytest.param("impi", marks=pytest.mark.full)])
 def test_verify_measures_each_repetition_in_a_fresh_launch_of_a_real_override(tmp_path: Path, mpi: str) -> None:
     """verify's evidence is across launches: with an override in the files (forced here, as a tune of tiny
     sizes at 2 ranks often keeps the default everywhere), each of its repetitions begins with a new launch of
