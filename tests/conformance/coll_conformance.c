@@ -445,6 +445,37 @@ static int run_case(const ccase *c)
         }
         free_buf(s);
         free_buf(r);
+    } else if (!strcmp(coll, "alltoallv")) {
+        /* Counts differ between pairs (the block between q and d is (q + d) % 2 + 1 times the case's count:
+         * symmetric, so in place works too) and displacements leave a gap of one element after each block.
+         * The block from q to d carries q's values from d * 4 * vals on. */
+        int scounts[MAXP], sdispls[MAXP], rcounts[MAXP], rdispls[MAXP];
+        long stotal = 0, rtotal = 0;
+        for (int i = 0; i < p; i++) {
+            int f = (me + i) % 2 + 1;
+            scounts[i] = n * f;
+            sdispls[i] = (int)stotal;
+            stotal += scounts[i] + 1;
+            rcounts[i] = (int)rn * f;
+            rdispls[i] = (int)rtotal;
+            rtotal += rcounts[i] + 1;
+        }
+        int *s = alloc_buf(sl, stotal), *r = alloc_buf(rl, rtotal);
+        for (int d = 0; d < p; d++) {
+            if (c->inplace)
+                fill(rl, r + (long)rdispls[d] * rl->slot, rcounts[d], c->opkind, me, (long)d * 4 * vals, c->salt);
+            else
+                fill(sl, s + (long)sdispls[d] * sl->slot, scounts[d], c->opkind, me, (long)d * 4 * vals, c->salt);
+        }
+        rc = MPI_Alltoallv(c->inplace ? ip : s, scounts, sdispls, sl->type, r, rcounts, rdispls, rl->type, comm);
+        w.offset = (long)me * 4 * vals;
+        for (int q = 0; q < p && good; q++) {
+            w.src = q;
+            good = check_range(rl, r + (long)rdispls[q] * rl->slot, rcounts[q], want_single, &w, 0,
+                               (long)rcounts[q] * rl->slot + 1);
+        }
+        free_buf(s);
+        free_buf(r);
     } else if (!strcmp(coll, "alltoall")) {
         int *s = alloc_buf(sl, (long)n * p), *r = alloc_buf(rl, rn * p);
         /* block d of rank q carries q's values at [d*vals, (d+1)*vals) */
@@ -560,7 +591,7 @@ static int derived(int layout_index)
 static void build_cases(const char *only)
 {
     static const char *reductions[] = {"allreduce", "reduce", "reduce_scatter", "reduce_scatter_block"};
-    static const char *moves[] = {"bcast", "allgather", "allgatherv", "alltoall", "gather", "scatter"};
+    static const char *moves[] = {"bcast", "allgather", "allgatherv", "alltoall", "gather", "scatter", "alltoallv"};
     static const int counts[] = {0, 1, 7, 1031};
     static const int red_types[][2] = {{L_INT, OP_SUM},    {L_INT, OP_USUM},     {L_MAT, OP_MATMUL},
                                        {L_MATV, OP_MATMUL}, {L_NEST, OP_USUM},    {L_NEST, OP_MATMUL},

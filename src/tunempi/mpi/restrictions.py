@@ -234,6 +234,9 @@ RESTRICTIONS += (
     _mpich("alltoall", "pairwise", ("not-inplace",), _REFUSED),
     _mpich("alltoall", "scattered", ("not-inplace",), _REFUSED),
     _mpich("alltoall", "pairwise_sendrecv_replace", ("inplace",), _REFUSED),
+    _mpich("alltoallv", "scattered", ("not-inplace",), _REFUSED + " (issue 40; env-forced, MPICH falls back)"),
+    _mpich("alltoallv", "pairwise_sendrecv_replace", ("inplace",), _REFUSED + " (issue 40; env-forced, MPICH falls "
+           "back)"),
     _mpich("barrier", "smp", ("parent-comm",)),
     _mpich("reduce_scatter", "pairwise", ("commutative", "not-inplace"),
            "in place (MPI_SUM on ints, count >= 1) crashes even forced through the environment: the in-place "
