@@ -70,3 +70,18 @@ def test_tune_refuses_a_profile_without_a_collective_it_takes_with_a_message(tmp
     assert refused.returncode == 2, refused.stdout + refused.stderr
     assert "Traceback" not in refused.stderr
     assert "scatterv" in refused.stdout + refused.stderr
+
+
+@pytest.mark.parametrize("mpi", ["mpich", "openmpi", "impi"])
+def test_tune_takes_the_vector_collectives_and_writes_each_library_s_files(mpi: str, tmp_path: Path) -> None:
+    """alltoallv and allgatherv through tune into MPICH's JSON, Open MPI's rules file and Intel MPI's selection
+    strings (smoke-checked in the library); alltoallv with one algorithm per layout (its counts differ
+    between ranks: no file chooses it by size)."""
+    tuned = tunempi("tune", "--mpi", mpi, "--ranks", "2", "--collectives", "alltoallv,allgatherv", "--max-msg", "1KiB",
+                    "--out", "tuned", *QUICK_TUNE, cwd=tmp_path)
+    assert tuned.returncode == 0, tuned.stdout[-3000:] + tuned.stderr[-3000:]
+    manifest = json.loads((tmp_path / "tuned" / "manifest.json").read_text())
+    rows = manifest["selection"]
+    assert {row["collective"] for row in rows} == {"alltoallv", "allgatherv"}
+    assert len({row["algorithm"] for row in rows if row["collective"] == "alltoallv"}) == 1
+    assert {"mpich": "mpich-mpir", "openmpi": "openmpi-rules", "impi": "impi-adjust"}[mpi] in manifest["files"]
