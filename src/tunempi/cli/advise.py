@@ -98,7 +98,7 @@ def print_tune_command(advice: Advice, mpi_spec: str, db: str | None, console: C
     if command is None:
         if advice.worth_tuning:
             console.print(f"  `tunempi tune` does not take {', '.join(advice.worth_tuning)} (non-blocking forms, "
-                          "barrier and the v-variants are not benchmarked)")
+                          "barrier, gatherv and scatterv are not benchmarked)")
         return
     console.print("  tune them, at the sizes and scales this application uses:")
     console.print(f"  [bold]{escape(command.text)}[/]", soft_wrap=True)
