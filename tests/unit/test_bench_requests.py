@@ -355,3 +355,16 @@ def test_a_collective_whose_cvar_mpi_t_cannot_write_is_forced_per_launch() -> No
     assert forced.env["OMPI_MCA_coll_tuned_allgatherv_algorithm"] == "2"
     switched = selection_for(adapter, BenchPoint("allgather", "bruck", 8), "mpit")
     assert switched.set_value == 2 and not switched.env and switched.new_communicator
+
+
+def test_mpich_s_refusal_cut_inside_its_last_line_is_still_not_usable() -> None:
+    """MPICH 5.0.2 cuts an alltoallv's error stack inside the fallback check's line (issue 40): the forced
+    pairwise_sendrecv_replace on separate buffers is the library refusing the call, not a failure."""
+    from tunempi.mpi.mpich import MpichAdapter
+
+    adapter = MpichAdapter(LIBRARY, {})
+    cut = ("engine: MPI_Alltoallv failed in 2 iteration(s): Other MPI error, error stack: ... "
+           "MPIR_Alltoallv_impl(3525)....................: User set collective algorithm is n")
+    assert adapter.says_not_usable(cut)
+    assert not adapter.says_not_usable("engine: MPI_Alltoallv failed in 2 iteration(s): Other MPI error, error "
+                                       "stack: ... MPID_Progress_wait(100): Message truncated")

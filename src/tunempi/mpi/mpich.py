@@ -323,6 +323,7 @@ CONSTRAINTS: tuple[str, ...] = (
 
 #: What MPICH says when a forced algorithm cannot take a call and the fallback is "error".
 NOT_USABLE_MESSAGES = ("algorithm is not usable", "cannot be applied")
+CUT_NOT_USABLE = "User set collective algorithm"
 #: The engine's report of a call that failed on some ranks only, whose MPICH error stack (cut at
 #: MPI_MAX_ERROR_STRING) ends in a bare frame, before its cause. Seen for smp forced through MPI_T on one
 #: node: smp calls the collective again on its node sub-communicator, where the forced smp is refused on
@@ -389,7 +390,10 @@ class MpichAdapter(VendorAdapter):
     def says_not_usable(self, reason: str) -> bool:
         # MPICH's message under fallback=error: "User set collective algorithm is not usable for the
         # provided arguments", the end of its error stack (the engine keeps it; MPICH may cut it short).
-        return any(text in reason for text in NOT_USABLE_MESSAGES) or bool(_ONE_SIDED_CUT_REFUSAL.search(reason))
+        # MPICH cuts a long stack inside that line (an alltoallv's: "User set collective algorithm is n"):
+        # its start is the fallback check's own wording, so it says the same (issue 40).
+        return (any(text in reason for text in NOT_USABLE_MESSAGES) or CUT_NOT_USABLE in reason
+                or bool(_ONE_SIDED_CUT_REFUSAL.search(reason)))
 
     def tuning_file_mechanisms(self) -> list[str]:
         if not self.cvar_names:
