@@ -326,6 +326,18 @@ def test_mpich_refusals_are_told_from_failures_even_when_the_error_stack_was_cut
     assert not adapter.says_not_usable("no result within 30 s; job killed")
 
 
+def test_mpich_names_its_refusal_text_for_the_online_mode_only_where_it_can_refuse(
+        mpich_adapter: MpichAdapter, openmpi_adapter: OpenMPIAdapter) -> None:
+    """The online mode reruns a drawn algorithm's error as the library's choice only when the library's error
+    string says it refused the arguments (issue 38); without the strict selection MPICH refuses nothing."""
+    assert mpich_adapter.refusal_messages() == ()  # no fallback cvar values discovered: no strict selection
+    strict = MpichAdapter(mpich_adapter.library, {}, fallback_values={"silent": 0, "error": 1})
+    (text,) = strict.refusal_messages()
+    assert text in "User set collective algorithm is not usable for the provided arguments"  # 5.0.2 and 4.0.2
+    assert strict.says_not_usable(text)
+    assert openmpi_adapter.refusal_messages() == ()
+
+
 def test_an_adapter_assuming_contiguous_datatypes_lets_files_select_what_needs_them():
     catalog = {"bcast": [Algorithm("binomial", 6), Algorithm("scatter_allgather", 8)]}
     library = MPILibrary(vendor="openmpi", version="5.0.11", version_string="", device="",

@@ -189,6 +189,23 @@ def test_missing_probabilities_mean_uniform(state, caplog):
     assert table[0] == "tunempi-online-table 2" and table[-1] == "end"
     assert not [line for line in table if line.startswith("cell ")]
     assert "alg fast 0 0 1 0 1" in table and "alg default 0 0 1 0 orig" in table
+    assert not [line for line in table if line.startswith("refusal")]  # no refusal text: no call is rerun
+
+
+def test_the_table_names_what_the_library_says_when_it_refuses_a_drawn_algorithm(state):
+    table = state.write_table(1, 0, refusals=("algorithm is not usable",)).read_text().splitlines()
+    assert "refusal algorithm is not usable" in table
+    assert table.index("refusal algorithm is not usable") < min(i for i, line in enumerate(table)
+                                                                  if line.startswith("coll "))
+    for bad in ("", "two\nlines", "x" * 96):
+        with pytest.raises(ValueError):
+            state.write_table(1, 0, refusals=(bad,))
+    # the strict selection's write, by cvar index, which the interposer leaves out across nodes
+    cvars = [line.split()[1] for line in table if line.startswith("cvar ")]
+    strict = state.write_table(1, 0, strict=(cvars[0], 7)).read_text().splitlines()
+    assert "strict 0 7" in strict
+    assert not [line for line in state.write_table(1, 0, strict=("NOT_A_CVAR", 7)).read_text().splitlines()
+                if line.startswith("strict")]
 
 
 @pytest.mark.parametrize("text", ["{not json", '{"schema": "other"}', json.dumps(

@@ -387,6 +387,11 @@ class MpichAdapter(VendorAdapter):
             return None
         return CvarSwitch(cvar=FALLBACK_CVAR, value=self._fallback_values["error"], needs_new_communicator=False)
 
+    def refusal_messages(self) -> tuple[str, ...]:
+        # MPII_COLLECTIVE_FALLBACK_CHECK under fallback=error: "**collalgo", whose text is "User set collective
+        # algorithm is not usable for the provided arguments" (in the error strings of 5.0.2 and 4.0.2).
+        return (NOT_USABLE_MESSAGES[0],) if self.strict_selection_switch() is not None else ()
+
     def says_not_usable(self, reason: str) -> bool:
         # MPICH's message under fallback=error: "User set collective algorithm is not usable for the
         # provided arguments", the end of its error stack (the engine keeps it; MPICH may cut it short).

@@ -257,6 +257,13 @@ class VendorAdapter(ABC):
         """
         return None
 
+    def refusal_messages(self) -> tuple[str, ...]:
+        """Texts of the library's error string (MPI_Error_string) that mean a forced algorithm refused the
+        call's arguments under `strict_selection_switch`, before any communication and on every rank of the
+        call alike (the online mode reruns only such calls as the library's choice; any other error is the
+        application's). Empty where the library has no strict selection."""
+        return ()
+
     def composition_candidates(self, collective: str, nodes: int) -> list[Composition]:
         """The compositions worth measuring for `collective` at a layout of `nodes` nodes: none on one
         node (a composition only differs in how it splits work between nodes), none where the library has

@@ -102,10 +102,13 @@ def run_online(state: OnlineState, library: MPILibrary, argv: Sequence[str], *, 
     batch, run = state.take_run_number()
     records = state.records_path(batch, run).resolve()
     records.parent.mkdir(parents=True, exist_ok=True)
-    # What this run draws from, kept next to its records.
-    run_table = state.write_table(run, batch, probabilities, path=records.with_suffix(".table"))
-    argv = own_launcher(argv, library)  # the ranks must run the library the interposer was built for
     adapter = adapter_for(library)
+    # What this run draws from, kept next to its records.
+    strict = adapter.strict_selection_switch()
+    run_table = state.write_table(run, batch, probabilities, path=records.with_suffix(".table"),
+                                  refusals=adapter.refusal_messages(),
+                                  strict=(strict.cvar, int(strict.value)) if strict is not None else None)
+    argv = own_launcher(argv, library)  # the ranks must run the library the interposer was built for
     rank_env = {name: value for name, value in os.environ.items() if name.startswith(ENV_PREFIX)}
     preload = str(interposer) + (":" + os.environ["LD_PRELOAD"] if os.environ.get("LD_PRELOAD") else "")
     rank_env.update(adapter.launch_env())

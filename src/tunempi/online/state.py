@@ -401,8 +401,13 @@ class OnlineState:
         return self.dir / "table.txt"
 
     def write_table(self, run: int, batch: int, probabilities: Probabilities | None = None, *,
-                    path: Path | None = None) -> Path:
-        """Write the interposer's table for one run (format: docs/online.md) to `path` (default table.txt)."""
+                    path: Path | None = None, refusals: Sequence[str] = (),
+                    strict: tuple[str, int] | None = None) -> Path:
+        """Write the interposer's table for one run (format: docs/online.md) to `path` (default table.txt).
+        `refusals`: texts of the library's error string that mean a drawn algorithm refused the call's
+        arguments (the adapter's `refusal_messages`): only such an error is rerun as the library's choice.
+        `strict`: the (cvar, value) write of the library's strict selection among the algorithms' writes,
+        which the interposer leaves out on communicators spanning several nodes."""
         config = self.config
         switches = self.switches
         probabilities = probabilities if probabilities is not None else self.probabilities()
@@ -416,7 +421,13 @@ class OnlineState:
                  f"run {run}", f"batch {batch}", f"max_records {config.max_records}",
                  f"record_ranks {config.record_ranks}",
                  f"bounds {len(config.bounds)} {' '.join(str(b) for b in config.bounds)}"]
+        for text in refusals:
+            if not text.strip() or "\n" in text or len(text) >= 96:
+                raise ValueError(f"refusal text {text!r}: one line of 1-95 characters")
+            lines.append(f"refusal {text.strip()}")
         lines += [f"cvar {name}" for name in cvars]
+        if strict is not None and strict[0] in cvars:
+            lines.append(f"strict {cvars.index(strict[0])} {int(strict[1])}")
         for switch in switches.values():
             lines.append(f"coll {switch.collective} {int(switch.needs_new_communicator)} {len(switch.algorithms)}")
             for algorithm in switch.algorithms:

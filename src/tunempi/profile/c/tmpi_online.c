@@ -32,6 +32,7 @@
 
 #define ONLINE_NAME_MAX 96
 #define ONLINE_WRITES_MAX 4
+#define ONLINE_REFUSALS_MAX 4
 
 typedef struct {
     char name[ONLINE_NAME_MAX];
@@ -122,7 +123,16 @@ static struct {
     long cap; /* records this rank keeps */
     online_record *records;
     long nrecords;
+    /* What the library's error string says when a drawn algorithm cannot take the call's arguments
+     * (`refusal` lines; MPICH under fallback=error): only such an error is rerun as the library's choice. */
+    char refusals[ONLINE_REFUSALS_MAX][ONLINE_NAME_MAX];
+    int nrefusals;
+    /* The write of the library's strict selection (`strict` line; MPICH: fallback=error), left out on
+     * communicators that span several nodes: there the library runs the drawn algorithm on its node
+     * sub-communicators too, where a check may fail on some nodes' ranks only (docs/online.md 2b). */
+    int has_strict, strict_cvar, strict_value;
     uint64_t switchable_calls, switches, shadows_created, restricted_calls, refused_calls;
+    uint64_t failed_draws;        /* a drawn algorithm's error that is no refusal: the user's handler decides */
     uint64_t datatype_agreements; /* allreduces run to agree on what every rank's datatypes are */
 } on;
 
@@ -256,6 +266,23 @@ static const char *online_read_table(const char *path)
                 }
                 rest += n;
             }
+        } else if (strcmp(word, "strict") == 0) {
+            if (sscanf(rest, "%d %d", &on.strict_cvar, &on.strict_value) != 2 || on.strict_cvar < 0 ||
+                on.strict_cvar >= on.ncvars) {
+                err = "bad strict line";
+                break;
+            }
+            on.has_strict = 1;
+        } else if (strcmp(word, "refusal") == 0) {
+            while (*rest == ' ' || *rest == '\t')
+                rest++;
+            size_t len = strcspn(rest, "\r\n");
+            if (on.nrefusals == ONLINE_REFUSALS_MAX || len == 0 || len >= ONLINE_NAME_MAX) {
+                err = "bad refusal line";
+                break;
+            }
+            memcpy(on.refusals[on.nrefusals], rest, len);
+            on.refusals[on.nrefusals++][len] = '\0';
         } else if (strcmp(word, "cvar") == 0) {
             on.cvars = realloc(on.cvars, (size_t)(on.ncvars + 1) * sizeof *on.cvars);
             memset(&on.cvars[on.ncvars], 0, sizeof *on.cvars);
@@ -344,6 +371,20 @@ static void online_apply(const online_alg *a)
 {
     for (int w = 0; w < a->nwrites; w++) {
         online_cvar *v = &on.cvars[a->cvar[w]];
+        online_cvar_write(v, a->use_orig[w] ? v->orig : a->value[w]);
+    }
+}
+
+/* The writes of a drawn algorithm for a call on a communicator of `nodes` nodes: all of them on one node;
+ * across nodes, all but the strict selection (the library falls back without a word, on every member of
+ * whichever sub-communicator its check fails on, instead of failing there and leaving the others waiting). */
+static void online_apply_drawn(const online_alg *a, int nodes)
+{
+    for (int w = 0; w < a->nwrites; w++) {
+        online_cvar *v = &on.cvars[a->cvar[w]];
+        if (nodes > 1 && on.has_strict && a->cvar[w] == on.strict_cvar && !a->use_orig[w] &&
+            a->value[w] == on.strict_value)
+            continue;
         online_cvar_write(v, a->use_orig[w] ? v->orig : a->value[w]);
     }
 }
@@ -734,7 +775,7 @@ static void online_begin(tmpi_call *call)
          * on MPI_COMM_WORLD after draws on the split halves) when the writes were left in place. Both
          * writes are outside the timed section; a pinned default writes nothing. */
         if (a != 0) {
-            online_apply(&coll->algs[a]);
+            online_apply_drawn(&coll->algs[a], cs->nodes);
             pending.restore = 1;
             /* The algorithm's writes include the library's strict selection where it has one (MPICH:
              * fallback=error): a drawn algorithm that cannot take these arguments returns an error instead
@@ -750,6 +791,23 @@ static void online_begin(tmpi_call *call)
     pending.alg = a;
     pending.comm = cs;
     pending.seq = seq;
+}
+
+/* Whether an error of a drawn algorithm is the library refusing the arguments (a `refusal` text in its
+ * error string), as opposed to a failure: only a refusal is run again as the library's choice. */
+static int online_is_refusal(int rc)
+{
+    if (on.nrefusals == 0)
+        return 0;
+    char text[MPI_MAX_ERROR_STRING + 1];
+    int len = 0;
+    if (PMPI_Error_string(rc, text, &len) != MPI_SUCCESS)
+        return 0;
+    text[len < 0 ? 0 : len > MPI_MAX_ERROR_STRING ? MPI_MAX_ERROR_STRING : len] = '\0';
+    for (int i = 0; i < on.nrefusals; i++)
+        if (strstr(text, on.refusals[i]) != NULL)
+            return 1;
+    return 0;
 }
 
 static void online_end(tmpi_call *call)
@@ -769,13 +827,25 @@ static void online_end(tmpi_call *call)
         PMPI_Errhandler_free(&pending.errhandler);
     }
     if (call->rc != MPI_SUCCESS && pending.alg != 0) {
-        /* Refused by the drawn algorithm (the library's checks are on arguments every rank shares, made
-         * before any communication, so every member refuses together): run it again as the library's
-         * own choice on the user's communicator. */
-        on.refused_calls++;
-        pending.retrying = 1;
-        call->comm = pending.user_comm;
-        call->retry = 1;
+        if (online_is_refusal(call->rc)) {
+            /* Refused by the drawn algorithm: the library's usability checks read only arguments every
+             * rank of the call shares (op, count, communicator size, MPI_IN_PLACE where every rank passes
+             * it; docs/online.md 2b cites MPICH's sources) and come before any communication, so every
+             * member refuses together: run it again as the library's own choice on the user's
+             * communicator. */
+            on.refused_calls++;
+            pending.retrying = 1;
+            call->comm = pending.user_comm;
+            call->retry = 1;
+            return;
+        }
+        /* Any other error may be this rank's alone (a root-only argument, a failure half-way through the
+         * algorithm): the other ranks may be inside the algorithm, waiting for this one, so a rerun here
+         * would hang them or mismatch their messages. The library's error goes to the user's handler, as
+         * the library's own call would have it. */
+        on.failed_draws++;
+        pending.active = 0;
+        PMPI_Comm_call_errhandler(pending.user_comm, call->rc);
         return;
     }
     pending.active = 0;
@@ -808,11 +878,12 @@ static void online_write(const online_record *all, long n, const char *path)
     fprintf(f, "# tunempi-online-records 1\n# fingerprint %s\n# batch %d\n# run %llu\n# world_ranks %d\n"
                "# world_nodes %d\n# rank0_switchable_calls %llu\n# rank0_cvar_writes %llu\n"
                "# rank0_shadow_communicators %llu\n# rank0_restricted_draws %llu\n# rank0_refused_draws %llu\n"
-               "# rank0_datatype_agreements %llu\n",
+               "# rank0_datatype_agreements %llu\n# rank0_failed_draws %llu\n",
             on.fingerprint, on.batch, (unsigned long long)on.run, tmpi_globals.world_size, on.nnodes,
             (unsigned long long)on.switchable_calls, (unsigned long long)on.switches,
             (unsigned long long)on.shadows_created, (unsigned long long)on.restricted_calls,
-            (unsigned long long)on.refused_calls, (unsigned long long)on.datatype_agreements);
+            (unsigned long long)on.refused_calls, (unsigned long long)on.datatype_agreements,
+            (unsigned long long)on.failed_draws);
     fputs("rank,seq,stream,collective,msg_bytes,ranks,nodes,ppn,algorithm,start_ns,end_ns\n", f);
     for (long i = 0; i < n; i++) {
         const online_record *r = &all[i];
