@@ -72,7 +72,7 @@ ROOTED: frozenset[str] = frozenset({"reduce", "gather", "scatter", "bcast"})
 #: `MPIR_Op_is_commutative(op)`, `HANDLE_IS_BUILTIN(op)`, `count >= comm_ptr->coll.pof2`,
 #: `comm_ptr->local_size == comm_ptr->coll.pof2`, `MPIR_Comm_is_parent_comm(comm_ptr)`, `sendbuf == MPI_IN_PLACE`
 #: (and `!=`); the others it knows (node-consecutive: scan; displs-ordered, which reads displs: non-blocking
-#: allgatherv) are on no collective the online mode switches. docs/online.md 2c.
+#: allgatherv) are on no collective the online mode switches. docs/online.md 2d.
 LIBRARY_CHECK_READS: dict[str, str] = {
     "commutative": "op",
     "builtin-op": "op",

@@ -129,7 +129,7 @@ static struct {
     int nrefusals;
     /* The write of the library's strict selection (`strict` line; MPICH: fallback=error), left out on
      * communicators that span several nodes: there the library runs the drawn algorithm on its node
-     * sub-communicators too, where a check may fail on some nodes' ranks only (docs/online.md 2b). */
+     * sub-communicators too, where a check may fail on some nodes' ranks only (docs/online.md 2d). */
     int has_strict, strict_cvar, strict_value;
     uint64_t switchable_calls, switches, shadows_created, restricted_calls, refused_calls;
     uint64_t failed_draws;        /* a drawn algorithm's error that is no refusal: the user's handler decides */
@@ -830,7 +830,7 @@ static void online_end(tmpi_call *call)
         if (online_is_refusal(call->rc)) {
             /* Refused by the drawn algorithm: the library's usability checks read only arguments every
              * rank of the call shares (op, count, communicator size, MPI_IN_PLACE where every rank passes
-             * it; docs/online.md 2b cites MPICH's sources) and come before any communication, so every
+             * it; docs/online.md 2d cites MPICH's sources) and come before any communication, so every
              * member refuses together: run it again as the library's own choice on the user's
              * communicator. */
             on.refused_calls++;
