@@ -166,8 +166,9 @@ def test_mpich_runs_the_algorithm_written_through_mpi_t_and_strict_selection_cat
     misfit, fine, default = sweep.run(points)
     assert misfit.status == "failed" and "MPI_Allreduce failed" in misfit.reason, misfit.reason
     assert fine.ok and default.ok, (fine.reason, default.reason)
-    # One launch for the forced algorithms (shared-memory level pinned to MPIR), one for the default.
-    assert sweep.launches == 2
+    # One launch: a forced algorithm pins the shared-memory level to MPIR with its point, the default puts
+    # it back with its own (issue 39: the default in a launch apart carried that launch's bias).
+    assert sweep.launches == 1
     lenient = Sweep(library, adapter, Layout(2), settings=QUICK, executable=executable, strict=False)
     assert all(m.ok for m in lenient.run(points))
 

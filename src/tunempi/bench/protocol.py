@@ -79,12 +79,13 @@ class PointRequest:
     cvar: str | None = None
     set_value: int | str = SET_KEEP
     new_communicator: bool = False
-    #: Further (cvar, int) writes of this selection, made before `cvar`'s and undone by the next point
-    #: that does not ask for them (MPICH's shared-memory level pinned to mpir beside a forced algorithm).
-    also: tuple[tuple[str, int], ...] = ()
     settings: MeasureSettings = MeasureSettings()
     spoil_every: int = 0
     distribution: str = DEFAULT_DISTRIBUTION
+    #: Further (cvar, int) writes of this selection, made before `cvar`'s and undone by the next point
+    #: that does not ask for them (MPICH's shared-memory level pinned to mpir beside a forced algorithm).
+    #: Last, so that positional requests keep their meaning.
+    also: tuple[tuple[str, int], ...] = ()
 
     def encode(self) -> str:
         """The request line (without newline)."""
