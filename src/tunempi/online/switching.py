@@ -42,6 +42,11 @@ def collective_switches(adapter: VendorAdapter, collectives: Iterable[str]) -> l
         if collective not in adapter.collectives() or not adapter.algorithms(collective):
             _log.warning("%s has no selectable algorithms in %s; skipped", collective, adapter.library.name)
             continue
+        if not adapter.switches_collective_at_run_time(collective):
+            # Its cvar cannot be written after MPI_Init (Open MPI 5.0.11's allgatherv): a draw would run the
+            # library's own choice and be recorded under the drawn name.
+            _log.warning("%s cannot switch %s after MPI_Init; skipped", adapter.library.name, collective)
+            continue
         algorithms: list[AlgorithmSwitch] = []
         cvars: list[str] = []
         chosen = []
