@@ -11,19 +11,29 @@ from tunempi.errors import UsageError
 COLLECTIVES: tuple[str, ...] = (
     "allreduce", "bcast", "allgather", "alltoall", "reduce", "reduce_scatter",
     "gather", "scatter", "barrier", "allgatherv", "alltoallv", "reduce_scatter_block",
+    "iallreduce", "ibcast", "ialltoall", "iallgather",
 )
+
+#: Non-blocking collectives (MPI_Iallreduce, ...) -> the blocking collective each one computes: the same
+#: buffers, sizes (OSU's conventions) and results; a library chooses their algorithms separately (issue 41).
+#: The engine measures them started, then completed with MPI_Wait (latency), and with a computation between
+#: the two (overlap): docs/bench.md.
+NONBLOCKING: dict[str, str] = {
+    "iallreduce": "allreduce", "ibcast": "bcast", "ialltoall": "alltoall", "iallgather": "allgather",
+}
 
 #: The algorithm name that means "the library's own choice" everywhere: the store, rule sets, tuning
 #: files, datasets, online tables.
 DEFAULT_ALGORITHM = "default"
 
 #: Collectives whose payload is a reduction over typed elements (sizes are multiples of the element).
-REDUCTIONS: frozenset[str] = frozenset({"allreduce", "reduce", "reduce_scatter", "reduce_scatter_block"})
+REDUCTIONS: frozenset[str] = frozenset({"allreduce", "reduce", "reduce_scatter", "reduce_scatter_block",
+                                        "iallreduce"})
 
 #: Collectives whose message size (OSU's convention) is the block each rank sends to or receives from
 #: each peer; for the others it is the whole buffer, which the algorithms split among the ranks.
 BLOCK_COLLECTIVES: frozenset[str] = frozenset({"allgather", "allgatherv", "alltoall", "alltoallv", "gather",
-                                               "scatter"})
+                                               "scatter", "iallgather", "ialltoall"})
 
 
 #: Collectives whose blocks may differ between ranks (count and displacement arrays).
@@ -37,6 +47,15 @@ DISTRIBUTIONS: tuple[str, ...] = ("uniform", "skewed", "sparse")
 DEFAULT_DISTRIBUTION = "uniform"
 
 
+def is_nonblocking(collective: str) -> bool:
+    return collective in NONBLOCKING
+
+
+def blocking_collective(collective: str) -> str:
+    """'iallreduce' -> 'allreduce'; a blocking collective is its own."""
+    return NONBLOCKING.get(collective, collective)
+
+
 def check_collective(name: str) -> str:
     """Return the canonical name or raise UsageError naming the valid ones."""
     canonical = name.strip().lower()
@@ -45,9 +64,15 @@ def check_collective(name: str) -> str:
     return canonical
 
 
-def parse_collectives(text: str) -> list[str]:
-    """'allreduce,bcast' -> ['allreduce', 'bcast'], validated, order kept, duplicates dropped."""
+def parse_collectives(text: str, *, nonblocking: bool = False) -> list[str]:
+    """'allreduce,bcast' -> ['allreduce', 'bcast'], validated, order kept, duplicates dropped.
+
+    nonblocking: whether the caller takes the non-blocking collectives; tune and online do not yet
+    (issue 41: bench measures them; tune, verify, files, profile and online are later steps)."""
     names = [check_collective(part) for part in text.split(",") if part.strip()]
+    if not nonblocking and (refused := [name for name in names if name in NONBLOCKING]):
+        raise UsageError(f"{', '.join(refused)}: non-blocking collectives are measured by `tunempi bench` only "
+                         "so far (tune, verify, tuning files, profile and online do not take them yet)")
     if not names:
         raise UsageError(f"no collectives in {text!r}; valid: {', '.join(COLLECTIVES)}")
     return list(dict.fromkeys(names))

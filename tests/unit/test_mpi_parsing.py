@@ -10,6 +10,7 @@ import pytest
 from tunempi.errors import MPIError
 from tunempi.mpi import mpich, openmpi
 from tunempi.mpi.discovery import parse_version_string
+from tunempi.mpi.vendor import Algorithm
 
 # MPICH 5.0.2, verbatim from MPI_T_cvar_get_info (one entry per line, "auto" unaligned).
 MPICH5_ALLREDUCE = (
@@ -111,14 +112,34 @@ def test_mpich_composition_numbers_inside_text_are_not_entries():
     assert mpich.parse_composition_description("Defines the location of tuning file.") == []
 
 
+MPICH5_IALLREDUCE = (
+    "Variable to select iallreduce algorithm\n"
+    "auto - Internal algorithm selection (can be overridden with MPIR_CVAR_COLL_SELECTION_TUNING_JSON_FILE)\n"
+    "sched_auto - Internal algorithm selection for sched-based algorithms\n"
+    "sched_naive                      - Force naive algorithm\n"
+    "tsp_tree                     - Force generic transport tree algorithm"
+)
+MPICH4_IBCAST = (
+    "Variable to select ibcast algorithmauto - Internal algorithm selection (can be overridden with "
+    "MPIR_CVAR_COLL_SELECTION_TUNING_JSON_FILE)sched_auto - Internal algorithm selection for sched-based "
+    "algorithmssched_binomial                             - Force Binomial algorithmtsp_tree         "
+    "                      - Force Generic Transport Tree algorithm"
+)
+
+
 def test_mpich_catalog_from_cvars_separates_auto():
     cvars = [
         {"name": "MPIR_CVAR_ALLREDUCE_INTRA_ALGORITHM", "description": MPICH5_ALLREDUCE},
         {"name": "MPIR_CVAR_BCAST_INTRA_ALGORITHM", "description": MPICH4_BCAST},
-        {"name": "MPIR_CVAR_IALLREDUCE_INTRA_ALGORITHM", "description": "Variable\nsched_auto - x"},
+        {"name": "MPIR_CVAR_IALLREDUCE_INTRA_ALGORITHM", "description": MPICH5_IALLREDUCE},
+        # MPICH 4.0.x's glued format of a non-blocking cvar: its names cannot be read back, so it is left out.
+        {"name": "MPIR_CVAR_IBCAST_INTRA_ALGORITHM", "description": MPICH4_IBCAST},
     ]
     catalog, defaults = mpich.catalog_from_cvars(cvars)
-    assert set(catalog) == {"allreduce", "bcast"}
+    assert set(catalog) == {"allreduce", "bcast", "iallreduce"}
+    # Non-blocking (issue 41): auto is the default, sched_auto (another internal selection) no algorithm.
+    assert defaults["iallreduce"] == Algorithm("auto", 0)
+    assert catalog["iallreduce"] == [Algorithm("sched_naive", 2), Algorithm("tsp_tree", 3)]
     assert defaults["allreduce"].name == "auto" and defaults["allreduce"].value == 0
     assert "auto" not in [a.name for a in catalog["allreduce"]]
     assert {a.name: a.value for a in catalog["bcast"]}["scatter_ring_allgather"] == 5
@@ -159,6 +180,22 @@ def test_openmpi_enum_items_from_probe_records():
         {"name": "coll_tuned_reduce_algorithm"},  # no enum: left to the ompi_info fallback
     ]
     assert openmpi.enum_items_from_cvars(cvars) == {"coll_tuned_bcast_algorithm": [(0, "ignore"), (6, "binomial")]}
+
+
+def test_openmpi_nonblocking_catalog_from_libnbc_enums():
+    """Issue 41: coll/libnbc's enums (5.0.11's, as probed) give the non-blocking algorithms; ialltoall has none."""
+    cvars = [
+        {"name": "coll_libnbc_iallreduce_algorithm",
+         "enum": [{"name": n, "value": v} for v, n in enumerate(["ignore", "ring", "binomial", "rabenseifner",
+                                                                  "recursive_doubling"])]},
+        {"name": "coll_libnbc_ibcast_algorithm",
+         "enum": [{"name": n, "value": v} for v, n in enumerate(["ignore", "linear", "binomial", "chain", "knomial"])]},
+    ]
+    catalog, defaults = openmpi.catalog_from_items(openmpi.enum_items_from_cvars(cvars))
+    assert set(catalog) == {"iallreduce", "ibcast"}
+    assert defaults["iallreduce"] == Algorithm("ignore", 0)
+    assert [(a.name, a.value) for a in catalog["ibcast"]] == [("linear", 1), ("binomial", 2), ("chain", 3), ("knomial", 4)]
+    assert openmpi.algorithm_cvar("iallgather") == "coll_libnbc_iallgather_algorithm"
 
 
 def test_version_strings():

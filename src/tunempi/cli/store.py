@@ -63,7 +63,7 @@ def export_command(
     if fmt not in EXPORT_FORMATS:
         raise UsageError(f"unknown export format {fmt!r}; valid: {', '.join(EXPORT_FORMATS)}")
     filters: dict[str, Any] = {
-        "collective": parse_collectives(collective) if collective is not None else None,
+        "collective": parse_collectives(collective, nonblocking=True) if collective is not None else None,
         "algorithm": _str_list(algorithm),
         "system": _str_list(system),
         "ranks": _int_list(ranks, "ranks"),

@@ -343,7 +343,7 @@ def _verify_mpich_catalog(info: LibraryInfo) -> None:
     parsed: dict[str, list[str]] = {}
     for collective in mpich.COLLECTIVE_TOKENS:
         cvar = info.cvar(mpich.algorithm_cvar(collective))
-        if cvar is not None:
+        if cvar is not None and mpich.readable_description(collective, cvar.get("description", "")):
             parsed[cvar["name"]] = mpich.parse_algorithm_description(cvar.get("description", ""), vocabulary)
     verified: dict[str, dict[str, int]] = {name: {} for name in parsed}
     rejected: dict[str, list[str]] = {}

@@ -80,7 +80,19 @@ COLLECTIVE_TOKENS: dict[str, str] = {
 }
 
 
+#: Non-blocking collectives (issue 41): coll/libnbc (the component that serves them on one node and across
+#: nodes alike, 5.0.11) has `coll_libnbc_<coll>_algorithm`, an MPI_T enum like tuned's ("ignore"=0, then its
+#: algorithms), for iallgather, iallreduce and ibcast among the four here; ialltoall has none (libnbc's
+#: ialltoall decides by size itself: nothing to choose). Read at every call, so a write through MPI_T applies
+#: to the next one.
+NONBLOCKING_TOKENS: dict[str, str] = {
+    "iallreduce": "iallreduce", "ibcast": "ibcast", "iallgather": "iallgather", "ialltoall": "ialltoall",
+}
+
+
 def algorithm_cvar(collective: str) -> str:
+    if collective in NONBLOCKING_TOKENS:
+        return f"coll_libnbc_{NONBLOCKING_TOKENS[collective]}_algorithm"
     return f"coll_tuned_{COLLECTIVE_TOKENS[collective]}_algorithm"
 
 
@@ -120,7 +132,7 @@ def catalog_from_items(
     """(collective -> algorithms without 'ignore', collective -> the 'ignore' entry)."""
     catalog: dict[str, list[Algorithm]] = {}
     defaults: dict[str, Algorithm] = {}
-    for collective in COLLECTIVE_TOKENS:
+    for collective in (*COLLECTIVE_TOKENS, *NONBLOCKING_TOKENS):
         items = items_by_cvar.get(algorithm_cvar(collective))
         if not items:
             continue
@@ -156,7 +168,7 @@ def enum_items_from_cvars(cvars: Iterable[dict]) -> dict[str, list[tuple[int, st
     return {
         cvar["name"]: [(item["value"], item["name"]) for item in cvar["enum"]]
         for cvar in cvars
-        if cvar.get("enum") and re.fullmatch(r"coll_tuned_[a-z_]+_algorithm", cvar["name"])
+        if cvar.get("enum") and re.fullmatch(r"coll_(?:tuned|libnbc)_[a-z_]+_algorithm", cvar["name"])
     }
 
 
@@ -238,6 +250,8 @@ class OpenMPIAdapter(VendorAdapter):
         algorithm = self.check_algorithm(collective, name)
         if algorithm.name == DEFAULT_NAME:
             return {}  # the library's own (fixed) decision
+        if collective in NONBLOCKING_TOKENS:  # libnbc honours its variable without tuned's dynamic rules
+            return {mca_env(algorithm_cvar(collective)): str(algorithm.value)}
         return {
             mca_env(DYNAMIC_RULES_CVAR): "1",
             mca_env(algorithm_cvar(collective)): str(algorithm.value),
