@@ -368,3 +368,76 @@ def test_mpich_s_refusal_cut_inside_its_last_line_is_still_not_usable() -> None:
     assert adapter.says_not_usable(cut)
     assert not adapter.says_not_usable("engine: MPI_Alltoallv failed in 2 iteration(s): Other MPI error, error "
                                        "stack: ... MPID_Progress_wait(100): Message truncated")
+
+
+# ------------------------------------------------------------------ non-blocking collectives (issue 41)
+
+
+def test_nonblocking_collectives_are_engine_collectives_with_their_blocking_one_s_sizes() -> None:
+    from tunempi.collectives import blocking_collective, is_nonblocking, parse_collectives
+
+    for name, blocking in (("iallreduce", "allreduce"), ("ibcast", "bcast"), ("ialltoall", "alltoall"),
+                           ("iallgather", "allgather")):
+        assert check_engine_collective(name) == name and is_nonblocking(name)
+        assert blocking_collective(name) == blocking and not is_nonblocking(blocking)
+        for size, ranks in ((6, 2), (8, 2), (1 << 30, 4)):
+            assert (size_problem(name, size, ranks) is None) == (size_problem(blocking, size, ranks) is None)
+    assert "iallreduce reduces 4-byte floats" in (size_problem("iallreduce", 6, 2) or "")
+    assert parse_collectives("iallreduce,bcast", nonblocking=True) == ["iallreduce", "bcast"]
+    with pytest.raises(UsageError, match="measured by `tunempi bench` only"):
+        parse_collectives("allreduce,ialltoall")  # tune and online do not take them yet
+
+
+def test_overlap_is_asked_with_nb_and_only_for_nonblocking_collectives() -> None:
+    plain = PointRequest(id=1, collective="iallreduce", msg_bytes=64)
+    assert " nb=" not in plain.encode()  # the engine's default for a non-blocking collective: latency
+    assert PointRequest(id=1, collective="iallreduce", msg_bytes=64, nb="latency").encode() == plain.encode()
+    assert PointRequest(id=1, collective="ibcast", msg_bytes=64, nb="overlap").encode().endswith(" nb=overlap")
+    for bad in (
+        PointRequest(id=1, collective="allreduce", msg_bytes=64, nb="overlap"),
+        PointRequest(id=1, collective="iallreduce", msg_bytes=64, nb="both"),
+        PointRequest(id=1, collective="iallreduce", msg_bytes=64, nb="overlap",
+                     settings=MeasureSettings(back_to_back=2)),
+    ):
+        with pytest.raises(ValueError):
+            bad.encode()
+
+
+def test_decoding_an_overlap_reply_and_osu_s_overlap_formula() -> None:
+    from tunempi.bench.protocol import overlap_percent
+
+    line = ('{"event":"point","id":3,"status":"ok","collective":"iallreduce","bytes":64,"ranks":2,"cvar":null,'
+            '"cvar_value":null,"cvar_consistent":true,"warmup":2,"iterations":3,"errors":0,"checked":8,'
+            '"stop":"ci","elapsed_s":0.001,"nb":"overlap","overlap_iterations":3,"compute_loops":1200,'
+            '"overlapped_us":15.0,"compute_us":10.0,"overlap_pct":50.0,"median_us":10.0,"ci_low_us":9.0,'
+            '"ci_high_us":11.0,"samples_us":[9.0,10.0,11.0]}')
+    reply = decode_line(line)
+    assert isinstance(reply, PointReply) and reply.ok
+    assert (reply.nb, reply.overlap_iterations, reply.compute_loops) == ("overlap", 3, 1200)
+    assert (reply.overlapped_us, reply.compute_us, reply.overlap_pct) == (15.0, 10.0, 50.0)
+    assert overlap_percent(10.0, 15.0, 10.0) == 50.0
+    assert overlap_percent(10.0, 10.0, 10.0) == 100.0  # all of it hidden
+    assert overlap_percent(10.0, 25.0, 10.0) == 0.0  # clamped: nothing hidden (the wait took longer)
+    assert overlap_percent(0.0, 1.0, 1.0) == 0.0
+    latency = decode_line(line.replace('"nb":"overlap"', '"nb":"latency"').split(',"overlap_iterations"')[0]
+                          + ',"median_us":10.0,"ci_low_us":9.0,"ci_high_us":11.0,"samples_us":[10.0]}')
+    assert isinstance(latency, PointReply) and latency.nb == "latency" and latency.overlap_pct is None
+
+
+def test_a_sweep_asks_overlap_for_nonblocking_points_only() -> None:
+    from tunempi.bench import sweep as sweep_module
+
+    sent: list[PointRequest] = []
+
+    class Session:
+        def measure(self, request: PointRequest) -> PointOutcome:
+            sent.append(request)
+            return PointOutcome(request=request, status="failed", reason="not run")
+
+    adapter = FakeAdapter(LIBRARY, {"iallreduce": [Algorithm("ring", 1)], "allreduce": [Algorithm("ring", 1)]})
+    for collective in ("iallreduce", "allreduce"):
+        point = BenchPoint(collective, "ring", 64)
+        sweep = Sweep(LIBRARY, adapter, Layout(2), overlap=True)
+        sweep._measure(Session(), point, selection_for(adapter, point, "mpit"))  # type: ignore[arg-type]
+    assert [(r.collective, r.nb) for r in sent] == [("iallreduce", "overlap"), ("allreduce", "")]
+    assert sweep_module.NB_OVERLAP == "overlap"

@@ -16,7 +16,7 @@ from tunempi.errors import UsageError
     ("options", "message"),
     [
         (BenchOptions(collectives="allreduce,alltoal"), "valid: .*alltoall"),
-        (BenchOptions(collectives="alltoallv"), "does not measure"),
+        (BenchOptions(collectives="allreduce", overlap=True), "non-blocking collectives only"),
         (BenchOptions(mode="osu"), "valid: mpit, env"),
         (BenchOptions(bind="socket"), "valid: auto, core, none"),
         (BenchOptions(sizes="1:1KiB"), "multiples of 4"),  # allreduce cannot take 1 and 2 bytes

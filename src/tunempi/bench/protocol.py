@@ -4,7 +4,7 @@ Requests go to rank 0's stdin, one line each:
 
     point id=7 coll=allreduce bytes=1024 cvar=<name|-> set=<int|default|keep> newcomm=<0|1>
           warmup=2 min_iters=10 max_iters=1000 rel_ci=0.05 time_cap=1 [back_to_back=<n>] [spoil_every=<n>]
-          [dist=<uniform|skewed|sparse>]
+          [dist=<uniform|skewed|sparse>] [nb=<latency|overlap>]
     setup id=1 cvar=<name> set=<int> newcomm=<0|1>      (a cvar kept for the whole launch)
     quit
 
@@ -19,12 +19,19 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
-from tunempi.collectives import DEFAULT_DISTRIBUTION, DISTRIBUTIONS
+from tunempi.collectives import DEFAULT_DISTRIBUTION, DISTRIBUTIONS, is_nonblocking
 from tunempi.errors import MPIError
 
 #: `set=` values that are not an int: restore the cvar's start-up value / write nothing.
 SET_DEFAULT = "default"
 SET_KEEP = "keep"
+
+#: How a non-blocking collective is measured (`nb=`): start + MPI_Wait alone (the pure time, the point's
+#: samples and median), or then also with a computation calibrated to that time between the two (OSU's
+#: overlap method: the reply adds the overlapped time, the computation's and the overlap %).
+NB_LATENCY = "latency"
+NB_OVERLAP = "overlap"
+NB_MODES: tuple[str, ...] = (NB_LATENCY, NB_OVERLAP)
 
 _CVAR_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 
@@ -86,6 +93,9 @@ class PointRequest:
     #: that does not ask for them (MPICH's shared-memory level pinned to mpir beside a forced algorithm).
     #: Last, so that positional requests keep their meaning.
     also: tuple[tuple[str, int], ...] = ()
+    #: A non-blocking collective's measurement (NB_MODES; "" for blocking collectives, and the engine's
+    #: default NB_LATENCY for non-blocking ones): sent only when it is NB_OVERLAP.
+    nb: str = ""
 
     def encode(self) -> str:
         """The request line (without newline)."""
@@ -100,6 +110,12 @@ class PointRequest:
         for name, _ in self.also:
             if not _CVAR_NAME.match(name):
                 raise ValueError(f"not a cvar name: {name!r}")
+        if self.nb and self.nb not in NB_MODES:
+            raise ValueError(f"unknown nb mode {self.nb!r}; valid: {', '.join(NB_MODES)}")
+        if self.nb and not is_nonblocking(self.collective):
+            raise ValueError(f"nb={self.nb} needs a non-blocking collective, not {self.collective!r}")
+        if self.nb == NB_OVERLAP and self.settings.back_to_back != 1:
+            raise ValueError("nb=overlap times one call per iteration: back_to_back must be 1")
         if self.distribution not in DISTRIBUTIONS:
             raise ValueError(f"unknown distribution {self.distribution!r}; valid: {', '.join(DISTRIBUTIONS)}")
         s = self.settings
@@ -111,6 +127,7 @@ class PointRequest:
             + (f" back_to_back={s.back_to_back}" if s.back_to_back != 1 else "")
             + (f" spoil_every={self.spoil_every}" if self.spoil_every else "")
             + (f" dist={self.distribution}" if self.distribution != DEFAULT_DISTRIBUTION else "")
+            + (f" nb={self.nb}" if self.nb == NB_OVERLAP else "")
         )
 
 
@@ -162,10 +179,27 @@ class PointReply:
     ci_low_us: float | None = None
     ci_high_us: float | None = None
     samples_us: tuple[float, ...] = ()
+    #: Non-blocking collectives: how they were measured (NB_MODES; "" for a blocking one). With NB_OVERLAP,
+    #: the medians over `overlap_iterations` of start + computation + wait and of the computation alone
+    #: (each iteration's slowest rank), the computation's calibrated loop count, and the share of the pure
+    #: time (median_us) hidden behind the computation, in % (0-100).
+    nb: str = ""
+    overlap_iterations: int = 0
+    compute_loops: int = 0
+    overlapped_us: float | None = None
+    compute_us: float | None = None
+    overlap_pct: float | None = None
 
     @property
     def ok(self) -> bool:
         return self.status == "ok"
+
+
+def overlap_percent(pure_us: float, overlapped_us: float, compute_us: float) -> float:
+    """OSU's overlap: the share of the pure time hidden behind the computation, clamped to 0-100 %."""
+    if pure_us <= 0:
+        return 0.0
+    return max(0.0, min(100.0, 100.0 * (1.0 - (overlapped_us - compute_us) / pure_us)))
 
 
 @dataclass(frozen=True)
@@ -208,5 +242,11 @@ def decode_line(line: str) -> EngineReady | PointReply | SetupReply:
             stop=str(data["stop"]), elapsed_s=float(data["elapsed_s"]), median_us=float(data["median_us"]),
             ci_low_us=float(data["ci_low_us"]), ci_high_us=float(data["ci_high_us"]),
             samples_us=tuple(float(x) for x in data["samples_us"]),
+            nb=str(data.get("nb", "")),
+            overlap_iterations=int(data.get("overlap_iterations", 0)),
+            compute_loops=int(data.get("compute_loops", 0)),
+            overlapped_us=float(data["overlapped_us"]) if "overlapped_us" in data else None,
+            compute_us=float(data["compute_us"]) if "compute_us" in data else None,
+            overlap_pct=float(data["overlap_pct"]) if "overlap_pct" in data else None,
         )
     raise MPIError(f"engine printed an unknown event: {line[:200]!r}")

@@ -14,7 +14,13 @@ from tunempi.bench.protocol import MeasureSettings
 from tunempi.bench.summary import FastestRow, fastest_table
 from tunempi.bench.sweep import MODES, BenchPoint, Sweep, plan_points
 from tunempi.bench.validate import check_engine_collective, check_ranks, check_size, parse_algorithms
-from tunempi.collectives import DEFAULT_DISTRIBUTION, DISTRIBUTIONS, VECTOR_COLLECTIVES
+from tunempi.collectives import (
+    DEFAULT_DISTRIBUTION,
+    DISTRIBUTIONS,
+    NONBLOCKING,
+    VECTOR_COLLECTIVES,
+    is_nonblocking,
+)
 from tunempi.config import resolve_db
 from tunempi.errors import UsageError
 from tunempi.launch.hosts import NodeAllocation, local_cores
@@ -49,6 +55,9 @@ class BenchOptions:
     strict: bool = True
     hostfile: str | None = None
     distributions: str = DEFAULT_DISTRIBUTION  # comma list, for the vector collectives
+    #: Non-blocking collectives: measure the overlap too (OSU's method, protocol.NB_OVERLAP). Its figures are
+    #: not stored, so every non-blocking point is measured again (its pure time replaces the stored one).
+    overlap: bool = False
 
 
 @dataclass(frozen=True)
@@ -73,10 +82,25 @@ class BenchListener:
         """One point done (failed, wrong results, or measured)."""
 
 
+@dataclass(frozen=True)
+class OverlapRow:
+    """One non-blocking point measured with --overlap (medians over iterations, microseconds)."""
+
+    collective: str
+    algorithm: str
+    msg_bytes: int
+    run: int
+    pure_us: float  # start + MPI_Wait alone
+    overlapped_us: float  # start + a computation of about pure_us + MPI_Wait
+    compute_us: float  # the computation alone
+    overlap_pct: float  # the share of pure_us hidden behind the computation (0-100)
+
+
 @dataclass
 class BenchReport:
     plan: BenchPlan
     rows: list[FastestRow]  # the fastest algorithm per (collective, size), from the store
+    overlap: list[OverlapRow] = field(default_factory=list)  # this run's overlap points (with --overlap)
     counts: dict[str, int] = field(default_factory=lambda: {"ok": 0, "wrong": 0, "failed": 0})  # this run
     launches: int = 0
     interrupted: bool = False
@@ -141,6 +165,9 @@ def run_bench(options: BenchOptions, listener: BenchListener | None = None) -> B
     for distribution in distributions:
         if distribution not in DISTRIBUTIONS:
             raise UsageError(f"unknown --distributions {distribution!r}; valid: {', '.join(DISTRIBUTIONS)}")
+    if options.overlap and not any(is_nonblocking(c) for c in collectives):
+        raise UsageError(f"--overlap applies to the non-blocking collectives only ({', '.join(NONBLOCKING)}); "
+                         f"none is among {', '.join(collectives)}")
     if distributions != [DEFAULT_DISTRIBUTION] and not VECTOR_COLLECTIVES & set(collectives):
         raise UsageError(f"--distributions {options.distributions} applies to the vector collectives only "
                          f"({', '.join(sorted(VECTOR_COLLECTIVES))}); none is among {', '.join(collectives)}")
@@ -159,9 +186,11 @@ def run_bench(options: BenchOptions, listener: BenchListener | None = None) -> B
         sweep = Sweep(
             library, adapter, layout, mode=options.mode, settings=options.settings, store=store,
             allocation=allocation, bind=resolve_binding(options.bind, layout, allocation),
-            point_timeout_s=options.point_timeout_s, strict=options.strict,
+            point_timeout_s=options.point_timeout_s, strict=options.strict, overlap=options.overlap,
         )
-        plan = BenchPlan(library, layout, options.mode, db_path, points, sweep.pending(points, force=options.force))
+        pending = set(sweep.pending(points, force=options.force))
+        todo = [p for p in points if p in pending or (options.overlap and is_nonblocking(p.collective))]
+        plan = BenchPlan(library, layout, options.mode, db_path, points, todo)
         listener.started(plan)
         report = BenchReport(plan, [])
 
@@ -172,6 +201,12 @@ def run_bench(options: BenchOptions, listener: BenchListener | None = None) -> B
             else:
                 kind = "wrong" if measurement.errors else "ok"
             report.counts[kind] = report.counts.get(kind, 0) + 1
+            reply = outcome.reply
+            if (outcome.ok and reply is not None and reply.overlap_pct is not None and reply.median_us is not None
+                    and reply.overlapped_us is not None and reply.compute_us is not None):
+                report.overlap.append(OverlapRow(
+                    point.collective, point.algorithm, point.msg_bytes, point.run, reply.median_us,
+                    reply.overlapped_us, reply.compute_us, reply.overlap_pct))
             listener.measured(point, outcome, measurement)
 
         try:

@@ -19,6 +19,10 @@ after a few calls even where it runs fine (docs/bench.md).
 
 Points are ordered size by size with every algorithm of a size next to each other, so that in "mpit"
 mode candidates are compared within one process, seconds apart.
+
+Non-blocking collectives (collectives.NONBLOCKING) are points like the others: their stored time is the pure
+time (start + MPI_Wait). With `overlap`, the engine also measures each of them with a computation between
+start and wait (protocol.NB_OVERLAP); the overlap figures come back in the outcome's reply (not stored).
 """
 
 from __future__ import annotations
@@ -28,9 +32,15 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from tunempi.bench.engine import EngineSession, Layout, PointOutcome
-from tunempi.bench.protocol import SET_DEFAULT, SET_KEEP, MeasureSettings, PointRequest
+from tunempi.bench.protocol import NB_OVERLAP, SET_DEFAULT, SET_KEEP, MeasureSettings, PointRequest
 from tunempi.bench.validate import check_size
-from tunempi.collectives import DEFAULT_ALGORITHM, DEFAULT_DISTRIBUTION, DISTRIBUTIONS, VECTOR_COLLECTIVES
+from tunempi.collectives import (
+    DEFAULT_ALGORITHM,
+    DEFAULT_DISTRIBUTION,
+    DISTRIBUTIONS,
+    VECTOR_COLLECTIVES,
+    is_nonblocking,
+)
 from tunempi.errors import TunempiError, UsageError
 from tunempi.launch.hosts import NodeAllocation
 from tunempi.mpi.library import MPILibrary
@@ -188,6 +198,7 @@ class Sweep:
         point_timeout_s: float | None = None,
         strict: bool = True,
         retries: int = 2,
+        overlap: bool = False,
     ) -> None:
         if mode not in MODES:
             raise UsageError(f"unknown mode {mode!r}; valid: {', '.join(MODES)}")
@@ -204,6 +215,7 @@ class Sweep:
         self.point_timeout_s = point_timeout_s
         self.strict = strict and mode == "mpit"
         self.retries = retries
+        self.overlap = overlap  # non-blocking collectives: measure the overlap too (protocol.NB_OVERLAP)
         self.launches = 0
         self._next_id = 0
 
@@ -260,7 +272,8 @@ class Sweep:
 
     def _measure(self, session: EngineSession, point: BenchPoint, selection: Selection) -> PointOutcome:
         return measure_point(session, point, selection, self.settings, next_id=self._take_id, retries=self.retries,
-                             says_not_usable=self.adapter.says_not_usable)
+                             says_not_usable=self.adapter.says_not_usable,
+                             nb=NB_OVERLAP if self.overlap and is_nonblocking(point.collective) else "")
 
     def _take_id(self) -> int:
         self._next_id += 1
@@ -276,17 +289,18 @@ def measure_point(
     next_id: Callable[[], int],
     retries: int,
     says_not_usable: Callable[[str], bool],
+    nb: str = "",
 ) -> PointOutcome:
     """One point as every caller measures it (bench's Sweep, tune's runner): the request, the checks that
     the algorithm asked for really ran, and up to `retries` re-measurements of a disturbed point, the
     attempt with the lowest median kept and noted in `reason`. A failure the library states as "not usable
     for this call" (`says_not_usable`, the adapter's) is marked `not_usable`."""
-    outcome = _measure_once(session, point, selection, settings, next_id())
+    outcome = _measure_once(session, point, selection, settings, next_id(), nb)
     if not outcome.ok:
         return replace(outcome, not_usable=says_not_usable(outcome.reason))
     attempts = 1
     while attempts <= retries and contended(outcome):
-        again = _measure_once(session, point, selection, settings, next_id())
+        again = _measure_once(session, point, selection, settings, next_id(), nb)
         attempts += 1
         if not again.ok:
             break
@@ -302,12 +316,12 @@ def measure_point(
 
 
 def _measure_once(session: EngineSession, point: BenchPoint, selection: Selection, settings: MeasureSettings,
-                  request_id: int) -> PointOutcome:
+                  request_id: int, nb: str = "") -> PointOutcome:
     request = PointRequest(
         id=request_id, collective=point.collective, msg_bytes=point.msg_bytes, cvar=selection.cvar,
         set_value=selection.set_value, new_communicator=selection.new_communicator, also=selection.also,
         settings=settings,
-        distribution=point.distribution,
+        distribution=point.distribution, nb=nb,
     )
     outcome = session.measure(request)
     reply = outcome.reply

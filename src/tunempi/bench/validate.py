@@ -7,16 +7,24 @@ engine re-checks what it can and answers with an error line instead of crashing.
 
 from __future__ import annotations
 
-from tunempi.collectives import DEFAULT_ALGORITHM, REDUCTIONS, VECTOR_COLLECTIVES, check_collective
+from tunempi.collectives import (
+    DEFAULT_ALGORITHM,
+    REDUCTIONS,
+    VECTOR_COLLECTIVES,
+    blocking_collective,
+    check_collective,
+)
 from tunempi.errors import UsageError
 from tunempi.mpi.vendor import VendorAdapter
 
 #: What the C engine implements (bench/c/cases.c). Message sizes follow OSU: the per-rank buffer for
 #: allreduce/bcast/reduce; the per-destination block for the others (its mean for allgatherv/alltoallv,
-#: whose blocks differ between ranks as the point's distribution says: collectives.DISTRIBUTIONS).
+#: whose blocks differ between ranks as the point's distribution says: collectives.DISTRIBUTIONS). The
+#: non-blocking ones take their blocking collective's sizes (collectives.NONBLOCKING).
 ENGINE_COLLECTIVES: tuple[str, ...] = (
     "allreduce", "bcast", "allgather", "alltoall", "reduce", "reduce_scatter", "reduce_scatter_block",
     "gather", "scatter", "barrier", "allgatherv", "alltoallv",
+    "iallreduce", "ibcast", "ialltoall", "iallgather",
 )
 
 #: Reductions sum floats (4 bytes), as OSU does: their sizes are whole numbers of elements.
@@ -37,17 +45,18 @@ def check_engine_collective(name: str) -> str:
 
 def size_problem(collective: str, msg_bytes: int, ranks: int) -> str | None:
     """Why `msg_bytes` cannot be measured for `collective` on `ranks` ranks, or None when it can."""
+    base = blocking_collective(collective)  # a non-blocking collective takes its blocking one's sizes
     if msg_bytes < 0:
         return f"negative size {msg_bytes}"
-    if collective == "barrier" and msg_bytes != 0:
+    if base == "barrier" and msg_bytes != 0:
         return "barrier moves no data: its only size is 0"
-    if collective in REDUCTIONS and msg_bytes % REDUCTION_ELEMENT_BYTES:
+    if base in REDUCTIONS and msg_bytes % REDUCTION_ELEMENT_BYTES:
         return (
             f"{collective} reduces {REDUCTION_ELEMENT_BYTES}-byte floats: sizes must be multiples of "
             f"{REDUCTION_ELEMENT_BYTES} bytes, got {msg_bytes}"
         )
-    per_rank_total = msg_bytes if collective in ("allreduce", "bcast", "reduce") else msg_bytes * ranks
-    if collective in VECTOR_COLLECTIVES:
+    per_rank_total = msg_bytes if base in ("allreduce", "bcast", "reduce") else msg_bytes * ranks
+    if base in VECTOR_COLLECTIVES:
         per_rank_total *= 2  # a skewed or sparse distribution gives some rank up to twice the mean
     if per_rank_total > _INT_MAX:
         return f"{collective} of {msg_bytes} bytes on {ranks} ranks needs buffers over 2 GiB"

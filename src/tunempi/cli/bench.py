@@ -27,6 +27,7 @@ from tunempi.bench.session import (
     BenchOptions,
     BenchPlan,
     BenchReport,
+    OverlapRow,
     run_bench,
 )
 from tunempi.bench.summary import FastestRow
@@ -83,6 +84,9 @@ def show_bench_report(console: Console, report: BenchReport) -> None:
     if report.interrupted:
         console.print("[yellow]interrupted[/]: measured points are kept; rerun to resume.")
     console.print(fastest_rich_table(report.rows, f"{plan.library.name}, {plan.layout.ranks} ranks: fastest algorithm"))
+    if report.overlap:
+        console.print(overlap_rich_table(report.overlap, f"{plan.library.name}, {plan.layout.ranks} ranks: "
+                                                         "non-blocking overlap (OSU's method)"))
     if plan.todo:
         counts = report.counts
         console.print(f"this run: {counts['ok']} measured, {counts['wrong']} with wrong results, "
@@ -104,6 +108,16 @@ def fastest_rich_table(rows: list[FastestRow], title: str) -> Table:
             row.collective, format_size(row.msg_bytes), row.fastest, _us(row.fastest_us), _us(row.default_us),
             "-" if speedup is None else f"{speedup:.2f}x", str(row.algorithms), str(row.failed or ""),
         )
+    return table
+
+
+def overlap_rich_table(rows: list[OverlapRow], title: str) -> Table:
+    table = Table(title=title)
+    for header in ("collective", "size", "algorithm", "pure us", "overlapped us", "compute us", "overlap %"):
+        table.add_column(header, justify="left" if header in ("collective", "algorithm") else "right")
+    for row in sorted(rows, key=lambda r: (r.collective, r.msg_bytes, r.run)):
+        table.add_row(row.collective, format_size(row.msg_bytes), row.algorithm, _us(row.pure_us),
+                      _us(row.overlapped_us), _us(row.compute_us), f"{row.overlap_pct:.1f}")
     return table
 
 
@@ -150,6 +164,11 @@ def bench_command(
                           "(rank r sends 2(r+1)/(ranks+1) x the size), sparse (alltoallv to the next rank only, "
                           "allgatherv from the even ranks only). The other collectives are uniform.")
     ] = "uniform",
+    overlap: Annotated[
+        bool, typer.Option("--overlap", help="Non-blocking collectives (iallreduce, ibcast, ialltoall, iallgather): "
+                           "also measure how much of the collective a computation of its own length hides (OSU's "
+                           "overlap %); not stored, so those points are measured again.")
+    ] = False,
     strict: Annotated[
         bool, typer.Option("--strict/--no-strict", help="Mode mpit: make an algorithm that cannot take a call "
                                                         "fail it instead of silently running another (MPICH).")
@@ -167,7 +186,7 @@ def bench_command(
         mpi=mpi, collectives=collectives, algorithms=algorithms, sizes=sizes, ranks=ranks, nodes=nodes, ppn=ppn,
         repeat=repeat, db=db, force=force, mode=resolve(mode, "BENCH_MODE", "mpit") or "mpit", settings=settings,
         point_timeout_s=parse_duration(timeout) if timeout is not None else None, bind=bind, strict=strict,
-        hostfile=hostfile, distributions=distributions,
+        hostfile=hostfile, distributions=distributions, overlap=overlap,
     )
     console = output_console()
     with BenchProgress(console) as progress:
@@ -181,4 +200,5 @@ def register(app: typer.Typer) -> None:
     app.command("bench")(bench_command)
 
 
-__all__ = ["BenchProgress", "bench_command", "fastest_rich_table", "register", "show_bench_report"]
+__all__ = ["BenchProgress", "bench_command", "fastest_rich_table", "overlap_rich_table", "register",
+           "show_bench_report"]

@@ -31,11 +31,23 @@ static const struct {
 
 static const char *const distribution_names[] = {"uniform", "skewed", "sparse"};
 
-tm_collective tm_collective_from_name(const char *name)
+/* The non-blocking collectives the engine measures: MPI_I<coll> of these blocking ones. */
+static const tm_collective nonblocking_kinds[] = {TM_ALLREDUCE, TM_BCAST, TM_ALLTOALL, TM_ALLGATHER};
+
+tm_collective tm_collective_from_name(const char *name, int *nonblocking)
 {
+    *nonblocking = 0;
     for (size_t i = 0; i < sizeof collective_names / sizeof collective_names[0]; i++)
         if (strcmp(name, collective_names[i].name) == 0)
             return collective_names[i].kind;
+    if (name[0] == 'i') /* "iallreduce": MPI_Iallreduce */
+        for (size_t i = 0; i < sizeof collective_names / sizeof collective_names[0]; i++)
+            if (strcmp(name + 1, collective_names[i].name) == 0)
+                for (size_t k = 0; k < sizeof nonblocking_kinds / sizeof nonblocking_kinds[0]; k++)
+                    if (nonblocking_kinds[k] == collective_names[i].kind) {
+                        *nonblocking = 1;
+                        return collective_names[i].kind;
+                    }
     return TM_UNKNOWN;
 }
 
@@ -310,9 +322,36 @@ void tm_case_fill(tm_case *c, uint32_t iteration)
     }
 }
 
+int tm_case_start(tm_case *c)
+{
+    const int n = (int)c->count;
+    c->request = MPI_REQUEST_NULL;
+    switch (c->kind) {
+    case TM_ALLREDUCE:
+        return MPI_Iallreduce(c->sendbuf, c->recvbuf, n, MPI_FLOAT, MPI_SUM, c->comm, &c->request);
+    case TM_BCAST:
+        return MPI_Ibcast(c->recvbuf, n, MPI_BYTE, ROOT, c->comm, &c->request);
+    case TM_ALLGATHER:
+        return MPI_Iallgather(c->sendbuf, n, MPI_BYTE, c->recvbuf, n, MPI_BYTE, c->comm, &c->request);
+    case TM_ALLTOALL:
+        return MPI_Ialltoall(c->sendbuf, n, MPI_BYTE, c->recvbuf, n, MPI_BYTE, c->comm, &c->request);
+    default:
+        return MPI_ERR_OTHER;
+    }
+}
+
+int tm_case_wait(tm_case *c)
+{
+    return MPI_Wait(&c->request, MPI_STATUS_IGNORE);
+}
+
 int tm_case_run(tm_case *c)
 {
     const int n = (int)c->count;
+    if (c->nonblocking) {
+        int rc = tm_case_start(c);
+        return rc == MPI_SUCCESS ? tm_case_wait(c) : rc;
+    }
     switch (c->kind) {
     case TM_ALLREDUCE:
         return MPI_Allreduce(c->sendbuf, c->recvbuf, n, MPI_FLOAT, MPI_SUM, c->comm);

@@ -4,7 +4,7 @@
  *   rank 0 reads requests from stdin and broadcasts each to every rank;
  *     point id=<n> coll=<name> bytes=<n> cvar=<name|-> set=<int|default|keep> newcomm=<0|1>
  *           warmup=<n> min_iters=<n> max_iters=<n> rel_ci=<x> time_cap=<seconds> [back_to_back=<n>]
- *           [spoil_every=<n>] [dist=<uniform|skewed|sparse>]
+ *           [spoil_every=<n>] [dist=<uniform|skewed|sparse>] [nb=<latency|overlap>]
  *     setup id=<n> cvar=<name> set=<int> [newcomm=1]   (a cvar kept for the whole launch)
  *     quit                       (end of input also quits)
  *   rank 0 answers with ONE JSON line per request on stdout, flushed, and a "ready" line at start.
@@ -23,6 +23,13 @@
  * spoil_every=n (a self-test of that check) spoils one byte of the result of every n-th iteration.
  * dist= (default uniform) is how the blocks of a vector collective (allgatherv, alltoallv) differ between
  * ranks around the mean block `bytes` (engine.h, tm_distribution); the other collectives take uniform only.
+ * Non-blocking collectives (coll=iallreduce|ibcast|ialltoall|iallgather) are measured as OSU's osu_i<coll>:
+ * nb=latency (the default) times start + MPI_Wait, the point's samples and median as for a blocking call;
+ * nb=overlap then calibrates a busy loop on every rank to that median (the pure time) and times start +
+ * loop + MPI_Wait as many iterations again, the library making progress on its own only (no MPI call in the
+ * loop): the reply adds the overlapped time, the loop's time and
+ * overlap % = max(0, min(100, 100 (1 - (overlapped - compute) / pure))), from the medians over iterations of
+ * each iteration's slowest rank. Every iteration's result is checked in both phases.
  */
 #include <errno.h>
 #include <math.h>
@@ -62,6 +69,7 @@ typedef struct {
     int max_iters;
     double rel_ci;
     double time_cap;
+    int overlap; /* nb=overlap: a non-blocking collective's overlap phase after its latency */
 } request;
 
 typedef struct {
@@ -76,6 +84,8 @@ typedef struct {
     double *scratch; /* receive buffer of the reductions of `local` */
     double *samples; /* per-iteration maxima of the point, rank 0 */
     double *sorted;
+    double *overlapped; /* nb=overlap: per-iteration maxima of start + compute + wait, and of the compute */
+    double *computed;
     size_t capacity;
 } engine;
 
@@ -341,6 +351,9 @@ static int parse_point(char *line, request *req, char *why, size_t why_len)
                 bad = parse_long(val, -2147483647LL, 2147483647LL, &n);
                 req->set_value = (int)n;
             }
+        } else if (strcmp(key, "nb") == 0) {
+            bad = strcmp(val, "latency") != 0 && strcmp(val, "overlap") != 0;
+            req->overlap = strcmp(val, "overlap") == 0;
         } else if (strcmp(key, "also") == 0) {
             bad = parse_also(val, req);
         } else if (strcmp(key, "newcomm") == 0) {
@@ -426,8 +439,12 @@ static void renew_measured_communicator(engine *e)
     e->cvars.written = 0;
 }
 
-static const char *call_name(tm_collective kind)
+static const char *call_name(tm_collective kind, int nonblocking)
 {
+    if (nonblocking) {
+        static const char *const started[] = {"MPI_Iallreduce", "MPI_Ibcast", "MPI_Iallgather", "MPI_Ialltoall"};
+        return kind <= TM_ALLTOALL ? started[kind] : "?";
+    }
     static const char *const names[] = {"MPI_Allreduce", "MPI_Bcast", "MPI_Allgather", "MPI_Alltoall",
                                         "MPI_Reduce", "MPI_Reduce_scatter", "MPI_Reduce_scatter_block",
                                         "MPI_Gather", "MPI_Scatter", "MPI_Barrier", "MPI_Allgatherv",
@@ -442,10 +459,10 @@ static int reserve(engine *e, size_t n)
     if (n <= e->capacity)
         return 0;
     size_t capacity = n < 1024 ? 1024 : n;
-    double *local = realloc(e->local, 2 * capacity * sizeof(double));
+    double *local = realloc(e->local, 3 * capacity * sizeof(double));
     if (local)
         e->local = local;
-    double *scratch = realloc(e->scratch, 2 * capacity * sizeof(double));
+    double *scratch = realloc(e->scratch, 3 * capacity * sizeof(double));
     if (scratch)
         e->scratch = scratch;
     double *samples = realloc(e->samples, capacity * sizeof(double));
@@ -454,26 +471,88 @@ static int reserve(engine *e, size_t n)
     double *sorted = realloc(e->sorted, capacity * sizeof(double));
     if (sorted)
         e->sorted = sorted;
-    if (!local || !scratch || !samples || !sorted)
+    double *overlapped = realloc(e->overlapped, capacity * sizeof(double));
+    if (overlapped)
+        e->overlapped = overlapped;
+    double *computed = realloc(e->computed, capacity * sizeof(double));
+    if (computed)
+        e->computed = computed;
+    if (!local || !scratch || !samples || !sorted || !overlapped || !computed)
         return -1;
     e->capacity = capacity;
     return 0;
 }
 
+/* The overlap phase's computation: a dependent chain of floating-point operations the compiler cannot
+ * drop (the result goes to a volatile), with no MPI call in it: the library progresses on its own, as
+ * in an application's compute phase (OSU's dummy_compute without probes). */
+static volatile double compute_sink;
+
+static void busy_compute(long loops)
+{
+    double x = 1.0;
+    for (long i = 0; i < loops; i++)
+        x = x * 1.0000001 + 1e-9;
+    compute_sink = x;
+}
+
+/* Loop count for `seconds` of busy_compute on this rank: the rate from a run of at least 2 ms, then one
+ * correction from the shortest of three runs of the count itself. */
+static long calibrate_compute(double seconds)
+{
+    long loops = 1024;
+    double elapsed = 0;
+    for (;;) {
+        double start = MPI_Wtime();
+        busy_compute(loops);
+        elapsed = MPI_Wtime() - start;
+        if (elapsed >= 2e-3 || loops > (1L << 40))
+            break;
+        loops *= 2;
+    }
+    long count = (long)(seconds * (double)loops / elapsed);
+    if (count < 1)
+        return 1;
+    double best = 0;
+    for (int run = 0; run < 3; run++) {
+        double start = MPI_Wtime();
+        busy_compute(count);
+        double took = MPI_Wtime() - start;
+        if (run == 0 || took < best)
+            best = took;
+    }
+    if (best > 0)
+        count = (long)((double)count * seconds / best);
+    return count < 1 ? 1 : count;
+}
+
 /* Runs `batch` iterations; on rank 0, stores per-iteration maxima in samples[first..] (when `samples`
  * is not NULL), adds the iterations whose call failed on some rank to *failed_calls, and returns the
  * number of iterations with a wrong result. Per iteration each rank reports 0 (right), 1 (wrong result)
- * or 2 (the call failed: its result is not checked); the maximum over ranks decides. */
+ * or 2 (the call failed: its result is not checked); the maximum over ranks decides.
+ * compute_loops >= 0 (a non-blocking case's overlap phase): each iteration is start, busy_compute, wait,
+ * timed as a whole into samples and the computation alone into computed[]. */
 static int run_batch(engine *e, tm_case *c, int batch, uint32_t *iteration, double *samples, int spoil_every,
-                     int back_to_back, int *failed_calls)
+                     int back_to_back, int *failed_calls, long compute_loops, double *computed)
 {
+    const int sections = compute_loops >= 0 ? 3 : 2;
     for (int k = 0; k < batch; k++) {
         tm_case_fill(c, *iteration);
         iteration_barrier(e);
         double start = MPI_Wtime();
-        int rc = tm_case_run(c);
-        for (int call = 1; call < back_to_back && rc == MPI_SUCCESS; call++)
+        int rc;
+        if (compute_loops >= 0) {
+            rc = tm_case_start(c);
+            double compute_start = MPI_Wtime();
+            busy_compute(compute_loops);
+            e->local[2 * batch + k] = MPI_Wtime() - compute_start;
+            if (rc == MPI_SUCCESS)
+                rc = tm_case_wait(c);
+        } else {
             rc = tm_case_run(c);
+            for (int call = 1; call < back_to_back && rc == MPI_SUCCESS; call++)
+                rc = tm_case_run(c);
+        }
         double stop = MPI_Wtime();
         e->local[k] = (stop - start) / back_to_back;
         if (rc != MPI_SUCCESS) {
@@ -486,6 +565,8 @@ static int run_batch(engine *e, tm_case *c, int batch, uint32_t *iteration, doub
             for (int rest = k; rest < batch; rest++) {
                 e->local[rest] = e->local[k];
                 e->local[batch + rest] = 2;
+                if (sections == 3)
+                    e->local[2 * batch + rest] = 0;
             }
             *iteration += (uint32_t)(batch - k);
             e->watchdog = MPI_Wtime() + WATCHDOG_S;
@@ -496,12 +577,14 @@ static int run_batch(engine *e, tm_case *c, int batch, uint32_t *iteration, doub
         e->local[batch + k] = tm_case_check(c, *iteration);
         (*iteration)++;
     }
-    ctl_reduce_max(e, e->local, e->scratch, 2 * batch);
+    ctl_reduce_max(e, e->local, e->scratch, sections * batch);
     int wrong = 0;
     if (e->rank == 0) {
         for (int k = 0; k < batch; k++) {
             if (samples)
                 samples[k] = e->local[k];
+            if (computed)
+                computed[k] = e->local[2 * batch + k];
             wrong += e->local[batch + k] == 1.0;
             *failed_calls += e->local[batch + k] >= 2.0;
         }
@@ -514,9 +597,16 @@ static void measure_point(engine *e, request *req)
     char why[512] = "";
     int failed = 0;
     tm_cvar *slot = NULL;
-    tm_collective kind = tm_collective_from_name(req->coll);
+    int nonblocking = 0;
+    tm_collective kind = tm_collective_from_name(req->coll, &nonblocking);
     if (kind == TM_UNKNOWN) {
         snprintf(why, sizeof why, "unknown collective %s", req->coll);
+        failed = 1;
+    } else if (req->overlap && !nonblocking) {
+        snprintf(why, sizeof why, "nb=overlap needs a non-blocking collective, not %s", req->coll);
+        failed = 1;
+    } else if (req->overlap && req->back_to_back != 1) {
+        snprintf(why, sizeof why, "nb=overlap times one call per iteration: back_to_back=1 only");
         failed = 1;
     }
     if (!failed && req->cvar[0]) {
@@ -566,13 +656,14 @@ static void measure_point(engine *e, request *req)
         tm_case_free(&c);
         return;
     }
+    c.nonblocking = nonblocking;
 
     uint32_t iteration = 0;
     int failed_calls = 0;
     e->call_error[0] = '\0';
     e->watchdog = 0;
     int wrong = req->warmup ? run_batch(e, &c, req->warmup, &iteration, NULL, req->spoil_every, req->back_to_back,
-                                        &failed_calls)
+                                        &failed_calls, -1, NULL)
                             : 0;
     const char *stop_reason = "max_iters";
     int batch = req->min_iters;
@@ -585,7 +676,7 @@ static void measure_point(engine *e, request *req)
         batch = 0;
     while (batch > 0) {
         wrong += run_batch(e, &c, batch, &iteration, e->samples + n, req->spoil_every, req->back_to_back,
-                           &failed_calls);
+                           &failed_calls, -1, NULL);
         n += (size_t)batch;
         next = 0;
         if (e->rank == 0 && failed_calls) {
@@ -617,6 +708,39 @@ static void measure_point(engine *e, request *req)
         ctl_bcast(e, &next, 1, MPI_INT, 0);
         batch = next;
     }
+    /* nb=overlap (OSU's method): each rank calibrates its computation to the pure time (the median just
+     * measured), then as many iterations as the latency phase time start + computation + wait. */
+    size_t overlap_n = 0;
+    long compute_loops = 0;
+    double overlapped_median = 0, computed_median = 0;
+    int go = req->overlap && (e->rank != 0 || !failed_calls);
+    ctl_bcast(e, &go, 1, MPI_INT, 0);
+    if (go) {
+        double pure = ci.median;
+        ctl_bcast(e, &pure, 1, MPI_DOUBLE, 0);
+        compute_loops = calibrate_compute(pure);
+        int todo = (int)n;
+        ctl_bcast(e, &todo, 1, MPI_INT, 0);
+        while (todo > 0 && !failed_calls) {
+            int chunk = todo < 1024 ? todo : 1024;
+            wrong += run_batch(e, &c, chunk, &iteration, e->overlapped + overlap_n, req->spoil_every, 1, &failed_calls,
+                               compute_loops, e->computed + overlap_n);
+            overlap_n += (size_t)chunk;
+            todo -= chunk;
+            int stop = failed_calls;
+            ctl_bcast(e, &stop, 1, MPI_INT, 0);
+            if (stop)
+                failed_calls = failed_calls ? failed_calls : 1;
+        }
+        if (e->rank == 0 && overlap_n) {
+            memcpy(e->sorted, e->overlapped, overlap_n * sizeof(double));
+            tm_sort(e->sorted, overlap_n);
+            overlapped_median = tm_median_confidence(e->sorted, overlap_n).median;
+            memcpy(e->sorted, e->computed, overlap_n * sizeof(double));
+            tm_sort(e->sorted, overlap_n);
+            computed_median = tm_median_confidence(e->sorted, overlap_n).median;
+        }
+    }
     tm_case_free(&c);
     e->watchdog = 0; /* every rank got through the point's control messages: all are in step again */
     if (e->rank != 0)
@@ -624,7 +748,7 @@ static void measure_point(engine *e, request *req)
     if (failed_calls) {
         char why[MPI_MAX_ERROR_STRING]; /* MPICH's error stack ends with its cause: keep that line */
         first_and_last_line(e->call_error[0] ? e->call_error : "an MPI error on another rank", why, sizeof why);
-        print_error(req->id, "%s failed in %d iteration(s): %s", call_name(kind), failed_calls, why);
+        print_error(req->id, "%s failed in %d iteration(s): %s", call_name(kind, nonblocking), failed_calls, why);
         return;
     }
 
@@ -638,7 +762,15 @@ static void measure_point(engine *e, request *req)
         printf("null,\"cvar_value\":null,\"cvar_consistent\":true");
     }
     printf(",\"warmup\":%d,\"iterations\":%zu,\"errors\":%d,\"checked\":%zu,\"stop\":\"%s\",\"elapsed_s\":%.6f",
-           req->warmup, n, wrong, n + (size_t)req->warmup, stop_reason, elapsed);
+           req->warmup, n, wrong, n + (size_t)req->warmup + overlap_n, stop_reason, elapsed);
+    if (nonblocking)
+        printf(",\"nb\":\"%s\"", req->overlap ? "overlap" : "latency");
+    if (req->overlap) {
+        double pure = ci.median, hidden = pure > 0 ? 100.0 * (1.0 - (overlapped_median - computed_median) / pure) : 0;
+        hidden = hidden < 0 ? 0 : hidden > 100 ? 100 : hidden;
+        printf(",\"overlap_iterations\":%zu,\"compute_loops\":%ld,\"overlapped_us\":%.6f,\"compute_us\":%.6f"
+               ",\"overlap_pct\":%.3f", overlap_n, compute_loops, overlapped_median * 1e6, computed_median * 1e6, hidden);
+    }
     printf(",\"median_us\":%.6f,\"ci_low_us\":%.6f,\"ci_high_us\":%.6f,\"samples_us\":[", ci.median * 1e6,
            ci.ci_low * 1e6, ci.ci_high * 1e6);
     for (size_t i = 0; i < n; i++)
@@ -759,6 +891,8 @@ int main(int argc, char **argv)
     free(e.scratch);
     free(e.samples);
     free(e.sorted);
+    free(e.overlapped);
+    free(e.computed);
     MPI_Comm_free(&e.meas);
     MPI_Comm_free(&e.ctrl);
     MPI_Finalize();

@@ -32,7 +32,9 @@ typedef enum {
     TM_UNKNOWN
 } tm_collective;
 
-tm_collective tm_collective_from_name(const char *name);
+/* "allreduce" -> TM_ALLREDUCE; "iallreduce" -> TM_ALLREDUCE with *nonblocking set (MPI_Iallreduce + MPI_Wait:
+ * the same buffers, sizes and check). The non-blocking ones measured: iallreduce, ibcast, ialltoall, iallgather. */
+tm_collective tm_collective_from_name(const char *name, int *nonblocking);
 int tm_collective_is_reduction(tm_collective kind);
 
 /* How the vector collectives' blocks differ between ranks; `bytes` is their mean block (OSU's per-peer
@@ -62,6 +64,8 @@ typedef struct {
     int *rdispls;    /* vector collectives */
     int *sendcounts; /* alltoallv; allgatherv: sendcounts[0] is this rank's block */
     int *sdispls;    /* alltoallv */
+    int nonblocking; /* started with MPI_I<coll> (tm_case_start), completed by tm_case_wait */
+    MPI_Request request;
 } tm_case;
 
 /* Returns 0, or -1 when buffers cannot be allocated or the size (or distribution) does not fit the
@@ -71,7 +75,11 @@ void tm_case_free(tm_case *c);
 /* Fill the send side with values that depend on (rank, iteration) so that stale or misplaced data
  * in the result is detected. */
 void tm_case_fill(tm_case *c, uint32_t iteration);
+/* One call: the blocking collective, or (nonblocking) start + MPI_Wait. */
 int tm_case_run(tm_case *c);
+/* Non-blocking cases: start the call (its request in c->request), and complete it. */
+int tm_case_start(tm_case *c);
+int tm_case_wait(tm_case *c);
 /* 1 when this rank's result for `iteration` is wrong, else 0. */
 int tm_case_check(const tm_case *c, uint32_t iteration);
 /* Self-test of the check: spoil one byte of the result on one rank that checks it. */
