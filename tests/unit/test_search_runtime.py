@@ -214,9 +214,16 @@ def test_a_version_1_database_gains_the_search_tables_and_keeps_its_rows(tmp_pat
     from tunempi.store.results import Measurement
 
     row = Measurement("fp", "mpich-9.9", "allreduce", "ring", 2, 8, mean_us=1.0)
-    with ResultStore(path) as store:
-        store.add(row)
+    with ResultStore(path):
+        pass  # the version 1 tables
     monkeypatch.undo()
+    # the row as version 1 stored it (today's add writes columns that version lacks)
+    conn = sqlite3.connect(path)
+    conn.execute("INSERT INTO measurements (library_fingerprint, library, collective, algorithm, ranks, nodes, ppn, "
+                 "msg_bytes, run, status, mean_us, timestamp) VALUES ('fp', 'mpich-9.9', 'allreduce', 'ring', 2, 1, 2, "
+                 "8, 0, 'ok', 1.0, ?)", (row.timestamp,))
+    conn.commit()
+    conn.close()
     with ResultStore(path) as store:
         assert store.query() == [row]
         SearchLog(store, {"x": 1}).add(SearchRun("trial", 0, {}, "ok", 1.0))
