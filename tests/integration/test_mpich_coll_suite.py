@@ -67,6 +67,7 @@ def _problems(report) -> list[str]:
             for line in lines]
 
 
+@pytest.mark.full  # every tuning-file round of MPICH's tests: make test-all (conformance covers files in make test)
 def test_no_tuning_file_breaks_an_mpich_coll_test(suite, tmp_path):
     library, directory, called, plain = suite
     report = run_mode("tuning files", library, 2, directory, CASES, plain, timeout=TIMEOUT, work=tmp_path,
@@ -75,6 +76,7 @@ def test_no_tuning_file_breaks_an_mpich_coll_test(suite, tmp_path):
     assert not _problems(report), "\n".join(_problems(report))
 
 
+@pytest.mark.full  # the online mode on MPICH's tests: make test-all (the reproducer below stays in make test)
 def test_the_online_mode_breaks_no_mpich_coll_test(suite, tmp_path):
     library, directory, called, plain = suite
     report = run_mode("online", library, 2, directory, CASES, plain, timeout=TIMEOUT, work=tmp_path,
