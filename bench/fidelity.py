@@ -145,14 +145,7 @@ def main() -> None:
     for k in keys:
         if k.algorithm == DEFAULT_ALGORITHM:
             continue
-        d = Key(k.collective, DEFAULT_ALGORITHM, k.msg_bytes)
-        logs_in, logs_file = [], []
-        for r in range(args.rounds):
-            a, ad, f, fd = in_launch[k][r], in_launch[d][r], per_file[k][r], per_file[d][r]
-            if None in (a, ad, f, fd):
-                continue
-            logs_in.append(math.log(a / ad))  # type: ignore[operator]
-            logs_file.append(math.log(f / fd))  # type: ignore[operator]
+        logs_in, logs_file = paired_logs(k, Key(k.collective, DEFAULT_ALGORITHM, k.msg_bytes), in_launch, per_file)
         if len(logs_in) < 2:
             rows.append((k, None))
             continue
@@ -181,14 +174,8 @@ def main() -> None:
     for collective, names in algorithms.items():
         for size in sizes:
             for first, second in itertools.combinations(names, 2):
-                ka, kb = Key(collective, first, size), Key(collective, second, size)
-                logs_file, logs_in = [], []
-                for r in range(args.rounds):
-                    va, vb, wa, wb = per_file[ka][r], per_file[kb][r], in_launch[ka][r], in_launch[kb][r]
-                    if None in (va, vb, wa, wb):
-                        continue
-                    logs_file.append(math.log(va / vb))  # type: ignore[operator]
-                    logs_in.append(math.log(wa / wb))  # type: ignore[operator]
+                logs_in, logs_file = paired_logs(Key(collective, first, size), Key(collective, second, size),
+                                                 in_launch, per_file)
                 if len(logs_file) < 2:
                     continue
                 low, high = interval(logs_file)
@@ -215,6 +202,18 @@ class Figures:
     low: float  # its 95 % interval over the rounds
     high: float
     biased: bool
+
+
+def paired_logs(key: Key, base: Key, in_launch: dict[Key, list[float | None]],
+                per_file: dict[Key, list[float | None]]) -> tuple[list[float], list[float]]:
+    """log(key / base) per round, in-launch and under the file, over the rounds where all four ran."""
+    logs_in: list[float] = []
+    logs_file: list[float] = []
+    for a, b, f, g in zip(in_launch[key], in_launch[base], per_file[key], per_file[base], strict=True):
+        if a is not None and b is not None and f is not None and g is not None:
+            logs_in.append(math.log(a / b))
+            logs_file.append(math.log(f / g))
+    return logs_in, logs_file
 
 
 def interval(values: list[float]) -> tuple[float, float]:
