@@ -48,6 +48,7 @@ SUBCOMMAND_MODULES: tuple[str, ...] = (
     "tunempi.cli.search",
     "tunempi.cli.online",
     "tunempi.cli.compare",
+    "tunempi.cli.autotune",
     "tunempi.cli.cluster",
 )
 

@@ -1,0 +1,237 @@
+"""The real steps: each is the library call its own command makes (docs/autotune.md).
+
+profile: profile.run.run_profiled; plan: profile.advise.application_plan; tune: tune.job.run_tune (the scope of
+`tune --from-profile`); verify: tune.verify_run.run_verify; online: online.run (run_online, update_state) then
+online.report.write_best; search: search.session (`--space auto`); compare: compare.session; report:
+autotune/report.py. Results are JSON (the work state records them).
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from tunempi.autotune.pipeline import AutotuneOutcome, Context, StepRunner
+from tunempi.autotune.plan import TUNE_PART, runs_for
+from tunempi.collectives import DEFAULT_ALGORITHM
+from tunempi.config import resolve
+from tunempi.errors import TunempiError, UsageError
+
+if TYPE_CHECKING:
+    from tunempi.mpi.library import MPILibrary
+    from tunempi.profile.reader import Profile
+    from tunempi.tune.manifest import Manifest
+
+#: The directories and files of a work directory.
+PROFILE = "profile.json"
+TUNED = "tuned"
+ONLINE_STATE = "online-state"
+ONLINE_BEST = "online-best"
+SEARCH = "search"
+REPORT = "report.html"
+#: Repetitions of verify (its default).
+VERIFY_REPEATS = 3
+#: Runs of search's verification of its best against the default (its default: 5 pairs).
+SEARCH_VERIFY_RUNS = 10
+
+
+def tuning_sets_something(manifest: Manifest) -> bool:
+    """A tuning directory that selects an algorithm other than the library's own somewhere (or a composition):
+    one that selects the default everywhere would compare the default with itself."""
+    return any(row.algorithm != DEFAULT_ALGORITHM for row in manifest.selection) \
+        or bool(manifest.compositions.chosen())
+
+
+class LibrarySteps(StepRunner):
+    """The steps as tunempi's library calls."""
+
+    def __init__(self) -> None:
+        self._library: MPILibrary | None = None
+
+    # -- shared -------------------------------------------------------------------------------------
+    def library(self, ctx: Context) -> MPILibrary:
+        """--mpi, else the library of the launch line's mpiexec/mpirun, else the default (as compare finds it);
+        after the profile, the library it recorded."""
+        from tunempi.mpi.discovery import command_library_spec, resolve_library
+
+        if self._library is None:
+            spec = ctx.results.get("profile", {}).get("library") or resolve(ctx.request.mpi, "MPI", None) \
+                or command_library_spec(list(ctx.request.command))
+            self._library = resolve_library(spec)
+        return self._library
+
+    @staticmethod
+    def load_profile(ctx: Context) -> Profile:
+        from tunempi.profile.reader import load_profile
+
+        return load_profile(ctx.results["profile"]["profile"])
+
+    @staticmethod
+    def run_s(ctx: Context) -> float:
+        return float(ctx.results.get("profile", {}).get("run_s") or 1.0)
+
+    # -- the steps ----------------------------------------------------------------------------------
+    def profile(self, ctx: Context) -> dict[str, Any]:
+        from tunempi.profile.reader import load_profile
+        from tunempi.profile.run import run_profiled
+
+        library = self.library(ctx)
+        path = ctx.directory / PROFILE
+        started = time.monotonic()
+        run = run_profiled(ctx.request.command, library, path)
+        run_s = time.monotonic() - started
+        if not run.written or run.returncode != 0:
+            raise TunempiError(f"the profiled run failed (exit status {run.returncode}): the application must "
+                               f"reach MPI_Finalize under {library.name} ({library.prefix}); fix the launch line")
+        profile = load_profile(run.output)
+        wall = profile.wall_s or 1.0
+        return {"profile": str(run.output), "run_s": round(run_s, 3), "library": library.spec,
+                "library_name": library.name, "ranks": profile.header.get("ranks"),
+                "nodes": profile.header.get("nodes"), "elapsed_s": profile.elapsed_s,
+                "mpi_share": profile.mpi_s / wall, "collective_share": profile.collective_s / wall,
+                "p2p_share": profile.p2p_s / wall,
+                "by_collective": [[name, calls, seconds, seconds / wall]
+                                  for name, calls, seconds in profile.time_by_collective()]}
+
+    def plan(self, ctx: Context) -> dict[str, Any]:
+        from tunempi.mpi.discovery import adapter_for
+        from tunempi.profile.advise import application_plan, not_tunable, unselectable_by_library
+
+        profile = self.load_profile(ctx)
+        library = self.library(ctx)
+        adapter = adapter_for(library)
+        known = set(adapter.collectives())
+        used = sorted({row.collective for row in profile.usage()})
+        reasons = unselectable_by_library(
+            used, lambda name: [a.name for a in adapter.algorithms(name)] if name in known else [],
+            lambda name: adapter.tuning_file_algorithms(name).selectable if name in known else (), library.name)
+        steps = application_plan(profile, ctx.results["profile"]["profile"], library.spec,
+                                 switches_per_call=adapter.switches_at_run_time(), library_reasons=reasons)
+        return {"plan": [{"kind": s.kind, "worth": s.worth, "why": s.why, "commands": list(s.commands)}
+                         for s in steps],
+                "not_tunable": [n.text for n in not_tunable(profile, reasons)]}
+
+    def tune(self, ctx: Context) -> dict[str, Any]:
+        from tunempi.profile.advise import profile_scope
+        from tunempi.tune.job import TuneOptions, run_tune
+
+        profile = self.load_profile(ctx)
+        scope = profile_scope(profile)
+        request, library = ctx.request, self.library(ctx)
+        nodes, ranks, ppn = request.nodes, request.ranks, request.ppn
+        if nodes is None and ranks is None and ppn is None:  # as `tune --from-profile`: the profile's layout
+            nodes = scope.nodes
+            ranks, ppn = (scope.ranks, None) if scope.nodes == 1 else (None, scope.ppn)
+        nodes = nodes or 1
+        if ranks is None and ppn is None and nodes == 1:
+            ranks = 2
+        out = ctx.directory / TUNED
+        timeout = max(30.0, TUNE_PART * (ctx.share_s or 0.0))
+        options = TuneOptions(out=out, collectives=",".join(scope.collectives), mpi=library.spec, nodes=nodes,
+                              ppn=ppn, ranks=ranks, hostfile=request.hostfile, max_msg=scope.max_msg,
+                              min_msg=scope.min_msg, seed=request.seed, timeout_s=timeout, db=request.db_path)
+        ctx.listener.note(f"tuning {', '.join(scope.collectives)} at the profile's layout and sizes "
+                          f"({scope.min_msg}..{scope.max_msg} bytes) for at most {timeout:.0f} s")
+        report = run_tune(options, ctx.listener.tune_events())
+        if report.outcome.stop_reason == "interrupted" or report.manifest is None:
+            raise KeyboardInterrupt  # the measured points are in the store: the rerun resumes them
+        manifest = report.manifest
+        tuned = sum(row.algorithm != DEFAULT_ALGORITHM for row in manifest.selection)
+        return {"directory": str(out), "variant": str(out) if tuning_sets_something(manifest) else None,
+                "collectives": list(scope.collectives), "cells": len(manifest.selection), "tuned_cells": tuned,
+                "stop_reason": report.outcome.stop_reason}
+
+    def verify(self, ctx: Context) -> dict[str, Any]:
+        from tunempi.tune.verify_run import run_verify
+
+        directory = Path(ctx.results["tune"]["directory"])
+        report = run_verify(directory, repeats=VERIFY_REPEATS, mpi=self.library(ctx).spec,
+                            listener=ctx.listener.verify_listener(), hostfile=ctx.request.hostfile)
+        manifest = report.manifest
+        return {"directory": str(directory),
+                "variant": str(directory) if tuning_sets_something(manifest) else None,
+                "lines": report.lines(), "replaced": report.replaced,
+                "tuned_cells": sum(row.algorithm != DEFAULT_ALGORITHM for row in manifest.selection)}
+
+    def online(self, ctx: Context) -> dict[str, Any]:
+        from tunempi.online.report import write_best
+        from tunempi.online.run import CannotSwitch, open_state, run_online
+        from tunempi.online.state import DEFAULT_COLLECTIVES, OnlineConfig
+        from tunempi.online.update import update_state
+
+        profile = self.load_profile(ctx)
+        library = self.library(ctx)
+        used = [name for name, _, _ in profile.time_by_collective() if name in DEFAULT_COLLECTIVES]
+        if not used:
+            return {"skipped": f"the application calls none of the collectives online switches "
+                               f"({', '.join(DEFAULT_COLLECTIVES)})", "variant": None}
+        run_s = self.run_s(ctx)
+        runs = runs_for(ctx.share_s or 0.0, run_s)
+        directory = ctx.directory / ONLINE_STATE
+        config = OnlineConfig(collectives=used, batch_runs=max(2, math.ceil(runs / 3)), seed=ctx.request.seed + 1)
+        try:
+            state = open_state(directory, library, config)
+        except CannotSwitch as exc:
+            return {"skipped": str(exc), "variant": None}
+        done = len(list((directory / "runs").glob("batch-*/run-*.json")))  # runs that ended (a resumed step)
+        while True:
+            if state.runs_in_batch >= state.config.batch_runs:
+                update = update_state(state)
+                ctx.listener.note(f"online: batch {update.probabilities.batch} from {update.records_used} records")
+            if done >= runs:
+                break
+            result = run_online(state, library, ctx.request.command, timeout=max(60.0, 10 * run_s), echo=False)
+            done += 1
+            ctx.listener.note(f"online run {done}/{runs}: exit {result.returncode}, {result.duration_s:.1f} s")
+            if result.returncode != 0:
+                raise TunempiError(f"the application failed in online run {done} (exit status {result.returncode}"
+                                   f"{', timed out' if result.timed_out else ''}); its records are in {directory}")
+        try:
+            choices, written = write_best(state, library, ctx.directory / ONLINE_BEST)
+        except UsageError as exc:
+            return {"skipped": str(exc), "variant": None, "runs": done}
+        chosen = [c for c in choices if c.algorithm != DEFAULT_ALGORITHM]
+        best = ctx.directory / ONLINE_BEST
+        return {"variant": str(best) if chosen else None, "directory": str(best), "runs": done,
+                "cells": len(choices), "chosen": [[c.cell.key, c.algorithm] for c in chosen],
+                "notes": list(written.notes)}
+
+    def search(self, ctx: Context) -> dict[str, Any]:
+        from tunempi.search.session import SearchRequest, prepare_search, run_application_search
+
+        trials = max(4, runs_for(ctx.share_s or 0.0, self.run_s(ctx)) - SEARCH_VERIFY_RUNS)
+        out = ctx.directory / SEARCH
+        request = SearchRequest(list(ctx.request.command), "auto", budget=trials, out=str(out),
+                                mpi=self.library(ctx).spec, db=str(ctx.request.db_path), seed=ctx.request.seed)
+        listener = ctx.listener.search_listener()
+        session = prepare_search(request, listener)
+        outcome = run_application_search(session, listener)
+        return {"variant": str(out / "best.env") if outcome.recommended else None, "trials": len(outcome.trials),
+                "verdict": outcome.verdict.reason if outcome.verdict is not None else None,
+                "recommended": outcome.recommended}
+
+    def compare(self, ctx: Context, variants: Sequence[str]) -> dict[str, Any]:
+        from tunempi.compare.results import DEFAULT_TOLERANCE
+        from tunempi.compare.session import CompareRequest, prepare_compare, run_compare
+        from tunempi.evidence import MIN_PAIRS
+
+        request = ctx.request
+        # At least the blocks a verdict needs, whatever the share (the budget is checked between blocks).
+        floor = MIN_PAIRS * (1 + len(variants)) * self.run_s(ctx) * 1.5
+        compare = CompareRequest(
+            list(request.command), list(variants), self.library(ctx).spec, results=tuple(request.results),
+            result_command=request.result_command,
+            tolerance=DEFAULT_TOLERANCE if request.tolerance is None else request.tolerance,
+            min_runs=request.min_runs, max_runs=request.max_runs, budget_s=max(floor, ctx.share_s or floor),
+            seed=request.seed, db=str(request.db_path))
+        session = prepare_compare(compare)
+        outcome = run_compare(session, ctx.listener.compare_listener())
+        return {"outcome": outcome.to_dict(), "check": session.check.describe(), "metric": outcome.metric}
+
+    def report(self, ctx: Context, outcome: AutotuneOutcome) -> dict[str, Any]:
+        from tunempi.autotune.report import write_report
+
+        return {"path": str(write_report(ctx.request, outcome, ctx.directory / REPORT))}

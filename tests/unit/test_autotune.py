@@ -1,0 +1,198 @@
+"""autotune's step planning, budget split and resume, with fake steps (the real ones are the library calls of
+the other commands, run for real by tests/integration/test_autotune_mpi.py)."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tunempi.autotune import STATE_NAME, AutotuneOutcome, AutotuneRequest, Context, StepRunner, run_autotune
+from tunempi.autotune.plan import MAX_RUNS, MIN_RUNS, budget_shares, chosen_steps, runs_for
+from tunempi.autotune.report import write_report
+from tunempi.errors import TunempiError, UsageError
+
+PLAN = [{"kind": "tune", "worth": True, "why": "collectives take 40%"},
+        {"kind": "online", "worth": True, "why": "collectives take 40%; online"},
+        {"kind": "search", "worth": False, "why": "point-to-point takes 0.1%; below 5%"},
+        {"kind": "compare", "worth": True, "why": "decides"}]
+
+COMPARED = {"schema": 1, "comparison_id": "c1", "db": "x", "blocks": 10, "stop_reason": "every interval narrow",
+            "metric": "wall time (lower is better)", "result_check": "--result 'bad=(\\d+)' (numbers within 1e-06 "
+            "relative)", "default": {"runs": 10, "mean_value": 1.0, "results_vary": None},
+            "variants": [{"variant": {"name": "tuned", "source": "tuning directory", "env": {}, "tuning_dir": "t"},
+                          "verdict": "no difference", "reason": "1.001x", "results": "unchanged", "runs": 10,
+                          "pairs": 10, "mean_value": 1.0,
+                          "comparison": {"speedup": 1.001, "low": 0.98, "high": 1.02}}],
+            "recorded_in": []}
+
+
+class FakeSteps(StepRunner):
+    """Records the calls; `fail` maps a step to the exception it raises."""
+
+    def __init__(self, plan: list[dict[str, Any]] = PLAN, fail: dict[str, BaseException] | None = None,
+                 variants: dict[str, str | None] | None = None) -> None:
+        self.plan_steps = plan
+        self.fail = fail or {}
+        self.variants = {"tune": "/w/tuned", "verify": "/w/tuned", "online": "/w/online-best",
+                         "search": "/w/search/best.env", **(variants or {})}
+        self.calls: list[str] = []
+        self.shares: dict[str, float | None] = {}
+        self.compared: list[str] = []
+
+    def _step(self, name: str, ctx: Context, **result: Any) -> dict[str, Any]:
+        self.calls.append(name)
+        self.shares[name] = ctx.share_s
+        if name in self.fail:
+            raise self.fail[name]
+        return result
+
+    def profile(self, ctx: Context) -> dict[str, Any]:
+        return self._step("profile", ctx, profile="p.json", run_s=1.0, collective_share=0.4, mpi_share=0.5,
+                          p2p_share=0.0, by_collective=[["allreduce", 200, 0.8, 0.4]], library_name="MPICH")
+
+    def plan(self, ctx: Context) -> dict[str, Any]:
+        return self._step("plan", ctx, plan=self.plan_steps)
+
+    def tune(self, ctx: Context) -> dict[str, Any]:
+        return self._step("tune", ctx, variant=self.variants["tune"], directory="/w/tuned")
+
+    def verify(self, ctx: Context) -> dict[str, Any]:
+        assert ctx.results["tune"]["variant"] == self.variants["tune"]  # it sees the finished steps
+        return self._step("verify", ctx, variant=self.variants["verify"], directory="/w/tuned")
+
+    def online(self, ctx: Context) -> dict[str, Any]:
+        return self._step("online", ctx, variant=self.variants["online"])
+
+    def search(self, ctx: Context) -> dict[str, Any]:
+        return self._step("search", ctx, variant=self.variants["search"])
+
+    def compare(self, ctx: Context, variants: Sequence[str]) -> dict[str, Any]:
+        self.compared = list(variants)
+        return self._step("compare", ctx, outcome=COMPARED)
+
+    def report(self, ctx: Context, outcome: AutotuneOutcome) -> dict[str, Any]:
+        self.calls.append("report")
+        return {"path": str(write_report(ctx.request, outcome, ctx.directory / "report.html"))}
+
+
+def request(tmp_path: Path, **changes: Any) -> AutotuneRequest:
+    return AutotuneRequest(**{"command": ["mpiexec", "-n", "2", "./app"], "out": tmp_path / "work",
+                              "budget_s": 110.0, **changes})
+
+
+class Clock:
+    """Each reading 1 s after the last: every step takes 1 s (two readings)."""
+
+    def __init__(self) -> None:
+        self.now = 0.0
+
+    def __call__(self) -> float:
+        self.now += 1.0
+        return self.now
+
+
+def test_the_plan_picks_the_worth_steps_then_compare() -> None:
+    assert chosen_steps(PLAN) == ["tune", "online", "compare"]
+    assert chosen_steps(PLAN, only=("online", "search")) == ["online", "compare"]
+    assert chosen_steps([{"kind": "tune", "worth": False}, {"kind": "compare", "worth": False}]) == []
+
+
+def test_the_budget_is_split_by_weight_among_the_picked_steps() -> None:
+    shares = budget_shares(["tune", "online", "compare"], 900.0)
+    assert set(shares) == {"tune", "online", "compare"}
+    assert sum(shares.values()) == pytest.approx(900.0)
+    assert shares["tune"] > shares["compare"] > shares["online"]
+    assert budget_shares([], 900.0) == {}
+    assert runs_for(100.0, 10.0) == 10
+    assert runs_for(1.0, 10.0) == MIN_RUNS and runs_for(1e6, 1.0) == MAX_RUNS
+
+
+def test_a_run_goes_through_the_planned_steps_and_writes_the_report(tmp_path: Path) -> None:
+    steps = FakeSteps()
+    outcome = run_autotune(request(tmp_path), steps, clock=Clock())
+    assert steps.calls == ["profile", "plan", "tune", "verify", "online", "compare", "report"]
+    assert "search" in outcome.skipped and "below 5%" in outcome.skipped["search"]
+    assert steps.compared == ["tuned=/w/tuned", "online-best=/w/online-best"]
+    # the budget left after the profile (1 s of the 110) is split among tune, online and compare
+    assert steps.shares["profile"] is None and steps.shares["verify"] is None
+    assert sum(steps.shares[s] or 0.0 for s in ("tune", "online", "compare")) == pytest.approx(109.0, abs=0.01)
+    state = json.loads((tmp_path / "work" / STATE_NAME).read_text())
+    assert list(state["steps"]) == ["profile", "plan", "tune", "verify", "online", "compare"]
+    assert state["steps"]["plan"]["steps"] == ["tune", "online", "compare"]
+    page = (tmp_path / "work" / "report.html").read_text()
+    assert outcome.report == tmp_path / "work" / "report.html"
+    assert "<tr class='speedup'><td>tuned</td>" in page and "1.001x" in page
+    assert "id='results-check'" in page and "unchanged in every run" in page
+    assert "tunempi run --tuning /w/tuned -- mpiexec -n 2 ./app" in page
+
+
+def test_a_stopped_run_continues_where_it_stopped(tmp_path: Path) -> None:
+    first = FakeSteps(fail={"online": KeyboardInterrupt()})
+    with pytest.raises(KeyboardInterrupt):
+        run_autotune(request(tmp_path), first)
+    assert first.calls == ["profile", "plan", "tune", "verify", "online"]
+    again = FakeSteps()
+    outcome = run_autotune(request(tmp_path), again)
+    assert again.calls == ["online", "compare", "report"]  # profile, plan, tune and verify had finished
+    assert outcome.resumed == ["profile", "plan", "tune", "verify"]
+    assert again.compared == ["tuned=/w/tuned", "online-best=/w/online-best"]
+    third = FakeSteps()
+    run_autotune(request(tmp_path), third)
+    assert third.calls == ["report"]  # everything finished: only the report is written again
+
+
+def test_a_failed_step_is_reported_left_unfinished_and_tried_again(tmp_path: Path) -> None:
+    first = FakeSteps(fail={"tune": TunempiError("measured too little")})
+    outcome = run_autotune(request(tmp_path), first)
+    assert outcome.failed == {"tune": "measured too little"}
+    assert "verify" not in first.calls and first.compared == ["online-best=/w/online-best"]
+    page = (tmp_path / "work" / "report.html").read_text()
+    assert "failed (a rerun tries it again)" in page and "measured too little" in page
+    again = FakeSteps()
+    run_autotune(request(tmp_path), again)
+    assert again.calls == ["tune", "verify", "report"]  # compare had finished: it is not rerun
+
+
+def test_a_tuning_that_sets_nothing_is_not_compared(tmp_path: Path) -> None:
+    steps = FakeSteps(variants={"verify": None, "online": None})
+    outcome = run_autotune(request(tmp_path), steps)
+    assert "compare" not in steps.calls
+    assert "no step produced a tuning" in outcome.skipped["compare"]
+    assert "Not compared" in (tmp_path / "work" / "report.html").read_text()
+
+
+def test_nothing_worth_tuning_ends_after_the_plan_with_a_report(tmp_path: Path) -> None:
+    plan = [{**step, "worth": False} for step in PLAN]
+    steps = FakeSteps(plan=plan)
+    outcome = run_autotune(request(tmp_path), steps)
+    assert steps.calls == ["profile", "plan", "report"]
+    assert set(outcome.skipped) == {"tune", "online", "search", "compare"}
+
+
+def test_steps_restricts_the_kinds_of_tuning(tmp_path: Path) -> None:
+    steps = FakeSteps()
+    outcome = run_autotune(request(tmp_path, steps=("online",)), steps)
+    assert steps.calls == ["profile", "plan", "online", "compare", "report"]
+    assert "left out by --steps" in outcome.skipped["tune"]
+    with pytest.raises(UsageError, match="unknown"):
+        run_autotune(request(tmp_path, steps=("bench",)), FakeSteps())
+
+
+def test_another_command_in_the_same_work_directory_is_refused_unless_restarted(tmp_path: Path) -> None:
+    run_autotune(request(tmp_path), FakeSteps())
+    with pytest.raises(UsageError, match="another autotune command.*budget_s"):
+        run_autotune(request(tmp_path, budget_s=60.0), FakeSteps())
+    restarted = FakeSteps()
+    run_autotune(request(tmp_path, budget_s=60.0, restart=True), restarted)
+    assert restarted.calls[:2] == ["profile", "plan"]
+
+
+def test_the_profile_failing_ends_the_pipeline(tmp_path: Path) -> None:
+    with pytest.raises(TunempiError, match="no profile"):
+        run_autotune(request(tmp_path), FakeSteps(fail={"profile": TunempiError("no profile")}))
+    with pytest.raises(UsageError, match="launch line"):
+        run_autotune(request(tmp_path, command=[]), FakeSteps())
