@@ -172,6 +172,17 @@ def test_cli_loop_end_to_end(tmp_path):
     assert "collective=allreduce" in json.loads(tuning_file.read_text())
     assert f"export MPIR_CVAR_COLL_SELECTION_TUNING_JSON_FILE={tuning_file.resolve()}" in env_text
     assert "loaded and run by mpich" in result.output and "smoke run passed" in result.output
+    # A tuning like any other (issue 40): a manifest that `run` (and `report`, `verify`, `compare`) take.
+    from tunempi.tune.manifest import Manifest
+
+    manifest = Manifest.load(tmp_path / "best")
+    assert manifest.strategy == "online" and manifest.library.fingerprint == library.fingerprint
+    assert {row.cell.collective for row in manifest.selection} == {"allreduce"}
+    result = runner.invoke(app, ["run", "--tuning", str(tmp_path / "best"), "--print-env"])
+    assert result.exit_code == 0, result.output
+    assert f"export MPIR_CVAR_COLL_SELECTION_TUNING_JSON_FILE={tuning_file.resolve()}" in result.output
+    result = runner.invoke(app, ["report", "--tuning", str(tmp_path / "best")])
+    assert result.exit_code == 0, result.output
     # The other library is refused on this state directory.
     result = runner.invoke(app, ["online", "run", "--state", str(state), "--mpi", "openmpi", "--", "mpirun",
                                  "-n", "2", str(program), "4"])

@@ -254,7 +254,8 @@ def best(
     state: str | None = typer.Option(None, "--state", help=_STATE_HELP),
     mpi: str | None = typer.Option(None, "--mpi", help=_MPI_HELP),
 ) -> None:
-    """Write the best algorithm per cell with the tuning-file writers (and an env file)."""
+    """Write the best algorithm per cell with the tuning-file writers (and an env file, and a manifest: `run`,
+    `report`, `verify` and `compare` take the directory like one `tune` writes)."""
     from tunempi.online.report import BestChoice, cell_label, write_best
     from tunempi.online.state import OnlineState
 

@@ -7,6 +7,7 @@ import logging
 from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from tunempi.collectives import DEFAULT_ALGORITHM
 from tunempi.errors import MPIError, UsageError
@@ -14,6 +15,11 @@ from tunempi.mpi.library import MPILibrary
 from tunempi.online.cells import SizeRangeCell, SizeRanges
 from tunempi.online.state import OnlineState, Probabilities, uniform
 from tunempi.online.update import verdict_of
+
+if TYPE_CHECKING:
+    from tunempi.rules import RuleSet, ScaledChoice
+    from tunempi.tune.files import WrittenFiles as TuningWritten
+    from tunempi.tune.manifest import Manifest
 
 _log = logging.getLogger(__name__)
 
@@ -185,6 +191,8 @@ def write_best(state: OnlineState, library: MPILibrary, out_dir: Path | str) -> 
     (out / written.env_file).write_text(env.text)
     files = {role: out / name for role, name in written.files.items()}
     files["env"] = out / written.env_file
+    files["manifest"] = best_manifest(state, library, out, choices, scaled, rule_sets, written,
+                                      {c: dict(found.excluded) for c, found in selectable.items()}).save()
     notes = []
     for c in choices:
         if c.fastest == c.algorithm:
@@ -197,3 +205,29 @@ def write_best(state: OnlineState, library: MPILibrary, out_dir: Path | str) -> 
     notes += [f"loaded and run by {library.name} at {record.ranks} ranks ({record.points} sizes): {record.message}"
              for record in written.smoke]
     return choices, WrittenFiles(files, notes)
+
+
+def best_manifest(state: OnlineState, library: MPILibrary, out: Path, choices: Sequence[BestChoice],
+                  scaled: Sequence[ScaledChoice], rule_sets: Mapping[str, RuleSet], written: TuningWritten,
+                  excluded: Mapping[str, Mapping[str, str]]) -> Manifest:
+    """The manifest of what `best` wrote, as `tune` writes one (tune/manifest.py), so `tunempi run`, `report`,
+    `verify` and `compare` take the directory like any tuning: the library, the files and how to activate them,
+    the rule sets, and a selection row per cell at the size its choice was written for (the size range's
+    geometric middle), with the estimated times per call (us) of its choice and of the default."""
+    from tunempi.space import Cell
+    from tunempi.store.results import utc_timestamp
+    from tunempi.tune.job import files_fields
+    from tunempi.tune.manifest import LibraryRecord, Manifest, RunRecord, SelectionRow
+
+    rows = tuple(SelectionRow(Cell(c.cell.collective, c.cell.ranks, c.cell.nodes, c.cell.ppn, point.msg_bytes),
+                              c.algorithm, c.time_ns / 1e3, c.default_ns / 1e3 if c.default_ns is not None else None)
+                 for c, point in zip(choices, scaled, strict=True))
+    return Manifest(
+        directory=out, library=LibraryRecord.of(library), created=utc_timestamp(),
+        collectives=tuple(sorted({row.cell.collective for row in rows})),
+        scales=tuple(sorted({(row.cell.ranks, row.cell.nodes, row.cell.ppn) for row in rows})),
+        sizes=tuple(sorted({row.cell.msg_bytes for row in rows})), strategy="online",
+        seed=state.config.seed, strategy_params={"state": str(state.dir.resolve()), "batch": state.batch},
+        run=RunRecord(stop_reason="online best", measured=sum(c.measured for c in choices)),
+        excluded={c: dict(reasons) for c, reasons in excluded.items() if reasons}, selection=rows,
+        **files_fields(written, rule_sets))
