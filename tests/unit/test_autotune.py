@@ -196,3 +196,10 @@ def test_the_profile_failing_ends_the_pipeline(tmp_path: Path) -> None:
         run_autotune(request(tmp_path), FakeSteps(fail={"profile": TunempiError("no profile")}))
     with pytest.raises(UsageError, match="launch line"):
         run_autotune(request(tmp_path, command=[]), FakeSteps())
+
+
+def test_a_tune_that_kept_the_default_everywhere_is_not_verified(tmp_path: Path) -> None:
+    steps = FakeSteps(variants={"tune": None})
+    outcome = run_autotune(request(tmp_path), steps)
+    assert "verify" not in steps.calls and "kept the library's default" in outcome.skipped["verify"]
+    assert steps.compared == ["online-best=/w/online-best"]

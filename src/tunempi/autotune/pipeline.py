@@ -236,8 +236,12 @@ def run_autotune(request: AutotuneRequest, runner: StepRunner, listener: Autotun
             listener.step_skipped(name, reason)
             continue
         result = step(name, shares.get(name))
-        if name == "tune" and result is not None and result.get("variant"):
-            step("verify")
+        if name == "tune" and result is not None:
+            if result.get("variant"):
+                step("verify")
+            else:
+                outcome.skipped["verify"] = "nothing to verify: tune kept the library's default everywhere"
+                listener.step_skipped("verify", outcome.skipped["verify"])
     variants = outcome.variants()
     if not chosen:
         outcome.skipped["compare"] = "nothing to compare: the plan picked no kind of tuning"

@@ -75,11 +75,13 @@ class LibrarySteps(StepRunner):
 
     # -- the steps ----------------------------------------------------------------------------------
     def profile(self, ctx: Context) -> dict[str, Any]:
+        from tunempi.profile.build import build_interposer
         from tunempi.profile.reader import load_profile
         from tunempi.profile.run import run_profiled
 
         library = self.library(ctx)
         path = ctx.directory / PROFILE
+        build_interposer(library)  # compiled on first use: not part of the run's time
         started = time.monotonic()
         run = run_profiled(ctx.request.command, library, path)
         run_s = time.monotonic() - started
@@ -157,7 +159,7 @@ class LibrarySteps(StepRunner):
                 "tuned_cells": sum(row.algorithm != DEFAULT_ALGORITHM for row in manifest.selection)}
 
     def online(self, ctx: Context) -> dict[str, Any]:
-        from tunempi.online.report import write_best
+        from tunempi.online.report import cell_label, write_best
         from tunempi.online.run import CannotSwitch, open_state, run_online
         from tunempi.online.state import DEFAULT_COLLECTIVES, OnlineConfig
         from tunempi.online.update import update_state
@@ -196,7 +198,7 @@ class LibrarySteps(StepRunner):
         chosen = [c for c in choices if c.algorithm != DEFAULT_ALGORITHM]
         best = ctx.directory / ONLINE_BEST
         return {"variant": str(best) if chosen else None, "directory": str(best), "runs": done,
-                "cells": len(choices), "chosen": [[c.cell.key, c.algorithm] for c in chosen],
+                "cells": len(choices), "chosen": [[cell_label(c.cell, state.config.sizes), c.algorithm] for c in chosen],
                 "notes": list(written.notes)}
 
     def search(self, ctx: Context) -> dict[str, Any]:
