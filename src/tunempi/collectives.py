@@ -10,7 +10,7 @@ from tunempi.errors import UsageError
 
 COLLECTIVES: tuple[str, ...] = (
     "allreduce", "bcast", "allgather", "alltoall", "reduce", "reduce_scatter",
-    "gather", "scatter", "barrier", "allgatherv", "alltoallv", "reduce_scatter_block",
+    "gather", "scatter", "barrier", "allgatherv", "alltoallv", "reduce_scatter_block", "gatherv", "scatterv",
     "iallreduce", "ibcast", "ialltoall", "iallgather",
 )
 
@@ -33,16 +33,22 @@ REDUCTIONS: frozenset[str] = frozenset({"allreduce", "reduce", "reduce_scatter",
 #: Collectives whose message size (OSU's convention) is the block each rank sends to or receives from
 #: each peer; for the others it is the whole buffer, which the algorithms split among the ranks.
 BLOCK_COLLECTIVES: frozenset[str] = frozenset({"allgather", "allgatherv", "alltoall", "alltoallv", "gather",
-                                               "scatter", "iallgather", "ialltoall"})
+                                               "scatter", "gatherv", "scatterv", "iallgather", "ialltoall"})
 
 
 #: Collectives whose blocks may differ between ranks (count and displacement arrays).
-VECTOR_COLLECTIVES: frozenset[str] = frozenset({"allgatherv", "alltoallv"})
+VECTOR_COLLECTIVES: frozenset[str] = frozenset({"allgatherv", "alltoallv", "gatherv", "scatterv"})
+
+#: The vector collectives whose counts no rank but the root knows in full (gatherv's recvcounts, scatterv's
+#: sendcounts): no tuning file can choose their algorithm by a size every rank of a call computes alike.
+ROOTED_VECTOR_COLLECTIVES: frozenset[str] = frozenset({"gatherv", "scatterv"})
 
 #: How a vector collective's blocks differ between ranks around its mean block (the message size, as the
 #: profiler records it): uniform (every block the same: OSU's v-benchmarks), skewed (rank r's blocks are
-#: 2 (r + 1) / (ranks + 1) x the mean), sparse (alltoallv sends to the next rank only; allgatherv takes the
-#: even ranks' blocks only). Every other collective is uniform. bench/c/engine.h spells the same.
+#: 2 (r + 1) / (ranks + 1) x the mean), sparse (alltoallv sends to the next rank only; allgatherv and gatherv
+#: take the even ranks' blocks only, scatterv sends to the even ranks only). gatherv/scatterv: the root
+#: receives (sends) rank r's block as allgatherv's rank r contributes it. Every other collective is uniform.
+#: bench/c/engine.h spells the same.
 DISTRIBUTIONS: tuple[str, ...] = ("uniform", "skewed", "sparse")
 DEFAULT_DISTRIBUTION = "uniform"
 

@@ -1,4 +1,4 @@
-"""The vector collectives (allgatherv, alltoallv) in the benchmark engine on the embedded MPICH, Open MPI and
+"""The vector collectives (allgatherv, alltoallv, gatherv, scatterv) in the benchmark engine on the embedded MPICH, Open MPI and
 Intel MPI at 2 ranks (issue 40): every distribution of counts gives checked results, the check sees a spoiled
 block, and `bench` measures every algorithm each library has for them. Nothing here asserts a time."""
 
@@ -27,7 +27,7 @@ def test_every_distribution_is_checked_and_a_spoiled_block_is_counted(vendor: st
     session = EngineSession(library, Layout(2), env=adapter.launch_env(), executable=build_engine(library, werror=True))
     request_id = 0
     with session:
-        for collective in ("allgatherv", "alltoallv"):
+        for collective in ("allgatherv", "alltoallv", "gatherv", "scatterv"):
             for distribution in DISTRIBUTIONS:
                 for size in (0, 1, 1000, 65536 + 3):
                     request_id += 1
@@ -71,3 +71,26 @@ def test_bench_measures_every_algorithm_of_the_vector_collectives_with_checked_r
             assert len(failed) < len(mine) / 2, [(m.algorithm, m.reason) for m in failed]
     assert {row.collective for row in report.rows} >= {"alltoallv", "alltoallv (skewed)", "allgatherv",
                                                        "allgatherv (skewed)"}
+
+
+@pytest.mark.parametrize("vendor", ["mpich", pytest.param("impi", marks=pytest.mark.full)])
+def test_bench_measures_every_algorithm_of_gatherv_and_scatterv_with_checked_results(vendor: str,
+                                                                                   tmp_path: Path) -> None:
+    """Rooted vector collectives: every algorithm the library has (MPICH: linear, nb; Intel MPI: its presets;
+    Open MPI's coll/tuned has none, so it has only its default there) measured with checked results."""
+    library = resolve_library(vendor)
+    adapter = adapter_for(library)
+    db = tmp_path / "r.sqlite"
+    report = run_bench(BenchOptions(mpi=vendor, collectives="gatherv,scatterv", sizes="8,4KiB", ranks=2, db=str(db),
+                                    distributions="uniform,sparse", settings=QUICK))
+    assert not report.interrupted
+    with ResultStore(db) as store:
+        rows = store.query()
+    for collective in ("gatherv", "scatterv"):
+        names = {"default", *(a.name for a in adapter.algorithms(collective))}
+        assert len(names) > 2
+        for distribution in ("uniform", "sparse"):
+            mine = [m for m in rows if m.collective == collective and m.distribution == distribution]
+            assert {m.algorithm for m in mine} == names and {m.msg_bytes for m in mine} == {8, 4096}
+            assert all(m.errors == 0 for m in mine) and all(m.ok for m in mine), [(m.algorithm, m.reason)
+                                                                                 for m in mine if not m.ok]

@@ -421,3 +421,62 @@ def test_a_difference_that_holds_in_every_launch_is_decided_in_ranges_of_neighbo
         assert outcome.selection[cell] == decision.choice == ("small" if cell.msg_bytes < 2048 else "large")
         assert decision.comparison is not None and decision.comparison.low > 1.0
         assert decision.comparison.pairs == 2  # the two randomized deciding launches (the exploring one left out)
+
+
+class FakeUnderFiles:
+    """Tune's deciding launches under files (tune/file_launches.FileDecider's role): each contested cell's
+    default and contenders answered from `latency` as the file makes the library choose, one launch per
+    side; `takes` only the collectives named."""
+
+    def __init__(self, latency: Callable[[str, int, int], float | None], takes: set[str]) -> None:
+        self.latency, self.collectives = latency, takes
+        self.blocks: list[int] = []
+        self.measured: list[tuple[str, str]] = []  # (collective, algorithm) of every point
+
+    def takes(self, collective: str) -> bool:
+        return collective in self.collectives
+
+    def measure(self, contested, block, on_point, run_of):  # noqa: ANN001, ANN201
+        self.blocks.append(block)
+        runner = FakeRunner(seed=block, latency=self.latency)
+        work: dict[Layout, list[BenchPoint]] = {}
+        for cell, algorithms in contested.items():
+            for algorithm in algorithms:
+                work.setdefault(Layout(ranks=cell.ranks), []).append(
+                    BenchPoint(cell.collective, algorithm, cell.msg_bytes, run_of(cell, algorithm)))
+        results = runner.run(work, on_point=on_point)
+        self.measured += [(r.point.collective, r.point.algorithm) for r in results]
+        return results
+
+
+def test_deciding_launches_under_files_decide_what_the_files_do_not_what_the_switch_showed() -> None:
+    """Issue 39: an algorithm switched at run time looked faster than the default in every launch, and
+    under the written file it is slower. With `under_files`, the deciding launches of the collectives it
+    takes measure the file's way, and those cells keep the library's default; the collective it does not
+    take is still decided from switched launches."""
+    def switched(algorithm: str, ranks: int, msg_bytes: int) -> float | None:
+        base = 2.0 + ranks * 0.5 + msg_bytes / 1000.0
+        return base if algorithm == DEFAULT_ALGORITHM else base * 0.7  # every other algorithm 1.4x faster
+
+    def under_file(algorithm: str, ranks: int, msg_bytes: int) -> float | None:
+        base = 2.0 + ranks * 0.5 + msg_bytes / 1000.0
+        return base if algorithm == DEFAULT_ALGORITHM else base * 1.5  # the file's launches: slower
+
+    both = {**spaces(), "bcast": feature_space("bcast", SCALES, SIZES, (DEFAULT_ALGORITHM, "small", "large"))}
+    runner = FakeRunner(latency=switched)
+    files = FakeUnderFiles(under_file, takes={"allreduce"})
+    with ResultStore(":memory:") as store:
+        outcome = Tuner(both, runner, strategy="exhaustive", launches=3, under_files=files, store=store,
+                        fingerprint=FINGERPRINT).run()
+        stored = store.query(library_fingerprint=FINGERPRINT)
+    assert files.blocks == [2, 3]  # the two deciding blocks, numbered after the exploring launch
+    assert {c for c, _ in files.measured} == {"allreduce"}
+    deciding = [p for call in runner.calls[-2:] for points in call.values() for p in points]
+    assert deciding and {p.collective for p in deciding} == {"bcast"}  # switched: the one it does not take
+    allreduce = {cell: d for cell, d in outcome.decisions.items() if cell.collective == "allreduce"}
+    bcast = {cell: d for cell, d in outcome.decisions.items() if cell.collective == "bcast"}
+    assert allreduce and {d.outcome for d in allreduce.values()} == {"default"}
+    assert bcast and {d.outcome for d in bcast.values()} == {"tuned"}
+    # every run of the file launches is stored, with its own run index per (cell, algorithm)
+    keys = [(m.collective, m.algorithm, m.ranks, m.msg_bytes, m.run) for m in stored]
+    assert len(keys) == len(set(keys)) == outcome.measured

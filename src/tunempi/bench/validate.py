@@ -18,12 +18,12 @@ from tunempi.errors import UsageError
 from tunempi.mpi.vendor import VendorAdapter
 
 #: What the C engine implements (bench/c/cases.c). Message sizes follow OSU: the per-rank buffer for
-#: allreduce/bcast/reduce; the per-destination block for the others (its mean for allgatherv/alltoallv,
+#: allreduce/bcast/reduce; the per-destination block for the others (its mean for the vector collectives,
 #: whose blocks differ between ranks as the point's distribution says: collectives.DISTRIBUTIONS). The
 #: non-blocking ones take their blocking collective's sizes (collectives.NONBLOCKING).
 ENGINE_COLLECTIVES: tuple[str, ...] = (
     "allreduce", "bcast", "allgather", "alltoall", "reduce", "reduce_scatter", "reduce_scatter_block",
-    "gather", "scatter", "barrier", "allgatherv", "alltoallv",
+    "gather", "scatter", "barrier", "allgatherv", "alltoallv", "gatherv", "scatterv",
     "iallreduce", "ibcast", "ialltoall", "iallgather",
 )
 

@@ -159,10 +159,11 @@ def bench_command(
         str | None, typer.Option(help="Hosts to run on (default with --nodes: the Slurm/PBS allocation).")
     ] = None,
     distributions: Annotated[
-        str, typer.Option("--distributions", help="Vector collectives (allgatherv, alltoallv): how their blocks "
-                          "differ between ranks around the size, comma list of uniform (equal, as OSU), skewed "
-                          "(rank r sends 2(r+1)/(ranks+1) x the size), sparse (alltoallv to the next rank only, "
-                          "allgatherv from the even ranks only). The other collectives are uniform.")
+        str, typer.Option("--distributions", help="Vector collectives (allgatherv, alltoallv, gatherv, "
+                          "scatterv): how their blocks differ between ranks around the size, comma list of uniform "
+                          "(equal, as OSU), skewed (rank r sends 2(r+1)/(ranks+1) x the size), sparse (alltoallv to "
+                          "the next rank only, allgatherv and gatherv from the even ranks only, scatterv to the even "
+                          "ranks only). The other collectives are uniform.")
     ] = "uniform",
     overlap: Annotated[
         bool, typer.Option("--overlap", help="Non-blocking collectives (iallreduce, ibcast, ialltoall, iallgather): "

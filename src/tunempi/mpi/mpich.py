@@ -78,6 +78,8 @@ COLLECTIVE_TOKENS: dict[str, str] = {
     "allgatherv": "ALLGATHERV",
     "alltoallv": "ALLTOALLV",
     "reduce_scatter_block": "REDUCE_SCATTER_BLOCK",
+    "gatherv": "GATHERV",
+    "scatterv": "SCATTERV",
     # Non-blocking (issue 41): MPIR_CVAR_I<COLL>_INTRA_ALGORITHM, described and enumerated as the blocking
     # ones (auto, then sched_auto, sched_* and tsp_* algorithms); MPIR_CVAR_IBCAST_POSIX_INTRA_ALGORITHM is
     # the one shared-memory-level cvar among them (pinned to mpir beside a forced algorithm, as bcast's).

@@ -77,6 +77,10 @@ COLLECTIVE_TOKENS: dict[str, str] = {
     "allgatherv": "allgatherv",
     "alltoallv": "alltoallv",
     "reduce_scatter_block": "reduce_scatter_block",
+    # coll/tuned has no gatherv or scatterv algorithm parameter (5.0.11, 4.1.4: their calls go to coll/basic's
+    # linear ones): listed so that discovery says so, not guesses.
+    "gatherv": "gatherv",
+    "scatterv": "scatterv",
 }
 
 

@@ -16,6 +16,7 @@ from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
+from typing import Protocol
 
 import numpy as np
 
@@ -177,6 +178,16 @@ OnRound = Callable[[CurvePoint, int], None]  # (state, points measured in the ro
 OnResult = Callable[[PointResult], None]
 
 
+class UnderFiles(Protocol):
+    """Deciding launches measured as the written files will make the library choose
+    (tune/file_launches.FileDecider)."""
+
+    def takes(self, collective: str) -> bool: ...
+
+    def measure(self, contested: Mapping[Cell, Sequence[str]], block: int, on_point: OnResult,
+                run_of: Callable[[Cell, str], int]) -> list[PointResult]: ...
+
+
 class Tuner:
     """Drives one strategy per collective against the real engine (through a ParallelRunner)."""
 
@@ -196,6 +207,7 @@ class Tuner:
         confirm: bool = True,
         exhaustive_guard: bool = True,
         launches: int = DEFAULT_LAUNCHES,
+        under_files: UnderFiles | None = None,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self.spaces = dict(spaces)
@@ -208,6 +220,7 @@ class Tuner:
         self.default_margin = default_margin
         # Launches every contested cell is decided from (1: the exploring launch's estimate alone, as before).
         self.launches = max(1, launches)
+        self.under_files = under_files
         self.decisions: dict[Cell, CellDecision] = {}
         self.crash_limit = 2
         self.fail_limit = 3
@@ -312,11 +325,8 @@ class Tuner:
                 cell = request.cell
                 for _ in range(request.repeats):
                     for algorithm in request.algorithms:
-                        key = (collective, algorithm, *cell.scale, cell.msg_bytes)
-                        run = self.next_run.get(key, 0)
-                        self.next_run[key] = run + 1
                         work.setdefault(layout_of(cell), []).append(
-                            BenchPoint(collective, algorithm, cell.msg_bytes, run))
+                            BenchPoint(collective, algorithm, cell.msg_bytes, self._next_run(cell, algorithm)))
         return work
 
     def run(self, *, timeout_s: float | None = None, on_round: OnRound | None = None,
@@ -348,7 +358,7 @@ class Tuner:
         return TuneOutcome(
             selection=selection, strategies=self.strategies, curve=run.curve, stop_reason=stop_reason,
             wall_s=self.clock() - started, bench_s=run.bench_s, measured=run.measured, resumed=self.resumed,
-            failed=run.failed, launches=self.runner.launches, model_s=run.model_s, model_wait_s=run.wait_s,
+            failed=run.failed, launches=self.runner.launches + run.file_launches, model_s=run.model_s, model_wait_s=run.wait_s,
             decisions=dict(self.decisions),
         )
 
@@ -427,45 +437,69 @@ class Tuner:
     def _decide_across_launches(self, run: _Run) -> None:
         """Measure the contenders of every measured cell (launch_blocks.contenders) in `launches` - 1 fresh
         launches, in a seeded random order inside each, then decide each such cell across its launches
-        (tune/launch_blocks.py). Stops starting launches at the deadline; the cells are decided on what
-        was measured (a cell measured in one launch only is a tie)."""
+        (tune/launch_blocks.py). With `under_files`, the collectives it takes are measured as the files will
+        make the library choose (tune/file_launches.py: a launch without a file and one under a file per
+        contender rank); the rest are switched at run time in one fresh launch per block. Stops starting
+        launches at the deadline; the cells are decided on what was measured (a cell measured in one launch
+        only is a tie)."""
         began = self.clock()
         contested = {collective: contenders(strategy, prefer_default(strategy, strategy.select(),
                                                                       self.default_margin), self.default_margin)
                      for collective, strategy in self.strategies.items()}
         run.model_s += self.clock() - began
         order = np.random.default_rng([self.seed, 28])
+        by_file = {c for c, cells in contested.items()
+                   if cells and self.under_files is not None and self.under_files.takes(c)}
         for _ in range(self.launches - 1):
             requests = {c: [Request(cell, algorithms) for cell, algorithms in cells.items()]
-                        for c, cells in contested.items() if cells}
-            if not requests or run.past_deadline():
+                        for c, cells in contested.items() if cells and c not in by_file}
+            if not (requests or by_file) or run.past_deadline():
                 break
             self.runner.relaunch()
             run.block += 1
-            self._measure_round(run, requests, order=order)
+            if requests:
+                self._measure_round(run, requests, order=order)
+            if by_file and self.under_files is not None:
+                self.runner.relaunch()  # no engine of the switched launches stays up beside the file launches
+                cells = {cell: algorithms for c in sorted(by_file) for cell, algorithms in contested[c].items()}
+                results = self.under_files.measure(cells, run.block, self._store_result(run), self._next_run)
+                run.file_launches += sum(result.launches for result in results)
+                self._take(run, results)
         began = self.clock()
         self.decisions = {}
         for collective, strategy in self.strategies.items():
             self.decisions.update(decide_cells(strategy, contested[collective]))
         run.model_s += self.clock() - began
 
-    def _measure_round(self, run: _Run, requests: Mapping[str, Sequence[Request]], *,
-                       order: np.random.Generator | None = None) -> None:
-        """Measure the requests, store each result as it arrives, tell each strategy its records.
-        order: shuffle each layout's points with it (else they run cell by cell)."""
+    def _next_run(self, cell: Cell, algorithm: str) -> int:
+        """The next run index of (cell, algorithm): every stored run has its own."""
+        key = (cell.collective, algorithm, *cell.scale, cell.msg_bytes)
+        index = self.next_run.get(key, 0)
+        self.next_run[key] = index + 1
+        return index
+
+    def _store_result(self, run: _Run) -> Callable[[PointResult], None]:
         def store_result(result: PointResult) -> None:
             if self.store is not None:
                 self.store.add(result.measurement)
             if run.on_result is not None:
                 run.on_result(result)
+        return store_result
 
+    def _measure_round(self, run: _Run, requests: Mapping[str, Sequence[Request]], *,
+                       order: np.random.Generator | None = None) -> None:
+        """Measure the requests, store each result as it arrives, tell each strategy its records.
+        order: shuffle each layout's points with it (else they run cell by cell)."""
         # The runner stops starting points at the deadline; it reads the real monotonic clock, so the
         # time left on this tune's clock is handed over in that clock's terms.
         deadline = None if run.deadline is None else time.monotonic() + run.deadline - self.clock()
         work = self.plan(requests)
         if order is not None:
             work = {layout: [points[i] for i in order.permutation(len(points))] for layout, points in work.items()}
-        results = self.runner.run(work, on_point=store_result, deadline=deadline)
+        self._take(run, self.runner.run(work, on_point=self._store_result(run), deadline=deadline))
+
+    def _take(self, run: _Run, results: Sequence[PointResult]) -> None:
+        """Measured results (already stored) -> records of the current launch block, told to the strategies."""
         by_collective: dict[str, list[MeasurementRecord]] = {}
         crashed: dict[str, list[MeasurementRecord]] = {}
         for result in results:
@@ -528,6 +562,7 @@ class _Run:
     model_s: float = 0.0  # time the strategies spent choosing points and selecting
     wait_s: float = 0.0  # part of it the loop waited for
     block: int = 1  # the launch block being measured: 1 exploring, 2... deciding (tune/launch_blocks.py)
+    file_launches: int = 0  # deciding launches under files (not the runner's)
 
     def past_deadline(self) -> bool:
         return self.deadline is not None and self.clock() >= self.deadline

@@ -41,6 +41,7 @@ from tunempi.tune.compositions import (
     write_composition_choices,
 )
 from tunempi.tune.driver import DEFAULT_LAUNCHES, CurvePoint, TuneOutcome, Tuner, check_evidence
+from tunempi.tune.file_launches import FileDecider
 from tunempi.tune.files import (
     WrittenFiles,
     one_choice_per_scale,
@@ -339,6 +340,9 @@ def run_tune(options: TuneOptions, on_event: OnTuneEvent | None = None) -> TuneR
     plan = TunePlan.of(options)
     runner = plan.runner()
     threads = options.model_threads or model_threads(plan.scales)
+    # Deciding launches (--launches N > 1) measure as the written files will make the library choose.
+    decider = (FileDecider(plan.library, plan.adapter, options.settings, allocation=plan.allocation,
+                           system=options.system) if options.launches > 1 else None)
     try:
         with ResultStore(plan.db) as store, \
                 (threadpool_limits(limits=threads) if threads > 0 else contextlib.nullcontext()):
@@ -346,7 +350,7 @@ def run_tune(options: TuneOptions, on_event: OnTuneEvent | None = None) -> TuneR
                           fingerprint=plan.library.fingerprint, system=options.system,
                           lanes=options.lanes or auto_lanes(plan.scales), strategy_params=plan.strategy_params,
                           exhaustive_guard=options.exhaustive_guard, launches=options.launches,
-                          clock=options.clock or time.monotonic)
+                          under_files=decider, clock=options.clock or time.monotonic)
             emit(plan.started(tuner.resumed))
             measured = 0
 
@@ -359,6 +363,8 @@ def run_tune(options: TuneOptions, on_event: OnTuneEvent | None = None) -> TuneR
                                 on_round=lambda state, count: emit(RoundDone(state, count)))
     finally:
         runner.close()
+        if decider is not None:
+            decider.close()
     emit(TuningStopped(outcome))
     report = TuneReport(None, outcome, plan.spaces)
     if outcome.stop_reason != "interrupted":

@@ -27,6 +27,8 @@ static const struct {
     {"barrier", TM_BARRIER},
     {"allgatherv", TM_ALLGATHERV},
     {"alltoallv", TM_ALLTOALLV},
+    {"gatherv", TM_GATHERV},
+    {"scatterv", TM_SCATTERV},
 };
 
 static const char *const distribution_names[] = {"uniform", "skewed", "sparse"};
@@ -61,7 +63,7 @@ tm_distribution tm_distribution_from_name(const char *name)
 
 int tm_collective_is_vector(tm_collective kind)
 {
-    return kind == TM_ALLGATHERV || kind == TM_ALLTOALLV;
+    return kind == TM_ALLGATHERV || kind == TM_ALLTOALLV || kind == TM_GATHERV || kind == TM_SCATTERV;
 }
 
 size_t tm_block_bytes(tm_distribution dist, size_t bytes, int source, int dest, int ranks)
@@ -71,7 +73,7 @@ size_t tm_block_bytes(tm_distribution dist, size_t bytes, int source, int dest, 
     case TM_DIST_SKEWED: /* mean over the sources: 2 / (n + 1) x n (n + 1) / 2 / n = 1 */
         return bytes * 2u * (size_t)(source + 1) / (n + 1u);
     case TM_DIST_SPARSE:
-        if (dest < 0) /* allgatherv: the (n + 1) / 2 even ranks carry all the bytes */
+        if (dest < 0) /* allgatherv, gatherv, scatterv: the (n + 1) / 2 even ranks carry all the bytes */
             return source % 2 == 0 ? bytes * n / ((n + 1u) / 2u) : 0;
         return dest == (source + 1) % ranks ? bytes * n : 0;
     default:
@@ -164,7 +166,9 @@ static void *pool_buffer(int which, size_t bytes)
 }
 
 /* Counts and displacements of a vector collective; the bytes this rank sends and receives. -1 when a count
- * or displacement does not fit an int or the arrays cannot be allocated. */
+ * or displacement does not fit an int or the arrays cannot be allocated. Every rank computes the same
+ * arrays: allgatherv/gatherv send sendcounts[0] (this rank's block) and receive recvcounts[src] (gatherv: at
+ * the root); scatterv sends sendcounts[dest] (at the root) and receives recvcounts[0] (this rank's block). */
 static int vector_layout(tm_case *c, size_t *send_bytes, size_t *recv_bytes)
 {
     const size_t ranks = (size_t)c->size;
@@ -175,11 +179,20 @@ static int vector_layout(tm_case *c, size_t *send_bytes, size_t *recv_bytes)
     if (!c->recvcounts || !c->rdispls || !c->sendcounts || !c->sdispls)
         return -1;
     size_t sent = 0, received = 0;
-    const int alltoallv = c->kind == TM_ALLTOALLV;
+    const int alltoallv = c->kind == TM_ALLTOALLV, scatterv = c->kind == TM_SCATTERV;
+    const size_t own = tm_block_bytes(c->dist, c->bytes, c->rank, -1, c->size);
     for (int peer = 0; peer < c->size; peer++) {
-        size_t out = alltoallv ? tm_block_bytes(c->dist, c->bytes, c->rank, peer, c->size)
-                               : (peer == 0 ? tm_block_bytes(c->dist, c->bytes, c->rank, -1, c->size) : 0);
-        size_t in = tm_block_bytes(c->dist, c->bytes, peer, alltoallv ? c->rank : -1, c->size);
+        size_t out, in;
+        if (alltoallv) {
+            out = tm_block_bytes(c->dist, c->bytes, c->rank, peer, c->size);
+            in = tm_block_bytes(c->dist, c->bytes, peer, c->rank, c->size);
+        } else if (scatterv) { /* rank `peer`'s block, as it contributes to a gatherv */
+            out = tm_block_bytes(c->dist, c->bytes, peer, -1, c->size);
+            in = peer == 0 ? own : 0;
+        } else {
+            out = peer == 0 ? own : 0;
+            in = tm_block_bytes(c->dist, c->bytes, peer, -1, c->size);
+        }
         if (out > (size_t)INT_MAX || in > (size_t)INT_MAX || sent > (size_t)INT_MAX || received > (size_t)INT_MAX)
             return -1;
         c->sendcounts[peer] = (int)out;
@@ -243,6 +256,8 @@ int tm_case_init(tm_case *c, tm_collective kind, size_t bytes, tm_distribution d
         break;
     case TM_ALLGATHERV:
     case TM_ALLTOALLV:
+    case TM_GATHERV:
+    case TM_SCATTERV:
         if (vector_layout(c, &send_bytes, &recv_bytes) != 0) {
             tm_case_free(c);
             return -1;
@@ -311,7 +326,13 @@ void tm_case_fill(tm_case *c, uint32_t iteration)
                 fill_block(send + (size_t)dest * n, n, block_seed(ROOT, dest, iteration));
         break;
     case TM_ALLGATHERV:
+    case TM_GATHERV:
         fill_block(send, (size_t)c->sendcounts[0], block_seed(c->rank, 0, iteration));
+        break;
+    case TM_SCATTERV:
+        if (c->rank == ROOT)
+            for (int dest = 0; dest < c->size; dest++)
+                fill_block(send + c->sdispls[dest], (size_t)c->sendcounts[dest], block_seed(ROOT, dest, iteration));
         break;
     case TM_ALLTOALLV:
         for (int dest = 0; dest < c->size; dest++)
@@ -379,6 +400,12 @@ int tm_case_run(tm_case *c)
     case TM_ALLTOALLV:
         return MPI_Alltoallv(c->sendbuf, c->sendcounts, c->sdispls, MPI_BYTE, c->recvbuf, c->recvcounts, c->rdispls,
                              MPI_BYTE, c->comm);
+    case TM_GATHERV:
+        return MPI_Gatherv(c->sendbuf, c->sendcounts[0], MPI_BYTE, c->recvbuf, c->recvcounts, c->rdispls, MPI_BYTE,
+                           ROOT, c->comm);
+    case TM_SCATTERV:
+        return MPI_Scatterv(c->sendbuf, c->sendcounts, c->sdispls, MPI_BYTE, c->recvbuf, c->recvcounts[0], MPI_BYTE,
+                            ROOT, c->comm);
     default:
         return MPI_ERR_OTHER;
     }
@@ -427,6 +454,15 @@ int tm_case_check(const tm_case *c, uint32_t iteration)
             if (block_wrong(recv + c->rdispls[src], (size_t)c->recvcounts[src], block_seed(src, c->rank, iteration)))
                 return 1;
         return 0;
+    case TM_GATHERV:
+        if (c->rank != ROOT)
+            return 0;
+        for (int src = 0; src < c->size; src++)
+            if (block_wrong(recv + c->rdispls[src], (size_t)c->recvcounts[src], block_seed(src, 0, iteration)))
+                return 1;
+        return 0;
+    case TM_SCATTERV:
+        return block_wrong(recv, (size_t)c->recvcounts[0], block_seed(ROOT, c->rank, iteration));
     default:
         return 0;
     }
@@ -434,8 +470,11 @@ int tm_case_check(const tm_case *c, uint32_t iteration)
 
 void tm_case_spoil(tm_case *c)
 {
-    const int rooted = c->kind == TM_REDUCE || c->kind == TM_GATHER; /* only the root checks */
-    const int checker = rooted ? ROOT : c->size - 1;               /* bcast's root does not check */
+    const int rooted = c->kind == TM_REDUCE || c->kind == TM_GATHER || c->kind == TM_GATHERV; /* only the root checks */
+    int checker = rooted ? ROOT : c->size - 1; /* bcast's root does not check */
+    if (c->kind == TM_SCATTERV) /* the last rank that receives a block (a skewed or sparse one may be empty) */
+        while (checker > 0 && tm_block_bytes(c->dist, c->bytes, checker, -1, c->size) == 0)
+            checker--;
     if (c->kind == TM_BARRIER || c->count == 0 || c->rank != checker)
         return;
     if (tm_collective_is_vector(c->kind)) { /* a byte of a block this rank receives (some may be empty) */

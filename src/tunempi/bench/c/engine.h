@@ -29,6 +29,8 @@ typedef enum {
     TM_BARRIER,
     TM_ALLGATHERV,
     TM_ALLTOALLV,
+    TM_GATHERV,
+    TM_SCATTERV,
     TM_UNKNOWN
 } tm_collective;
 
@@ -40,13 +42,16 @@ int tm_collective_is_reduction(tm_collective kind);
 /* How the vector collectives' blocks differ between ranks; `bytes` is their mean block (OSU's per-peer
  * size, what the profiler records for them). uniform: every block `bytes` (OSU's v-benchmarks);
  * skewed: rank r's blocks are 2 (r + 1) / (ranks + 1) x `bytes` (the last rank sends twice the mean, the
- * first little); sparse: alltoallv sends only to the next rank (a block of ranks x `bytes`), allgatherv
- * takes blocks from the even ranks only. The other collectives take uniform only. */
+ * first little); sparse: alltoallv sends only to the next rank (a block of ranks x `bytes`), allgatherv and
+ * gatherv take blocks from the even ranks only, scatterv sends to the even ranks only. gatherv/scatterv: the
+ * root receives (sends) rank r's block as allgatherv's rank r contributes it. The other collectives take
+ * uniform only. */
 typedef enum { TM_DIST_UNIFORM, TM_DIST_SKEWED, TM_DIST_SPARSE, TM_DIST_UNKNOWN } tm_distribution;
 
 tm_distribution tm_distribution_from_name(const char *name);
 int tm_collective_is_vector(tm_collective kind);
-/* Bytes rank `source` sends to rank `dest` (alltoallv), or contributes to every rank (dest < 0: allgatherv). */
+/* Bytes rank `source` sends to rank `dest` (alltoallv), or contributes to every rank (dest < 0: allgatherv;
+ * gatherv: to the root; scatterv: the root's block for rank `source`). */
 size_t tm_block_bytes(tm_distribution dist, size_t bytes, int source, int dest, int ranks);
 
 /* One collective at one message size on one communicator. */
@@ -62,8 +67,8 @@ typedef struct {
     void *recvbuf;
     int *recvcounts; /* reduce_scatter and the vector collectives */
     int *rdispls;    /* vector collectives */
-    int *sendcounts; /* alltoallv; allgatherv: sendcounts[0] is this rank's block */
-    int *sdispls;    /* alltoallv */
+    int *sendcounts; /* alltoallv, scatterv; allgatherv, gatherv: sendcounts[0] is this rank's block */
+    int *sdispls;    /* alltoallv, scatterv */
     int nonblocking; /* started with MPI_I<coll> (tm_case_start), completed by tm_case_wait */
     MPI_Request request;
 } tm_case;
