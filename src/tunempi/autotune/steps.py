@@ -32,6 +32,8 @@ ONLINE_STATE = "online-state"
 ONLINE_BEST = "online-best"
 SEARCH = "search"
 REPORT = "report.html"
+#: Batches of online runs (the probabilities are updated after each).
+ONLINE_BATCHES = 3
 #: Repetitions of verify (its default).
 VERIFY_REPEATS = 3
 #: Runs of search's verification of its best against the default (its default: 5 pairs).
@@ -171,9 +173,10 @@ class LibrarySteps(StepRunner):
             return {"skipped": f"the application calls none of the collectives online switches "
                                f"({', '.join(DEFAULT_COLLECTIVES)})", "variant": None}
         run_s = self.run_s(ctx)
-        runs = runs_for(ctx.share_s or 0.0, run_s)
+        batch = max(2, math.ceil(runs_for(ctx.share_s or 0.0, run_s) / ONLINE_BATCHES))
+        runs = ONLINE_BATCHES * batch  # whole batches: every run's records go into an update
         directory = ctx.directory / ONLINE_STATE
-        config = OnlineConfig(collectives=used, batch_runs=max(2, math.ceil(runs / 3)), seed=ctx.request.seed + 1)
+        config = OnlineConfig(collectives=used, batch_runs=batch, seed=ctx.request.seed + 1)
         try:
             state = open_state(directory, library, config)
         except CannotSwitch as exc:
