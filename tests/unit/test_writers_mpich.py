@@ -203,6 +203,28 @@ def test_barrier_rules_by_communicator_size() -> None:
     assert select_mpich(tree, MpichCall("barrier", 16, 0)) == "MPIR_Barrier_intra_k_dissemination"
 
 
+def test_gatherv_and_scatterv_get_one_allcomm_leaf_per_communicator_size() -> None:
+    """Issue 40: MPICH's gatherv/scatterv algorithms are allcomm functions, their default subtree is that one
+    leaf with no comm_type key, and csel.c defines no message size for them: the file puts comm_type=intra
+    before the library's leaf (intercommunicators keep it) and selects by communicator size only."""
+    assert leaf_function("gatherv", "linear") == "MPIR_Gatherv_allcomm_linear"
+    assert leaf_function("scatterv", "nb") == "MPIR_Scatterv_allcomm_nb"
+    table = SelectionTable.from_items([("gatherv", 2, 8, "nb"), ("gatherv", 2, 65536, "nb"),
+                                       ("scatterv", 2, 8, "nb"), ("scatterv", 4, 8, "default")])
+    tree = build_tree(DEFAULT_MPIR, build_rule_sets(table))
+    assert tree["collective=gatherv"] == {"comm_type=intra": {"algorithm=MPIR_Gatherv_allcomm_nb": {}},
+                                          "comm_type=inter": DEFAULT_MPIR["collective=gatherv"]}
+    scatterv = tree["collective=scatterv"]
+    assert list(scatterv) == ["comm_type=intra", "comm_type=inter"]
+    assert select_mpich(scatterv["comm_type=intra"], MpichCall("scatterv", 2, 8)) == "MPIR_Scatterv_allcomm_nb"
+    assert select_mpich(scatterv["comm_type=intra"], MpichCall("scatterv", 4, 8)) == "MPIR_Scatterv_allcomm_linear"
+    with pytest.raises(UsageError, match="without a message size"):
+        build_tree(DEFAULT_MPIR, build_rule_sets(SelectionTable.from_items(
+            [("gatherv", 2, 8, "nb"), ("gatherv", 2, 65536, "linear")])))
+    with pytest.raises(UsageError, match="asserts"):
+        MpichCall("gatherv", 2, 8).total_msg_size()
+
+
 def test_default_rules_keep_the_library_choice_at_both_levels() -> None:
     sizes = (8, 1024, 65536, 1 << 20)
     table = SelectionTable.from_items(

@@ -159,6 +159,8 @@ class MpichCall:
         return self.count * self.type_size
 
     def total_msg_size(self) -> int:
+        if self.collective in ("gatherv", "scatterv"):
+            raise UsageError(f"MPICH asserts on total_msg_size for {self.collective}")
         if self.collective in ("gather", "scatter"):
             return self.count * self.comm_size  # MPICH drops the type size here
         if self.collective == "reduce_scatter":

@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from tunempi.collectives import DEFAULT_ALGORITHM
+from tunempi.collectives import DEFAULT_ALGORITHM, ROOTED_VECTOR_COLLECTIVES
 from tunempi.errors import TuningFileError, UsageError
 from tunempi.mpi.library import MPILibrary
 from tunempi.rules.ruleset import RuleSet
@@ -230,9 +230,11 @@ class VendorAdapter(ABC):
         way on every rank. Not alltoallv, in any library here: its counts differ between ranks, and MPICH
         keys its JSON on each rank's own sum(sendcounts) (ranks of one call could pick different
         algorithms), Open MPI's rules file sees size 0 (only the first rule applies) and Intel MPI documents
-        no message size for it. tune then writes one algorithm per communicator size for it
+        no message size for it. Nor gatherv and scatterv (collectives.ROOTED_VECTOR_COLLECTIVES): only the root
+        knows every count, MPICH's JSON has no message-size key for them (csel.c asserts) and Open MPI's
+        coll/tuned has no algorithm for them. tune then writes one algorithm per communicator size for it
         (tune.files.one_choice_per_scale)."""
-        return collective != "alltoallv"
+        return collective != "alltoallv" and collective not in ROOTED_VECTOR_COLLECTIVES
 
     def ignored_by_library(self, output: str) -> list[str]:
         """The selections a run's output says the library ignored (e.g. an id it does not know): a tuning

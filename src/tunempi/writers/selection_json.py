@@ -25,10 +25,13 @@ src/mpi/coll/coll_algorithms.txt of MPICH's repository; checked against the embe
   tunempi's bytes are OSU's (per-rank buffer for allreduce/bcast/reduce, per-destination block for
   allgather/alltoall/gather/scatter), so: avg key = OSU bytes (comm-size independent, used wherever
   defined); total key = OSU bytes x comm size for allgather/gather/scatter/alltoallv, = OSU bytes for
-  reduce_scatter(_block) (OSU's size there is the per-rank send buffer).
+  reduce_scatter(_block) (OSU's size there is the per-rank send buffer). gatherv and scatterv have
+  neither key (csel.c asserts on both): a file selects one algorithm per communicator size for them.
 * `count<pow2` is true when count < the largest power of two <= comm size (get_count: count for
   bcast/allreduce/reduce, recvcount for allgather, sum(recvcounts) for reduce_scatter).
-* Leaves are `algorithm=MPIR_<Coll>_intra_<name>` (`MPIR_<Coll>_allcomm_nb` for `nb`); the parser
+* Leaves are `algorithm=MPIR_<Coll>_intra_<name>` (`MPIR_<Coll>_allcomm_nb` for `nb`; every gatherv and
+  scatterv algorithm is an allcomm one, `MPIR_Gatherv_allcomm_linear`, and their default subtree is that
+  leaf alone, with no `comm_type` key: a tuned file puts `comm_type=intra` before it); the parser
   asserts on unknown names. Parametrised algorithms read their parameters from child keys (`k=2`);
   the container is malloc'ed, NOT zeroed, so a missing parameter is garbage: they are required here.
 * The selected algorithm's preconditions are NOT checked on this path (reduce_scatter_allgather with
@@ -61,7 +64,12 @@ MSG_SEMANTICS: dict[str, tuple[str, bool]] = {
     "reduce_scatter": ("total_msg_size", False),
     "reduce_scatter_block": ("total_msg_size", False),
     "barrier": ("", False),  # no message size: one algorithm per communicator-size block
+    "gatherv": ("", False),  # MPICH defines no message size for them (csel.c asserts): as barrier
+    "scatterv": ("", False),
 }
+
+#: Collectives whose every algorithm is an `allcomm` function (intra- and intercommunicators alike).
+ALLCOMM_COLLECTIVES: frozenset[str] = frozenset({"gatherv", "scatterv"})
 
 #: Parameters a leaf must carry (csel_container.c parse_container_params, MPICH 5.0.2).
 LEAF_PARAMETERS: dict[str, tuple[str, ...]] = {
@@ -102,7 +110,7 @@ def mpir_name(collective: str) -> str:
 
 def leaf_function(collective: str, algorithm: str) -> str:
     """The MPIR function a tunempi/cvar algorithm name selects ('nb' is an allcomm algorithm)."""
-    kind = "allcomm" if algorithm == "nb" else "intra"
+    kind = "allcomm" if algorithm == "nb" or collective in ALLCOMM_COLLECTIVES else "intra"
     return f"MPIR_{mpir_name(collective)}_{kind}_{algorithm}"
 
 
@@ -129,8 +137,9 @@ def _leaf(collective: str, algorithm: str, fallback: dict, params: Mapping[str, 
     function = leaf_function(collective, algorithm)
     key = f"algorithm={function}"
     if known is not None and key not in known:
-        offered = sorted(k.split("_intra_", 1)[1] for k in known
-                         if k.startswith(f"algorithm=MPIR_{mpir_name(collective)}_intra_"))
+        kind = "allcomm" if collective in ALLCOMM_COLLECTIVES else "intra"
+        offered = sorted(k.split(f"_{kind}_", 1)[1] for k in known
+                         if k.startswith(f"algorithm=MPIR_{mpir_name(collective)}_{kind}_"))
         raise UsageError(f"MPICH has no JSON leaf {key} (MPI_Init would abort); {collective} offers: "
                          f"{', '.join(offered) or 'nothing'}")
     required = LEAF_PARAMETERS.get(function, ())
@@ -220,6 +229,10 @@ def build_selection_tree(default_tree: Mapping, rule_sets: Mapping[str, RuleSet]
     sets = list(rule_sets.values()) if isinstance(rule_sets, Mapping) else list(rule_sets)
     for rule_set in sets:
         key = f"collective={rule_set.collective}"
+        if key in tree and "comm_type=intra" not in tree[key] and _is_leaf(tree[key]):
+            # one allcomm leaf for every communicator (gatherv, scatterv): intracommunicators get the tuned
+            # subtree, intercommunicators keep the leaf
+            tree[key] = {"comm_type=intra": copy.deepcopy(tree[key]), "comm_type=inter": tree[key]}
         if key not in tree or "comm_type=intra" not in tree[key]:
             raise UsageError(f"the library's default tree has no intra subtree for {rule_set.collective}; "
                              f"it has {', '.join(k.split('=', 1)[1] for k in tree)}")
@@ -227,6 +240,10 @@ def build_selection_tree(default_tree: Mapping, rule_sets: Mapping[str, RuleSet]
         tree[key]["comm_type=intra"] = tuned_intra_subtree(rule_set, default_intra, restrictions=restrictions,
                                                            params=params, known_leaves=known_leaves)
     return tree
+
+
+def _is_leaf(subtree: Mapping) -> bool:
+    return len(subtree) == 1 and next(iter(subtree)).startswith(("algorithm=", "composition="))
 
 
 def write_selection_json(default_tree: Mapping, rule_sets: Mapping[str, RuleSet] | list[RuleSet], *,
