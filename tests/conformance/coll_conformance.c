@@ -332,7 +332,8 @@ static int want_single(long j, const void *p)
 
 static int is_rooted(const char *coll)
 {
-    return !strcmp(coll, "bcast") || !strcmp(coll, "reduce") || !strcmp(coll, "gather") || !strcmp(coll, "scatter");
+    return !strcmp(coll, "bcast") || !strcmp(coll, "reduce") || !strcmp(coll, "gather") || !strcmp(coll, "scatter") ||
+           !strcmp(coll, "gatherv") || !strcmp(coll, "scatterv");
 }
 
 /* Runs one case on this rank: 1 pass, 0 wrong result, -1 error code. */
@@ -512,6 +513,56 @@ static int run_case(const ccase *c)
         }
         free_buf(s);
         free_buf(r);
+    } else if (!strcmp(coll, "gatherv")) {
+        /* Rank q's block is (q % 2 + 1) times the case's count, at a displacement that leaves a gap of one
+         * element after each block; the root's counts and displacements are the only ones it reads. */
+        int counts[MAXP], displs[MAXP];
+        long total = 0;
+        for (int i = 0; i < p; i++) {
+            counts[i] = (int)rn * (i % 2 + 1);
+            displs[i] = (int)total;
+            total += counts[i] + 1;
+        }
+        int mine = n * (me % 2 + 1);
+        int *s = alloc_buf(sl, mine), *r = alloc_buf(rl, total);
+        fill(sl, s, mine, c->opkind, me, 0, c->salt);
+        int inpl = c->inplace && me == c->root;
+        if (inpl)
+            fill(rl, r + (long)displs[me] * rl->slot, counts[me], c->opkind, me, 0, c->salt);
+        rc = MPI_Gatherv(inpl ? ip : s, mine, sl->type, r, counts, displs, rl->type, c->root, comm);
+        for (int q = 0; q < p && good && me == c->root; q++) {
+            w.src = q;
+            good = check_range(rl, r + (long)displs[q] * rl->slot, counts[q], want_single, &w, 0,
+                               (long)counts[q] * rl->slot + 1);
+        }
+        free_buf(s);
+        free_buf(r);
+    } else if (!strcmp(coll, "scatterv")) {
+        /* The root's block for rank d is (d % 2 + 1) times the case's count, with a gap of one element after
+         * each, carrying the root's values from d * 4 * vals on. */
+        int counts[MAXP], displs[MAXP];
+        long total = 0;
+        for (int i = 0; i < p; i++) {
+            counts[i] = n * (i % 2 + 1);
+            displs[i] = (int)total;
+            total += counts[i] + 1;
+        }
+        int mine = (int)rn * (me % 2 + 1);
+        int *s = alloc_buf(sl, total), *r = alloc_buf(rl, mine);
+        if (me == c->root)
+            for (int d = 0; d < p; d++)
+                fill(sl, s + (long)displs[d] * sl->slot, counts[d], c->opkind, me, (long)d * 4 * vals, c->salt);
+        int inpl = c->inplace && me == c->root;
+        rc = MPI_Scatterv(s, counts, displs, sl->type, inpl ? (void *)ip : r, mine, rl->type, c->root, comm);
+        w.src = c->root;
+        w.offset = (long)me * 4 * vals;
+        if (inpl) /* the root's own block stays where it is in the send buffer */
+            good = check_range(sl, s + (long)displs[me] * sl->slot, counts[me], want_single, &w, 0,
+                               (long)counts[me] * sl->slot + 1);
+        else
+            good = check(rl, r, mine, want_single, &w);
+        free_buf(s);
+        free_buf(r);
     } else if (!strcmp(coll, "reduce_scatter") || !strcmp(coll, "reduce_scatter_block")) {
         int block = !strcmp(coll, "reduce_scatter_block");
         int counts[MAXP];
@@ -591,7 +642,8 @@ static int derived(int layout_index)
 static void build_cases(const char *only)
 {
     static const char *reductions[] = {"allreduce", "reduce", "reduce_scatter", "reduce_scatter_block"};
-    static const char *moves[] = {"bcast", "allgather", "allgatherv", "alltoall", "gather", "scatter", "alltoallv"};
+    static const char *moves[] = {"bcast",   "allgather", "allgatherv", "alltoall", "gather",
+                                  "scatter", "alltoallv", "gatherv",    "scatterv"};
     static const int counts[] = {0, 1, 7, 1031};
     static const int red_types[][2] = {{L_INT, OP_SUM},    {L_INT, OP_USUM},     {L_MAT, OP_MATMUL},
                                        {L_MATV, OP_MATMUL}, {L_NEST, OP_USUM},    {L_NEST, OP_MATMUL},

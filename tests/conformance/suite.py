@@ -27,7 +27,8 @@ RESULT = re.compile(r"^R (\d+) (\S+) (.*) (ok|FAIL|ERROR)$")
 LISTED = re.compile(r"^L (\d+) (\S+) (.*)$")
 #: The collectives the suite covers (every one tunempi can switch or write a tuning file for).
 COLLECTIVES: tuple[str, ...] = ("allreduce", "bcast", "allgather", "alltoall", "reduce", "reduce_scatter",
-                                "reduce_scatter_block", "gather", "scatter", "barrier", "allgatherv", "alltoallv")
+                                "reduce_scatter_block", "gather", "scatter", "barrier", "allgatherv", "alltoallv",
+                                "gatherv", "scatterv")
 
 
 @dataclass(frozen=True)
