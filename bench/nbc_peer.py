@@ -1,0 +1,153 @@
+"""Peer check of tunempi's non-blocking figures against Intel's IMB-NBC (issue 41), interleaved rounds.
+
+IMB-NBC ships in the impi-rt wheel (.venv/opt/impi/bin/IMB-NBC). Per collective and size it reports t_pure
+(start + MPI_Wait, calls in a row), t_CPU (a computation calibrated to about t_pure), t_ovrl (start, the
+computation, MPI_Wait) and overlap % = 100 (t_pure + t_CPU - t_ovrl) / min(t_pure, t_CPU), clipped to
+0-100. tunempi's engine measures the same two things (docs/bench.md, "Non-blocking collectives"): the
+latency (nb=latency; here in its back-to-back mode, `--back-to-back` calls per timed iteration, as IMB
+loops without a barrier) and, in a second run, the overlap (nb=overlap: one call per iteration, a busy
+loop calibrated to the pure time, OSU's overlap % = 100 (1 - (overlapped - compute) / pure)); with the
+computation as long as the pure time the two formulas agree.
+
+Every round measures each collective with both tools in an order drawn per round. Per point: the latency
+ratio tunempi / IMB t_pure and the overlap difference (tunempi - IMB, points), each the median over rounds;
+printed per point, then the geometric mean of the latency ratios (goal 0.9-1.1) and the largest overlap
+difference (goal within 10 points).
+
+The wheel's IMB-NBC is built against Intel MPI's libmpi.so.12; MPICH 5.0.2 has the same ABI, so
+`--mpi mpich` runs the very same binary on MPICH's library and launcher (the library's default algorithms).
+
+Usage: .venv/bin/python bench/nbc_peer.py [--mpi impi|mpich] [--collectives iallreduce,ibcast]
+                                          [--sizes 8,1KiB,64KiB] [--rounds 3] [--ranks 2]
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import os
+import random
+import re
+import statistics
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+from tunempi.bench.protocol import MeasureSettings
+from tunempi.bench.session import BenchListener, BenchOptions, run_bench
+from tunempi.mpi.discovery import resolve_library
+from tunempi.mpi.library import MPILibrary
+from tunempi.units import format_size, parse_size
+
+IMB_NAMES = {"iallreduce": "Iallreduce", "ibcast": "Ibcast", "ialltoall": "Ialltoall", "iallgather": "Iallgather"}
+#: #bytes #repetitions t_ovrl t_pure t_CPU overlap[%]
+_ROW = re.compile(r"^\s*(\d+)\s+(\d+)\s+([\d.]+)\s+([\d.]+)\s+([\d.]+)\s+([\d.]+)\s*$")
+
+
+class Medians(BenchListener):
+    def __init__(self) -> None:
+        self.by_size: dict[int, float] = {}
+
+    def measured(self, point, outcome, measurement) -> None:  # noqa: ANN001 - BenchListener's signature
+        if measurement.ok and measurement.median_us is not None:
+            self.by_size[point.msg_bytes] = measurement.median_us
+
+
+def tunempi_point(mpi: str, collective: str, sizes: list[int], ranks: int, db: Path, back_to_back: int
+                  ) -> tuple[dict[int, float], dict[int, float]]:
+    """(size -> latency in us, size -> overlap %): two engine runs, the library's default algorithm."""
+    listener = Medians()
+    common = dict(mpi=mpi, collectives=collective, algorithms="default", sizes=",".join(str(s) for s in sizes),
+                  ranks=ranks, db=str(db), force=True)
+    run_bench(BenchOptions(**common, settings=MeasureSettings(time_cap_s=0.5, back_to_back=back_to_back)),
+              listener)
+    report = run_bench(BenchOptions(**common, overlap=True, settings=MeasureSettings(time_cap_s=0.5)))
+    return listener.by_size, {row.msg_bytes: row.overlap_pct for row in report.overlap}
+
+
+def imb_point(library: MPILibrary, imb: Path, collective: str, sizes: list[int], ranks: int, workdir: Path
+              ) -> tuple[dict[int, float], dict[int, float]]:
+    """(size -> t_pure in us, size -> overlap %) from one IMB-NBC launch under `library`'s mpiexec."""
+    lengths = workdir / "msglen.txt"
+    lengths.write_text("".join(f"{size}\n" for size in sizes))
+    argv = [str(library.mpiexec), "-n", str(ranks), str(imb), IMB_NAMES[collective], "-npmin", str(ranks),
+            "-msglen", str(lengths), "-time", "0.5"]
+    # The wheel's IMB binaries carry no run path to libmpi: the library's own lib directory is put first.
+    paths = [str(library.prefix / "lib"), *filter(None, [os.environ.get("LD_LIBRARY_PATH")])]
+    done = subprocess.run(argv, env={**os.environ, "LD_LIBRARY_PATH": ":".join(paths)}, cwd=workdir,
+                          capture_output=True, text=True, timeout=300, check=False)
+    if done.returncode != 0:
+        raise SystemExit(f"IMB-NBC failed ({done.returncode}): {' '.join(argv)}\n{done.stderr[-2000:]}")
+    pure: dict[int, float] = {}
+    overlap: dict[int, float] = {}
+    for line in done.stdout.splitlines():
+        if match := _ROW.match(line):
+            size = int(match.group(1))
+            pure[size], overlap[size] = float(match.group(4)), float(match.group(6))
+    return pure, overlap
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--mpi", default="impi", choices=["impi", "mpich"])
+    parser.add_argument("--collectives", default=",".join(IMB_NAMES))
+    parser.add_argument("--sizes", default="8,1KiB,64KiB")
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--ranks", type=int, default=2)
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--back-to-back", type=int, default=100)
+    args = parser.parse_args()
+    library = resolve_library(args.mpi)
+    imb = resolve_library("impi").prefix / "bin" / "IMB-NBC"
+    collectives = [c for c in args.collectives.split(",") if c]
+    unknown = [c for c in collectives if c not in IMB_NAMES]
+    if unknown:
+        parser.error(f"IMB-NBC has no {', '.join(unknown)}; valid: {', '.join(IMB_NAMES)}")
+    sizes = [parse_size(s) for s in args.sizes.split(",")]
+    latency: dict[tuple[str, int], list[float]] = {}
+    overlap: dict[tuple[str, int], list[float]] = {}
+    rng = random.Random(args.seed)
+    with tempfile.TemporaryDirectory() as tmp:
+        work = Path(tmp)
+        for round_ in range(args.rounds):
+            for collective in collectives:
+                tools = ["tunempi", "imb"]
+                rng.shuffle(tools)
+                got = {tool: (tunempi_point(args.mpi, collective, sizes, args.ranks, work / "db.sqlite",
+                                            args.back_to_back)
+                              if tool == "tunempi" else imb_point(library, imb, collective, sizes, args.ranks, work))
+                       for tool in tools}
+                for size in sizes:
+                    ours, theirs = got["tunempi"], got["imb"]
+                    if size in ours[0] and theirs[0].get(size):
+                        latency.setdefault((collective, size), []).append(ours[0][size] / theirs[0][size])
+                    if size in ours[1] and size in theirs[1]:
+                        overlap.setdefault((collective, size), []).append(ours[1][size] - theirs[1][size])
+            print(f"round {round_ + 1}/{args.rounds} done", file=sys.stderr, flush=True)
+    print(f"{library.name}, {args.ranks} ranks, {args.rounds} interleaved rounds, the library's default: "
+          f"tunempi latency (back_to_back={args.back_to_back}) / IMB-NBC t_pure; overlap tunempi - IMB-NBC")
+    print(f"{'collective':<11} {'size':>7} {'latency':>8} {'overlap':>8}  per round (latency | overlap)")
+    ratios, gaps = [], []
+    for key in sorted(set(latency) | set(overlap)):
+        ratio = statistics.median(latency[key]) if key in latency else math.nan
+        gap = statistics.median(overlap[key]) if key in overlap else math.nan
+        ratios += [ratio] if key in latency else []
+        gaps += [gap] if key in overlap else []
+        print(f"{key[0]:<11} {format_size(key[1]):>7} {ratio:8.3f} {gap:+8.1f}  "
+              + " ".join(f"{v:.3f}" for v in latency.get(key, [])) + " | "
+              + " ".join(f"{v:+.1f}" for v in overlap.get(key, [])))
+    missing = [f"{c} {format_size(s)}" for c in collectives for s in sizes if (c, s) not in latency]
+    if missing:
+        print(f"not measured by both tools in any round: {', '.join(missing)}")
+    if not ratios:
+        print("no point measured by both tools")
+        return 1
+    geo = math.exp(statistics.fmean(math.log(r) for r in ratios))
+    print(f"geometric mean of {len(ratios)} latency ratios: {geo:.3f} (goal 0.9-1.1); "
+          f"largest overlap difference: {max(gaps, key=abs, default=math.nan):+.1f} points (goal within 10)")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
