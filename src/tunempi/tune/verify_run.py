@@ -9,16 +9,15 @@ from __future__ import annotations
 
 import dataclasses
 import itertools
-import random
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
 from tunempi import evidence
-from tunempi.bench.engine import EngineSession, Layout
-from tunempi.bench.protocol import SET_KEEP, MeasureSettings
-from tunempi.bench.sweep import BenchPoint, Selection, measure_point, to_measurement
+from tunempi.bench.engine import Layout
+from tunempi.bench.protocol import MeasureSettings
+from tunempi.bench.sweep import BenchPoint
 from tunempi.bench.validate import DEFAULT_ALGORITHM
 from tunempi.errors import UsageError
 from tunempi.launch.hosts import NodeAllocation
@@ -33,6 +32,7 @@ from tunempi.tune.compositions import (
     write_composition_choices,
 )
 from tunempi.tune.driver import layout_of
+from tunempi.tune.file_launches import LaunchSide, measure_sides
 from tunempi.tune.files import (
     one_choice_per_scale,
     rule_sets_for,
@@ -214,7 +214,6 @@ def measure_under_files(library: MPILibrary, adapter: VendorAdapter, file_env: M
     switched at run time, in a seeded random order. A point of the files' launch carries the cell's tuned
     algorithm, one of the other launch `default`, and the point's `run` is the repetition: `evaluate` pairs
     them per launch pair (issue 39: a figure switched inside one launch did not predict the file's)."""
-    keep = Selection(None, SET_KEEP, False)
     by_layout: dict[Layout, list[Cell]] = {}
     for cell in sorted(c for c, a in selection.items() if a != DEFAULT_ALGORITHM):
         by_layout.setdefault(layout_of(cell), []).append(cell)
@@ -222,26 +221,11 @@ def measure_under_files(library: MPILibrary, adapter: VendorAdapter, file_env: M
     counter = itertools.count(1)
     for run in runs:
         for layout, cells in sorted(by_layout.items(), key=lambda item: (item[0].nodes, item[0].ranks)):
-            env = dict(adapter.launch_env())
             hosts = allocation.first(layout.nodes) if allocation is not None and layout.nodes > 1 else None
-            if hosts is None:
-                env.update(adapter.single_node_env())
-            for side in evidence.pair_order("tuned", DEFAULT_ALGORITHM, run):
-                order = list(cells)
-                random.Random(f"{run}/{side}").shuffle(order)
-                with EngineSession(library, layout, env={**env, **(file_env if side == "tuned" else {})},
-                                   allocation=hosts) as session:
-                    for position, cell in enumerate(order):
-                        point = BenchPoint(cell.collective, selection[cell] if side == "tuned" else DEFAULT_ALGORITHM,
-                                           cell.msg_bytes, run)
-                        started = time.perf_counter()
-                        outcome = measure_point(session, point, keep, settings, next_id=lambda: next(counter),
-                                                retries=2, says_not_usable=adapter.says_not_usable)
-                        result = PointResult(point, layout, outcome,
-                                             to_measurement(library, layout, point, outcome, system=system),
-                                             time.perf_counter() - started, session.launches if position == 0 else 0)
-                        results.append(result)
-                        on_point(result)
+            tuned = LaunchSide("tuned", {cell: selection[cell] for cell in cells}, file_env)
+            default = LaunchSide(DEFAULT_ALGORITHM, dict.fromkeys(cells, DEFAULT_ALGORITHM), {})
+            results += measure_sides(library, adapter, layout, evidence.pair_order(tuned, default, run), run,
+                                     settings, on_point, hosts, system, next_id=lambda: next(counter))
     return results
 
 
