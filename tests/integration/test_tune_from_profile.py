@@ -60,7 +60,7 @@ def test_tune_refuses_a_profile_without_a_collective_it_takes_with_a_message(tmp
     data = {"schema": "tunempi-profile", "schema_version": 1, "header": {"ranks": 2, "library": "MPICH Version: 5.0.2"},
             "ranks": [{"rank": r, "host": "h", "wall_ns": 10_000_000, "mpi_ns": 9_000_000, "collective_ns": 9_000_000,
                        "p2p_ns": 0, "collective_calls": 10, "send_calls": 0} for r in range(2)],
-            "collectives": [{"collective": "scatterv", "blocking": True, "comm_size": 2, "nodes": 1, "ppn": 2,
+            "collectives": [{"collective": "alltoallw", "blocking": True, "comm_size": 2, "nodes": 1, "ppn": 2,
                              "size_lo": 3, "size_hi": 4, "ranks": 2, "calls": 20, "bytes": 80, "time_ns": 18_000_000,
                              "time_min_ns": 1, "time_max_ns": 2, "exact_sizes": {"4": 20}}],
             "p2p_histogram": {"upper_bounds": [2048, 4096, 8192, 16384, 32768, 65536, None], "calls": [0] * 7,
@@ -69,7 +69,7 @@ def test_tune_refuses_a_profile_without_a_collective_it_takes_with_a_message(tmp
     refused = tunempi("tune", "--from-profile", "a.json", "--mpi", "mpich", "--out", "tuned", cwd=tmp_path)
     assert refused.returncode == 2, refused.stdout + refused.stderr
     assert "Traceback" not in refused.stderr
-    assert "scatterv" in refused.stdout + refused.stderr
+    assert "alltoallw" in refused.stdout + refused.stderr
 
 
 @pytest.mark.parametrize("mpi", ["mpich", "openmpi", "impi"])
@@ -85,3 +85,61 @@ def test_tune_takes_the_vector_collectives_and_writes_each_library_s_files(mpi: 
     assert {row["collective"] for row in rows} == {"alltoallv", "allgatherv"}
     assert len({row["algorithm"] for row in rows if row["collective"] == "alltoallv"}) == 1
     assert {"mpich": "mpich-mpir", "openmpi": "openmpi-rules", "impi": "impi-adjust"}[mpi] in manifest["files"]
+
+
+def rooted_vector_profile() -> dict:
+    """A profile whose MPI time is gatherv's and scatterv's (one block size each per rank, 2 ranks)."""
+    return {"schema": "tunempi-profile", "schema_version": 1,
+            "header": {"ranks": 2, "library": "MPICH Version: 5.0.2"},
+            "ranks": [{"rank": r, "host": "h", "wall_ns": 10_000_000, "mpi_ns": 9_000_000, "collective_ns": 9_000_000,
+                       "p2p_ns": 0, "collective_calls": 40, "send_calls": 0} for r in range(2)],
+            "collectives": [{"collective": name, "blocking": True, "comm_size": 2, "nodes": 1, "ppn": 2,
+                             "size_lo": 513, "size_hi": 1024, "ranks": 2, "calls": 40, "bytes": 40 * 1024,
+                             "time_ns": 9_000_000, "time_min_ns": 1, "time_max_ns": 2, "exact_sizes": {"1024": 40}}
+                            for name in ("gatherv", "scatterv")],
+            "p2p_histogram": {"upper_bounds": [2048, 4096, 8192, 16384, 32768, 65536, None], "calls": [0] * 7,
+                              "bytes": [0] * 7}}
+
+
+def test_tune_from_profile_takes_gatherv_and_scatterv_into_mpich_s_file(tmp_path: Path) -> None:
+    """Issue 40: a gatherv/scatterv-bound profile is tuned (MPICH: linear or nb, one per communicator size in
+    its JSON file, smoke-checked), and advise names nothing it cannot tune."""
+    (tmp_path / "a.json").write_text(json.dumps(rooted_vector_profile()))
+    tuned = tunempi("tune", "--from-profile", "a.json", "--mpi", "mpich", "--out", "tuned", *QUICK_TUNE, cwd=tmp_path)
+    assert tuned.returncode == 0, tuned.stdout[-3000:] + tuned.stderr[-3000:]
+    manifest = json.loads((tmp_path / "tuned" / "manifest.json").read_text())
+    rows = manifest["selection"]
+    assert {row["collective"] for row in rows} == {"gatherv", "scatterv"}
+    assert "mpich-mpir" in manifest["files"]
+    tree = json.loads((tmp_path / "tuned" / manifest["files"]["mpich-mpir"]).read_text())
+    assert list(tree["collective=gatherv"])[0] in ("comm_type=intra", "algorithm=MPIR_Gatherv_allcomm_linear")
+    advice = tunempi("advise", "--profile", "a.json", "--mpi", "mpich", cwd=tmp_path)
+    assert advice.returncode == 0, advice.stdout + advice.stderr
+    assert "not tunable" not in advice.stdout
+
+
+def test_tune_from_profile_leaves_what_open_mpi_cannot_select_with_the_reason(tmp_path: Path) -> None:
+    """Open MPI's coll/tuned has no gatherv/scatterv algorithm: tune --from-profile refuses with that reason
+    (exit 2), never measuring first and failing at the file."""
+    data = rooted_vector_profile()
+    data["header"]["library"] = "Open MPI v5.0.11"
+    (tmp_path / "a.json").write_text(json.dumps(data))
+    refused = tunempi("tune", "--from-profile", "a.json", "--mpi", "openmpi", "--out", "tuned", cwd=tmp_path)
+    assert refused.returncode == 2 and "Traceback" not in refused.stderr, refused.stdout + refused.stderr
+    assert "offers no algorithms to choose from" in refused.stdout + refused.stderr
+
+
+@pytest.mark.parametrize("mpi", [pytest.param("impi", marks=pytest.mark.full), "openmpi"])
+def test_tune_on_gatherv_and_scatterv_with_intel_presets_or_open_mpi_s_nothing(mpi: str, tmp_path: Path) -> None:
+    """Intel MPI: its presets, one per communicator size in the selection strings (smoke-checked). Open MPI:
+    coll/tuned has no algorithm for them, and tune says so instead of writing a file."""
+    tuned = tunempi("tune", "--mpi", mpi, "--ranks", "2", "--collectives", "gatherv,scatterv", "--max-msg", "1KiB",
+                    "--out", "tuned", *QUICK_TUNE, cwd=tmp_path)
+    if mpi == "openmpi":
+        assert "Traceback" not in tuned.stderr
+        assert tuned.returncode != 0 and "gatherv" in tuned.stdout + tuned.stderr, tuned.stdout + tuned.stderr
+        return
+    assert tuned.returncode == 0, tuned.stdout[-3000:] + tuned.stderr[-3000:]
+    manifest = json.loads((tmp_path / "tuned" / "manifest.json").read_text())
+    for collective in ("gatherv", "scatterv"):
+        assert len({row["algorithm"] for row in manifest["selection"] if row["collective"] == collective}) == 1
