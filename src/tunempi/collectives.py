@@ -43,6 +43,15 @@ VECTOR_COLLECTIVES: frozenset[str] = frozenset({"allgatherv", "alltoallv", "gath
 #: sendcounts): no tuning file can choose their algorithm by a size every rank of a call computes alike.
 ROOTED_VECTOR_COLLECTIVES: frozenset[str] = frozenset({"gatherv", "scatterv"})
 
+#: Collectives the online mode switches per call: those whose message size (tunempi's convention) is the
+#: same on every rank of the call, so every rank finds the same cell and draws the same algorithm. Not
+#: alltoallv, gatherv, scatterv: each rank's size is its own blocks' (their counts differ between ranks),
+#: so ranks of one call would find different cells (and could run different algorithms).
+ONLINE_SWITCHABLE: tuple[str, ...] = (
+    "allreduce", "bcast", "allgather", "alltoall", "reduce", "barrier", "gather", "scatter",
+    "reduce_scatter", "reduce_scatter_block", "allgatherv",
+)
+
 #: How a vector collective's blocks differ between ranks around its mean block (the message size, as the
 #: profiler records it): uniform (every block the same: OSU's v-benchmarks), skewed (rank r's blocks are
 #: 2 (r + 1) / (ranks + 1) x the mean), sparse (alltoallv sends to the next rank only; allgatherv and gatherv

@@ -66,16 +66,16 @@ def _parse_ranks(text: str) -> str:
 def _from_profile(path: str, collectives: str | None, mpi: str | None) -> tuple[str, str]:
     """(--collectives, --mpi) from a profile: the collectives it calls that online switches, most time first,
     and the library it ran with (flags given as well win)."""
+    from tunempi.collectives import ONLINE_SWITCHABLE
     from tunempi.mpi.discovery import library_for_version_string
-    from tunempi.online.state import DEFAULT_COLLECTIVES
     from tunempi.profile.reader import load_profile
 
     profile = load_profile(path)
     library = library_for_version_string(str(profile.header.get("library", "")), resolve(mpi, "MPI"))
-    used = [name for name, _, _ in profile.time_by_collective() if name in DEFAULT_COLLECTIVES]
+    used = [name for name, _, _ in profile.time_by_collective() if name in ONLINE_SWITCHABLE]
     if not used and not collectives:
         raise UsageError(f"{path}: the application calls none of the collectives online switches "
-                         f"({', '.join(DEFAULT_COLLECTIVES)})")
+                         f"({', '.join(ONLINE_SWITCHABLE)})")
     return collectives or ",".join(used), mpi or library.spec
 
 

@@ -36,12 +36,6 @@ TABLE_HEADER = "tunempi-online-table 2"
 RECORDS_HEADER = "# tunempi-online-records 1"
 DEFAULT_STATE_DIR = "tunempi-online"
 
-#: Collectives whose message size (tunempi's convention) is the same on every rank of the call, so
-#: every rank finds the same cell: the others (alltoallv, gatherv, scatterv) cannot be switched.
-SWITCHABLE: tuple[str, ...] = (
-    "allreduce", "bcast", "allgather", "alltoall", "reduce", "barrier", "gather", "scatter",
-    "reduce_scatter", "reduce_scatter_block", "allgatherv",
-)
 DEFAULT_COLLECTIVES: tuple[str, ...] = ("allreduce", "bcast", "allgather", "alltoall", "reduce", "barrier")
 
 

@@ -16,10 +16,10 @@ from __future__ import annotations
 import logging
 from collections.abc import Iterable
 
-from tunempi.collectives import DEFAULT_ALGORITHM
+from tunempi.collectives import DEFAULT_ALGORITHM, ONLINE_SWITCHABLE
 from tunempi.mpi.restrictions import ONLINE_NEVER, online_mask
 from tunempi.mpi.vendor import VendorAdapter
-from tunempi.online.state import SWITCHABLE, AlgorithmSwitch, CollectiveSwitch
+from tunempi.online.state import AlgorithmSwitch, CollectiveSwitch
 
 _log = logging.getLogger(__name__)
 
@@ -36,7 +36,7 @@ def collective_switches(adapter: VendorAdapter, collectives: Iterable[str]) -> l
     """The switches of the requested collectives the library can switch (others skipped with a warning)."""
     out = []
     for collective in collectives:
-        if collective not in SWITCHABLE:
+        if collective not in ONLINE_SWITCHABLE:
             _log.warning("%s cannot be switched online (ranks see different sizes); skipped", collective)
             continue
         if collective not in adapter.collectives() or not adapter.algorithms(collective):

@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from typing import Protocol
 
 from tunempi.bench.validate import ENGINE_COLLECTIVES
-from tunempi.collectives import is_nonblocking
+from tunempi.collectives import ONLINE_SWITCHABLE, is_nonblocking
 from tunempi.errors import UsageError
 from tunempi.mpi.vendor import ThresholdKnob
 from tunempi.profile.reader import P2PBucket, Profile, UsageRow
@@ -324,10 +324,22 @@ def application_plan(profile: Profile, profile_path: str, mpi_spec: str, *, swit
         why += "; not tuned: " + "; ".join(n.text for n in left)
     steps.append(PlanStep("tune", collective_worth, why, (
         f"tunempi tune --from-profile {shlex.quote(profile_path)} --mpi {mpi} --out tuned",)))
-    online_worth = collective_worth and switches_per_call
-    online_why = (why + "; online tunes inside the application's own runs (for an application run often)"
-                  if switches_per_call else "not for this library: it reads its algorithm choice at MPI_Init only, "
-                  "so it cannot switch per call")
+    # online switches only the collectives every rank of a call sees at one size (collectives.ONLINE_SWITCHABLE)
+    switchable = [c for c in scope.collectives if c in ONLINE_SWITCHABLE] if scope is not None else []
+    unswitched = [c for c in scope.collectives if c not in ONLINE_SWITCHABLE] if scope is not None else []
+    online_worth = collective_worth and switches_per_call and bool(switchable)
+    if not switches_per_call:
+        online_why = "not for this library: it reads its algorithm choice at MPI_Init only, so it cannot switch per call"
+    elif collective_worth and not switchable:
+        online_why = (f"{said}, in {', '.join(unswitched)}: online cannot switch these per call (each rank's size "
+                      "is its own blocks', so ranks of one call would draw in different cells); tune writes files "
+                      "for them")
+    else:
+        online_why = why + "; online tunes inside the application's own runs (for an application run often)"
+        if online_worth:
+            online_why += f"; it switches {', '.join(switchable)}"
+            if unswitched:
+                online_why += f", not {', '.join(unswitched)} (each rank's size is its own blocks')"
     steps.append(PlanStep("online", online_worth, online_why, (
                               f"tunempi online run --from-profile {shlex.quote(profile_path)} --mpi {mpi} --runs 10 "
                               f"--update -- {launch}",
