@@ -327,13 +327,16 @@ def application_plan(profile: Profile, profile_path: str, mpi_spec: str, *, swit
     # online switches only the collectives every rank of a call sees at one size (collectives.ONLINE_SWITCHABLE)
     switchable = [c for c in scope.collectives if c in ONLINE_SWITCHABLE] if scope is not None else []
     unswitched = [c for c in scope.collectives if c not in ONLINE_SWITCHABLE] if scope is not None else []
-    online_worth = collective_worth and switches_per_call and bool(switchable)
+    # ... and it can pay only as far as those take time (LAMMPS' PPPM: 42 % in collectives, 1 % switchable)
+    switchable_share = sum(t for name, _, t in profile.time_by_collective() if name in switchable) / wall
+    online_worth = collective_worth and switches_per_call and switchable_share >= WORTH_SHARE
     if not switches_per_call:
         online_why = "not for this library: it reads its algorithm choice at MPI_Init only, so it cannot switch per call"
-    elif collective_worth and not switchable:
-        online_why = (f"{said}, in {', '.join(unswitched)}: online cannot switch these per call (each rank's size "
-                      "is its own blocks', so ranks of one call would draw in different cells); tune writes files "
-                      "for them")
+    elif collective_worth and not online_worth:
+        online_why = (f"{said}, but those online switches ({', '.join(switchable) or 'none'}) only "
+                      f"{100 * switchable_share:.1f}%, below {100 * WORTH_SHARE:g}%: online cannot switch "
+                      f"{', '.join(unswitched)} per call (each rank's size is its own blocks', so ranks of one call "
+                      "would draw in different cells); tune writes files for them")
     else:
         online_why = why + "; online tunes inside the application's own runs (for an application run often)"
         if online_worth:
