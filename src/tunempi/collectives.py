@@ -22,6 +22,15 @@ NONBLOCKING: dict[str, str] = {
     "iallreduce": "allreduce", "ibcast": "bcast", "ialltoall": "alltoall", "iallgather": "allgather",
 }
 
+#: What `tune` minimises for a non-blocking collective (`--objective`, recorded in the manifest; verify compares
+#: under the same one): `latency` (start + MPI_Wait, the engine's nb=latency median, the time the store keeps),
+#: `time` (start + a computation as long as the latency + wait: nb=overlap's overlapped median) and `overlap`
+#: (the share of the collective hidden behind that computation). Only `latency` is measured by tune's path
+#: so far: the store keeps one time per point, not nb=overlap's figures (issue 41; docs/tune.md).
+OBJECTIVES: tuple[str, ...] = ("latency", "time", "overlap")
+MEASURED_OBJECTIVES: tuple[str, ...] = ("latency",)
+DEFAULT_OBJECTIVE = "latency"
+
 #: The algorithm name that means "the library's own choice" everywhere: the store, rule sets, tuning
 #: files, datasets, online tables.
 DEFAULT_ALGORITHM = "default"
@@ -79,15 +88,27 @@ def check_collective(name: str) -> str:
     return canonical
 
 
+def check_objective(objective: str) -> str:
+    """The objective if tune can measure it, else UsageError saying why not (OBJECTIVES)."""
+    name = objective.strip().lower()
+    if name not in OBJECTIVES:
+        raise UsageError(f"unknown --objective {objective!r}; valid: {', '.join(OBJECTIVES)}")
+    if name not in MEASURED_OBJECTIVES:
+        raise UsageError(f"--objective {name}: tune does not measure it yet (the results store keeps one time per "
+                         "point, the pure latency; the overlapped and compute medians `tunempi bench --overlap` "
+                         f"prints are not stored); valid now: {', '.join(MEASURED_OBJECTIVES)}")
+    return name
+
+
 def parse_collectives(text: str, *, nonblocking: bool = False) -> list[str]:
     """'allreduce,bcast' -> ['allreduce', 'bcast'], validated, order kept, duplicates dropped.
 
-    nonblocking: whether the caller takes the non-blocking collectives; tune and online do not yet
-    (issue 41: bench measures them; tune, verify, files, profile and online are later steps)."""
+    nonblocking: whether the caller takes the non-blocking collectives (bench, tune, verify do; online and
+    profile do not yet: issue 41's later steps)."""
     names = [check_collective(part) for part in text.split(",") if part.strip()]
     if not nonblocking and (refused := [name for name in names if name in NONBLOCKING]):
-        raise UsageError(f"{', '.join(refused)}: non-blocking collectives are measured by `tunempi bench` only "
-                         "so far (tune, verify, tuning files, profile and online do not take them yet)")
+        raise UsageError(f"{', '.join(refused)}: non-blocking collectives are taken by `tunempi bench`, `tune` and "
+                         "`verify` only so far (profile and online do not take them yet)")
     if not names:
         raise UsageError(f"no collectives in {text!r}; valid: {', '.join(COLLECTIVES)}")
     return list(dict.fromkeys(names))

@@ -384,8 +384,8 @@ def test_nonblocking_collectives_are_engine_collectives_with_their_blocking_one_
             assert (size_problem(name, size, ranks) is None) == (size_problem(blocking, size, ranks) is None)
     assert "iallreduce reduces 4-byte floats" in (size_problem("iallreduce", 6, 2) or "")
     assert parse_collectives("iallreduce,bcast", nonblocking=True) == ["iallreduce", "bcast"]
-    with pytest.raises(UsageError, match="measured by `tunempi bench` only"):
-        parse_collectives("allreduce,ialltoall")  # tune and online do not take them yet
+    with pytest.raises(UsageError, match="`tunempi bench`, `tune` and `verify` only"):
+        parse_collectives("allreduce,ialltoall")  # online and profile do not take them yet
 
 
 def test_overlap_is_asked_with_nb_and_only_for_nonblocking_collectives() -> None:

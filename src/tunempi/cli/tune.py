@@ -9,6 +9,7 @@ from typing import Annotated
 import typer
 
 from tunempi.bench.protocol import MeasureSettings
+from tunempi.collectives import DEFAULT_OBJECTIVE, MEASURED_OBJECTIVES, OBJECTIVES
 from tunempi.config import resolve
 from tunempi.errors import UsageError
 from tunempi.mpi.discovery import SPEC_HELP
@@ -28,7 +29,12 @@ def tune_command(
     out: Annotated[Path, typer.Option(help="Directory for the tuning files and manifest.json.")],
     mpi: Annotated[str | None, typer.Option("--mpi", help=f"MPI library: {SPEC_HELP} (env TUNEMPI_MPI).")] = None,
     collectives: Annotated[str | None, typer.Option(
-        help="Collectives, comma list (default allreduce,bcast,allgather,alltoall).")] = None,
+        help="Collectives, comma list (default allreduce,bcast,allgather,alltoall; the non-blocking iallreduce, "
+             "ibcast, ialltoall, iallgather too).")] = None,
+    objective: Annotated[str, typer.Option(
+        help=f"What is minimised for a non-blocking collective: {', '.join(OBJECTIVES)} (measured so far: "
+             f"{', '.join(MEASURED_OBJECTIVES)}: start + MPI_Wait). Recorded in the manifest; verify compares "
+             "under the same.")] = DEFAULT_OBJECTIVE,
     nodes: Annotated[int | None, typer.Option(
         help="Nodes of the allocation (several need Slurm/PBS or TUNEMPI_HOSTFILE; default 1).")] = None,
     ppn: Annotated[int | None, typer.Option(help="Processes per node.")] = None,
@@ -122,6 +128,7 @@ def tune_command(
         point_timeout_s=parse_duration(point_timeout) if point_timeout else None, smoke=smoke,
         assume=tuple(sorted((CONTIGUOUS_DATATYPES if assume_contiguous_datatypes else frozenset())
                           | (SAME_COUNTS if assume_same_counts else frozenset()))), launches=launches,
+        objective=objective,
     )
     progress = TuneProgress(output_console())
     try:

@@ -47,6 +47,7 @@ RULES_FILE_CVAR = "coll_tuned_dynamic_rules_filename"
 #: The file written into a tuning directory (name kept stable: manifests name it).
 RULES_FILE = "openmpi.rules"
 COMPOSITION_FILE = "openmpi-compositions.env"
+NONBLOCKING_FILE = "openmpi-libnbc.env"  # the non-blocking collectives' one value each (issue 41)
 
 #: han: Open MPI's hierarchical component (an inter-node step between node leaders + intra-node steps). It
 #: outranks tuned (priority 35 against 30) and disqualifies itself on one node; these are the collectives
@@ -297,7 +298,27 @@ class OpenMPIAdapter(VendorAdapter):
         return {mca_env(DYNAMIC_RULES_CVAR): "1", mca_env(RULES_FILE_CVAR): path}
 
     def read_back_tuning_file(self, path: Path) -> None:
+        if path.name == NONBLOCKING_FILE:
+            self.read_back_libnbc_file(path)
+            return
         read_dynamic_rules(path.read_text(encoding="utf-8"))  # Open MPI drops a bad file without a word
+
+    def read_back_libnbc_file(self, path: Path) -> None:
+        """UsageError unless every line sets a non-blocking collective's libnbc variable to one of its
+        algorithm ids (Open MPI would warn and run its default for an unknown one)."""
+        valid = {mca_env(algorithm_cvar(c)): c for c in NONBLOCKING_TOKENS}
+        for line in path.read_text(encoding="utf-8").splitlines():
+            if not line.strip() or line.lstrip().startswith("#"):
+                continue
+            words = line.split()
+            if len(words) != 2 or words[0] != "export" or "=" not in words[1]:
+                raise UsageError(f"not an `export NAME=VALUE` line: {line!r}")
+            name, _, value = words[1].partition("=")
+            if name not in valid:
+                raise UsageError(f"{name} is not one of {', '.join(sorted(valid))}")
+            ids = {a.value for a in self.algorithms(valid[name])}
+            if not value.isdigit() or int(value) not in ids:
+                raise UsageError(f"{name}={value}: not an algorithm id of {valid[name]} ({sorted(ids)})")
 
     def tuning_file_exclusion(self, collective: str, algorithm: str) -> str | None:
         # The rules file conditions on communicator and message size only: no commutativity, no
@@ -306,21 +327,53 @@ class OpenMPIAdapter(VendorAdapter):
         return file_exclusion(self.vendor, self.library.version, collective, algorithm, frozenset(),
                               self.assumed)
 
+    def selects_by_size(self, collective: str) -> bool:
+        # libnbc's variable is one value for every call of the collective: no rules file reaches it.
+        return collective not in NONBLOCKING_TOKENS and super().selects_by_size(collective)
+
+    def selects_by_communicator_size(self, collective: str) -> bool:
+        return collective not in NONBLOCKING_TOKENS
+
     def write_tuning_files(self, rule_sets: Mapping[str, RuleSet], directory: Path) -> TuningFiles:
         """A dynamic rules file, read back by the strict reader first: Open MPI drops a file it cannot
-        parse without a word, so a clean run with it alone proves nothing."""
+        parse without a word, so a clean run with it alone proves nothing. The non-blocking collectives
+        (coll/libnbc, which no rules file reaches) get their one value each as `OMPI_MCA_coll_libnbc_<coll>_
+        algorithm` in the launch environment and in an env file: their rule set must select one algorithm
+        for every size and communicator size (tune.files.one_choice_per_scale makes it so)."""
         self.check_tuning_file_algorithms(rule_sets)
-        mechanisms = self.tuning_file_mechanisms()
-        if not mechanisms:
-            raise TuningFileError(f"{self.library.name} offers no tuning-file mechanism")
-        ids = {collective: {a.name: a.value for a in self.algorithms(collective)} for collective in rule_sets}
-        text = write_dynamic_rules(rule_sets, ids)
-        read_dynamic_rules(text)  # Open MPI would drop a bad file silently: refuse it here instead
-        (directory / RULES_FILE).write_text(text)
-        env = self.tuning_file_env(mechanisms[0], RULES_FILE)
-        return TuningFiles(files={"openmpi-rules": RULES_FILE},
-                           env_files={name: RULES_FILE for name, value in env.items() if value == RULES_FILE},
-                           env={name: value for name, value in env.items() if value != RULES_FILE})
+        blocking = {c: rs for c, rs in rule_sets.items() if c not in NONBLOCKING_TOKENS}
+        single: dict[str, str] = {}
+        for collective, rule_set in sorted(rule_sets.items()):
+            if collective in blocking:
+                continue
+            chosen = set(rule_set.algorithms())
+            if len(chosen) != 1:
+                raise TuningFileError(f"{self.library.name} takes one {collective} algorithm for every call "
+                                      f"(coll/libnbc), not {', '.join(sorted(chosen))} by size")
+            algorithm = chosen.pop()
+            if algorithm != DEFAULT_ALGORITHM:
+                single.update(self.force_env(collective, algorithm))
+        files: dict[str, str] = {}
+        env_files: dict[str, str] = {}
+        env: dict[str, str] = dict(single)
+        if blocking:
+            mechanisms = self.tuning_file_mechanisms()
+            if not mechanisms:
+                raise TuningFileError(f"{self.library.name} offers no tuning-file mechanism")
+            ids = {collective: {a.name: a.value for a in self.algorithms(collective)} for collective in blocking}
+            text = write_dynamic_rules(blocking, ids)
+            read_dynamic_rules(text)  # Open MPI would drop a bad file silently: refuse it here instead
+            (directory / RULES_FILE).write_text(text)
+            rules_env = self.tuning_file_env(mechanisms[0], RULES_FILE)
+            files["openmpi-rules"] = RULES_FILE
+            env_files.update({name: RULES_FILE for name, value in rules_env.items() if value == RULES_FILE})
+            env.update({name: value for name, value in rules_env.items() if value != RULES_FILE})
+        if single:
+            (directory / NONBLOCKING_FILE).write_text(
+                "# tunempi: Open MPI's coll/libnbc takes one algorithm per non-blocking collective (no sizes)\n"
+                + "".join(f"export {name}={shlex.quote(value)}\n" for name, value in sorted(single.items())))
+            files["openmpi-libnbc"] = NONBLOCKING_FILE
+        return TuningFiles(files=files, env_files=env_files, env=env)
 
     def composition_candidates(self, collective: str, nodes: int) -> list[Composition]:
         """han versus tuned, where the layout spans nodes and han takes the collective."""

@@ -236,6 +236,13 @@ class VendorAdapter(ABC):
         (tune.files.one_choice_per_scale)."""
         return collective != "alltoallv" and collective not in ROOTED_VECTOR_COLLECTIVES
 
+    def selects_by_communicator_size(self, collective: str) -> bool:
+        """Whether this library's tuning files can choose `collective`'s algorithm by communicator size. Not
+        where the only selection is one value per collective for every call (Open MPI's libnbc variables for
+        the non-blocking collectives: no rules file reaches them); tune then writes one algorithm for all of
+        the collective's cells (tune.files.one_choice_per_scale)."""
+        return True
+
     def ignored_by_library(self, output: str) -> list[str]:
         """The selections a run's output says the library ignored (e.g. an id it does not know): a tuning
         whose launch prints any is rejected by the smoke check. Empty where the library says nothing."""

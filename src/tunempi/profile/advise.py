@@ -244,7 +244,8 @@ def engine_reason(collective: str) -> str | None:
     if collective == "barrier":
         return "barrier moves no data: tune has no message size to select its algorithm by"
     if is_nonblocking(collective):
-        return "non-blocking: `tunempi bench` measures it, tune does not take it yet"
+        return ("non-blocking: `tunempi tune --collectives` takes it, `tune --from-profile` not yet (the profiler "
+                "does not time its wait)")
     if collective.startswith("i") and collective[1:] in ENGINE_COLLECTIVES:
         return f"non-blocking: the bench engine measures only the blocking {collective[1:]}"
     return "the bench engine cannot measure it yet"

@@ -99,14 +99,17 @@ def one_choice_per_scale(selection: Mapping[Cell, str], adapter: VendorAdapter,
     (adapter.selects_by_size false: alltoallv): at each layout whose sizes select different algorithms, one
     algorithm for every size of it, the one measured no slower than the default at any of its sizes with the
     lowest geometric mean of its medians (`medians`: (cell, algorithm) -> median us); where none is, or
-    nothing was measured, the library's default."""
+    nothing was measured, the library's default. Where the files cannot choose by communicator size either
+    (adapter.selects_by_communicator_size false: Open MPI's non-blocking collectives), the same for all of the
+    collective's cells at once: the best single value."""
     fixed = dict(selection)
-    groups: dict[tuple[str, tuple[int, int, int]], list[Cell]] = {}
+    groups: dict[tuple[str, tuple[int, int, int] | None], list[Cell]] = {}
     for cell in selection:
         if not adapter.selects_by_size(cell.collective):
-            groups.setdefault((cell.collective, cell.scale), []).append(cell)
+            scale = cell.scale if adapter.selects_by_communicator_size(cell.collective) else None
+            groups.setdefault((cell.collective, scale), []).append(cell)
     known = {key: us for key, us in (medians or {}).items() if us is not None and us > 0}
-    for (collective, _), cells in sorted(groups.items()):
+    for (collective, _), cells in sorted(groups.items(), key=lambda item: (item[0][0], item[0][1] or ())):
         if len({selection[cell] for cell in cells}) == 1:
             continue
         candidates = {algorithm for cell in cells for c, algorithm in known if c == cell}

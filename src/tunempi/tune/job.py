@@ -22,7 +22,7 @@ from threadpoolctl import threadpool_limits
 from tunempi.bench.engine import EngineSession, Layout
 from tunempi.bench.protocol import MeasureSettings, PointRequest
 from tunempi.bench.validate import check_engine_collective
-from tunempi.collectives import DEFAULT_ALGORITHM, parse_collectives
+from tunempi.collectives import DEFAULT_ALGORITHM, DEFAULT_OBJECTIVE, check_objective, parse_collectives
 from tunempi.errors import MPIError, TuningFileError, UsageError
 from tunempi.launch.hosts import NodeAllocation, local_cores
 from tunempi.launch.scheduler import SCHEDULING_MODES, GroupScheduler
@@ -114,6 +114,9 @@ class TuneOptions:
     assume: tuple[str, ...] = ()
     #: The tune's clock (the timeout and the guard read it); None: time.monotonic. Tests pass their own.
     clock: Callable[[], float] | None = None
+    #: What is minimised for a non-blocking collective (collectives.OBJECTIVES; only the measured ones are
+    #: taken). Recorded in the manifest: verify compares under the same one.
+    objective: str = DEFAULT_OBJECTIVE
 
 
 def spare_cores(scales: list[Scale], cpus: int | None = None) -> int:
@@ -286,7 +289,8 @@ class TunePlan:
 
         if options.strategy not in STRATEGIES:
             raise UsageError(f"unknown --strategy {options.strategy!r}; valid: {', '.join(STRATEGIES)}")
-        collectives = [check_engine_collective(c) for c in parse_collectives(options.collectives)]
+        collectives = [check_engine_collective(c) for c in parse_collectives(options.collectives, nonblocking=True)]
+        check_objective(options.objective)
         if "barrier" in collectives:
             raise UsageError("barrier has no message size to tune; valid here: the other engine collectives")
         scales = sub_scales(nodes=options.nodes, ppn=options.ppn, ranks=options.ranks)
@@ -414,6 +418,7 @@ def write_result(plan: TunePlan, outcome: TuneOutcome, emit: OnTuneEvent = _igno
                       launches=outcome.launches, decided_across=options.launches,
                       decisions=outcome.outcome_counts()),
         excluded=plan.excluded, assumes=tuple(sorted(plan.adapter.assumed)),
+        objective=check_objective(options.objective),
         selection=tuple(
             SelectionRow(cell, algorithm, medians.get((cell, algorithm)), medians.get((cell, DEFAULT_ALGORITHM)))
             for cell, algorithm in sorted(selection.items())),

@@ -12,6 +12,8 @@ Keys (version 1):
     files{role: name}, env_files{VAR: name}, env{VAR: value}, env_file, needs_file,
     excluded{collective: {algorithm: reason}} (what no tuning file of the library can select, and why),
     assumes[requirement] (what the user vouched every call meets: files may select algorithms needing it),
+    objective (what was minimised for non-blocking collectives, collectives.OBJECTIVES; verify measures the
+    same; absent: latency),
     selection[{collective, ranks, nodes, ppn, msg_bytes, algorithm, median_us, default_us, replaced_from?}],
     rule_sets{collective: RuleSet.to_dict()}, training_curve[{wall_s, bench_s, points, convergence,
     per_collective}], smoke[{ranks, ok, argv, points, message}],
@@ -36,6 +38,7 @@ from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
+from tunempi.collectives import DEFAULT_OBJECTIVE
 from tunempi.errors import UsageError
 from tunempi.mpi.library import MPILibrary
 from tunempi.rules import RuleSet
@@ -307,6 +310,7 @@ class Manifest:
     needs_file: tuple[str, ...] = ()  # collectives the env file cannot express
     excluded: Mapping[str, Mapping[str, str]] = field(default_factory=dict)  # collective -> algorithm -> why
     assumes: tuple[str, ...] = ()  # requirements the user vouched for (mpi/restrictions.py), e.g. contiguous
+    objective: str = DEFAULT_OBJECTIVE  # what tune minimised for non-blocking collectives (verify: the same)
     selection: tuple[SelectionRow, ...] = ()
     rule_sets: Mapping[str, RuleSet] = field(default_factory=dict)
     training_curve: tuple[CurveRecord, ...] = ()
@@ -361,6 +365,7 @@ class Manifest:
             excluded={str(c): {str(a): str(why) for a, why in reasons.items()}
                       for c, reasons in data.get("excluded", {}).items()},
             assumes=tuple(str(r) for r in data.get("assumes", ())),
+            objective=str(data.get("objective", DEFAULT_OBJECTIVE)),
             selection=tuple(SelectionRow.from_dict(row) for row in data.get("selection", ())),
             rule_sets={c: RuleSet.from_dict(d) for c, d in data.get("rule_sets", {}).items()},
             training_curve=tuple(CurveRecord.from_dict(p) for p in data.get("training_curve", ())),
@@ -409,7 +414,7 @@ class Manifest:
             "files": dict(self.files), "env_files": dict(self.env_files), "env": dict(self.env),
             "env_file": self.env_file, "needs_file": list(self.needs_file),
             "excluded": {c: dict(reasons) for c, reasons in sorted(self.excluded.items())},
-            "assumes": list(self.assumes),
+            "assumes": list(self.assumes), "objective": self.objective,
             "selection": [row.to_dict() for row in self.selection],
             "rule_sets": {c: rs.to_dict() for c, rs in sorted(self.rule_sets.items())},
             "training_curve": [point.to_dict() for point in self.training_curve],

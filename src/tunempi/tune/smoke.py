@@ -22,7 +22,8 @@ from tunempi.mpi.library import MPILibrary
 from tunempi.rules.ruleset import RuleSet
 
 PROBE_SOURCE = Path(__file__).with_name("smoke_probe.c")
-PROBE_COLLECTIVES: frozenset[str] = frozenset({"allreduce", "bcast", "reduce", "allgather", "alltoall"})
+PROBE_COLLECTIVES: frozenset[str] = frozenset({"allreduce", "bcast", "reduce", "allgather", "alltoall",
+                                               "iallreduce", "ibcast", "iallgather", "ialltoall"})
 _LINE = re.compile(r"^ok (\w+) (\d+)(.*)$")
 
 

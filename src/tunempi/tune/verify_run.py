@@ -19,6 +19,7 @@ from tunempi.bench.engine import Layout
 from tunempi.bench.protocol import MeasureSettings
 from tunempi.bench.sweep import BenchPoint
 from tunempi.bench.validate import DEFAULT_ALGORITHM
+from tunempi.collectives import check_objective
 from tunempi.errors import UsageError
 from tunempi.launch.hosts import NodeAllocation
 from tunempi.mpi.library import MPILibrary
@@ -166,6 +167,7 @@ def plan_verify(directory: Path, *, repeats: int, mpi: str | None = None) -> Ver
     if repeats < 2:
         raise UsageError(f"--repeats must be at least 2 (a verdict needs two launches), got {repeats}")
     manifest = Manifest.load(directory)
+    check_objective(manifest.objective)  # measured as tune measured it: non-blocking ones by their latency
     library = tuning_library(manifest, mpi)  # the library it was tuned for, by fingerprint
     check_tuning_files(manifest, library)  # present, and read back strictly
     selection = {row.cell: row.algorithm for row in manifest.selection}

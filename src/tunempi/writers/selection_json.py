@@ -66,6 +66,12 @@ MSG_SEMANTICS: dict[str, tuple[str, bool]] = {
     "barrier": ("", False),  # no message size: one algorithm per communicator-size block
     "gatherv": ("", False),  # MPICH defines no message size for them (csel.c asserts): as barrier
     "scatterv": ("", False),
+    # Non-blocking (issue 41): csel.c computes their keys as their blocking collective's (avg_msg_size for
+    # iallreduce, ibcast, ialltoall; total_msg_size = recvcount x type size x comm size for iallgather).
+    "iallreduce": ("avg_msg_size", False),
+    "ibcast": ("avg_msg_size", False),
+    "ialltoall": ("avg_msg_size", False),
+    "iallgather": ("total_msg_size", True),
 }
 
 #: Collectives whose every algorithm is an `allcomm` function (intra- and intercommunicators alike).
@@ -88,6 +94,20 @@ LEAF_PARAMETERS: dict[str, tuple[str, ...]] = {
     "MPIR_Alltoall_intra_k_brucks": ("k",),
     "MPIR_Barrier_intra_k_dissemination": ("k",),
     "MPIR_Barrier_intra_recexch": ("k",),
+    "MPIR_Iallreduce_intra_tsp_tree": ("tree_type", "k", "chunk_size", "buffer_per_child"),
+    "MPIR_Iallreduce_intra_tsp_recexch_single_buffer": ("k",),
+    "MPIR_Iallreduce_intra_tsp_recexch_multiple_buffer": ("k",),
+    "MPIR_Iallreduce_intra_tsp_recexch_reduce_scatter_recexch_allgatherv": ("k",),
+    "MPIR_Ibcast_intra_tsp_tree": ("tree_type", "k", "chunk_size"),
+    "MPIR_Ibcast_intra_tsp_ring": ("chunk_size",),
+    "MPIR_Ibcast_intra_tsp_scatterv_recexch_allgatherv": ("scatterv_k", "allgatherv_k"),
+    # coll_algorithms.txt's extra_params (csel_container.c of some MPICH versions parses none of these: a
+    # key a leaf does not read is ignored, one it reads and lacks is garbage, so they are all written).
+    "MPIR_Iallgather_intra_tsp_brucks": ("k",),
+    "MPIR_Iallgather_intra_tsp_recexch_doubling": ("k",),
+    "MPIR_Iallgather_intra_tsp_recexch_halving": ("k",),
+    "MPIR_Ialltoall_intra_tsp_brucks": ("k", "buffer_per_phase"),
+    "MPIR_Ialltoall_intra_tsp_scattered": ("batch_size", "bblock"),
 }
 
 #: restriction -> (key where the tuned leaf may NOT run, key closing the pair, tuned leaf goes second).
