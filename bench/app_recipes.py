@@ -47,6 +47,38 @@ thermo 50
 run ${steps}
 """
 
+#: LAMMPS with long-range Coulomb (issue 40 step 3): the LJ melt's lattice as a charged binary mixture (half
+#: the atoms +1, half -1, exactly: type/ratio), pair lj/cut/coul/long and PPPM, whose 3-D FFTs remap the
+#: charge grid between decompositions; `kspace_modify collective yes` makes those remaps MPI_Alltoallv calls
+#: (the default is point-to-point). Measured: collectives 42.7 % of the ranks' time at 2 ranks on one node,
+#: nearly all alltoallv (docs/measurements/applications.md).
+PPPM_INPUT = """\
+# Charged Lennard-Jones melt, long-range Coulomb by PPPM with collective FFT remaps (MPI_Alltoallv);
+# size with -var cells N (4 N^3 atoms), length with -var steps S
+variable cells index 8
+variable steps index 40
+units lj
+atom_style charge
+lattice fcc 0.8442
+region box block 0 ${cells} 0 ${cells} 0 ${cells}
+create_box 2 box
+create_atoms 1 box
+set type 1 type/ratio 2 0.5 12345
+set type 1 charge 1.0
+set type 2 charge -1.0
+mass * 1.0
+velocity all create 1.5 87287 loop geom
+pair_style lj/cut/coul/long 2.5
+pair_coeff * * 1.0 1.0
+kspace_style pppm 1.0e-4
+kspace_modify collective yes
+neighbor 0.3 bin
+neigh_modify delay 0 every 20 check no
+fix 1 all nve
+thermo 20
+run ${steps}
+"""
+
 #: LAMMPS' thermo lines: step, temperature, pair energy, molecular energy, total energy, pressure.
 LJ_RESULT = r"^\s+(\d+)\s+(\S+)\s+(\S+)\s+\S+\s+(\S+)\s+(\S+)\s*$"
 #: What HPCC verifies, from the file it appends to (removed after each run, so every run reads its own).
@@ -104,6 +136,13 @@ def lammps(cells: int, steps: int) -> Application:
     return Application("lammps", DEBIAN_OPENMPI, ("lmp", "-in", "in.lj", "-log", "none", "-var", "cells", str(cells),
                                                   "-var", "steps", str(steps)),
                        {"in.lj": LJ_INPUT}, ("--result", LJ_RESULT))
+
+
+def lammps_pppm(cells: int, steps: int) -> Application:
+    """LAMMPS' PPPM input above: its collectives (alltoallv) are a large share of the run."""
+    return Application("lammps-pppm", DEBIAN_OPENMPI, ("lmp", "-in", "in.pppm", "-log", "none", "-var", "cells",
+                                                       str(cells), "-var", "steps", str(steps)),
+                       {"in.pppm": PPPM_INPUT}, ("--result", LJ_RESULT))
 
 
 def hpcc_input(ranks: int, n: int) -> str:

@@ -24,7 +24,10 @@ from app_recipes import (  # noqa: E402 - bench/ is no package
     build_hpcc,
     hpcc,
     lammps,
+    lammps_pppm,
+    launcher_line,
     run_pipeline,
+    tunempi,
 )
 
 from tunempi.launch.cluster import EmulatedCluster  # noqa: E402
@@ -115,3 +118,21 @@ def test_pipeline_on_two_emulated_nodes(name: str, tmp_path: Path, cluster: Emul
     from tunempi.profile.reader import load_profile
 
     assert int(load_profile(tmp_path / "app.json").header["nodes"]) == 2  # the ranks really were on two nodes
+
+
+@pytest.mark.full  # one profiled LAMMPS run (~20 s under load); the recipe's measurement: docs/measurements/applications.md
+def test_lammps_pppm_spends_a_fifth_of_its_run_in_collectives(tmp_path: Path) -> None:
+    """Issue 40 step 3: an input whose collectives are >= 20 % of the run at a layout this machine runs
+    (2 ranks on one node): LAMMPS' PPPM with collective FFT remaps, nearly all of it alltoallv."""
+    from tunempi.profile.reader import load_profile
+
+    require_system("applications")
+    require_system("site-mpi")
+    app = lammps_pppm(cells=8, steps=20)
+    app.prepare(tmp_path)
+    line = launcher_line(app.mpi, app.program, Layout(1, 2), None)
+    profiled = tunempi("profile", "--mpi", app.mpi, "-o", "app.json", "--", *line, cwd=tmp_path)
+    assert profiled.returncode == 0, profiled.stdout[-2000:] + profiled.stderr[-2000:]
+    profile = load_profile(tmp_path / "app.json")
+    assert profile.collective_s / profile.wall_s >= 0.2
+    assert profile.time_by_collective()[0][0] == "alltoallv"
