@@ -123,3 +123,18 @@ def test_mpich_json_selects_non_blocking_algorithms_by_their_own_keys_behind_the
     with pytest.raises(UsageError, match="needs parameters k"):
         selection_json.tuned_intra_subtree(_single("iallreduce", (None, "tsp_recexch_single_buffer")), default,
                                            restrictions=LEAF_RESTRICTIONS)
+
+
+def test_the_manifest_and_report_say_where_the_files_hold_one_algorithm_for_every_call(tmp_path: Path) -> None:
+    from tunempi.report.tuning import summary_lines
+    from tunempi.tune.job import one_choice
+
+    choice = one_choice(_openmpi(), ["iallreduce", "allreduce", "ibcast"])
+    assert choice == {"iallreduce": "for every call", "ibcast": "for every call"}
+    record = LibraryRecord("openmpi-5.0.11", "openmpi", "5.0.11", "fp", "/x", "/x/bin/mpicc")
+    manifest = Manifest(directory=tmp_path, library=record, collectives=("allreduce", "iallreduce", "ibcast"),
+                        one_choice=choice)
+    manifest.save()
+    lines = summary_lines(Manifest.load(tmp_path))
+    assert "iallreduce: one algorithm for every call (the library's files cannot choose it by message size)" in lines
+    assert "iallreduce, ibcast: tuned for their latency (--objective; latency: start + MPI_Wait)" in lines

@@ -19,6 +19,7 @@ from pathlib import Path
 
 from rich.table import Table
 
+from tunempi.collectives import is_nonblocking
 from tunempi.tune.manifest import CompositionRecord, Manifest
 from tunempi.units import format_size
 
@@ -138,6 +139,12 @@ def summary_lines(manifest: Manifest) -> list[str]:
     for collective, reasons in manifest.excluded.items():
         lines.append(f"{collective}: no tuning file can select "
                      + "; ".join(f"{name} ({why})" for name, why in reasons.items()))
+    for collective, how in sorted(manifest.one_choice.items()):
+        lines.append(f"{collective}: one algorithm {how} (the library's files cannot choose it by message size)")
+    nonblocking = [c for c in manifest.collectives if is_nonblocking(c)]
+    if nonblocking:
+        lines.append(f"{', '.join(nonblocking)}: tuned for their {manifest.objective} (--objective; latency: "
+                     "start + MPI_Wait)")
     lines += assumption_lines(manifest)
     lines += composition_lines(manifest)
     verify = manifest.verify

@@ -395,6 +395,14 @@ def files_fields(written: WrittenFiles, rule_sets: Mapping[str, RuleSet]) -> dic
             "rule_sets": dict(sorted(rule_sets.items())), "smoke": tuple(written.smoke)}
 
 
+def one_choice(adapter: VendorAdapter, collectives: Sequence[str]) -> dict[str, str]:
+    """collective -> how the library's files hold its choice where they cannot choose it by message size (the
+    report says so): one algorithm per communicator size (alltoallv), or one for every call (Open MPI's
+    non-blocking collectives: coll/libnbc's one variable each)."""
+    return {c: "for every call" if not adapter.selects_by_communicator_size(c) else "per communicator size"
+            for c in sorted(collectives) if not adapter.selects_by_size(c)}
+
+
 def write_result(plan: TunePlan, outcome: TuneOutcome, emit: OnTuneEvent = _ignore) -> Manifest:
     """Selection -> rule sets -> smoke-checked files -> manifest (TuningFileError if a file is rejected)."""
     options, library = plan.options, plan.library
@@ -418,7 +426,7 @@ def write_result(plan: TunePlan, outcome: TuneOutcome, emit: OnTuneEvent = _igno
                       launches=outcome.launches, decided_across=options.launches,
                       decisions=outcome.outcome_counts()),
         excluded=plan.excluded, assumes=tuple(sorted(plan.adapter.assumed)),
-        objective=check_objective(options.objective),
+        objective=check_objective(options.objective), one_choice=one_choice(plan.adapter, plan.collectives),
         selection=tuple(
             SelectionRow(cell, algorithm, medians.get((cell, algorithm)), medians.get((cell, DEFAULT_ALGORITHM)))
             for cell, algorithm in sorted(selection.items())),
