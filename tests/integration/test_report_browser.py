@@ -121,3 +121,36 @@ def test_the_report_renders_in_chromium_without_broken_images_or_overflow(report
     header = screenshot.read_bytes()[:24]
     assert header[:8] == b"\x89PNG\r\n\x1a\n"
     assert int.from_bytes(header[16:20], "big") == WIDTH
+
+
+def test_the_autotune_report_renders_in_chromium_without_overflow(tmp_path: Path) -> None:
+    """autotune's page (written from a work state's results: here the unit test's, with a long launch line)
+    laid out at the laptop's width: long paths and launch lines wrap."""
+    require_system("browser")
+    from tunempi.autotune import AutotuneOutcome, AutotuneRequest
+    from tunempi.autotune.report import write_report
+
+    line = ["/a/very/long/prefix/of/an/mpi/installation/bin/mpiexec", "-n", "2",
+            "/root/.cache/tunempi/build/mpich-5.0.2-981e577d834f/allreduce_loop-9bac44817aed", "--input",
+            "/a/long/path/to/the/input/deck/of/the/application/in.lj.with.a.long.name"]
+    verdict = {"variant": {"name": "tuned", "source": "tuning directory", "env": {}, "tuning_dir": "tuned"},
+               "verdict": "no difference", "reason": "1.001x", "results": "unchanged", "runs": 10, "pairs": 10,
+               "mean_value": 1.0, "comparison": {"speedup": 1.001, "low": 0.98, "high": 1.02}}
+    compared = {"blocks": 10, "stop_reason": "every interval narrower than 0.04", "metric": "wall time",
+                "result_check": "--result 'bad=(\\d+)'", "default": {"runs": 10, "results_vary": None},
+                "variants": [verdict]}
+    outcome = AutotuneOutcome(tmp_path / "work", results={
+        "profile": {"run_s": 1.0, "ranks": 2, "nodes": 1, "collective_share": 0.4, "mpi_share": 0.5,
+                    "p2p_share": 0.0, "by_collective": [["allreduce", 400, 0.8, 0.4]], "seconds": 2.0},
+        "plan": {"plan": [{"kind": "tune", "worth": True, "why": "collectives take 40%"}], "steps": ["tune"],
+                 "shares": {"tune": 100.0}},
+        "compare": {"outcome": compared, "seconds": 30.0}})
+    page = write_report(AutotuneRequest(line, tmp_path / "work"), outcome, tmp_path / "work" / "report.html")
+    checked = tmp_path / "checked.html"
+    checked.write_text(page.read_text().replace("</body>", CHECK_SCRIPT + "</body>"))
+    dom = chromium("--virtual-time-budget=10000", "--dump-dom", checked.as_uri(), profile=tmp_path / "p1")
+    found = re.search(r'<pre id="tunempi-check">(.*?)</pre>', dom.stdout, re.S)
+    assert found, dom.stdout[-2000:] + dom.stderr[-2000:]
+    result = json.loads(found.group(1).replace("&quot;", '"').replace("&amp;", "&"))
+    assert result["width"] >= WIDTH - 20
+    assert result["overflow"] == [] and result["scrollWidth"] <= result["width"], result

@@ -15,6 +15,8 @@ from tunempi.collectives import DEFAULT_ALGORITHM
 from tunempi.report.tuning import _STYLE, _ci_bar
 from tunempi.units import format_size
 
+#: Beside report/'s style: launch lines and paths are long words; they wrap rather than widen the page.
+_EXTRA_STYLE = "h1, p, td, code { overflow-wrap:anywhere; }"
 _VERDICT_TONE = {"faster": "good", "slower": "bad", "failed": "bad", "wrong results": "bad"}
 
 
@@ -229,7 +231,7 @@ def write_report(request: AutotuneRequest, outcome: AutotuneOutcome, path: Path)
     temporary.write_text(
         "<!doctype html><html lang='en'><head><meta charset='utf-8'>"
         "<meta name='viewport' content='width=device-width, initial-scale=1'>"
-        f"<title>tunempi autotune: {e(Path(command[0]).name if command else '')}</title><style>{_STYLE}</style>"
+        f"<title>tunempi autotune: {e(Path(command[0]).name if command else '')}</title><style>{_STYLE}{_EXTRA_STYLE}</style>"
         "</head><body><main>" + "\n".join(body) + "</main></body></html>\n", encoding="utf-8")
     temporary.replace(path)
     return path
