@@ -26,6 +26,7 @@ from suite import (
     summary,
 )
 
+from tunempi.collectives import ONLINE_SWITCHABLE
 from tunempi.mpi.discovery import adapter_for, resolve_library
 from tunempi.mpi.library import MPILibrary
 from tunempi.mpi.vendor import VendorAdapter
@@ -133,7 +134,7 @@ def rule_sets_selecting(selected: Mapping[str, str], ranks: int):
 def under_online(library: MPILibrary, ranks: int, program: Path, state: Path, *,
                  skip: Iterable[tuple[str, str]] = ()) -> dict[int, Outcome]:
     """The whole suite under `tunempi online run` (every switchable collective, uniform draws)."""
-    colls = "allreduce,bcast,allgather,alltoall,reduce,barrier,gather,scatter,reduce_scatter,reduce_scatter_block,allgatherv"
+    colls = ",".join(ONLINE_SWITCHABLE)
 
     def wrap(argv: list[str]) -> list[str]:
         return [TUNEMPI, "online", "run", "--state", str(state), "--mpi", str(library.mpicc),
