@@ -8,6 +8,10 @@ from __future__ import annotations
 
 import json
 import os
+import signal
+import subprocess
+import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -60,3 +64,38 @@ def test_autotune_runs_the_pipeline_writes_one_report_and_resumes(tmp_path: Path
     assert again.exit_code == 0, again.output[-3000:]
     assert json.loads((tmp_path / "work" / "autotune-state.json").read_text())["steps"] == state["steps"]
     assert (tmp_path / "work" / "report.html").read_text().count("(an earlier run)") == len(finished)
+
+
+@pytest.mark.full
+def test_a_stopped_autotune_continues_with_the_same_command(tmp_path: Path) -> None:
+    """Ctrl-C (SIGINT) once tune has finished: exit 130 with the finished steps recorded; the same command then
+    skips them and finishes the rest (the stopped step resumes from its own store)."""
+    library = resolve_library("mpich")
+    program = build_c(library, [SOURCE], "allreduce_loop", werror=True)
+    line = launcher_for(library).command(LaunchSpec((str(program),), 2)).argv
+    env = {k: v for k, v in os.environ.items() if not k.startswith("TUNEMPI_")}
+    env["COLUMNS"] = "250"
+    argv = [sys.executable, "-m", "tunempi", "autotune", "--budget", "90s", "--out", "work", "--check", r"bad=(\d+)",
+            "--min-runs", "3", "--max-runs", "3", "--", *line]
+    state_file = tmp_path / "work" / "autotune-state.json"
+    first = subprocess.Popen(argv, cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 300
+    while first.poll() is None and time.monotonic() < deadline:  # wait for a finished step, not for time
+        time.sleep(0.2)
+        if state_file.exists() and "tune" in json.loads(state_file.read_text())["steps"]:
+            break
+    assert first.poll() is None, "autotune ended before it could be stopped"
+    first.send_signal(signal.SIGINT)
+    _, err = first.communicate(timeout=120)
+    assert first.returncode == 130, err[-3000:]
+    assert "rerun the same command to continue" in err
+    stopped = json.loads(state_file.read_text())["steps"]
+    assert list(stopped)[:3] == ["profile", "plan", "tune"] and "compare" not in stopped
+
+    second = subprocess.run(argv, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=600)
+    assert second.returncode == 0, second.stdout[-3000:] + second.stderr[-3000:]
+    for name in stopped:
+        assert f"{name} finished in an earlier run: skipped" in second.stderr
+    finished = json.loads(state_file.read_text())["steps"]
+    assert {name: finished[name] for name in stopped} == stopped and "online" in finished
+    assert (tmp_path / "work" / "report.html").is_file()
