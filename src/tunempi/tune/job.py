@@ -302,6 +302,10 @@ class TunePlan:
         scheduler = scheduling(options.topology, allocation)
         library = resolve_library(options.mpi)
         adapter = adapter_for(library).assuming(options.assume)
+        offered_none = [c for c in collectives if c not in adapter.collectives() or not adapter.algorithms(c)]
+        if offered_none:  # measuring would end in a file that cannot say anything (Open MPI's gatherv/scatterv)
+            raise UsageError(f"{library.name} offers no algorithms to choose from for {', '.join(offered_none)}: "
+                             "nothing to tune there")
         file_algorithms = {c: adapter.tuning_file_algorithms(c) for c in collectives}
         spaces = build_spaces(collectives, scales, sizes, lambda c: file_algorithms[c].selectable)
         db = resolve_db(str(options.db) if options.db else None)
