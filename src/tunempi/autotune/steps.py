@@ -161,17 +161,18 @@ class LibrarySteps(StepRunner):
                 "tuned_cells": sum(row.algorithm != DEFAULT_ALGORITHM for row in manifest.selection)}
 
     def online(self, ctx: Context) -> dict[str, Any]:
+        from tunempi.collectives import ONLINE_SWITCHABLE
         from tunempi.online.report import cell_label, write_best
         from tunempi.online.run import CannotSwitch, open_state, run_online
-        from tunempi.online.state import DEFAULT_COLLECTIVES, OnlineConfig
+        from tunempi.online.state import OnlineConfig
         from tunempi.online.update import update_state
 
         profile = self.load_profile(ctx)
         library = self.library(ctx)
-        used = [name for name, _, _ in profile.time_by_collective() if name in DEFAULT_COLLECTIVES]
+        used = [name for name, _, _ in profile.time_by_collective() if name in ONLINE_SWITCHABLE]  # as --from-profile
         if not used:
             return {"skipped": f"the application calls none of the collectives online switches "
-                               f"({', '.join(DEFAULT_COLLECTIVES)})", "variant": None}
+                               f"({', '.join(ONLINE_SWITCHABLE)})", "variant": None}
         run_s = self.run_s(ctx)
         batch = max(2, math.ceil(runs_for(ctx.share_s or 0.0, run_s) / ONLINE_BATCHES))
         runs = ONLINE_BATCHES * batch  # whole batches: every run's records go into an update
