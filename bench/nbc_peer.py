@@ -58,11 +58,13 @@ def tunempi_point(mpi: str, collective: str, sizes: list[int], ranks: int, db: P
                   ) -> tuple[dict[int, float], dict[int, float]]:
     """(size -> latency in us, size -> overlap %): two engine runs, the library's default algorithm."""
     listener = Medians()
-    common = dict(mpi=mpi, collectives=collective, algorithms="default", sizes=",".join(str(s) for s in sizes),
-                  ranks=ranks, db=str(db), force=True)
-    run_bench(BenchOptions(**common, settings=MeasureSettings(time_cap_s=0.5, back_to_back=back_to_back)),
-              listener)
-    report = run_bench(BenchOptions(**common, overlap=True, settings=MeasureSettings(time_cap_s=0.5)))
+
+    def options(settings: MeasureSettings, overlap: bool) -> BenchOptions:
+        return BenchOptions(mpi=mpi, collectives=collective, algorithms="default", ranks=ranks, db=str(db),
+                            sizes=",".join(str(s) for s in sizes), force=True, overlap=overlap, settings=settings)
+
+    run_bench(options(MeasureSettings(time_cap_s=0.5, back_to_back=back_to_back), False), listener)
+    report = run_bench(options(MeasureSettings(time_cap_s=0.5), True))
     return listener.by_size, {row.msg_bytes: row.overlap_pct for row in report.overlap}
 
 

@@ -89,10 +89,10 @@ def test_every_algorithm_gives_correct_results(mpi_library: MPILibrary, ranks: i
     names = {c: ["default"] + [a.name for a in adapter.algorithms(c)] for c in ("allreduce", "alltoall")}
     sweep = Sweep(library, adapter, Layout(ranks), settings=QUICK, executable=executable)
     points = plan_points(names, [8, 1024 + 4], ranks=ranks)
-    # One launch per launch-level setup (MPICH and Open MPI: one, the shared-memory level MPICH pins beside a
+    # One launch per launch environment (MPICH and Open MPI: one, the shared-memory level MPICH pins beside a
     # forced algorithm goes with its point; Intel MPI: one per forced preset, read at MPI_Init only), plus at
     # most one relaunch per failed point.
-    setups = {(selection.setup, tuple(sorted(selection.env.items())))
+    setups = {tuple(sorted(selection.env.items()))
               for selection in (selection_for(adapter, point, "mpit") for point in points)}
     measurements = sweep.run(points)
     assert len(measurements) == 2 * sum(len(v) for v in names.values())

@@ -144,7 +144,7 @@ def test_mpit_mode_pins_companion_cvars_with_the_point_so_default_shares_the_lau
     default = selection_for(adapter, BenchPoint("allreduce", "default", 8), "mpit")
     assert ring.also == (("fake_level", 0),) and default.also == ()
     # One launch for both (issue 39: a default measured in a launch of its own carried that launch's bias).
-    assert ring.setup == default.setup == ()
+    assert ring.env == default.env == {}  # the launch key: no launch-wide setting tells them apart
     request = PointRequest(1, "allreduce", 8, ring.cvar, ring.set_value, also=ring.also)
     assert request.encode().endswith(" also=fake_level:0")
     assert "also=" not in PointRequest(1, "allreduce", 8, default.cvar, default.set_value).encode()

@@ -44,7 +44,7 @@ from tunempi.collectives import (
 from tunempi.errors import TunempiError, UsageError
 from tunempi.launch.hosts import NodeAllocation
 from tunempi.mpi.library import MPILibrary
-from tunempi.mpi.vendor import CvarSwitch, VendorAdapter
+from tunempi.mpi.vendor import VendorAdapter
 from tunempi.store.results import Measurement, PointKey, ResultStore
 
 MODES: tuple[str, ...] = ("mpit", "env")
@@ -112,9 +112,6 @@ class Selection:
     new_communicator: bool
     env: Mapping[str, str] = field(default_factory=dict)
     expected_value: int | None = None  # what the cvar must read back as (None: not checked)
-    #: Writes for the whole launch that this selection needs; points with different setups are measured in
-    #: different launches (none today: a selection's further writes go with its point, `also`).
-    setup: tuple[CvarSwitch, ...] = ()
     #: Further (cvar, int) writes made with the point's (CvarSwitch.also: MPICH's shared-memory level
     #: pinned to "mpir" beside a forced algorithm), undone by the next point that does not make them.
     also: tuple[tuple[str, int], ...] = ()
@@ -242,18 +239,17 @@ class Sweep:
         if self.layout.nodes == 1 and self.allocation is None:
             base_env.update(self.adapter.single_node_env())  # faster start-up, same collectives
         strict = self.adapter.strict_selection_switch() if self.strict else None
-        groups: dict[tuple[object, ...], list[tuple[BenchPoint, Selection]]] = {}
+        groups: dict[tuple[str, ...], list[tuple[BenchPoint, Selection]]] = {}
         for point in points:
             selection = selection_for(self.adapter, point, self.mode)
-            launch_key = (tuple(sorted(f"{k}={v}" for k, v in selection.env.items())), selection.setup)
+            launch_key = tuple(sorted(f"{k}={v}" for k, v in selection.env.items()))
             groups.setdefault(launch_key, []).append((point, selection))
         measurements: list[Measurement] = []
         for group in groups.values():
             env = {**base_env, **group[0][1].env}
-            setup = ((strict,) if strict is not None else ()) + group[0][1].setup
             session = EngineSession(
-                self.library, self.layout, env=env, setup=setup, executable=self.executable,
-                allocation=self.allocation,
+                self.library, self.layout, env=env, setup=(strict,) if strict is not None else (),
+                executable=self.executable, allocation=self.allocation,
                 bind=self.bind, point_timeout_s=self.point_timeout_s,
             )
             try:

@@ -45,8 +45,8 @@ class PointResult:
 class LayoutRunner:
     """Measures points of one layout through engine sessions kept open between calls.
 
-    One session per launch-wide setup: the strict-selection write plus the point's `Selection.setup`
-    (none today). A forced MPICH allreduce/bcast algorithm pins the shared-memory level to `mpir` (else
+    Every session makes the strict-selection write at launch (the adapter's; a forced algorithm that
+    cannot take a call then fails instead of falling back). A forced MPICH allreduce/bcast algorithm pins the shared-memory level to `mpir` (else
     release_gather silently runs instead after a few calls) with its own point (`Selection.also`), and the
     next default point puts it back: the library's default and its contenders are measured in ONE launch,
     so a launch that favours one side (10-30 % on this VM) cannot decide a cell (issue 39). So on MPICH
@@ -86,8 +86,8 @@ class LayoutRunner:
         self._executable = executable
         strict = adapter.strict_selection_switch()  # a forced algorithm that cannot take a call fails
         self._strict: tuple[CvarSwitch, ...] = (strict,) if strict is not None else ()
-        # setup + forced environment -> its session, the most recently used last
-        self.sessions: dict[tuple[tuple[CvarSwitch, ...], tuple[tuple[str, str], ...]], EngineSession] = {}
+        # forced environment -> its session, the most recently used last
+        self.sessions: dict[tuple[tuple[str, str], ...], EngineSession] = {}
         self.max_sessions = max(1, max_sessions)
         self._closed_launches = 0
         self._next_id = 0
@@ -97,8 +97,8 @@ class LayoutRunner:
     def launches(self) -> int:
         return self._closed_launches + sum(session.launches for session in self.sessions.values())
 
-    def _key(self, selection: Selection) -> tuple[tuple[CvarSwitch, ...], tuple[tuple[str, str], ...]]:
-        return self._strict + tuple(selection.setup), tuple(sorted(selection.env.items()))
+    def _key(self, selection: Selection) -> tuple[tuple[str, str], ...]:
+        return tuple(sorted(selection.env.items()))
 
     def in_launch_order(self, points: Sequence[BenchPoint]) -> list[BenchPoint]:
         """`points` as given where their sessions can all stay open; else grouped by session (the open ones
@@ -113,13 +113,12 @@ class LayoutRunner:
 
     def session_for(self, selection: Selection) -> EngineSession:
         key = self._key(selection)
-        setup = key[0]
         session = self.sessions.pop(key, None)
         if session is None:
             while len(self.sessions) >= self.max_sessions:
                 self._close(self.sessions.pop(next(iter(self.sessions))))
             session = EngineSession(
-                self.library, self.layout, env={**self._env, **selection.env}, setup=setup,
+                self.library, self.layout, env={**self._env, **selection.env}, setup=self._strict,
                 executable=self._executable, allocation=self._allocation, point_timeout_s=self._point_timeout_s,
             )
         self.sessions[key] = session  # most recently used last
