@@ -240,7 +240,8 @@ def run_autotune(request: AutotuneRequest, runner: StepRunner, listener: Autotun
             if result.get("variant"):
                 step("verify")
             else:
-                outcome.skipped["verify"] = "nothing to verify: tune kept the library's default everywhere"
+                outcome.skipped["verify"] = ("nothing to verify: " + str(result["skipped"]) if result.get("skipped")
+                                             else "nothing to verify: tune kept the library's default everywhere")
                 listener.step_skipped("verify", outcome.skipped["verify"])
     variants = outcome.variants()
     if not chosen:
