@@ -203,3 +203,16 @@ def test_a_tune_that_kept_the_default_everywhere_is_not_verified(tmp_path: Path)
     outcome = run_autotune(request(tmp_path), steps)
     assert "verify" not in steps.calls and "kept the library's default" in outcome.skipped["verify"]
     assert steps.compared == ["online-best=/w/online-best"]
+
+
+def test_the_state_file_is_replaced_whole_and_a_broken_one_names_the_way_out(tmp_path: Path) -> None:
+    from tunempi.autotune import WorkState
+
+    state = WorkState.open(tmp_path, {"command": ["a"]})
+    state.finish("profile", {"profile": "p.json"})
+    assert not list(tmp_path.glob("*.tmp"))  # written aside, then renamed over the file
+    assert WorkState.open(tmp_path, {"command": ["a"]}).result("profile") == {"profile": "p.json"}
+    (tmp_path / STATE_NAME).write_text("{not json")
+    with pytest.raises(UsageError, match="--restart"):
+        WorkState.open(tmp_path, {"command": ["a"]})
+    assert WorkState.open(tmp_path, {"command": ["a"]}, restart=True).steps == {}
