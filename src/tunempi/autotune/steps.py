@@ -75,19 +75,6 @@ class LibrarySteps(StepRunner):
     def run_s(ctx: Context) -> float:
         return float(ctx.results.get("profile", {}).get("run_s") or 1.0)
 
-    def library_reasons(self, ctx: Context, collectives: set[str]) -> dict[str, str]:
-        """Why the library cannot select an algorithm for each of `collectives` (as advise and
-        `tune --from-profile` say it: profile.advise.unselectable_by_library)."""
-        from tunempi.mpi.discovery import adapter_for
-        from tunempi.profile.advise import unselectable_by_library
-
-        library = self.library(ctx)
-        adapter = adapter_for(library)
-        known = set(adapter.collectives())
-        return unselectable_by_library(
-            sorted(collectives), lambda name: [a.name for a in adapter.algorithms(name)] if name in known else [],
-            lambda name: adapter.tuning_file_algorithms(name).selectable if name in known else (), library.name)
-
     # -- the steps ----------------------------------------------------------------------------------
     def profile(self, ctx: Context) -> dict[str, Any]:
         from tunempi.profile.build import build_interposer
@@ -115,12 +102,12 @@ class LibrarySteps(StepRunner):
 
     def plan(self, ctx: Context) -> dict[str, Any]:
         from tunempi.mpi.discovery import adapter_for
-        from tunempi.profile.advise import application_plan, not_tunable
+        from tunempi.profile.advise import application_plan, not_tunable, unselectable_here
 
         profile = self.load_profile(ctx)
         library = self.library(ctx)
         adapter = adapter_for(library)
-        reasons = self.library_reasons(ctx, {row.collective for row in profile.usage()})
+        reasons = unselectable_here(adapter, library.name, {row.collective for row in profile.usage()})
         steps = application_plan(profile, ctx.results["profile"]["profile"], library.spec,
                                  switches_per_call=adapter.switches_at_run_time(), library_reasons=reasons)
         return {"plan": [{"kind": s.kind, "worth": s.worth, "why": s.why, "commands": list(s.commands)}
@@ -128,29 +115,23 @@ class LibrarySteps(StepRunner):
                 "not_tunable": [n.text for n in not_tunable(profile, reasons)]}
 
     def tune(self, ctx: Context) -> dict[str, Any]:
-        from tunempi.profile.advise import profile_scope
+        from tunempi.mpi.discovery import adapter_for
+        from tunempi.profile.advise import tune_scope
         from tunempi.tune.job import TuneOptions, run_tune
 
-        profile = self.load_profile(ctx)
-        scope = profile_scope(profile)
         request, library = ctx.request, self.library(ctx)
         # as `tune --from-profile`: what the library cannot select for is left out (named in the plan's step)
-        reasons = self.library_reasons(ctx, set(scope.collectives))
-        taken = [c for c in scope.collectives if c not in reasons]
+        scope = tune_scope(self.load_profile(ctx), adapter_for(library), library.name, nodes=request.nodes,
+                           ranks=request.ranks, ppn=request.ppn)
+        taken = list(scope.collectives)
         if not taken:
             return {"skipped": f"{library.name} can select an algorithm for none of its collectives: "
-                               + "; ".join(f"{c}: {why}" for c, why in sorted(reasons.items())), "variant": None}
-        nodes, ranks, ppn = request.nodes, request.ranks, request.ppn
-        if nodes is None and ranks is None and ppn is None:  # as `tune --from-profile`: the profile's layout
-            nodes = scope.nodes
-            ranks, ppn = (scope.ranks, None) if scope.nodes == 1 else (None, scope.ppn)
-        nodes = nodes or 1
-        if ranks is None and ppn is None and nodes == 1:
-            ranks = 2
+                               + "; ".join(f"{c}: {why}" for c, why in sorted(scope.left_out.items())),
+                    "variant": None}
         out = ctx.directory / TUNED
         timeout = max(30.0, TUNE_PART * (ctx.share_s or 0.0))
-        options = TuneOptions(out=out, collectives=",".join(taken), mpi=library.spec, nodes=nodes,
-                              ppn=ppn, ranks=ranks, hostfile=request.hostfile, max_msg=scope.max_msg,
+        options = TuneOptions(out=out, collectives=",".join(taken), mpi=library.spec, nodes=scope.nodes,
+                              ppn=scope.ppn, ranks=scope.ranks, hostfile=request.hostfile, max_msg=scope.max_msg,
                               min_msg=scope.min_msg, seed=request.seed, timeout_s=timeout, db=request.db_path)
         ctx.listener.note(f"tuning {', '.join(taken)} at the profile's layout and sizes "
                           f"({scope.min_msg}..{scope.max_msg} bytes) for at most {timeout:.0f} s")

@@ -27,7 +27,7 @@ from tunempi.profile.advise import (
     eager_verdict,
     not_tunable,
     tune_command,
-    unselectable_by_library,
+    unselectable_here,
 )
 from tunempi.profile.reader import Profile, load_profile
 from tunempi.report.console import output_console
@@ -219,25 +219,12 @@ def advise_command(
         result = advise(app_profile, source, min_saving_fraction=min_saving)
         print_advice(result, top=top, console=_out, min_saving=min_saving)
         print_tune_command(result, spec, db if db else None, _out)
-    reasons = library_reasons(adapter, library, collectives)
+    reasons = unselectable_here(adapter, library.name, collectives)
     for left in not_tunable(app_profile, reasons):
         _out.print(f"not tunable: {escape(left.text)}")
     eager_advice(app_profile, adapter, library, space_out, _out)
     print_plan(application_plan(app_profile, str(profile), spec, switches_per_call=adapter.switches_at_run_time(),
                                 library_reasons=reasons), _out)
-
-
-def library_reasons(adapter: VendorAdapter, library: MPILibrary, collectives: set[str]) -> dict[str, str]:
-    """Why the library cannot select an algorithm for each of `collectives` the engine measures."""
-    known = set(adapter.collectives())
-
-    def algorithms(name: str) -> list[str]:
-        return [a.name for a in adapter.algorithms(name)] if name in known else []
-
-    def selectable(name: str) -> tuple[str, ...]:
-        return adapter.tuning_file_algorithms(name).selectable if name in known else ()
-
-    return unselectable_by_library(sorted(collectives), algorithms, selectable, library.name)
 
 
 def print_plan(steps: list[PlanStep], console: Console) -> None:

@@ -87,29 +87,24 @@ def tune_command(
     except ValueError as exc:
         raise UsageError(str(exc)) from None
     if from_profile is not None:
-        from tunempi.cli.advise import library_reasons
         from tunempi.mpi.discovery import adapter_for, library_for_version_string
-        from tunempi.profile.advise import not_tunable, profile_scope
+        from tunempi.profile.advise import not_tunable, tune_scope
         from tunempi.profile.reader import load_profile
 
         profile = load_profile(from_profile)
-        scope = profile_scope(profile)
         library = library_for_version_string(str(profile.header.get("library", "")), resolve(mpi, "MPI"))
         mpi = mpi or library.spec
         # what the library cannot select for (Open MPI's gatherv/scatterv: coll/tuned has no algorithm) is left
         # out and named, as advise does
-        reasons = library_reasons(adapter_for(library), library, set(scope.collectives))
-        taken = [c for c in scope.collectives if c not in reasons]
-        if not taken and not collectives:
+        scope = tune_scope(profile, adapter_for(library), library.name, nodes=nodes, ranks=ranks, ppn=ppn)
+        if not scope.collectives and not collectives:
             raise UsageError(f"{from_profile}: {library.name} can select an algorithm for none of its collectives: "
-                             + "; ".join(f"{c}: {why}" for c, why in sorted(reasons.items())))
-        collectives = collectives or ",".join(taken)
-        if nodes is None and ranks is None and ppn is None:
-            nodes = scope.nodes
-            ranks, ppn = (scope.ranks, None) if scope.nodes == 1 else (None, scope.ppn)
+                             + "; ".join(f"{c}: {why}" for c, why in sorted(scope.left_out.items())))
+        collectives = collectives or ",".join(scope.collectives)
+        nodes, ranks, ppn = scope.nodes, scope.ranks, scope.ppn
         min_msg = min_msg or str(scope.min_msg)
         max_msg = max_msg or str(scope.max_msg)
-        left = not_tunable(profile, reasons)
+        left = not_tunable(profile, scope.left_out)
         untunable = ("; not tuned: " + "; ".join(n.text for n in left)) if left else (
             f"; not taken by tune: {', '.join(scope.untunable)}" if scope.untunable else "")
         output_console().print(f"from {from_profile}: {collectives} at {ranks or ppn} ranks"

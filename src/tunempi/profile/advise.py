@@ -22,7 +22,7 @@ from typing import Protocol
 from tunempi.bench.validate import ENGINE_COLLECTIVES
 from tunempi.collectives import ONLINE_SWITCHABLE, is_nonblocking
 from tunempi.errors import UsageError
-from tunempi.mpi.vendor import ThresholdKnob
+from tunempi.mpi.vendor import ThresholdKnob, VendorAdapter
 from tunempi.profile.reader import P2PBucket, Profile, UsageRow
 from tunempi.space.feature import Cell, is_power_of_two, power_of_two_ceil, power_of_two_floor
 from tunempi.store.dataset import DatasetRow
@@ -281,6 +281,46 @@ def unselectable_by_library(collectives: Iterable[str], algorithms: Callable[[st
         elif not selectable(name):
             reasons[name] = f"{library}'s tuning files cannot select an algorithm for it"
     return reasons
+
+
+def unselectable_here(adapter: VendorAdapter, library: str, collectives: Iterable[str]) -> dict[str, str]:
+    """`unselectable_by_library` with the adapter's catalog: why `library` cannot select an algorithm for
+    each of `collectives` (advise, `tune --from-profile` and autotune say the same)."""
+    known = set(adapter.collectives())
+    return unselectable_by_library(
+        sorted(collectives), lambda name: [a.name for a in adapter.algorithms(name)] if name in known else [],
+        lambda name: adapter.tuning_file_algorithms(name).selectable if name in known else (), library)
+
+
+@dataclass(frozen=True)
+class TuneScope:
+    """What `tune --from-profile` tunes for one library: the profile's tunable collectives the library can
+    select an algorithm for (most time first), the others with the reason, the layout (the profile's, unless
+    one was given) and the sizes."""
+
+    collectives: tuple[str, ...]
+    left_out: Mapping[str, str]  # collective -> why the library cannot select an algorithm for it
+    untunable: tuple[str, ...]  # used, but `tune` benchmarks no algorithms for them
+    nodes: int
+    ranks: int | None
+    ppn: int | None
+    min_msg: int
+    max_msg: int
+
+
+def tune_scope(profile: Profile, adapter: VendorAdapter, library: str, *, nodes: int | None = None,
+               ranks: int | None = None, ppn: int | None = None) -> TuneScope:
+    """The scope of `tune --from-profile` (UsageError, from profile_scope, when there is nothing to tune)."""
+    scope = profile_scope(profile)
+    reasons = unselectable_here(adapter, library, scope.collectives)
+    if nodes is None and ranks is None and ppn is None:
+        nodes = scope.nodes
+        ranks, ppn = (scope.ranks, None) if scope.nodes == 1 else (None, scope.ppn)
+    nodes = nodes or 1
+    if ranks is None and ppn is None and nodes == 1:
+        ranks = 2
+    return TuneScope(tuple(c for c in scope.collectives if c not in reasons), reasons, scope.untunable,
+                     nodes, ranks, ppn, scope.min_msg, scope.max_msg)
 
 
 @dataclass(frozen=True)
