@@ -3,10 +3,19 @@
 from __future__ import annotations
 
 import os
+import signal
 import sys
 from pathlib import Path
 
 import pytest
+
+# Tests that stop a tunempi command with Ctrl-C (SIGINT) need it to reach the command. A shell without job
+# control starts a background job (`make test &`, `setsid bash -c '...' &`) with SIGINT ignored, every
+# process it starts inherits that, and tunempi keeps an ignored signal ignored (as `nohup` wants it:
+# launch/signals.py): those tests then failed on a run started that way. A handler (not SIG_IGN) is reset to
+# the default in every program pytest starts.
+if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+    signal.signal(signal.SIGINT, signal.default_int_handler)
 
 PEAK_FILE = "ornl-peak.csv.gz"
 PEAK_PR7730_FILE = "ornl-peak-pr7730.csv.gz"  # the same machine with Open MPI's PR 7730

@@ -12,6 +12,7 @@ import os
 import signal
 import subprocess
 import sys
+import textwrap
 import time
 from pathlib import Path
 
@@ -81,21 +82,34 @@ def test_a_crashing_variant_fails_and_the_default_is_never_given_its_variables(t
 
 def test_ctrl_c_keeps_the_finished_runs_and_the_same_command_continues(tmp_path: Path) -> None:
     (tmp_path / "fast.env").write_text("SLOW_APP_FACTOR=0.5\n")
+    # Ctrl-C lands during the fourth run: a gate holds that launch (its rank 0 sleeps; rank 1 waits for it
+    # inside MPI) and says so, and the test signals only then, however fast or loaded the machine is (polling
+    # the store for three runs let a loaded test process see them only after the whole comparison ended).
+    (tmp_path / "gate.sh").write_text(textwrap.dedent("""\
+        #!/bin/sh
+        here=$(dirname "$0")
+        if [ "${PMI_RANK:-0}" = 0 ] && [ ! -e "$here/open" ]; then
+          mkdir -p "$here/launches"; n=$(ls "$here/launches" | wc -l); touch "$here/launches/$n"
+          if [ "$n" -eq 3 ]; then touch "$here/held"; exec sleep 300; fi
+        fi
+        exec "$@"
+    """))
+    mpiexec, *rest = app_command("mpich")
+    command = [mpiexec, *rest[:-1], "sh", str(tmp_path / "gate.sh"), rest[-1]]
     args = ["compare", "--variant", "fast.env", "--min-runs", "6", "--max-runs", "6", "--db", "db.sqlite",
-            "--format", "json", "--", *app_command("mpich")]
+            "--format", "json", "--", *command]
     first = tunempi(*args, cwd=tmp_path, wait=False)
-    deadline = time.monotonic() + 240
-    recorded = 0
-    while recorded < 3 and first.poll() is None and time.monotonic() < deadline:  # wait for runs, not for time
-        time.sleep(0.2)
-        if (tmp_path / "db.sqlite").exists():
-            with ResultStore(tmp_path / "db.sqlite") as store:
-                recorded = sum(n for _, _, n in list_comparisons(store))
-    assert recorded >= 3, "no runs were recorded"
+    deadline = time.monotonic() + 300  # a bound on a hung test, not a timing the outcome depends on
+    while not (tmp_path / "held").exists() and first.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert (tmp_path / "held").exists(), first.communicate(timeout=60)[1] if first.poll() is not None else "not held"
     first.send_signal(signal.SIGINT)
     _, err = first.communicate(timeout=120)
     assert first.returncode == 130, err
     assert "rerun the same command to continue" in err
+    with ResultStore(tmp_path / "db.sqlite") as store:
+        assert [n for _, _, n in list_comparisons(store)] == [3]  # the three runs before the held one
+    (tmp_path / "open").touch()
     second = tunempi(*args, cwd=tmp_path)
     assert second.returncode == 0, second.stderr
     assert "runs already recorded" in second.stderr
