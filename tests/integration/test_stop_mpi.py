@@ -92,7 +92,14 @@ class HungJob:
         """Signal the tunempi process (only it), wait for it; (exit status, stdout, stderr)."""
         assert self.proc is not None
         self.proc.send_signal(signum)
-        out, err = self.proc.communicate(timeout=EXIT_WITHIN_S)
+        try:
+            out, err = self.proc.communicate(timeout=EXIT_WITHIN_S)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()  # a failing test leaves nothing spinning beside the rest of the suite
+            out, err = self.proc.communicate()
+            left = self.left_behind()
+            pytest.fail(f"tunempi did not stop within {EXIT_WITHIN_S} s of {signal.Signals(signum).name} "
+                        f"(killed with {len(left)} process(es) of its job):\n{out}\n{err}")
         return self.proc.returncode, out, err
 
     def left_behind(self) -> list[str]:
