@@ -39,12 +39,13 @@ STOP_REASONS: tuple[str, ...] = ("converged", "exhaustive-cost", "timeout", "max
 COMPLETE_STOPS: tuple[str, ...] = ("converged", "exhaustive-cost")
 #: An algorithm replaces the library's own choice only where it is estimated this much faster (relative).
 DEFAULT_MARGIN = 0.03
-#: Launches a cell's contenders are measured in before an override is written (tune/launch_blocks.py). 1:
-#: the exploring launch decides alone. Two or more made two tunes agree on 94-100 % of the cells both
-#: decided (66-74 % with 1), but on this VM's run-to-run noise they decided few of the cells a validation
-#: run shows a gap in, and their selections were 1.00-1.08x slower out of sample than the exploring
-#: launch's (docs/measurements/tune.md, "Launches as blocks"): opt-in (`tune --launches N`) until that is fixed.
-DEFAULT_LAUNCHES = 1
+#: Launches a cell's contenders are measured in before an override is written (tune/launch_blocks.py): the
+#: exploring launch, then two deciding blocks measured under files (tune/file_launches.py). Quiet, the demo's
+#: space at 2 ranks: with 1 (the exploring launch, switched at run time, decides alone) verify sent back 13 of
+#: 42 and 18 of 48 written cells (MPICH), 36 of 36 and 37 of 37 (Open MPI); with 3, 0 of 26, 0 of 27, 0 and 0
+#: (MPICH), 0 and 1 of 1 (Open MPI), 1 of 1 and 5 of 5 at 2+4 ranks; tunes of 5-7 s instead of 2-4
+#: (docs/measurements/tune.md, "Deciding under files").
+DEFAULT_LAUNCHES = 3
 
 
 def cell_of(measurement: Measurement) -> Cell:
