@@ -59,6 +59,9 @@ def test_autotune_runs_the_pipeline_writes_one_report_and_resumes(tmp_path: Path
     assert "<tr class='speedup'><td>tuned</td>" in page and "95% interval" in page
     assert "id='results-check'" in page and "unchanged in every run of every tuning" in page
     assert "tunempi run --tuning" in page
+    at_sizes = state["steps"]["tune"]["at_application_sizes"]  # what tune measured at the loop's size
+    assert at_sizes and at_sizes[0]["collective"] == "allreduce" and at_sizes[0]["default_us"] > 0
+    assert "what tune measured at the nearest size it measured" in page
 
     again = runner.invoke(app, args)
     assert again.exit_code == 0, again.output[-3000:]

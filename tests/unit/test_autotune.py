@@ -216,3 +216,31 @@ def test_the_state_file_is_replaced_whole_and_a_broken_one_names_the_way_out(tmp
     with pytest.raises(UsageError, match="--restart"):
         WorkState.open(tmp_path, {"command": ["a"]})
     assert WorkState.open(tmp_path, {"command": ["a"]}, restart=True).steps == {}
+
+
+def test_the_report_says_from_measurements_what_tune_found_where_the_application_spends_its_time() -> None:
+    """Issue 40: where no gain shows, the report explains it from measurements. For the application's sizes
+    with the most time, the measured cell nearest in size: the default's figure, the fastest other and what
+    tune chose (here the default is already the fastest at the big alltoallv, and bcast has a gain)."""
+    from tunempi.autotune.steps import at_application_sizes
+    from tunempi.profile.reader import UsageRow
+    from tunempi.space import Cell
+
+    class Profile:  # what at_application_sizes reads of a profile
+        mpi_s = 2.0
+
+        def usage(self) -> list[UsageRow]:
+            return [UsageRow("alltoallv", 2, 1, 2, 500_000, 656, 1.5, 2),
+                    UsageRow("bcast", 2, 1, 2, 100, 10, 0.1, 2),
+                    UsageRow("allreduce", 4, 1, 4, 8, 10, 0.2, 4)]  # a layout tune did not measure
+
+    big, small = Cell("alltoallv", 2, 1, 2, 524_288), Cell("alltoallv", 2, 1, 2, 4)
+    bcast = Cell("bcast", 2, 1, 2, 128)
+    medians = {(big, "default"): 56.8, (big, "basic_linear"): 56.9, (big, "pairwise"): 80.0,
+               (small, "default"): 0.2, (bcast, "default"): 2.0, (bcast, "binomial"): 1.0}
+    rows = at_application_sizes(Profile(), medians, {big: "default", bcast: "binomial"})  # type: ignore[arg-type]
+    assert [(r["collective"], r["measured_size"]) for r in rows] == [("alltoallv", 524_288), ("bcast", 128)]
+    first = rows[0]
+    assert first["mpi_share"] == 0.75 and first["default_us"] == 56.8
+    assert (first["best"], first["best_us"], first["chosen"]) == ("basic_linear", 56.9, "default")
+    assert (rows[1]["best"], rows[1]["chosen"]) == ("binomial", "binomial")

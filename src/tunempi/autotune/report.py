@@ -138,6 +138,26 @@ def write_report(request: AutotuneRequest, outcome: AutotuneOutcome, path: Path)
                                   for c, lay, s, a in rows) + "</table>")
         for line in results.get("verify", {}).get("lines", []):
             body.append(f"<p class='muted'>verify: {e(line)}</p>")
+        at_sizes = results.get("tune", {}).get("at_application_sizes") or []
+        if at_sizes:
+            body.append("<p>Where the application spends its time, what tune measured at the nearest size it "
+                        "measured (median per run, microseconds; speedup = default / fastest other: the most a "
+                        "tuning could gain there):</p>")
+            body.append("<table><tr><th>collective</th><th class='num'>ranks</th><th class='num'>size</th>"
+                        "<th class='num'>calls</th><th class='num'>MPI time</th><th class='num'>measured at</th>"
+                        "<th class='num'>default us</th><th>fastest other</th><th class='num'>us</th>"
+                        "<th class='num'>speedup</th><th>tune chose</th></tr>")
+            for row in at_sizes:
+                best_us = row.get("best_us")
+                gain = f"{row['default_us'] / best_us:.2f}x" if best_us else "-"
+                body.append(f"<tr><td>{e(row['collective'])}</td><td class='num'>{row['ranks']}</td>"
+                            f"<td class='num'>{e(format_size(row['size']))}</td><td class='num'>{row['calls']}</td>"
+                            f"<td class='num'>{_pct(row['mpi_share'])}</td>"
+                            f"<td class='num'>{e(format_size(row['measured_size']))}</td>"
+                            f"<td class='num'>{row['default_us']:.1f}</td><td>{e(str(row.get('best') or '-'))}</td>"
+                            f"<td class='num'>{'-' if best_us is None else f'{best_us:.1f}'}</td>"
+                            f"<td class='num'>{gain}</td><td>{e(row['chosen'])}</td></tr>")
+            body.append("</table>")
     online = results.get("online")
     if online:
         if online.get("skipped"):

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import math
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -23,6 +23,7 @@ from tunempi.errors import TunempiError, UsageError
 if TYPE_CHECKING:
     from tunempi.mpi.library import MPILibrary
     from tunempi.profile.reader import Profile
+    from tunempi.space import Cell
     from tunempi.tune.manifest import Manifest
 
 #: The directories and files of a work directory.
@@ -45,6 +46,33 @@ def tuning_sets_something(manifest: Manifest) -> bool:
     one that selects the default everywhere would compare the default with itself."""
     return any(row.algorithm != DEFAULT_ALGORITHM for row in manifest.selection) \
         or bool(manifest.compositions.chosen())
+
+
+def at_application_sizes(profile: Profile, medians: Mapping[tuple[Cell, str], float],
+                         selection: Mapping[Cell, str], top: int = 6) -> list[dict[str, Any]]:
+    """What tune measured where the application spends its time: for the `top` sizes of the tuned
+    collectives with the most time in the profile, the measured cell nearest in size (same collective and
+    communicator size): the library's default there, the fastest other algorithm, and what the tuning
+    chose. It says from measurements why a tuning changed nothing (the default already the fastest there)."""
+    mpi = profile.mpi_s or 1.0
+    defaults = sorted({cell for cell, algorithm in medians if algorithm == DEFAULT_ALGORITHM},
+                      key=lambda c: (c.collective, c.ranks, c.msg_bytes))
+    rows: list[dict[str, Any]] = []
+    for usage in sorted(profile.usage(), key=lambda r: -r.time_s):
+        near = [c for c in defaults if c.collective == usage.collective and c.ranks == usage.comm_size]
+        if not near:
+            continue
+        cell = min(near, key=lambda c: abs(math.log(max(c.msg_bytes, 1) / max(usage.msg_size, 1))))
+        others = {a: v for (c, a), v in medians.items() if c == cell and a != DEFAULT_ALGORITHM}
+        best = min(others, key=lambda a: others[a]) if others else None
+        rows.append({"collective": usage.collective, "ranks": usage.comm_size, "size": usage.msg_size,
+                     "calls": usage.calls, "mpi_share": usage.time_s / mpi, "measured_size": cell.msg_bytes,
+                     "default_us": medians[(cell, DEFAULT_ALGORITHM)], "best": best,
+                     "best_us": others.get(best) if best else None,
+                     "chosen": selection.get(cell, DEFAULT_ALGORITHM)})
+        if len(rows) >= top:
+            break
+    return rows
 
 
 class LibrarySteps(StepRunner):
@@ -140,9 +168,11 @@ class LibrarySteps(StepRunner):
             raise KeyboardInterrupt  # the measured points are in the store: the rerun resumes them
         manifest = report.manifest
         tuned = sum(row.algorithm != DEFAULT_ALGORITHM for row in manifest.selection)
+        at_sizes = at_application_sizes(self.load_profile(ctx), report.outcome.measured_medians(),
+                                        {row.cell: row.algorithm for row in manifest.selection})
         return {"directory": str(out), "variant": str(out) if tuning_sets_something(manifest) else None,
                 "collectives": taken, "cells": len(manifest.selection), "tuned_cells": tuned,
-                "stop_reason": report.outcome.stop_reason}
+                "stop_reason": report.outcome.stop_reason, "at_application_sizes": at_sizes}
 
     def verify(self, ctx: Context) -> dict[str, Any]:
         from tunempi.tune.verify_run import run_verify
