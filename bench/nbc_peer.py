@@ -35,23 +35,17 @@ import tempfile
 from pathlib import Path
 
 from tunempi.bench.protocol import MeasureSettings
-from tunempi.bench.session import BenchListener, BenchOptions, run_bench
+from tunempi.bench.session import BenchOptions, run_bench
 from tunempi.mpi.discovery import resolve_library
 from tunempi.mpi.library import MPILibrary
 from tunempi.units import format_size, parse_size
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from imb_peer import Medians  # noqa: E402 - the same listener: size -> median of each point measured
+
 IMB_NAMES = {"iallreduce": "Iallreduce", "ibcast": "Ibcast", "ialltoall": "Ialltoall", "iallgather": "Iallgather"}
 #: #bytes #repetitions t_ovrl t_pure t_CPU overlap[%]
 _ROW = re.compile(r"^\s*(\d+)\s+(\d+)\s+([\d.]+)\s+([\d.]+)\s+([\d.]+)\s+([\d.]+)\s*$")
-
-
-class Medians(BenchListener):
-    def __init__(self) -> None:
-        self.by_size: dict[int, float] = {}
-
-    def measured(self, point, outcome, measurement) -> None:  # noqa: ANN001 - BenchListener's signature
-        if measurement.ok and measurement.median_us is not None:
-            self.by_size[point.msg_bytes] = measurement.median_us
 
 
 def tunempi_point(mpi: str, collective: str, sizes: list[int], ranks: int, db: Path, back_to_back: int
