@@ -26,6 +26,8 @@ from tunempi.launch.topology import group_nodes, slurm_topology
 from tunempi.mpi.build import build_c
 from tunempi.mpi.discovery import adapter_for, resolve_library
 from tunempi.mpi.library import MPILibrary
+from tunempi.tune.driver import DEFAULT_LAUNCHES
+from tunempi.tune.launch_blocks import MOST_CONTENDERS
 
 pytestmark = [pytest.mark.mpi, pytest.mark.slow]
 
@@ -269,7 +271,10 @@ def test_tune_verify_run_mpich_2x1_inside_salloc(cluster: EmulatedCluster, probe
                     wrap=salloc)
     assert done.returncode == 0, done.stdout + done.stderr
     manifest = json.loads((out / "manifest.json").read_text())
-    assert [2, 2, 1] in manifest["scales"] and manifest["run"]["launches"] <= 4
+    # Launches per layout, not per point: the exploring launch of each of the two layouts (1x2, 2x1), then in
+    # each of the two deciding blocks a launch without a file and one per contender rank (tune/file_launches.py).
+    exploring, deciding = 2, (DEFAULT_LAUNCHES - 1) * 2 * (1 + MOST_CONTENDERS)
+    assert [2, 2, 1] in manifest["scales"] and manifest["run"]["launches"] <= exploring + deciding
     assert manifest["run"]["measured"] >= len(manifest["selection"])
     done = _tunempi("verify", "--tuning", str(out), "--repeats", "2", "--time-cap", "20ms", env=env, wrap=salloc)
     assert done.returncode == 0, done.stdout + done.stderr
