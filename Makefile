@@ -35,7 +35,8 @@ demo: setup
 	$(PY) -m tunempi.demo
 
 # `make test` leaves out the tests marked `full` (the same checks at more layouts and libraries: 4-rank
-# and site-library conformance, HPCC and applications across emulated nodes, compare, MPICH's own tests and compositions on
+# and site-library conformance, Intel MPI's tuning-file conformance rounds, HPCC and applications across
+# emulated nodes, compare, MPICH's own tests and compositions on
 # Open MPI and Intel MPI); `make test-all` runs everything: run it before resolving
 # an issue that touches selection, and before a release.
 test: setup system
