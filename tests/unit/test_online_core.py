@@ -117,6 +117,14 @@ def test_size_ranges_and_cells():
     assert [sizes.index(b) for b in (0, 8, 9, 64, 65, 4096, 4097, 1 << 30)] == [0, 0, 1, 1, 2, 2, 3, 3]
     assert sizes.range(1) == (8, 64) and sizes.range(3) == (4096, None)
     assert 8 < sizes.representative(1) <= 64
+    # A reduction's choice is written (and verified) at a whole number of 4-byte floats inside its range: the
+    # geometric middle of (64K, 128K] is 92682 bytes, which verify's engine refused for an allreduce.
+    wide = SizeRanges((4, 8, 65536, 131072))
+    assert wide.representative(3) == 92682 and wide.whole_elements(3, 4) == 92680
+    assert wide.whole_elements(1, 4) == 8  # (4, 8]: the middle 6 rounds down to 4, outside: up to 8
+    assert wide.whole_elements(0, 4) == 4 and wide.whole_elements(4, 4) % 4 == 0
+    assert all(lo < wide.whole_elements(i, 4) <= (hi or 1 << 40)
+               for i in range(len(wide)) for lo, hi in [wide.range(i)])
     assert SizeRanges.parse("64,4K,256K").bounds == (64, 4096, 262144)
     with pytest.raises(UsageError):
         SizeRanges((64, 8))

@@ -85,6 +85,17 @@ class SizeRanges:
             return 2 * lower
         return max(1, round(math.sqrt(max(lower, 1) * upper)))
 
+    def whole_elements(self, index: int, element: int) -> int:
+        """The representative as a whole number of `element`-byte elements inside the range (a reduction's
+        buffer: verify measured an online best's allreduce at 92682 bytes, 23170.5 floats, and failed it):
+        rounded down, else up, else the representative where the range holds no such size."""
+        size = self.representative(index)
+        lower, upper = self.range(index)
+        down, up = size - size % element, size + (-size % element)
+        if down > lower:
+            return down
+        return up if upper is None or up <= upper else size
+
     def label(self, index: int) -> str:
         lower, upper = self.range(index)
         return f"> {lower}" if upper is None else f"{lower + 1 if index else 0}-{upper}"

@@ -175,9 +175,8 @@ def write_best(state: OnlineState, library: MPILibrary, out_dir: Path | str) -> 
     choices = best_choices(state.probabilities(), sizes, writable)
     if not choices:
         raise UsageError(f"no estimates in {state.dir} yet: run a batch, then `tunempi online update`")
-    scaled = [ScaledChoice(c.cell.collective, c.cell.nodes, c.cell.ppn,
-                           sizes.representative(c.cell.size_index) if c.cell.collective != "barrier" else 1,
-                           c.algorithm) for c in choices]
+    scaled = [ScaledChoice(c.cell.collective, c.cell.nodes, c.cell.ppn, written_size(sizes, c.cell), c.algorithm)
+              for c in choices]
     rule_sets = build_rule_sets(SelectionTable.from_scaled(scaled))
     out = Path(out_dir).resolve()
     # Smoke-check where it can run here: the single-node layouts (predicted multi-node ones cannot).
@@ -205,6 +204,19 @@ def write_best(state: OnlineState, library: MPILibrary, out_dir: Path | str) -> 
     notes += [f"loaded and run by {library.name} at {record.ranks} ranks ({record.points} sizes): {record.message}"
              for record in written.smoke]
     return choices, WrittenFiles(files, notes)
+
+
+def written_size(sizes: SizeRanges, cell: SizeRangeCell) -> int:
+    """The size a cell's choice is written, and later verified, at: its range's geometric middle; a
+    reduction's as a whole number of the engine's elements (REDUCTION_ELEMENT_BYTES); barrier's 1."""
+    from tunempi.bench.validate import REDUCTION_ELEMENT_BYTES
+    from tunempi.collectives import REDUCTIONS
+
+    if cell.collective == "barrier":
+        return 1
+    if cell.collective in REDUCTIONS:
+        return sizes.whole_elements(cell.size_index, REDUCTION_ELEMENT_BYTES)
+    return sizes.representative(cell.size_index)
 
 
 def best_manifest(state: OnlineState, library: MPILibrary, out: Path, choices: Sequence[BestChoice],
