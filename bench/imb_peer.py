@@ -56,21 +56,30 @@ def tunempi_point(collective: str, preset: str, sizes: list[int], ranks: int, db
     return listener.by_size
 
 
-def imb_point(library, env: dict[str, str], collective: str, sizes: list[int], ranks: int,  # noqa: ANN001
-              workdir: Path) -> dict[int, float]:
+def run_imb(library, binary: Path, benchmark: str, sizes: list[int], ranks: int, workdir: Path,  # noqa: ANN001
+            env: dict[str, str] | None = None) -> str:
+    """One launch of an IMB binary of the impi-rt wheel (IMB-MPI1, IMB-NBC) under `library`'s mpiexec, at
+    exactly `sizes`, in `workdir` (Intel MPI writes files into the working directory); its stdout."""
     lengths = workdir / "msglen.txt"
     lengths.write_text("".join(f"{size}\n" for size in sizes))
-    imb = library.prefix / "bin" / "IMB-MPI1"
-    argv = [str(library.mpiexec), "-n", str(ranks), str(imb), IMB_NAMES[collective], "-npmin", str(ranks),
+    argv = [str(library.mpiexec), "-n", str(ranks), str(binary), benchmark, "-npmin", str(ranks),
             "-msglen", str(lengths), "-time", "0.5"]
-    # The wheel's IMB binaries carry no run path to libmpi (Intel's tools expect LD_LIBRARY_PATH).
+    # The wheel's IMB binaries carry no run path to libmpi (Intel's tools expect LD_LIBRARY_PATH): the
+    # library's own lib directory goes first.
     paths = [str(library.prefix / "lib"), *filter(None, [os.environ.get("LD_LIBRARY_PATH")])]
-    run_env = {**os.environ, **env, "LD_LIBRARY_PATH": ":".join(paths)}
-    done = subprocess.run(argv, env=run_env, capture_output=True, text=True, timeout=300, check=False)
+    run_env = {**os.environ, **(env or {}), "LD_LIBRARY_PATH": ":".join(paths)}
+    done = subprocess.run(argv, env=run_env, cwd=workdir, capture_output=True, text=True, timeout=300, check=False)
     if done.returncode != 0:
-        raise SystemExit(f"IMB-MPI1 failed ({done.returncode}): {' '.join(argv)}\n{done.stderr[-2000:]}")
+        raise SystemExit(f"{binary.name} failed ({done.returncode}): {' '.join(argv)}\n{done.stderr[-2000:]}")
+    return done.stdout
+
+
+def imb_point(library, env: dict[str, str], collective: str, sizes: list[int], ranks: int,  # noqa: ANN001
+              workdir: Path) -> dict[int, float]:
+    stdout = run_imb(library, library.prefix / "bin" / "IMB-MPI1", IMB_NAMES[collective], sizes, ranks, workdir,
+                     env)
     found: dict[int, float] = {}
-    for line in done.stdout.splitlines():
+    for line in stdout.splitlines():
         match = _ROW.match(line)
         if match:
             found[int(match.group(1))] = float(match.group(4))  # t_max[usec]

@@ -25,11 +25,9 @@ from __future__ import annotations
 
 import argparse
 import math
-import os
 import random
 import re
 import statistics
-import subprocess
 import sys
 import tempfile
 from pathlib import Path
@@ -41,7 +39,7 @@ from tunempi.mpi.library import MPILibrary
 from tunempi.units import format_size, parse_size
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from imb_peer import Medians  # noqa: E402 - the same listener: size -> median of each point measured
+from imb_peer import Medians, run_imb  # noqa: E402 - the same listener and IMB launch
 
 IMB_NAMES = {"iallreduce": "Iallreduce", "ibcast": "Ibcast", "ialltoall": "Ialltoall", "iallgather": "Iallgather"}
 #: #bytes #repetitions t_ovrl t_pure t_CPU overlap[%]
@@ -65,19 +63,10 @@ def tunempi_point(mpi: str, collective: str, sizes: list[int], ranks: int, db: P
 def imb_point(library: MPILibrary, imb: Path, collective: str, sizes: list[int], ranks: int, workdir: Path
               ) -> tuple[dict[int, float], dict[int, float]]:
     """(size -> t_pure in us, size -> overlap %) from one IMB-NBC launch under `library`'s mpiexec."""
-    lengths = workdir / "msglen.txt"
-    lengths.write_text("".join(f"{size}\n" for size in sizes))
-    argv = [str(library.mpiexec), "-n", str(ranks), str(imb), IMB_NAMES[collective], "-npmin", str(ranks),
-            "-msglen", str(lengths), "-time", "0.5"]
-    # The wheel's IMB binaries carry no run path to libmpi: the library's own lib directory is put first.
-    paths = [str(library.prefix / "lib"), *filter(None, [os.environ.get("LD_LIBRARY_PATH")])]
-    done = subprocess.run(argv, env={**os.environ, "LD_LIBRARY_PATH": ":".join(paths)}, cwd=workdir,
-                          capture_output=True, text=True, timeout=300, check=False)
-    if done.returncode != 0:
-        raise SystemExit(f"IMB-NBC failed ({done.returncode}): {' '.join(argv)}\n{done.stderr[-2000:]}")
+    stdout = run_imb(library, imb, IMB_NAMES[collective], sizes, ranks, workdir)
     pure: dict[int, float] = {}
     overlap: dict[int, float] = {}
-    for line in done.stdout.splitlines():
+    for line in stdout.splitlines():
         if match := _ROW.match(line):
             size = int(match.group(1))
             pure[size], overlap[size] = float(match.group(4)), float(match.group(6))

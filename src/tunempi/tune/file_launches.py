@@ -92,7 +92,6 @@ class FileDecider:
         self.staging = staging if staging is not None else Path(self._temporary.name)  # type: ignore[union-attr]
         self._written: dict[tuple, dict[str, str]] = {}
         self._ids = itertools.count(1)
-        self.launches = 0
 
     def takes(self, collective: str) -> bool:
         return self.adapter.selects_by_size(collective) and not is_nonblocking(collective)
@@ -131,7 +130,6 @@ class FileDecider:
                      if self.allocation is not None and layout.nodes > 1 else None)
             results += measure_sides(self.library, self.adapter, layout, sides, block, self.settings, on_point,
                                      hosts, self.system, next_id=lambda: next(self._ids), run_of=run_of)
-            self.launches += len(sides)
         return results
 
     def close(self) -> None:
