@@ -6,6 +6,8 @@ allreduce/bcast/reduce, the per-destination block for allgather/alltoall/gather/
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+
 from tunempi.errors import UsageError
 
 COLLECTIVES: tuple[str, ...] = (
@@ -69,6 +71,38 @@ ONLINE_SWITCHABLE: tuple[str, ...] = (
 #: bench/c/engine.h spells the same.
 DISTRIBUTIONS: tuple[str, ...] = ("uniform", "skewed", "sparse")
 DEFAULT_DISTRIBUTION = "uniform"
+
+
+def parse_distributions(text: str) -> dict[str, str]:
+    """'alltoallv=skewed,gatherv=sparse' -> {collective: distribution}: how `tune` measures a vector
+    collective's blocks (the profile's distribution, or --distribution). Uniform entries are left out (the
+    default), so a mapping names only what differs; anything but a vector collective or a known distribution
+    is a UsageError."""
+    found: dict[str, str] = {}
+    for part in (p.strip() for p in text.split(",")):
+        if not part:
+            continue
+        collective, sep, distribution = part.partition("=")
+        collective, distribution = collective.strip().lower(), distribution.strip().lower()
+        if not sep or not collective or not distribution:
+            raise UsageError(f"--distribution {part!r}: give COLLECTIVE=DISTRIBUTION, e.g. alltoallv=skewed")
+        found.update(check_distributions({collective: distribution}))
+        if distribution == DEFAULT_DISTRIBUTION:
+            found.pop(collective, None)
+    return found
+
+
+def check_distributions(distributions: Mapping[str, str]) -> dict[str, str]:
+    """The mapping without its uniform entries, or UsageError naming what is not a vector collective
+    (VECTOR_COLLECTIVES) or not a distribution (DISTRIBUTIONS)."""
+    for collective, distribution in distributions.items():
+        if collective not in VECTOR_COLLECTIVES:
+            raise UsageError(f"a count distribution applies to the vector collectives "
+                             f"({', '.join(sorted(VECTOR_COLLECTIVES))}), not {collective!r}")
+        if distribution not in DISTRIBUTIONS:
+            raise UsageError(f"unknown count distribution {distribution!r} for {collective}; valid: "
+                             f"{', '.join(DISTRIBUTIONS)}")
+    return {c: d for c, d in sorted(distributions.items()) if d != DEFAULT_DISTRIBUTION}
 
 
 def is_nonblocking(collective: str) -> bool:

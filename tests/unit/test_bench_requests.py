@@ -441,3 +441,19 @@ def test_a_sweep_asks_overlap_for_nonblocking_points_only() -> None:
         sweep._measure(Session(), point, selection_for(adapter, point, "mpit"))  # type: ignore[arg-type]
     assert [(r.collective, r.nb) for r in sent] == [("iallreduce", "overlap"), ("allreduce", "")]
     assert sweep_module.NB_OVERLAP == "overlap"
+
+
+def test_tune_distributions_name_vector_collectives_and_leave_out_uniform() -> None:
+    from tunempi.collectives import check_distributions, parse_distributions
+
+    assert parse_distributions("alltoallv=skewed, GATHERV=sparse,allgatherv=uniform") == {
+        "alltoallv": "skewed", "gatherv": "sparse"}
+    assert parse_distributions("") == {}
+    assert parse_distributions("alltoallv=skewed,alltoallv=uniform") == {}  # the last word wins
+    with pytest.raises(UsageError, match="vector collectives"):
+        parse_distributions("allreduce=skewed")
+    with pytest.raises(UsageError, match="unknown count distribution 'lumpy'"):
+        parse_distributions("alltoallv=lumpy")
+    with pytest.raises(UsageError, match="COLLECTIVE=DISTRIBUTION"):
+        parse_distributions("alltoallv")
+    assert check_distributions({"scatterv": "uniform", "alltoallv": "sparse"}) == {"alltoallv": "sparse"}

@@ -81,7 +81,8 @@ class FakeRunner:
                 measurement = Measurement(
                     library_fingerprint=FINGERPRINT, library="fake-1.0", collective=point.collective,
                     algorithm=point.algorithm, ranks=layout.ranks, msg_bytes=point.msg_bytes, nodes=1,
-                    ppn=layout.ranks, run=point.run, status=outcome.status, reason=outcome.reason,
+                    ppn=layout.ranks, run=point.run, distribution=point.distribution, status=outcome.status,
+                    reason=outcome.reason,
                     median_us=median, mean_us=median, iterations=None if crashed else 100)
                 cost_s = self.point_cost_s if self.point_cost_s is not None else 0.01 + (median or 0) * 1e-4
                 result = PointResult(point, layout, outcome, measurement, cost_s, 1 if crashed else 0)
@@ -180,6 +181,28 @@ def test_rerun_resumes_from_the_store_and_continues_run_numbering() -> None:
         assert len(second.strategies["allreduce"].records) == stored
         second.run(max_rounds=2)
         assert len(store) > stored  # new runs were added, none replaced
+
+
+def test_a_vector_collective_is_measured_and_resumed_with_the_distribution_asked_for() -> None:
+    # issue 40: a skewed alltoallv is another point than a uniform one of the same mean block; every point
+    # of it is measured skewed, and only skewed points are read back (a uniform tune does not see them)
+    vector = {"alltoallv": feature_space("alltoallv", SCALES, SIZES, (DEFAULT_ALGORITHM, "small", "large")),
+              "allreduce": spaces()["allreduce"]}
+    with ResultStore(":memory:") as store:
+        runner = FakeRunner()
+        Tuner(vector, runner, strategy="random", store=store, fingerprint=FINGERPRINT,
+              distributions={"alltoallv": "skewed"}).run(max_rounds=2)
+        shapes = {(p.collective, p.distribution) for call in runner.calls for points in call.values() for p in points}
+        assert shapes == {("alltoallv", "skewed"), ("allreduce", "uniform")}
+        stored = {(m.collective, m.distribution) for m in store.iter_measurements()}
+        assert stored == shapes
+        skewed = sum(1 for m in store.iter_measurements() if m.collective == "alltoallv")
+        again = Tuner(vector, FakeRunner(seed=1), strategy="random", store=store, fingerprint=FINGERPRINT,
+                      distributions={"alltoallv": "skewed"})
+        assert len(again.strategies["alltoallv"].records) == skewed > 0
+        uniform = Tuner(vector, FakeRunner(seed=1), strategy="random", store=store, fingerprint=FINGERPRINT)
+        assert uniform.strategies["alltoallv"].records == []  # the uniform alltoallv was never measured
+        assert len(uniform.strategies["allreduce"].records) == len(again.strategies["allreduce"].records) > 0
 
 
 def test_a_tune_at_a_new_scale_warm_starts_from_earlier_jobs_at_other_scales() -> None:

@@ -57,6 +57,7 @@ def test_the_record_round_trips_through_its_json_and_keeps_the_keys(tmp_path: Pa
     manifest = make_manifest(tmp_path)
     replaced = dataclasses.replace(
         manifest, excluded={"allreduce": {"tree": "its leaf takes tree_type"}}, assumes=("contiguous",),
+        distributions={"alltoallv": "skewed"},
         selection=(SelectionRow(Cell("allreduce", 2, 1, 2, 8), "default", 4.0, 4.0, replaced_from="ring"),),
         run=RunRecord(stop_reason="max_rounds", wall_s=1.23456, measured=3))
     replaced.save()
@@ -65,6 +66,7 @@ def test_the_record_round_trips_through_its_json_and_keeps_the_keys(tmp_path: Pa
     data = json.loads((tmp_path / MANIFEST_NAME).read_text())
     assert data["excluded"] == {"allreduce": {"tree": "its leaf takes tree_type"}}
     assert data["assumes"] == ["contiguous"]
+    assert data["distributions"] == {"alltoallv": "skewed"}  # verify measures alltoallv as tune did
     assert data["selection"][0]["replaced_from"] == "ring" and data["run"]["stop_reason"] == "max_rounds"
     assert data["library"]["name"] == "openmpi-5.0.11" and data["verify"] is None
 
@@ -72,12 +74,13 @@ def test_the_record_round_trips_through_its_json_and_keeps_the_keys(tmp_path: Pa
 def test_a_manifest_without_the_newer_keys_still_loads(tmp_path: Path) -> None:
     make_manifest(tmp_path)
     data = json.loads((tmp_path / MANIFEST_NAME).read_text())
-    for key in ("excluded", "training_curve", "smoke", "strategy_params", "assumes"):
+    for key in ("excluded", "training_curve", "smoke", "strategy_params", "assumes", "distributions"):
         del data[key]
     (tmp_path / MANIFEST_NAME).write_text(json.dumps(data))
     loaded = Manifest.load(tmp_path)
     assert loaded.excluded == {} and loaded.smoke == () and loaded.library.fingerprint == "f"
     assert loaded.assumes == ()  # tuned before the option existed: files that assume nothing
+    assert loaded.distributions == {}  # tuned before issue 40's distributions: every collective uniform
     (tmp_path / MANIFEST_NAME).write_text(json.dumps({"kind": KIND, "version": 1}))
     with pytest.raises(UsageError, match="not a readable tuning manifest"):
         Manifest.load(tmp_path)

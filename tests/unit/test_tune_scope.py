@@ -1,5 +1,7 @@
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from tunempi.collectives import DEFAULT_ALGORITHM
@@ -59,3 +61,15 @@ def test_rule_sets_reproduce_a_tuned_selection_at_every_grid_and_in_between_poin
     rule_sets = rule_sets_for(selection_table(selection))  # also runs check_equivalent
     for cell, algorithm in selection.items():
         assert rule_sets["allreduce"].select(cell.ranks, cell.msg_bytes) == algorithm
+
+
+def test_a_tune_refuses_a_distribution_for_a_collective_it_does_not_take(tmp_path: Path) -> None:
+    """issue 40: --distribution names vector collectives of this tune only (before anything is launched)."""
+    from tunempi.tune.job import TuneOptions, TunePlan
+
+    for collectives, distributions, said in (("allreduce", {"allreduce": "skewed"}, "vector collectives"),
+                                             ("alltoallv", {"gatherv": "sparse"}, "does not take"),
+                                             ("alltoallv", {"alltoallv": "lumpy"}, "unknown count distribution")):
+        with pytest.raises(UsageError, match=said):
+            TunePlan.of(TuneOptions(out=tmp_path / "tuned", collectives=collectives, ranks=2,
+                                    distributions=distributions))

@@ -9,7 +9,13 @@ from typing import Annotated
 import typer
 
 from tunempi.bench.protocol import MeasureSettings
-from tunempi.collectives import DEFAULT_OBJECTIVE, MEASURED_OBJECTIVES, OBJECTIVES
+from tunempi.collectives import (
+    DEFAULT_OBJECTIVE,
+    DISTRIBUTIONS,
+    MEASURED_OBJECTIVES,
+    OBJECTIVES,
+    parse_distributions,
+)
 from tunempi.config import resolve
 from tunempi.errors import UsageError
 from tunempi.mpi.discovery import SPEC_HELP
@@ -35,6 +41,11 @@ def tune_command(
         help=f"What is minimised for a non-blocking collective: {', '.join(OBJECTIVES)} (measured so far: "
              f"{', '.join(MEASURED_OBJECTIVES)}: start + MPI_Wait). Recorded in the manifest; verify compares "
              "under the same.")] = DEFAULT_OBJECTIVE,
+    distribution: Annotated[list[str] | None, typer.Option(
+        "--distribution", help="COLLECTIVE=DISTRIBUTION (repeatable or a comma list): how a vector collective's "
+        f"blocks differ between ranks around the mean block where tune measures it: {', '.join(DISTRIBUTIONS)} "
+        "(default uniform; docs/bench.md). Every point and verify's are measured so; recorded in the "
+        "manifest.")] = None,
     nodes: Annotated[int | None, typer.Option(
         help="Nodes of the allocation (several need Slurm/PBS or TUNEMPI_HOSTFILE; default 1).")] = None,
     ppn: Annotated[int | None, typer.Option(help="Processes per node.")] = None,
@@ -123,7 +134,7 @@ def tune_command(
         point_timeout_s=parse_duration(point_timeout) if point_timeout else None, smoke=smoke,
         assume=tuple(sorted((CONTIGUOUS_DATATYPES if assume_contiguous_datatypes else frozenset())
                           | (SAME_COUNTS if assume_same_counts else frozenset()))), launches=launches,
-        objective=objective,
+        objective=objective, distributions=parse_distributions(",".join(distribution or ())),
     )
     progress = TuneProgress(output_console())
     try:

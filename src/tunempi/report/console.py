@@ -149,6 +149,9 @@ class TuneProgress:
             f"{', '.join(s.label() for s in event.scales)}, {len(sizes)} sizes {format_size(sizes[0])}.."
             f"{format_size(sizes[-1])} ({event.cells} cells, {event.exhaustive_points} exhaustive points), "
             f"strategy {event.strategy}, topology {event.topology}, store {event.db}")
+        if event.distributions:
+            self.console.print("  counts: " + ", ".join(f"{c} {d}" for c, d in event.distributions.items())
+                               + " (every other collective uniform)")
         for collective, reasons in event.excluded.items():
             self.console.print(f"  {collective}: no tuning file can select "
                                + "; ".join(f"{name} ({why})" for name, why in reasons.items()), soft_wrap=True)

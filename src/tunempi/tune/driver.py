@@ -22,7 +22,7 @@ import numpy as np
 
 from tunempi.bench.engine import Layout
 from tunempi.bench.sweep import BenchPoint
-from tunempi.collectives import DEFAULT_ALGORITHM
+from tunempi.collectives import DEFAULT_ALGORITHM, DEFAULT_DISTRIBUTION
 from tunempi.errors import TunempiError
 from tunempi.space import Cell, FeatureSpace
 from tunempi.store.results import Measurement, ResultStore
@@ -48,6 +48,11 @@ DEFAULT_MARGIN = 0.03
 DEFAULT_LAUNCHES = 3
 
 
+def distribution_of(collective: str, distributions: Mapping[str, str] | None) -> str:
+    """How tune measures `collective`'s blocks across ranks (collectives.DISTRIBUTIONS; uniform by default)."""
+    return (distributions or {}).get(collective, DEFAULT_DISTRIBUTION)
+
+
 def cell_of(measurement: Measurement) -> Cell:
     return Cell(measurement.collective, measurement.ranks, measurement.nodes, measurement.ppn,
                 measurement.msg_bytes)
@@ -71,9 +76,12 @@ def record_of(measurement: Measurement, *, cost_s: float = 0.0, launches: int = 
 
 
 def records_from_store(store: ResultStore, fingerprint: str, spaces: Mapping[str, FeatureSpace], *,
-                       system: str = "") -> tuple[dict[str, list[MeasurementRecord]], dict[tuple, int]]:
+                       system: str = "", distributions: Mapping[str, str] | None = None,
+                       ) -> tuple[dict[str, list[MeasurementRecord]], dict[tuple, int]]:
     """Earlier measurements of the spaces' collectives and algorithms (any run: tune's or bench's), and the
-    next free run index per (collective, algorithm, ranks, nodes, ppn, msg_bytes). Points at cells outside
+    next free run index per (collective, algorithm, ranks, nodes, ppn, msg_bytes). Only the points measured
+    with the count distribution the tune measures (`distributions`: collective -> distribution, uniform
+    where absent): a skewed alltoallv is another point than a uniform one of the same mean. Points at cells outside
     a space (other scales or sizes, earlier jobs of the same library on the same system) are included:
     the strategies train their models on them (warm start) without counting them as measured cells."""
     records: dict[str, list[MeasurementRecord]] = {c: [] for c in spaces}
@@ -81,7 +89,8 @@ def records_from_store(store: ResultStore, fingerprint: str, spaces: Mapping[str
     for collective, space in spaces.items():
         algorithms = set(space.algorithms)
         for measurement in store.iter_measurements(library_fingerprint=fingerprint, system=system,
-                                                    collective=collective, distribution="uniform"):
+                                                    collective=collective,
+                                                    distribution=distribution_of(collective, distributions)):
             cell = cell_of(measurement)
             if measurement.algorithm not in algorithms:
                 continue
@@ -210,8 +219,12 @@ class Tuner:
         launches: int = DEFAULT_LAUNCHES,
         under_files: UnderFiles | None = None,
         clock: Callable[[], float] = time.monotonic,
+        distributions: Mapping[str, str] | None = None,
     ) -> None:
         self.spaces = dict(spaces)
+        # collective -> how its blocks differ between ranks (a vector collective's, from the profile): every
+        # point of it is measured so, and only such points are read back from the store
+        self.distributions = dict(distributions or {})
         # Where the time of model work and of the whole tune is read (the guard and the timeout decide on
         # it): injected by tests, so that no decision they check depends on how fast the machine is.
         self.clock = clock
@@ -238,7 +251,8 @@ class Tuner:
         self.next_run: dict[tuple, int] = {}
         resumed: dict[str, list[MeasurementRecord]] = {c: [] for c in spaces}
         if store is not None:
-            resumed, self.next_run = records_from_store(store, fingerprint, self.spaces, system=system)
+            resumed, self.next_run = records_from_store(store, fingerprint, self.spaces, system=system,
+                                                            distributions=self.distributions)
         self.resumed = sum(1 for c, rs in resumed.items() for r in rs if r.cell in self.spaces[c])
         #: Earlier points at other scales or sizes, used as model context (warm start across jobs).
         self.context_points = sum(len(r) for r in resumed.values()) - self.resumed
@@ -327,7 +341,8 @@ class Tuner:
                 for _ in range(request.repeats):
                     for algorithm in request.algorithms:
                         work.setdefault(layout_of(cell), []).append(
-                            BenchPoint(collective, algorithm, cell.msg_bytes, self._next_run(cell, algorithm)))
+                            BenchPoint(collective, algorithm, cell.msg_bytes, self._next_run(cell, algorithm),
+                                       distribution_of(collective, self.distributions)))
         return work
 
     def run(self, *, timeout_s: float | None = None, on_round: OnRound | None = None,

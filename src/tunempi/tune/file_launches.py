@@ -25,7 +25,7 @@ from tunempi.launch.hosts import NodeAllocation
 from tunempi.mpi.library import MPILibrary
 from tunempi.mpi.vendor import VendorAdapter
 from tunempi.space import Cell
-from tunempi.tune.driver import layout_of
+from tunempi.tune.driver import distribution_of, layout_of
 from tunempi.tune.files import rule_sets_for, selection_table, write_tuning_files
 from tunempi.tune.runner import PointResult
 
@@ -46,10 +46,12 @@ class LaunchSide:
 def measure_sides(library: MPILibrary, adapter: VendorAdapter, layout: Layout, sides: Sequence[LaunchSide],
                   run: int, settings: MeasureSettings, on_point: OnPoint = lambda _: None,
                   hosts: NodeAllocation | None = None, system: str = "",
-                  next_id: Callable[[], int] | None = None, run_of: RunOf | None = None) -> list[PointResult]:
+                  next_id: Callable[[], int] | None = None, run_of: RunOf | None = None,
+                  distributions: Mapping[str, str] | None = None) -> list[PointResult]:
     """Each side in its own launch of `layout`, in the given order; inside a launch its cells in an order
     seeded by (`run`, side): no launch measures in tune's order of points. A point's `run` is `run`, or
-    `run_of(cell, label)` (tune numbers each (cell, algorithm)'s runs for the store)."""
+    `run_of(cell, label)` (tune numbers each (cell, algorithm)'s runs for the store); its count distribution
+    the collective's in `distributions` (uniform where absent)."""
     ids: Iterator[int] = itertools.count(1)
     take_id = next_id or (lambda: next(ids))
     keep = Selection(None, SET_KEEP, False)
@@ -64,7 +66,8 @@ def measure_sides(library: MPILibrary, adapter: VendorAdapter, layout: Layout, s
             for position, cell in enumerate(order):
                 label = side.labels[cell]
                 point = BenchPoint(cell.collective, label, cell.msg_bytes,
-                                   run if run_of is None else run_of(cell, label))
+                                   run if run_of is None else run_of(cell, label),
+                                   distribution_of(cell.collective, distributions))
                 started = time.perf_counter()
                 outcome = measure_point(session, point, keep, settings, next_id=take_id, retries=2,
                                         says_not_usable=adapter.says_not_usable)
@@ -85,8 +88,10 @@ class FileDecider:
     non-blocking ones stay with the switched deciding launches (`takes`)."""
 
     def __init__(self, library: MPILibrary, adapter: VendorAdapter, settings: MeasureSettings, *,
-                 allocation: NodeAllocation | None = None, system: str = "", staging: Path | None = None) -> None:
+                 allocation: NodeAllocation | None = None, system: str = "", staging: Path | None = None,
+                 distributions: Mapping[str, str] | None = None) -> None:
         self.library, self.adapter, self.settings = library, adapter, settings
+        self.distributions = dict(distributions or {})
         self.allocation, self.system = allocation, system
         self._temporary = tempfile.TemporaryDirectory(prefix="tunempi-decide-") if staging is None else None
         self.staging = staging if staging is not None else Path(self._temporary.name)  # type: ignore[union-attr]
@@ -129,7 +134,8 @@ class FileDecider:
             hosts = (self.allocation.first(layout.nodes)
                      if self.allocation is not None and layout.nodes > 1 else None)
             results += measure_sides(self.library, self.adapter, layout, sides, block, self.settings, on_point,
-                                     hosts, self.system, next_id=lambda: next(self._ids), run_of=run_of)
+                                     hosts, self.system, next_id=lambda: next(self._ids), run_of=run_of,
+                                     distributions=self.distributions)
         return results
 
     def close(self) -> None:

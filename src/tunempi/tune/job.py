@@ -22,7 +22,13 @@ from threadpoolctl import threadpool_limits
 from tunempi.bench.engine import EngineSession, Layout
 from tunempi.bench.protocol import MeasureSettings, PointRequest
 from tunempi.bench.validate import check_engine_collective
-from tunempi.collectives import DEFAULT_ALGORITHM, DEFAULT_OBJECTIVE, check_objective, parse_collectives
+from tunempi.collectives import (
+    DEFAULT_ALGORITHM,
+    DEFAULT_OBJECTIVE,
+    check_distributions,
+    check_objective,
+    parse_collectives,
+)
 from tunempi.errors import MPIError, TuningFileError, UsageError
 from tunempi.launch.hosts import NodeAllocation, local_cores
 from tunempi.launch.scheduler import SCHEDULING_MODES, GroupScheduler
@@ -117,6 +123,11 @@ class TuneOptions:
     #: What is minimised for a non-blocking collective (collectives.OBJECTIVES; only the measured ones are
     #: taken). Recorded in the manifest: verify compares under the same one.
     objective: str = DEFAULT_OBJECTIVE
+    #: Vector collective -> how its blocks differ between ranks around the mean block (collectives.DISTRIBUTIONS:
+    #: uniform where absent): `tune --distribution`, so an application whose counts are skewed is measured
+    #: skewed (the profile records only each rank's mean block so far: --from-profile cannot pass one yet).
+    #: Every point tune and verify measure of it has that distribution (a key of the store's points).
+    distributions: Mapping[str, str] = field(default_factory=dict)
 
 
 def spare_cores(scales: list[Scale], cpus: int | None = None) -> int:
@@ -184,6 +195,7 @@ class TuneStarted:
     db: Path
     resumed: int  # runs of these points read back from the store
     excluded: Mapping[str, Mapping[str, str]]  # collective -> algorithm -> why no tuning file can select it
+    distributions: Mapping[str, str] = field(default_factory=dict)  # vector collectives measured not uniform
 
 
 @dataclass(frozen=True)
@@ -291,6 +303,10 @@ class TunePlan:
             raise UsageError(f"unknown --strategy {options.strategy!r}; valid: {', '.join(STRATEGIES)}")
         collectives = [check_engine_collective(c) for c in parse_collectives(options.collectives, nonblocking=True)]
         check_objective(options.objective)
+        absent = sorted(set(check_distributions(options.distributions)) - set(collectives))
+        if absent:
+            raise UsageError(f"--distribution names {', '.join(absent)}, which this tune does not take "
+                             f"(--collectives {','.join(collectives)})")
         if "barrier" in collectives:
             raise UsageError("barrier has no message size to tune; valid here: the other engine collectives")
         scales = sub_scales(nodes=options.nodes, ppn=options.ppn, ranks=options.ranks)
@@ -311,6 +327,11 @@ class TunePlan:
         db = resolve_db(str(options.db) if options.db else None)
         return cls(options, library, adapter, collectives, scales, sizes, allocation, scheduler, file_algorithms,
                    spaces, db)
+
+    @property
+    def distributions(self) -> dict[str, str]:
+        """The vector collectives measured other than uniform, and how (TuneOptions.distributions)."""
+        return check_distributions(self.options.distributions)
 
     @property
     def strategy_params(self) -> dict[str, object]:
@@ -335,7 +356,7 @@ class TunePlan:
             sizes=tuple(self.sizes), cells=sum(len(s.cells) for s in self.spaces.values()),
             exhaustive_points=sum(len(s.cells) * len(s.algorithms) for s in self.spaces.values()),
             strategy=self.options.strategy, topology=self.options.topology, db=self.db, resumed=resumed,
-            excluded=self.excluded)
+            excluded=self.excluded, distributions=self.distributions)
 
 
 def run_tune(options: TuneOptions, on_event: OnTuneEvent | None = None) -> TuneReport:
@@ -350,7 +371,8 @@ def run_tune(options: TuneOptions, on_event: OnTuneEvent | None = None) -> TuneR
     threads = options.model_threads or model_threads(plan.scales)
     # Deciding launches (--launches N > 1) measure as the written files will make the library choose.
     decider = (FileDecider(plan.library, plan.adapter, options.settings, allocation=plan.allocation,
-                           system=options.system) if options.launches > 1 else None)
+                           system=options.system, distributions=plan.distributions)
+               if options.launches > 1 else None)
     try:
         with ResultStore(plan.db) as store, \
                 (threadpool_limits(limits=threads) if threads > 0 else contextlib.nullcontext()):
@@ -358,7 +380,8 @@ def run_tune(options: TuneOptions, on_event: OnTuneEvent | None = None) -> TuneR
                           fingerprint=plan.library.fingerprint, system=options.system,
                           lanes=options.lanes or auto_lanes(plan.scales), strategy_params=plan.strategy_params,
                           exhaustive_guard=options.exhaustive_guard, launches=options.launches,
-                          under_files=decider, clock=options.clock or time.monotonic)
+                          under_files=decider, clock=options.clock or time.monotonic,
+                          distributions=plan.distributions)
             emit(plan.started(tuner.resumed))
             measured = 0
 
@@ -430,7 +453,7 @@ def write_result(plan: TunePlan, outcome: TuneOutcome, emit: OnTuneEvent = _igno
                       launches=outcome.launches, decided_across=options.launches,
                       decisions=outcome.outcome_counts()),
         excluded=plan.excluded, assumes=tuple(sorted(plan.adapter.assumed)),
-        objective=check_objective(options.objective), one_choice=one_choice(plan.adapter, plan.collectives),
+        objective=check_objective(options.objective), distributions=plan.distributions, one_choice=one_choice(plan.adapter, plan.collectives),
         selection=tuple(
             SelectionRow(cell, algorithm, medians.get((cell, algorithm)), medians.get((cell, DEFAULT_ALGORITHM)))
             for cell, algorithm in sorted(selection.items())),

@@ -13,7 +13,9 @@ Keys (version 1):
     excluded{collective: {algorithm: reason}} (what no tuning file of the library can select, and why),
     assumes[requirement] (what the user vouched every call meets: files may select algorithms needing it),
     objective (what was minimised for non-blocking collectives, collectives.OBJECTIVES; verify measures the
-    same; absent: latency), one_choice{collective: how} (where the library's files cannot choose the collective's
+    same; absent: latency), distributions{collective: distribution} (how a vector collective's blocks differed
+    between ranks where tune and verify measure it, collectives.DISTRIBUTIONS; absent: uniform),
+    one_choice{collective: how} (where the library's files cannot choose the collective's
     algorithm by message size: "per communicator size" or "for every call", e.g. Open MPI's libnbc),
     selection[{collective, ranks, nodes, ppn, msg_bytes, algorithm, median_us, default_us, replaced_from?}],
     rule_sets{collective: RuleSet.to_dict()}, training_curve[{wall_s, bench_s, points, convergence,
@@ -312,6 +314,9 @@ class Manifest:
     excluded: Mapping[str, Mapping[str, str]] = field(default_factory=dict)  # collective -> algorithm -> why
     assumes: tuple[str, ...] = ()  # requirements the user vouched for (mpi/restrictions.py), e.g. contiguous
     objective: str = DEFAULT_OBJECTIVE  # what tune minimised for non-blocking collectives (verify: the same)
+    #: vector collective -> how its blocks differed between ranks where tune measured it (the profile's; verify
+    #: measures the same); uniform where absent
+    distributions: Mapping[str, str] = field(default_factory=dict)
     #: collective -> how its files hold one algorithm where they cannot choose by message size
     one_choice: Mapping[str, str] = field(default_factory=dict)
     selection: tuple[SelectionRow, ...] = ()
@@ -369,6 +374,7 @@ class Manifest:
                       for c, reasons in data.get("excluded", {}).items()},
             assumes=tuple(str(r) for r in data.get("assumes", ())),
             objective=str(data.get("objective", DEFAULT_OBJECTIVE)),
+            distributions={str(c): str(d) for c, d in data.get("distributions", {}).items()},
             one_choice={str(c): str(how) for c, how in data.get("one_choice", {}).items()},
             selection=tuple(SelectionRow.from_dict(row) for row in data.get("selection", ())),
             rule_sets={c: RuleSet.from_dict(d) for c, d in data.get("rule_sets", {}).items()},
@@ -418,7 +424,8 @@ class Manifest:
             "files": dict(self.files), "env_files": dict(self.env_files), "env": dict(self.env),
             "env_file": self.env_file, "needs_file": list(self.needs_file),
             "excluded": {c: dict(reasons) for c, reasons in sorted(self.excluded.items())},
-            "assumes": list(self.assumes), "objective": self.objective, "one_choice": dict(self.one_choice),
+            "assumes": list(self.assumes), "objective": self.objective,
+            "distributions": dict(sorted(self.distributions.items())), "one_choice": dict(self.one_choice),
             "selection": [row.to_dict() for row in self.selection],
             "rule_sets": {c: rs.to_dict() for c, rs in sorted(self.rule_sets.items())},
             "training_curve": [point.to_dict() for point in self.training_curve],

@@ -195,27 +195,30 @@ def measure_pairs(plan: VerifyPlan, settings: MeasureSettings, topology: str, li
         listener.measured(result, progress["done"], progress["total"])
 
     results = measure_under_files(plan.library, adapter, file_env, plan.selection, range(plan.repeats), settings,
-                                  on_point, allocation, plan.manifest.system)
+                                  on_point, allocation, plan.manifest.system,
+                                  distributions=plan.manifest.distributions)
     again = needs_second_pass(evaluate(plan.selection, results))
     if again:
         second = {c: plan.selection[c] for c in again}
         progress["total"] += 2 * len(again) * plan.repeats
         results += measure_under_files(plan.library, adapter, file_env, second,
                                        range(plan.repeats, 2 * plan.repeats), settings, on_point, allocation,
-                                       plan.manifest.system)
+                                       plan.manifest.system, distributions=plan.manifest.distributions)
     return results, again
 
 
 def measure_under_files(library: MPILibrary, adapter: VendorAdapter, file_env: Mapping[str, str],
                         selection: Mapping[Cell, str], runs: Sequence[int], settings: MeasureSettings,
                         on_point: Callable[[PointResult], None] = lambda _: None,
-                        allocation: NodeAllocation | None = None, system: str = "") -> list[PointResult]:
+                        allocation: NodeAllocation | None = None, system: str = "",
+                        distributions: Mapping[str, str] | None = None) -> list[PointResult]:
     """What the written files do, as the application's launch will see it: for every repetition in `runs`
     and every layout of a tuned cell, one launch under the files (`file_env`) and one without them (the
     library's default), in alternating order, each measuring every tuned cell of the layout with nothing
     switched at run time, in a seeded random order. A point of the files' launch carries the cell's tuned
     algorithm, one of the other launch `default`, and the point's `run` is the repetition: `evaluate` pairs
-    them per launch pair (issue 39: a figure switched inside one launch did not predict the file's)."""
+    them per launch pair (issue 39: a figure switched inside one launch did not predict the file's). A vector
+    collective's blocks are measured as tune measured them (`distributions`, the manifest's)."""
     by_layout: dict[Layout, list[Cell]] = {}
     for cell in sorted(c for c, a in selection.items() if a != DEFAULT_ALGORITHM):
         by_layout.setdefault(layout_of(cell), []).append(cell)
@@ -227,7 +230,8 @@ def measure_under_files(library: MPILibrary, adapter: VendorAdapter, file_env: M
             tuned = LaunchSide("tuned", {cell: selection[cell] for cell in cells}, file_env)
             default = LaunchSide(DEFAULT_ALGORITHM, dict.fromkeys(cells, DEFAULT_ALGORITHM), {})
             results += measure_sides(library, adapter, layout, evidence.pair_order(tuned, default, run), run,
-                                     settings, on_point, hosts, system, next_id=lambda: next(counter))
+                                     settings, on_point, hosts, system, next_id=lambda: next(counter),
+                                     distributions=distributions)
     return results
 
 
@@ -333,7 +337,7 @@ def hold_out(manifest: Manifest, library: MPILibrary, *, repeats: int, first_run
 
     results = measure_under_files(library, adapter_for(library), manifest.activation_env(), final,
                                   range(first_run, first_run + repeats), settings, on_point, allocation,
-                                  manifest.system)
+                                  manifest.system, distributions=manifest.distributions)
     return [v for v in evaluate(final, results) if v.algorithm != DEFAULT_ALGORITHM]
 
 
