@@ -244,3 +244,73 @@ def test_the_report_says_from_measurements_what_tune_found_where_the_application
     assert first["mpi_share"] == 0.75 and first["default_us"] == 56.8
     assert (first["best"], first["best_us"], first["chosen"]) == ("basic_linear", 56.9, "default")
     assert (rows[1]["best"], rows[1]["chosen"]) == ("binomial", "binomial")
+
+
+def test_the_steps_after_online_size_their_runs_by_online_s_runs_when_those_took_longer(tmp_path: Path) -> None:
+    """A busy machine: the profiled run took 4 s, online's runs 2-20 s (LAMMPS' PPPM at 2x1, issue 40); search
+    and compare count their runs from the median of online's, never from less than the profiled run."""
+    from tunempi.autotune.pipeline import AutotuneListener
+    from tunempi.autotune.steps import LibrarySteps, observed_run_s
+
+    assert observed_run_s([]) == {}
+    assert observed_run_s([2.0, 20.0, 11.0, 9.0, 12.0]) == {"run_s": 11.0}
+
+    def ctx(results: dict[str, dict[str, Any]]) -> Context:
+        return Context(AutotuneRequest(["app"], tmp_path), tmp_path, results, None, AutotuneListener())
+
+    assert LibrarySteps.run_s(ctx({"profile": {"run_s": 4.0}})) == 4.0
+    assert LibrarySteps.run_s(ctx({"profile": {"run_s": 4.0}, "online": {"run_s": 11.0}})) == 11.0
+    assert LibrarySteps.run_s(ctx({"profile": {"run_s": 4.0}, "online": {"run_s": 1.0}})) == 4.0
+
+
+def test_online_stops_once_its_share_is_spent_and_fits_the_batch_begun(tmp_path: Path,
+                                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    """online's runs are counted from the profiled run's time (here 1 s: 42 runs, whole batches of 14, in a
+    200 s share), but each takes 10 s on the busy machine: it stops after its share (one whole batch at
+    least), fits the runs of the batch begun (a forced update) and reports the runs' median for the steps
+    after (issue 40)."""
+    from types import SimpleNamespace
+
+    import tunempi.online.report as online_report
+    import tunempi.online.run as online_run
+    import tunempi.online.update as online_update
+    from tunempi.autotune.pipeline import AutotuneListener
+    from tunempi.autotune.steps import LibrarySteps
+
+    now = [0.0]
+    state = SimpleNamespace(config=SimpleNamespace(batch_runs=0), runs_in_batch=0, updates=[])
+
+    def open_state(directory, library, config):  # noqa: ANN001, ANN202
+        state.config = config
+        return state
+
+    def run_online(state_, library, argv, timeout, echo):  # noqa: ANN001, ANN202
+        now[0] += 10.0
+        state.runs_in_batch += 1
+        return SimpleNamespace(returncode=0, duration_s=10.0, timed_out=False)
+
+    def update_state(state_, force=False):  # noqa: ANN001, ANN202
+        state.updates.append((state.runs_in_batch, force))
+        state.runs_in_batch = 0
+        return SimpleNamespace(probabilities=SimpleNamespace(batch=len(state.updates)), records_used=1)
+
+    monkeypatch.setattr(online_run, "open_state", open_state)
+    monkeypatch.setattr(online_run, "run_online", run_online)
+    monkeypatch.setattr(online_update, "update_state", update_state)
+    monkeypatch.setattr(online_report, "write_best", lambda state_, library, out: ([], SimpleNamespace(notes=())))
+    steps = LibrarySteps(clock=lambda: now[0])
+    monkeypatch.setattr(steps, "library", lambda ctx: SimpleNamespace(spec="mpich"))
+    monkeypatch.setattr(steps, "load_profile",
+                        lambda ctx: SimpleNamespace(time_by_collective=lambda: [("allreduce", 10, 1.0)]))
+    ctx = Context(AutotuneRequest(["app"], tmp_path), tmp_path, {"profile": {"run_s": 1.0}}, 200.0,
+                  AutotuneListener())
+    result = steps.online(ctx)
+    assert result["runs"] == 20  # batches of 14 (42 runs planned); 200 s were spent 6 runs into the second
+    assert [n for n, _ in state.updates] == [14, 6] and result["run_s"] == 10.0
+    now[0], state.updates, state.runs_in_batch = 0.0, [], 0
+    ctx.share_s = 50.0  # spent before a whole batch: the batch is finished all the same
+    assert steps.online(ctx)["runs"] == 14 and [n for n, _ in state.updates] == [14]
+    now[0], state.updates, state.runs_in_batch = 0.0, [], 0
+    ctx.share_s = 1000.0  # time enough: every planned run, whole batches
+    (tmp_path / "online-state").mkdir(exist_ok=True)
+    assert steps.online(ctx)["runs"] == 42 and [n for n, _ in state.updates] == [14, 14, 14]

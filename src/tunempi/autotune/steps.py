@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import math
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -75,11 +75,17 @@ def at_application_sizes(profile: Profile, medians: Mapping[tuple[Cell, str], fl
     return rows
 
 
-class LibrarySteps(StepRunner):
-    """The steps as tunempi's library calls."""
+def observed_run_s(durations: Sequence[float]) -> dict[str, float]:
+    """{run_s: the median of the application runs' seconds} (the steps after size their runs by it), or {}."""
+    return {"run_s": round(float(sorted(durations)[len(durations) // 2]), 3)} if durations else {}
 
-    def __init__(self) -> None:
+
+class LibrarySteps(StepRunner):
+    """The steps as tunempi's library calls. `clock`: what online's share is timed with (tests pass theirs)."""
+
+    def __init__(self, clock: Callable[[], float] = time.monotonic) -> None:
         self._library: MPILibrary | None = None
+        self.clock = clock
 
     # -- shared -------------------------------------------------------------------------------------
     def library(self, ctx: Context) -> MPILibrary:
@@ -101,7 +107,11 @@ class LibrarySteps(StepRunner):
 
     @staticmethod
     def run_s(ctx: Context) -> float:
-        return float(ctx.results.get("profile", {}).get("run_s") or 1.0)
+        """One application run's seconds, as the steps after it size their runs: the profiled run's, or the
+        median of online's runs where those took longer (the machine got busier: LAMMPS' PPPM at 2x1 ran
+        4 s profiled and 2-20 s in online's runs, on a machine shared with other jobs)."""
+        profiled = float(ctx.results.get("profile", {}).get("run_s") or 1.0)
+        return max(profiled, float(ctx.results.get("online", {}).get("run_s") or 0.0))
 
     # -- the steps ----------------------------------------------------------------------------------
     def profile(self, ctx: Context) -> dict[str, Any]:
@@ -209,14 +219,24 @@ class LibrarySteps(StepRunner):
         except CannotSwitch as exc:
             return {"skipped": str(exc), "variant": None}
         done = len(list((directory / "runs").glob("batch-*/run-*.json")))  # runs that ended (a resumed step)
+        # Its share bounds it in time as well: the runs were counted from the profiled run's time, and on a
+        # busy machine they take longer. Once the share is spent (and a whole batch is done) the runs of the
+        # batch begun are fitted (a forced update) and online stops there.
+        deadline = self.clock() + ctx.share_s if ctx.share_s else None
+        durations: list[float] = []
         while True:
-            if state.runs_in_batch >= state.config.batch_runs:
-                update = update_state(state)
+            out_of_time = (deadline is not None and self.clock() >= deadline
+                           and done >= state.config.batch_runs and done < runs)
+            if state.runs_in_batch >= state.config.batch_runs or (out_of_time and state.runs_in_batch > 0):
+                update = update_state(state, force=True)
                 ctx.listener.note(f"online: batch {update.probabilities.batch} from {update.records_used} records")
-            if done >= runs:
+            if done >= runs or out_of_time:
+                if out_of_time:
+                    ctx.listener.note(f"online: its share ({ctx.share_s:.0f} s) spent after {done} of {runs} runs")
                 break
             result = run_online(state, library, ctx.request.command, timeout=max(60.0, 10 * run_s), echo=False)
             done += 1
+            durations.append(result.duration_s)
             ctx.listener.note(f"online run {done}/{runs}: exit {result.returncode}, {result.duration_s:.1f} s")
             if result.returncode != 0:
                 raise TunempiError(f"the application failed in online run {done} (exit status {result.returncode}"
@@ -224,10 +244,11 @@ class LibrarySteps(StepRunner):
         try:
             choices, written = write_best(state, library, ctx.directory / ONLINE_BEST)
         except UsageError as exc:
-            return {"skipped": str(exc), "variant": None, "runs": done}
+            return {"skipped": str(exc), "variant": None, "runs": done, **observed_run_s(durations)}
         chosen = [c for c in choices if c.algorithm != DEFAULT_ALGORITHM]
         best = ctx.directory / ONLINE_BEST
         return {"variant": str(best) if chosen else None, "directory": str(best), "runs": done,
+                **observed_run_s(durations),
                 "cells": len(choices), "chosen": [[cell_label(c.cell, state.config.sizes), c.algorithm] for c in chosen],
                 "notes": list(written.notes)}
 
