@@ -312,7 +312,7 @@ def test_every_collective_with_five_percent_of_mpi_time_is_tuned_or_named_with_i
     """Issue 40: what tune --from-profile leaves is named, with why, from 5 % of the MPI time."""
     from tunempi.profile.advise import application_plan, not_tunable, profile_scope, unselectable_by_library
 
-    profile = parse_profile(time_profile({"scatterv": 8_200_000, "iallreduce": 1_000_000, "barrier": 600_000,
+    profile = parse_profile(time_profile({"scatterv": 8_200_000, "ireduce": 1_000_000, "barrier": 600_000,
                                           "gatherv": 40_000, "allreduce": 100_000, "reduce": 60_000}, 10_000_000))
     reasons = unselectable_by_library(["reduce", "allreduce", "scatterv"],
                                       lambda name: [] if name in ("reduce", "scatterv") else ["a", "b"],
@@ -322,8 +322,7 @@ def test_every_collective_with_five_percent_of_mpi_time_is_tuned_or_named_with_i
     left = not_tunable(profile, reasons)
     assert [n.text for n in left] == [
         "scatterv: 82% of MPI time; lib-1.0 offers no algorithms to choose from for it",
-        "iallreduce: 10% of MPI time; non-blocking: `tunempi tune --collectives` takes it, `tune --from-profile` "
-        "not yet (the profiler does not time its wait)",
+        "ireduce: 10% of MPI time; non-blocking: the bench engine measures only the blocking reduce",
         "barrier: 6% of MPI time; barrier moves no data: tune has no message size to select its algorithm by",
     ]  # gatherv (0.4 %) and reduce (0.6 %) are below 5 %; allreduce is tuned
     assert "allreduce" in profile_scope(profile).collectives
@@ -332,6 +331,30 @@ def test_every_collective_with_five_percent_of_mpi_time_is_tuned_or_named_with_i
     assert "scatterv" in profile_scope(profile).collectives  # the engine measures it since issue 40
     no_files = unselectable_by_library(["allreduce"], lambda name: ["a"], lambda name: [], "lib-1.0")
     assert no_files == {"allreduce": "lib-1.0's tuning files cannot select an algorithm for it"}
+
+
+def test_a_non_blocking_collective_s_time_is_start_plus_wait_and_tune_from_profile_takes_it() -> None:
+    """Issue 41 step 4: a non-blocking record's time in the application is its start plus the waits that
+    named it, so a solver whose iallreduce is cheap to start but waited for is planned, and tune's scope
+    takes it with its sizes; online says why it does not switch it."""
+    from tunempi.profile.advise import application_plan, not_tunable, profile_scope
+
+    data = time_profile({"iallreduce": 100_000, "allreduce": 500_000}, 10_000_000)
+    started = data["collectives"][0]
+    started.update(size_lo=17, size_hi=32, exact_sizes={"32": 40}, completed=40, completion_ns=9_000_000,
+                   wait_ns=3_900_000)
+    profile = parse_profile(data)
+    record = next(r for r in profile.collectives if r.collective == "iallreduce")
+    assert not record.blocking and record.completed == 40 and record.mean_completion_s == pytest.approx(225e-6)
+    assert record.time_s == pytest.approx(4.0e-3)  # 0.1 ms starting + 3.9 ms waiting
+    assert [name for name, _, _ in profile.time_by_collective()] == ["iallreduce", "allreduce"]
+    scope = profile_scope(profile)
+    assert scope.collectives == ("iallreduce", "allreduce") and (scope.min_msg, scope.max_msg) == (32, 1024)
+    assert not_tunable(profile) == ()
+    online = application_plan(profile, "p.json", "mpich")[1]
+    assert online.worth and "it switches iallreduce, allreduce" in online.why  # at their start
+    old = parse_profile(time_profile({"iallreduce": 100_000}, 10_000_000))  # written before issue 41 step 4
+    assert old.collectives[0].wait_ns == 0 and old.collectives[0].time_s == pytest.approx(1e-4)
 
 
 def test_advise_names_what_it_cannot_tune(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -97,8 +97,8 @@ def print_tune_command(advice: Advice, mpi_spec: str, db: str | None, console: C
     command = tune_command(advice, mpi_spec, db=db)
     if command is None:
         if advice.worth_tuning:
-            console.print(f"  `tunempi tune` does not take {', '.join(advice.worth_tuning)} (non-blocking forms "
-                          "and barrier, which moves no data)")
+            console.print(f"  `tunempi tune` does not take {', '.join(advice.worth_tuning)} (barrier, which moves no "
+                          "data, or a collective the bench engine cannot measure)")
         return
     console.print("  tune them, at the sizes and scales this application uses:")
     console.print(f"  [bold]{escape(command.text)}[/]", soft_wrap=True)

@@ -139,7 +139,7 @@ def print_profile(profile: Profile, *, top: int = 25, per_rank: bool = False, co
                               _pct(seconds, profile.wall_s))
     console.print(by_collective)
 
-    records = sorted(profile.collectives, key=lambda r: -r.time_ns)
+    records = sorted(profile.collectives, key=lambda r: -r.time_s)
     shown = records if top <= 0 else records[:top]
     detail = Table(title=f"Per collective, size and scale ({len(shown)} of {len(records)}, most time first)")
     for column in ("collective", "ranks", "nodes x ppn", "size", "calls", "mean", "max", "% MPI"):
@@ -152,6 +152,23 @@ def print_profile(profile: Profile, *, top: int = 25, per_rank: bool = False, co
             _seconds(r.mean_time_s), _seconds(r.time_max_ns * 1e-9), _pct(r.time_s, profile.mpi_s),
         )
     console.print(detail)
+
+    started = [r for r in records if not r.blocking and r.calls]
+    if started:
+        nonblocking = Table(title="Non-blocking collectives: start, wait and completion (means per call; the "
+                                  "application's time in them is start + wait)")
+        for column in ("collective", "ranks", "size", "calls", "start", "wait", "start to completion",
+                       "not in MPI"):
+            nonblocking.add_column(column, justify="left" if column in ("collective", "size") else "right")
+        for r in started:
+            in_mpi = (r.time_ns + r.wait_ns) / r.calls * 1e-9
+            completion = r.mean_completion_s
+            nonblocking.add_row(
+                r.collective, str(r.comm_size), _size_text(r.size_lo, r.size_hi, r.exact_sizes), str(r.calls),
+                _seconds(r.time_ns / r.calls * 1e-9), _seconds(r.wait_ns / r.calls * 1e-9),
+                _seconds(completion) if r.completed else "not seen",
+                _pct(max(completion - in_mpi, 0.0), completion) if r.completed else "-")
+        console.print(nonblocking)
 
     total_bytes = sum(b.bytes for b in profile.p2p)
     p2p = Table(title="Point-to-point send sizes (all ranks)")

@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from typing import Protocol
 
 from tunempi.bench.validate import ENGINE_COLLECTIVES
-from tunempi.collectives import ONLINE_SWITCHABLE, is_nonblocking
+from tunempi.collectives import ONLINE_SWITCHABLE
 from tunempi.errors import UsageError
 from tunempi.mpi.vendor import ThresholdKnob, VendorAdapter
 from tunempi.profile.reader import P2PBucket, Profile, UsageRow
@@ -138,9 +138,10 @@ def advise(profile: Profile, source: PerformanceSource, *, min_saving_fraction: 
 
 
 #: The collectives `tunempi tune` takes: the benchmark engine's (bench.validate), without barrier, which
-#: has no message size to tune (tune refuses it), and without the non-blocking ones, which the engine
-#: measures (issue 41) but tune does not take yet.
-TUNABLE_COLLECTIVES: tuple[str, ...] = tuple(c for c in ENGINE_COLLECTIVES if c != "barrier" and not is_nonblocking(c))
+#: has no message size to tune (tune refuses it). The non-blocking ones the engine measures (iallreduce,
+#: ibcast, ialltoall, iallgather: issue 41) are tuned for their latency, start to completion; the profile's
+#: time of one is the application's (start + waits), its sizes those it was started with.
+TUNABLE_COLLECTIVES: tuple[str, ...] = tuple(c for c in ENGINE_COLLECTIVES if c != "barrier")
 
 
 @dataclass(frozen=True)
@@ -243,9 +244,6 @@ def engine_reason(collective: str) -> str | None:
         return None
     if collective == "barrier":
         return "barrier moves no data: tune has no message size to select its algorithm by"
-    if is_nonblocking(collective):
-        return ("non-blocking: `tunempi tune --collectives` takes it, `tune --from-profile` not yet (the profiler "
-                "does not time its wait)")
     if collective.startswith("i") and collective[1:] in ENGINE_COLLECTIVES:
         return f"non-blocking: the bench engine measures only the blocking {collective[1:]}"
     return "the bench engine cannot measure it yet"

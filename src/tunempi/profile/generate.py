@@ -91,8 +91,8 @@ class WrapSpec:
 
     label: the name in profiles ("allreduce", "iallreduce", "send", ...).
     size/size_args: the size rule and the positions of the arguments it takes.
-    requests: for send_init, the position of the MPI_Request* output; for start, (count position or -1,
-    requests position).
+    requests: for send_init, the position of the MPI_Request* output; for start and for waits and tests,
+    (count position or -1, requests position). A non-blocking collective's request is found by its type.
     required: the generator fails when the header lacks it (the MPI-3.1 core every library has);
     optional functions (newer or rarer ones) are skipped when absent.
     """
@@ -157,9 +157,12 @@ WRAPPED: tuple[WrapSpec, ...] = (
       for name in ("Send", "Ssend", "Bsend", "Rsend")),
     WrapSpec("MPI_Start", "start", "start", requests=(-1, 0)),
     WrapSpec("MPI_Startall", "start", "startall", requests=(0, 1)),
-    *(WrapSpec(f"MPI_{name}", "timed", name.lower())
-      for name in ("Recv", "Irecv", "Probe", "Iprobe", "Wait", "Waitall", "Waitany", "Waitsome",
-                   "Test", "Testall", "Testany", "Testsome")),
+    *(WrapSpec(f"MPI_{name}", "timed", name.lower()) for name in ("Recv", "Irecv", "Probe", "Iprobe")),
+    # waits and tests name their requests (count position or -1, requests position): the profile times the
+    # non-blocking collectives they complete
+    *(WrapSpec(f"MPI_{name}", "timed", name.lower(), requests=(-1, 0)) for name in ("Wait", "Test")),
+    *(WrapSpec(f"MPI_{name}", "timed", name.lower(), requests=(0, 1))
+      for name in ("Waitall", "Waitany", "Waitsome", "Testall", "Testany", "Testsome")),
     *(WrapSpec(f"MPI_{name}", "timed", name.lower(), required=False)
       for name in ("Mprobe", "Improbe", "Mrecv", "Imrecv")),
     WrapSpec("MPI_Comm_free", "comm_free", "comm_free"),
@@ -337,9 +340,14 @@ def _emit_wrapper(spec: WrapSpec, op: int, proto: Prototype) -> str:
                 datatype, send_datatype = spec.datatypes
                 fields.append(f".datatype = {names[datatype] if datatype >= 0 else 'MPI_DATATYPE_NULL'}")
                 fields.append(f".send_datatype = {names[send_datatype] if send_datatype >= 0 else 'MPI_DATATYPE_NULL'}")
+        if spec.kind == "coll" and spec.label.startswith("i"):
+            request = [i for i, p in enumerate(proto.params) if p.base == "MPI_Request*"]
+            if len(request) != 1:
+                raise GeneratorError(f"{spec.function}: expected one MPI_Request* argument in {_signature(proto)}")
+            fields += [f".requests = {names[request[0]]}", ".nrequests = 1"]  # the started collective's
         if spec.kind == "send_init":
             fields += [f".requests = {names[spec.requests[0]]}", ".nrequests = 1"]
-        elif spec.kind == "start":
+        elif spec.kind == "start" or (spec.kind == "timed" and spec.requests):
             count_pos, req_pos = spec.requests
             fields += [f".requests = {names[req_pos]}",
                        f".nrequests = {names[count_pos] if count_pos >= 0 else '1'}"]

@@ -30,6 +30,12 @@ class CollectiveRecord:
     calls, bytes and time_ns are sums over all ranks; time_min_ns/time_max_ns are over single calls;
     exact_sizes maps each distinct message size to its number of calls (None when there were more than
     the interposer keeps, 8).
+
+    Non-blocking collectives (`blocking` false): time_ns (and min/max) is the time to start them; `completed`
+    is how many of the calls a wait or test saw complete, `completion_ns` their time from the start to the
+    return of that wait or test, `wait_ns` the time the application spent in the waits and tests that named
+    them (a call naming n active requests gives each 1/n of its time). Their time in the application, `time_s`,
+    is starting plus waiting.
     """
 
     collective: str
@@ -46,10 +52,19 @@ class CollectiveRecord:
     time_min_ns: int
     time_max_ns: int
     exact_sizes: dict[int, int] | None
+    completed: int = 0
+    completion_ns: int = 0
+    wait_ns: int = 0
 
     @property
     def time_s(self) -> float:
-        return self.time_ns * NS
+        """The application's time in these calls: for a non-blocking collective, starting it plus waiting."""
+        return (self.time_ns + self.wait_ns) * NS
+
+    @property
+    def mean_completion_s(self) -> float:
+        """Non-blocking: the mean time from a call's start to its completion (0 when none was seen)."""
+        return self.completion_ns * NS / self.completed if self.completed else 0.0
 
     @property
     def mean_time_s(self) -> float:
@@ -182,6 +197,8 @@ def parse_profile(data: dict[str, Any], path: Path = Path("<profile>")) -> Profi
             ranks=row["ranks"], calls=row["calls"], bytes=row["bytes"], time_ns=row["time_ns"],
             time_min_ns=row["time_min_ns"], time_max_ns=row["time_max_ns"],
             exact_sizes=None if exact is None else {int(k): int(v) for k, v in exact.items()},
+            completed=int(row.get("completed", 0)), completion_ns=int(row.get("completion_ns", 0)),
+            wait_ns=int(row.get("wait_ns", 0)),
         ))
     ranks = tuple(RankSummary(**row) for row in _require(data, "ranks", path))
     histogram = _require(data, "p2p_histogram", path)

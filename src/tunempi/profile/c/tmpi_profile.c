@@ -28,6 +28,7 @@ typedef struct {
     int used;
     int op, shape, bucket;
     uint64_t calls, bytes, time, min, max; /* times in ticks */
+    uint64_t completed, completion, wait; /* non-blocking: completions seen, start -> completion, waited */
     int n_exact; /* -1: more than TMPI_EXACT_MAX distinct sizes */
     uint64_t exact_size[TMPI_EXACT_MAX], exact_calls[TMPI_EXACT_MAX];
 } tmpi_coll_entry;
@@ -36,6 +37,7 @@ typedef struct {
 typedef struct {
     int32_t op, comm_size, nodes, ppn, bucket, n_exact, ranks, pad;
     uint64_t calls, bytes, time_ns, min_ns, max_ns;
+    uint64_t completed, completion_ns, wait_ns;
     uint64_t exact_size[TMPI_EXACT_MAX], exact_calls[TMPI_EXACT_MAX];
 } tmpi_record;
 
@@ -163,6 +165,120 @@ static void tmpi_record_p2p(uint64_t bytes)
     me.send_calls++;
 }
 
+/* ---------------------------------------------------------------- non-blocking collectives ---- */
+/*
+ * A started non-blocking collective (MPI_Iallreduce, ...) is remembered by its request until a wait or test
+ * (MPI_Wait, Test, Waitall, Testall, Waitany, Testany, Waitsome, Testsome) returns it completed (the request
+ * set to MPI_REQUEST_NULL: collectives' requests are never persistent here). Then its record gets the time
+ * from the start to that return (completion) and the time the application spent in the waits and tests that
+ * named it (a call naming n active requests gives each 1/n of its time). Small linear table: applications
+ * keep few collectives in flight, and waits look at it only while one is.
+ */
+typedef struct {
+    MPI_Request request;
+    int op, shape, bucket;
+    uint64_t t_start, waited; /* ticks */
+    int done;
+} tmpi_nbc;
+
+static tmpi_nbc *nbc;
+static int nbc_count, nbc_capacity;
+static int *nbc_seen_index, *nbc_seen_slot, nbc_seen, nbc_seen_capacity, nbc_live; /* one wait's snapshot */
+
+static void nbc_start(const tmpi_call *call, int shape, int bucket)
+{
+    MPI_Request request = *call->requests;
+    if (request == MPI_REQUEST_NULL)
+        return;
+    int slot = 0;
+    while (slot < nbc_count && nbc[slot].request != request)
+        slot++; /* a handle completed behind the tool's back and reused: overwrite */
+    if (slot == nbc_count) {
+        if (nbc_count == nbc_capacity) {
+            nbc_capacity = nbc_capacity ? 2 * nbc_capacity : 16;
+            nbc = realloc(nbc, (size_t)nbc_capacity * sizeof *nbc);
+            if (nbc == NULL) {
+                tmpi_warn("out of memory");
+                abort();
+            }
+        }
+        nbc_count++;
+    }
+    nbc[slot] = (tmpi_nbc){.request = request, .op = call->op, .shape = shape, .bucket = bucket,
+                           .t_start = call->t_begin};
+}
+
+static void nbc_forget(MPI_Request request)
+{
+    for (int i = 0; i < nbc_count; i++)
+        if (nbc[i].request == request) {
+            nbc[i] = nbc[--nbc_count];
+            return;
+        }
+}
+
+/* Before a wait or test: which of its requests are collectives in flight, and how many are active. */
+static void nbc_snapshot(const tmpi_call *call)
+{
+    nbc_seen = nbc_live = 0;
+    if (nbc_count == 0 || call->requests == NULL)
+        return;
+    for (int i = 0; i < call->nrequests; i++) {
+        if (call->requests[i] == MPI_REQUEST_NULL)
+            continue;
+        nbc_live++;
+        for (int slot = 0; slot < nbc_count; slot++)
+            if (nbc[slot].request == call->requests[i]) {
+                if (nbc_seen == nbc_seen_capacity) {
+                    nbc_seen_capacity = nbc_seen_capacity ? 2 * nbc_seen_capacity : 16;
+                    nbc_seen_index = realloc(nbc_seen_index, (size_t)nbc_seen_capacity * sizeof *nbc_seen_index);
+                    nbc_seen_slot = realloc(nbc_seen_slot, (size_t)nbc_seen_capacity * sizeof *nbc_seen_slot);
+                    if (nbc_seen_index == NULL || nbc_seen_slot == NULL) {
+                        tmpi_warn("out of memory");
+                        abort();
+                    }
+                }
+                nbc_seen_index[nbc_seen] = i;
+                nbc_seen_slot[nbc_seen++] = slot;
+                break;
+            }
+    }
+}
+
+static tmpi_coll_entry *tmpi_entry(int op, int shape, int bucket);
+
+/* After a wait or test: each collective of the snapshot gets its share of the call's time; the completed
+ * ones (request now MPI_REQUEST_NULL) are recorded (unless recording is paused) and forgotten. */
+static void nbc_after_wait(const tmpi_call *call, int record)
+{
+    if (nbc_seen == 0)
+        return;
+    uint64_t share = (call->t_end - call->t_begin) / (uint64_t)(nbc_live > 0 ? nbc_live : 1);
+    int any_done = 0;
+    for (int k = 0; k < nbc_seen; k++) {
+        tmpi_nbc *n = &nbc[nbc_seen_slot[k]];
+        n->waited += share;
+        if (call->requests[nbc_seen_index[k]] != MPI_REQUEST_NULL)
+            continue;
+        n->done = any_done = 1;
+        if (!record)
+            continue;
+        tmpi_coll_entry *e = tmpi_entry(n->op, n->shape, n->bucket);
+        e->completed++;
+        e->completion += call->t_end - n->t_start;
+        e->wait += n->waited;
+        me.coll += n->waited; /* time in collectives includes waiting for them */
+    }
+    nbc_seen = 0;
+    if (!any_done)
+        return;
+    int out = 0;
+    for (int i = 0; i < nbc_count; i++)
+        if (!nbc[i].done)
+            nbc[out++] = nbc[i];
+    nbc_count = out;
+}
+
 static void profile_begin(tmpi_call *call)
 {
     switch (tmpi_op_table[call->op].kind) {
@@ -171,6 +287,10 @@ static void profile_begin(tmpi_call *call)
         break;
     case TMPI_KIND_REQUEST_FREE:
         tmpi_request_forget(*call->requests);
+        nbc_forget(*call->requests);
+        break;
+    case TMPI_KIND_TIMED:
+        nbc_snapshot(call);
         break;
     default:
         break;
@@ -179,6 +299,8 @@ static void profile_begin(tmpi_call *call)
 
 static void profile_end(tmpi_call *call)
 {
+    if (TMPI_UNLIKELY(nbc_seen > 0)) /* a wait or test on collectives in flight: even paused, forget the */
+        nbc_after_wait(call, !paused && call->rc == MPI_SUCCESS); /* completed ones (their handles are reused) */
     if (paused || TMPI_UNLIKELY(call->rc != MPI_SUCCESS))
         return; /* a failed call (errors returned) may carry an invalid communicator or request */
     uint64_t dt = call->t_end - call->t_begin;
@@ -200,6 +322,8 @@ static void profile_end(tmpi_call *call)
             tmpi_add_exact(e->exact_size, e->exact_calls, &e->n_exact, call->bytes, 1);
         me.coll += dt;
         me.coll_calls++;
+        if (!tmpi_op_table[call->op].blocking)
+            nbc_start(call, info->shape, tmpi_size_bucket(call->bytes));
         break;
     }
     case TMPI_KIND_SEND:
@@ -230,6 +354,7 @@ static void profile_reset(void)
         table[i].used = 0;
     table_used = 0;
     last_entry = NULL;
+    nbc_count = 0; /* collectives in flight are not recorded when they complete */
     memset(&me, 0, sizeof me);
     paused_total = 0;
     tmpi_globals.t_start = tmpi_ticks();
@@ -409,6 +534,9 @@ static void tmpi_merge_record(tmpi_record *a, const tmpi_record *b)
     a->calls += b->calls;
     a->bytes += b->bytes;
     a->time_ns += b->time_ns;
+    a->completed += b->completed;
+    a->completion_ns += b->completion_ns;
+    a->wait_ns += b->wait_ns;
     if (b->min_ns < a->min_ns)
         a->min_ns = b->min_ns;
     if (b->max_ns > a->max_ns)
@@ -461,7 +589,8 @@ static tmpi_record *tmpi_local_records(const int *node_of, int n_nodes, int *cou
                            .ppn = shape_ppn[e->shape], .bucket = e->bucket, .n_exact = e->n_exact,
                            .ranks = 1, .calls = e->calls, .bytes = e->bytes,
                            .time_ns = tmpi_ticks_to_ns(e->time), .min_ns = tmpi_ticks_to_ns(e->min),
-                           .max_ns = tmpi_ticks_to_ns(e->max)};
+                           .max_ns = tmpi_ticks_to_ns(e->max), .completed = e->completed,
+                           .completion_ns = tmpi_ticks_to_ns(e->completion), .wait_ns = tmpi_ticks_to_ns(e->wait)};
         memcpy(r->exact_size, e->exact_size, sizeof r->exact_size);
         memcpy(r->exact_calls, e->exact_calls, sizeof r->exact_calls);
     }
@@ -647,11 +776,16 @@ static void tmpi_write_json(FILE *out, const tmpi_record *records, int n_records
         fprintf(out,
                 ", \"blocking\": %s, \"comm_size\": %d, \"nodes\": %d, \"ppn\": %d, \"size_lo\": %llu, "
                 "\"size_hi\": %llu, \"ranks\": %d, \"calls\": %llu, \"bytes\": %llu, \"time_ns\": %llu, "
-                "\"time_min_ns\": %llu, \"time_max_ns\": %llu, \"exact_sizes\": ",
+                "\"time_min_ns\": %llu, \"time_max_ns\": %llu, ",
                 tmpi_op_table[r->op].blocking ? "true" : "false", r->comm_size, r->nodes, r->ppn,
                 (unsigned long long)lo, (unsigned long long)hi, r->ranks, (unsigned long long)r->calls,
                 (unsigned long long)r->bytes, (unsigned long long)r->time_ns, (unsigned long long)r->min_ns,
                 (unsigned long long)r->max_ns);
+        if (!tmpi_op_table[r->op].blocking)
+            fprintf(out, "\"completed\": %llu, \"completion_ns\": %llu, \"wait_ns\": %llu, ",
+                    (unsigned long long)r->completed, (unsigned long long)r->completion_ns,
+                    (unsigned long long)r->wait_ns);
+        fputs("\"exact_sizes\": ", out);
         if (r->n_exact < 0) {
             fputs("null", out);
         } else {
