@@ -57,10 +57,13 @@ ROOTED_VECTOR_COLLECTIVES: frozenset[str] = frozenset({"gatherv", "scatterv"})
 #: Collectives the online mode switches per call: those whose message size (tunempi's convention) is the
 #: same on every rank of the call, so every rank finds the same cell and draws the same algorithm. Not
 #: alltoallv, gatherv, scatterv: each rank's size is its own blocks' (their counts differ between ranks),
-#: so ranks of one call would find different cells (and could run different algorithms).
+#: so ranks of one call would find different cells (and could run different algorithms). The non-blocking
+#: ones are switched at their start (MPICH and Open MPI's libnbc read their algorithm there; issue 41); a
+#: record's time runs from the start to the wait or test that completes it.
 ONLINE_SWITCHABLE: tuple[str, ...] = (
     "allreduce", "bcast", "allgather", "alltoall", "reduce", "barrier", "gather", "scatter",
     "reduce_scatter", "reduce_scatter_block", "allgatherv",
+    "iallreduce", "ibcast", "ialltoall", "iallgather",
 )
 
 #: How a vector collective's blocks differ between ranks around its mean block (the message size, as the
@@ -134,15 +137,14 @@ def check_objective(objective: str) -> str:
     return name
 
 
-def parse_collectives(text: str, *, nonblocking: bool = False) -> list[str]:
+def parse_collectives(text: str, *, nonblocking: bool = True) -> list[str]:
     """'allreduce,bcast' -> ['allreduce', 'bcast'], validated, order kept, duplicates dropped.
 
-    nonblocking: whether the caller takes the non-blocking collectives (bench, tune, verify do; online and
-    profile do not yet: issue 41's later steps)."""
+    nonblocking: whether the caller takes the non-blocking collectives (every command does since issue 41
+    step 4: bench, tune, verify, profile, online; a caller that cannot passes False)."""
     names = [check_collective(part) for part in text.split(",") if part.strip()]
     if not nonblocking and (refused := [name for name in names if name in NONBLOCKING]):
-        raise UsageError(f"{', '.join(refused)}: non-blocking collectives are taken by `tunempi bench`, `tune` and "
-                         "`verify` only so far (profile and online do not take them yet)")
+        raise UsageError(f"{', '.join(refused)}: non-blocking collectives are not taken here")
     if not names:
         raise UsageError(f"no collectives in {text!r}; valid: {', '.join(COLLECTIVES)}")
     return list(dict.fromkeys(names))

@@ -384,8 +384,9 @@ def test_nonblocking_collectives_are_engine_collectives_with_their_blocking_one_
             assert (size_problem(name, size, ranks) is None) == (size_problem(blocking, size, ranks) is None)
     assert "iallreduce reduces 4-byte floats" in (size_problem("iallreduce", 6, 2) or "")
     assert parse_collectives("iallreduce,bcast", nonblocking=True) == ["iallreduce", "bcast"]
-    with pytest.raises(UsageError, match="`tunempi bench`, `tune` and `verify` only"):
-        parse_collectives("allreduce,ialltoall")  # online and profile do not take them yet
+    assert parse_collectives("allreduce,ialltoall") == ["allreduce", "ialltoall"]  # online takes them (issue 41)
+    with pytest.raises(UsageError, match="non-blocking collectives are not taken here"):
+        parse_collectives("allreduce,ialltoall", nonblocking=False)
 
 
 def test_overlap_is_asked_with_nb_and_only_for_nonblocking_collectives() -> None:

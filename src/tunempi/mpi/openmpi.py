@@ -270,7 +270,11 @@ class OpenMPIAdapter(VendorAdapter):
 
     def runtime_switch(self, collective: str, name: str) -> CvarSwitch:
         algorithm = self.check_algorithm(collective, name)
-        return CvarSwitch(cvar=algorithm_cvar(collective), value=algorithm.value, needs_new_communicator=True)
+        # coll/tuned takes its algorithm on communicators created after the write; coll/libnbc reads
+        # libnbc_<coll>_algorithm at every call (its 5.0 sources), so a write selects the next non-blocking call
+        # on any communicator (the online mode writes it before the call and restores it after the start).
+        return CvarSwitch(cvar=algorithm_cvar(collective), value=algorithm.value,
+                          needs_new_communicator=collective not in NONBLOCKING_TOKENS)
 
     def launch_env(self) -> dict[str, str]:
         # The forced-algorithm cvars are only consulted when dynamic rules are on (set at start: works on

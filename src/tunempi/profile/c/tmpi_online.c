@@ -9,7 +9,9 @@
  *               call), or, where the library only honours a write on communicators created after it
  *               (Open MPI), the call runs on a per-algorithm SHADOW communicator created right after
  *               the write, the first time that algorithm is drawn on that communicator
- *   records   = kept in memory, gathered to rank 0 in MPI_Finalize and written as CSV
+ *   records   = kept in memory, gathered to rank 0 in MPI_Finalize and written as CSV; a non-blocking
+ *               collective's (MPI_Iallreduce, ...) runs from its start to the return of the wait or test that
+ *               completes it (its request kept until then; one never seen completed is not written)
  *
  * Everything the mode needs comes from the table file written by `tunempi online run`
  * (TUNEMPI_ONLINE_TABLE; format in docs/online.md): the cvars, the algorithms of each collective with
@@ -146,6 +148,16 @@ static struct {
     online_comm *comm;
     uint64_t seq;
 } pending;
+
+/* Non-blocking collectives in flight on a recording rank: request -> its record, whose end is set by the
+ * wait or test (MPI_Wait, Test, Waitall, ...) that returns the request completed (MPI_REQUEST_NULL). Small
+ * linear table: applications keep few collectives in flight. */
+static struct {
+    MPI_Request *request;
+    long *record;
+    int count, capacity;
+    int *seen_index, *seen_slot, seen, seen_capacity; /* one wait's snapshot */
+} inflight;
 
 /* ------------------------------------------------------------------------------ table file ---- */
 
@@ -454,9 +466,8 @@ static void online_start(void)
     }
     on.op_coll = online_calloc((size_t)tmpi_op_count, sizeof *on.op_coll);
     for (int op = 0; op < tmpi_op_count; op++)
-        on.op_coll[op] = (tmpi_op_table[op].kind == TMPI_KIND_COLL && tmpi_op_table[op].blocking)
-                             ? online_coll_index(tmpi_op_table[op].label)
-                             : -1;
+        on.op_coll[op] = tmpi_op_table[op].kind == TMPI_KIND_COLL ? online_coll_index(tmpi_op_table[op].label)
+                                                                   : -1;
     int me = tmpi_globals.world_rank, nrec = tmpi_globals.world_size;
     if (on.all_ranks_record) {
         on.recording = 1;
@@ -718,6 +729,80 @@ static int online_datatypes_unmet(const tmpi_call *call)
     return all;
 }
 
+static void online_inflight_add(MPI_Request request, long record)
+{
+    if (request == MPI_REQUEST_NULL)
+        return;
+    int slot = 0;
+    while (slot < inflight.count && inflight.request[slot] != request)
+        slot++; /* a handle completed behind the tool's back and reused: overwrite */
+    if (slot == inflight.count) {
+        if (inflight.count == inflight.capacity) {
+            inflight.capacity = inflight.capacity ? 2 * inflight.capacity : 16;
+            inflight.request = realloc(inflight.request, (size_t)inflight.capacity * sizeof *inflight.request);
+            inflight.record = realloc(inflight.record, (size_t)inflight.capacity * sizeof *inflight.record);
+            if (inflight.request == NULL || inflight.record == NULL) {
+                tmpi_warn("out of memory");
+                abort();
+            }
+        }
+        inflight.count++;
+    }
+    inflight.request[slot] = request;
+    inflight.record[slot] = record;
+}
+
+/* Before a wait or test: which of its requests are recorded collectives in flight. */
+static void online_inflight_snapshot(const tmpi_call *call)
+{
+    inflight.seen = 0;
+    for (int i = 0; i < call->nrequests; i++) {
+        if (call->requests[i] == MPI_REQUEST_NULL)
+            continue;
+        for (int slot = 0; slot < inflight.count; slot++)
+            if (inflight.request[slot] == call->requests[i]) {
+                if (inflight.seen == inflight.seen_capacity) {
+                    inflight.seen_capacity = inflight.seen_capacity ? 2 * inflight.seen_capacity : 16;
+                    inflight.seen_index = realloc(inflight.seen_index,
+                                                  (size_t)inflight.seen_capacity * sizeof *inflight.seen_index);
+                    inflight.seen_slot = realloc(inflight.seen_slot,
+                                                 (size_t)inflight.seen_capacity * sizeof *inflight.seen_slot);
+                    if (inflight.seen_index == NULL || inflight.seen_slot == NULL) {
+                        tmpi_warn("out of memory");
+                        abort();
+                    }
+                }
+                inflight.seen_index[inflight.seen] = i;
+                inflight.seen_slot[inflight.seen++] = slot;
+                break;
+            }
+    }
+}
+
+/* After it: the completed ones (request now MPI_REQUEST_NULL) end their records here, and are forgotten. */
+static void online_inflight_complete(const tmpi_call *call)
+{
+    int done = 0;
+    for (int k = 0; k < inflight.seen; k++) {
+        int slot = inflight.seen_slot[k];
+        if (call->requests[inflight.seen_index[k]] != MPI_REQUEST_NULL)
+            continue;
+        on.records[inflight.record[slot]].end = call->t_end - tmpi_globals.t_start;
+        inflight.request[slot] = MPI_REQUEST_NULL; /* marked; compacted below */
+        done = 1;
+    }
+    inflight.seen = 0;
+    if (!done)
+        return;
+    int out = 0;
+    for (int i = 0; i < inflight.count; i++)
+        if (inflight.request[i] != MPI_REQUEST_NULL) {
+            inflight.request[out] = inflight.request[i];
+            inflight.record[out++] = inflight.record[i];
+        }
+    inflight.count = out;
+}
+
 static void online_begin(tmpi_call *call)
 {
     pending.active = 0;
@@ -730,6 +815,20 @@ static void online_begin(tmpi_call *call)
     int c = on.enabled ? on.op_coll[call->op] : -1;
     if (c < 0) {
         call->untimed = 1;
+        inflight.seen = 0;
+        if (TMPI_UNLIKELY(inflight.count > 0) && tmpi_op_table[call->op].kind == TMPI_KIND_TIMED &&
+            call->requests != NULL) {
+            online_inflight_snapshot(call); /* a wait or test that may complete a recorded collective */
+            call->untimed = inflight.seen == 0;
+        } else if (inflight.count > 0 && tmpi_op_table[call->op].kind == TMPI_KIND_REQUEST_FREE) {
+            inflight.seen = 0; /* a freed request: its record never ends (and is not written) */
+            for (int slot = 0; slot < inflight.count; slot++)
+                if (inflight.request[slot] == *call->requests) {
+                    inflight.request[slot] = inflight.request[--inflight.count];
+                    inflight.record[slot] = inflight.record[inflight.count];
+                    break;
+                }
+        }
         if (on.enabled && tmpi_op_table[call->op].kind == TMPI_KIND_COMM_FREE)
             online_comm_release(call->comm);
         else if (tmpi_op_table[call->op].kind == TMPI_KIND_COMM_FREE)
@@ -812,6 +911,8 @@ static int online_is_refusal(int rc)
 
 static void online_end(tmpi_call *call)
 {
+    if (TMPI_UNLIKELY(inflight.seen > 0))
+        online_inflight_complete(call);
     if (!pending.active)
         return;
     if (pending.retrying) { /* the rerun as the library's choice: not recorded (its time includes the refusal) */
@@ -863,6 +964,10 @@ static void online_end(tmpi_call *call)
     r->stream = pending.comm->stream;
     r->start = call->t_begin - tmpi_globals.t_start;
     r->end = call->t_end - tmpi_globals.t_start;
+    if (!tmpi_op_table[call->op].blocking) { /* started: it ends when a wait or test completes it */
+        r->end = 0;
+        online_inflight_add(*call->requests, on.nrecords - 1);
+    }
 }
 
 /* Rank 0 writes every rank's records: header lines, then CSV. */
@@ -904,10 +1009,15 @@ static void online_finish(void)
     online_apply(&on.colls[0].algs[0]); /* leave the library as it was (collective 0 is enough: */
     for (int c = 1; c < on.ncolls; c++) /* the default of each collective restores its cvars) */
         online_apply(&on.colls[c].algs[0]);
+    long kept = 0;
     for (long i = 0; i < on.nrecords; i++) {
-        on.records[i].start = tmpi_ticks_to_ns(on.records[i].start);
-        on.records[i].end = tmpi_ticks_to_ns(on.records[i].end);
+        if (on.records[i].end == 0)
+            continue; /* a non-blocking collective never seen completed */
+        on.records[kept] = on.records[i];
+        on.records[kept].start = tmpi_ticks_to_ns(on.records[i].start);
+        on.records[kept++].end = tmpi_ticks_to_ns(on.records[i].end);
     }
+    on.nrecords = kept;
     int size = tmpi_globals.world_size, me = tmpi_globals.world_rank;
     int mine = (int)(on.nrecords * (long)sizeof(online_record));
     int *counts = me == 0 ? online_calloc((size_t)size, sizeof *counts) : NULL;
