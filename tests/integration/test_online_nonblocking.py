@@ -56,3 +56,41 @@ def test_non_blocking_collectives_are_switched_per_call_and_timed_to_completion(
     assert len(used["iallreduce"]) >= 3, used  # really switched
     if vendor == "mpich":
         assert all(len(used[c]) >= 2 for c in NONBLOCKING), used
+
+
+#: (elements on rank 0, elements on rank 1) of a 1024-double user-op iallreduce at 2 ranks, measured with each
+#: algorithm forced at launch (force_env; MPICH 5.0.2, Open MPI 5.0.11's libnbc)
+PATTERNS = {
+    "mpich": {"sched_recursive_doubling": (1024, 1024), "tsp_ring": (512, 512), "sched_naive": (1024, 0)},
+    "openmpi": {"recursive_doubling": (1024, 1024), "ring": (512, 512), "binomial": (1024, 0)},
+}
+
+
+@pytest.mark.parametrize("vendor", ["mpich", "openmpi"])
+def test_the_drawn_non_blocking_algorithm_is_the_one_that_runs(vendor: str, tmp_path: Path,
+                                                               capfd: pytest.CaptureFixture) -> None:
+    """The write before the start selects that call's algorithm: MPICH's cvar, and Open MPI's libnbc variable
+    on the application's own communicator (no shadow communicator)."""
+    from tunempi.online.cells import SizeRangeCell
+    from tunempi.online.state import Probabilities
+
+    library = resolve_library(vendor)
+    program = build_c(library, [Path(__file__).parent / "online_apps" / "nb_pattern_check.c"], "nb_pattern_check",
+                      werror=True)
+    config = OnlineConfig(collectives=["iallreduce"], record_ranks="all", min_probability=0.0)
+    state = open_state(tmp_path / "state", library, config)
+    patterns = PATTERNS[vendor]
+    cell = SizeRangeCell("iallreduce", 2, 1, 2, config.sizes.index(8192))
+    names = state.switches["iallreduce"].names
+    state.save_probabilities(Probabilities(0, {cell.key: {n: (1 / 3 if n in patterns else 0.0) for n in names}}))
+    argv = ["mpiexec" if vendor == "mpich" else "mpirun", "-n", "2", str(program), "24"]
+    run = run_online(state, library, argv, timeout=60)
+    out, err = capfd.readouterr()
+    assert run.returncode == 0, out + err
+    seen = {(int(r), int(c)): int(e) for r, c, e in re.findall(r"^P (\d+) (\d+) (\d+)$", out, re.M)}
+    result = read_records(run.records)
+    drawn = {r.seq: r.algorithm for r in result.records if r.rank == 0}
+    assert len(drawn) == 24 and set(drawn.values()) == set(patterns)  # all three drawn, nothing else
+    for call, algorithm in drawn.items():
+        assert (seen[(0, call)], seen[(1, call)]) == patterns[algorithm], (call, algorithm)
+    assert int(result.header["rank0_shadow_communicators"]) == 0
