@@ -39,8 +39,6 @@ from functools import lru_cache
 from typing import TypeVar
 
 import numpy as np
-from scipy import stats
-from scipy.special import stdtr, stdtrit
 
 #: One-sided error of each verdict: P("faster" | A/A) <= LEVEL, likewise "slower". The two-sided interval
 #: the commands report is then the 1 - 2 * LEVEL = 95 % interval, and a verdict is that interval
@@ -102,6 +100,20 @@ def decide(pairs: int, p_faster: float, p_slower: float, wins: float, losses: fl
     return "same"
 
 
+# Student's t from SciPy, imported on first use: SciPy costs every command about 0.3 s at start, and most
+# commands never compare.
+def _t_cdf(df: float, x: float) -> float:
+    from scipy.special import stdtr
+
+    return float(stdtr(df, x))
+
+
+def _t_quantile(df: float, p: float) -> float:
+    from scipy.special import stdtrit
+
+    return float(stdtrit(df, p))
+
+
 def _student(logs: np.ndarray, level: float) -> tuple[float, float, float, float, float]:
     """(estimate, low, high, p_faster, p_slower) of the mean log ratio: one-sample Student t."""
     n = len(logs)
@@ -113,8 +125,8 @@ def _student(logs: np.ndarray, level: float) -> tuple[float, float, float, float
         return mean, mean, mean, 0.0 if mean > 0 else 1.0, 0.0 if mean < 0 else 1.0
     se = sd / math.sqrt(n)
     t = mean / se
-    half = float(stdtrit(n - 1, 1.0 - level)) * se
-    return mean, mean - half, mean + half, float(stdtr(n - 1, -t)), float(stdtr(n - 1, t))
+    half = _t_quantile(n - 1, 1.0 - level) * se
+    return mean, mean - half, mean + half, _t_cdf(n - 1, -t), _t_cdf(n - 1, t)
 
 
 @lru_cache(maxsize=64)
@@ -138,7 +150,9 @@ def _signed_rank(logs: np.ndarray, level: float) -> tuple[float, float, float, f
     estimate = float(np.median(walsh))
     nonzero = logs[logs != 0.0]  # a pair without a difference says nothing about its sign
     n = len(nonzero)
-    ranks = stats.rankdata(np.abs(nonzero))  # ties share their mean rank
+    from scipy.stats import rankdata  # here: scipy.stats costs every command ~0.7 s at start
+
+    ranks = rankdata(np.abs(nonzero))  # ties share their mean rank
     positive = float(ranks[nonzero > 0].sum())
     tail = _signed_rank_tail(n)
     total = n * (n + 1) // 2
@@ -270,8 +284,8 @@ def compare_launches(blocks: Blocks, *, spread: LaunchSpread | None = None, leve
         p_faster, p_slower, half = (0.0 if mean > 0 else 1.0), (0.0 if mean < 0 else 1.0), 0.0
     else:
         se = math.sqrt(variance / n)
-        p_faster, p_slower = float(stdtr(df, -mean / se)), float(stdtr(df, mean / se))
-        half = float(stdtrit(df, 1.0 - level)) * se
+        p_faster, p_slower = _t_cdf(df, -mean / se), _t_cdf(df, mean / se)
+        half = _t_quantile(df, 1.0 - level) * se
     verdict = "same"
     if p_faster < level and wins >= CONSISTENCY:
         verdict = "faster"

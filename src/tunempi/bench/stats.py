@@ -20,7 +20,6 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
-from scipy.stats import binom
 
 CONFIDENCE = 0.95
 
@@ -53,7 +52,9 @@ def order_statistic_cut(n: int, confidence: float = CONFIDENCE) -> int:
     if n < 1:
         raise ValueError("need at least one sample")
     tail = (1.0 - confidence) / 2
-    cdf = binom.cdf(np.arange(n // 2 + 1), n, 0.5)
+    from scipy.special import bdtr  # imported here: SciPy costs every command's start, most never summarize
+
+    cdf = bdtr(np.arange(n // 2 + 1), n, 0.5)  # Binomial(n, 1/2) CDF
     return max(1, int(np.count_nonzero(cdf <= tail)))
 
 

@@ -10,63 +10,76 @@ from __future__ import annotations
 
 import importlib
 import sys
+from typing import Any
 
 import typer
 
 from tunempi.errors import TunempiError, UsageError
 from tunempi.launch.signals import run_stoppable
-from tunempi.report.console import output_console
 
-app = typer.Typer(
-    name="tunempi",
-    help="Autotuner for MPI collectives and runtime parameters (MPICH and Open MPI).",
-    no_args_is_help=True,
-    add_completion=False,
-    pretty_exceptions_enable=False,
-)
+#: Each subcommand's name -> the module under cli/ that registers it (one module per subcommand or group of
+#: subcommands); --help lists them in this order, single commands before groups.
+SUBCOMMANDS: dict[str, str] = {
+    "info": "tunempi.cli.info",
+    "bench": "tunempi.cli.bench",
+    "simulate": "tunempi.cli.simulate",
+    "tune": "tunempi.cli.tune",
+    "verify": "tunempi.cli.verify",
+    "run": "tunempi.cli.run",
+    "report": "tunempi.cli.report",
+    "export": "tunempi.cli.store",
+    "import": "tunempi.cli.store",
+    "profile": "tunempi.cli.profile",
+    "advise": "tunempi.cli.advise",
+    "search": "tunempi.cli.search",
+    "online": "tunempi.cli.online",
+    "compare": "tunempi.cli.compare",
+    "autotune": "tunempi.cli.autotune",
+    "cluster": "tunempi.cli.cluster",
+}
 
 
-@app.callback()
-def _root() -> None:
-    """Autotuner for MPI collectives and runtime parameters (MPICH and Open MPI)."""
-    # A callback keeps `tunempi <subcommand>` a group even while only one subcommand is registered
-    # (Typer otherwise promotes a lone command to the root).
+def build_app(command: str | None = None) -> typer.Typer:
+    """The Typer app with every subcommand, or (`command`, a name of SUBCOMMANDS) only the module of that one:
+    importing every module costs each command's start about a second, which a job launching `tunempi` per
+    run or per rank pays every time."""
+    app = typer.Typer(
+        name="tunempi",
+        help="Autotuner for MPI collectives and runtime parameters (MPICH, Open MPI and Intel MPI).",
+        no_args_is_help=True,
+        add_completion=False,
+        pretty_exceptions_enable=False,
+    )
+
+    @app.callback()
+    def _root() -> None:
+        """Autotuner for MPI collectives and runtime parameters (MPICH, Open MPI and Intel MPI)."""
+        # A callback keeps `tunempi <subcommand>` a group even while only one subcommand is registered
+        # (Typer otherwise promotes a lone command to the root).
+
+    modules = [SUBCOMMANDS[command]] if command in SUBCOMMANDS else list(dict.fromkeys(SUBCOMMANDS.values()))
+    for module in modules:
+        importlib.import_module(module).register(app)
+    return app
 
 
-# One module per subcommand (or group of subcommands); order is the order in --help.
-SUBCOMMAND_MODULES: tuple[str, ...] = (
-    "tunempi.cli.info",
-    "tunempi.cli.bench",
-    "tunempi.cli.simulate",
-    "tunempi.cli.tune",
-    "tunempi.cli.verify",
-    "tunempi.cli.run",
-    "tunempi.cli.report",
-    "tunempi.cli.store",
-    "tunempi.cli.profile",
-    "tunempi.cli.advise",
-    "tunempi.cli.search",
-    "tunempi.cli.online",
-    "tunempi.cli.compare",
-    "tunempi.cli.autotune",
-    "tunempi.cli.cluster",
-)
-
-for _module in SUBCOMMAND_MODULES:
-    importlib.import_module(_module).register(app)
-
-_err = output_console(stderr=True)
+def __getattr__(name: str) -> Any:
+    """`tunempi.cli.main.app`: the whole app (tests invoke it in-process), built on first use."""
+    if name == "app":
+        return build_app()
+    raise AttributeError(name)
 
 
 def _run_app() -> int:
+    command = next((arg for arg in sys.argv[1:] if not arg.startswith("-")), None)
+    app = build_app(command if command in SUBCOMMANDS else None)
     try:
         app()
-    except UsageError as exc:
-        _err.print(f"[bold red]error:[/] {exc}")
-        return 2
-    except TunempiError as exc:
-        _err.print(f"[bold red]error:[/] {exc}")
-        return 1
+    except (UsageError, TunempiError) as exc:
+        from tunempi.report.console import output_console  # heavy (the progress displays); errors only
+
+        output_console(stderr=True).print(f"[bold red]error:[/] {exc}")
+        return 2 if isinstance(exc, UsageError) else 1
     return 0
 
 

@@ -2,29 +2,37 @@
 
 from __future__ import annotations
 
+import importlib
 import json
 from typing import Any
 
 from tunempi.errors import UsageError
 from tunempi.space import FeatureSpace
-from tunempi.strategy.acclaim import AcclaimStrategy
 from tunempi.strategy.base import MeasurementRecord, Request, SelectionTable, Strategy
-from tunempi.strategy.exhaustive import ExhaustiveStrategy
-from tunempi.strategy.random_sampling import RandomStrategy
-from tunempi.strategy.tunempi import TunempiStrategy
 
-STRATEGIES: dict[str, type[Strategy]] = {
-    cls.name: cls for cls in (ExhaustiveStrategy, RandomStrategy, AcclaimStrategy, TunempiStrategy)
+# name -> (module, class), imported when a strategy is made: every strategy fits a scikit-learn model, and
+# importing scikit-learn (with SciPy and pandas) costs each command that never tunes about a second at start.
+_STRATEGY_CLASSES: dict[str, tuple[str, str]] = {
+    "exhaustive": ("tunempi.strategy.exhaustive", "ExhaustiveStrategy"),
+    "random": ("tunempi.strategy.random_sampling", "RandomStrategy"),
+    "acclaim": ("tunempi.strategy.acclaim", "AcclaimStrategy"),
+    "tunempi": ("tunempi.strategy.tunempi", "TunempiStrategy"),
 }
+STRATEGIES: tuple[str, ...] = tuple(_STRATEGY_CLASSES)
 DEFAULT_STRATEGY = "tunempi"
 
 
-def make_strategy(name: str, space: FeatureSpace, **kwargs: Any) -> Strategy:
+def strategy_class(name: str) -> type[Strategy]:
     try:
-        cls = STRATEGIES[name]
+        module, cls = _STRATEGY_CLASSES[name]
     except KeyError:
         raise UsageError(f"unknown strategy {name!r}; valid: {', '.join(STRATEGIES)}") from None
-    return cls(space, **kwargs)
+    strategy: type[Strategy] = getattr(importlib.import_module(module), cls)
+    return strategy
+
+
+def make_strategy(name: str, space: FeatureSpace, **kwargs: Any) -> Strategy:
+    return strategy_class(name)(space, **kwargs)
 
 
 def setting_value(text: str) -> Any:
@@ -37,6 +45,6 @@ def setting_value(text: str) -> Any:
 
 
 __all__ = [
-    "DEFAULT_STRATEGY", "STRATEGIES", "AcclaimStrategy", "ExhaustiveStrategy", "MeasurementRecord",
-    "RandomStrategy", "Request", "SelectionTable", "Strategy", "TunempiStrategy", "make_strategy", "setting_value",
+    "DEFAULT_STRATEGY", "STRATEGIES", "MeasurementRecord", "Request", "SelectionTable", "Strategy", "make_strategy",
+    "setting_value", "strategy_class",
 ]
