@@ -14,6 +14,7 @@ from tunempi.collectives import (
     DISTRIBUTIONS,
     MEASURED_OBJECTIVES,
     OBJECTIVES,
+    VECTOR_COLLECTIVES,
     parse_distributions,
 )
 from tunempi.config import resolve
@@ -121,6 +122,12 @@ def tune_command(
         output_console().print(f"from {from_profile}: {collectives} at {ranks or ppn} ranks"
                                f"{f' per node on {nodes} nodes' if (nodes or 1) > 1 else ''}, {min_msg}..{max_msg} "
                                f"bytes, {library.name}{untunable}")
+        given = parse_distributions(",".join(distribution or ()))
+        uniform = [c for c in collectives.split(",") if c in VECTOR_COLLECTIVES and c not in given]
+        if uniform:  # the profile cannot say how their counts differ between ranks: measured with equal counts
+            output_console().print(f"  {', '.join(uniform)}: measured with equal counts on every rank (the profile "
+                                   "records each rank's mean block, not how the counts differ); "
+                                   "--distribution COLL=skewed|sparse measures them otherwise")
     nodes = nodes or 1
     if ranks is None and ppn is None and nodes == 1:
         ranks = 2
