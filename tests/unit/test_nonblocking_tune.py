@@ -26,7 +26,7 @@ def _openmpi() -> OpenMPIAdapter:
     prefix = Path("/nonexistent/openmpi")
     library = MPILibrary(vendor="openmpi", version="5.0.11", version_string="", device="", prefix=prefix,
                          mpicc=prefix / "bin/mpicc", mpiexec=prefix / "bin/mpiexec")
-    catalog = {"iallreduce": [Algorithm("ring", 1), Algorithm("binomial", 2)],
+    catalog = {"iallreduce": [Algorithm("recursive_doubling", 1), Algorithm("binomial", 2)],  # not ring: it needs a commutative op (restrictions), which no libnbc value can state
                "ibcast": [Algorithm("linear", 1), Algorithm("binomial", 2)],
                "allreduce": [Algorithm("basic_linear", 1), Algorithm("recursive_doubling", 3)]}
     return OpenMPIAdapter(library, catalog, {c: Algorithm("ignore", 0) for c in catalog},
@@ -64,15 +64,15 @@ def test_open_mpi_s_libnbc_takes_the_best_single_algorithm_over_every_cell() -> 
     assert not adapter.selects_by_size("iallreduce") and not adapter.selects_by_communicator_size("iallreduce")
     assert adapter.selects_by_size("allreduce") and adapter.selects_by_communicator_size("allreduce")
     cells = [Cell("iallreduce", ranks, 1, ranks, size) for ranks in (2, 4) for size in (8, 1024)]
-    selection = dict(zip(cells, ["ring", "binomial", "ring", DEFAULT_ALGORITHM], strict=True))
+    selection = dict(zip(cells, ["recursive_doubling", "binomial", "recursive_doubling", DEFAULT_ALGORITHM], strict=True))
     medians: dict[tuple[Cell, str], float | None] = {}
     for cell in cells:
         medians[(cell, DEFAULT_ALGORITHM)] = 10.0
-        medians[(cell, "ring")] = 8.0 if cell.msg_bytes == 8 else 9.5
+        medians[(cell, "recursive_doubling")] = 8.0 if cell.msg_bytes == 8 else 9.5
         medians[(cell, "binomial")] = 5.0 if cell.ranks == 2 else 11.0  # faster at 2 ranks, slower at 4
     blocking = [Cell("allreduce", 2, 1, 2, 8), Cell("allreduce", 4, 1, 4, 8)]
     fixed = one_choice_per_scale({**selection, blocking[0]: "ring", blocking[1]: "basic_linear"}, adapter, medians)
-    assert {fixed[cell] for cell in cells} == {"ring"}
+    assert {fixed[cell] for cell in cells} == {"recursive_doubling"}
     assert [fixed[cell] for cell in blocking] == ["ring", "basic_linear"]
     unmeasured = one_choice_per_scale(selection, adapter)  # nothing measured: the library's default
     assert {unmeasured[cell] for cell in cells} == {DEFAULT_ALGORITHM}
@@ -85,14 +85,14 @@ def test_open_mpi_writes_libnbc_values_as_environment_and_refuses_a_choice_by_si
     assert dict(written.files) == {"openmpi-libnbc": NONBLOCKING_FILE} and not written.env_files
     assert dict(written.env) == {"OMPI_MCA_coll_libnbc_iallreduce_algorithm": "2"}  # ibcast keeps the default
     adapter.read_back_tuning_file(tmp_path / NONBLOCKING_FILE)
-    both = adapter.write_tuning_files({"iallreduce": _single("iallreduce", (None, "ring")),
+    both = adapter.write_tuning_files({"iallreduce": _single("iallreduce", (None, "recursive_doubling")),
                                        "allreduce": _single("allreduce", (64, "recursive_doubling"), (None, DEFAULT_ALGORITHM))},
                                       tmp_path)
     assert set(both.files) == {"openmpi-rules", "openmpi-libnbc"}
     assert both.env["OMPI_MCA_coll_libnbc_iallreduce_algorithm"] == "1"
     assert both.env["OMPI_MCA_coll_tuned_use_dynamic_rules"] == "1"
     with pytest.raises(TuningFileError, match="one iallreduce algorithm for every call"):
-        adapter.write_tuning_files({"iallreduce": _single("iallreduce", (64, "ring"), (None, "binomial"))}, tmp_path)
+        adapter.write_tuning_files({"iallreduce": _single("iallreduce", (64, "recursive_doubling"), (None, "binomial"))}, tmp_path)
     (tmp_path / NONBLOCKING_FILE).write_text("export OMPI_MCA_coll_libnbc_iallreduce_algorithm=7\n")
     with pytest.raises(UsageError, match="not an algorithm id"):
         adapter.read_back_tuning_file(tmp_path / NONBLOCKING_FILE)
