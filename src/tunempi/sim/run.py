@@ -23,7 +23,7 @@ from tunempi.sim.cost import CostModel
 from tunempi.sim.metrics import Oracle
 from tunempi.sim.replay import ReplayBackend
 from tunempi.space import FeatureSpace
-from tunempi.strategy import make_strategy
+from tunempi.strategy import import_strategies, make_strategy
 
 #: Fractions of the exhaustive cost at which the slowdown is reported.
 REPORT_FRACTIONS: tuple[float, ...] = (0.05, 0.1, 0.15, 0.2, 0.3, 0.5, 1.0)
@@ -128,6 +128,7 @@ def run_strategy(
 
 def _limit_blas() -> None:
     """Worker initializer: one BLAS thread per process (see `simulate`)."""
+    import_strategies()  # before the limit: it reaches only the libraries loaded by then
     threadpool_limits(limits=1)
 
 
@@ -234,6 +235,7 @@ def simulate(
     BLAS is limited to `blas_threads` (None: leave it alone): the models' matrices are small, and
     multithreaded BLAS on a few shared cores made every iteration several times slower.
     """
+    import_strategies()  # before the limit: it reaches only the libraries loaded by then
     with threadpool_limits(limits=blas_threads):
         return _simulate(frame, collective, strategies, seeds=seeds, budget_fraction=budget_fraction,
                          max_ranks=max_ranks, resolution=resolution, params=params, on_run=on_run,

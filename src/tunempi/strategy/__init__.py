@@ -31,6 +31,13 @@ def strategy_class(name: str) -> type[Strategy]:
     return strategy
 
 
+def import_strategies(*names: str) -> None:
+    """Import these strategies (all without names) now, and with them the BLAS and OpenMP libraries of
+    scikit-learn and SciPy: threadpoolctl limits only the libraries loaded when its limit is set."""
+    for name in names or STRATEGIES:
+        strategy_class(name)
+
+
 def make_strategy(name: str, space: FeatureSpace, **kwargs: Any) -> Strategy:
     return strategy_class(name)(space, **kwargs)
 
@@ -45,6 +52,6 @@ def setting_value(text: str) -> Any:
 
 
 __all__ = [
-    "DEFAULT_STRATEGY", "STRATEGIES", "MeasurementRecord", "Request", "SelectionTable", "Strategy", "make_strategy",
-    "setting_value", "strategy_class",
+    "DEFAULT_STRATEGY", "STRATEGIES", "MeasurementRecord", "Request", "SelectionTable", "Strategy",
+    "import_strategies", "make_strategy", "setting_value", "strategy_class",
 ]

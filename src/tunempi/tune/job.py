@@ -38,7 +38,7 @@ from tunempi.mpi.vendor import FileAlgorithms, VendorAdapter
 from tunempi.rules import RuleSet
 from tunempi.space import FeatureSpace
 from tunempi.store.results import ResultStore, utc_timestamp
-from tunempi.strategy import DEFAULT_STRATEGY, STRATEGIES
+from tunempi.strategy import DEFAULT_STRATEGY, STRATEGIES, import_strategies
 from tunempi.tune.compositions import (
     COMPOSITION_MARGIN,
     CompositionResult,
@@ -373,6 +373,7 @@ def run_tune(options: TuneOptions, on_event: OnTuneEvent | None = None) -> TuneR
     decider = (FileDecider(plan.library, plan.adapter, options.settings, allocation=plan.allocation,
                            system=options.system, distributions=plan.distributions)
                if options.launches > 1 else None)
+    import_strategies(options.strategy)  # before the limit: it reaches only the libraries loaded by then
     try:
         with ResultStore(plan.db) as store, \
                 (threadpool_limits(limits=threads) if threads > 0 else contextlib.nullcontext()):
