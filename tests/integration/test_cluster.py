@@ -300,8 +300,8 @@ def test_tune_verify_openmpi_2x2(cluster: EmulatedCluster, tmp_path: Path, where
     out = tmp_path / "tuned"
     # 4 ranks on this 2-core machine (3 scales: 1x2, 2x1, 2x2): few sizes, or the timeout comes first.
     done = _tunempi("tune", "--mpi", "openmpi", "--nodes", "2", "--ppn", "2", "--collectives", "bcast",
-                    "--max-msg", "8", "--time-cap", "20ms", "--timeout", "120s", "--out", str(out), env=env,
-                    wrap=wrap)
+                    "--max-msg", "8", "--time-cap", "20ms", "--timeout", "120s", "--launches", "1", "--out", str(out),
+                    env=env, wrap=wrap)  # the deciding launches across nodes: the 2x1 test above
     assert done.returncode == 0, done.stdout + done.stderr
     manifest = json.loads((out / "manifest.json").read_text())
     assert [4, 2, 2] in manifest["scales"]

@@ -30,7 +30,7 @@ TUNEMPI = [sys.executable, "-m", "tunempi"]
 
 def tuned(root: Path, mpi: str, collective: str) -> Path:
     options = TuneOptions(out=root / f"tuned-{mpi}", collectives=collective, mpi=mpi, ranks=2, max_msg=8,
-                          timeout_s=20.0, db=root / "results.sqlite", settings=FAST)
+                          timeout_s=20.0, db=root / "results.sqlite", settings=FAST, launches=1)
     report = run_tune(options)
     assert report.manifest is not None
     return report.manifest.directory

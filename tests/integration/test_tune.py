@@ -15,7 +15,7 @@ from rich.console import Console
 
 from tunempi.bench.protocol import MeasureSettings
 from tunempi.store.results import ResultStore
-from tunempi.tune.driver import TooLittleMeasured, TuneOutcome
+from tunempi.tune.driver import DEFAULT_LAUNCHES, TooLittleMeasured, TuneOutcome
 from tunempi.tune.job import (
     FilesWritten,
     PointMeasured,
@@ -59,6 +59,9 @@ TUNEMPI = [sys.executable, "-m", "tunempi"]
 
 
 def options(tmp_path: Path, mpi: str, collectives: str, ranks: int, max_msg: int, **more: object) -> TuneOptions:
+    """A short tune; one launch (the exploring one) unless `launches` is given: the tests of the deciding
+    launches ask for them, and the end-to-end test for the command's default."""
+    more.setdefault("launches", 1)
     return TuneOptions(out=tmp_path / f"tuning-{mpi}", collectives=collectives, mpi=mpi, ranks=ranks,
                        max_msg=max_msg, timeout_s=more.pop("timeout_s", 40.0), db=tmp_path / "results.sqlite",  # type: ignore[arg-type]
                        settings=FAST, **more)  # type: ignore[arg-type]
@@ -78,7 +81,7 @@ def test_mpich_tune_verify_run_report(tmp_path: Path) -> None:
         if isinstance(event, PointMeasured):  # inside the tune: the model's libraries leave the ranks' cores
             blas_threads.update(pool["num_threads"] for pool in threadpool_info() if pool["user_api"] == "blas")
 
-    report = run_tune(options(tmp_path, "mpich", "allreduce,bcast", 2, 64), on_event)
+    report = run_tune(options(tmp_path, "mpich", "allreduce,bcast", 2, 64, launches=DEFAULT_LAUNCHES), on_event)
     assert blas_threads == {model_threads([Scale(1, 2)])}  # 2 ranks on this node
     manifest = report.manifest
     assert manifest is not None and report.outcome.stop_reason in ("converged", "exhaustive-cost", "timeout")
@@ -299,8 +302,8 @@ def test_intel_mpi_tunes_into_selection_strings_it_accepts_verifies_and_runs(tmp
 
     library = resolve_library("impi")
     adapter = adapter_for(library)
-    # One launch of every preset: the deciding launches are the next test's (3 launches cost 30 s here).
-    report = run_tune(options(tmp_path, "impi", "allreduce,bcast", 2, 64, launches=1))
+    # One launch of every preset (options' default): the deciding launches are the next test's.
+    report = run_tune(options(tmp_path, "impi", "allreduce,bcast", 2, 64))
     manifest = report.manifest
     assert manifest is not None and report.outcome.measured > 0 and not manifest.missing_files()
     assert [s.ok for s in manifest.smoke] == [True]
