@@ -8,7 +8,6 @@ from typing import Annotated
 import typer
 
 from tunempi.bench.protocol import MeasureSettings
-from tunempi.config import resolve
 from tunempi.errors import UsageError
 from tunempi.mpi.discovery import SPEC_HELP
 from tunempi.report.console import VerifyProgress, output_console, print_verify_report
@@ -22,8 +21,6 @@ def verify_command(
     time_cap: Annotated[str, typer.Option(help="Measuring time per run at most.")] = "100ms",
     mpi: Annotated[str | None, typer.Option("--mpi", help=f"MPI library ({SPEC_HELP}); default: the "
                                             "manifest's.")] = None,
-    topology: Annotated[str | None, typer.Option(help="serial, local, pattern:REGEX or a group file "
-                                                 "(env TUNEMPI_TOPOLOGY).")] = None,
     smoke: Annotated[bool, typer.Option(help="Smoke-check rewritten files in the library.")] = True,
     hostfile: Annotated[Path | None, typer.Option(
         help="Hosts for a multi-node tuning (default: the Slurm/PBS allocation, else TUNEMPI_HOSTFILE).")] = None,
@@ -38,7 +35,7 @@ def verify_command(
     console = output_console()
     with VerifyProgress(console) as progress:
         report = run_verify(tuning, repeats=repeats, settings=settings, mpi=mpi,
-                            topology=resolve(topology, "TOPOLOGY", "serial") or "serial", smoke=smoke,
+                            smoke=smoke,
                             listener=progress, hostfile=hostfile)
     print_verify_report(console, report)
 

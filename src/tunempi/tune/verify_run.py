@@ -174,16 +174,15 @@ def plan_verify(directory: Path, *, repeats: int, mpi: str | None = None) -> Ver
     return VerifyPlan(manifest, library, selection, repeats, verify_plan(selection, repeats))
 
 
-def measure_pairs(plan: VerifyPlan, settings: MeasureSettings, topology: str, listener: VerifyListener,
+def measure_pairs(plan: VerifyPlan, settings: MeasureSettings, listener: VerifyListener,
                   hostfile: Path | None = None) -> tuple[list[PointResult], list[Cell]]:
     """The planned repetitions under the files against the default (`measure_under_files`: a pair of
     launches each), then as many again for the rules left undecided with a promising estimate
     (verify.needs_second_pass: a rule stays only with the evidence that it is faster). Returns every
-    result and the cells of the second pass. `topology` is kept for the command's interface: the launches
-    of a pair run one after the other."""
+    result and the cells of the second pass. The launches run one after the other: each is a side
+    measured alone, as the application's launch will be."""
     from tunempi.mpi.discovery import adapter_for
 
-    del topology
     adapter = adapter_for(plan.library)
     multi_node = any(layout.nodes > 1 for layout in plan.work)
     allocation = NodeAllocation.given_or_found(hostfile) if multi_node else None
@@ -357,7 +356,7 @@ def record_verify(manifest: Manifest, verified: Sequence[VerifiedCell], *, repea
 
 
 def run_verify(directory: Path, *, repeats: int = 3, settings: MeasureSettings = VERIFY_SETTINGS,
-               mpi: str | None = None, topology: str = "serial", smoke: bool = True,
+               mpi: str | None = None, smoke: bool = True,
                listener: VerifyListener | None = None, hostfile: Path | None = None) -> VerifyReport:
     """Tuned against default, interleaved per layout; rules slower than the default (beyond noise, or
     by the estimate) go back to default and the files are rewritten (smoke-checked). Written compositions
@@ -367,7 +366,7 @@ def run_verify(directory: Path, *, repeats: int = 3, settings: MeasureSettings =
     started = time.monotonic()
     plan = plan_verify(directory, repeats=repeats, mpi=mpi)
     listener.started(plan)
-    results, again = measure_pairs(plan, settings, topology, listener, hostfile)
+    results, again = measure_pairs(plan, settings, listener, hostfile)
     whole = not manifest_adapter(plan.manifest, plan.library).files_keep_library_choice_elsewhere()
     fixed, verified = apply_replacements(plan.selection, evaluate(plan.selection, results), whole=whole)
     replaced = sum(v.replaced for v in verified)
