@@ -292,7 +292,14 @@ typedef struct {
     /* Ranks pass different but compatible types (issue 38, MPICH's DTP tests): even ranks send and receive
      * in send_layout (count elements), odd ranks in recv_layout (as many elements as carry the same values). */
     int mixed;
+    /* Non-blocking collectives (issue 41): how the requests complete (NB_WAIT: one request, MPI_Wait; the
+     * others: NB_REQS requests of the same case with different values outstanding on one communicator). */
+    int completion;
 } ccase;
+
+enum { NB_NONE, NB_WAIT, NB_WAITALL, NB_REVERSE, NB_TEST, NCOMPLETION };
+static const char *completion_names[NCOMPLETION] = {"", "wait", "waitall3", "reverse3", "test3"};
+#define NB_REQS 3
 
 typedef struct {
     const ccase *c;
@@ -332,8 +339,128 @@ static int want_single(long j, const void *p)
 
 static int is_rooted(const char *coll)
 {
-    return !strcmp(coll, "bcast") || !strcmp(coll, "reduce") || !strcmp(coll, "gather") || !strcmp(coll, "scatter") ||
+    return !strcmp(coll, "bcast") || !strcmp(coll, "ibcast") || !strcmp(coll, "reduce") || !strcmp(coll, "gather") || !strcmp(coll, "scatter") ||
            !strcmp(coll, "gatherv") || !strcmp(coll, "scatterv");
+}
+
+static int is_nonblocking(const char *coll)
+{
+    return coll[0] == 'i';
+}
+
+/* One request of a non-blocking case: its own copy of the case (another salt: other values), buffers,
+ * counts as run_case computes them. */
+typedef struct {
+    ccase c;
+    int *s, *r;
+    MPI_Request req;
+} nbcall;
+
+/* Starts a non-blocking case's call with this request's buffers (filled here); returns the call's code. */
+static int nb_start(nbcall *k, MPI_Comm comm, int me, int p, const layout *sl, const layout *rl, int n, long rn,
+                    MPI_Op op)
+{
+    const ccase *c = &k->c;
+    const char *coll = c->coll;
+    const void *ip = MPI_IN_PLACE;
+    k->s = k->r = NULL;
+    if (!strcmp(coll, "iallreduce")) {
+        k->s = alloc_buf(sl, n);
+        k->r = alloc_buf(sl, n);
+        fill(sl, k->s, n, c->opkind, me, 0, c->salt);
+        if (c->inplace)
+            fill(sl, k->r, n, c->opkind, me, 0, c->salt);
+        return MPI_Iallreduce(c->inplace ? ip : k->s, k->r, n, sl->type, op, comm, &k->req);
+    }
+    if (!strcmp(coll, "ibcast")) {
+        k->s = alloc_buf(sl, n);
+        if (me == c->root)
+            fill(sl, k->s, n, c->opkind, c->root, 0, c->salt);
+        return MPI_Ibcast(k->s, n, sl->type, c->root, comm, &k->req);
+    }
+    if (!strcmp(coll, "iallgather")) {
+        k->s = alloc_buf(sl, n);
+        k->r = alloc_buf(rl, rn * p);
+        fill(sl, k->s, n, c->opkind, me, 0, c->salt);
+        if (c->inplace)
+            fill(rl, k->r + me * rn * rl->slot, rn, c->opkind, me, 0, c->salt);
+        return MPI_Iallgather(c->inplace ? ip : k->s, n, sl->type, k->r, (int)rn, rl->type, comm, &k->req);
+    }
+    /* ialltoall: block d of rank q carries q's values at [d*vals, (d+1)*vals) */
+    k->s = alloc_buf(sl, (long)n * p);
+    k->r = alloc_buf(rl, rn * p);
+    fill(sl, c->inplace ? k->r : k->s, (long)n * p, c->opkind, me, 0, c->salt);
+    return MPI_Ialltoall(c->inplace ? ip : k->s, n, sl->type, k->r, (int)rn, rl->type, comm, &k->req);
+}
+
+/* Checks a completed request's result against the values computed locally, and frees its buffers. */
+static int nb_check(nbcall *k, int me, int p, const layout *sl, const layout *rl, int n, long rn, long vals)
+{
+    static int all[MAXP];
+    for (int i = 0; i < MAXP; i++)
+        all[i] = i;
+    const ccase *c = &k->c;
+    want_ctx w = {c, all, p, 0, 0, vals};
+    int good;
+    if (!strcmp(c->coll, "iallreduce")) {
+        good = check(sl, k->r, n, want_reduce, &w);
+    } else if (!strcmp(c->coll, "ibcast")) {
+        w.src = c->root;
+        good = check(sl, k->s, n, want_single, &w);
+    } else if (!strcmp(c->coll, "iallgather")) {
+        good = check(rl, k->r, rn * p, want_concat, &w);
+    } else {
+        w.offset = (long)me * vals;
+        good = check(rl, k->r, rn * p, want_alltoall, &w);
+    }
+    free_buf(k->s);
+    if (k->r)
+        free_buf(k->r);
+    return good;
+}
+
+/* A non-blocking case: one request completed by MPI_Wait, or NB_REQS requests of the same case (other
+ * values each) started one after another on one communicator, then completed together (MPI_Waitall), one
+ * by one in reverse order (MPI_Wait), or by polling each with MPI_Test until all are done. 1 pass, 0 wrong
+ * result, -1 error code. */
+static int run_nb_case(const ccase *c, MPI_Comm comm, int me, int p, const layout *sl, const layout *rl, int n,
+                       long rn, long vals, MPI_Op op)
+{
+    nbcall k[NB_REQS];
+    int nreq = c->completion == NB_WAIT ? 1 : NB_REQS, rc = MPI_SUCCESS, good = 1;
+    for (int i = 0; i < nreq; i++) {
+        k[i].c = *c;
+        k[i].c.salt = (c->salt + 4 * i) % 11;
+        k[i].req = MPI_REQUEST_NULL;
+        int started = nb_start(&k[i], comm, me, p, sl, rl, n, rn, op);
+        if (started != MPI_SUCCESS)
+            rc = started;
+    }
+    MPI_Request reqs[NB_REQS];
+    for (int i = 0; i < nreq; i++)
+        reqs[i] = k[i].req;
+    if (c->completion == NB_WAIT || c->completion == NB_WAITALL) {
+        if (MPI_Waitall(nreq, reqs, MPI_STATUSES_IGNORE) != MPI_SUCCESS)
+            rc = -1;
+    } else if (c->completion == NB_REVERSE) {
+        for (int i = nreq - 1; i >= 0; i--)
+            if (MPI_Wait(&reqs[i], MPI_STATUS_IGNORE) != MPI_SUCCESS)
+                rc = -1;
+    } else {
+        int left = nreq;
+        while (left > 0 && rc == MPI_SUCCESS) {
+            left = 0;
+            for (int i = 0; i < nreq; i++) {
+                int flag = 1;
+                if (reqs[i] != MPI_REQUEST_NULL && MPI_Test(&reqs[i], &flag, MPI_STATUS_IGNORE) != MPI_SUCCESS)
+                    rc = -1;
+                left += !flag;
+            }
+        }
+    }
+    for (int i = 0; i < nreq; i++)
+        good = nb_check(&k[i], me, p, sl, rl, n, rn, vals) && good;
+    return rc != MPI_SUCCESS ? -1 : good;
 }
 
 /* Runs one case on this rank: 1 pass, 0 wrong result, -1 error code. */
@@ -373,7 +500,13 @@ static int run_case(const ccase *c)
     const void *ip = MPI_IN_PLACE;
     foreign_datatype = 0;
 
-    if (!strcmp(coll, "barrier")) {
+    if (is_nonblocking(coll)) {
+        int verdict = run_nb_case(c, comm, me, p, sl, rl, n, rn, vals, op);
+        if (foreign_datatype)
+            fprintf(stderr, "rank %d: %s: the user op was handed a datatype the caller did not pass\n", world_rank,
+                    coll);
+        return verdict < 0 ? -1 : verdict && !foreign_datatype;
+    } else if (!strcmp(coll, "barrier")) {
         rc = MPI_Barrier(comm);
     } else if (!strcmp(coll, "allreduce")) {
         int *s = alloc_buf(sl, n), *r = alloc_buf(sl, n);
@@ -639,6 +772,64 @@ static int derived(int layout_index)
     return layout_index >= L_NEST;
 }
 
+/* The non-blocking collectives (issue 41), only when --colls names them (the blocking suite's runs stay as
+ * they were): the blocking cases' grid (communicators but the intercommunicator, in place and not, the same
+ * types and ops, counts 0, 1, 7, 1031, roots 0 and last, ranks with different types of one signature), each
+ * call completed by MPI_Wait; and NB_REQS requests of one case outstanding on one communicator, completed by
+ * MPI_Waitall, by MPI_Wait in reverse order and by MPI_Test loops, on MPI_COMM_WORLD and the reversed copy, in
+ * place and not, counts 7 and 1031, ints and the nested type (the matrix product on the reductions). */
+static int nb_wanted(const char *coll, const char *only)
+{
+    return only != NULL && wanted(coll, only);
+}
+
+static void build_nonblocking_cases(const char *only, const int (*red_types)[2], size_t n_red,
+                                    const int (*move_types)[2], size_t n_move, const int (*mixed_types)[2],
+                                    const int (*mixed_counts)[3])
+{
+    static const char *colls[] = {"iallreduce", "ibcast", "iallgather", "ialltoall"};
+    static const int counts[] = {0, 1, 7, 1031};
+    for (size_t k = 0; k < sizeof colls / sizeof *colls; k++) {
+        const char *coll = colls[k];
+        if (!nb_wanted(coll, only))
+            continue;
+        int reduction = !strcmp(coll, "iallreduce"), bcast = !strcmp(coll, "ibcast");
+        size_t ntypes = reduction ? n_red : n_move;
+        for (int completion = NB_WAIT; completion < NCOMPLETION; completion++)
+            for (int cm = C_WORLD; cm <= C_HALF; cm++) {
+                int several = completion != NB_WAIT;
+                if (several && cm == C_HALF)
+                    continue;
+                for (int inpl = 0; inpl < (bcast ? 1 : 2); inpl++)
+                    for (size_t t = 0; t < ntypes; t++) {
+                        int sl = reduction ? red_types[t][0] : move_types[t][0];
+                        int rl = reduction ? red_types[t][0] : move_types[t][1];
+                        int opk = reduction ? red_types[t][1] : OP_SUM;
+                        if ((inpl || bcast) && sl != rl)
+                            continue;
+                        if (derived(sl) && cm == C_HALF)
+                            continue;
+                        /* several requests: ints, the nested type, and the matrix product (reductions) */
+                        if (several && !(sl == L_INT || sl == L_NEST) && !(reduction && sl == L_MAT))
+                            continue;
+                        if (several && reduction && sl == L_NEST && opk != OP_USUM)
+                            continue;
+                        for (size_t q = several ? 2 : 0; q < 4; q++)
+                            for (int rt = 0; rt < (bcast ? 2 : 1); rt++)
+                                add((ccase){coll, cm, inpl, sl, rl, opk, count_for(sl, counts[q]), rt ? -1 : 0, 0, 0,
+                                            completion});
+                    }
+            }
+        if (reduction)
+            continue;
+        for (size_t t = 0; t < 3; t++)
+            for (size_t q = 0; q < 3 && mixed_counts[t][q] > 0; q++)
+                for (int rt = 0; rt < (bcast ? 2 : 1); rt++)
+                    add((ccase){coll, C_WORLD, 0, mixed_types[t][0], mixed_types[t][1], OP_SUM, mixed_counts[t][q],
+                                rt ? -1 : 0, 0, 1, NB_WAIT});
+    }
+}
+
 static void build_cases(const char *only)
 {
     static const char *reductions[] = {"allreduce", "reduce", "reduce_scatter", "reduce_scatter_block"};
@@ -655,7 +846,7 @@ static void build_cases(const char *only)
     int has_inter[] = {0, 0, 0, 1};
     for (int cm = 0; cm < NCOMM; cm++) {
         if (wanted("barrier", only))
-            add((ccase){"barrier", cm, 0, L_INT, L_INT, OP_SUM, 0, 0, 0, 0});
+            add((ccase){"barrier", cm, 0, L_INT, L_INT, OP_SUM, 0, 0, 0, 0, NB_NONE});
     }
     for (size_t k = 0; k < sizeof reductions / sizeof *reductions; k++) {
         const char *coll = reductions[k];
@@ -674,7 +865,7 @@ static void build_cases(const char *only)
                         int nroots = is_rooted(coll) ? 2 : 1;
                         for (int rt = 0; rt < nroots; rt++)
                             add((ccase){coll, cm, inpl, red_types[t][0], red_types[t][0], red_types[t][1], count,
-                                        rt ? -1 : 0, 0, 0});
+                                        rt ? -1 : 0, 0, 0, NB_NONE});
                     }
                 }
         }
@@ -699,7 +890,7 @@ static void build_cases(const char *only)
                         int nroots = is_rooted(coll) && !has_inter[cm] ? 2 : 1;
                         for (int rt = 0; rt < nroots; rt++)
                             add((ccase){coll, cm, inpl, move_types[t][0], move_types[t][1], OP_SUM,
-                                        count_for(move_types[t][0], counts[q]), rt ? -1 : 0, 0, 0});
+                                        count_for(move_types[t][0], counts[q]), rt ? -1 : 0, 0, 0, NB_NONE});
                     }
                 }
         }
@@ -716,13 +907,14 @@ static void build_cases(const char *only)
             for (size_t q = 0; q < 3 && mixed_counts[t][q] > 0; q++)
                 for (int rt = 0; rt < (is_rooted(coll) ? 2 : 1); rt++)
                     add((ccase){coll, C_WORLD, 0, mixed_types[t][0], mixed_types[t][1], OP_SUM, mixed_counts[t][q],
-                                rt ? -1 : 0, 0, 1});
+                                rt ? -1 : 0, 0, 1, NB_NONE});
     }
     /* Issue 25's report as it was: 512 elements of the nested types, broadcast (1 MiB and 6 KiB of data). */
     if (wanted("bcast", only))
         for (int t = L_NEST; t <= L_STRUCT; t++)
             for (int rt = 0; rt < 2; rt++)
-                add((ccase){"bcast", C_WORLD, 0, t, t, OP_SUM, 512, rt ? -1 : 0, 0, 0});
+                add((ccase){"bcast", C_WORLD, 0, t, t, OP_SUM, 512, rt ? -1 : 0, 0, 0, NB_NONE});
+    build_nonblocking_cases(only, red_types, n_red, move_types, n_move, mixed_types, mixed_counts);
 }
 
 static void describe(const ccase *c, int root, char *out, size_t len)
@@ -736,8 +928,9 @@ static void describe(const ccase *c, int root, char *out, size_t len)
     else
         snprintf(types, sizeof types, "%s>%s", lay[c->send_layout].name, lay[c->recv_layout].name);
     int reduction = strstr(c->coll, "reduce") != NULL;
-    snprintf(out, len, "%s %s %s %s%s%s %d %d", c->coll, comm_names[c->comm], c->inplace ? "inplace" : "copy",
-             types, reduction ? "/" : "", reduction ? ops[c->opkind] : "", c->count, root);
+    snprintf(out, len, "%s %s %s %s%s%s %d %d%s%s", c->coll, comm_names[c->comm], c->inplace ? "inplace" : "copy",
+             types, reduction ? "/" : "", reduction ? ops[c->opkind] : "", c->count, root,
+             c->completion ? " " : "", completion_names[c->completion]);
 }
 
 static void write_cvars(const char **specs, int n)

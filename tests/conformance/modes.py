@@ -34,14 +34,16 @@ from tunempi.mpi.vendor import VendorAdapter
 TUNEMPI = str(Path(sys.executable).with_name("tunempi"))
 
 
-def catalog(adapter: VendorAdapter) -> dict[str, list[str]]:
-    return {c: [a.name for a in adapter.algorithms(c)] for c in COLLECTIVES if adapter.algorithms(c)}
+def catalog(adapter: VendorAdapter, colls: Iterable[str] = COLLECTIVES) -> dict[str, list[str]]:
+    return {c: [a.name for a in adapter.algorithms(c)] for c in colls if adapter.algorithms(c)}
 
 
-def rounds(adapter: VendorAdapter, *, isolated: bool = False) -> list[dict[str, str]]:
+def rounds(adapter: VendorAdapter, *, isolated: bool = False, colls: Iterable[str] = COLLECTIVES
+           ) -> list[dict[str, str]]:
     """Round k: collective -> its k-th algorithm. isolated: one algorithm per round (composite algorithms,
-    e.g. Open MPI's allreduce nonoverlapping = reduce + bcast, then run their inner collectives' default)."""
-    names = catalog(adapter)
+    e.g. Open MPI's allreduce nonoverlapping = reduce + bcast, then run their inner collectives' default).
+    `colls`: the blocking suite, or NONBLOCKING_COLLECTIVES (issue 41)."""
+    names = catalog(adapter, colls)
     if isolated:
         return [{c: n} for c, v in names.items() for n in v]
     longest = max(len(v) for v in names.values())
@@ -83,13 +85,14 @@ def per_algorithm(results: list[tuple[dict[str, str], dict[int, Outcome]]]) -> d
 def library_forced(library: MPILibrary, ranks: int, program: Path, *, strict: bool = False,
                    isolated: bool = False, skip: Iterable[tuple[str, str]] = (),
                    skip_for: Callable[[Mapping[str, str]], Iterable[tuple[str, str]]] | None = None,
+                   colls: Iterable[str] = COLLECTIVES,
                    ) -> list[tuple[dict[str, str], dict[int, Outcome]]]:
     """Every algorithm forced, without tunempi: through the environment, or (strict) through MPI_T with the
     library's strict selection on. `skip_for(choice)`: more cases to leave out of that round."""
     adapter = adapter_for(library)
     results = []
     fixed = list(skip)
-    for choice in rounds(adapter, isolated=isolated):
+    for choice in rounds(adapter, isolated=isolated, colls=colls):
         skip = fixed + list(skip_for(choice) if skip_for is not None else ())
         if strict:
             outcomes = run_suite(library, ranks, program=program, colls=list(choice), skip=skip,
@@ -102,7 +105,7 @@ def library_forced(library: MPILibrary, ranks: int, program: Path, *, strict: bo
 
 
 def tuning_file_rounds(library: MPILibrary, ranks: int, program: Path, directory: Path, *,
-                       skip: Iterable[tuple[str, str]] = ()
+                       skip: Iterable[tuple[str, str]] = (), colls: Iterable[str] = COLLECTIVES
                        ) -> list[tuple[dict[str, str], dict[int, Outcome], dict[str, str]]]:
     """Round k through a tuning file tunempi writes (tune's own writer path, smoke check included) that
     selects the k-th algorithm of every collective at every size, as far as the file may select it.
@@ -111,8 +114,10 @@ def tuning_file_rounds(library: MPILibrary, ranks: int, program: Path, directory
 
     adapter = adapter_for(library)
     results = []
-    writable = {c: list(adapter.tuning_file_algorithms(c).selectable) for c in catalog(adapter) if c != "barrier"}
-    for k, choice in enumerate(rounds(adapter)):
+    colls = list(colls)
+    writable = {c: list(adapter.tuning_file_algorithms(c).selectable) for c in catalog(adapter, colls)
+                if c != "barrier"}
+    for k, choice in enumerate(rounds(adapter, colls=colls)):
         selected = {c: (n if n in writable.get(c, []) else "default") for c, n in choice.items() if c in writable}
         out = directory / f"round{k}"
         written = write_tuning_files(out, library, adapter, rule_sets_selecting(selected, ranks),
@@ -131,24 +136,35 @@ def rule_sets_selecting(selected: Mapping[str, str], ranks: int):
     return build_rule_sets(SelectionTable.from_scaled(choices))
 
 
+def online_collectives(colls: Iterable[str] | None = None) -> tuple[str, ...]:
+    """What the online mode switches in a run of `colls` (None: the blocking suite): every switchable one of
+    them; where it switches none of them (the non-blocking collectives, refused by `online run` so far), every
+    blocking one, so that the interposer still wraps the run and must pass the calls through untouched."""
+    mine = tuple(c for c in (COLLECTIVES if colls is None else colls) if c in ONLINE_SWITCHABLE)
+    return mine or ONLINE_SWITCHABLE
+
+
 def under_online(library: MPILibrary, ranks: int, program: Path, state: Path, *,
-                 skip: Iterable[tuple[str, str]] = ()) -> dict[int, Outcome]:
-    """The whole suite under `tunempi online run` (every switchable collective, uniform draws)."""
-    colls = ",".join(ONLINE_SWITCHABLE)
+                 skip: Iterable[tuple[str, str]] = (), colls: Iterable[str] | None = None) -> dict[int, Outcome]:
+    """The whole suite (or `colls`' cases) under `tunempi online run` (every switchable collective,
+    `online_collectives`, uniform draws)."""
+    colls = list(colls) if colls is not None else None
+    switched = ",".join(online_collectives(colls) if colls is not None else ONLINE_SWITCHABLE)
 
     def wrap(argv: list[str]) -> list[str]:
         return [TUNEMPI, "online", "run", "--state", str(state), "--mpi", str(library.mpicc),
-                "--collectives", colls, "--record-ranks", "all", "--", *argv]
+                "--collectives", switched, "--record-ranks", "all", "--", *argv]
 
-    return run_suite(library, ranks, program=program, wrap=wrap, timeout=300, skip=skip)
+    return run_suite(library, ranks, program=program, wrap=wrap, timeout=300, skip=skip, colls=colls)
 
 
 def under_profiler(library: MPILibrary, ranks: int, program: Path, out: Path, *,
-                   skip: Iterable[tuple[str, str]] = ()) -> dict[int, Outcome]:
+                   skip: Iterable[tuple[str, str]] = (), colls: Iterable[str] | None = None) -> dict[int, Outcome]:
     def wrap(argv: list[str]) -> list[str]:
         return [TUNEMPI, "profile", "-o", str(out), "--mpi", str(library.mpicc), "--", *argv]
 
-    return run_suite(library, ranks, program=program, wrap=wrap, timeout=300, skip=skip)
+    return run_suite(library, ranks, program=program, wrap=wrap, timeout=300, skip=skip,
+                     colls=list(colls) if colls is not None else None)
 
 
 LAYOUTS = (("openmpi", 2), ("openmpi", 4), ("mpich", 2))

@@ -62,7 +62,15 @@ def test_rules_files_cannot_restrict_but_mpich_json_can():
     assert excluded == {("allgather", "recexch_doubling"), ("allgather", "recexch_halving"),
                         ("reduce_scatter", "pairwise"), ("allreduce", "tree"), ("allreduce", "ring"),
                         ("allreduce", "k_reduce_scatter_allgather"), ("allgather", "k_brucks"),
-                        ("alltoall", "k_brucks"), ("reduce_scatter_block", "noncommutative")}
+                        ("alltoall", "k_brucks"), ("reduce_scatter_block", "noncommutative"),
+                        # non-blocking (issue 41): the tsp_ algorithms the conformance suite breaks with derived
+                        # datatypes (true lower bound, send type != receive type, different counts per rank)
+                        *(("iallreduce", n) for n in ("tsp_ring", "tsp_recexch_single_buffer",
+                                                      "tsp_recexch_multiple_buffer",
+                                                      "tsp_recexch_reduce_scatter_recexch_allgatherv")),
+                        *(("iallgather", n) for n in ("tsp_ring", "tsp_brucks", "tsp_recexch_doubling",
+                                                      "tsp_recexch_halving")),
+                        *(("ialltoall", n) for n in ("tsp_ring", "tsp_brucks", "tsp_scattered"))}
     assert file_expressible("alltoall") >= {"inplace", "not-inplace"}
 
 

@@ -165,6 +165,12 @@ RESTRICTIONS: tuple[Restriction, ...] = (
                   "concatenation on pairs of long long), where binomial and recursive_doubling are right; "
                   "nbc_iallreduce.c applies a forced algorithm without checking commutativity")
       for algorithm in ("ring", "rabenseifner")),
+    *(Restriction("openmpi", ("5.0",), "iallreduce", algorithm, ("true-lb-zero",),
+                  "conformance suite (issue 41), forced by OMPI_MCA_coll_libnbc_iallreduce_algorithm, Open MPI 5.0.11 "
+                  "at 2 ranks: a crash or a hang in place with a user op on the nested type (true lb +160 bytes) "
+                  "or the negative-lower-bound one (-16), counts 7 and 33, where the library's own choice is right "
+                  "(as coll/tuned's ring allreduce: temporary buffers without the true lower bound's shift)")
+      for algorithm in ("ring", "rabenseifner")),
     _ompi("allgather", "sparbit", ("same-types", "not-inplace"),
           "wrong results for a strided send type received as plain ints (the suite's in-place cases pass; "
           "the in-place segfault is issue 13's report from a real program under the online mode: "
@@ -300,6 +306,35 @@ RESTRICTIONS += (
                 "conformance suite, forced through the environment, MPICH 5.0.2 at 2 ranks (issue 38): wrong "
                 "values when one rank passes n elements of a strided vector type of 2 ints and the other 2n "
                 "plain ints (the same bytes), at every count; the library's own choice is right"),
+    # Non-blocking (issue 41): the transport-based (tsp_) algorithms, through the tuning files tunempi writes
+    # (tests/conformance, the non-blocking cases), where the library's own choice passes.
+    *(_mpich_true_lb("iallreduce", name, "a crash (user op on the negative-true-lb type, counts 1-33, in place "
+                     "and not; found under the tuning files tunempi wrote)")
+      for name in ("tsp_ring", "tsp_recexch_single_buffer", "tsp_recexch_multiple_buffer",
+                   "tsp_recexch_reduce_scatter_recexch_allgatherv")),
+    *(_mpich_true_lb(collective, "tsp_ring", "a crash (negative true lb, counts 1-33, in place and not, and a "
+                     "root's ints received as that type; found under the tuning files tunempi wrote)")
+      for collective in ("iallgather", "ialltoall")),
+    _mpich_true_lb("iallgather", "tsp_brucks", "a crash (negative true lb, counts 1-33, in place and not; found "
+                   "under the tuning files tunempi wrote)"),
+    *(Restriction("mpich", ("5.0",), "iallgather", name, ("same-types",),
+                  "conformance suite (issue 41), forced through the environment, MPICH 5.0.2 at 2 ranks: wrong values "
+                  "for a strided vector or the nested type sent and received as plain ints (every count, one "
+                  "request or three outstanding), as the blocking recexch allgathers; the library's own choice is "
+                  "right")
+      for name in ("tsp_recexch_doubling", "tsp_recexch_halving")),
+    _mpich_true_lb("ialltoall", "tsp_brucks", "a crash (negative true lb, counts 1-33, in place and not, and a "
+                   "root's ints received as that type), forced through the environment"),
+    Restriction("mpich", ("5.0",), "ialltoall", "tsp_brucks", ("same-counts",),
+                "conformance suite (issue 41), forced through the environment, MPICH 5.0.2 at 2 ranks: wrong values "
+                "when one rank passes n elements of a strided vector (or the nested type) and the other as many "
+                "plain ints (the same bytes), as the blocking k_brucks; the library's own choice is right"),
+    _mpich_true_lb("ialltoall", "tsp_scattered", "a crash (negative true lb, in place), forced through the "
+                   "environment"),
+    Restriction("mpich", ("5.0",), "ialltoall", "tsp_ring", ("same-types",),
+                "conformance suite (issue 41), under the tuning files tunempi wrote, MPICH 5.0.2 at 2 ranks: wrong "
+                "values for a strided vector or the nested type sent and received as plain ints (every count, "
+                "one request or three outstanding); the library's own choice is right"),
     _mpich_true_lb("reduce_scatter_block", "noncommutative",
                    "wrong results (positive true lb) and a crash (negative true lb), user op; the same in "
                    "Debian's MPICH 4.0.2", versions=("5.0", "4.0")),
@@ -402,4 +437,17 @@ RESTRICTIONS += (
             "an Intel Xeon host", ranks="2")
       for collective, presets in (("allreduce", (10, 11, 12, *range(25, 32))), ("reduce", range(14, 20)))
       for preset in presets),
+    # Non-blocking presets (issue 41; I_MPI_ADJUST_I<COLL>, the suite's non-blocking cases, one request or three
+    # outstanding on one communicator).
+    *(_impi("iallreduce", preset, ("commutative", "true-lb-zero"),
+            "wrong results for a non-commutative user op (2x2 matrix product, contiguous and strided), and a crash "
+            "for a user op on the negative-lower-bound type (counts 1-33)", ranks="2")
+      for preset in (8, 14, 15, 16)),
+    *(_impi("iallreduce", preset, ("commutative",),
+            "wrong results for a non-commutative user op (2x2 matrix product, contiguous, strided and nested); "
+            "right at 2 ranks", ranks="4")
+      for preset in (10, 11, 12, 13)),
+    _impi("iallgather", 4, ("true-lb-zero", "same-types", "same-counts"),
+          "a crash or wrong results for the nested and negative-lower-bound types, a strided or nested send type "
+          "received as plain ints, and ranks passing different types of one signature", ranks="2"),
 )
