@@ -144,8 +144,15 @@ def test_the_autotune_report_renders_in_chromium_without_overflow(tmp_path: Path
                     "p2p_share": 0.0, "by_collective": [["allreduce", 400, 0.8, 0.4]], "seconds": 2.0},
         "plan": {"plan": [{"kind": "tune", "worth": True, "why": "collectives take 40%"}], "steps": ["tune"],
                  "shares": {"tune": 100.0}},
+        "tune": {"directory": "tuned", "variant": None, "collectives": ["alltoallv"], "cells": 10, "tuned_cells": 0,
+                 "seconds": 60.0, "at_application_sizes": [  # issue 40: tune's decision across launches beside it
+                     {"collective": "alltoallv", "ranks": 2, "size": 500_000, "calls": 328, "mpi_share": 0.3,
+                      "measured_size": 524_288, "default_us": 15_776.2, "best": "basic_linear", "best_us": 8_661.8,
+                      "chosen": "default", "across": "tie", "speedup": 1.1, "low": 0.3, "high": 4.0,
+                      "launches": 3}]},
         "compare": {"outcome": compared, "seconds": 30.0}})
     page = write_report(AutotuneRequest(line, tmp_path / "work"), outcome, tmp_path / "work" / "report.html")
+    assert "tie (default kept): 1.10x [0.30, 4.00] over 3 launches" in page.read_text()
     checked = tmp_path / "checked.html"
     checked.write_text(page.read_text().replace("</body>", CHECK_SCRIPT + "</body>"))
     dom = chromium("--virtual-time-budget=10000", "--dump-dom", checked.as_uri(), profile=tmp_path / "p1")

@@ -246,6 +246,33 @@ def test_the_report_says_from_measurements_what_tune_found_where_the_application
     assert (rows[1]["best"], rows[1]["chosen"]) == ("binomial", "binomial")
 
 
+def test_the_report_shows_tune_s_decision_across_launches_beside_the_medians() -> None:
+    """LAMMPS' PPPM at 2x1 on a loaded machine (issue 40): alltoallv at 512 KiB had default medians of 373,
+    38,927 and 15,776 us over 3 launches and basic_linear 8,662: the median row reads 1.82x, tune's decision
+    across the launches was a tie. The row carries that decision, and the report says it."""
+    from tunempi.autotune.report import _across
+    from tunempi.autotune.steps import across_launches, at_application_sizes
+    from tunempi.evidence import Comparison
+    from tunempi.profile.reader import UsageRow
+    from tunempi.space import Cell
+    from tunempi.tune.launch_blocks import CellDecision
+
+    class Profile:
+        mpi_s = 2.0
+
+        def usage(self) -> list[UsageRow]:
+            return [UsageRow("alltoallv", 2, 2, 1, 500_000, 328, 1.5, 2)]
+
+    big = Cell("alltoallv", 2, 2, 1, 524_288)
+    tie = CellDecision(big, "default", "tie", Comparison(3, 1.1, 0.3, 4.0, 0.3, 0.7, 0.67, 0.33, 0.025, "same"))
+    medians = {(big, "default"): 15_776.0, (big, "basic_linear"): 8_662.0}
+    (row,) = at_application_sizes(Profile(), medians, {big: "default"}, decisions={big: tie})  # type: ignore[arg-type]
+    assert (row["best"], row["chosen"], row["across"], row["launches"]) == ("basic_linear", "default", "tie", 3)
+    assert _across(row) == "tie (default kept): 1.10x [0.30, 4.00] over 3 launches"
+    assert across_launches(None) == {} and _across({"collective": "bcast"}) == "-"
+    assert _across(across_launches(CellDecision(big, "default", "default"))) == "default faster"
+
+
 def test_the_steps_after_online_size_their_runs_by_online_s_runs_when_those_took_longer(tmp_path: Path) -> None:
     """A busy machine: the profiled run took 4 s, online's runs 2-20 s (LAMMPS' PPPM at 2x1, issue 40); search
     and compare count their runs from the median of online's, never from less than the profiled run."""

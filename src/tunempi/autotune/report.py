@@ -9,6 +9,7 @@ import html
 import shlex
 from collections.abc import Mapping
 from pathlib import Path
+from typing import Any
 
 from tunempi.autotune.pipeline import STEPS, AutotuneOutcome, AutotuneRequest
 from tunempi.collectives import DEFAULT_ALGORITHM
@@ -18,6 +19,16 @@ from tunempi.units import format_size
 #: Beside report/'s style: launch lines and paths are long words; they wrap rather than widen the page.
 _EXTRA_STYLE = "h1, p, td, code { overflow-wrap:anywhere; }"
 _VERDICT_TONE = {"faster": "good", "slower": "bad", "failed": "bad", "wrong results": "bad"}
+
+
+def _across(row: Mapping[str, Any]) -> str:
+    """Tune's decision in the row's cell across launches (autotune.steps.across_launches), or '-'."""
+    if "across" not in row:
+        return "-"
+    what = {"tuned": "tuned", "tie": "tie (default kept)", "default": "default faster"}.get(row["across"], row["across"])
+    if "speedup" not in row:
+        return what
+    return f"{what}: {row['speedup']:.2f}x [{row['low']:.2f}, {row['high']:.2f}] over {row['launches']} launches"
 
 
 def _pct(value: float | None) -> str:
@@ -142,11 +153,13 @@ def write_report(request: AutotuneRequest, outcome: AutotuneOutcome, path: Path)
         if at_sizes:
             body.append("<p>Where the application spends its time, what tune measured at the nearest size it "
                         "measured (median per run, microseconds; speedup = default / fastest other: the most a "
-                        "tuning could gain there):</p>")
+                        "tuning could gain there; across launches: tune's decision there, the contender against "
+                        "the default in every launch, with its 95% interval: a median one busy launch moved "
+                        "shows as a tie):</p>")
             body.append("<table><tr><th>collective</th><th class='num'>ranks</th><th class='num'>size</th>"
                         "<th class='num'>calls</th><th class='num'>MPI time</th><th class='num'>measured at</th>"
                         "<th class='num'>default us</th><th>fastest other</th><th class='num'>us</th>"
-                        "<th class='num'>speedup</th><th>tune chose</th></tr>")
+                        "<th class='num'>speedup</th><th>tune chose</th><th>across launches</th></tr>")
             for row in at_sizes:
                 best_us = row.get("best_us")
                 gain = f"{row['default_us'] / best_us:.2f}x" if best_us else "-"
@@ -156,7 +169,8 @@ def write_report(request: AutotuneRequest, outcome: AutotuneOutcome, path: Path)
                             f"<td class='num'>{e(format_size(row['measured_size']))}</td>"
                             f"<td class='num'>{row['default_us']:.1f}</td><td>{e(str(row.get('best') or '-'))}</td>"
                             f"<td class='num'>{'-' if best_us is None else f'{best_us:.1f}'}</td>"
-                            f"<td class='num'>{gain}</td><td>{e(row['chosen'])}</td></tr>")
+                            f"<td class='num'>{gain}</td><td>{e(row['chosen'])}</td>"
+                            f"<td>{e(_across(row))}</td></tr>")
             body.append("</table>")
     online = results.get("online")
     if online:

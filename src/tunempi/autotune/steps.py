@@ -24,6 +24,7 @@ if TYPE_CHECKING:
     from tunempi.mpi.library import MPILibrary
     from tunempi.profile.reader import Profile
     from tunempi.space import Cell
+    from tunempi.tune.launch_blocks import CellDecision
     from tunempi.tune.manifest import Manifest
 
 #: The directories and files of a work directory.
@@ -49,11 +50,14 @@ def tuning_sets_something(manifest: Manifest) -> bool:
 
 
 def at_application_sizes(profile: Profile, medians: Mapping[tuple[Cell, str], float],
-                         selection: Mapping[Cell, str], top: int = 6) -> list[dict[str, Any]]:
+                         selection: Mapping[Cell, str], top: int = 6,
+                         decisions: Mapping[Cell, CellDecision] | None = None) -> list[dict[str, Any]]:
     """What tune measured where the application spends its time: for the `top` sizes of the tuned
     collectives with the most time in the profile, the measured cell nearest in size (same collective and
     communicator size): the library's default there, the fastest other algorithm, and what the tuning
-    chose. It says from measurements why a tuning changed nothing (the default already the fastest there)."""
+    chose. It says from measurements why a tuning changed nothing (the default already the fastest there).
+    `decisions` (tune's, across launches): the cell's contender against the default across launches, so a
+    median that one loaded launch made look faster reads as the tie it was."""
     mpi = profile.mpi_s or 1.0
     defaults = sorted({cell for cell, algorithm in medians if algorithm == DEFAULT_ALGORITHM},
                       key=lambda c: (c.collective, c.ranks, c.msg_bytes))
@@ -69,7 +73,8 @@ def at_application_sizes(profile: Profile, medians: Mapping[tuple[Cell, str], fl
                      "calls": usage.calls, "mpi_share": usage.time_s / mpi, "measured_size": cell.msg_bytes,
                      "default_us": medians[(cell, DEFAULT_ALGORITHM)], "best": best,
                      "best_us": others.get(best) if best else None,
-                     "chosen": selection.get(cell, DEFAULT_ALGORITHM)})
+                     "chosen": selection.get(cell, DEFAULT_ALGORITHM),
+                     **across_launches((decisions or {}).get(cell))})
         if len(rows) >= top:
             break
     return rows
@@ -78,6 +83,19 @@ def at_application_sizes(profile: Profile, medians: Mapping[tuple[Cell, str], fl
 def observed_run_s(durations: Sequence[float]) -> dict[str, float]:
     """{run_s: the median of the application runs' seconds} (the steps after size their runs by it), or {}."""
     return {"run_s": round(float(sorted(durations)[len(durations) // 2]), 3)} if durations else {}
+
+
+def across_launches(decision: CellDecision | None) -> dict[str, Any]:
+    """{across: outcome (tuned / tie / default), speedup, low, high, launches} of tune's decision in a cell: the
+    chosen algorithm (a tie's or a default's: the contender that came closest) against the default across
+    launches, as a ratio default / contender with its interval; {} where no decision was made there."""
+    if decision is None:
+        return {}
+    found: dict[str, Any] = {"across": decision.outcome}
+    if decision.comparison is not None:
+        c = decision.comparison
+        found.update(speedup=round(c.speedup, 4), low=round(c.low, 4), high=round(c.high, 4), launches=c.pairs)
+    return found
 
 
 class LibrarySteps(StepRunner):
@@ -179,7 +197,8 @@ class LibrarySteps(StepRunner):
         manifest = report.manifest
         tuned = sum(row.algorithm != DEFAULT_ALGORITHM for row in manifest.selection)
         at_sizes = at_application_sizes(self.load_profile(ctx), report.outcome.measured_medians(),
-                                        {row.cell: row.algorithm for row in manifest.selection})
+                                        {row.cell: row.algorithm for row in manifest.selection},
+                                        decisions=report.outcome.decisions)
         return {"directory": str(out), "variant": str(out) if tuning_sets_something(manifest) else None,
                 "collectives": taken, "cells": len(manifest.selection), "tuned_cells": tuned,
                 "stop_reason": report.outcome.stop_reason, "at_application_sizes": at_sizes}
