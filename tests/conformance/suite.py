@@ -111,6 +111,14 @@ def _colls_args(colls: Iterable[str] | None) -> list[str]:
     return ["--colls", ",".join(colls)] if colls is not None else []
 
 
+#: A launch that reports no case for this long is hung in its case (each takes milliseconds, seconds with busy
+#: loops beside it): MPICH 5.0.2's reduce_scatter pairwise forced on a non-commutative op in place crashes a
+#: rank, but now and then the other rank hangs instead, and waiting out the launch's 120 s cost make test
+#: two minutes. Before its first line (MPI_Init, `tunempi online run` building its interposer) the launch
+#: has its whole timeout.
+CASE_IDLE_S = 30.0
+
+
 def run_suite(
     library: MPILibrary,
     ranks: int,
@@ -143,7 +151,7 @@ def run_suite(
         if wrap is not None:
             argv = wrap(argv)
         result = run_launch(argv, {**os.environ, **launch_env, **library_env(library), **(env or {})},
-                            timeout=timeout)
+                            timeout=timeout, idle_timeout=CASE_IDLE_S)
         done = ready = False
         for line in result.stdout.splitlines():
             ready = ready or line == "READY"

@@ -67,6 +67,20 @@ def test_program_ignoring_sigterm_is_killed() -> None:
     assert time.monotonic() - started < 60  # bounded: it did not wait for the sleep
 
 
+def test_a_launch_silent_on_stdout_for_idle_timeout_is_killed_one_that_keeps_writing_is_not() -> None:
+    started = time.monotonic()
+    stalled = run_launch([PY, "-c", "import time\nprint('case 1', flush=True)\ntime.sleep(300)\n"],
+                         timeout=250, idle_timeout=2, grace_s=1)
+    assert stalled.status == "timeout" and stalled.stdout == "case 1\n"
+    assert time.monotonic() - started < 200  # the idle limit, not the launch's
+    writing = "import time\nfor i in range(8):\n    print(i, flush=True)\n    time.sleep(0.25)\n"
+    steady = run_launch([PY, "-c", writing], timeout=250, idle_timeout=30)
+    assert steady.ok and steady.stdout.split() == [str(i) for i in range(8)]
+    # Before its first line (a build, MPI_Init) only the launch's timeout applies.
+    slow_start = run_launch([PY, "-c", "import time\ntime.sleep(3)\nprint('ready')\n"], timeout=250, idle_timeout=1)
+    assert slow_start.ok and slow_start.stdout == "ready\n"
+
+
 def test_orphans_left_after_a_normal_exit_are_killed() -> None:
     result = run_launch([PY, "-c", ESCAPING_CHILD], timeout=60, grace_s=2)
     assert result.ok and result.killed == 1

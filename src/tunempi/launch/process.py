@@ -23,6 +23,7 @@ was doing when the signal came.
 from __future__ import annotations
 
 import contextlib
+import math
 import os
 import queue
 import signal
@@ -304,8 +305,12 @@ def run_launch(
     on_stdout: Callable[[str], None] | None = None,
     on_stderr: Callable[[str], None] | None = None,
     grace_s: float = 5.0,
+    idle_timeout: float | None = None,
 ) -> LaunchResult:
-    """Run a launch to completion, or kill all of it after `timeout` seconds.
+    """Run a launch to completion, or kill all of it after `timeout` seconds, or (`idle_timeout`) when, after
+    its first line on stdout, it writes no further line for that long: a program that reports each step as it
+    finishes is hung when it stops reporting, long before a timeout for the whole launch, while its start
+    (a build, MPI_Init) has the whole `timeout` (timed_out is set either way).
 
     env: the launcher's whole environment (default: this process's). Output is captured, and each
     line (without its newline) is also passed to on_stdout/on_stderr as it arrives. Ctrl-C kills the
@@ -318,10 +323,13 @@ def run_launch(
                   launch_id)
     out: list[str] = []
     err: list[str] = []
+    last_stdout: list[float] = []  # the time of the last line on stdout, once there is one
 
     def sink(buffer: list[str], callback: Callable[[str], None] | None) -> Callable[[str], None]:
         def take(line: str) -> None:
             buffer.append(line)
+            if buffer is out:
+                last_stdout[:] = [time.monotonic()]
             if callback is not None:
                 callback(line.rstrip("\n"))
         return take
@@ -341,7 +349,10 @@ def run_launch(
                 proc.stdin.write(input)
                 proc.stdin.close()
         try:
-            proc.wait(timeout=timeout)
+            if idle_timeout is None:
+                proc.wait(timeout=timeout)
+            else:
+                _wait_while_writing(proc, started, timeout, idle_timeout, last_stdout)
         except subprocess.TimeoutExpired:
             timed_out = True
             killed = terminate_job(launch_id, session=proc.pid, tree_root=proc.pid, grace_s=grace_s)
@@ -360,6 +371,23 @@ def run_launch(
         argv=tuple(argv), returncode=proc.returncode, stdout="".join(out), stderr="".join(err),
         timed_out=timed_out, duration_s=time.monotonic() - started, killed=killed,
     )
+
+
+def _wait_while_writing(proc: subprocess.Popen[str], started: float, timeout: float | None, idle_timeout: float,
+                        last_stdout: list[float]) -> None:
+    """Wait for `proc`; TimeoutExpired after `timeout` in all or `idle_timeout` since its last stdout line."""
+    while True:
+        now = time.monotonic()
+        left = idle_timeout - (now - last_stdout[0]) if last_stdout else math.inf
+        if timeout is not None:
+            left = min(left, timeout - (now - started))
+        if left <= 0:
+            raise subprocess.TimeoutExpired(proc.args, idle_timeout)
+        try:
+            proc.wait(timeout=min(left, 1.0))
+            return
+        except subprocess.TimeoutExpired:
+            continue
 
 
 def run_in_foreground(
