@@ -17,6 +17,14 @@ import pytest
 if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
     signal.signal(signal.SIGINT, signal.default_int_handler)
 
+# One BLAS/OpenMP thread unless the caller says otherwise, set before NumPy loads them (and inherited by every
+# program a test starts): the models' matrices are small, and with busy loops beside the suite, threaded BLAS
+# spinning for descheduled threads made a strategy's unit test 7x slower (17.5 s against 2.5 s,
+# test_strategy_contract.py's carries_the_decision tests with three busy loops). tune and simulate limit
+# their own threads (tune.job.model_threads, sim.run) whatever this says.
+for _variable in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS"):
+    os.environ.setdefault(_variable, "1")
+
 PEAK_FILE = "ornl-peak.csv.gz"
 PEAK_PR7730_FILE = "ornl-peak-pr7730.csv.gz"  # the same machine with Open MPI's PR 7730
 
