@@ -141,8 +141,14 @@ def _check_forced(layout, colls=None):
 
 
 def test_no_tuning_file_tunempi_writes_breaks_a_case(files_layout, tmp_path):
-    library, ranks, program, default, name = files_layout
-    rounds = tuning_file_rounds(library, ranks, program, tmp_path, skip=crashing(default))
+    _check_tuning_files(files_layout, tmp_path)
+
+
+def _check_tuning_files(layout, directory, colls=None) -> int:
+    """The tuning-file rounds of `colls`' cases (None: the blocking suite): no new failure; returns the runs."""
+    library, ranks, program, default, name = layout
+    rounds = tuning_file_rounds(library, ranks, program, directory, skip=crashing(default),
+                                **({"colls": colls} if colls is not None else {}))
     new = [f"{choice[o.collective]} (file: {selected[o.collective]}): {o}"
            for choice, outcomes, selected in rounds for o in new_failures(outcomes, default)]
     runs = sum(len(o) for _, o, _ in rounds)
@@ -150,6 +156,7 @@ def test_no_tuning_file_tunempi_writes_breaks_a_case(files_layout, tmp_path):
     _record(name, "tuning files", f"run {runs}, pass {runs - len(new) - own}, fail {len(new)} "
             f"(library's own: {own})", new)
     assert not new, "\n".join(new)
+    return runs
 
 
 def test_the_online_mode_breaks_no_case(layout, tmp_path):
@@ -227,16 +234,7 @@ def test_every_failure_of_a_forced_nonblocking_algorithm_is_a_known_restriction_
 
 
 def test_no_nonblocking_tuning_file_tunempi_writes_breaks_a_case(nb_files_layout, tmp_path):
-    library, ranks, program, default, name = nb_files_layout
-    rounds = tuning_file_rounds(library, ranks, program, tmp_path, skip=crashing(default),
-                                colls=NONBLOCKING_COLLECTIVES)
-    new = [f"{choice[o.collective]} (file: {selected[o.collective]}): {o}"
-           for choice, outcomes, selected in rounds for o in new_failures(outcomes, default)]
-    runs = sum(len(o) for _, o, _ in rounds)
-    own = sum(len(failures(o)) for _, o, _ in rounds) - len(new)
-    _record(name, "tuning files", f"run {runs}, pass {runs - len(new) - own}, fail {len(new)} "
-            f"(library's own: {own})", new)
-    assert not new, "\n".join(new)
+    runs = _check_tuning_files(nb_files_layout, tmp_path, colls=NONBLOCKING_COLLECTIVES)
     assert runs, "no tuning-file round ran a non-blocking case"
 
 

@@ -7,7 +7,10 @@ for the ranks inserted in that launcher's syntax (launch.rank_env_command), run 
 from __future__ import annotations
 
 import os
+import subprocess
+import sys
 from collections.abc import Mapping, Sequence
+from pathlib import Path
 
 from tunempi.launch import LaunchCommand, LaunchResult, LaunchSpec, launcher_for, rank_env_command, run_launch
 from tunempi.mpi.discovery import resolve_library
@@ -46,3 +49,15 @@ def run(command: LaunchCommand | Sequence[str], timeout: float = 60, env: Mappin
     result = run_launch(argv, full_env, timeout=timeout)
     assert not result.timed_out, f"{result.reason}: {' '.join(argv)}\n{result.stdout}\n{result.stderr}"
     return result
+
+
+#: A short tune for the tests that run `tunempi tune` on a profile: the exploring launch alone, coarse intervals.
+QUICK_TUNE = ("--timeout", "60s", "--time-cap", "10ms", "--rel-ci", "0.2", "--launches", "1")
+
+
+def tunempi(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
+    """`python -m tunempi ARGS` in `cwd`, its own results store there, none of the caller's TUNEMPI_ settings."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("TUNEMPI_")}
+    env.update({"TUNEMPI_DB": str(cwd / "results.sqlite"), "COLUMNS": "250"})
+    return subprocess.run([sys.executable, "-m", "tunempi", *args], cwd=cwd, env=env, capture_output=True,
+                          text=True, timeout=300)

@@ -75,7 +75,7 @@ def test_the_drawn_non_blocking_algorithm_is_the_one_that_runs(vendor: str, tmp_
     from tunempi.online.state import Probabilities
 
     library = resolve_library(vendor)
-    program = build_c(library, [Path(__file__).parent / "online_apps" / "nb_pattern_check.c"], "nb_pattern_check",
+    program = build_c(library, [Path(__file__).parent / "online_apps" / "pattern_check.c"], "pattern_check",
                       werror=True)
     config = OnlineConfig(collectives=["iallreduce"], record_ranks="all", min_probability=0.0)
     state = open_state(tmp_path / "state", library, config)
@@ -83,7 +83,7 @@ def test_the_drawn_non_blocking_algorithm_is_the_one_that_runs(vendor: str, tmp_
     cell = SizeRangeCell("iallreduce", 2, 1, 2, config.sizes.index(8192))
     names = state.switches["iallreduce"].names
     state.save_probabilities(Probabilities(0, {cell.key: {n: (1 / 3 if n in patterns else 0.0) for n in names}}))
-    argv = ["mpiexec" if vendor == "mpich" else "mpirun", "-n", "2", str(program), "24"]
+    argv = ["mpiexec" if vendor == "mpich" else "mpirun", "-n", "2", str(program), "24", "nonblocking"]
     run = run_online(state, library, argv, timeout=60)
     out, err = capfd.readouterr()
     assert run.returncode == 0, out + err

@@ -12,12 +12,10 @@ unchanged. The embedded MPICH in `make test`; Open MPI and Intel MPI under `full
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
+from profile_support import QUICK_TUNE, tunempi
 
 from tunempi.launch.launchers import LaunchSpec, launcher_for
 from tunempi.mpi.build import build_c
@@ -28,14 +26,6 @@ pytestmark = pytest.mark.mpi
 
 SOURCE = Path(__file__).parent / "profile_apps" / "nbc_solver.c"
 ITERS, NDOTS, BLOCK = 20, 4, 8  # 32-byte messages; every 4th iteration: ibcast, ialltoall, iallgather
-QUICK_TUNE = ("--timeout", "60s", "--time-cap", "10ms", "--rel-ci", "0.2", "--launches", "1")
-
-
-def tunempi(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("TUNEMPI_")}
-    env.update({"TUNEMPI_DB": str(cwd / "results.sqlite"), "COLUMNS": "250"})
-    return subprocess.run([sys.executable, "-m", "tunempi", *args], cwd=cwd, env=env, capture_output=True,
-                          text=True, timeout=300)
 
 
 @pytest.mark.parametrize("mpi", [

@@ -6,24 +6,14 @@ it for verify. The embedded MPICH, 2 ranks, two sizes."""
 from __future__ import annotations
 
 import json
-import os
 import sqlite3
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
+from profile_support import QUICK_TUNE, tunempi
 
 pytestmark = pytest.mark.mpi
 
-QUICK_TUNE = ("--timeout", "60s", "--time-cap", "10ms", "--rel-ci", "0.2", "--launches", "1")
-
-
-def tunempi(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("TUNEMPI_")}
-    env.update({"TUNEMPI_DB": str(cwd / "results.sqlite"), "COLUMNS": "250"})
-    return subprocess.run([sys.executable, "-m", "tunempi", *args], cwd=cwd, env=env, capture_output=True,
-                          text=True, timeout=300)
 
 
 def test_tune_measures_each_vector_collective_with_the_distribution_asked_for(tmp_path: Path) -> None:

@@ -6,12 +6,10 @@ files and names what it tuned; advise names what it cannot tune. Never a traceba
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
+from profile_support import QUICK_TUNE, tunempi
 
 from tunempi.launch.launchers import LaunchSpec, launcher_for
 from tunempi.mpi.build import build_c
@@ -21,14 +19,6 @@ from tunempi.profile.reader import load_profile
 pytestmark = pytest.mark.mpi
 
 SOURCE = Path(__file__).parent / "c" / "alltoallv_app.c"
-QUICK_TUNE = ("--timeout", "60s", "--time-cap", "10ms", "--rel-ci", "0.2", "--launches", "1")
-
-
-def tunempi(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("TUNEMPI_")}
-    env.update({"TUNEMPI_DB": str(cwd / "results.sqlite"), "COLUMNS": "250"})
-    return subprocess.run([sys.executable, "-m", "tunempi", *args], cwd=cwd, env=env, capture_output=True,
-                          text=True, timeout=300)
 
 
 def test_tune_from_a_profile_with_one_size_per_collective_at_one_layout(tmp_path: Path) -> None:

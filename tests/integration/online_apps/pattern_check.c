@@ -4,12 +4,15 @@
  * recursive doubling reduces the whole buffer on both ranks (1024/1024), ring half of it on each
  * (512/512), a linear algorithm (Open MPI basic_linear) or MPICH's tree everything on rank 0 only
  * (1024/0). Prints one line per call and rank: "P <rank> <call> <elements>", and checks every sum.
+ * `nonblocking`: MPI_Iallreduce, each call completed by MPI_Wait (issue 41; its algorithms' patterns at 2 ranks
+ * are measured in tests/integration/test_online_nonblocking.py).
  *
- *   pattern_check CALLS [multiple]      (multiple: MPI_Init_thread(MPI_THREAD_MULTIPLE))
+ *   pattern_check CALLS [multiple|nonblocking]      (multiple: MPI_Init_thread(MPI_THREAD_MULTIPLE))
  */
 #include <mpi.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 static long op_elements;
 
@@ -25,7 +28,8 @@ static void counting_sum(void *in, void *inout, int *len, MPI_Datatype *type)
 
 int main(int argc, char **argv)
 {
-    if (argc > 2) {
+    int nonblocking = argc > 2 && strcmp(argv[2], "nonblocking") == 0;
+    if (argc > 2 && strcmp(argv[2], "multiple") == 0) {
         int provided;
         MPI_Init_thread(&argc, &argv, MPI_THREAD_MULTIPLE, &provided);
     } else {
@@ -41,7 +45,13 @@ int main(int argc, char **argv)
         for (int i = 0; i < 1024; i++)
             in[i] = rank + i + c;
         op_elements = 0;
-        MPI_Allreduce(in, out, 1024, MPI_DOUBLE, op, MPI_COMM_WORLD);
+        if (nonblocking) {
+            MPI_Request request;
+            MPI_Iallreduce(in, out, 1024, MPI_DOUBLE, op, MPI_COMM_WORLD, &request);
+            MPI_Wait(&request, MPI_STATUS_IGNORE);
+        } else {
+            MPI_Allreduce(in, out, 1024, MPI_DOUBLE, op, MPI_COMM_WORLD);
+        }
         for (int i = 0; i < 1024; i++)
             if (out[i] != (double)size * (size - 1) / 2 + (double)size * (i + c)) {
                 fprintf(stderr, "FAIL rank %d call %d element %d\n", rank, c, i);
