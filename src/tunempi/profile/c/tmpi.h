@@ -210,6 +210,45 @@ void tmpi_request_remember(MPI_Request request, uint64_t bytes);
 int tmpi_request_bytes(MPI_Request request, uint64_t *bytes); /* 1 if known */
 void tmpi_request_forget(MPI_Request request);
 
+/* ---- growing arrays (tmpi_core.c) ---- */
+/* Makes *array hold at least `needed` elements (doubling from 16); aborts when memory runs out. */
+void tmpi_grow(void **array, size_t *capacity, size_t needed, size_t elem_size);
+
+/* ---- non-blocking collectives in flight (tmpi_core.c), one table per mode ----
+ * A started collective is remembered by its request, with a mode's payload (payload_size bytes), until a
+ * wait or test (MPI_Wait, Test, Waitall, Testall, Waitany, Testany, Waitsome, Testsome) returns it completed:
+ * the request set to MPI_REQUEST_NULL (collectives' requests are never persistent here). Around such a call:
+ * tmpi_inflight_snapshot before it (which of its requests the table holds), then the mode reads seen_list
+ * with tmpi_inflight_completed, then tmpi_inflight_drop_completed. A small linear table: applications keep
+ * few collectives in flight, and waits look at it only while one is. */
+typedef struct {
+    int index;   /* position in the wait's request array */
+    size_t slot; /* the table's slot */
+} tmpi_inflight_seen;
+
+typedef struct {
+    size_t payload_size;
+    MPI_Request *request;
+    void *payload;
+    size_t count, capacity;
+    tmpi_inflight_seen *seen_list; /* the current wait's snapshot */
+    size_t seen, seen_capacity;
+    int live; /* active requests the wait names, tracked or not */
+} tmpi_inflight;
+
+void *tmpi_inflight_add(tmpi_inflight *t, MPI_Request request); /* its payload, zeroed (NULL: null request) */
+void tmpi_inflight_remove(tmpi_inflight *t, MPI_Request request);
+void tmpi_inflight_snapshot(tmpi_inflight *t, const tmpi_call *call);
+void tmpi_inflight_drop_completed(tmpi_inflight *t, const tmpi_call *call);
+/* 1 when the k-th request of the snapshot completed in the call (its handle is now MPI_REQUEST_NULL). */
+int tmpi_inflight_completed(const tmpi_inflight *t, const tmpi_call *call, size_t k);
+
+static inline void *tmpi_inflight_payload(const tmpi_inflight *t, size_t slot)
+{
+    return (char *)t->payload + slot * t->payload_size;
+}
+
+
 /* ---- state shared with modes ---- */
 typedef struct {
     uint64_t t_start;        /* ticks when MPI_Init returned (or the first wrapped call, when started lazily) */

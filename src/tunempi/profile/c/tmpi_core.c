@@ -222,7 +222,8 @@ typedef struct {
 } tmpi_shape;
 
 static tmpi_shape *shapes;
-static int shape_count, shape_capacity;
+static int shape_count;
+static size_t shape_capacity;
 static MPI_Group world_group = MPI_GROUP_NULL;
 
 static uint64_t tmpi_handle_key(const void *handle, size_t size)
@@ -283,14 +284,7 @@ static int tmpi_shape_of(MPI_Comm comm, int *size_out)
             free(members);
             return s;
         }
-    if (shape_count == shape_capacity) {
-        shape_capacity = shape_capacity ? 2 * shape_capacity : 16;
-        shapes = realloc(shapes, (size_t)shape_capacity * sizeof *shapes);
-        if (shapes == NULL) {
-            tmpi_warn("out of memory");
-            abort();
-        }
-    }
+    tmpi_grow((void **)&shapes, &shape_capacity, (size_t)shape_count + 1, sizeof *shapes);
     shapes[shape_count] = (tmpi_shape){size, hash, members};
     return shape_count++;
 }
@@ -484,14 +478,7 @@ void tmpi_request_remember(MPI_Request request, uint64_t bytes)
             requests[i].bytes = bytes;
             return;
         }
-    if (request_count == request_capacity) {
-        request_capacity = request_capacity ? 2 * request_capacity : 16;
-        requests = realloc(requests, request_capacity * sizeof *requests);
-        if (requests == NULL) {
-            tmpi_warn("out of memory");
-            abort();
-        }
-    }
+    tmpi_grow((void **)&requests, &request_capacity, request_count + 1, sizeof *requests);
     requests[request_count++] = (tmpi_request_entry){key, bytes};
 }
 
@@ -514,4 +501,98 @@ void tmpi_request_forget(MPI_Request request)
             requests[i] = requests[--request_count];
             return;
         }
+}
+
+/* ------------------------------------------------------------------------------------------------
+ * Growing arrays, and non-blocking collectives in flight (see tmpi.h)
+ * ------------------------------------------------------------------------------------------------ */
+void tmpi_grow(void **array, size_t *capacity, size_t needed, size_t elem_size)
+{
+    if (needed <= *capacity)
+        return;
+    size_t grown = *capacity ? *capacity : 16;
+    while (grown < needed)
+        grown *= 2;
+    void *moved = realloc(*array, grown * elem_size);
+    if (moved == NULL) {
+        tmpi_warn("out of memory");
+        abort(); /* inside an MPI call of the application: nothing sensible to return */
+    }
+    *array = moved;
+    *capacity = grown;
+}
+
+void *tmpi_inflight_add(tmpi_inflight *t, MPI_Request request)
+{
+    if (request == MPI_REQUEST_NULL)
+        return NULL;
+    size_t slot = 0;
+    while (slot < t->count && t->request[slot] != request)
+        slot++; /* a handle completed behind the tool's back and reused: overwrite */
+    if (slot == t->count) {
+        size_t payload_capacity = t->capacity;
+        tmpi_grow((void **)&t->request, &t->capacity, t->count + 1, sizeof *t->request);
+        tmpi_grow(&t->payload, &payload_capacity, t->capacity, t->payload_size);
+        t->count++;
+    }
+    t->request[slot] = request;
+    void *payload = tmpi_inflight_payload(t, slot);
+    memset(payload, 0, t->payload_size);
+    return payload;
+}
+
+static void tmpi_inflight_move(tmpi_inflight *t, size_t to, size_t from)
+{
+    t->request[to] = t->request[from];
+    memcpy(tmpi_inflight_payload(t, to), tmpi_inflight_payload(t, from), t->payload_size);
+}
+
+void tmpi_inflight_remove(tmpi_inflight *t, MPI_Request request)
+{
+    for (size_t slot = 0; slot < t->count; slot++)
+        if (t->request[slot] == request) {
+            tmpi_inflight_move(t, slot, --t->count);
+            return;
+        }
+}
+
+void tmpi_inflight_snapshot(tmpi_inflight *t, const tmpi_call *call)
+{
+    t->seen = t->live = 0;
+    if (t->count == 0 || call->requests == NULL)
+        return;
+    for (int i = 0; i < call->nrequests; i++) {
+        if (call->requests[i] == MPI_REQUEST_NULL)
+            continue;
+        t->live++;
+        for (size_t slot = 0; slot < t->count; slot++)
+            if (t->request[slot] == call->requests[i]) {
+                tmpi_grow((void **)&t->seen_list, &t->seen_capacity, t->seen + 1, sizeof *t->seen_list);
+                t->seen_list[t->seen++] = (tmpi_inflight_seen){.index = i, .slot = slot};
+                break;
+            }
+    }
+}
+
+int tmpi_inflight_completed(const tmpi_inflight *t, const tmpi_call *call, size_t k)
+{
+    return call->requests[t->seen_list[k].index] == MPI_REQUEST_NULL;
+}
+
+void tmpi_inflight_drop_completed(tmpi_inflight *t, const tmpi_call *call)
+{
+    int any = 0;
+    for (size_t k = 0; k < t->seen; k++)
+        if (tmpi_inflight_completed(t, call, k)) {
+            t->request[t->seen_list[k].slot] = MPI_REQUEST_NULL; /* marked; compacted below */
+            any = 1;
+        }
+    t->seen = 0;
+    if (!any)
+        return;
+    size_t out = 0;
+    for (size_t slot = 0; slot < t->count; slot++)
+        if (t->request[slot] != MPI_REQUEST_NULL)
+            tmpi_inflight_move(t, out++, slot);
+    t->count = out;
 }

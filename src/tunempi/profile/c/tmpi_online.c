@@ -149,15 +149,9 @@ static struct {
     uint64_t seq;
 } pending;
 
-/* Non-blocking collectives in flight on a recording rank: request -> its record, whose end is set by the
- * wait or test (MPI_Wait, Test, Waitall, ...) that returns the request completed (MPI_REQUEST_NULL). Small
- * linear table: applications keep few collectives in flight. */
-static struct {
-    MPI_Request *request;
-    long *record;
-    int count, capacity;
-    int *seen_index, *seen_slot, seen, seen_capacity; /* one wait's snapshot */
-} inflight;
+/* Non-blocking collectives in flight on a recording rank (tmpi.h): the payload is the index of the record
+ * whose end the wait or test that completes the request sets. */
+static tmpi_inflight inflight = {.payload_size = sizeof(long)};
 
 /* ------------------------------------------------------------------------------ table file ---- */
 
@@ -206,7 +200,8 @@ static const char *online_read_table(const char *path)
     if (f == NULL)
         return "cannot open the table file";
     char line[8192], word[64];
-    int version = 0, coll = -1, alg_left = 0, ended = 0, cell_capacity = 0;
+    int version = 0, coll = -1, alg_left = 0, ended = 0;
+    size_t cell_capacity = 0;
     const char *err = NULL;
     if (!fgets(line, sizeof line, f) || sscanf(line, "tunempi-online-table %d", &version) != 1 || version != 2)
         err = "not a tunempi-online-table version 2 file";
@@ -343,10 +338,7 @@ static const char *online_read_table(const char *path)
                 err = "cell probabilities are not a distribution";
             if (err)
                 break;
-            if (on.ncells == cell_capacity) {
-                cell_capacity = cell_capacity ? 2 * cell_capacity : 64;
-                on.cells = realloc(on.cells, (size_t)cell_capacity * sizeof *on.cells);
-            }
+            tmpi_grow((void **)&on.cells, &cell_capacity, (size_t)on.ncells + 1, sizeof *on.cells);
             on.cells[on.ncells++] = cell;
         } else if (strcmp(word, "end") == 0) {
             ended = 1;
@@ -729,78 +721,15 @@ static int online_datatypes_unmet(const tmpi_call *call)
     return all;
 }
 
-static void online_inflight_add(MPI_Request request, long record)
-{
-    if (request == MPI_REQUEST_NULL)
-        return;
-    int slot = 0;
-    while (slot < inflight.count && inflight.request[slot] != request)
-        slot++; /* a handle completed behind the tool's back and reused: overwrite */
-    if (slot == inflight.count) {
-        if (inflight.count == inflight.capacity) {
-            inflight.capacity = inflight.capacity ? 2 * inflight.capacity : 16;
-            inflight.request = realloc(inflight.request, (size_t)inflight.capacity * sizeof *inflight.request);
-            inflight.record = realloc(inflight.record, (size_t)inflight.capacity * sizeof *inflight.record);
-            if (inflight.request == NULL || inflight.record == NULL) {
-                tmpi_warn("out of memory");
-                abort();
-            }
-        }
-        inflight.count++;
-    }
-    inflight.request[slot] = request;
-    inflight.record[slot] = record;
-}
-
-/* Before a wait or test: which of its requests are recorded collectives in flight. */
-static void online_inflight_snapshot(const tmpi_call *call)
-{
-    inflight.seen = 0;
-    for (int i = 0; i < call->nrequests; i++) {
-        if (call->requests[i] == MPI_REQUEST_NULL)
-            continue;
-        for (int slot = 0; slot < inflight.count; slot++)
-            if (inflight.request[slot] == call->requests[i]) {
-                if (inflight.seen == inflight.seen_capacity) {
-                    inflight.seen_capacity = inflight.seen_capacity ? 2 * inflight.seen_capacity : 16;
-                    inflight.seen_index = realloc(inflight.seen_index,
-                                                  (size_t)inflight.seen_capacity * sizeof *inflight.seen_index);
-                    inflight.seen_slot = realloc(inflight.seen_slot,
-                                                 (size_t)inflight.seen_capacity * sizeof *inflight.seen_slot);
-                    if (inflight.seen_index == NULL || inflight.seen_slot == NULL) {
-                        tmpi_warn("out of memory");
-                        abort();
-                    }
-                }
-                inflight.seen_index[inflight.seen] = i;
-                inflight.seen_slot[inflight.seen++] = slot;
-                break;
-            }
-    }
-}
-
-/* After it: the completed ones (request now MPI_REQUEST_NULL) end their records here, and are forgotten. */
+/* After a wait or test: the completed collectives of its snapshot end their records here. */
 static void online_inflight_complete(const tmpi_call *call)
 {
-    int done = 0;
-    for (int k = 0; k < inflight.seen; k++) {
-        int slot = inflight.seen_slot[k];
-        if (call->requests[inflight.seen_index[k]] != MPI_REQUEST_NULL)
-            continue;
-        on.records[inflight.record[slot]].end = call->t_end - tmpi_globals.t_start;
-        inflight.request[slot] = MPI_REQUEST_NULL; /* marked; compacted below */
-        done = 1;
-    }
-    inflight.seen = 0;
-    if (!done)
-        return;
-    int out = 0;
-    for (int i = 0; i < inflight.count; i++)
-        if (inflight.request[i] != MPI_REQUEST_NULL) {
-            inflight.request[out] = inflight.request[i];
-            inflight.record[out++] = inflight.record[i];
+    for (size_t k = 0; k < inflight.seen; k++)
+        if (tmpi_inflight_completed(&inflight, call, k)) {
+            long record = *(long *)tmpi_inflight_payload(&inflight, inflight.seen_list[k].slot);
+            on.records[record].end = call->t_end - tmpi_globals.t_start;
         }
-    inflight.count = out;
+    tmpi_inflight_drop_completed(&inflight, call);
 }
 
 static void online_begin(tmpi_call *call)
@@ -816,18 +745,11 @@ static void online_begin(tmpi_call *call)
     if (c < 0) {
         call->untimed = 1;
         inflight.seen = 0;
-        if (TMPI_UNLIKELY(inflight.count > 0) && tmpi_op_table[call->op].kind == TMPI_KIND_TIMED &&
-            call->requests != NULL) {
-            online_inflight_snapshot(call); /* a wait or test that may complete a recorded collective */
+        if (TMPI_UNLIKELY(inflight.count > 0) && tmpi_op_table[call->op].kind == TMPI_KIND_TIMED) {
+            tmpi_inflight_snapshot(&inflight, call); /* a wait or test that may complete a recorded collective */
             call->untimed = inflight.seen == 0;
         } else if (inflight.count > 0 && tmpi_op_table[call->op].kind == TMPI_KIND_REQUEST_FREE) {
-            inflight.seen = 0; /* a freed request: its record never ends (and is not written) */
-            for (int slot = 0; slot < inflight.count; slot++)
-                if (inflight.request[slot] == *call->requests) {
-                    inflight.request[slot] = inflight.request[--inflight.count];
-                    inflight.record[slot] = inflight.record[inflight.count];
-                    break;
-                }
+            tmpi_inflight_remove(&inflight, *call->requests); /* its record never ends (and is not written) */
         }
         if (on.enabled && tmpi_op_table[call->op].kind == TMPI_KIND_COMM_FREE)
             online_comm_release(call->comm);
@@ -966,7 +888,9 @@ static void online_end(tmpi_call *call)
     r->end = call->t_end - tmpi_globals.t_start;
     if (!tmpi_op_table[call->op].blocking) { /* started: it ends when a wait or test completes it */
         r->end = 0;
-        online_inflight_add(*call->requests, on.nrecords - 1);
+        long *record = tmpi_inflight_add(&inflight, *call->requests);
+        if (record != NULL)
+            *record = on.nrecords - 1;
     }
 }
 

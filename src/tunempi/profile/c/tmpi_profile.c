@@ -167,101 +167,38 @@ static void tmpi_record_p2p(uint64_t bytes)
 
 /* ---------------------------------------------------------------- non-blocking collectives ---- */
 /*
- * A started non-blocking collective (MPI_Iallreduce, ...) is remembered by its request until a wait or test
- * (MPI_Wait, Test, Waitall, Testall, Waitany, Testany, Waitsome, Testsome) returns it completed (the request
- * set to MPI_REQUEST_NULL: collectives' requests are never persistent here). Then its record gets the time
- * from the start to that return (completion) and the time the application spent in the waits and tests that
- * named it (a call naming n active requests gives each 1/n of its time). Small linear table: applications
- * keep few collectives in flight, and waits look at it only while one is.
+ * A started non-blocking collective (MPI_Iallreduce, ...) stays in the in-flight table (tmpi.h) until a wait
+ * or test returns it completed. Then its record gets the time from the start to that return (completion) and
+ * the time the application spent in the waits and tests that named it (a call naming n active requests gives
+ * each 1/n of its time).
  */
 typedef struct {
-    MPI_Request request;
     int op, shape, bucket;
     uint64_t t_start, waited; /* ticks */
-    int done;
 } tmpi_nbc;
 
-static tmpi_nbc *nbc;
-static int nbc_count, nbc_capacity;
-static int *nbc_seen_index, *nbc_seen_slot, nbc_seen, nbc_seen_capacity, nbc_live; /* one wait's snapshot */
+static tmpi_inflight nbc = {.payload_size = sizeof(tmpi_nbc)};
 
 static void nbc_start(const tmpi_call *call, int shape, int bucket)
 {
-    MPI_Request request = *call->requests;
-    if (request == MPI_REQUEST_NULL)
-        return;
-    int slot = 0;
-    while (slot < nbc_count && nbc[slot].request != request)
-        slot++; /* a handle completed behind the tool's back and reused: overwrite */
-    if (slot == nbc_count) {
-        if (nbc_count == nbc_capacity) {
-            nbc_capacity = nbc_capacity ? 2 * nbc_capacity : 16;
-            nbc = realloc(nbc, (size_t)nbc_capacity * sizeof *nbc);
-            if (nbc == NULL) {
-                tmpi_warn("out of memory");
-                abort();
-            }
-        }
-        nbc_count++;
-    }
-    nbc[slot] = (tmpi_nbc){.request = request, .op = call->op, .shape = shape, .bucket = bucket,
-                           .t_start = call->t_begin};
-}
-
-static void nbc_forget(MPI_Request request)
-{
-    for (int i = 0; i < nbc_count; i++)
-        if (nbc[i].request == request) {
-            nbc[i] = nbc[--nbc_count];
-            return;
-        }
-}
-
-/* Before a wait or test: which of its requests are collectives in flight, and how many are active. */
-static void nbc_snapshot(const tmpi_call *call)
-{
-    nbc_seen = nbc_live = 0;
-    if (nbc_count == 0 || call->requests == NULL)
-        return;
-    for (int i = 0; i < call->nrequests; i++) {
-        if (call->requests[i] == MPI_REQUEST_NULL)
-            continue;
-        nbc_live++;
-        for (int slot = 0; slot < nbc_count; slot++)
-            if (nbc[slot].request == call->requests[i]) {
-                if (nbc_seen == nbc_seen_capacity) {
-                    nbc_seen_capacity = nbc_seen_capacity ? 2 * nbc_seen_capacity : 16;
-                    nbc_seen_index = realloc(nbc_seen_index, (size_t)nbc_seen_capacity * sizeof *nbc_seen_index);
-                    nbc_seen_slot = realloc(nbc_seen_slot, (size_t)nbc_seen_capacity * sizeof *nbc_seen_slot);
-                    if (nbc_seen_index == NULL || nbc_seen_slot == NULL) {
-                        tmpi_warn("out of memory");
-                        abort();
-                    }
-                }
-                nbc_seen_index[nbc_seen] = i;
-                nbc_seen_slot[nbc_seen++] = slot;
-                break;
-            }
-    }
+    tmpi_nbc *n = tmpi_inflight_add(&nbc, *call->requests);
+    if (n != NULL)
+        *n = (tmpi_nbc){.op = call->op, .shape = shape, .bucket = bucket, .t_start = call->t_begin};
 }
 
 static tmpi_coll_entry *tmpi_entry(int op, int shape, int bucket);
 
 /* After a wait or test: each collective of the snapshot gets its share of the call's time; the completed
- * ones (request now MPI_REQUEST_NULL) are recorded (unless recording is paused) and forgotten. */
+ * ones are recorded (unless recording is paused) and forgotten. */
 static void nbc_after_wait(const tmpi_call *call, int record)
 {
-    if (nbc_seen == 0)
+    if (nbc.seen == 0)
         return;
-    uint64_t share = (call->t_end - call->t_begin) / (uint64_t)(nbc_live > 0 ? nbc_live : 1);
-    int any_done = 0;
-    for (int k = 0; k < nbc_seen; k++) {
-        tmpi_nbc *n = &nbc[nbc_seen_slot[k]];
+    uint64_t share = (call->t_end - call->t_begin) / (uint64_t)(nbc.live > 0 ? nbc.live : 1);
+    for (size_t k = 0; k < nbc.seen; k++) {
+        tmpi_nbc *n = tmpi_inflight_payload(&nbc, nbc.seen_list[k].slot);
         n->waited += share;
-        if (call->requests[nbc_seen_index[k]] != MPI_REQUEST_NULL)
-            continue;
-        n->done = any_done = 1;
-        if (!record)
+        if (!record || !tmpi_inflight_completed(&nbc, call, k))
             continue;
         tmpi_coll_entry *e = tmpi_entry(n->op, n->shape, n->bucket);
         e->completed++;
@@ -269,14 +206,7 @@ static void nbc_after_wait(const tmpi_call *call, int record)
         e->wait += n->waited;
         me.coll += n->waited; /* time in collectives includes waiting for them */
     }
-    nbc_seen = 0;
-    if (!any_done)
-        return;
-    int out = 0;
-    for (int i = 0; i < nbc_count; i++)
-        if (!nbc[i].done)
-            nbc[out++] = nbc[i];
-    nbc_count = out;
+    tmpi_inflight_drop_completed(&nbc, call);
 }
 
 static void profile_begin(tmpi_call *call)
@@ -287,10 +217,10 @@ static void profile_begin(tmpi_call *call)
         break;
     case TMPI_KIND_REQUEST_FREE:
         tmpi_request_forget(*call->requests);
-        nbc_forget(*call->requests);
+        tmpi_inflight_remove(&nbc, *call->requests);
         break;
     case TMPI_KIND_TIMED:
-        nbc_snapshot(call);
+        tmpi_inflight_snapshot(&nbc, call);
         break;
     default:
         break;
@@ -299,7 +229,7 @@ static void profile_begin(tmpi_call *call)
 
 static void profile_end(tmpi_call *call)
 {
-    if (TMPI_UNLIKELY(nbc_seen > 0)) /* a wait or test on collectives in flight: even paused, forget the */
+    if (TMPI_UNLIKELY(nbc.seen > 0)) /* a wait or test on collectives in flight: even paused, forget the */
         nbc_after_wait(call, !paused && call->rc == MPI_SUCCESS); /* completed ones (their handles are reused) */
     if (paused || TMPI_UNLIKELY(call->rc != MPI_SUCCESS))
         return; /* a failed call (errors returned) may carry an invalid communicator or request */
@@ -354,7 +284,7 @@ static void profile_reset(void)
         table[i].used = 0;
     table_used = 0;
     last_entry = NULL;
-    nbc_count = 0; /* collectives in flight are not recorded when they complete */
+    nbc.count = 0; /* collectives in flight are not recorded when they complete */
     memset(&me, 0, sizeof me);
     paused_total = 0;
     tmpi_globals.t_start = tmpi_ticks();
