@@ -20,6 +20,7 @@ from profile_support import QUICK_TUNE, tunempi
 from tunempi.launch.launchers import LaunchSpec, launcher_for
 from tunempi.mpi.build import build_c
 from tunempi.mpi.discovery import resolve_library
+from tunempi.profile.advise import WORTH_SHARE
 from tunempi.profile.reader import load_profile
 
 pytestmark = pytest.mark.mpi
@@ -61,7 +62,10 @@ def test_a_solver_s_non_blocking_collectives_profiled_tuned_and_compared(mpi: st
     taken = set(scope.split()[2].split(","))
     assert " at 2 ranks, 8..32 bytes" in scope  # the blocking reduce of 8 B too
     assert taken <= {*started, "reduce"} and "iallreduce" in taken
-    left = {*started} - taken  # Open MPI: ialltoall has no libnbc algorithm to choose; named with the reason
+    # Open MPI: ialltoall has no libnbc algorithm to choose; named with the reason when it has a share of MPI
+    # time worth naming (a busy machine can push a 32-byte ialltoall below it)
+    share = {name: time_s / profile.mpi_s for name, _, time_s in profile.time_by_collective()}
+    left = {name for name in {*started} - taken if share[name] >= WORTH_SHARE}
     assert all(name in scope for name in left)
     manifest = json.loads((tmp_path / "tuned" / "manifest.json").read_text())
     assert {row["collective"] for row in manifest["selection"]} >= taken - {"reduce"}
