@@ -7,7 +7,9 @@ Applications nobody here wrote:
   bench/in.lj; the result is every thermo line (temperature, energies, pressure);
 - HPCC 1.5.0 (Debian's `hpcc` on Open MPI 4.1.4, or built from Debian's source against any MPI with
   tools/build-hpcc.sh: the MPICH application); the result is what HPCC verifies (Success, HPL's solution
-  norms, PTRANS residual, RandomAccess errors), read from the hpccoutf.txt it appends to.
+  norms, PTRANS residual, RandomAccess errors), read from the hpccoutf.txt it appends to;
+- CP2K 2023.1 (Debian's `cp2k`, `cp2k.popt`, on Open MPI 4.1.4; basis sets and pseudopotentials from
+  `cp2k-data`): a DFT energy of a few water molecules (Quickstep, GPW); the result is the total energy.
 """
 
 from __future__ import annotations
@@ -79,6 +81,67 @@ thermo 20
 run ${steps}
 """
 
+#: CP2K (issue 40 step 3, the second application): water molecules in an 8 A periodic box, PBE with
+#: Goedecker-Teter-Hutter pseudopotentials and DZVP-MOLOPT-SR basis sets (all from Debian's cp2k-data), one SCF
+#: to 1e-6 from the atomic guess: plane-wave FFTs whose transposes are MPI_Alltoallv and many small
+#: MPI_Allreduce (CP2K's mp_sum). Measured: collectives ~50 % of the ranks' time at 2 emulated nodes x 1
+#: (docs/measurements/applications.md). No restart file written (each run starts alike, none reads one).
+CP2K_WATER_INPUT = """\
+&GLOBAL
+  PROJECT water
+  RUN_TYPE ENERGY
+  PRINT_LEVEL LOW
+&END GLOBAL
+&FORCE_EVAL
+  METHOD Quickstep
+  &DFT
+    BASIS_SET_FILE_NAME BASIS_MOLOPT
+    POTENTIAL_FILE_NAME GTH_POTENTIALS
+    &MGRID
+      CUTOFF {cutoff}
+      REL_CUTOFF 40
+    &END MGRID
+    &QS
+      EPS_DEFAULT 1.0E-10
+    &END QS
+    &SCF
+      SCF_GUESS ATOMIC
+      EPS_SCF 1.0E-6
+      MAX_SCF 30
+      &PRINT
+        &RESTART OFF
+        &END RESTART
+      &END PRINT
+    &END SCF
+    &XC
+      &XC_FUNCTIONAL PBE
+      &END XC_FUNCTIONAL
+    &END XC
+  &END DFT
+  &SUBSYS
+    &CELL
+      ABC 8.0 8.0 8.0
+    &END CELL
+    &COORD
+{coordinates}
+    &END COORD
+    &KIND H
+      BASIS_SET DZVP-MOLOPT-SR-GTH
+      POTENTIAL GTH-PBE-q1
+    &END KIND
+    &KIND O
+      BASIS_SET DZVP-MOLOPT-SR-GTH
+      POTENTIAL GTH-PBE-q6
+    &END KIND
+  &END SUBSYS
+&END FORCE_EVAL
+"""
+#: One water molecule (O-H 0.96 A, H-O-H 104.5 degrees), then the corners of a 4 A sub-lattice it is copied to.
+WATER = (("O", 0.0, 0.0, 0.0), ("H", 0.757, 0.586, 0.0), ("H", -0.757, 0.586, 0.0))
+WATER_SITES = ((0, 0, 0), (4, 4, 0), (0, 4, 4), (4, 0, 4), (4, 0, 0), (0, 4, 0), (0, 0, 4), (4, 4, 4))
+#: CP2K's total energy (Hartree), printed once per energy evaluation.
+CP2K_RESULT = r"ENERGY\| Total FORCE_EVAL \( QS \) energy \[a\.u\.\]:\s+(\S+)"
+
 #: LAMMPS' thermo lines: step, temperature, pair energy, molecular energy, total energy, pressure.
 LJ_RESULT = r"^\s+(\d+)\s+(\S+)\s+(\S+)\s+\S+\s+(\S+)\s+(\S+)\s*$"
 #: What HPCC verifies, from the file it appends to (removed after each run, so every run reads its own).
@@ -143,6 +206,21 @@ def lammps_pppm(cells: int, steps: int) -> Application:
     return Application("lammps-pppm", DEBIAN_OPENMPI, ("lmp", "-in", "in.pppm", "-log", "none", "-var", "cells",
                                                        str(cells), "-var", "steps", str(steps)),
                        {"in.pppm": PPPM_INPUT}, ("--result", LJ_RESULT))
+
+
+def cp2k_water_input(molecules: int, cutoff: int) -> str:
+    """CP2K_WATER_INPUT with `molecules` water molecules (1-8) and a plane-wave cutoff of `cutoff` Ry."""
+    if not 1 <= molecules <= len(WATER_SITES):
+        raise ValueError(f"molecules must be 1..{len(WATER_SITES)}, not {molecules}")
+    coordinates = "\n".join(f"{element:<2} {x + sx:10.6f} {y + sy:10.6f} {z + sz:10.6f}"
+                             for sx, sy, sz in WATER_SITES[:molecules] for element, x, y, z in WATER)
+    return CP2K_WATER_INPUT.format(cutoff=cutoff, coordinates=coordinates)
+
+
+def cp2k_water(molecules: int = 2, cutoff: int = 200) -> Application:
+    """CP2K's water input above (Debian's MPI-only build, cp2k.popt: one thread a rank)."""
+    return Application("cp2k-water", DEBIAN_OPENMPI, ("cp2k.popt", "-i", "water.inp"),
+                       {"water.inp": cp2k_water_input(molecules, cutoff)}, ("--result", CP2K_RESULT))
 
 
 def hpcc_input(ranks: int, n: int) -> str:

@@ -4,10 +4,11 @@ library x layout, profile -> advise -> tune --from-profile, online run + best, s
 
 Prints, per case, what the profile says (MPI and collective shares), each variant's speedup over the
 library's default with its 95 % interval, the verdict and whether the results were unchanged, and how
-long the whole pipeline took. Needs root on Debian (make test's `applications` and `site-mpi` packages;
+long the whole pipeline took. Needs root on Debian (make test's `applications`, `cp2k` and `site-mpi` packages;
 emulated nodes need unshare).
 
-    .venv/bin/python bench/applications.py [--only lammps,lammps-pppm,hpcc-debian,hpcc-mpich] [--layouts 1x2,2x1,2x2]
+    .venv/bin/python bench/applications.py [--only lammps,lammps-pppm,cp2k-water,hpcc-debian,hpcc-mpich]
+        [--layouts 1x2,2x1,2x2]
         [--tune-timeout 3m] [--online-runs 10] [--search-budget 12] [--out results.json]
 """
 
@@ -22,7 +23,16 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from app_recipes import DEBIAN_OPENMPI, Layout, build_hpcc, hpcc, lammps, lammps_pppm, run_pipeline  # noqa: E402
+from app_recipes import (  # noqa: E402
+    DEBIAN_OPENMPI,
+    Layout,
+    build_hpcc,
+    cp2k_water,
+    hpcc,
+    lammps,
+    lammps_pppm,
+    run_pipeline,
+)
 
 from tunempi.launch.cluster import EmulatedCluster  # noqa: E402
 from tunempi.mpi.discovery import resolve_library  # noqa: E402
@@ -39,6 +49,8 @@ def applications(names: list[str], ranks: int, scratch: Path) -> list:
             apps.append(lammps(cells=20, steps=200))  # 32,000 atoms
         elif name == "lammps-pppm":
             apps.append(lammps_pppm(cells=8, steps=40))  # 2,048 charged atoms: collectives ~40 % (alltoallv)
+        elif name == "cp2k-water":
+            apps.append(cp2k_water(molecules=2, cutoff=200))  # DFT energy: collectives ~50 % at 2x1 (allreduce, alltoallv)
         elif name == "hpcc-debian":
             apps.append(hpcc("hpcc", DEBIAN_OPENMPI, ranks, n=2000))
         elif name == "hpcc-mpich":
@@ -52,7 +64,7 @@ def applications(names: list[str], ranks: int, scratch: Path) -> list:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--only", default="lammps,lammps-pppm,hpcc-debian,hpcc-mpich")
+    parser.add_argument("--only", default="lammps,lammps-pppm,cp2k-water,hpcc-debian,hpcc-mpich")
     parser.add_argument("--layouts", default="1x2,2x1,2x2")
     parser.add_argument("--tune-timeout", default="3m")
     parser.add_argument("--online-runs", type=int, default=10)
