@@ -362,3 +362,56 @@ def test_advise_names_what_it_cannot_tune(tmp_path: Path, monkeypatch: pytest.Mo
     output = run_advise(tmp_path, monkeypatch, time_profile({"alltoallw": 8_000_000, "allreduce": 2_000_000},
                                                             10_000_000))
     assert "not tunable: alltoallw: 80% of MPI time; the bench engine cannot measure it yet" in output
+
+
+def test_tune_scope_takes_the_dominant_count_shape_of_each_vector_collective_it_tunes(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Issue 40: tune --from-profile measures a vector collective with the shape most of its calls' counts had;
+    advise prints it."""
+    from types import SimpleNamespace
+
+    from tunempi.profile.advise import count_shape_text, tune_scope
+
+    data = time_profile({"alltoallv": 5_000_000, "allgatherv": 2_000_000, "reduce_scatter": 1_000_000,
+                         "allreduce": 1_000_000}, 10_000_000)
+    data["schema_version"] = 2
+    shapes = {"alltoallv": {"uniform": 10, "skewed": 0, "sparse": 30},
+              "allgatherv": {"uniform": 40, "skewed": 0, "sparse": 0},
+              "reduce_scatter": {"uniform": 0, "skewed": 40, "sparse": 0}}
+    for row in data["collectives"]:
+        if row["collective"] in shapes:
+            row["count_shapes"] = shapes[row["collective"]]
+    profile = parse_profile(data)
+    adapter = SimpleNamespace(  # every collective with two algorithms a file can select
+        collectives=lambda: ["alltoallv", "allgatherv", "reduce_scatter", "allreduce"],
+        algorithms=lambda name: [SimpleNamespace(name="a"), SimpleNamespace(name="b")],
+        tuning_file_algorithms=lambda name: SimpleNamespace(selectable=("a", "b")))
+    scope = tune_scope(profile, adapter, "lib-1.0")  # type: ignore[arg-type]
+    assert set(scope.collectives) == {"alltoallv", "allgatherv", "reduce_scatter", "allreduce"}
+    # reduce_scatter is classified, but the engine measures it with equal counts only: no distribution of it
+    assert dict(scope.count_shapes) == {"alltoallv": "sparse", "allgatherv": "uniform"}
+    assert count_shape_text("alltoallv", shapes["alltoallv"]) == "alltoallv: sparse (30 of 40 calls classified; uniform 10)"
+    KnownLibrary(monkeypatch)
+    output = run_advise(tmp_path, monkeypatch, data)
+    assert "count shape: alltoallv: sparse (30 of 40 calls classified; uniform 10); tune --from-profile measures it so" \
+        in output
+    assert "count shape: reduce_scatter: skewed (40 of 40 calls classified); tune measures it with equal counts only" \
+        in output
+
+
+def test_tune_from_profile_takes_the_profile_s_shapes_unless_distribution_names_the_collective(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    import tunempi.cli.tune as cli_tune
+
+    console = Console(width=250, record=True)
+    monkeypatch.setattr(cli_tune, "output_console", lambda: console)
+    shapes = {"alltoallv": "sparse", "allgatherv": "skewed", "gatherv": "uniform"}
+    taken = cli_tune._profile_distributions(shapes, ["alltoallv", "allgatherv", "gatherv", "scatterv", "allreduce"],
+                                            ["allgatherv=uniform"])
+    assert taken == {"alltoallv": "sparse"}  # uniform is the engine's default: not a distribution to pass
+    text = console.export_text()
+    assert "count distributions from the profile (the shape most calls' counts had): alltoallv sparse, gatherv uniform" \
+        in text
+    assert "--distribution given for allgatherv (the profile's: skewed)" in text
+    assert "scatterv: measured with equal counts on every rank (the profile records no count shapes for them)" in text
+    assert cli_tune._profile_distributions(shapes, ["allreduce"], None) == {}

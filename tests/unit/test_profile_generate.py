@@ -175,3 +175,47 @@ def test_a_datatype_position_that_is_no_datatype_is_refused() -> None:
     spec = WrapSpec("MPI_Allreduce", "coll", "allreduce", "count", (2, 3), traits=(0, 2, 4), datatypes=(4, -1))
     with pytest.raises(GeneratorError, match="no MPI_Datatype"):
         generate(protos, [spec])
+
+
+VECTOR_MPI_H = FAKE_MPI_H + """
+#define MPI_IN_PLACE ((void *)-1)
+int MPI_Alltoallv(const void *sendbuf, const int sendcounts[], const int sdispls[], MPI_Datatype sendtype,
+                  void *recvbuf, const int recvcounts[], const int rdispls[], MPI_Datatype recvtype, MPI_Comm comm);
+int PMPI_Alltoallv(const void *sendbuf, const int sendcounts[], const int sdispls[], MPI_Datatype sendtype,
+                   void *recvbuf, const int recvcounts[], const int rdispls[], MPI_Datatype recvtype, MPI_Comm comm);
+int MPI_Gatherv(const void *sendbuf, int sendcount, MPI_Datatype sendtype, void *recvbuf, const int recvcounts[],
+                const int displs[], MPI_Datatype recvtype, int root, MPI_Comm comm);
+int PMPI_Gatherv(const void *sendbuf, int sendcount, MPI_Datatype sendtype, void *recvbuf, const int recvcounts[],
+                 const int displs[], MPI_Datatype recvtype, int root, MPI_Comm comm);
+"""
+VECTOR_SPECS = [s for s in WRAPPED if s.function in {"MPI_Alltoallv", "MPI_Gatherv", "MPI_Allgatherv", "MPI_Allreduce"}]
+
+
+def test_vector_collectives_hand_their_counts_to_the_modes(tmp_path: Path) -> None:
+    text = generate(parse_prototypes(VECTOR_MPI_H), VECTOR_SPECS)
+    # the counts arrays whose shape the profile records: alltoallv's send counts unread in place
+    assert ".counts = {a0 == MPI_IN_PLACE ? NULL : a1, a5}" in text  # MPI_Alltoallv
+    assert ".counts = {a4}, .root = a7, .rooted = 1" in text  # MPI_Gatherv: the root's only
+    assert ".counts = {a4}}" in text  # MPI_Allgatherv: every rank's
+    assert text.count(".counts =") == 3  # MPI_Allreduce has none
+    cc = shutil.which("cc") or shutil.which("gcc")
+    assert cc
+    (tmp_path / "mpi.h").write_text(VECTOR_MPI_H)
+    (tmp_path / "wrappers.c").write_text(text)
+    result = subprocess.run(
+        [cc, "-std=c11", "-Wall", "-Wextra", "-Werror", "-fsyntax-only", f"-I{tmp_path}", f"-I{c_source_dir()}",
+         str(tmp_path / "wrappers.c")], capture_output=True, text=True)
+    assert result.returncode == 0, result.stderr
+
+
+def test_a_counts_position_that_is_no_counts_array_is_refused() -> None:
+    protos = parse_prototypes(VECTOR_MPI_H)
+    spec = WrapSpec("MPI_Gatherv", "coll", "gatherv", "gatherv", (0, 1, 2, 4, 6, 8), traits=(0, -1, -1),
+                    counts=(5,), counts_root=1)
+    assert "no counts array" not in generate(protos, [spec])  # displs is an int array too: accepted
+    with pytest.raises(GeneratorError, match="no counts array"):
+        generate(protos, [WrapSpec("MPI_Gatherv", "coll", "gatherv", "gatherv", (0, 1, 2, 4, 6, 8),
+                                   traits=(0, -1, -1), counts=(6,))])
+    with pytest.raises(GeneratorError, match="no root"):
+        generate(protos, [WrapSpec("MPI_Gatherv", "coll", "gatherv", "gatherv", (0, 1, 2, 4, 6, 8),
+                                   traits=(0, -1, -1), counts=(4,), counts_root=8)])

@@ -122,3 +122,38 @@ def test_profile_passes_everything_after_dashes(monkeypatch: pytest.MonkeyPatch,
     assert result.exit_code == 0, result.output
     # "show" after -- is the program to run, not the subcommand; a second -- belongs to the program
     assert seen == {"spec": "openmpi", "argv": ["show", "-n", "4", "--", "x"], "output": out}
+
+
+def test_version_2_counts_calls_by_count_shape_and_version_1_reads_without(tmp_path: Path,
+                                                                           monkeypatch: pytest.MonkeyPatch) -> None:
+    from tunempi.profile.reader import dominant_shape
+
+    data = sample()
+    data["schema_version"] = 2
+    row = dict(data["collectives"][2], collective="alltoallv", size_lo=129, size_hi=256)
+    data["collectives"] += [
+        {**row, "count_shapes": {"uniform": 2, "skewed": 1, "sparse": 5}},
+        {**row, "size_lo": 257, "size_hi": 512, "count_shapes": {"uniform": 0, "skewed": 4, "sparse": 0}},
+        {**row, "collective": "gatherv", "count_shapes": {"uniform": 3, "skewed": 3, "sparse": 0}},
+        {**row, "collective": "allgatherv"},  # no call classified (e.g. on intercommunicators only)
+    ]
+    profile = load_profile(write(tmp_path, data))
+    assert profile.count_shapes() == {"alltoallv": {"uniform": 2, "skewed": 5, "sparse": 5},
+                                      "gatherv": {"uniform": 3, "skewed": 3, "sparse": 0}}
+    # most calls win; a tie goes to uniform before skewed before sparse
+    assert profile.dominant_shapes() == {"alltoallv": "skewed", "gatherv": "uniform"}
+    assert dominant_shape({"uniform": 0, "skewed": 0, "sparse": 0}) is None
+    assert dominant_shape({"sparse": 1}) == "sparse"
+
+    import tunempi.cli.profile as cli_profile
+
+    monkeypatch.setattr(cli_profile, "_out", Console(width=200))
+    shown = CliRunner().invoke(app, ["profile", "show", str(write(tmp_path, data))])
+    assert shown.exit_code == 0, shown.output
+    line = next(text for text in shown.output.splitlines() if "│ alltoallv" in text and "skewed" in text)
+    assert [cell.strip() for cell in line.split("│")[2:6]] == ["2", "5", "5", "skewed"]
+
+    old = load_profile(write(tmp_path, sample()))  # version 1: read, nothing classified
+    assert old.count_shapes() == {} and all(r.count_shapes is None for r in old.collectives)
+    shown = CliRunner().invoke(app, ["profile", "show", str(write(tmp_path, sample()))])
+    assert shown.exit_code == 0 and "Vector collectives" not in shown.output

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 
 from tunempi.autotune.pipeline import AutotuneOutcome, Context, StepRunner
 from tunempi.autotune.plan import TUNE_PART, runs_for
-from tunempi.collectives import DEFAULT_ALGORITHM
+from tunempi.collectives import DEFAULT_ALGORITHM, check_distributions
 from tunempi.config import resolve
 from tunempi.errors import TunempiError, UsageError
 
@@ -188,9 +188,11 @@ class LibrarySteps(StepRunner):
         timeout = max(30.0, TUNE_PART * (ctx.share_s or 0.0))
         options = TuneOptions(out=out, collectives=",".join(taken), mpi=library.spec, nodes=scope.nodes,
                               ppn=scope.ppn, ranks=scope.ranks, hostfile=request.hostfile, max_msg=scope.max_msg,
-                              min_msg=scope.min_msg, seed=request.seed, timeout_s=timeout, db=request.db_path)
+                              min_msg=scope.min_msg, seed=request.seed, timeout_s=timeout, db=request.db_path,
+                              distributions=check_distributions(scope.count_shapes))
+        shapes = "".join(f", {c} with {d} counts" for c, d in options.distributions.items())
         ctx.listener.note(f"tuning {', '.join(taken)} at the profile's layout and sizes "
-                          f"({scope.min_msg}..{scope.max_msg} bytes) for at most {timeout:.0f} s")
+                          f"({scope.min_msg}..{scope.max_msg} bytes{shapes}) for at most {timeout:.0f} s")
         report = run_tune(options, ctx.listener.tune_events())
         if report.outcome.stop_reason == "interrupted" or report.manifest is None:
             raise KeyboardInterrupt  # the measured points are in the store: the rerun resumes them

@@ -10,6 +10,7 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
+from tunempi.collectives import VECTOR_COLLECTIVES
 from tunempi.config import resolve, resolve_db
 from tunempi.errors import UsageError
 from tunempi.mpi.discovery import SPEC_HELP
@@ -23,6 +24,7 @@ from tunempi.profile.advise import (
     PlanStep,
     advise,
     application_plan,
+    count_shape_text,
     eager_search_space,
     eager_verdict,
     not_tunable,
@@ -222,6 +224,10 @@ def advise_command(
     reasons = unselectable_here(adapter, library.name, collectives)
     for left in not_tunable(app_profile, reasons):
         _out.print(f"not tunable: {escape(left.text)}")
+    for name, shapes in app_profile.count_shapes().items():  # what tune --from-profile measures them with
+        measured = ("tune --from-profile measures it so" if name in VECTOR_COLLECTIVES
+                    else "tune measures it with equal counts only")
+        _out.print(f"count shape: {escape(count_shape_text(name, shapes))}; {measured}")
     eager_advice(app_profile, adapter, library, space_out, _out)
     print_plan(application_plan(app_profile, str(profile), spec, switches_per_call=adapter.switches_at_run_time(),
                                 library_reasons=reasons), _out)

@@ -13,7 +13,7 @@ from typer.core import TyperGroup
 from tunempi.config import resolve
 from tunempi.errors import UsageError
 from tunempi.mpi.discovery import SPEC_HELP
-from tunempi.profile.reader import Profile, load_profile
+from tunempi.profile.reader import COUNT_SHAPES, Profile, dominant_shape, load_profile
 from tunempi.report.console import output_console
 from tunempi.units import format_size
 
@@ -152,6 +152,16 @@ def print_profile(profile: Profile, *, top: int = 25, per_rank: bool = False, co
             _seconds(r.mean_time_s), _seconds(r.time_max_ns * 1e-9), _pct(r.time_s, profile.mpi_s),
         )
     console.print(detail)
+
+    shapes = profile.count_shapes()
+    if shapes:
+        vector = Table(title="Vector collectives: calls by how their counts differ between ranks (each rank's "
+                             "view; gatherv, scatterv: the root's)")
+        for column in ("collective", *COUNT_SHAPES, "dominant"):
+            vector.add_column(column, justify="left" if column in ("collective", "dominant") else "right")
+        for name, counts in shapes.items():
+            vector.add_row(name, *(str(counts.get(s, 0)) for s in COUNT_SHAPES), dominant_shape(counts) or "-")
+        console.print(vector)
 
     started = [r for r in records if not r.blocking and r.calls]
     if started:

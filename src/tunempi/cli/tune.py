@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import sys
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Annotated
 
@@ -15,6 +16,7 @@ from tunempi.collectives import (
     MEASURED_OBJECTIVES,
     OBJECTIVES,
     VECTOR_COLLECTIVES,
+    check_distributions,
     parse_distributions,
 )
 from tunempi.config import resolve
@@ -98,6 +100,7 @@ def tune_command(
                                    time_cap_s=parse_duration(time_cap))
     except ValueError as exc:
         raise UsageError(str(exc)) from None
+    profile_distributions: dict[str, str] = {}
     if from_profile is not None:
         from tunempi.mpi.discovery import adapter_for, library_for_version_string
         from tunempi.profile.advise import not_tunable, tune_scope
@@ -122,12 +125,7 @@ def tune_command(
         output_console().print(f"from {from_profile}: {collectives} at {ranks or ppn} ranks"
                                f"{f' per node on {nodes} nodes' if (nodes or 1) > 1 else ''}, {min_msg}..{max_msg} "
                                f"bytes, {library.name}{untunable}")
-        given = parse_distributions(",".join(distribution or ()))
-        uniform = [c for c in collectives.split(",") if c in VECTOR_COLLECTIVES and c not in given]
-        if uniform:  # the profile cannot say how their counts differ between ranks: measured with equal counts
-            output_console().print(f"  {', '.join(uniform)}: measured with equal counts on every rank (the profile "
-                                   "records each rank's mean block, not how the counts differ); "
-                                   "--distribution COLL=skewed|sparse measures them otherwise")
+        profile_distributions = _profile_distributions(scope.count_shapes, collectives.split(","), distribution)
     nodes = nodes or 1
     if ranks is None and ppn is None and nodes == 1:
         ranks = 2
@@ -141,7 +139,8 @@ def tune_command(
         point_timeout_s=parse_duration(point_timeout) if point_timeout else None, smoke=smoke,
         assume=tuple(sorted((CONTIGUOUS_DATATYPES if assume_contiguous_datatypes else frozenset())
                           | (SAME_COUNTS if assume_same_counts else frozenset()))), launches=launches,
-        objective=objective, distributions=parse_distributions(",".join(distribution or ())),
+        objective=objective, distributions={**profile_distributions,
+                                            **parse_distributions(",".join(distribution or ()))},
     )
     progress = TuneProgress(output_console())
     try:
@@ -150,6 +149,29 @@ def tune_command(
         progress.close()
     if report.outcome.stop_reason == "interrupted":
         sys.exit(130)
+
+
+def _profile_distributions(shapes: Mapping[str, str], collectives: Sequence[str],
+                           distribution: Sequence[str] | None) -> dict[str, str]:
+    """The count distribution of each vector collective tuned from a profile: the dominant shape of its calls'
+    counts the profile recorded (`shapes`), unless --distribution names the collective; says which it took."""
+    named = {part.partition("=")[0].strip().lower() for part in ",".join(distribution or ()).split(",")
+             if part.strip()}
+    vector = [c for c in collectives if c in VECTOR_COLLECTIVES]
+    taken = {c: shapes[c] for c in vector if c in shapes and c not in named}
+    console = output_console()
+    if taken:
+        console.print("  count distributions from the profile (the shape most calls' counts had): "
+                      + ", ".join(f"{c} {d}" for c, d in taken.items())
+                      + "; --distribution COLL=DIST measures them otherwise")
+    overridden = [c for c in vector if c in shapes and c in named]
+    if overridden:
+        console.print("  --distribution given for " + ", ".join(f"{c} (the profile's: {shapes[c]})" for c in overridden))
+    unknown = [c for c in vector if c not in shapes and c not in named]
+    if unknown:  # a version 1 profile, or calls on intercommunicators only
+        console.print(f"  {', '.join(unknown)}: measured with equal counts on every rank (the profile records "
+                      "no count shapes for them); --distribution COLL=skewed|sparse measures them otherwise")
+    return check_distributions(taken)
 
 
 def register(app: typer.Typer) -> None:

@@ -20,10 +20,10 @@ from dataclasses import dataclass, field
 from typing import Protocol
 
 from tunempi.bench.validate import ENGINE_COLLECTIVES
-from tunempi.collectives import ONLINE_SWITCHABLE
+from tunempi.collectives import ONLINE_SWITCHABLE, VECTOR_COLLECTIVES
 from tunempi.errors import UsageError
 from tunempi.mpi.vendor import ThresholdKnob, VendorAdapter
-from tunempi.profile.reader import P2PBucket, Profile, UsageRow
+from tunempi.profile.reader import COUNT_SHAPES, P2PBucket, Profile, UsageRow, dominant_shape
 from tunempi.space.feature import Cell, is_power_of_two, power_of_two_ceil, power_of_two_floor
 from tunempi.store.dataset import DatasetRow
 
@@ -304,6 +304,20 @@ class TuneScope:
     ppn: int | None
     min_msg: int
     max_msg: int
+    #: the vector collectives of `collectives` whose counts the profile classified -> their dominant shape
+    #: (uniform included): the count distribution `tune` measures them with unless told otherwise
+    count_shapes: Mapping[str, str] = field(default_factory=dict)
+
+
+def count_shape_text(collective: str, shapes: Mapping[str, int]) -> str:
+    """'alltoallv: sparse (24 of 48 calls classified; uniform 16, skewed 8)': a collective's dominant count
+    shape (reader.dominant_shape) and how its classified calls split."""
+    dominant = dominant_shape(shapes)
+    if dominant is None:
+        return f"{collective}: no call classified"
+    others = ", ".join(f"{s} {shapes[s]}" for s in COUNT_SHAPES if s != dominant and shapes.get(s))
+    return (f"{collective}: {dominant} ({shapes[dominant]} of {sum(shapes.values())} calls classified"
+            f"{'; ' + others if others else ''})")
 
 
 def tune_scope(profile: Profile, adapter: VendorAdapter, library: str, *, nodes: int | None = None,
@@ -317,8 +331,9 @@ def tune_scope(profile: Profile, adapter: VendorAdapter, library: str, *, nodes:
     nodes = nodes or 1
     if ranks is None and ppn is None and nodes == 1:
         ranks = 2
-    return TuneScope(tuple(c for c in scope.collectives if c not in reasons), reasons, scope.untunable,
-                     nodes, ranks, ppn, scope.min_msg, scope.max_msg)
+    taken = tuple(c for c in scope.collectives if c not in reasons)
+    shapes = {c: s for c, s in profile.dominant_shapes().items() if c in taken and c in VECTOR_COLLECTIVES}
+    return TuneScope(taken, reasons, scope.untunable, nodes, ranks, ppn, scope.min_msg, scope.max_msg, shapes)
 
 
 @dataclass(frozen=True)

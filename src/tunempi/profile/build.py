@@ -16,7 +16,7 @@ from tunempi.mpi.library import MPILibrary
 from tunempi.profile.generate import generate, generate_fortran, parse_prototypes, preprocess_mpi_h
 
 RUNTIME_SOURCES: tuple[str, ...] = ("tmpi_core.c", "tmpi_sizes.c", "tmpi_profile.c", "tmpi_online.c")
-HEADERS: tuple[str, ...] = ("tmpi.h", "tmpi_hash.h", "tmpi_online_stream.h", "tmpi_fortran.h")
+HEADERS: tuple[str, ...] = ("tmpi.h", "tmpi_hash.h", "tmpi_counts.h", "tmpi_online_stream.h", "tmpi_fortran.h")
 
 
 def c_source_dir() -> Path:

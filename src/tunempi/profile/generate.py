@@ -112,6 +112,21 @@ class WrapSpec:
     #: rooted collectives may be anything on other ranks, so they are never read). The online mode checks
     #: their contiguity for the algorithms that need it (mpi/restrictions.py "contiguous").
     datatypes: tuple[int, int] = (-1, -1)
+    #: vector collectives: positions of the counts arrays whose shape the profile records (tmpi_counts.h): one,
+    #: or alltoallv's two (send, receive: the send counts are not read when the send buffer, traits[0], is
+    #: MPI_IN_PLACE); and of the root where only the root's counts are significant (-1: every rank's are).
+    counts: tuple[int, ...] = ()
+    counts_root: int = -1
+
+
+#: label -> (counts positions, root position): what WrapSpec.counts and counts_root take.
+_VECTOR_COUNTS: dict[str, tuple[tuple[int, ...], int]] = {
+    "allgatherv": ((4,), -1),
+    "alltoallv": ((1, 5), -1),
+    "gatherv": ((4,), 7),
+    "scatterv": ((1,), 7),
+    "reduce_scatter": ((2,), -1),
+}
 
 
 def _collectives() -> list[WrapSpec]:
@@ -137,9 +152,11 @@ def _collectives() -> list[WrapSpec]:
     specs = []
     for label, rule, args, traits, datatypes in table:
         c_name = "MPI_" + label.capitalize()
-        specs.append(WrapSpec(c_name, "coll", label, rule, args, traits=traits, datatypes=datatypes))
+        counts, root = _VECTOR_COUNTS.get(label, ((), -1))
+        specs.append(WrapSpec(c_name, "coll", label, rule, args, traits=traits, datatypes=datatypes, counts=counts,
+                              counts_root=root))
         specs.append(WrapSpec("MPI_I" + label, "coll", "i" + label, rule, args, required=False, traits=traits,
-                              datatypes=datatypes))
+                              datatypes=datatypes, counts=counts, counts_root=root))
     return specs
 
 
@@ -276,6 +293,12 @@ def _check_types(spec: WrapSpec, proto: Prototype) -> None:
     for position in spec.datatypes:
         if position >= 0 and (position >= len(proto.params) or proto.params[position].base != "MPI_Datatype"):
             raise GeneratorError(f"{spec.function}: argument {position} of {_signature(proto)} is no MPI_Datatype")
+    for position in spec.counts:
+        if position >= len(proto.params) or proto.params[position].base != "int*":
+            raise GeneratorError(f"{spec.function}: argument {position} of {_signature(proto)} is no counts array")
+    if spec.counts_root >= 0 and (spec.counts_root >= len(proto.params)
+                                  or proto.params[spec.counts_root].base != "int"):
+        raise GeneratorError(f"{spec.function}: argument {spec.counts_root} of {_signature(proto)} is no root")
 
 
 def _signature(proto: Prototype) -> str:
@@ -340,6 +363,13 @@ def _emit_wrapper(spec: WrapSpec, op: int, proto: Prototype) -> str:
                 datatype, send_datatype = spec.datatypes
                 fields.append(f".datatype = {names[datatype] if datatype >= 0 else 'MPI_DATATYPE_NULL'}")
                 fields.append(f".send_datatype = {names[send_datatype] if send_datatype >= 0 else 'MPI_DATATYPE_NULL'}")
+                if spec.counts:
+                    counts = [names[i] for i in spec.counts]
+                    if len(counts) == 2:  # alltoallv: the send counts are not significant in place
+                        counts[0] = f"{names[inplace]} == MPI_IN_PLACE ? NULL : {counts[0]}"
+                    fields.append(f".counts = {{{', '.join(counts)}}}")
+                if spec.counts_root >= 0:
+                    fields += [f".root = {names[spec.counts_root]}", ".rooted = 1"]
         if spec.kind == "coll" and spec.label.startswith("i"):
             request = [i for i, p in enumerate(proto.params) if p.base == "MPI_Request*"]
             if len(request) != 1:

@@ -1,4 +1,4 @@
-"""Read the interposer's JSON profile (schema "tunempi-profile", version 1) into frozen records.
+"""Read the interposer's JSON profile (schema "tunempi-profile", versions 1 and 2) into frozen records.
 
 The file is written by rank 0 at MPI_Finalize (c/tmpi_profile.c); docs/profile.md describes every field.
 Times in the file are integer nanoseconds summed over ranks; the records here keep them and offer
@@ -6,12 +6,16 @@ seconds and shares.
 
 `Profile.usage()` is the small interface that `tunempi advise` builds on: one row per (collective,
 communicator size, nodes, ppn, message size) the application used, with its calls and time.
+
+Version 2 added `count_shapes` to the rows of vector collectives (how each call's counts differ between
+ranks); a version 1 file reads with none recorded.
 """
 
 from __future__ import annotations
 
 import json
 from collections import defaultdict
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -19,8 +23,29 @@ from typing import Any
 from tunempi.errors import UsageError
 
 SCHEMA = "tunempi-profile"
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
+READABLE_VERSIONS: tuple[int, ...] = (1, 2)
 NS = 1e-9
+
+#: The shapes the interposer sorts a vector collective's counts into (c/tmpi_counts.h), in its order: the
+#: bench engine's count distributions (collectives.DISTRIBUTIONS), which `tune --distribution` measures.
+COUNT_SHAPES: tuple[str, ...] = ("uniform", "skewed", "sparse")
+
+
+def dominant_shape(shapes: Mapping[str, int]) -> str | None:
+    """The shape with the most calls (a tie goes to the earlier of COUNT_SHAPES: uniform, the engine's
+    default, before skewed before sparse); None when no call was classified."""
+    if sum(shapes.values()) <= 0:
+        return None
+    return max(COUNT_SHAPES, key=lambda s: (shapes.get(s, 0), -COUNT_SHAPES.index(s)))
+
+
+def sum_shapes(counts: Iterable[Mapping[str, int]]) -> dict[str, int]:
+    total = dict.fromkeys(COUNT_SHAPES, 0)
+    for c in counts:
+        for shape, n in c.items():
+            total[shape] = total.get(shape, 0) + n
+    return total
 
 
 @dataclass(frozen=True)
@@ -36,6 +61,11 @@ class CollectiveRecord:
     return of that wait or test, `wait_ns` the time the application spent in the waits and tests that named
     them (a call naming n active requests gives each 1/n of its time). Their time in the application, `time_s`,
     is starting plus waiting.
+
+    Vector collectives (schema version 2): `count_shapes` counts the calls by the shape of the counts each rank
+    passed (uniform, skewed, sparse; docs/profile.md "Count shapes"), summed over ranks: every rank's calls for
+    alltoallv, allgatherv and reduce_scatter, the root's only for gatherv and scatterv, none on
+    intercommunicators. None where no call was classified (and in version 1 files).
     """
 
     collective: str
@@ -55,6 +85,7 @@ class CollectiveRecord:
     completed: int = 0
     completion_ns: int = 0
     wait_ns: int = 0
+    count_shapes: dict[str, int] | None = None
 
     @property
     def time_s(self) -> float:
@@ -163,6 +194,19 @@ class Profile:
             time[record.collective] += record.time_s
         return sorted(((name, calls[name], time[name]) for name in calls), key=lambda row: -row[2])
 
+    def count_shapes(self) -> dict[str, dict[str, int]]:
+        """collective -> calls per count shape over all its rows, for the collectives with calls classified."""
+        found: dict[str, list[dict[str, int]]] = defaultdict(list)
+        for record in self.collectives:
+            if record.count_shapes:
+                found[record.collective].append(record.count_shapes)
+        return {name: sum_shapes(rows) for name, rows in sorted(found.items())}
+
+    def dominant_shapes(self) -> dict[str, str]:
+        """collective -> the shape most of its classified calls had (dominant_shape)."""
+        return {name: shape for name, shapes in self.count_shapes().items()
+                if (shape := dominant_shape(shapes)) is not None}
+
     def usage(self) -> list[UsageRow]:
         """One row per (collective, scale, message size); time split over exact sizes by their calls."""
         rows = []
@@ -184,13 +228,15 @@ def _require(data: dict[str, Any], key: str, path: Path) -> Any:
 def parse_profile(data: dict[str, Any], path: Path = Path("<profile>")) -> Profile:
     if data.get("schema") != SCHEMA:
         raise UsageError(f"{path}: not a tunempi profile (schema {data.get('schema')!r}, expected {SCHEMA!r})")
-    if data.get("schema_version") != SCHEMA_VERSION:
+    if data.get("schema_version") not in READABLE_VERSIONS:
         raise UsageError(
-            f"{path}: profile schema version {data.get('schema_version')!r}; this tunempi reads {SCHEMA_VERSION}"
+            f"{path}: profile schema version {data.get('schema_version')!r}; this tunempi reads "
+            + ", ".join(map(str, READABLE_VERSIONS))
         )
     collectives = []
     for row in _require(data, "collectives", path):
         exact = row["exact_sizes"]
+        shapes = row.get("count_shapes")
         collectives.append(CollectiveRecord(
             collective=row["collective"], blocking=bool(row["blocking"]), comm_size=row["comm_size"],
             nodes=row["nodes"], ppn=row["ppn"], size_lo=row["size_lo"], size_hi=row["size_hi"],
@@ -199,6 +245,7 @@ def parse_profile(data: dict[str, Any], path: Path = Path("<profile>")) -> Profi
             exact_sizes=None if exact is None else {int(k): int(v) for k, v in exact.items()},
             completed=int(row.get("completed", 0)), completion_ns=int(row.get("completion_ns", 0)),
             wait_ns=int(row.get("wait_ns", 0)),
+            count_shapes=None if not shapes else {str(k): int(v) for k, v in shapes.items()},
         ))
     ranks = tuple(RankSummary(**row) for row in _require(data, "ranks", path))
     histogram = _require(data, "p2p_histogram", path)

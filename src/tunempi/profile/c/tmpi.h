@@ -73,6 +73,10 @@ typedef struct {
     MPI_Op mpi_op;          /* reductions: the operation (MPI_OP_NULL otherwise) */
     MPI_Datatype datatype;  /* collectives: a datatype significant on every rank (MPI_DATATYPE_NULL: none) */
     MPI_Datatype send_datatype; /* the send datatype, significant unless buffer is MPI_IN_PLACE (or NULL) */
+    const int *counts[2];   /* vector collectives: the counts arrays of this rank's call whose shape the profile
+                               records (tmpi_counts.h; NULL: none): alltoallv's send (NULL in place) and receive
+                               counts, allgatherv's, gatherv's and reduce_scatter's receive, scatterv's send */
+    int root, rooted;       /* gatherv, scatterv (rooted 1): the root, the only rank whose counts are significant */
     MPI_Request *requests;  /* SEND_INIT: the new request; START: the started requests */
     int nrequests;
     uint64_t t_begin, t_end; /* clock ticks (tmpi_ticks); tmpi_ticks_to_ns converts after calibration */
@@ -182,6 +186,8 @@ uint64_t tmpi_bytes_scatterv(const int *sendcounts, MPI_Datatype sendtype, const
 typedef struct {
     int size;           /* number of processes the collective spans (local group) */
     int shape;          /* index of the distinct member set (world ranks), resolved to nodes/ppn at finalize */
+    int rank;           /* this process's rank in the communicator (its local group) */
+    int inter;          /* 1: an intercommunicator */
     void *mode_data;    /* private to the active mode (online: shadow communicators) */
 } tmpi_comm_info;
 

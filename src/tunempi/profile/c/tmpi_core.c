@@ -328,7 +328,11 @@ tmpi_comm_info *tmpi_comm_lookup(MPI_Comm comm)
     comm_slots[j].used = 1;
     comm_slots[j].key = key;
     comm_slots[j].info.mode_data = NULL;
-    comm_slots[j].info.shape = tmpi_shape_of(comm, &comm_slots[j].info.size);
+    tmpi_comm_info *info = &comm_slots[j].info;
+    info->shape = tmpi_shape_of(comm, &info->size);
+    info->rank = info->inter = 0;
+    PMPI_Comm_rank(comm, &info->rank);
+    PMPI_Comm_test_inter(comm, &info->inter);
     comm_used++;
     return &(last_comm = &comm_slots[j])->info;
 }

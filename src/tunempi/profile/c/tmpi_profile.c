@@ -11,6 +11,7 @@
  *                             summed and maxed over the ranks into "pvars" (the `rl` search's state)
  */
 #include "tmpi.h"
+#include "tmpi_counts.h"
 
 #include <errno.h>
 #include <stdio.h>
@@ -29,6 +30,7 @@ typedef struct {
     int op, shape, bucket;
     uint64_t calls, bytes, time, min, max; /* times in ticks */
     uint64_t completed, completion, wait; /* non-blocking: completions seen, start -> completion, waited */
+    uint64_t shapes[TMPI_COUNTS_SHAPES]; /* vector collectives: calls per shape of their counts (tmpi_counts.h) */
     int n_exact; /* -1: more than TMPI_EXACT_MAX distinct sizes */
     uint64_t exact_size[TMPI_EXACT_MAX], exact_calls[TMPI_EXACT_MAX];
 } tmpi_coll_entry;
@@ -38,6 +40,7 @@ typedef struct {
     int32_t op, comm_size, nodes, ppn, bucket, n_exact, ranks, pad;
     uint64_t calls, bytes, time_ns, min_ns, max_ns;
     uint64_t completed, completion_ns, wait_ns;
+    uint64_t shapes[TMPI_COUNTS_SHAPES];
     uint64_t exact_size[TMPI_EXACT_MAX], exact_calls[TMPI_EXACT_MAX];
 } tmpi_record;
 
@@ -157,6 +160,21 @@ static void tmpi_add_exact(uint64_t *sizes, uint64_t *calls, int *n, uint64_t si
     (*n)++;
 }
 
+/* The shape of a vector call's counts as this rank passes them (tmpi_counts.h; alltoallv: the stronger of its
+ * send and receive counts' shapes), or -1 where it passes none that are significant: a rooted collective
+ * (gatherv, scatterv) off its root, and intercommunicators (their arrays span the remote group, or the local
+ * one for reduce_scatter: not classified). */
+static int tmpi_call_shape(const tmpi_call *call, const tmpi_comm_info *info)
+{
+    if (info->inter || (call->rooted && call->root != info->rank))
+        return -1;
+    int shape = -1;
+    for (int k = 0; k < 2; k++)
+        if (call->counts[k] != NULL)
+            shape = tmpi_counts_stronger(shape, tmpi_counts_shape(call->counts[k], info->size));
+    return shape;
+}
+
 static void tmpi_record_p2p(uint64_t bytes)
 {
     int b = tmpi_p2p_bucket(bytes);
@@ -250,6 +268,11 @@ static void profile_end(tmpi_call *call)
             e->exact_calls[0]++;
         else
             tmpi_add_exact(e->exact_size, e->exact_calls, &e->n_exact, call->bytes, 1);
+        if (TMPI_UNLIKELY(call->counts[0] != NULL || call->counts[1] != NULL)) {
+            int shape = tmpi_call_shape(call, info);
+            if (shape >= 0)
+                e->shapes[shape]++;
+        }
         me.coll += dt;
         me.coll_calls++;
         if (!tmpi_op_table[call->op].blocking)
@@ -467,6 +490,8 @@ static void tmpi_merge_record(tmpi_record *a, const tmpi_record *b)
     a->completed += b->completed;
     a->completion_ns += b->completion_ns;
     a->wait_ns += b->wait_ns;
+    for (int s = 0; s < TMPI_COUNTS_SHAPES; s++)
+        a->shapes[s] += b->shapes[s];
     if (b->min_ns < a->min_ns)
         a->min_ns = b->min_ns;
     if (b->max_ns > a->max_ns)
@@ -521,6 +546,7 @@ static tmpi_record *tmpi_local_records(const int *node_of, int n_nodes, int *cou
                            .time_ns = tmpi_ticks_to_ns(e->time), .min_ns = tmpi_ticks_to_ns(e->min),
                            .max_ns = tmpi_ticks_to_ns(e->max), .completed = e->completed,
                            .completion_ns = tmpi_ticks_to_ns(e->completion), .wait_ns = tmpi_ticks_to_ns(e->wait)};
+        memcpy(r->shapes, e->shapes, sizeof r->shapes);
         memcpy(r->exact_size, e->exact_size, sizeof r->exact_size);
         memcpy(r->exact_calls, e->exact_calls, sizeof r->exact_calls);
     }
@@ -639,7 +665,7 @@ static void tmpi_write_json(FILE *out, const tmpi_record *records, int n_records
     while (len > 0 && (version[len - 1] == '\n' || version[len - 1] == ' ' || version[len - 1] == '\0'))
         len--;
 
-    fputs("{\n  \"schema\": \"tunempi-profile\",\n  \"schema_version\": 1,\n  \"header\": {\n", out);
+    fputs("{\n  \"schema\": \"tunempi-profile\",\n  \"schema_version\": 2,\n  \"header\": {\n", out);
     fputs("    \"library\": ", out);
     tmpi_json_string(out, version, (size_t)len);
     fputs(",\n    \"command\": ", out);
@@ -715,6 +741,11 @@ static void tmpi_write_json(FILE *out, const tmpi_record *records, int n_records
             fprintf(out, "\"completed\": %llu, \"completion_ns\": %llu, \"wait_ns\": %llu, ",
                     (unsigned long long)r->completed, (unsigned long long)r->completion_ns,
                     (unsigned long long)r->wait_ns);
+        if (r->shapes[TMPI_COUNTS_UNIFORM] + r->shapes[TMPI_COUNTS_SKEWED] + r->shapes[TMPI_COUNTS_SPARSE] > 0)
+            fprintf(out, "\"count_shapes\": {\"uniform\": %llu, \"skewed\": %llu, \"sparse\": %llu}, ",
+                    (unsigned long long)r->shapes[TMPI_COUNTS_UNIFORM],
+                    (unsigned long long)r->shapes[TMPI_COUNTS_SKEWED],
+                    (unsigned long long)r->shapes[TMPI_COUNTS_SPARSE]);
         fputs("\"exact_sizes\": ", out);
         if (r->n_exact < 0) {
             fputs("null", out);
