@@ -13,7 +13,6 @@ from tunempi.bench.protocol import MeasureSettings
 from tunempi.collectives import (
     DEFAULT_OBJECTIVE,
     DISTRIBUTIONS,
-    MEASURED_OBJECTIVES,
     OBJECTIVES,
     VECTOR_COLLECTIVES,
     check_distributions,
@@ -41,9 +40,11 @@ def tune_command(
         help="Collectives, comma list (default allreduce,bcast,allgather,alltoall; the non-blocking iallreduce, "
              "ibcast, ialltoall, iallgather too).")] = None,
     objective: Annotated[str, typer.Option(
-        help=f"What is minimised for a non-blocking collective: {', '.join(OBJECTIVES)} (measured so far: "
-             f"{', '.join(MEASURED_OBJECTIVES)}: start + MPI_Wait). Recorded in the manifest; verify compares "
-             "under the same.")] = DEFAULT_OBJECTIVE,
+        help=f"What is minimised for a non-blocking collective: {', '.join(OBJECTIVES)} (time: start + a "
+             "computation as long as the library default's latency in that cell + MPI_Wait, the same computation for "
+             "every algorithm; latency: start + MPI_Wait; overlap: the time not hidden behind a computation as long "
+             "as the algorithm's own latency). Blocking collectives ignore it. Recorded in the manifest; verify "
+             "compares under the same.")] = DEFAULT_OBJECTIVE,
     distribution: Annotated[list[str] | None, typer.Option(
         "--distribution", help="COLLECTIVE=DISTRIBUTION (repeatable or a comma list): how a vector collective's "
         f"blocks differ between ranks around the mean block where tune measures it: {', '.join(DISTRIBUTIONS)} "
