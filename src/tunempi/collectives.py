@@ -6,7 +6,7 @@ allreduce/bcast/reduce, the per-destination block for allgather/alltoall/gather/
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 
 from tunempi.errors import UsageError
 
@@ -24,14 +24,20 @@ NONBLOCKING: dict[str, str] = {
     "iallreduce": "allreduce", "ibcast": "bcast", "ialltoall": "alltoall", "iallgather": "allgather",
 }
 
-#: What `tune` minimises for a non-blocking collective (`--objective`, recorded in the manifest; verify compares
-#: under the same one): `latency` (start + MPI_Wait, the engine's nb=latency median, the time the store keeps),
-#: `time` (start + a computation as long as the latency + wait: nb=overlap's overlapped median) and `overlap`
-#: (the share of the collective hidden behind that computation). Only `latency` is measured by tune's path
-#: so far: the store keeps one time per point, not nb=overlap's figures (issue 41; docs/tune.md).
-OBJECTIVES: tuple[str, ...] = ("latency", "time", "overlap")
-MEASURED_OBJECTIVES: tuple[str, ...] = ("latency",)
-DEFAULT_OBJECTIVE = "latency"
+#: What `bench`, `tune` and `verify` minimise for a non-blocking collective (`--objective`; recorded in the
+#: manifest and in every stored point, so that figures of different objectives never mix; verify compares
+#: under the tuning's): `time` (the default: start + a computation + MPI_Wait, the computation of one fixed
+#: length per (collective, size, layout) shared by every algorithm of that cell, the library default's
+#: measured latency there: what an application that overlaps sees; engine nb=time), `latency` (start +
+#: MPI_Wait back to back, OSU's pure time; engine nb=latency) and `overlap` (the share of the collective hidden
+#: behind a computation as long as its own latency, OSU's method; minimised as the time NOT hidden, overlapped
+#: - computation, per iteration; engine nb=overlap). Blocking collectives are measured as they are (their
+#: points' objective is `latency`) whatever the objective (docs/tune.md, "Objectives").
+OBJECTIVES: tuple[str, ...] = ("time", "latency", "overlap")
+DEFAULT_OBJECTIVE = "time"
+#: The objective of a point or a manifest from before `--objective` was measured (issue 41), and of every
+#: blocking collective's point: start to end of the call(s).
+LATENCY_OBJECTIVE = "latency"
 
 #: The algorithm name that means "the library's own choice" everywhere: the store, rule sets, tuning
 #: files, datasets, online tables.
@@ -125,16 +131,22 @@ def check_collective(name: str) -> str:
     return canonical
 
 
-def check_objective(objective: str) -> str:
-    """The objective if tune can measure it, else UsageError saying why not (OBJECTIVES)."""
+def check_objective(objective: str, collectives: Iterable[str] | None = None) -> str:
+    """The objective's name, or UsageError: not one of OBJECTIVES, or `overlap` asked for `collectives` none
+    of which is non-blocking (the others ignore the objective; overlap means nothing for them)."""
     name = objective.strip().lower()
     if name not in OBJECTIVES:
         raise UsageError(f"unknown --objective {objective!r}; valid: {', '.join(OBJECTIVES)}")
-    if name not in MEASURED_OBJECTIVES:
-        raise UsageError(f"--objective {name}: tune does not measure it yet (the results store keeps one time per "
-                         "point, the pure latency; the overlapped and compute medians `tunempi bench --overlap` "
-                         f"prints are not stored); valid now: {', '.join(MEASURED_OBJECTIVES)}")
+    if collectives is not None and name == "overlap" and not any(is_nonblocking(c) for c in collectives):
+        raise UsageError("--objective overlap applies to the non-blocking collectives "
+                         f"({', '.join(NONBLOCKING)}) only; none is asked for")
     return name
+
+
+def objective_of(collective: str, objective: str) -> str:
+    """What a point of `collective` is measured for under `objective`: the objective for a non-blocking
+    collective, LATENCY_OBJECTIVE (the call's time) for a blocking one."""
+    return objective if is_nonblocking(collective) else LATENCY_OBJECTIVE
 
 
 def parse_collectives(text: str, *, nonblocking: bool = True) -> list[str]:

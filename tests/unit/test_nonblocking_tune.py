@@ -37,11 +37,12 @@ def _single(collective: str, *rules: tuple[int | None, str]) -> RuleSet:
     return RuleSet(collective, (CommBlock(1, None, tuple(MsgRule(b, a) for b, a in rules), (2,)),))
 
 
-def test_latency_is_the_objective_tune_measures_and_the_others_are_refused_with_the_reason() -> None:
+def test_every_objective_is_taken_and_overlap_needs_a_nonblocking_collective() -> None:
     assert check_objective("latency") == "latency" == check_objective(" Latency ")
-    for other in ("time", "overlap"):
-        with pytest.raises(UsageError, match="does not measure it yet.*keeps one time per point"):
-            check_objective(other)
+    assert check_objective("time", ["allreduce"]) == "time"  # the default: blocking collectives ignore it
+    assert check_objective("overlap", ["allreduce", "iallreduce"]) == "overlap"
+    with pytest.raises(UsageError, match="overlap applies to the non-blocking collectives"):
+        check_objective("overlap", ["allreduce", "bcast"])
     with pytest.raises(UsageError, match="unknown --objective"):
         check_objective("throughput")
     assert parse_collectives("iallreduce,ibcast", nonblocking=True) == ["iallreduce", "ibcast"]
@@ -133,7 +134,7 @@ def test_the_manifest_and_report_say_where_the_files_hold_one_algorithm_for_ever
     assert choice == {"iallreduce": "for every call", "ibcast": "for every call"}
     record = LibraryRecord("openmpi-5.0.11", "openmpi", "5.0.11", "fp", "/x", "/x/bin/mpicc")
     manifest = Manifest(directory=tmp_path, library=record, collectives=("allreduce", "iallreduce", "ibcast"),
-                        one_choice=choice)
+                        one_choice=choice, objective="latency")
     manifest.save()
     lines = summary_lines(Manifest.load(tmp_path))
     assert "iallreduce: one algorithm for every call (the library's files cannot choose it by message size)" in lines

@@ -4,7 +4,7 @@ Requests go to rank 0's stdin, one line each:
 
     point id=7 coll=allreduce bytes=1024 cvar=<name|-> set=<int|default|keep> newcomm=<0|1>
           warmup=2 min_iters=10 max_iters=1000 rel_ci=0.05 time_cap=1 [back_to_back=<n>] [spoil_every=<n>]
-          [dist=<uniform|skewed|sparse>] [nb=<latency|overlap>]
+          [dist=<uniform|skewed|sparse>] [nb=<latency|overlap|time>] [compute=<seconds>]
     setup id=1 cvar=<name> set=<int> newcomm=<0|1>      (a cvar kept for the whole launch)
     quit
 
@@ -31,7 +31,10 @@ SET_KEEP = "keep"
 #: overlap method: the reply adds the overlapped time, the computation's and the overlap %).
 NB_LATENCY = "latency"
 NB_OVERLAP = "overlap"
-NB_MODES: tuple[str, ...] = (NB_LATENCY, NB_OVERLAP)
+#: start + a computation of a given length (`compute=`, seconds) + MPI_Wait in every timed iteration: the
+#: point's samples and median are that time (tune --objective time: every algorithm of a cell on the same work).
+NB_TIME = "time"
+NB_MODES: tuple[str, ...] = (NB_LATENCY, NB_OVERLAP, NB_TIME)
 
 _CVAR_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 
@@ -94,8 +97,10 @@ class PointRequest:
     #: Last, so that positional requests keep their meaning.
     also: tuple[tuple[str, int], ...] = ()
     #: A non-blocking collective's measurement (NB_MODES; "" for blocking collectives, and the engine's
-    #: default NB_LATENCY for non-blocking ones): sent only when it is NB_OVERLAP.
+    #: default NB_LATENCY for non-blocking ones): sent only when it is NB_OVERLAP or NB_TIME.
     nb: str = ""
+    #: NB_TIME's computation between start and wait, in seconds (needed by it, refused without it).
+    compute_s: float | None = None
 
     def encode(self) -> str:
         """The request line (without newline)."""
@@ -114,8 +119,12 @@ class PointRequest:
             raise ValueError(f"unknown nb mode {self.nb!r}; valid: {', '.join(NB_MODES)}")
         if self.nb and not is_nonblocking(self.collective):
             raise ValueError(f"nb={self.nb} needs a non-blocking collective, not {self.collective!r}")
-        if self.nb == NB_OVERLAP and self.settings.back_to_back != 1:
-            raise ValueError("nb=overlap times one call per iteration: back_to_back must be 1")
+        if self.nb in (NB_OVERLAP, NB_TIME) and self.settings.back_to_back != 1:
+            raise ValueError(f"nb={self.nb} times one call per iteration: back_to_back must be 1")
+        if (self.nb == NB_TIME) != (self.compute_s is not None):
+            raise ValueError("nb=time and compute_s go together")
+        if self.compute_s is not None and not 0 <= self.compute_s <= 60:
+            raise ValueError(f"compute_s must be within 0-60 s, got {self.compute_s}")
         if self.distribution not in DISTRIBUTIONS:
             raise ValueError(f"unknown distribution {self.distribution!r}; valid: {', '.join(DISTRIBUTIONS)}")
         s = self.settings
@@ -127,7 +136,8 @@ class PointRequest:
             + (f" back_to_back={s.back_to_back}" if s.back_to_back != 1 else "")
             + (f" spoil_every={self.spoil_every}" if self.spoil_every else "")
             + (f" dist={self.distribution}" if self.distribution != DEFAULT_DISTRIBUTION else "")
-            + (f" nb={self.nb}" if self.nb == NB_OVERLAP else "")
+            + (f" nb={self.nb}" if self.nb in (NB_OVERLAP, NB_TIME) else "")
+            + (f" compute={self.compute_s:.9f}" if self.compute_s is not None else "")
         )
 
 
@@ -182,13 +192,16 @@ class PointReply:
     #: Non-blocking collectives: how they were measured (NB_MODES; "" for a blocking one). With NB_OVERLAP,
     #: the medians over `overlap_iterations` of start + computation + wait and of the computation alone
     #: (each iteration's slowest rank), the computation's calibrated loop count, and the share of the pure
-    #: time (median_us) hidden behind the computation, in % (0-100).
+    #: time (median_us) hidden behind the computation, in % (0-100), and per overlap iteration the time not
+    #: hidden (overlapped - compute). With NB_TIME, samples_us are start + computation + wait and compute_us
+    #: the computation's median.
     nb: str = ""
     overlap_iterations: int = 0
     compute_loops: int = 0
     overlapped_us: float | None = None
     compute_us: float | None = None
     overlap_pct: float | None = None
+    unhidden_samples_us: tuple[float, ...] = ()
 
     @property
     def ok(self) -> bool:
@@ -248,5 +261,6 @@ def decode_line(line: str) -> EngineReady | PointReply | SetupReply:
             overlapped_us=float(data["overlapped_us"]) if "overlapped_us" in data else None,
             compute_us=float(data["compute_us"]) if "compute_us" in data else None,
             overlap_pct=float(data["overlap_pct"]) if "overlap_pct" in data else None,
+            unhidden_samples_us=tuple(float(x) for x in data.get("unhidden_samples_us", ())),
         )
     raise MPIError(f"engine printed an unknown event: {line[:200]!r}")

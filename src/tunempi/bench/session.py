@@ -6,20 +6,25 @@ prints.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from collections.abc import Sequence
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from tunempi.bench.engine import Layout, PointOutcome
 from tunempi.bench.protocol import MeasureSettings
 from tunempi.bench.summary import FastestRow, fastest_table
-from tunempi.bench.sweep import MODES, BenchPoint, Sweep, plan_points
+from tunempi.bench.sweep import MODES, BenchPoint, Sweep, computations, plan_points
 from tunempi.bench.validate import check_engine_collective, check_ranks, check_size, parse_algorithms
 from tunempi.collectives import (
+    DEFAULT_ALGORITHM,
     DEFAULT_DISTRIBUTION,
     DISTRIBUTIONS,
+    LATENCY_OBJECTIVE,
     NONBLOCKING,
     VECTOR_COLLECTIVES,
+    check_objective,
     is_nonblocking,
+    objective_of,
 )
 from tunempi.config import resolve_db
 from tunempi.errors import UsageError
@@ -58,6 +63,11 @@ class BenchOptions:
     #: Non-blocking collectives: measure the overlap too (OSU's method, protocol.NB_OVERLAP). Its figures are
     #: not stored, so every non-blocking point is measured again (its pure time replaces the stored one).
     overlap: bool = False
+    #: What a non-blocking collective's point measures (collectives.OBJECTIVES): latency (bench's default:
+    #: start + wait, OSU's pure time), time (start + a computation as long as the default's latency at that
+    #: size + wait, the same for every algorithm) or overlap (the time not hidden behind a computation as long
+    #: as the point's own latency). Blocking collectives ignore it.
+    objective: str = LATENCY_OBJECTIVE
 
 
 @dataclass(frozen=True)
@@ -165,6 +175,9 @@ def run_bench(options: BenchOptions, listener: BenchListener | None = None) -> B
     for distribution in distributions:
         if distribution not in DISTRIBUTIONS:
             raise UsageError(f"unknown --distributions {distribution!r}; valid: {', '.join(DISTRIBUTIONS)}")
+    objective = check_objective(options.objective, collectives)
+    if options.overlap and objective == "time":
+        raise UsageError("--overlap measures OSU's overlap phase beside the latency: not with --objective time")
     if options.overlap and not any(is_nonblocking(c) for c in collectives):
         raise UsageError(f"--overlap applies to the non-blocking collectives only ({', '.join(NONBLOCKING)}); "
                          f"none is among {', '.join(collectives)}")
@@ -188,6 +201,10 @@ def run_bench(options: BenchOptions, listener: BenchListener | None = None) -> B
             allocation=allocation, bind=resolve_binding(options.bind, layout, allocation),
             point_timeout_s=options.point_timeout_s, strict=options.strict, overlap=options.overlap,
         )
+        if objective == "time":
+            points = _timed_points(sweep, store, points)
+        else:
+            points = [replace(p, objective=objective_of(p.collective, objective)) for p in points]
         pending = set(sweep.pending(points, force=options.force))
         todo = [p for p in points if p in pending or (options.overlap and is_nonblocking(p.collective))]
         plan = BenchPlan(library, layout, options.mode, db_path, points, todo)
@@ -220,7 +237,35 @@ def run_bench(options: BenchOptions, listener: BenchListener | None = None) -> B
             nodes=layout.nodes, ppn=layout.ppn_or_derived, collective=list(algorithms),
             msg_bytes=sorted({p.msg_bytes for p in points}),
         )
-    wanted = {(p.collective, p.algorithm, p.msg_bytes, p.run, p.distribution) for p in points}
+    wanted = {(p.collective, p.algorithm, p.msg_bytes, p.run, p.distribution, p.objective) for p in points}
     report.rows = fastest_table(m for m in measured
-                                if (m.collective, m.algorithm, m.msg_bytes, m.run, m.distribution) in wanted)
+                                if (m.collective, m.algorithm, m.msg_bytes, m.run, m.distribution, m.objective)
+                                in wanted)
     return report
+
+
+def _timed_points(sweep: Sweep, store: ResultStore, points: Sequence[BenchPoint]) -> list[BenchPoint]:
+    """`points` with the non-blocking ones measured for `time`: each (collective, size) with the computation
+    its earlier time points had (sweep.computations), else the median of the library default's latency there,
+    measured now (stored as a latency point) unless stored already."""
+    cells = sorted({(p.collective, p.msg_bytes) for p in points if is_nonblocking(p.collective)})
+    compute = computations(store, sweep.library.fingerprint, sweep.layout, cells, system=sweep.system)
+    missing = [c for c in cells if c not in compute]
+    if missing:
+        latency = [BenchPoint(c, DEFAULT_ALGORITHM, size) for c, size in missing]
+        todo = sweep.pending(latency)
+        if todo:
+            sweep.run(todo)
+        for m in store.iter_measurements(library_fingerprint=sweep.library.fingerprint, system=sweep.system,
+                                         objective=LATENCY_OBJECTIVE, algorithm=DEFAULT_ALGORITHM, status="ok",
+                                         ranks=sweep.layout.ranks, nodes=sweep.layout.nodes,
+                                         ppn=sweep.layout.ppn_or_derived, distribution=DEFAULT_DISTRIBUTION,
+                                         collective=sorted({c for c, _ in missing})):
+            if (m.collective, m.msg_bytes) in missing and m.median_us is not None and not m.errors:
+                compute[(m.collective, m.msg_bytes)] = m.median_us  # the latest run's
+    unknown = [f"{c} {size}" for c, size in missing if (c, size) not in compute]
+    if unknown:
+        raise UsageError(f"--objective time: the library's default failed at {', '.join(unknown)}, so there is no "
+                         "latency to size the computation by")
+    return [replace(p, objective="time", compute_us=round(compute[(p.collective, p.msg_bytes)], 3))
+            if is_nonblocking(p.collective) else p for p in points]

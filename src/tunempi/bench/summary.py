@@ -7,7 +7,7 @@ from collections import defaultdict
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from tunempi.collectives import DEFAULT_ALGORITHM, DEFAULT_DISTRIBUTION
+from tunempi.collectives import DEFAULT_ALGORITHM, DEFAULT_DISTRIBUTION, LATENCY_OBJECTIVE
 from tunempi.store.results import Measurement
 
 
@@ -39,6 +39,8 @@ def fastest_table(measurements: Iterable[Measurement]) -> list[FastestRow]:
     for m in measurements:
         # A vector collective's distributions are points of their own: "alltoallv (skewed)".
         name = m.collective if m.distribution == DEFAULT_DISTRIBUTION else f"{m.collective} ({m.distribution})"
+        # A non-blocking collective's figure other than its latency says which: "iallreduce [time]".
+        name += f" [{m.objective}]" if m.objective != LATENCY_OBJECTIVE else ""
         order.setdefault(name, len(order))
         point = (name, m.msg_bytes)
         if not m.ok or m.errors or m.median_us is None:

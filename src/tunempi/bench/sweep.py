@@ -20,9 +20,12 @@ after a few calls even where it runs fine (docs/bench.md).
 Points are ordered size by size with every algorithm of a size next to each other, so that in "mpit"
 mode candidates are compared within one process, seconds apart.
 
-Non-blocking collectives (collectives.NONBLOCKING) are points like the others: their stored time is the pure
-time (start + MPI_Wait). With `overlap`, the engine also measures each of them with a computation between
-start and wait (protocol.NB_OVERLAP); the overlap figures come back in the outcome's reply (not stored).
+Non-blocking collectives (collectives.NONBLOCKING) are points like the others; what their stored time is
+depends on the point's objective (collectives.OBJECTIVES, `figure_request` / `figure_samples`): the pure time
+(start + MPI_Wait: latency), start + a computation of the point's `compute_us` + MPI_Wait (time), or the time not
+hidden behind a computation as long as the point's own latency (overlap). With `overlap` (bench --overlap), the
+engine also measures each of them with a computation between start and wait (protocol.NB_OVERLAP); the
+overlap figures come back in the outcome's reply.
 """
 
 from __future__ import annotations
@@ -32,12 +35,23 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from tunempi.bench.engine import EngineSession, Layout, PointOutcome
-from tunempi.bench.protocol import NB_OVERLAP, SET_DEFAULT, SET_KEEP, MeasureSettings, PointRequest
+from tunempi.bench.protocol import (
+    NB_OVERLAP,
+    NB_TIME,
+    SET_DEFAULT,
+    SET_KEEP,
+    MeasureSettings,
+    PointReply,
+    PointRequest,
+)
+from tunempi.bench.stats import summarize
 from tunempi.bench.validate import check_size
 from tunempi.collectives import (
     DEFAULT_ALGORITHM,
     DEFAULT_DISTRIBUTION,
     DISTRIBUTIONS,
+    LATENCY_OBJECTIVE,
+    OBJECTIVES,
     VECTOR_COLLECTIVES,
     is_nonblocking,
 )
@@ -75,6 +89,52 @@ class BenchPoint:
     msg_bytes: int
     run: int = 0
     distribution: str = DEFAULT_DISTRIBUTION  # a vector collective's blocks across ranks (collectives.DISTRIBUTIONS)
+    #: What is measured (collectives.OBJECTIVES; a blocking collective's is always latency) and, for `time`,
+    #: the computation between start and wait in microseconds (the same for every algorithm of a cell).
+    objective: str = LATENCY_OBJECTIVE
+    compute_us: float | None = None
+
+    def __post_init__(self) -> None:
+        if self.objective not in OBJECTIVES:
+            raise UsageError(f"unknown objective {self.objective!r}; valid: {', '.join(OBJECTIVES)}")
+        if self.objective != LATENCY_OBJECTIVE and not is_nonblocking(self.collective):
+            raise UsageError(f"objective {self.objective} applies to non-blocking collectives, not {self.collective}")
+        if (self.objective == NB_TIME) != (self.compute_us is not None):
+            raise UsageError("objective time needs the computation's length (compute_us), the others none")
+
+
+def figure_request(point: BenchPoint, nb: str = "") -> tuple[str, float | None]:
+    """The engine's `nb=` mode and computation (seconds) that measure `point`'s objective: time -> nb=time with
+    the point's computation; overlap -> nb=overlap (its own latency, then the computation as long as it);
+    latency -> `nb` as the caller asks (bench --overlap adds the overlap phase to latency points)."""
+    if point.objective == NB_TIME:
+        assert point.compute_us is not None
+        return NB_TIME, point.compute_us / 1e6
+    if point.objective == NB_OVERLAP:
+        return NB_OVERLAP, None
+    return nb, None
+
+
+def computations(store: ResultStore, fingerprint: str, layout: Layout, cells: Iterable[tuple[str, int]], *,
+                 system: str = "") -> dict[tuple[str, int], float]:
+    """(collective, msg_bytes) -> the computation (us) that `time` points of that cell at `layout` were measured
+    with, for the cells in `cells` the store has such points of (the latest): a cell keeps its computation
+    across runs, so its stored time figures are all on the same work."""
+    wanted = set(cells)
+    found: dict[tuple[str, int], float] = {}
+    for m in store.iter_measurements(library_fingerprint=fingerprint, system=system, objective=NB_TIME, status="ok",
+                                     ranks=layout.ranks, nodes=layout.nodes, ppn=layout.ppn_or_derived,
+                                     collective=sorted({c for c, _ in wanted})):
+        if (m.collective, m.msg_bytes) in wanted and m.compute_us is not None:
+            found[(m.collective, m.msg_bytes)] = m.compute_us
+    return found
+
+
+def figure_samples(reply: PointReply, objective: str) -> tuple[float, ...]:
+    """The per-iteration figures a point of `objective` is judged by, smaller is better: the time of each
+    iteration (latency: start + wait; time: start + computation + wait), or for overlap the time each iteration
+    did NOT hide behind its computation (overlapped - computation, the slowest rank's of each)."""
+    return reply.unhidden_samples_us if objective == NB_OVERLAP else reply.samples_us
 
 
 def plan_points(
@@ -159,7 +219,9 @@ def to_measurement(
     return Measurement(
         library_fingerprint=library.fingerprint, library=library.name, collective=point.collective,
         algorithm=point.algorithm, ranks=layout.ranks, msg_bytes=point.msg_bytes, nodes=layout.nodes,
-        ppn=layout.ppn_or_derived, run=point.run, distribution=point.distribution, status=outcome.status,
+        ppn=layout.ppn_or_derived, run=point.run, distribution=point.distribution, objective=point.objective,
+        compute_us=point.compute_us,
+        status=outcome.status,
         reason=outcome.reason,
         median_us=stats.median_us if stats else None, min_us=stats.min_us if stats else None,
         p90_us=stats.p90_us if stats else None, mean_us=stats.mean_us if stats else None,
@@ -219,7 +281,7 @@ class Sweep:
     def key(self, point: BenchPoint) -> PointKey:
         return PointKey(
             point.collective, point.algorithm, self.layout.ranks, self.layout.nodes,
-            self.layout.ppn_or_derived, point.msg_bytes, point.run, point.distribution,
+            self.layout.ppn_or_derived, point.msg_bytes, point.run, point.distribution, point.objective,
         )
 
     def pending(self, points: Iterable[BenchPoint], *, force: bool = False) -> list[BenchPoint]:
@@ -313,14 +375,20 @@ def measure_point(
 
 def _measure_once(session: EngineSession, point: BenchPoint, selection: Selection, settings: MeasureSettings,
                   request_id: int, nb: str = "") -> PointOutcome:
+    mode, compute_s = figure_request(point, nb)
     request = PointRequest(
         id=request_id, collective=point.collective, msg_bytes=point.msg_bytes, cvar=selection.cvar,
         set_value=selection.set_value, new_communicator=selection.new_communicator, also=selection.also,
         settings=settings,
-        distribution=point.distribution, nb=nb,
+        distribution=point.distribution, nb=mode, compute_s=compute_s,
     )
     outcome = session.measure(request)
     reply = outcome.reply
+    if outcome.ok and reply is not None and point.objective == NB_OVERLAP:
+        samples = figure_samples(reply, point.objective)
+        if not samples:
+            return _failed(outcome, "the overlap phase measured no iteration")
+        outcome = replace(outcome, statistics=summarize(samples))
     if outcome.ok and reply is not None:
         if not reply.cvar_consistent:
             return _failed(outcome, f"ranks disagree on {reply.cvar}")

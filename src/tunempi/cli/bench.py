@@ -170,6 +170,13 @@ def bench_command(
                            "also measure how much of the collective a computation of its own length hides (OSU's "
                            "overlap %); not stored, so those points are measured again.")
     ] = False,
+    objective: Annotated[
+        str, typer.Option("--objective", help="What a non-blocking collective's point measures and is ranked by: "
+                          "latency (start + MPI_Wait, as OSU's pure time), time (start + a computation as long as "
+                          "the library default's latency at that size + MPI_Wait, the same computation for every "
+                          "algorithm), overlap (the time NOT hidden behind a computation as long as the point's own "
+                          "latency). Stored per objective; blocking collectives ignore it.")
+    ] = "latency",
     strict: Annotated[
         bool, typer.Option("--strict/--no-strict", help="Mode mpit: make an algorithm that cannot take a call "
                                                         "fail it instead of silently running another (MPICH).")
@@ -187,7 +194,7 @@ def bench_command(
         mpi=mpi, collectives=collectives, algorithms=algorithms, sizes=sizes, ranks=ranks, nodes=nodes, ppn=ppn,
         repeat=repeat, db=db, force=force, mode=resolve(mode, "BENCH_MODE", "mpit") or "mpit", settings=settings,
         point_timeout_s=parse_duration(timeout) if timeout is not None else None, bind=bind, strict=strict,
-        hostfile=hostfile, distributions=distributions, overlap=overlap,
+        hostfile=hostfile, distributions=distributions, overlap=overlap, objective=objective,
     )
     console = output_console()
     with BenchProgress(console) as progress:

@@ -95,8 +95,9 @@ def export_dataset(store: ResultStore, out: str | Path | IO[str], **filters: Fil
     """Write the store's successful measurements matching the filters in the dataset format.
 
     `out` is a path (gzip when it ends in .gz) or an open text stream; returns the number of rows. The
-    format has no count distribution: only uniform points are exported unless `distribution=` says otherwise.
+    format has no count distribution and no objective: only uniform latency points (a call's time; a non-blocking
+    one's start + wait) are exported unless `distribution=` or `objective=` says otherwise.
     """
-    filters = {"distribution": "uniform", **filters, "status": "ok"}
+    filters = {"distribution": "uniform", "objective": "latency", **filters, "status": "ok"}
     rows = (row_from_measurement(m) for m in store.iter_measurements(**filters) if m.latency_us is not None)
     return write_dataset(rows, out, extra_columns=True)

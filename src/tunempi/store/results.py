@@ -2,7 +2,8 @@
 
 Contract (what every caller may rely on):
 - A `Measurement` is a frozen record. Its natural key (schema.NATURAL_KEY: library fingerprint, system,
-  collective, algorithm, ranks, nodes, ppn, msg_bytes, run, distribution) names one repetition of one point; the store
+  collective, algorithm, ranks, nodes, ppn, msg_bytes, run, distribution, objective) names one repetition of one
+  point; the store
   holds at most one row per key.
 - Writing a key that exists updates the row ("upsert"), except that a failed or timed-out record never
   replaces a successful one: a retry that fails again does not lose an earlier good measurement.
@@ -80,6 +81,11 @@ class Measurement:
     #: How a vector collective's blocks differ between ranks (uniform, skewed, sparse: bench/c/engine.h);
     #: uniform for every other collective.
     distribution: str = "uniform"
+    #: What the point measured (collectives.OBJECTIVES): `latency` for every blocking collective and for a
+    #: non-blocking one timed start + wait; `time` (start + a computation of `compute_us` + wait) and `overlap`
+    #: (the time not hidden behind a computation as long as the latency) for non-blocking ones only.
+    objective: str = "latency"
+    compute_us: float | None = None  # `time`: the median of the computation between start and wait
 
     def __post_init__(self) -> None:
         if self.status not in STATUSES:
@@ -110,7 +116,7 @@ class Measurement:
     @property
     def key(self) -> PointKey:
         return PointKey(self.collective, self.algorithm, self.ranks, self.nodes, self.ppn, self.msg_bytes, self.run,
-                        self.distribution)
+                        self.distribution, self.objective)
 
     @property
     def latency_us(self) -> float | None:
@@ -129,6 +135,7 @@ class PointKey(NamedTuple):
     msg_bytes: int
     run: int
     distribution: str = "uniform"
+    objective: str = "latency"
 
 
 _COLUMNS: tuple[str, ...] = tuple(f.name for f in fields(Measurement))

@@ -20,7 +20,7 @@ from tunempi.store.transaction import write_transaction
 #: library on one system. Re-importing a dataset or re-measuring a point updates that row, never adds one.
 NATURAL_KEY: tuple[str, ...] = (
     "library_fingerprint", "system", "collective", "algorithm", "ranks", "nodes", "ppn", "msg_bytes", "run",
-    "distribution",
+    "distribution", "objective",
 )
 
 _V1 = (
@@ -128,11 +128,24 @@ _V3 = (
 _V4 = (
     "ALTER TABLE measurements ADD COLUMN distribution TEXT NOT NULL DEFAULT 'uniform'",
     "DROP INDEX measurements_natural_key",
+    f"CREATE UNIQUE INDEX measurements_natural_key ON measurements ({', '.join(NATURAL_KEY[:-1])})",
+)
+
+# Version 5: what a non-blocking collective's point measured (collectives.OBJECTIVES: latency, start + wait;
+# time, start + a computation of `compute_us` + wait; overlap, the time not hidden behind a computation as long
+# as its latency), part of the natural key: the same iallreduce size measured for latency and for time is two
+# points, and a query for one never returns the other's figures. Rows from before were all latency (the pure
+# time, the only figure stored), as every blocking collective's are. `compute_us`: the computation's median
+# (time only; NULL otherwise).
+_V5 = (
+    "ALTER TABLE measurements ADD COLUMN objective TEXT NOT NULL DEFAULT 'latency'",
+    "ALTER TABLE measurements ADD COLUMN compute_us REAL",
+    "DROP INDEX measurements_natural_key",
     f"CREATE UNIQUE INDEX measurements_natural_key ON measurements ({', '.join(NATURAL_KEY)})",
 )
 
 #: Ordered migrations: MIGRATIONS[i] takes the schema from version i to version i + 1.
-MIGRATIONS: tuple[tuple[str, ...], ...] = (_V1, _V2, _V3, _V4)
+MIGRATIONS: tuple[tuple[str, ...], ...] = (_V1, _V2, _V3, _V4, _V5)
 SCHEMA_VERSION: int = len(MIGRATIONS)
 
 

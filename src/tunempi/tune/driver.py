@@ -22,13 +22,14 @@ import numpy as np
 
 from tunempi.bench.engine import Layout
 from tunempi.bench.sweep import BenchPoint
-from tunempi.collectives import DEFAULT_ALGORITHM, DEFAULT_DISTRIBUTION
+from tunempi.collectives import DEFAULT_ALGORITHM, DEFAULT_DISTRIBUTION, LATENCY_OBJECTIVE, objective_of
 from tunempi.errors import TunempiError
 from tunempi.space import Cell, FeatureSpace
 from tunempi.store.results import Measurement, ResultStore
 from tunempi.strategy import MeasurementRecord, Request, Strategy, make_strategy
 from tunempi.tune.guard import CONTINUE, MEASURE_THE_REST, estimate_exhaustive
 from tunempi.tune.launch_blocks import CellDecision, contenders, decide_cells
+from tunempi.tune.objective import Figures
 from tunempi.tune.runner import ParallelRunner, PointResult
 
 #: "exhaustive-cost": another round would have made the tune cost more than an exhaustive sweep of the
@@ -77,11 +78,13 @@ def record_of(measurement: Measurement, *, cost_s: float = 0.0, launches: int = 
 
 def records_from_store(store: ResultStore, fingerprint: str, spaces: Mapping[str, FeatureSpace], *,
                        system: str = "", distributions: Mapping[str, str] | None = None,
+                       objective: str = LATENCY_OBJECTIVE,
                        ) -> tuple[dict[str, list[MeasurementRecord]], dict[tuple, int]]:
     """Earlier measurements of the spaces' collectives and algorithms (any run: tune's or bench's), and the
     next free run index per (collective, algorithm, ranks, nodes, ppn, msg_bytes). Only the points measured
     with the count distribution the tune measures (`distributions`: collective -> distribution, uniform
-    where absent): a skewed alltoallv is another point than a uniform one of the same mean. Points at cells outside
+    where absent): a skewed alltoallv is another point than a uniform one of the same mean; and of a non-blocking
+    collective only the points measured for `objective` (collectives.objective_of). Points at cells outside
     a space (other scales or sizes, earlier jobs of the same library on the same system) are included:
     the strategies train their models on them (warm start) without counting them as measured cells."""
     records: dict[str, list[MeasurementRecord]] = {c: [] for c in spaces}
@@ -90,7 +93,8 @@ def records_from_store(store: ResultStore, fingerprint: str, spaces: Mapping[str
         algorithms = set(space.algorithms)
         for measurement in store.iter_measurements(library_fingerprint=fingerprint, system=system,
                                                     collective=collective,
-                                                    distribution=distribution_of(collective, distributions)):
+                                                    distribution=distribution_of(collective, distributions),
+                                                    objective=objective_of(collective, objective)):
             cell = cell_of(measurement)
             if measurement.algorithm not in algorithms:
                 continue
@@ -220,8 +224,11 @@ class Tuner:
         under_files: UnderFiles | None = None,
         clock: Callable[[], float] = time.monotonic,
         distributions: Mapping[str, str] | None = None,
+        figures: Figures | None = None,
     ) -> None:
         self.spaces = dict(spaces)
+        # what a non-blocking collective's points measure (--objective) and, for time, each cell's computation
+        self.figures = figures or Figures()
         # collective -> how its blocks differ between ranks (a vector collective's, from the profile): every
         # point of it is measured so, and only such points are read back from the store
         self.distributions = dict(distributions or {})
@@ -252,7 +259,8 @@ class Tuner:
         resumed: dict[str, list[MeasurementRecord]] = {c: [] for c in spaces}
         if store is not None:
             resumed, self.next_run = records_from_store(store, fingerprint, self.spaces, system=system,
-                                                            distributions=self.distributions)
+                                                            distributions=self.distributions,
+                                                            objective=self.figures.objective)
         self.resumed = sum(1 for c, rs in resumed.items() for r in rs if r.cell in self.spaces[c])
         #: Earlier points at other scales or sizes, used as model context (warm start across jobs).
         self.context_points = sum(len(r) for r in resumed.values()) - self.resumed
@@ -341,8 +349,8 @@ class Tuner:
                 for _ in range(request.repeats):
                     for algorithm in request.algorithms:
                         work.setdefault(layout_of(cell), []).append(
-                            BenchPoint(collective, algorithm, cell.msg_bytes, self._next_run(cell, algorithm),
-                                       distribution_of(collective, self.distributions)))
+                            self.figures.point(cell, algorithm, self._next_run(cell, algorithm),
+                                               distribution_of(collective, self.distributions)))
         return work
 
     def run(self, *, timeout_s: float | None = None, on_round: OnRound | None = None,

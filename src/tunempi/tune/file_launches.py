@@ -19,7 +19,7 @@ from pathlib import Path
 
 from tunempi.bench.engine import EngineSession, Layout
 from tunempi.bench.protocol import SET_KEEP, MeasureSettings
-from tunempi.bench.sweep import BenchPoint, Selection, measure_point, to_measurement
+from tunempi.bench.sweep import Selection, measure_point, to_measurement
 from tunempi.collectives import DEFAULT_ALGORITHM, is_nonblocking
 from tunempi.launch.hosts import NodeAllocation
 from tunempi.mpi.library import MPILibrary
@@ -27,6 +27,7 @@ from tunempi.mpi.vendor import VendorAdapter
 from tunempi.space import Cell
 from tunempi.tune.driver import distribution_of, layout_of
 from tunempi.tune.files import rule_sets_for, selection_table, write_tuning_files
+from tunempi.tune.objective import Figures
 from tunempi.tune.runner import PointResult
 
 OnPoint = Callable[[PointResult], None]
@@ -47,11 +48,13 @@ def measure_sides(library: MPILibrary, adapter: VendorAdapter, layout: Layout, s
                   run: int, settings: MeasureSettings, on_point: OnPoint = lambda _: None,
                   hosts: NodeAllocation | None = None, system: str = "",
                   next_id: Callable[[], int] | None = None, run_of: RunOf | None = None,
-                  distributions: Mapping[str, str] | None = None) -> list[PointResult]:
+                  distributions: Mapping[str, str] | None = None, figures: Figures | None = None) -> list[PointResult]:
     """Each side in its own launch of `layout`, in the given order; inside a launch its cells in an order
     seeded by (`run`, side): no launch measures in tune's order of points. A point's `run` is `run`, or
     `run_of(cell, label)` (tune numbers each (cell, algorithm)'s runs for the store); its count distribution
-    the collective's in `distributions` (uniform where absent)."""
+    the collective's in `distributions` (uniform where absent); a non-blocking collective's measured for
+    `figures`' objective (its computation, for time; latency without `figures`)."""
+    figures = figures or Figures()
     ids: Iterator[int] = itertools.count(1)
     take_id = next_id or (lambda: next(ids))
     keep = Selection(None, SET_KEEP, False)
@@ -65,9 +68,8 @@ def measure_sides(library: MPILibrary, adapter: VendorAdapter, layout: Layout, s
         with EngineSession(library, layout, env={**env, **side.env}, allocation=hosts) as session:
             for position, cell in enumerate(order):
                 label = side.labels[cell]
-                point = BenchPoint(cell.collective, label, cell.msg_bytes,
-                                   run if run_of is None else run_of(cell, label),
-                                   distribution_of(cell.collective, distributions))
+                point = figures.point(cell, label, run if run_of is None else run_of(cell, label),
+                                      distribution_of(cell.collective, distributions))
                 started = time.perf_counter()
                 outcome = measure_point(session, point, keep, settings, next_id=take_id, retries=2,
                                         says_not_usable=adapter.says_not_usable)

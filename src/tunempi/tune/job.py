@@ -21,12 +21,15 @@ from threadpoolctl import threadpool_limits
 
 from tunempi.bench.engine import EngineSession, Layout
 from tunempi.bench.protocol import MeasureSettings, PointRequest
+from tunempi.bench.sweep import BenchPoint
 from tunempi.bench.validate import check_engine_collective
 from tunempi.collectives import (
     DEFAULT_ALGORITHM,
     DEFAULT_OBJECTIVE,
+    LATENCY_OBJECTIVE,
     check_distributions,
     check_objective,
+    is_nonblocking,
     parse_collectives,
 )
 from tunempi.errors import MPIError, TuningFileError, UsageError
@@ -36,8 +39,8 @@ from tunempi.launch.topology import group_nodes, read_group_file, slurm_topology
 from tunempi.mpi.library import MPILibrary
 from tunempi.mpi.vendor import FileAlgorithms, VendorAdapter
 from tunempi.rules import RuleSet
-from tunempi.space import FeatureSpace
-from tunempi.store.results import ResultStore, utc_timestamp
+from tunempi.space import Cell, FeatureSpace
+from tunempi.store.results import Measurement, ResultStore, utc_timestamp
 from tunempi.strategy import DEFAULT_STRATEGY, STRATEGIES, import_strategies
 from tunempi.tune.compositions import (
     COMPOSITION_MARGIN,
@@ -65,6 +68,7 @@ from tunempi.tune.manifest import (
     RunRecord,
     SelectionRow,
 )
+from tunempi.tune.objective import TIME, Figures, compute_lengths
 from tunempi.tune.runner import LayoutRunner, ParallelRunner, PointResult
 from tunempi.tune.scope import Scale, candidate_algorithms, feature_space, message_sizes, sub_scales
 
@@ -120,8 +124,8 @@ class TuneOptions:
     assume: tuple[str, ...] = ()
     #: The tune's clock (the timeout and the guard read it); None: time.monotonic. Tests pass their own.
     clock: Callable[[], float] | None = None
-    #: What is minimised for a non-blocking collective (collectives.OBJECTIVES; only the measured ones are
-    #: taken). Recorded in the manifest: verify compares under the same one.
+    #: What is minimised for a non-blocking collective (collectives.OBJECTIVES: time, latency, overlap;
+    #: tune/objective.py). Recorded in the manifest (with time's computations): verify compares under it.
     objective: str = DEFAULT_OBJECTIVE
     #: Vector collective -> how its blocks differ between ranks around the mean block (collectives.DISTRIBUTIONS:
     #: uniform where absent): `tune --distribution`, so an application whose counts are skewed is measured
@@ -302,7 +306,7 @@ class TunePlan:
         if options.strategy not in STRATEGIES:
             raise UsageError(f"unknown --strategy {options.strategy!r}; valid: {', '.join(STRATEGIES)}")
         collectives = [check_engine_collective(c) for c in parse_collectives(options.collectives, nonblocking=True)]
-        check_objective(options.objective)
+        check_objective(options.objective, collectives)
         absent = sorted(set(check_distributions(options.distributions)) - set(collectives))
         if absent:
             raise UsageError(f"--distribution names {', '.join(absent)}, which this tune does not take "
@@ -377,12 +381,13 @@ def run_tune(options: TuneOptions, on_event: OnTuneEvent | None = None) -> TuneR
     try:
         with ResultStore(plan.db) as store, \
                 (threadpool_limits(limits=threads) if threads > 0 else contextlib.nullcontext()):
+            figures = plan_figures(plan, runner, store)
             tuner = Tuner(plan.spaces, runner, strategy=options.strategy, seed=options.seed, store=store,
                           fingerprint=plan.library.fingerprint, system=options.system,
                           lanes=options.lanes or auto_lanes(plan.scales), strategy_params=plan.strategy_params,
                           exhaustive_guard=options.exhaustive_guard, launches=options.launches,
                           under_files=decider, clock=options.clock or time.monotonic,
-                          distributions=plan.distributions)
+                          distributions=plan.distributions, figures=figures)
             emit(plan.started(tuner.resumed))
             measured = 0
 
@@ -402,7 +407,7 @@ def run_tune(options: TuneOptions, on_event: OnTuneEvent | None = None) -> TuneR
     if outcome.stop_reason != "interrupted":
         check_evidence(outcome, sum(len(s.cells) for s in plan.spaces.values()))
         earlier = earlier_file_names(options.out)
-        report.manifest = write_result(plan, outcome, emit)
+        report.manifest = write_result(plan, outcome, emit, figures)
         report.manifest = tune_compositions(plan, report.manifest, emit)
         report.manifest.remove_files_no_longer_listed(earlier)
     return report
@@ -431,7 +436,30 @@ def one_choice(adapter: VendorAdapter, collectives: Sequence[str]) -> dict[str, 
             for c in sorted(collectives) if not adapter.selects_by_size(c)}
 
 
-def write_result(plan: TunePlan, outcome: TuneOutcome, emit: OnTuneEvent = _ignore) -> Manifest:
+def plan_figures(plan: TunePlan, runner: ParallelRunner, store: ResultStore) -> Figures:
+    """The tune's objective and, for `time`, every non-blocking cell's computation (tune/objective.py:
+    the one its stored time points had, else the library default's latency measured now, stored as a latency
+    point)."""
+    objective = check_objective(plan.options.objective)
+    cells = [cell for c, space in plan.spaces.items() if is_nonblocking(c) for cell in space.cells]
+    if objective != TIME or not cells:
+        return Figures(objective)
+    fingerprint, system = plan.library.fingerprint, plan.options.system
+
+    def next_run(cell: Cell) -> int:
+        runs = [m.run for m in store.iter_measurements(
+            library_fingerprint=fingerprint, system=system, collective=cell.collective, algorithm=DEFAULT_ALGORITHM,
+            ranks=cell.ranks, nodes=cell.nodes, ppn=cell.ppn, msg_bytes=cell.msg_bytes, objective=LATENCY_OBJECTIVE)]
+        return max(runs, default=-1) + 1
+
+    def measure(work: Mapping[Layout, Sequence[BenchPoint]]) -> list[Measurement]:
+        return [r.measurement for r in runner.run(work, on_point=lambda r: store.add(r.measurement))]
+
+    return Figures(objective, compute_lengths(cells, store, fingerprint, measure, system=system, run_of=next_run))
+
+
+def write_result(plan: TunePlan, outcome: TuneOutcome, emit: OnTuneEvent = _ignore,
+                 figures: Figures | None = None) -> Manifest:
     """Selection -> rule sets -> smoke-checked files -> manifest (TuningFileError if a file is rejected)."""
     options, library = plan.options, plan.library
     preferred_ppn = options.ppn if options.nodes > 1 else None
@@ -454,7 +482,9 @@ def write_result(plan: TunePlan, outcome: TuneOutcome, emit: OnTuneEvent = _igno
                       launches=outcome.launches, decided_across=options.launches,
                       decisions=outcome.outcome_counts()),
         excluded=plan.excluded, assumes=tuple(sorted(plan.adapter.assumed)),
-        objective=check_objective(options.objective), distributions=plan.distributions, one_choice=one_choice(plan.adapter, plan.collectives),
+        objective=check_objective(options.objective), distributions=plan.distributions,
+        compute_us=dict(figures.compute_us) if figures is not None else {},
+        one_choice=one_choice(plan.adapter, plan.collectives),
         selection=tuple(
             SelectionRow(cell, algorithm, medians.get((cell, algorithm)), medians.get((cell, DEFAULT_ALGORITHM)))
             for cell, algorithm in sorted(selection.items())),

@@ -13,7 +13,8 @@ Keys (version 1):
     excluded{collective: {algorithm: reason}} (what no tuning file of the library can select, and why),
     assumes[requirement] (what the user vouched every call meets: files may select algorithms needing it),
     objective (what was minimised for non-blocking collectives, collectives.OBJECTIVES; verify measures the
-    same; absent: latency), distributions{collective: distribution} (how a vector collective's blocks differed
+    same; absent: latency), compute_us[{collective, ranks, nodes, ppn, msg_bytes, compute_us}] (objective time:
+    each non-blocking cell's computation between start and wait, the same in verify), distributions{collective: distribution} (how a vector collective's blocks differed
     between ranks where tune and verify measure it, collectives.DISTRIBUTIONS; absent: uniform),
     one_choice{collective: how} (where the library's files cannot choose the collective's
     algorithm by message size: "per communicator size" or "for every call", e.g. Open MPI's libnbc),
@@ -39,15 +40,18 @@ import os
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from tunempi.collectives import DEFAULT_OBJECTIVE
+from tunempi.collectives import DEFAULT_OBJECTIVE, LATENCY_OBJECTIVE
 from tunempi.errors import UsageError
 from tunempi.mpi.library import MPILibrary
 from tunempi.rules import RuleSet
 from tunempi.space import Cell
 from tunempi.tune.compositions import CompositionChoice, CompositionResult
 from tunempi.tune.verify import VerifiedCell, VerifiedComposition
+
+if TYPE_CHECKING:
+    from tunempi.tune.objective import Figures
 
 MANIFEST_NAME = "manifest.json"
 KIND = "tunempi-tuning"
@@ -314,6 +318,8 @@ class Manifest:
     excluded: Mapping[str, Mapping[str, str]] = field(default_factory=dict)  # collective -> algorithm -> why
     assumes: tuple[str, ...] = ()  # requirements the user vouched for (mpi/restrictions.py), e.g. contiguous
     objective: str = DEFAULT_OBJECTIVE  # what tune minimised for non-blocking collectives (verify: the same)
+    #: objective time: each non-blocking cell's computation between start and wait, in us (verify: the same)
+    compute_us: Mapping[Cell, float] = field(default_factory=dict)
     #: vector collective -> how its blocks differed between ranks where tune measured it (the profile's; verify
     #: measures the same); uniform where absent
     distributions: Mapping[str, str] = field(default_factory=dict)
@@ -373,7 +379,8 @@ class Manifest:
             excluded={str(c): {str(a): str(why) for a, why in reasons.items()}
                       for c, reasons in data.get("excluded", {}).items()},
             assumes=tuple(str(r) for r in data.get("assumes", ())),
-            objective=str(data.get("objective", DEFAULT_OBJECTIVE)),
+            objective=str(data.get("objective", LATENCY_OBJECTIVE)),  # before --objective: latency only
+            compute_us={Cell.from_dict(row): float(row["compute_us"]) for row in data.get("compute_us", ())},
             distributions={str(c): str(d) for c, d in data.get("distributions", {}).items()},
             one_choice={str(c): str(how) for c, how in data.get("one_choice", {}).items()},
             selection=tuple(SelectionRow.from_dict(row) for row in data.get("selection", ())),
@@ -384,6 +391,12 @@ class Manifest:
             compositions=CompositionsRecord.from_dict(data.get("compositions") or {}),
             applications=tuple(ApplicationCheck.from_dict(a) for a in data.get("applications", ())),
         )
+
+    def figures(self) -> Figures:
+        """What verify measures the non-blocking cells for: tune's objective, with its computations."""
+        from tunempi.tune.objective import Figures
+
+        return Figures(self.objective, dict(self.compute_us))
 
     def activation_env(self) -> dict[str, str]:
         """Every variable that activates the tuning (algorithm files and compositions), file variables
@@ -425,6 +438,7 @@ class Manifest:
             "env_file": self.env_file, "needs_file": list(self.needs_file),
             "excluded": {c: dict(reasons) for c, reasons in sorted(self.excluded.items())},
             "assumes": list(self.assumes), "objective": self.objective,
+            "compute_us": [{**cell.to_dict(), "compute_us": us} for cell, us in sorted(self.compute_us.items())],
             "distributions": dict(sorted(self.distributions.items())), "one_choice": dict(self.one_choice),
             "selection": [row.to_dict() for row in self.selection],
             "rule_sets": {c: rs.to_dict() for c, rs in sorted(self.rule_sets.items())},

@@ -42,6 +42,7 @@ from tunempi.tune.files import (
     write_tuning_files,
 )
 from tunempi.tune.manifest import CompositionsRecord, Manifest, SelectionRow, VerifyRecord
+from tunempi.tune.objective import Figures
 from tunempi.tune.runner import PointResult
 from tunempi.tune.verify import (
     VerifiedCell,
@@ -167,10 +168,11 @@ def plan_verify(directory: Path, *, repeats: int, mpi: str | None = None) -> Ver
     if repeats < 2:
         raise UsageError(f"--repeats must be at least 2 (a verdict needs two launches), got {repeats}")
     manifest = Manifest.load(directory)
-    check_objective(manifest.objective)  # measured as tune measured it: non-blocking ones by their latency
+    check_objective(manifest.objective)  # measured as tune measured it (Manifest.figures: for time, its computations)
+    selection = {row.cell: row.algorithm for row in manifest.selection}
+    manifest.figures().check_cells(c for c, a in selection.items() if a != DEFAULT_ALGORITHM)
     library = tuning_library(manifest, mpi)  # the library it was tuned for, by fingerprint
     check_tuning_files(manifest, library)  # present, and read back strictly
-    selection = {row.cell: row.algorithm for row in manifest.selection}
     return VerifyPlan(manifest, library, selection, repeats, verify_plan(selection, repeats))
 
 
@@ -195,14 +197,15 @@ def measure_pairs(plan: VerifyPlan, settings: MeasureSettings, listener: VerifyL
 
     results = measure_under_files(plan.library, adapter, file_env, plan.selection, range(plan.repeats), settings,
                                   on_point, allocation, plan.manifest.system,
-                                  distributions=plan.manifest.distributions)
+                                  distributions=plan.manifest.distributions, figures=plan.manifest.figures())
     again = needs_second_pass(evaluate(plan.selection, results))
     if again:
         second = {c: plan.selection[c] for c in again}
         progress["total"] += 2 * len(again) * plan.repeats
         results += measure_under_files(plan.library, adapter, file_env, second,
                                        range(plan.repeats, 2 * plan.repeats), settings, on_point, allocation,
-                                       plan.manifest.system, distributions=plan.manifest.distributions)
+                                       plan.manifest.system, distributions=plan.manifest.distributions,
+                                       figures=plan.manifest.figures())
     return results, again
 
 
@@ -210,14 +213,16 @@ def measure_under_files(library: MPILibrary, adapter: VendorAdapter, file_env: M
                         selection: Mapping[Cell, str], runs: Sequence[int], settings: MeasureSettings,
                         on_point: Callable[[PointResult], None] = lambda _: None,
                         allocation: NodeAllocation | None = None, system: str = "",
-                        distributions: Mapping[str, str] | None = None) -> list[PointResult]:
+                        distributions: Mapping[str, str] | None = None,
+                        figures: Figures | None = None) -> list[PointResult]:
     """What the written files do, as the application's launch will see it: for every repetition in `runs`
     and every layout of a tuned cell, one launch under the files (`file_env`) and one without them (the
     library's default), in alternating order, each measuring every tuned cell of the layout with nothing
     switched at run time, in a seeded random order. A point of the files' launch carries the cell's tuned
     algorithm, one of the other launch `default`, and the point's `run` is the repetition: `evaluate` pairs
     them per launch pair (issue 39: a figure switched inside one launch did not predict the file's). A vector
-    collective's blocks are measured as tune measured them (`distributions`, the manifest's)."""
+    collective's blocks are measured as tune measured them (`distributions`, the manifest's), and a non-blocking
+    collective for tune's objective (`figures`, the manifest's: for time, each cell's computation)."""
     by_layout: dict[Layout, list[Cell]] = {}
     for cell in sorted(c for c, a in selection.items() if a != DEFAULT_ALGORITHM):
         by_layout.setdefault(layout_of(cell), []).append(cell)
@@ -230,7 +235,7 @@ def measure_under_files(library: MPILibrary, adapter: VendorAdapter, file_env: M
             default = LaunchSide(DEFAULT_ALGORITHM, dict.fromkeys(cells, DEFAULT_ALGORITHM), {})
             results += measure_sides(library, adapter, layout, evidence.pair_order(tuned, default, run), run,
                                      settings, on_point, hosts, system, next_id=lambda: next(counter),
-                                     distributions=distributions)
+                                     distributions=distributions, figures=figures)
     return results
 
 
@@ -336,7 +341,8 @@ def hold_out(manifest: Manifest, library: MPILibrary, *, repeats: int, first_run
 
     results = measure_under_files(library, adapter_for(library), manifest.activation_env(), final,
                                   range(first_run, first_run + repeats), settings, on_point, allocation,
-                                  manifest.system, distributions=manifest.distributions)
+                                  manifest.system, distributions=manifest.distributions,
+                                  figures=manifest.figures())
     return [v for v in evaluate(final, results) if v.algorithm != DEFAULT_ALGORITHM]
 
 

@@ -4,7 +4,7 @@
  *   rank 0 reads requests from stdin and broadcasts each to every rank;
  *     point id=<n> coll=<name> bytes=<n> cvar=<name|-> set=<int|default|keep> newcomm=<0|1>
  *           warmup=<n> min_iters=<n> max_iters=<n> rel_ci=<x> time_cap=<seconds> [back_to_back=<n>]
- *           [spoil_every=<n>] [dist=<uniform|skewed|sparse>] [nb=<latency|overlap>]
+ *           [spoil_every=<n>] [dist=<uniform|skewed|sparse>] [nb=<latency|overlap|time> [compute=<seconds>]]
  *     setup id=<n> cvar=<name> set=<int> [newcomm=1]   (a cvar kept for the whole launch)
  *     quit                       (end of input also quits)
  *   rank 0 answers with ONE JSON line per request on stdout, flushed, and a "ready" line at start.
@@ -29,7 +29,10 @@
  * loop + MPI_Wait as many iterations again, the library making progress on its own only (no MPI call in the
  * loop): the reply adds the overlapped time, the loop's time and
  * overlap % = max(0, min(100, 100 (1 - (overlapped - compute) / pure))), from the medians over iterations of
- * each iteration's slowest rank. Every iteration's result is checked in both phases.
+ * each iteration's slowest rank, and per iteration the time not hidden (overlapped - compute: unhidden_samples_us).
+ * nb=time compute=<seconds> (tune --objective time) times start + a computation of that fixed length + MPI_Wait
+ * in every timed iteration instead: the point's samples and median are that, the reply adds the computation's
+ * median (compute_us). Every iteration's result is checked in every phase.
  */
 #include <errno.h>
 #include <math.h>
@@ -70,6 +73,7 @@ typedef struct {
     double rel_ci;
     double time_cap;
     int overlap; /* nb=overlap: a non-blocking collective's overlap phase after its latency */
+    double compute; /* nb=time: seconds of computation between start and wait in every timed iteration; <0: none */
 } request;
 
 typedef struct {
@@ -315,6 +319,8 @@ static int parse_point(char *line, request *req, char *why, size_t why_len)
     req->rel_ci = 0.05;
     req->time_cap = 1.0;
     req->back_to_back = 1;
+    req->compute = -1;
+    int timed = 0; /* nb=time: needs compute= */
     char *save = NULL;
     strtok_r(line, " \t", &save); /* "point" */
     for (char *tok = strtok_r(NULL, " \t", &save); tok; tok = strtok_r(NULL, " \t", &save)) {
@@ -352,8 +358,11 @@ static int parse_point(char *line, request *req, char *why, size_t why_len)
                 req->set_value = (int)n;
             }
         } else if (strcmp(key, "nb") == 0) {
-            bad = strcmp(val, "latency") != 0 && strcmp(val, "overlap") != 0;
+            bad = strcmp(val, "latency") != 0 && strcmp(val, "overlap") != 0 && strcmp(val, "time") != 0;
             req->overlap = strcmp(val, "overlap") == 0;
+            timed = strcmp(val, "time") == 0;
+        } else if (strcmp(key, "compute") == 0) {
+            bad = parse_double(val, &req->compute) || req->compute < 0 || req->compute > 60;
         } else if (strcmp(key, "also") == 0) {
             bad = parse_also(val, req);
         } else if (strcmp(key, "newcomm") == 0) {
@@ -393,6 +402,10 @@ static int parse_point(char *line, request *req, char *why, size_t why_len)
     }
     if (req->max_iters < req->min_iters)
         req->max_iters = req->min_iters;
+    if (timed != (req->compute >= 0)) {
+        snprintf(why, why_len, "nb=time and compute=<seconds> go together");
+        return -1;
+    }
     if (req->cvar[0] == '\0' && req->set == SET_VALUE) {
         snprintf(why, why_len, "set=<int> needs a cvar");
         return -1;
@@ -605,8 +618,11 @@ static void measure_point(engine *e, request *req)
     } else if (req->overlap && !nonblocking) {
         snprintf(why, sizeof why, "nb=overlap needs a non-blocking collective, not %s", req->coll);
         failed = 1;
-    } else if (req->overlap && req->back_to_back != 1) {
-        snprintf(why, sizeof why, "nb=overlap times one call per iteration: back_to_back=1 only");
+    } else if (req->compute >= 0 && !nonblocking) {
+        snprintf(why, sizeof why, "nb=time needs a non-blocking collective, not %s", req->coll);
+        failed = 1;
+    } else if ((req->overlap || req->compute >= 0) && req->back_to_back != 1) {
+        snprintf(why, sizeof why, "nb=overlap and nb=time time one call per iteration: back_to_back=1 only");
         failed = 1;
     }
     if (!failed && req->cvar[0]) {
@@ -662,6 +678,9 @@ static void measure_point(engine *e, request *req)
     int failed_calls = 0;
     e->call_error[0] = '\0';
     e->watchdog = 0;
+    /* nb=time: every timed iteration is start + a computation of the asked length (calibrated on each rank
+     * now) + wait, the point's samples and median; the computation alone goes to computed[]. */
+    long timed_loops = req->compute >= 0 ? calibrate_compute(req->compute) : -1;
     int wrong = req->warmup ? run_batch(e, &c, req->warmup, &iteration, NULL, req->spoil_every, req->back_to_back,
                                         &failed_calls, -1, NULL)
                             : 0;
@@ -676,7 +695,7 @@ static void measure_point(engine *e, request *req)
         batch = 0;
     while (batch > 0) {
         wrong += run_batch(e, &c, batch, &iteration, e->samples + n, req->spoil_every, req->back_to_back,
-                           &failed_calls, -1, NULL);
+                           &failed_calls, timed_loops, timed_loops >= 0 ? e->computed + n : NULL);
         n += (size_t)batch;
         next = 0;
         if (e->rank == 0 && failed_calls) {
@@ -764,12 +783,26 @@ static void measure_point(engine *e, request *req)
     printf(",\"warmup\":%d,\"iterations\":%zu,\"errors\":%d,\"checked\":%zu,\"stop\":\"%s\",\"elapsed_s\":%.6f",
            req->warmup, n, wrong, n + (size_t)req->warmup + overlap_n, stop_reason, elapsed);
     if (nonblocking)
-        printf(",\"nb\":\"%s\"", req->overlap ? "overlap" : "latency");
+        printf(",\"nb\":\"%s\"", req->overlap ? "overlap" : timed_loops >= 0 ? "time" : "latency");
+    if (timed_loops >= 0) {
+        double compute_median = 0;
+        if (n) {
+            memcpy(e->sorted, e->computed, n * sizeof(double));
+            tm_sort(e->sorted, n);
+            compute_median = tm_median_confidence(e->sorted, n).median;
+        }
+        printf(",\"compute_loops\":%ld,\"compute_us\":%.6f", timed_loops, compute_median * 1e6);
+    }
     if (req->overlap) {
         double pure = ci.median, hidden = pure > 0 ? 100.0 * (1.0 - (overlapped_median - computed_median) / pure) : 0;
         hidden = hidden < 0 ? 0 : hidden > 100 ? 100 : hidden;
         printf(",\"overlap_iterations\":%zu,\"compute_loops\":%ld,\"overlapped_us\":%.6f,\"compute_us\":%.6f"
                ",\"overlap_pct\":%.3f", overlap_n, compute_loops, overlapped_median * 1e6, computed_median * 1e6, hidden);
+        /* per iteration, the time not hidden behind the computation (tune --objective overlap's samples) */
+        printf(",\"unhidden_samples_us\":[");
+        for (size_t i = 0; i < overlap_n; i++)
+            printf(i ? ",%.6f" : "%.6f", (e->overlapped[i] - e->computed[i]) * 1e6);
+        printf("]");
     }
     printf(",\"median_us\":%.6f,\"ci_low_us\":%.6f,\"ci_high_us\":%.6f,\"samples_us\":[", ci.median * 1e6,
            ci.ci_low * 1e6, ci.ci_high * 1e6);
