@@ -173,3 +173,16 @@ def test_the_manifest_records_the_objective_with_its_computations_and_an_older_o
     assert loaded.figures() == Figures("time", {cell: 12.5})
     del data["objective"], data["compute_us"]
     assert Manifest.from_dict(tmp_path, data).figures() == Figures("latency", {})
+
+
+def test_the_report_says_what_the_non_blocking_speedups_are_of(tmp_path: Path) -> None:
+    from tunempi.report.tuning import speedup_table, summary_lines, write_html
+
+    record = LibraryRecord("mpich-5.0.2", "mpich", "5.0.2", "fp", "/x", "/x/bin/mpicc")
+    manifest = Manifest(directory=tmp_path, library=record, collectives=("allreduce", "iallreduce"), objective="time")
+    assert str(speedup_table(manifest).title).endswith("; non-blocking collectives by their time")
+    assert any(line.startswith("iallreduce: tuned for their time (--objective; time: start + a computation")
+               for line in summary_lines(manifest))
+    assert "iallreduce: speedups of their time" in write_html(manifest, {}, tmp_path / "r.html").read_text()
+    blocking = Manifest(directory=tmp_path, library=record, collectives=("allreduce",), objective="time")
+    assert "non-blocking" not in str(speedup_table(blocking).title)

@@ -468,6 +468,10 @@ def write_html(manifest: Manifest, plots: dict[str, Path], path: Path) -> Path:
             f"<p class='muted'>{e(', '.join(manifest.collectives))} at {e(scales)}; "
             f"{e(library.prefix)}; tuned {e(manifest.created)} in "
             f"<code>{e(str(manifest.directory))}</code></p>"]
+    nonblocking = [c for c in manifest.collectives if is_nonblocking(c)]
+    if nonblocking:  # what their speedups are of (--objective)
+        body.append(f"<p class='muted'>{e(', '.join(nonblocking))}: speedups of their {e(manifest.objective)} "
+                    f"({e(OBJECTIVE_WORDS.get(manifest.objective, ''))})</p>")
 
     tuned = [r for r in rows if r.algorithm != "default"]
     faster = [r for r in rows if r.source in ("verify", "held-out") and r.ci_low is not None and r.ci_low > 1.0]
