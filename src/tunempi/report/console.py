@@ -10,6 +10,7 @@ from rich.markup import escape
 from rich.progress import BarColumn, Progress, TaskID, TaskProgressColumn, TextColumn, TimeElapsedColumn
 from rich.status import Status
 
+from tunempi.collectives import is_nonblocking
 from tunempi.report.tuning import composition_line
 from tunempi.tune.job import (
     CompositionsMeasured,
@@ -149,6 +150,11 @@ class TuneProgress:
             f"{', '.join(s.label() for s in event.scales)}, {len(sizes)} sizes {format_size(sizes[0])}.."
             f"{format_size(sizes[-1])} ({event.cells} cells, {event.exhaustive_points} exhaustive points), "
             f"strategy {event.strategy}, topology {event.topology}, store {event.db}")
+        nonblocking = [c for c in event.collectives if is_nonblocking(c)]
+        if nonblocking:
+            self.console.print(f"  {', '.join(nonblocking)}: measured for their {event.objective} (--objective)"
+                               + (f"; the computation of each of {event.computations} cells: the default's latency "
+                                  "there" if event.objective == "time" else ""), soft_wrap=True)
         if event.distributions:
             self.console.print("  counts: " + ", ".join(f"{c} {d}" for c, d in event.distributions.items())
                                + " (every other collective uniform)")

@@ -200,6 +200,8 @@ class TuneStarted:
     resumed: int  # runs of these points read back from the store
     excluded: Mapping[str, Mapping[str, str]]  # collective -> algorithm -> why no tuning file can select it
     distributions: Mapping[str, str] = field(default_factory=dict)  # vector collectives measured not uniform
+    objective: str = LATENCY_OBJECTIVE  # what the non-blocking collectives are measured for (--objective)
+    computations: int = 0  # objective time: the cells whose computation is set (tune/objective.py)
 
 
 @dataclass(frozen=True)
@@ -354,13 +356,15 @@ class TunePlan:
 
         return ParallelRunner(make_runner, self.scheduler, self.allocation)
 
-    def started(self, resumed: int) -> TuneStarted:
+    def started(self, resumed: int, figures: Figures | None = None) -> TuneStarted:
         return TuneStarted(
             library=self.library, collectives=tuple(self.collectives), scales=tuple(self.scales),
             sizes=tuple(self.sizes), cells=sum(len(s.cells) for s in self.spaces.values()),
             exhaustive_points=sum(len(s.cells) * len(s.algorithms) for s in self.spaces.values()),
             strategy=self.options.strategy, topology=self.options.topology, db=self.db, resumed=resumed,
-            excluded=self.excluded, distributions=self.distributions)
+            excluded=self.excluded, distributions=self.distributions,
+            objective=figures.objective if figures is not None else LATENCY_OBJECTIVE,
+            computations=len(figures.compute_us) if figures is not None else 0)
 
 
 def run_tune(options: TuneOptions, on_event: OnTuneEvent | None = None) -> TuneReport:
@@ -388,7 +392,7 @@ def run_tune(options: TuneOptions, on_event: OnTuneEvent | None = None) -> TuneR
                           exhaustive_guard=options.exhaustive_guard, launches=options.launches,
                           under_files=decider, clock=options.clock or time.monotonic,
                           distributions=plan.distributions, figures=figures)
-            emit(plan.started(tuner.resumed))
+            emit(plan.started(tuner.resumed, figures))
             measured = 0
 
             def on_result(result: PointResult) -> None:
