@@ -160,7 +160,10 @@ def _store_source(db_path: Path, library: MPILibrary, adapter: VendorAdapter, co
         raise UsageError(f"no results database at {db_path}; give --db PATH (or set TUNEMPI_DB), or measure "
                          "first with `tunempi tune`")
     with ResultStore(db_path) as store:
-        records = store.query(status="ok", collective=sorted(collectives), distribution="uniform")
+        # a non-blocking call's profiled time runs from its start to its completion: its latency points (not
+        # those measured for --objective time or overlap, whose figures include or exclude a computation)
+        records = store.query(status="ok", collective=sorted(collectives), distribution="uniform",
+                              objective="latency")
     own = [m for m in records if m.library_fingerprint == library.fingerprint]
     label = f"this build of {library.name}"
     if not own:  # e.g. the same version installed elsewhere, or imported from a dataset file
