@@ -8,8 +8,11 @@ Applications nobody here wrote:
 - HPCC 1.5.0 (Debian's `hpcc` on Open MPI 4.1.4, or built from Debian's source against any MPI with
   tools/build-hpcc.sh: the MPICH application); the result is what HPCC verifies (Success, HPL's solution
   norms, PTRANS residual, RandomAccess errors), read from the hpccoutf.txt it appends to;
-- CP2K 2023.1 (Debian's `cp2k`, `cp2k.popt`, on Open MPI 4.1.4; basis sets and pseudopotentials from
-  `cp2k-data`): a DFT energy of a few water molecules (Quickstep, GPW); the result is the total energy.
+- Quantum ESPRESSO 6.7 (Debian's `quantum-espresso`, `pw.x`, on Open MPI 4.1.4): a plane-wave DFT energy of
+  16 silicon atoms with a pseudopotential its own `ld1.x` generates (Debian ships none); the result is the total
+  energy;
+- CP2K 2023.1 (Debian's `cp2k`, `cp2k.popt`; not installed by tools/system-packages.sh: its collectives are
+  10-15 % of a quiet run): a DFT energy of a few water molecules (Quickstep, GPW); the result is the total energy.
 """
 
 from __future__ import annotations
@@ -84,7 +87,8 @@ run ${steps}
 #: CP2K (issue 40 step 3, the second application): water molecules in an 8 A periodic box, PBE with
 #: Goedecker-Teter-Hutter pseudopotentials and DZVP-MOLOPT-SR basis sets (all from Debian's cp2k-data), one SCF
 #: to 1e-6 from the atomic guess: plane-wave FFTs whose transposes are MPI_Alltoallv and many small
-#: MPI_Allreduce (CP2K's mp_sum). Measured: collectives ~50 % of the ranks' time at 2 emulated nodes x 1
+#: MPI_Allreduce (CP2K's mp_sum). Measured at 2 emulated nodes x 1: collectives 10-15 % of the ranks' time on
+#: a quiet machine (~50 % under load: waiting), so it is not one of issue 40's inputs; kept for bench/applications.py
 #: (docs/measurements/applications.md). No restart file written (each run starts alike, none reads one).
 CP2K_WATER_INPUT = """\
 &GLOBAL
@@ -142,6 +146,45 @@ WATER_SITES = ((0, 0, 0), (4, 4, 0), (0, 4, 4), (4, 0, 4), (4, 0, 0), (0, 4, 0),
 #: CP2K's total energy (Hartree), printed once per energy evaluation.
 CP2K_RESULT = r"ENERGY\| Total FORCE_EVAL \( QS \) energy \[a\.u\.\]:\s+(\S+)"
 
+#: Quantum ESPRESSO (issue 40 step 3, the second application): bulk silicon, 16 atoms in a tetragonal cell of two
+#: conventional cubes (one atom moved off its site), PBE, 40 Ry, the Gamma point,
+#: conjugate-gradient diagonalization, SCF to 1e-10 Ry. Run with `-ntg 2` (two FFT task groups): besides the FFT
+#: transposes (MPI_Alltoallv) every band pass sums the charge density over the task groups, an MPI_Allreduce
+#: of 1.2 MB. Measured quiet at 2 emulated nodes x 1: collectives ~40 % of the ranks' time, most of it that
+#: allreduce (docs/measurements/applications.md). Debian ships no pseudopotential: QE's own atomic code ld1.x
+#: generates a norm-conserving Troullier-Martins one for Si (3s2 3p2, the p channel local) before the runs.
+QE_PSEUDO_INPUT = """\
+&input
+   title='Si', zed=14., rel=0, config='[Ne] 3s2 3p2', iswitch=3, dft='PBE'
+/
+&inputp
+   pseudotype=1, file_pseudopw='Si.pbe-tm.UPF', author='tunempi', lloc=1, tm=.true.
+/
+2
+3S  1  0  2.00  0.00  1.80  1.80  0.0
+3P  2  1  2.00  0.00  1.80  1.80  0.0
+"""
+QE_SILICON_INPUT = """\
+&control
+  calculation='scf', prefix='si', pseudo_dir='./', outdir='./qe-tmp', disk_io='none'
+/
+&system
+  ibrav=6, celldm(1)=10.26, celldm(3)=2.0, nat=16, ntyp=1, ecutwfc={ecutwfc}
+/
+&electrons
+  conv_thr=1.0d-10, diagonalization='cg'
+/
+ATOMIC_SPECIES
+Si 28.086 Si.pbe-tm.UPF
+ATOMIC_POSITIONS crystal
+{positions}K_POINTS gamma
+"""
+#: The diamond cube's 8 sites (crystal coordinates); the cell stacks two along z, its fifth atom moved by 0.01 in x.
+DIAMOND = ((0, 0, 0), (.5, .5, 0), (.5, 0, .5), (0, .5, .5), (.25, .25, .25), (.75, .75, .25), (.75, .25, .75),
+           (.25, .75, .75))
+#: pw.x's converged total energy (Ry), printed once, after "!".
+QE_RESULT = r"^!\s+total energy\s+=\s+(\S+) Ry"
+
 #: LAMMPS' thermo lines: step, temperature, pair energy, molecular energy, total energy, pressure.
 LJ_RESULT = r"^\s+(\d+)\s+(\S+)\s+(\S+)\s+\S+\s+(\S+)\s+(\S+)\s*$"
 #: What HPCC verifies, from the file it appends to (removed after each run, so every run reads its own).
@@ -188,11 +231,17 @@ class Application:
     program: tuple[str, ...]
     files: Mapping[str, str] = field(default_factory=dict)
     result_args: tuple[str, ...] = ()
+    #: serial commands run once in the work directory after the files are written (input generation)
+    setup: tuple[tuple[str, ...], ...] = ()
 
     def prepare(self, workdir: Path) -> None:
         workdir.mkdir(parents=True, exist_ok=True)
         for name, text in self.files.items():
             (workdir / name).write_text(text)
+        for command in self.setup:
+            done = subprocess.run(command, cwd=workdir, capture_output=True, text=True, timeout=120)
+            if done.returncode != 0:
+                raise RuntimeError(f"{' '.join(command)}: exit {done.returncode}\n{done.stdout[-2000:]}{done.stderr[-2000:]}")
 
 
 def lammps(cells: int, steps: int) -> Application:
@@ -221,6 +270,18 @@ def cp2k_water(molecules: int = 2, cutoff: int = 200) -> Application:
     """CP2K's water input above (Debian's MPI-only build, cp2k.popt: one thread a rank)."""
     return Application("cp2k-water", DEBIAN_OPENMPI, ("cp2k.popt", "-i", "water.inp"),
                        {"water.inp": cp2k_water_input(molecules, cutoff)}, ("--result", CP2K_RESULT))
+
+
+def qe_silicon(ecutwfc: float = 40.0) -> Application:
+    """Quantum ESPRESSO's silicon input above: pw.x with two FFT task groups, after ld1.x wrote the
+    pseudopotential (`ld1.x -in si.ld1`)."""
+    sites = [(x, y, (z + k) / 2) for k in (0, 1) for x, y, z in DIAMOND]
+    sites[4] = (sites[4][0] + 0.01, sites[4][1], sites[4][2])
+    positions = "".join(f"Si {x:.4f} {y:.4f} {z:.4f}\n" for x, y, z in sites)
+    return Application("qe-silicon", DEBIAN_OPENMPI, ("pw.x", "-ntg", "2", "-in", "si16.in"),
+                       {"si.ld1": QE_PSEUDO_INPUT,
+                        "si16.in": QE_SILICON_INPUT.format(ecutwfc=ecutwfc, positions=positions)},
+                       ("--result", QE_RESULT), setup=(("ld1.x", "-in", "si.ld1"),))
 
 
 def hpcc_input(ranks: int, n: int) -> str:

@@ -59,7 +59,7 @@ SYSTEM_GROUPS: dict[str, tuple[str, ...]] = {
     "site-mpi": ("/usr/bin/mpicc.mpich", "/usr/bin/mpicc.openmpi", "/usr/bin/gfortran"),
     "applications": ("/usr/bin/hpcc", "/usr/bin/lmp", "/usr/share/doc/hpcc/examples/_hpccinf.txt",
                      "/usr/lib/x86_64-linux-gnu/libblas.so", "/usr/bin/curl"),
-    "cp2k": ("/usr/bin/cp2k.popt", "/usr/share/cp2k/BASIS_MOLOPT", "/usr/share/cp2k/GTH_POTENTIALS"),
+    "quantum-espresso": ("/usr/bin/pw.x", "/usr/bin/ld1.x"),
     "slurm": ("/usr/sbin/slurmd", "/usr/sbin/slurmctld", "/usr/bin/srun"),
     "browser": ("/usr/bin/chromium",),
     "trace": ("/usr/bin/strace",),

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # System packages some tests need (Debian's own MPI builds with Fortran, real applications built on them (HPCC,
-# LAMMPS, CP2K with its data files: basis sets, pseudopotentials), Slurm, Chromium, strace). Installed only
+# LAMMPS, Quantum ESPRESSO), Slurm, Chromium, strace). Installed only
 # when this runs as root on a Debian-like machine, as CI does; elsewhere the tests that need them skip with
 # a one-line reason (and fail under CI=true: see tests/conftest.py `require_system`).
 # Usage: tools/system-packages.sh STAMP_FILE
@@ -11,7 +11,7 @@ stamp=${1:-.venv/.system-packages}
 groups=(
   "site-mpi mpich libmpich-dev openmpi-bin libopenmpi-dev gfortran"
   "applications hpcc lammps libblas-dev curl"
-  "cp2k cp2k"
+  "quantum-espresso quantum-espresso"
   "slurm slurmd slurmctld slurm-client libpmix2 libpmix-dev"
   "browser chromium"
   "trace strace"

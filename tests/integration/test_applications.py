@@ -1,7 +1,7 @@
 """Real applications nobody here wrote, through the whole pipeline a user runs: profile -> advise -> tune
 --from-profile -> compare (the application itself, default against the tuning, results checked).
 
-LAMMPS, HPCC and CP2K as Debian ships them (on Debian's Open MPI 4.1.4), and HPCC built from Debian's source
+LAMMPS, HPCC and Quantum ESPRESSO as Debian ships them (on Debian's Open MPI 4.1.4), and HPCC built from Debian's source
 against the embedded MPICH; on one node x 2 ranks and on 2 emulated nodes x 1 (TCP between them). Short
 inputs: each case runs in about a minute. bench/applications.py runs the real sizes."""
 
@@ -19,15 +19,15 @@ ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "bench"))
 
 from app_recipes import (  # noqa: E402 - bench/ is no package
-    CP2K_RESULT,
     DEBIAN_OPENMPI,
+    QE_RESULT,
     Layout,
     build_hpcc,
-    cp2k_water,
     hpcc,
     lammps,
     lammps_pppm,
     launcher_line,
+    qe_silicon,
     run_pipeline,
     tunempi,
 )
@@ -140,26 +140,27 @@ def test_lammps_pppm_spends_a_fifth_of_its_run_in_collectives(tmp_path: Path) ->
     assert profile.time_by_collective()[0][0] == "alltoallv"
 
 
-#: Debian 12's CP2K 2023.1 (PBE, GTH, DZVP-MOLOPT-SR, cutoff 200 Ry): the recipe's two water molecules, in Hartree.
-CP2K_WATER_ENERGY = -34.441299344
+#: Debian 12's Quantum ESPRESSO 6.7 on the recipe's 16 silicon atoms (its ld1.x pseudopotential, PBE, 40 Ry), in Ry.
+QE_SILICON_ENERGY = -125.0361175
 
 
-@pytest.mark.full  # one profiled CP2K run at 2 emulated nodes x 1 (~10 s quiet, 25 s under load)
-def test_cp2k_water_spends_a_fifth_of_its_run_in_collectives_at_two_emulated_nodes(
+@pytest.mark.full  # one profiled pw.x run at 2 emulated nodes x 1 (7-11 s quiet, up to 60 s under load)
+def test_quantum_espresso_spends_a_fifth_of_its_run_in_collectives_at_two_emulated_nodes(
         tmp_path: Path, cluster: EmulatedCluster) -> None:
-    """Issue 40 step 3, the second application: CP2K's DFT energy of two water molecules at 2 emulated nodes x 1
-    over TCP spends >= 20 % of the ranks' time in collectives (its FFT transposes' alltoallv, CP2K's many small
-    allreduce), and the energy `compare` checks is there and right under the profiler."""
+    """Issue 40 step 3, the second application: Quantum ESPRESSO's plane-wave energy of 16 silicon atoms with two
+    FFT task groups at 2 emulated nodes x 1 over TCP spends >= 20 % of the ranks' time in collectives (the charge
+    density's 1.5 MB allreduce, the FFT transposes' alltoallv), and the energy `compare` checks is there and
+    right under the profiler."""
     import re
 
     from app_recipes import network_env
 
     from tunempi.profile.reader import load_profile
 
-    require_system("cp2k")
+    require_system("quantum-espresso")
     require_system("site-mpi")
     layout = Layout(2, 1)
-    app = cp2k_water()
+    app = qe_silicon()
     app.prepare(tmp_path)
     line = launcher_line(app.mpi, app.program, layout, cluster.dir)
     profiled = tunempi("profile", "--mpi", app.mpi, "-o", "app.json", "--", *line, cwd=tmp_path,
@@ -169,8 +170,8 @@ def test_cp2k_water_spends_a_fifth_of_its_run_in_collectives_at_two_emulated_nod
     assert int(profile.header["nodes"]) == 2
     assert profile.collective_s / profile.wall_s >= 0.2, profiled.stdout[-3000:]
     assert {"alltoallv", "allreduce"} <= {name for name, _, _ in profile.time_by_collective()[:3]}
-    energies = [float(match.group(1)) for match in re.finditer(CP2K_RESULT, profiled.stdout)]
-    assert energies == pytest.approx([CP2K_WATER_ENERGY], rel=1e-6)
+    energies = [float(match.group(1)) for match in re.finditer(QE_RESULT, profiled.stdout, re.MULTILINE)]
+    assert energies == pytest.approx([QE_SILICON_ENERGY], rel=1e-6)
 
 
 @pytest.mark.full  # a whole autotune (profile, tune, online/search as planned, compare): 3-6 min here under load
