@@ -4,7 +4,7 @@
 uniform, skewed and sparse distributions (and one alltoallv in place, whose send counts are not significant).
 The profile must count every call by its shape exactly (every rank's view; gatherv at its root only), and
 `tune --from-profile` must measure each vector collective with its dominant shape and record it in the manifest.
-The embedded MPICH at 2 ranks in `make test`; Open MPI under `full`.
+The embedded MPICH at 2 ranks in `make test`; Open MPI and Intel MPI under `full`.
 """
 
 from __future__ import annotations
@@ -26,7 +26,11 @@ SOURCE = Path(__file__).parent / "profile_apps" / "vector_shapes.c"
 REPS, BLOCK, RANKS = 3, 64, 2
 
 
-@pytest.mark.parametrize("mpi", ["mpich", pytest.param("openmpi", marks=pytest.mark.full)])
+@pytest.mark.parametrize("mpi", [
+    "mpich",
+    pytest.param("openmpi", marks=pytest.mark.full),
+    pytest.param("impi", marks=pytest.mark.full),
+])
 def test_count_shapes_are_profiled_and_tune_from_profile_measures_them(mpi: str, tmp_path: Path) -> None:
     library = resolve_library(mpi)
     program = build_c(library, [SOURCE], "vector_shapes", werror=True)
