@@ -1,4 +1,6 @@
-"""Overhead of the profiling interposer: 8-byte allreduce loop at 2 ranks, with and without it.
+"""Overhead of the profiling interposer: 8-byte allreduce loop at 2 ranks, with and without it
+(`--collective alltoallv`: an alltoallv of one int per peer, a vector collective whose counts profile mode
+classifies).
 
 Not a test (timings on a shared machine are noisy). Two figures:
 
@@ -20,6 +22,7 @@ timeout); the machine's load average is printed before and after, since other jo
 preempt busy-polling ranks.
 
     .venv/bin/python bench/profile_overhead.py [--mpi mpich|openmpi|SPEC] [--pairs 30] [--mode profile|off]
+                                               [--collective allreduce|alltoallv]
 """
 
 from __future__ import annotations
@@ -78,7 +81,9 @@ def main() -> None:
     parser.add_argument("--mpi", default="mpich", help="MPI library SPEC (mpich, openmpi, a prefix, an mpicc)")
     parser.add_argument("--pairs", type=int, default=30, help="pairs of launches (with / without)")
     parser.add_argument("--mode", choices=("profile", "off"), default="profile", help="interposer mode measured")
-    parser.add_argument("--iters", type=int, default=1000, help="allreduce calls per block")
+    parser.add_argument("--iters", type=int, default=1000, help="calls per block")
+    parser.add_argument("--collective", choices=("allreduce", "alltoallv"), default="allreduce",
+                        help="the call measured: 8-byte allreduce, or alltoallv of one int per peer")
     parser.add_argument("--blocks", type=int, default=40, help="blocks of each path per launch")
     parser.add_argument("--seed", type=int, default=0, help="seed of the bootstrap")
     parser.add_argument("--single-rank-launches", type=int, default=5,
@@ -90,7 +95,7 @@ def main() -> None:
     base_env = adapter_for(library).single_node_env()
     interposer = build_interposer(library)
     app = build_c(library, [Path(__file__).with_name("profile_overhead.c")], "profile-overhead")
-    program = [str(app), str(args.iters), str(args.blocks)]
+    program = [str(app), str(args.iters), str(args.blocks), args.collective]
     load_before = os.getloadavg()
 
     ratios: list[float] = []  # median blocks
@@ -124,7 +129,8 @@ def main() -> None:
                 intrinsic += paired_differences(launch(library, program, tool_env, base_env, ranks=1))
     load_after = os.getloadavg()
 
-    print(f"\n{library.name}, 2 ranks bound to cores, 8-byte MPI_Allreduce, {args.pairs} interleaved launch pairs, "
+    call = "8-byte MPI_Allreduce" if args.collective == "allreduce" else "MPI_Alltoallv of one int per peer"
+    print(f"\n{library.name}, 2 ranks bound to cores, {call}, {args.pairs} interleaved launch pairs, "
           f"{args.blocks} x {args.iters} calls per path per launch; load average {load_before[0]:.1f} before, "
           f"{load_after[0]:.1f} after")
     for label, values in (("median blocks", ratios), ("fastest blocks", fastest_ratios)):
