@@ -509,21 +509,28 @@ static void busy_compute(long loops)
     compute_sink = x;
 }
 
-/* Loop count for `seconds` of busy_compute on this rank: the rate from a run of at least 2 ms, then one
- * correction from the shortest of three runs of the count itself. */
+/* busy_compute's loops per second on this rank, measured once per launch (a run of at least 2 ms): the
+ * doubling runs cost about 4 ms, which every point of a tune for time would otherwise pay. */
+static double compute_rate;
+
+/* Loop count for `seconds` of busy_compute on this rank: the launch's rate, then one correction from the
+ * shortest of three runs of the count itself (so a rate measured while descheduled does not stay wrong). */
 static long calibrate_compute(double seconds)
 {
-    long loops = 1024;
-    double elapsed = 0;
-    for (;;) {
-        double start = MPI_Wtime();
-        busy_compute(loops);
-        elapsed = MPI_Wtime() - start;
-        if (elapsed >= 2e-3 || loops > (1L << 40))
-            break;
-        loops *= 2;
+    if (compute_rate <= 0) {
+        long loops = 1024;
+        double elapsed = 0;
+        for (;;) {
+            double start = MPI_Wtime();
+            busy_compute(loops);
+            elapsed = MPI_Wtime() - start;
+            if (elapsed >= 2e-3 || loops > (1L << 40))
+                break;
+            loops *= 2;
+        }
+        compute_rate = (double)loops / (elapsed > 0 ? elapsed : 1e-9);
     }
-    long count = (long)(seconds * (double)loops / elapsed);
+    long count = (long)(seconds * compute_rate);
     if (count < 1)
         return 1;
     double best = 0;
