@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import signal
 import sys
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -120,7 +121,9 @@ def pytest_terminal_summary(terminalreporter, exitstatus, config):  # noqa: ARG0
     report = getattr(conformance, "REPORT", None)
     if not report:
         return
-    details = config.cache.mkdir("conformance") / "cases.txt"
+    cache = getattr(config, "cache", None)  # None under -p no:cacheprovider
+    details = (cache.mkdir("conformance") if cache is not None else Path(tempfile.mkdtemp(prefix="conformance-"))
+               ) / "cases.txt"
     with details.open("w") as out:
         for (layout, mode), lines in report.items():
             out.write(f"{layout} | {mode} | {lines[0]}\n" + "".join(f"    {line}\n" for line in lines[1:]))
