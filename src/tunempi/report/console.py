@@ -61,6 +61,11 @@ class VerifyProgress(VerifyListener):
     def started(self, plan: VerifyPlan) -> None:
         self.console.print(f"[bold]{plan.library.name}[/]: verifying {plan.tuned_cells} tuned cells against the "
                            f"default under the written files, {plan.repeats} pairs of launches ({plan.runs} runs)")
+        nonblocking = sorted({c.collective for c, a in plan.selection.items() if is_nonblocking(c.collective)
+                              and a != "default"})
+        if nonblocking:  # compared as tune measured them (the manifest's objective, with time's computations)
+            self.console.print(f"  {', '.join(nonblocking)}: compared by their {plan.manifest.objective}, as tuned "
+                               "(--objective)")
         chosen = plan.manifest.compositions.chosen()
         if chosen:
             said = ", ".join(f"{name} of {collective}" for collective, name in sorted(chosen.items()))
