@@ -105,7 +105,7 @@ def fastest_rich_table(rows: list[FastestRow], title: str) -> Table:
     for row in rows:
         speedup = row.speedup
         table.add_row(
-            row.collective, format_size(row.msg_bytes), row.fastest, _us(row.fastest_us), _us(row.default_us),
+            escape(row.collective), format_size(row.msg_bytes), row.fastest, _us(row.fastest_us), _us(row.default_us),
             "-" if speedup is None else f"{speedup:.2f}x", str(row.algorithms), str(row.failed or ""),
         )
     return table
