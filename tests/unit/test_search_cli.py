@@ -214,7 +214,7 @@ def test_timeout_kills_the_whole_process_group(tmp_path):
 
 
 def test_failure_reason_is_the_cause_not_the_backtrace():
-    from tunempi.search.command import failure_summary
+    from tunempi.launch.process import failure_summary
 
     out = ("Assertion failed in file mpidig_init.c at line 36: PACK_BUFFER_SIZE >= buf_size_limit\n"
            "/lib/libmpi.so.12(+0x4627a1) [0x7fa4dc8627a1]\n/lib/libc.so.6(__libc_start_main+0x85)\n")

@@ -220,7 +220,7 @@ def application_launch(command: Sequence[str], library: MPILibrary | None, scrub
         if run.timed_out:
             return RunOutcome("timeout", run.duration_s, output, f"killed after the {timeout:g} s timeout")
         if run.returncode != 0:
-            from tunempi.search.command import failure_summary
+            from tunempi.launch.process import failure_summary
 
             return RunOutcome("failed", run.duration_s, output,
                               f"{run.reason.split(':', 1)[0]}: {failure_summary(output)}")

@@ -14,6 +14,7 @@ checked again, so a recycled pid is never hit.
 - `run_launch(argv, env, timeout)`: run to completion (or timeout), capture and/or stream output.
 - `InteractiveLaunch`: a job whose rank 0 talks over stdin/stdout line by line (the bench engine's driver).
 - `run_in_foreground(argv, env)`: a job that keeps the terminal (`tunempi run`, `tunempi profile`).
+- `failure_summary(output)`: the line of a failed launch's output that says what went wrong.
 
 Every launch that has not ended yet is known to this module (`live_launches`), so that a stopped tunempi
 can end them all as its last act (`end_live_launches`, called by launch/signals.py), whatever the code
@@ -26,6 +27,7 @@ import contextlib
 import math
 import os
 import queue
+import re
 import signal
 import subprocess
 import threading
@@ -618,3 +620,20 @@ class InteractiveLaunch:
     def _ended_how(self) -> str:
         code = self._proc.poll() if self._proc is not None else None
         return "still running" if code is None else f"exited with status {code}"
+
+
+# How much of a failed launch's output a reason keeps.
+REASON_TAIL = 300
+_ERROR_LINE = re.compile(r"error|assert|abort|fatal|killed|signal|segmentation", re.IGNORECASE)
+
+
+def failure_summary(output: str) -> str:
+    """The line of a failed launch's output that says what went wrong (else its last line), shortened.
+
+    MPI libraries print the cause first and a backtrace after it: the tail alone is addresses.
+    """
+    lines = [line.strip() for line in output.splitlines() if line.strip()]
+    if not lines:
+        return "(no output)"
+    cause = next((line for line in lines if _ERROR_LINE.search(line)), lines[-1])
+    return cause[:REASON_TAIL]

@@ -22,28 +22,12 @@ from dataclasses import dataclass, field
 from typing import Protocol
 
 from tunempi.launch import LaunchError, LaunchResult, run_launch
+from tunempi.launch.process import failure_summary
 from tunempi.search.base import TrialResult, TrialStatus
 from tunempi.search.space import Value
 
-# How much of a failed run's output ends up in the trial's reason.
-REASON_TAIL = 300
 # Seconds between SIGTERM and SIGKILL of a timed-out job.
 KILL_GRACE = 5.0
-
-_ERROR_LINE = re.compile(r"error|assert|abort|fatal|killed|signal|segmentation", re.IGNORECASE)
-
-
-def failure_summary(output: str) -> str:
-    """The line of a failed run's output that says what went wrong (else its last line), shortened.
-
-    MPI libraries print the cause first and a backtrace after it: the tail alone is addresses.
-    """
-    lines = [line.strip() for line in output.splitlines() if line.strip()]
-    if not lines:
-        return "(no output)"
-    cause = next((line for line in lines if _ERROR_LINE.search(line)), lines[-1])
-    return cause[:REASON_TAIL]
-
 
 class MetricsSource(Protocol):
     """Where side measurements of a run come from (rl's state). The profiling interposer implements this:
