@@ -142,6 +142,8 @@ def test_profile_matches_known_communication(mpi_library: MPILibrary, ranks: int
         assert r["collective_calls"] == 50
         assert r["send_calls"] == (11 if r["rank"] % 2 == 0 else 1)
         assert r["collective_ns"] + r["p2p_ns"] <= r["mpi_ns"] <= r["wall_ns"]
+        assert r["cpu_ns"] > 0 and r["span_ns"] > 0  # the process's CPU time over its recorded span (no pause here)
+        assert 0.5 < r["span_ns"] / r["wall_ns"] < 2  # the same stretch, by another clock
     assert data["totals"]["mpi_ns"] == sum(r["mpi_ns"] for r in per_rank)
 
 

@@ -157,3 +157,30 @@ def test_version_2_counts_calls_by_count_shape_and_version_1_reads_without(tmp_p
     assert old.count_shapes() == {} and all(r.count_shapes is None for r in old.collectives)
     shown = CliRunner().invoke(app, ["profile", "show", str(write(tmp_path, sample()))])
     assert shown.exit_code == 0 and "Vector collectives" not in shown.output
+
+
+def test_a_rank_off_the_cpu_for_much_of_its_run_is_a_caution_on_the_shares(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """MPI libraries poll while they wait: a rank on a CPU for much less than its run was descheduled, and the
+    others' waiting for it counts as MPI time. show, advise and autotune's report say so; profiles from before
+    the CPU time was recorded read as before, without it."""
+    import tunempi.cli.profile as cli_profile
+    from tunempi.profile.advise import ON_CPU_SHARE, shares_caveat
+
+    data = sample()
+    assert shares_caveat(load_profile(write(tmp_path, data))) is None  # not recorded: no claim either way
+    for rank, share in ((0, 0.99), (1, 0.41)):
+        data["ranks"][rank].update(cpu_ns=int(share * 1_000_000), span_ns=1_000_000)
+    profile = load_profile(write(tmp_path, data))
+    least = profile.least_on_cpu()
+    assert least is not None and least.rank == 1 and least.on_cpu == pytest.approx(0.41)
+    caveat = shares_caveat(profile)
+    assert caveat is not None and caveat.startswith("rank 1 was on a CPU for 41% of its run")
+
+    monkeypatch.setattr(cli_profile, "_out", Console(width=400))
+    result = CliRunner().invoke(app, ["profile", "show", str(write(tmp_path, data))])
+    assert result.exit_code == 0, result.output
+    assert "caution: rank 1 was on a CPU for 41%" in result.output
+
+    data["ranks"][1].update(cpu_ns=int(ON_CPU_SHARE * 1_000_000))  # at the bar: nothing to say
+    assert shares_caveat(load_profile(write(tmp_path, data))) is None

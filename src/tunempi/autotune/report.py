@@ -107,6 +107,8 @@ def write_report(request: AutotuneRequest, outcome: AutotuneOutcome, path: Path)
         body.append("</table>")
         for text in plan.get("not_tunable", []):
             body.append(f"<p class='muted'>not tunable: {e(text)}</p>")
+        if plan.get("caveat"):
+            body.append(f"<p><b>Caution:</b> {e(str(plan['caveat']))}</p>")
     else:
         body.append("<p>Not profiled yet.</p>")
 

@@ -158,7 +158,7 @@ class LibrarySteps(StepRunner):
 
     def plan(self, ctx: Context) -> dict[str, Any]:
         from tunempi.mpi.discovery import adapter_for
-        from tunempi.profile.advise import application_plan, not_tunable, unselectable_here
+        from tunempi.profile.advise import application_plan, not_tunable, shares_caveat, unselectable_here
 
         profile = self.load_profile(ctx)
         library = self.library(ctx)
@@ -168,7 +168,8 @@ class LibrarySteps(StepRunner):
                                  switches_per_call=adapter.switches_at_run_time(), library_reasons=reasons)
         return {"plan": [{"kind": s.kind, "worth": s.worth, "why": s.why, "commands": list(s.commands)}
                          for s in steps],
-                "not_tunable": [n.text for n in not_tunable(profile, reasons)]}
+                "not_tunable": [n.text for n in not_tunable(profile, reasons)],
+                "caveat": shares_caveat(profile)}
 
     def tune(self, ctx: Context) -> dict[str, Any]:
         from tunempi.mpi.discovery import adapter_for

@@ -28,6 +28,7 @@ from tunempi.profile.advise import (
     eager_search_space,
     eager_verdict,
     not_tunable,
+    shares_caveat,
     tune_command,
     unselectable_here,
 )
@@ -232,6 +233,9 @@ def advise_command(
                     else "tune measures it with equal counts only")
         _out.print(f"count shape: {escape(count_shape_text(name, shapes))}; {measured}")
     eager_advice(app_profile, adapter, library, space_out, _out)
+    caveat = shares_caveat(app_profile)
+    if caveat:
+        _out.print(f"[yellow]caution:[/] {escape(caveat)}")
     print_plan(application_plan(app_profile, str(profile), spec, switches_per_call=adapter.switches_at_run_time(),
                                 library_reasons=reasons), _out)
 

@@ -7,6 +7,7 @@ from typing import Any
 
 import typer
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 from typer.core import TyperGroup
 
@@ -130,6 +131,11 @@ def print_profile(profile: Profile, *, top: int = 25, per_rank: bool = False, co
         f"(collectives {_pct(profile.collective_s, profile.wall_s)}, "
         f"point-to-point sends {_pct(profile.p2p_s, profile.wall_s)})"
     )
+    from tunempi.profile.advise import shares_caveat
+
+    caveat = shares_caveat(profile)
+    if caveat:
+        console.print(f"[yellow]caution:[/] {escape(caveat)}")
 
     by_collective = Table(title="Where the collective time goes (summed over ranks)")
     for column in ("collective", "calls", "time", "% of MPI", "% of run"):

@@ -346,6 +346,24 @@ class PlanStep:
     commands: tuple[str, ...]
 
 
+#: Below this share of its run on a CPU a rank was descheduled (or slept): MPI libraries poll while they wait.
+ON_CPU_SHARE = 0.8
+
+
+def shares_caveat(profile: Profile) -> str | None:
+    """Why the profile's time shares may be inflated, or None: a rank that was off the CPU for much of its
+    run (a machine shared with other jobs) makes the other ranks wait for it inside MPI, and that waiting is
+    counted as MPI and collective time (measured: a Quantum ESPRESSO input read 93.5 % collectives on a loaded
+    machine and 17.7 % on a quiet one, docs/measurements/applications.md)."""
+    rank = profile.least_on_cpu()
+    if rank is None or rank.on_cpu is None or rank.on_cpu >= ON_CPU_SHARE:
+        return None
+    return (f"rank {rank.rank} was on a CPU for {100 * rank.on_cpu:.0f}% of its run (MPI libraries poll while "
+            "they wait, so expect close to 100%): the machine was probably shared with other jobs (or the "
+            "program sleeps or waits for I/O); waiting for a descheduled rank counts as MPI time, so the MPI "
+            "and collective shares may be inflated: profile again on an idle machine before trusting them")
+
+
 def application_plan(profile: Profile, profile_path: str, mpi_spec: str, *, switches_per_call: bool = True,
                      library_reasons: Mapping[str, str] | None = None) -> list[PlanStep]:
     """Which of tune / online / search is worth it for this application, from its profile alone (the shares

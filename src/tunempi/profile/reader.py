@@ -112,6 +112,15 @@ class RankSummary:
     p2p_ns: int
     collective_calls: int
     send_calls: int
+    cpu_ns: int | None = None  # the process's CPU time while recording (profiles before 2026-11-28: None)
+    span_ns: int | None = None  # the wall time cpu_ns was taken over
+
+    @property
+    def on_cpu(self) -> float | None:
+        """The share of its run the rank spent on a CPU (None: not recorded)."""
+        if self.cpu_ns is None or not self.span_ns:
+            return None
+        return self.cpu_ns / self.span_ns
 
 
 @dataclass(frozen=True)
@@ -180,6 +189,11 @@ class Profile:
     def elapsed_s(self) -> float:
         """The longest rank's run time (from MPI_Init to MPI_Finalize)."""
         return max((r.wall_ns for r in self.ranks), default=0) * NS
+
+    def least_on_cpu(self) -> RankSummary | None:
+        """The rank that spent the smallest share of its run on a CPU (None: not recorded)."""
+        recorded = [r for r in self.ranks if r.on_cpu is not None]
+        return min(recorded, key=lambda r: r.on_cpu or 0.0) if recorded else None
 
     @property
     def mpi_fraction(self) -> float:

@@ -133,7 +133,8 @@ static inline uint64_t tmpi_ticks(void)
     return tmpi_monotonic_ns();
 }
 
-void tmpi_clock_calibrate(void);        /* at finalize, before the mode's finish hook */
+void tmpi_clock_calibrate(void);
+uint64_t tmpi_process_cpu_ns(void); /* CPU time of the whole process (all threads), ns; 0 if unavailable */        /* at finalize, before the mode's finish hook */
 uint64_t tmpi_ticks_to_ns(uint64_t ticks);
 
 static inline void tmpi_begin(tmpi_call *call)
@@ -259,6 +260,7 @@ static inline void *tmpi_inflight_payload(const tmpi_inflight *t, size_t slot)
 typedef struct {
     uint64_t t_start;        /* ticks when MPI_Init returned (or the first wrapped call, when started lazily) */
     uint64_t t_finalize;     /* ticks when MPI_Finalize was entered */
+    uint64_t cpu_finalize_ns; /* the process's CPU time then (tmpi_process_cpu_ns) */
     int started_lazily;      /* MPI was initialised before the tool became active */
     int thread_level;        /* provided thread level, -1 if unknown */
     int world_rank, world_size;

@@ -22,7 +22,7 @@ const tmpi_mode *tmpi_active = &tmpi_idle_mode;
 /* Every mode the interposer knows; TUNEMPI_MODE picks one ("off" disables the tool). */
 static const tmpi_mode *const tmpi_modes[] = {&tmpi_profile_mode, &tmpi_online_mode};
 
-tmpi_globals_t tmpi_globals = {0, 0, 0, -1, 0, 0};
+tmpi_globals_t tmpi_globals = {.thread_level = -1};
 
 /* ------------------------------------------------------------------------------- clock ---- */
 int tmpi_clock_is_tsc;
@@ -71,6 +71,14 @@ void tmpi_clock_calibrate(void)
     } while (ns1 - calib_ns0 < 20000000u);
     if (ticks1 > calib_ticks0)
         ns_per_tick = (double)(ns1 - calib_ns0) / (double)(ticks1 - calib_ticks0);
+}
+
+uint64_t tmpi_process_cpu_ns(void)
+{
+    struct timespec ts;
+    if (clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts) != 0)
+        return 0;
+    return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
 }
 
 uint64_t tmpi_ticks_to_ns(uint64_t ticks)
@@ -185,6 +193,7 @@ void tmpi_before_finalize(void)
 {
     tmpi_role = TMPI_ROLE_PASS; /* from here on, nothing is recorded: the finish hook may communicate */
     tmpi_globals.t_finalize = tmpi_ticks();
+    tmpi_globals.cpu_finalize_ns = tmpi_process_cpu_ns(); /* before the calibration's busy wait */
     tmpi_clock_calibrate();
     if (tmpi_active->finish)
         tmpi_active->finish();

@@ -47,6 +47,7 @@ typedef struct {
 typedef struct {
     char host[TMPI_HOST_MAX];
     uint64_t wall_ns, mpi_ns, coll_ns, p2p_ns, coll_calls, send_calls;
+    uint64_t cpu_ns, span_ns; /* the process's CPU time over span_ns of wall time since recording began */
     uint64_t p2p_calls[TMPI_P2P_BUCKETS], p2p_bytes[TMPI_P2P_BUCKETS];
 } tmpi_rank_summary;
 
@@ -58,6 +59,17 @@ typedef struct {
 
 static tmpi_coll_entry *table;
 static size_t table_capacity, table_used;
+
+/* Was this rank on a CPU while it ran? MPI libraries poll while they wait, so a rank's CPU time is close
+ * to its wall time unless the machine was shared (a descheduled rank makes the others wait in MPI, which
+ * inflates the shares the profile reports) or the program sleeps or waits for I/O. Taken from here (start
+ * or reset) to MPI_Finalize's entry, pauses included. */
+static uint64_t cpu_at_start;
+
+static void cpu_clock_start(void)
+{
+    cpu_at_start = tmpi_process_cpu_ns();
+}
 static tmpi_coll_entry *last_entry; /* loops repeat the same call: skip the hash probe */
 static tmpi_rank_counters me;
 static int paused;
@@ -310,6 +322,7 @@ static void profile_reset(void)
     nbc.count = 0; /* collectives in flight are not recorded when they complete */
     memset(&me, 0, sizeof me);
     paused_total = 0;
+    cpu_clock_start();
     tmpi_globals.t_start = tmpi_ticks();
     if (paused)
         paused_since = tmpi_globals.t_start;
@@ -460,6 +473,7 @@ static void pvars_read(double *values)
 static void profile_start(void)
 {
     memset(&me, 0, sizeof me);
+    cpu_clock_start();
     pvars_start();
 }
 
@@ -701,11 +715,11 @@ static void tmpi_write_json(FILE *out, const tmpi_record *records, int n_records
         tmpi_json_cstr(out, s->host);
         fprintf(out,
                 ", \"wall_ns\": %llu, \"mpi_ns\": %llu, \"collective_ns\": %llu, \"p2p_ns\": %llu, "
-                "\"collective_calls\": %llu, \"send_calls\": %llu}%s\n",
+                "\"collective_calls\": %llu, \"send_calls\": %llu, \"cpu_ns\": %llu, \"span_ns\": %llu}%s\n",
                 (unsigned long long)s->wall_ns, (unsigned long long)s->mpi_ns,
                 (unsigned long long)s->coll_ns, (unsigned long long)s->p2p_ns,
                 (unsigned long long)s->coll_calls, (unsigned long long)s->send_calls,
-                r + 1 < n_ranks ? "," : "");
+                (unsigned long long)s->cpu_ns, (unsigned long long)s->span_ns, r + 1 < n_ranks ? "," : "");
         wall += s->wall_ns;
         mpi += s->mpi_ns;
         coll += s->coll_ns;
@@ -802,6 +816,8 @@ static void profile_finish(void)
     tmpi_rank_summary summary;
     memset(&summary, 0, sizeof summary);
     summary.wall_ns = tmpi_ticks_to_ns(end - tmpi_globals.t_start - paused_total);
+    summary.cpu_ns = tmpi_globals.cpu_finalize_ns - cpu_at_start;
+    summary.span_ns = tmpi_ticks_to_ns(end - tmpi_globals.t_start);
     summary.mpi_ns = tmpi_ticks_to_ns(me.mpi);
     summary.coll_ns = tmpi_ticks_to_ns(me.coll);
     summary.p2p_ns = tmpi_ticks_to_ns(me.p2p);
