@@ -147,6 +147,11 @@ def test_verify_measures_each_repetition_in_a_fresh_launch_of_a_real_override(tm
     verified = run_verify(manifest.directory, repeats=2, settings=FAST, listener=runs)
     assert_each_repetition_starts_a_launch(runs.results)
     assert {r.point.run for r in runs.results} >= {0, 1}
+    # every point carries the machine-state probe, tune's is in the manifest, verify's states are recorded
+    assert all(r.probe_us is not None and r.probe_us > 0 for r in runs.results)
+    assert set(manifest.machine_probe_us) == {(2, 1, 2)} and manifest.machine_probe_us[(2, 1, 2)] > 0
+    states = Manifest.load(manifest.directory).verify.states  # type: ignore[union-attr]
+    assert states.reference_pairs + states.other_pairs + states.mixed_pairs >= 2
     compared = [v for v in verified.verified if v.verdict not in ("default", "failed")]
     assert len(compared) == len(forced) and all(v.launches >= 2 for v in compared)
     after = Manifest.load(manifest.directory).rule_sets["allreduce"]

@@ -202,6 +202,10 @@ class PointReply:
     compute_us: float | None = None
     overlap_pct: float | None = None
     unhidden_samples_us: tuple[float, ...] = ()
+    #: The machine's state just before the point: the fastest one-way time of a 256 KiB ping-pong between rank
+    #: 0 and the last rank (engine.c probe_state; None with one rank). Launches whose probes differ by more
+    #: than machine_state.STATE_RATIO met the machine in different states.
+    probe_us: float | None = None
 
     @property
     def ok(self) -> bool:
@@ -262,5 +266,6 @@ def decode_line(line: str) -> EngineReady | PointReply | SetupReply:
             compute_us=float(data["compute_us"]) if "compute_us" in data else None,
             overlap_pct=float(data["overlap_pct"]) if "overlap_pct" in data else None,
             unhidden_samples_us=tuple(float(x) for x in data.get("unhidden_samples_us", ())),
+            probe_us=float(data["probe_us"]) if "probe_us" in data else None,
         )
     raise MPIError(f"engine printed an unknown event: {line[:200]!r}")

@@ -88,6 +88,11 @@ class VerifyProgress(VerifyListener):
         self.progress.stop()
         self.console.print("rewriting the tuning files (smoke run)")
 
+    def waiting_for_state(self, layouts: int, waited_s: float) -> None:
+        if self.task is not None:  # the bar says it: the machine is slower than tune saw it, verify waits
+            self.progress.update(self.task, description=f"machine slower than its fastest state: waiting "
+                                                        f"({waited_s:.0f} s)")
+
     def holding_out(self, runs: int) -> None:
         self.progress.stop()
         self.console.print(f"measuring the final files again in new launches, for the figures to report ({runs} runs)")

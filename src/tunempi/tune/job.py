@@ -10,6 +10,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import shutil
+import statistics
 import tempfile
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -394,10 +395,14 @@ def run_tune(options: TuneOptions, on_event: OnTuneEvent | None = None) -> TuneR
                           distributions=plan.distributions, figures=figures)
             emit(plan.started(tuner.resumed, figures))
             measured = 0
+            probes: dict[tuple[int, int, int], list[float]] = {}
 
             def on_result(result: PointResult) -> None:
                 nonlocal measured
                 measured += 1
+                layout = (result.layout.ranks, result.layout.nodes, result.layout.ppn_or_derived)
+                if result.probe_us is not None and result.probe_us > 0:
+                    probes.setdefault(layout, []).append(result.probe_us)
                 emit(PointMeasured(result, measured))
 
             outcome = tuner.run(timeout_s=options.timeout_s, on_result=on_result,
@@ -411,7 +416,8 @@ def run_tune(options: TuneOptions, on_event: OnTuneEvent | None = None) -> TuneR
     if outcome.stop_reason != "interrupted":
         check_evidence(outcome, sum(len(s.cells) for s in plan.spaces.values()))
         earlier = earlier_file_names(options.out)
-        report.manifest = write_result(plan, outcome, emit, figures)
+        report.manifest = write_result(plan, outcome, emit, figures,
+                                       {layout: statistics.median(values) for layout, values in probes.items()})
         report.manifest = tune_compositions(plan, report.manifest, emit)
         report.manifest.remove_files_no_longer_listed(earlier)
     return report
@@ -463,7 +469,8 @@ def plan_figures(plan: TunePlan, runner: ParallelRunner, store: ResultStore) -> 
 
 
 def write_result(plan: TunePlan, outcome: TuneOutcome, emit: OnTuneEvent = _ignore,
-                 figures: Figures | None = None) -> Manifest:
+                 figures: Figures | None = None, probes: Mapping[tuple[int, int, int], float] | None = None
+                 ) -> Manifest:
     """Selection -> rule sets -> smoke-checked files -> manifest (TuningFileError if a file is rejected)."""
     options, library = plan.options, plan.library
     preferred_ppn = options.ppn if options.nodes > 1 else None
@@ -488,6 +495,7 @@ def write_result(plan: TunePlan, outcome: TuneOutcome, emit: OnTuneEvent = _igno
         excluded=plan.excluded, assumes=tuple(sorted(plan.adapter.assumed)),
         objective=check_objective(options.objective), distributions=plan.distributions,
         compute_us=dict(figures.compute_us) if figures is not None else {},
+        machine_probe_us=dict(probes or {}),
         one_choice=one_choice(plan.adapter, plan.collectives),
         selection=tuple(
             SelectionRow(cell, algorithm, medians.get((cell, algorithm)), medians.get((cell, DEFAULT_ALGORITHM)))

@@ -16,13 +16,16 @@ Keys (version 1):
     same; absent: latency), compute_us[{collective, ranks, nodes, ppn, msg_bytes, compute_us}] (objective time:
     each non-blocking cell's computation between start and wait, the same in verify), distributions{collective: distribution} (how a vector collective's blocks differed
     between ranks where tune and verify measure it, collectives.DISTRIBUTIONS; absent: uniform),
+    machine_probe_us[{ranks, nodes, ppn, probe_us}] (the median machine-state probe of tune's points at each
+    layout: verify judges rules in the fastest state it and tune met, tune/machine_state.py),
     one_choice{collective: how} (where the library's files cannot choose the collective's
     algorithm by message size: "per communicator size" or "for every call", e.g. Open MPI's libnbc),
     selection[{collective, ranks, nodes, ppn, msg_bytes, algorithm, median_us, default_us, replaced_from?}],
     rule_sets{collective: RuleSet.to_dict()}, training_curve[{wall_s, bench_s, points, convergence,
     per_collective}], smoke[{ranks, ok, argv, points, message}],
     verify (null until `tunempi verify`: {verified_at, repeats, second_pass_cells, time_cap_s, wall_s,
-    summary, cells[VerifiedCell.to_dict()], compositions[VerifiedComposition.to_dict()]}),
+    summary, cells[VerifiedCell.to_dict()], compositions[VerifiedComposition.to_dict()], held_out[...],
+    held_out_summary, states{reference_pairs, other_pairs, mixed_pairs, slowest_ratio}}),
     compositions{margin, sizes, collectives[{collective, layout[ranks, nodes, ppn], results[CompositionResult],
     choice{collective, chosen, reason, best, best_us, default_us}}], files{role: name}, env_files{VAR: name},
     env{VAR: value}} (compositions measured at the largest multi-node layout; the files activate them),
@@ -48,6 +51,7 @@ from tunempi.mpi.library import MPILibrary
 from tunempi.rules import RuleSet
 from tunempi.space import Cell
 from tunempi.tune.compositions import CompositionChoice, CompositionResult
+from tunempi.tune.machine_state import StatesMet
 from tunempi.tune.verify import VerifiedCell, VerifiedComposition
 
 if TYPE_CHECKING:
@@ -188,6 +192,8 @@ class VerifyRecord:
     #: figures to report. Empty: nothing stayed tuned, or verified before there was this.
     held_out: tuple[VerifiedCell, ...] = ()
     held_out_summary: Mapping[str, float | int] = field(default_factory=dict)
+    #: The machine states the deciding launch pairs met (tune/machine_state.py; absent: verified before it).
+    states: StatesMet = field(default_factory=StatesMet)
 
     def to_dict(self) -> dict[str, Any]:
         return {"verified_at": self.verified_at, "repeats": self.repeats, "second_pass_cells": self.second_pass_cells,
@@ -195,7 +201,7 @@ class VerifyRecord:
                 "cells": [cell.to_dict() for cell in self.cells],
                 "compositions": [c.to_dict() for c in self.compositions],
                 "held_out": [cell.to_dict() for cell in self.held_out],
-                "held_out_summary": dict(self.held_out_summary)}
+                "held_out_summary": dict(self.held_out_summary), "states": self.states.to_dict()}
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> VerifyRecord:
@@ -204,7 +210,7 @@ class VerifyRecord:
                    tuple(VerifiedCell.from_dict(cell) for cell in data.get("cells", [])),
                    tuple(VerifiedComposition.from_dict(c) for c in data.get("compositions", [])),
                    tuple(VerifiedCell.from_dict(cell) for cell in data.get("held_out", [])),
-                   dict(data.get("held_out_summary", {})))
+                   dict(data.get("held_out_summary", {})), StatesMet.from_dict(data.get("states") or {}))
 
 
 @dataclass(frozen=True)
@@ -323,6 +329,9 @@ class Manifest:
     #: vector collective -> how its blocks differed between ranks where tune measured it (the profile's; verify
     #: measures the same); uniform where absent
     distributions: Mapping[str, str] = field(default_factory=dict)
+    #: (ranks, nodes, ppn) -> the median machine-state probe of tune's points there, in us
+    #: (tune/machine_state.py): verify judges the rules in the fastest state it and tune met
+    machine_probe_us: Mapping[tuple[int, int, int], float] = field(default_factory=dict)
     #: collective -> how its files hold one algorithm where they cannot choose by message size
     one_choice: Mapping[str, str] = field(default_factory=dict)
     selection: tuple[SelectionRow, ...] = ()
@@ -382,6 +391,8 @@ class Manifest:
             objective=str(data.get("objective", LATENCY_OBJECTIVE)),  # before --objective: latency only
             compute_us={Cell.from_dict(row): float(row["compute_us"]) for row in data.get("compute_us", ())},
             distributions={str(c): str(d) for c, d in data.get("distributions", {}).items()},
+            machine_probe_us={(int(r["ranks"]), int(r["nodes"]), int(r["ppn"])): float(r["probe_us"])
+                              for r in data.get("machine_probe_us", ())},
             one_choice={str(c): str(how) for c, how in data.get("one_choice", {}).items()},
             selection=tuple(SelectionRow.from_dict(row) for row in data.get("selection", ())),
             rule_sets={c: RuleSet.from_dict(d) for c, d in data.get("rule_sets", {}).items()},
@@ -440,6 +451,8 @@ class Manifest:
             "assumes": list(self.assumes), "objective": self.objective,
             "compute_us": [{**cell.to_dict(), "compute_us": us} for cell, us in sorted(self.compute_us.items())],
             "distributions": dict(sorted(self.distributions.items())), "one_choice": dict(self.one_choice),
+            "machine_probe_us": [{"ranks": r, "nodes": n, "ppn": p, "probe_us": round(us, 3)}
+                                 for (r, n, p), us in sorted(self.machine_probe_us.items())],
             "selection": [row.to_dict() for row in self.selection],
             "rule_sets": {c: rs.to_dict() for c, rs in sorted(self.rule_sets.items())},
             "training_curve": [point.to_dict() for point in self.training_curve],

@@ -41,6 +41,12 @@ class PointResult:
     wall_s: float
     launches: int  # engine launches this point caused (0 when the session was already up)
 
+    @property
+    def probe_us(self) -> float | None:
+        """The machine's state just before the point (bench engine's probe; tune/machine_state.py)."""
+        reply = self.outcome.reply
+        return reply.probe_us if reply is not None else None
+
 
 class LayoutRunner:
     """Measures points of one layout through engine sessions kept open between calls.

@@ -49,8 +49,10 @@ from tunempi.bench.engine import Layout
 from tunempi.bench.sweep import BenchPoint
 from tunempi.collectives import DEFAULT_ALGORITHM
 from tunempi.space import Cell
+from tunempi.store.results import Measurement
 from tunempi.tune.compositions import DEFAULT, CompositionResult
 from tunempi.tune.driver import layout_of
+from tunempi.tune.machine_state import StatesMet, in_reference, launch_probes, same_state
 from tunempi.tune.runner import PointResult
 
 VERDICTS: tuple[str, ...] = ("faster", "same", "slower", "default", "failed")
@@ -134,20 +136,71 @@ def rules_of(selection: Mapping[Cell, str]) -> list[list[Cell]]:
     return rules
 
 
-def _pairs(selection: Mapping[Cell, str], results: Sequence[PointResult]) -> dict[Cell, dict[int, tuple[float, float]]]:
-    """(tuned, default) medians per tuned cell and repetition (= launch) where both sides ran."""
+Pairs = dict[Cell, dict[int, tuple[float, float]]]
+
+
+def _launch_key(m: Measurement) -> tuple[int, int, int, int, bool]:
+    """The launch a verify point ran in: its layout, repetition and side (under the files or not)."""
+    return m.ranks, m.nodes, m.ppn, m.run, m.algorithm == DEFAULT_ALGORITHM
+
+
+def _pairs(selection: Mapping[Cell, str], results: Sequence[PointResult]
+           ) -> tuple[Pairs, dict[Cell, dict[int, tuple[float | None, float | None]]]]:
+    """(tuned, default) medians per tuned cell and repetition (= launch) where both sides ran, and the
+    probes of the two launches (machine_state: the median of each launch's points' probes)."""
     runs: dict[tuple[Cell, str, int], float] = {}
     for result in results:
         m = result.measurement
         if m.ok and not m.errors and m.median_us is not None:
             cell = Cell(m.collective, m.ranks, m.nodes, m.ppn, m.msg_bytes)
             runs[(cell, m.algorithm, m.run)] = float(m.median_us)
-    pairs: dict[Cell, dict[int, tuple[float, float]]] = {}
+    probes = launch_probes((_launch_key(r.measurement), r.probe_us) for r in results)
+    pairs: Pairs = {}
+    states: dict[Cell, dict[int, tuple[float | None, float | None]]] = {}
     for (cell, algorithm, run), tuned in runs.items():
         if algorithm == selection.get(cell) and algorithm != DEFAULT_ALGORITHM \
                 and (cell, DEFAULT_ALGORITHM, run) in runs:
             pairs.setdefault(cell, {})[run] = (tuned, runs[(cell, DEFAULT_ALGORITHM, run)])
-    return pairs
+            layout = (cell.ranks, cell.nodes, cell.ppn, run)
+            states.setdefault(cell, {})[run] = (probes.get((*layout, False)), probes.get((*layout, True)))
+    return pairs, states
+
+
+LayoutKey = tuple[int, int, int]  # ranks, nodes, ppn
+
+
+def split_by_state(pairs: Pairs, states: Mapping[Cell, Mapping[int, tuple[float | None, float | None]]],
+                   reference_us: Mapping[LayoutKey, float] | None = None) -> tuple[Pairs, Pairs, StatesMet]:
+    """The pairs whose two launches were in the machine's reference state at their layout (the fastest probe
+    among the layout's launches and `reference_us`, the tune's there), those in one other state, and what was
+    met; a pair whose two launches met different states is in neither (machine_state)."""
+    seen: dict[LayoutKey, list[float]] = {}
+    for cell, runs in states.items():
+        seen.setdefault((cell.ranks, cell.nodes, cell.ppn), []).extend(
+            p for pair in runs.values() for p in pair if p is not None)
+    references = {key: min([*probes, *([reference_us[key]] if reference_us and key in reference_us else [])],
+                           default=None) for key, probes in seen.items()}
+    in_ref: Pairs = {}
+    other: Pairs = {}
+    launches: dict[str, set[tuple]] = {"reference": set(), "other": set(), "mixed": set()}
+    for cell, runs in pairs.items():
+        reference = references.get((cell.ranks, cell.nodes, cell.ppn))
+        for run, pair in runs.items():
+            tuned_probe, default_probe = states.get(cell, {}).get(run, (None, None))
+            key = (cell.ranks, cell.nodes, cell.ppn, run)
+            if not same_state(tuned_probe, default_probe):
+                launches["mixed"].add(key)
+            elif in_reference(tuned_probe, reference) and in_reference(default_probe, reference):
+                in_ref.setdefault(cell, {})[run] = pair
+                launches["reference"].add(key)
+            else:
+                other.setdefault(cell, {})[run] = pair
+                launches["other"].add(key)
+    ratios = [max(probes) / reference for key, probes in seen.items()
+              if probes and (reference := references[key]) is not None]
+    met = StatesMet(len(launches["reference"]), len(launches["other"]), len(launches["mixed"]),
+                    max(ratios, default=1.0))
+    return in_ref, other, met
 
 
 def _blocks(rule: Sequence[Cell], pairs: Mapping[Cell, Mapping[int, tuple[float, float]]]) -> np.ndarray:
@@ -159,20 +212,48 @@ def _blocks(rule: Sequence[Cell], pairs: Mapping[Cell, Mapping[int, tuple[float,
                      for cell in cells]).reshape(len(cells), len(launches))
 
 
-def evaluate(selection: Mapping[Cell, str], results: Sequence[PointResult]) -> list[VerifiedCell]:
+def _judged(rule: Sequence[Cell], in_ref: Pairs, other: Pairs) -> tuple[Pairs, evidence.Comparison | None]:
+    """The pairs a rule is judged on and the judgment: its launches in the reference state where it has two
+    (every cell of the rule in both), else every launch in one state; vetoed to "slower" where the launches
+    of another state say it is slower there (a rule that loses in one of the machine's states is a loss)."""
+    ref_matrix = _blocks(rule, in_ref)
+    if ref_matrix.shape[1] >= 2:
+        judged = in_ref
+        found = evidence.compare_launches(ref_matrix)
+        others = _blocks(rule, other)
+        if others.shape[1] >= 2:
+            veto = evidence.compare_launches(others)
+            if veto.verdict == "slower" and found.verdict != "slower":
+                found = veto
+        return judged, found
+    merged: Pairs = {cell: {**other.get(cell, {}), **in_ref.get(cell, {})} for cell in {*in_ref, *other}}
+    matrix = _blocks(rule, merged)
+    return merged, evidence.compare_launches(matrix) if matrix.size else None
+
+
+def evaluate(selection: Mapping[Cell, str], results: Sequence[PointResult], *,
+             reference_us: Mapping[LayoutKey, float] | None = None) -> list[VerifiedCell]:
     """One VerifiedCell per selection cell, from the results of `verify_plan` (each repetition one launch):
     each tuned cell carries its rule's verdict across launches (evidence.compare_launches on the rule's
     cells x launches, on the spread of its own launch means), and its own estimate and
-    verdict. A cell with no pair (its tuned run failed) is "failed" whatever its rule."""
+    verdict, on the launch pairs of the machine's reference state (`_judged`, machine_state; `reference_us`:
+    the tune's fastest probe per layout). A cell with no pair (its tuned run failed) is "failed" whatever
+    its rule."""
+    return evaluate_states(selection, results, reference_us=reference_us)[0]
+
+
+def evaluate_states(selection: Mapping[Cell, str], results: Sequence[PointResult], *,
+                    reference_us: Mapping[LayoutKey, float] | None = None) -> tuple[list[VerifiedCell], StatesMet]:
+    """`evaluate`, and the machine states its launches met."""
     nan = float("nan")
-    pairs = _pairs(selection, results)
+    all_pairs, states = _pairs(selection, results)
+    in_ref, other, met = split_by_state(all_pairs, states, reference_us)
     verified = {cell: VerifiedCell(cell, algorithm, None, None, 1.0, 1.0, 1.0, "default")
                 for cell, algorithm in selection.items() if algorithm == DEFAULT_ALGORITHM}
     for rule in rules_of(selection):
-        matrix = _blocks(rule, pairs)
         # on the rule's own launches alone: the rules' launch spreads differ too much to pool (one wild rule
         # widened every other rule's interval in one verify and not in the next; docs/measurements/tune.md "verify twice")
-        found = evidence.compare_launches(matrix) if matrix.size else None
+        pairs, found = _judged(rule, in_ref, other)
         for cell in rule:
             own = pairs.get(cell)
             if not own or found is None:
@@ -186,7 +267,21 @@ def evaluate(selection: Mapping[Cell, str], results: Sequence[PointResult]) -> l
                                           found.speedup, found.low, found.high, found.verdict,
                                           rule_cells=len(rule), launches=found.pairs, own_speedup=alone.speedup,
                                           own_verdict=alone.verdict, rule_from=rule[0].msg_bytes)
-    return [verified[cell] for cell in sorted(verified)]
+    return [verified[cell] for cell in sorted(verified)], met
+
+
+def reference_shortfall(selection: Mapping[Cell, str], results: Sequence[PointResult],
+                        reference_us: Mapping[LayoutKey, float] | None = None
+                        ) -> tuple[Pairs, StatesMet, set[LayoutKey]]:
+    """The pairs in the reference state, the states met, and the layouts with launch pairs but fewer than two
+    of them in it (verify_run waits for the machine there)."""
+    all_pairs, states = _pairs(selection, results)
+    in_ref, _, met = split_by_state(all_pairs, states, reference_us)
+    runs: dict[LayoutKey, set[int]] = {}
+    for cell, pairs in in_ref.items():
+        runs.setdefault((cell.ranks, cell.nodes, cell.ppn), set()).update(pairs)
+    layouts = {(c.ranks, c.nodes, c.ppn) for c in all_pairs}  # a layout whose tuned runs all failed: nothing to wait for
+    return in_ref, met, {key for key in layouts if len(runs.get(key, ())) < 2}
 
 
 #: A rule estimated at least this much faster than the default without the evidence to say so gets a

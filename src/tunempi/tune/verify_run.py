@@ -41,6 +41,7 @@ from tunempi.tune.files import (
     whole_collectives,
     write_tuning_files,
 )
+from tunempi.tune.machine_state import StatesMet
 from tunempi.tune.manifest import CompositionsRecord, Manifest, SelectionRow, VerifyRecord
 from tunempi.tune.objective import Figures
 from tunempi.tune.runner import PointResult
@@ -51,8 +52,10 @@ from tunempi.tune.verify import (
     compositions_to_drop,
     evaluate,
     evaluate_composition,
+    evaluate_states,
     goes_back_to_default,
     needs_second_pass,
+    reference_shortfall,
     summary,
     verify_plan,
 )
@@ -99,6 +102,10 @@ class VerifyListener:
     def holding_out(self, runs: int) -> None:
         """The final files are measured again against the default: `runs` more runs (`measured` follows)."""
 
+    def waiting_for_state(self, layouts: int, waited_s: float) -> None:
+        """No launch pair of `layouts` layouts met the machine in its fastest state yet: verify pauses and
+        measures another pair there (machine_state)."""
+
 
 @dataclass
 class VerifyReport:
@@ -109,6 +116,7 @@ class VerifyReport:
     second_pass_cells: int = 0
     compositions: list[VerifiedComposition] = dataclasses.field(default_factory=list)
     held_out: list[VerifiedCell] = dataclasses.field(default_factory=list)
+    states: StatesMet = dataclasses.field(default_factory=StatesMet)
 
     def lines(self) -> list[str]:
         """What verify found, as plain text: one line per replaced cell, then the summary."""
@@ -122,6 +130,8 @@ class VerifyReport:
             f"-> {n['slower_beyond_noise_after']} after verify ({n['slower_point_estimate_after']} below 1 "
             f"within noise; {self.second_pass_cells} cells got a second pass)"
             + (f"; files rewritten ({self.replaced} rules -> default)" if self.replaced else "; files unchanged"))
+        if self.states.line():
+            out.append(self.states.line())
         if self.held_out:
             out.append(held_out_line(summary(self.held_out)))
         for v in self.compositions:
@@ -195,18 +205,53 @@ def measure_pairs(plan: VerifyPlan, settings: MeasureSettings, listener: VerifyL
         progress["done"] += 1
         listener.measured(result, progress["done"], progress["total"])
 
-    results = measure_under_files(plan.library, adapter, file_env, plan.selection, range(plan.repeats), settings,
-                                  on_point, allocation, plan.manifest.system,
-                                  distributions=plan.manifest.distributions, figures=plan.manifest.figures())
-    again = needs_second_pass(evaluate(plan.selection, results))
+    def measure(selection: Mapping[Cell, str], runs: Sequence[int]) -> list[PointResult]:
+        return measure_under_files(plan.library, adapter, file_env, selection, runs, settings, on_point, allocation,
+                                   plan.manifest.system, distributions=plan.manifest.distributions,
+                                   figures=plan.manifest.figures())
+
+    results = measure(plan.selection, range(plan.repeats))
+    results += wait_for_reference_state(plan, results, measure, listener, progress)
+    again = needs_second_pass(evaluate(plan.selection, results, reference_us=plan.manifest.machine_probe_us))
     if again:
         second = {c: plan.selection[c] for c in again}
         progress["total"] += 2 * len(again) * plan.repeats
-        results += measure_under_files(plan.library, adapter, file_env, second,
-                                       range(plan.repeats, 2 * plan.repeats), settings, on_point, allocation,
-                                       plan.manifest.system, distributions=plan.manifest.distributions,
-                                       figures=plan.manifest.figures())
+        results += measure(second, range(plan.repeats, 2 * plan.repeats))
     return results, again
+
+
+#: How long verify waits, at most, for the machine to come back to its fastest state when no launch pair of a
+#: layout met it (machine_state; the slow state lasted 2-30 s here), and the pause between tries.
+STATE_WAIT_S = 30.0
+STATE_PAUSE_S = 2.0
+#: Launch runs measured while waiting are numbered from here (repetitions, the second pass and the held-out
+#: launches take the numbers below).
+WAITING_RUNS = 1000
+
+
+def wait_for_reference_state(plan: VerifyPlan, results: Sequence[PointResult],
+                             measure: Callable[[Mapping[Cell, str], Sequence[int]], list[PointResult]],
+                             listener: VerifyListener, progress: dict[str, int], *,
+                             wait_s: float = STATE_WAIT_S, pause_s: float = STATE_PAUSE_S,
+                             clock: Callable[[], float] = time.monotonic,
+                             sleep: Callable[[float], None] = time.sleep) -> list[PointResult]:
+    """Where fewer than two of a layout's launch pairs met the machine in its reference state (the fastest
+    probe of tune's and verify's launches there: machine_state), another pair is measured at that layout
+    after a pause, until two have or `wait_s` has passed; a rule is then judged on those (verify.py
+    `_judged`), so a verify that met a slow spell judges as one that did not. Returns the added results."""
+    added: list[PointResult] = []
+    started = clock()
+    run = WAITING_RUNS
+    while True:
+        _, met, short = reference_shortfall(plan.selection, [*results, *added], plan.manifest.machine_probe_us)
+        if not short or clock() - started >= wait_s:
+            return added
+        listener.waiting_for_state(len(short), clock() - started)
+        sleep(pause_s)
+        extra = {c: a for c, a in plan.selection.items() if (c.ranks, c.nodes, c.ppn) in short}
+        progress["total"] += 2 * sum(a != DEFAULT_ALGORITHM for a in extra.values())
+        added += measure(extra, [run])
+        run += 1
 
 
 def measure_under_files(library: MPILibrary, adapter: VendorAdapter, file_env: Mapping[str, str],
@@ -343,20 +388,21 @@ def hold_out(manifest: Manifest, library: MPILibrary, *, repeats: int, first_run
                                   range(first_run, first_run + repeats), settings, on_point, allocation,
                                   manifest.system, distributions=manifest.distributions,
                                   figures=manifest.figures())
-    return [v for v in evaluate(final, results) if v.algorithm != DEFAULT_ALGORITHM]
+    return [v for v in evaluate(final, results, reference_us=manifest.machine_probe_us)
+            if v.algorithm != DEFAULT_ALGORITHM]
 
 
 def record_verify(manifest: Manifest, verified: Sequence[VerifiedCell], *, repeats: int, second_pass: int,
                   settings: MeasureSettings, wall_s: float,
                   compositions: Sequence[VerifiedComposition] = (),
-                  held_out: Sequence[VerifiedCell] = ()) -> Manifest:
+                  held_out: Sequence[VerifiedCell] = (), states: StatesMet | None = None) -> Manifest:
     """The manifest with its `verify` section (every cell, every written composition, the held-out figures,
     the summaries), saved."""
     manifest = dataclasses.replace(manifest, verify=VerifyRecord(
         verified_at=utc_timestamp(), repeats=repeats, second_pass_cells=second_pass,
         time_cap_s=settings.time_cap_s, wall_s=wall_s, summary=summary(verified), cells=tuple(verified),
         compositions=tuple(compositions), held_out=tuple(held_out),
-        held_out_summary=summary(held_out) if held_out else {}))
+        held_out_summary=summary(held_out) if held_out else {}, states=states or StatesMet()))
     manifest.save()
     return manifest
 
@@ -374,7 +420,8 @@ def run_verify(directory: Path, *, repeats: int = 3, settings: MeasureSettings =
     listener.started(plan)
     results, again = measure_pairs(plan, settings, listener, hostfile)
     whole = not manifest_adapter(plan.manifest, plan.library).files_keep_library_choice_elsewhere()
-    fixed, verified = apply_replacements(plan.selection, evaluate(plan.selection, results), whole=whole)
+    judged, states = evaluate_states(plan.selection, results, reference_us=plan.manifest.machine_probe_us)
+    fixed, verified = apply_replacements(plan.selection, judged, whole=whole)
     replaced = sum(v.replaced for v in verified)
     manifest = plan.manifest
     if replaced:
@@ -392,6 +439,8 @@ def run_verify(directory: Path, *, repeats: int = 3, settings: MeasureSettings =
     held = hold_out(manifest, plan.library, repeats=repeats, first_run=2 * repeats, settings=settings,
                     listener=listener, hostfile=hostfile)
     manifest = record_verify(manifest, verified, repeats=repeats, second_pass=len(again), settings=settings,
-                             wall_s=time.monotonic() - started, compositions=compositions, held_out=held)
+                             wall_s=time.monotonic() - started, compositions=compositions, held_out=held,
+                             states=states)
     assert manifest.verify is not None
-    return VerifyReport(manifest, verified, dict(manifest.verify.summary), replaced, len(again), compositions, held)
+    return VerifyReport(manifest, verified, dict(manifest.verify.summary), replaced, len(again), compositions, held,
+                        states)

@@ -465,6 +465,45 @@ static const char *call_name(tm_collective kind, int nonblocking)
     return kind < TM_UNKNOWN ? names[kind] : "?";
 }
 
+/* ---------------------------------------------------------------- machine-state probe */
+
+/* The machine's state at a point (issue 39): on this kind of VM, transfers between cores were 4x slower for
+ * seconds at a time while each core alone kept its speed (docs/measurements/tune.md "Two tunes, and a machine
+ * with two speeds"), and which algorithm is fastest differs between the states. So every point carries the
+ * one-way time of a 256 KiB ping-pong between rank 0 and the last rank, taken just before it, for verify and
+ * tune to compare launches only within one state: the fastest of its round trips, as a state lasts for
+ * seconds and a single trip can meet a descheduled rank. 256 KiB: its two states read 40-60 and 120-170 us
+ * (64 KiB's only 2.3x apart, within the noise of a loaded machine). About 0.5 ms a point (1.5 ms slow). */
+#define PROBE_BYTES 262144
+#define PROBE_TRIPS 5
+
+static double probe_state(engine *e)
+{
+    static char *buffer = NULL;
+    if (e->size < 2)
+        return -1;
+    if (!buffer && !(buffer = calloc(1, PROBE_BYTES)))
+        return -1;
+    int last = e->size - 1;
+    double trips[PROBE_TRIPS];
+    for (int k = -2; k < PROBE_TRIPS; k++) { /* two round trips to warm up */
+        double t0 = MPI_Wtime();
+        if (e->rank == 0) {
+            MPI_Send(buffer, PROBE_BYTES, MPI_BYTE, last, 7, e->ctrl);
+            MPI_Recv(buffer, PROBE_BYTES, MPI_BYTE, last, 7, e->ctrl, MPI_STATUS_IGNORE);
+        } else if (e->rank == last) {
+            MPI_Recv(buffer, PROBE_BYTES, MPI_BYTE, 0, 7, e->ctrl, MPI_STATUS_IGNORE);
+            MPI_Send(buffer, PROBE_BYTES, MPI_BYTE, 0, 7, e->ctrl);
+        }
+        if (k >= 0)
+            trips[k] = MPI_Wtime() - t0;
+    }
+    if (e->rank != 0)
+        return -1;
+    tm_sort(trips, PROBE_TRIPS);
+    return trips[0] / 2 * 1e6;
+}
+
 /* ---------------------------------------------------------------- measurement */
 
 static int reserve(engine *e, size_t n)
@@ -681,6 +720,7 @@ static void measure_point(engine *e, request *req)
     }
     c.nonblocking = nonblocking;
 
+    double probe_us = probe_state(e);
     uint32_t iteration = 0;
     int failed_calls = 0;
     e->call_error[0] = '\0';
@@ -789,6 +829,8 @@ static void measure_point(engine *e, request *req)
     }
     printf(",\"warmup\":%d,\"iterations\":%zu,\"errors\":%d,\"checked\":%zu,\"stop\":\"%s\",\"elapsed_s\":%.6f",
            req->warmup, n, wrong, n + (size_t)req->warmup + overlap_n, stop_reason, elapsed);
+    if (probe_us >= 0)
+        printf(",\"probe_us\":%.3f", probe_us);
     if (nonblocking)
         printf(",\"nb\":\"%s\"", req->overlap ? "overlap" : timed_loops >= 0 ? "time" : "latency");
     if (timed_loops >= 0) {

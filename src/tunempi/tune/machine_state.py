@@ -1,0 +1,85 @@
+"""The machine's state across launches (issue 39): compare launches only where the machine was the same.
+
+On the VMs of this project, transfers between cores were 4x slower for seconds at a time while each core
+alone kept its speed (docs/measurements/tune.md "Two tunes, and a machine with two speeds"), and the fastest
+algorithm differs between the two states: MPICH's default bcast loses to binomial at 16-256 KiB in the slow
+state and beats it in the fast one. A verify whose launches all met the slow state kept binomial (1.97x), the
+next one, in the fast state, sent it back (0.79x), so two tunes wrote different files.
+
+Every point the bench engine measures carries a probe taken just before it (`PointReply.probe_us`: the
+fastest one-way time of a 256 KiB ping-pong between the first and the last rank). Here a launch's probe is
+the median over its points; the machine's **reference state** is the fastest seen (the tune's own points and
+the verifying launches): a launch is in it when its probe is within `STATE_RATIO` of the fastest. A pair of
+launches compared with each other must be in one state (`same_state`), and verify judges a rule by the
+launches in the reference state, waiting for the machine to come back to it when none were (verify_run.py),
+so two tunes judge their rules on the same machine whatever state each met first.
+"""
+
+from __future__ import annotations
+
+import statistics
+from collections.abc import Hashable, Iterable, Mapping
+from dataclasses import dataclass
+
+#: Launches whose probes differ by more than this met the machine in different states. The probe's two states
+#: read 40-60 and 120-170 us here (2026-11-28, 200 launches, a loaded machine; the bcast default 4x apart),
+#: and under load a launch of the fast state can read 1.7x its fastest.
+STATE_RATIO = 2.0
+
+
+def launch_probes(probes: Iterable[tuple[Hashable, float | None]]) -> dict[Hashable, float]:
+    """launch key -> the median of its points' probes (points without one left out; launches without any
+    are absent)."""
+    found: dict[Hashable, list[float]] = {}
+    for key, probe in probes:
+        if probe is not None and probe > 0:
+            found.setdefault(key, []).append(probe)
+    return {key: float(statistics.median(values)) for key, values in found.items()}
+
+
+def same_state(a: float | None, b: float | None, ratio: float = STATE_RATIO) -> bool:
+    """Two probes of one state (unknown ones are taken as the same: an engine without the probe)."""
+    if a is None or b is None:
+        return True
+    return max(a, b) <= ratio * min(a, b)
+
+
+def in_reference(probe: float | None, reference: float | None, ratio: float = STATE_RATIO) -> bool:
+    """A launch in the machine's reference (fastest) state; True where either is unknown."""
+    if probe is None or reference is None:
+        return True
+    return probe <= ratio * reference
+
+
+@dataclass(frozen=True)
+class StatesMet:
+    """What verify's launch pairs met: how many were in the reference state of their layout, how many in one
+    other state, how many mixed (the two launches in different states), and the slowest launch's probe over
+    its layout's reference."""
+
+    reference_pairs: int = 0
+    other_pairs: int = 0
+    mixed_pairs: int = 0
+    slowest_ratio: float = 1.0
+
+    @property
+    def changed(self) -> bool:
+        return self.other_pairs > 0 or self.mixed_pairs > 0
+
+    def to_dict(self) -> dict:
+        return {"reference_pairs": self.reference_pairs, "other_pairs": self.other_pairs,
+                "mixed_pairs": self.mixed_pairs, "slowest_ratio": round(self.slowest_ratio, 3)}
+
+    @classmethod
+    def from_dict(cls, data: Mapping) -> StatesMet:
+        return cls(int(data.get("reference_pairs", 0)), int(data.get("other_pairs", 0)),
+                   int(data.get("mixed_pairs", 0)), float(data.get("slowest_ratio", 1.0)))
+
+    def line(self) -> str:
+        """What verify prints when the machine changed speed under it ("" when it did not)."""
+        if not self.changed:
+            return ""
+        return (f"the machine changed speed during verify (cross-core probe up to {self.slowest_ratio:.1f}x its "
+                f"fastest): rules judged on the {self.reference_pairs} launch pair(s) in the fastest state; "
+                f"{self.other_pairs} in a slower state only veto a rule slower there; {self.mixed_pairs} pair(s) "
+                "whose two launches met different states left out")

@@ -1,0 +1,135 @@
+"""The machine's state across launches (tune/machine_state.py) and how verify judges by it (issue 39): a
+rule is judged on the launch pairs of the machine's fastest state, a slower state can only veto it, and a
+pair whose two launches met different states is left out."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+
+from tunempi.bench.engine import Layout, PointOutcome
+from tunempi.bench.protocol import PointReply, PointRequest
+from tunempi.bench.sweep import BenchPoint
+from tunempi.collectives import DEFAULT_ALGORITHM
+from tunempi.space import Cell
+from tunempi.store.results import Measurement
+from tunempi.tune.machine_state import STATE_RATIO, StatesMet, in_reference, launch_probes, same_state
+from tunempi.tune.runner import PointResult
+from tunempi.tune.verify import evaluate, evaluate_states, reference_shortfall
+
+FAST, SLOW = 45.0, 135.0  # the probe's two states on this kind of VM (us)
+RULE = [Cell("bcast", 2, 1, 2, size) for size in (16384, 65536, 262144)]
+
+
+def result(cell: Cell, algorithm: str, run: int, median: float, probe: float | None) -> PointResult:
+    request = PointRequest(id=1, collective=cell.collective, msg_bytes=cell.msg_bytes)
+    reply = PointReply(id=1, status="ok", median_us=median, probe_us=probe)
+    m = Measurement(library_fingerprint="f", library="x", collective=cell.collective, algorithm=algorithm,
+                    ranks=cell.ranks, msg_bytes=cell.msg_bytes, nodes=cell.nodes, ppn=cell.ppn, run=run,
+                    median_us=median)
+    return PointResult(BenchPoint(cell.collective, algorithm, cell.msg_bytes, run), Layout(cell.ranks),
+                       PointOutcome(request, "ok", reply=reply), m, 0.1, 0)
+
+
+def launches(runs: Sequence[int], tuned: float, default: float, probe: float | None, *, default_probe: float | None = None,
+             cells: Sequence[Cell] = RULE) -> list[PointResult]:
+    """Launch pairs: in each, the rule's cells at `tuned` us under the files and `default` us without them,
+    both launches meeting the machine at `probe` (the default's at `default_probe` if given). Each cell's
+    times grow a little with the run, as real launches differ."""
+    out = []
+    for run in runs:
+        for k, cell in enumerate(cells):
+            wobble = 1 + 0.01 * ((run + k) % 3)
+            out.append(result(cell, "binomial", run, tuned * wobble, probe))
+            out.append(result(cell, DEFAULT_ALGORITHM, run, default * wobble,
+                              probe if default_probe is None else default_probe))
+    return out
+
+
+SELECTION: Mapping[Cell, str] = dict.fromkeys(RULE, "binomial")
+
+
+def test_a_launch_probe_is_the_median_of_its_points_and_states_are_told_apart_by_the_ratio() -> None:
+    assert launch_probes([("a", 40.0), ("a", 44.0), ("a", 90.0), ("b", None), ("b", 0.0)]) == {"a": 44.0}
+    assert same_state(FAST, FAST * 1.5) and not same_state(FAST, SLOW)
+    assert same_state(None, SLOW) and in_reference(None, FAST) and in_reference(SLOW, None)
+    assert in_reference(FAST * STATE_RATIO, FAST) and not in_reference(SLOW, FAST)
+
+
+def test_a_rule_is_judged_in_the_fastest_state_whatever_the_slower_one_says() -> None:
+    """The binomial bcast of 2026-11-28: 2x faster than the default in the slow state, slower in the fast one.
+    Pooled, the slow launches would keep it; judged in the fastest state it goes back."""
+    results = launches(range(3), tuned=12.0, default=10.0, probe=FAST) \
+        + launches(range(3, 7), tuned=40.0, default=80.0, probe=SLOW)
+    verified, met = evaluate_states(SELECTION, results)
+    assert {v.verdict for v in verified} == {"slower"}
+    assert all(v.launches == 3 for v in verified)  # the fast pairs only
+    assert met == StatesMet(reference_pairs=3, other_pairs=4, mixed_pairs=0, slowest_ratio=SLOW / FAST)
+    assert met.changed and "3 launch pair(s) in the fastest state" in met.line()
+
+
+def test_a_rule_faster_in_the_fastest_state_but_slower_in_another_is_vetoed() -> None:
+    results = launches(range(3), tuned=8.0, default=10.0, probe=FAST) \
+        + launches(range(3, 6), tuned=60.0, default=30.0, probe=SLOW)
+    assert {v.verdict for v in evaluate(SELECTION, results)} == {"slower"}
+    fast_only = launches(range(3), tuned=8.0, default=10.0, probe=FAST)
+    assert {v.verdict for v in evaluate(SELECTION, fast_only)} == {"faster"}
+
+
+def test_a_pair_whose_launches_met_different_states_is_left_out() -> None:
+    """One launch of the pair in the slow state makes the default look 4x slower: that pair would decide."""
+    results = launches(range(3), tuned=10.0, default=10.0, probe=FAST) \
+        + launches([3], tuned=10.0, default=40.0, probe=FAST, default_probe=SLOW)
+    verified, met = evaluate_states(SELECTION, results)
+    assert met.mixed_pairs == 1 and met.reference_pairs == 3
+    assert all(v.launches == 3 and v.verdict != "faster" for v in verified)
+
+
+def test_the_tunes_state_is_the_reference_and_a_layout_without_two_pairs_in_it_is_short() -> None:
+    """A verify whose launches all met a state slower than the tune's: none is in the reference state, so
+    verify waits for the machine there (verify_run); judged anyway, it uses every pair of one state."""
+    slow = launches(range(3), tuned=8.0, default=10.0, probe=SLOW)
+    _, met, short = reference_shortfall(SELECTION, slow, {(2, 1, 2): FAST})
+    assert short == {(2, 1, 2)} and met.other_pairs == 3 and met.reference_pairs == 0
+    assert {v.verdict for v in evaluate(SELECTION, slow, reference_us={(2, 1, 2): FAST})} == {"faster"}
+    _, _, short = reference_shortfall(SELECTION, slow + launches([3, 4], 8.0, 10.0, FAST), {(2, 1, 2): FAST})
+    assert short == set()
+    _, _, short = reference_shortfall(SELECTION, slow, {(2, 1, 2): SLOW})  # tune met the same state
+    assert short == set()
+
+
+def test_without_probes_every_pair_counts_as_before() -> None:
+    results = launches(range(3), tuned=8.0, default=10.0, probe=None)
+    verified, met = evaluate_states(SELECTION, results)
+    assert {v.verdict for v in verified} == {"faster"} and not met.changed and met.reference_pairs == 3
+    assert StatesMet.from_dict(met.to_dict()) == met
+
+
+def test_verify_waits_for_the_fastest_state_and_gives_up_after_its_time() -> None:
+    """verify_run.wait_for_reference_state with an injected clock: another launch pair after each pause
+    until two pairs met the reference state, or the time is up (then it judges with what it has)."""
+    from types import SimpleNamespace
+
+    from tunempi.tune.verify_run import VerifyListener, wait_for_reference_state
+
+    plan = SimpleNamespace(selection=dict(SELECTION), manifest=SimpleNamespace(machine_probe_us={(2, 1, 2): FAST}))
+    now = [0.0]
+    asked: list[int] = []
+
+    def measure_then_fast(selection: Mapping[Cell, str], runs: Sequence[int]) -> list[PointResult]:
+        asked.extend(runs)
+        return launches(runs, 8.0, 10.0, SLOW if len(asked) < 2 else FAST)
+
+    def sleep(s: float) -> None:
+        now[0] += s
+
+    slow = launches(range(3), 8.0, 10.0, SLOW)
+    added = wait_for_reference_state(plan, slow, measure_then_fast, VerifyListener(), {"total": 0},  # type: ignore[arg-type]
+                                     wait_s=30, pause_s=2, clock=lambda: now[0], sleep=sleep)
+    assert len(asked) == 3 and len(set(asked)) == 3 and min(asked) >= 3  # new run numbers, two of them fast
+    assert {r.measurement.run for r in added} == set(asked) and now[0] == 6
+
+    now[0], asked[:] = 0.0, []
+    always_slow = wait_for_reference_state(plan, slow, lambda sel, runs: launches(runs, 8.0, 10.0, SLOW),  # type: ignore[arg-type]
+                                           VerifyListener(), {"total": 0}, wait_s=10, pause_s=2,
+                                           clock=lambda: now[0], sleep=sleep)
+    assert now[0] == 10 and len({r.measurement.run for r in always_slow}) == 5
