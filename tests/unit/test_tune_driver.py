@@ -504,3 +504,38 @@ def test_deciding_launches_under_files_decide_what_the_files_do_not_what_the_swi
     # every run of the file launches is stored, with its own run index per (cell, algorithm)
     keys = [(m.collective, m.algorithm, m.ranks, m.msg_bytes, m.run) for m in stored]
     assert len(keys) == len(set(keys)) == outcome.measured
+
+
+def test_deciding_launches_that_met_a_slow_spell_are_measured_again_and_decide_in_the_fastest_state() -> None:
+    """Issue 39's two speeds: the first deciding launch meets the machine in a slow state (its probe 3x the
+    others'), where the other algorithms beat the default; in the fastest state the default is the fastest.
+    The tune pauses, measures another deciding launch, and decides on the two in the fastest state: no
+    override, the slow launch left out (without the probe, one launch each way would have made ties)."""
+    from dataclasses import replace as replaced
+
+    from tunempi.bench.protocol import PointReply
+
+    runner = FakeRunner()
+    slow = {1}  # deciding launch 1 of 3 (relaunched counts them)
+
+    def latency(algorithm: str, ranks: int, msg_bytes: int) -> float | None:
+        base = 2.0 + ranks * 0.5 + msg_bytes / 1000.0
+        if runner.relaunched in slow:
+            return base * (4.0 if algorithm == DEFAULT_ALGORITHM else 2.0)
+        return base * (1.0 if algorithm == DEFAULT_ALGORITHM else 1.3)
+
+    runner.latency = latency
+    plain_run = runner.run
+
+    def run_with_probes(work, on_point=None, settings=None, deadline=None):  # noqa: ANN001, ANN202
+        probe = 135.0 if runner.relaunched in slow else 45.0
+        return [replaced(r, outcome=replaced(r.outcome, reply=PointReply(id=1, status="ok", probe_us=probe)))
+                for r in plain_run(work, on_point, settings, deadline)]
+
+    runner.run = run_with_probes  # type: ignore[method-assign]
+    pauses: list[float] = []
+    outcome = Tuner(spaces(), runner, strategy="exhaustive", launches=3, sleep=pauses.append).run()
+    assert runner.relaunched == 3 and pauses == [2.0]  # one more deciding launch after one pause
+    assert set(outcome.selection.values()) == {DEFAULT_ALGORITHM}
+    assert outcome.decisions and all(d.outcome == "default" for d in outcome.decisions.values())
+    assert all(d.comparison is not None and d.comparison.pairs == 2 for d in outcome.decisions.values())

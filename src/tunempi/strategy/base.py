@@ -47,6 +47,9 @@ class MeasurementRecord:
     #: launches (read back from the store), 1 this tune's exploring launch, 2... its deciding launches.
     #: The strategies do not read it.
     launch_block: int = 0
+    #: The machine's state just before the run (the bench engine's probe, tune/machine_state.py), for tune's
+    #: decision across launches. The strategies do not read it.
+    probe_us: float | None = None
 
     @property
     def ok(self) -> bool:

@@ -28,7 +28,14 @@ from tunempi.space import Cell, FeatureSpace
 from tunempi.store.results import Measurement, ResultStore
 from tunempi.strategy import MeasurementRecord, Request, Strategy, make_strategy
 from tunempi.tune.guard import CONTINUE, MEASURE_THE_REST, estimate_exhaustive
-from tunempi.tune.launch_blocks import CellDecision, contenders, decide_cells
+from tunempi.tune.launch_blocks import (
+    CellDecision,
+    contenders,
+    decide_cells,
+    layouts_short_of_reference,
+    reference_blocks,
+)
+from tunempi.tune.machine_state import STATE_PAUSE_S, STATE_WAIT_S
 from tunempi.tune.objective import Figures
 from tunempi.tune.runner import ParallelRunner, PointResult
 
@@ -225,6 +232,9 @@ class Tuner:
         clock: Callable[[], float] = time.monotonic,
         distributions: Mapping[str, str] | None = None,
         figures: Figures | None = None,
+        sleep: Callable[[float], None] = time.sleep,
+        state_wait_s: float = STATE_WAIT_S,
+        state_pause_s: float = STATE_PAUSE_S,
     ) -> None:
         self.spaces = dict(spaces)
         # what a non-blocking collective's points measure (--objective) and, for time, each cell's computation
@@ -235,6 +245,9 @@ class Tuner:
         # Where the time of model work and of the whole tune is read (the guard and the timeout decide on
         # it): injected by tests, so that no decision they check depends on how fast the machine is.
         self.clock = clock
+        self.sleep = sleep
+        # how long the deciding launches wait, at most, for the machine's fastest state (tune/machine_state.py)
+        self.state_wait_s, self.state_pause_s = state_wait_s, state_pause_s
         self.n_lanes = lanes
         self.confirm = confirm
         self.exhaustive_guard = exhaustive_guard
@@ -474,25 +487,49 @@ class Tuner:
         order = np.random.default_rng([self.seed, 28])
         by_file = {c for c, cells in contested.items()
                    if cells and self.under_files is not None and self.under_files.takes(c)}
-        for _ in range(self.launches - 1):
-            requests = {c: [Request(cell, algorithms) for cell, algorithms in cells.items()]
+
+        def deciding_block(only: set[tuple[int, int, int]] | None = None) -> bool:
+            """One more deciding block (of the layouts `only`, else all); False when there is nothing to do."""
+            def wanted(cell: Cell) -> bool:
+                return only is None or (cell.ranks, cell.nodes, cell.ppn) in only
+
+            requests = {c: [Request(cell, algorithms) for cell, algorithms in cells.items() if wanted(cell)]
                         for c, cells in contested.items() if cells and c not in by_file}
-            if not (requests or by_file) or run.past_deadline():
-                break
+            requests = {c: r for c, r in requests.items() if r}
+            files = {cell: algorithms for c in sorted(by_file) for cell, algorithms in contested[c].items()
+                     if wanted(cell)}
+            if not (requests or files) or run.past_deadline():
+                return False
             self.runner.relaunch()
             run.block += 1
             if requests:
                 self._measure_round(run, requests, order=order)
-            if by_file and self.under_files is not None:
+            if files and self.under_files is not None:
                 self.runner.relaunch()  # no engine of the switched launches stays up beside the file launches
-                cells = {cell: algorithms for c in sorted(by_file) for cell, algorithms in contested[c].items()}
-                results = self.under_files.measure(cells, run.block, self._store_result(run), self._next_run)
+                results = self.under_files.measure(files, run.block, self._store_result(run), self._next_run)
                 run.file_launches += sum(result.launches for result in results)
                 self._take(run, results)
+            return True
+
+        for _ in range(self.launches - 1):
+            if not deciding_block():
+                break
+        # The machine's state (tune/machine_state.py): where fewer than two deciding blocks of a layout met its
+        # fastest state, more blocks there after a pause, as verify does, so that a tune that began in a slow
+        # spell decides as one that did not.
+        started = self.clock()
+        while self.launches > 2 and self.clock() - started < self.state_wait_s:
+            short = layouts_short_of_reference(self.strategies.values())
+            if not short:
+                break
+            self.sleep(self.state_pause_s)
+            if not deciding_block(short):
+                break
         began = self.clock()
         self.decisions = {}
+        keep = reference_blocks(r for strategy in self.strategies.values() for r in strategy.records)
         for collective, strategy in self.strategies.items():
-            self.decisions.update(decide_cells(strategy, contested[collective]))
+            self.decisions.update(decide_cells(strategy, contested[collective], keep=keep))
         run.model_s += self.clock() - began
 
     def _next_run(self, cell: Cell, algorithm: str) -> int:
@@ -531,7 +568,7 @@ class Tuner:
             run.measured += 1
             run.failed += not (result.outcome.ok and not result.measurement.errors)
             record = replace(record_of(result.measurement, cost_s=result.wall_s, launches=result.launches),
-                             launch_block=run.block)
+                             launch_block=run.block, probe_us=result.probe_us)
             by_collective.setdefault(result.point.collective, []).append(record)
             if result.outcome.status == "timeout" or result.outcome.reason.startswith("the engine died"):
                 crashed.setdefault(result.point.collective, []).append(record)

@@ -27,7 +27,7 @@ way: the library's default is kept, and reported as a tie) or "default" (decided
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
 import numpy as np
@@ -35,7 +35,8 @@ import numpy as np
 from tunempi.collectives import DEFAULT_ALGORITHM
 from tunempi.evidence import LEVEL, Comparison, compare_launches, launch_log_ratio, launch_spread
 from tunempi.space import Cell
-from tunempi.strategy import Strategy
+from tunempi.strategy import MeasurementRecord, Strategy
+from tunempi.tune.machine_state import in_reference, launch_probes
 
 OUTCOMES: tuple[str, ...] = ("tuned", "tie", "default")
 #: Contenders beside the library's default in a cell: the selected algorithm and this many minus one more.
@@ -90,11 +91,51 @@ def contenders(strategy: Strategy, selection: Mapping[Cell, str], margin: float,
     return chosen
 
 
-def launch_runs(strategy: Strategy, first_block: int = 0) -> dict[Cell, dict[tuple[str, int], list[float]]]:
+LayoutKey = tuple[int, int, int]  # ranks, nodes, ppn
+
+
+def _layout(cell: Cell) -> LayoutKey:
+    return cell.ranks, cell.nodes, cell.ppn
+
+
+def _block_probes(records: Iterable[MeasurementRecord]) -> dict[LayoutKey, dict[int, float]]:
+    """layout -> launch block (the exploring one and the deciding ones) -> the median probe of its runs."""
+    found = launch_probes(((_layout(r.cell), r.launch_block), r.probe_us) for r in records if r.launch_block >= 1)
+    by_layout: dict[LayoutKey, dict[int, float]] = {}
+    for (layout, block), probe in found.items():
+        by_layout.setdefault(layout, {})[block] = probe
+    return by_layout
+
+
+def reference_blocks(records: Iterable[MeasurementRecord]) -> dict[LayoutKey, set[int]]:
+    """layout -> its deciding blocks that met the machine in its fastest state (tune/machine_state.py: within
+    STATE_RATIO of the fastest block there, the exploring one included)."""
+    out = {}
+    for layout, blocks in _block_probes(records).items():
+        fastest = min(blocks.values())
+        out[layout] = {b for b, probe in blocks.items() if b >= 2 and in_reference(probe, fastest)}
+    return out
+
+
+def layouts_short_of_reference(strategies: Iterable[Strategy]) -> set[LayoutKey]:
+    """Layouts with deciding blocks (and probes) of which fewer than two met the fastest state: the tune
+    measures another block there (driver)."""
+    records = [r for s in strategies for r in s.records]
+    deciding = {layout for layout, blocks in _block_probes(records).items() if any(b >= 2 for b in blocks)}
+    reference = reference_blocks(records)
+    return {layout for layout in deciding if len(reference.get(layout, ())) < 2}
+
+
+def launch_runs(strategy: Strategy, first_block: int = 0, keep: Mapping[LayoutKey, set[int]] | None = None
+                ) -> dict[Cell, dict[tuple[str, int], list[float]]]:
     """cell -> (algorithm, launch block) -> the latencies of its successful runs there, blocks from
-    `first_block` on (one pass over the records)."""
+    `first_block` on (one pass over the records). `keep`: layout -> the deciding blocks to use there (the
+    ones in the machine's fastest state), where it has two or more; elsewhere every block."""
     runs: dict[Cell, dict[tuple[str, int], list[float]]] = {}
     for record in strategy.records:
+        kept = keep.get(_layout(record.cell)) if keep is not None else None
+        if kept is not None and len(kept) >= 2 and record.launch_block >= 2 and record.launch_block not in kept:
+            continue
         if record.ok and record.launch_block >= first_block:
             runs.setdefault(record.cell, {}).setdefault((record.algorithm, record.launch_block), []).append(
                 record.measured_us)
@@ -122,7 +163,7 @@ def ranges_of(cells: list[Cell], leads: Mapping[Cell, str], sizes: list[int]) ->
 
 
 def decide_cells(strategy: Strategy, contested: Mapping[Cell, tuple[str, ...]], *,
-                 level: float = LEVEL) -> dict[Cell, CellDecision]:
+                 level: float = LEVEL, keep: Mapping[LayoutKey, set[int]] | None = None) -> dict[Cell, CellDecision]:
     """Each contested cell's decision (module docstring). A cell's lead is the contender with the highest
     mean block value against the default (over two launches at least); neighbouring cells with the same
     lead ahead of the default, or with their leads behind it, form a range, decided as one
@@ -131,8 +172,9 @@ def decide_cells(strategy: Strategy, contested: Mapping[Cell, tuple[str, ...]], 
     values: dict[Cell, dict[str, dict[int, float]]] = {}
     deciding = {r.launch_block for r in strategy.records if r.launch_block >= 2}
     # With two deciding launches or more, the exploring launch (its order set by the strategy's rounds, the
-    # default often measured first at a size) is left out: only the randomized launches decide.
-    runs = launch_runs(strategy, 2 if len(deciding) >= 2 else 0)
+    # default often measured first at a size) is left out: only the randomized launches decide; and of
+    # those, the ones in the machine's fastest state where two or more were (`keep`, reference_blocks).
+    runs = launch_runs(strategy, 2 if len(deciding) >= 2 else 0, keep)
     for cell, algorithms in contested.items():
         values[cell] = {a: block_values(runs.get(cell, {}), a) for a in algorithms[1:]}
     means = {cell: {a: float(np.mean(list(v.values()))) if len(v) >= 2 else -math.inf for a, v in found.items()}

@@ -20,17 +20,25 @@ from __future__ import annotations
 import statistics
 from collections.abc import Hashable, Iterable, Mapping
 from dataclasses import dataclass
+from typing import TypeVar
+
+K = TypeVar("K", bound=Hashable)
 
 #: Launches whose probes differ by more than this met the machine in different states. The probe's two states
 #: read 40-60 and 120-170 us here (2026-11-28, 200 launches, a loaded machine; the bcast default 4x apart),
 #: and under load a launch of the fast state can read 1.7x its fastest.
 STATE_RATIO = 2.0
+#: How long tune's deciding launches and verify wait, at most, for the machine to come back to its fastest
+#: state where fewer than two launches (pairs) of a layout met it (the slow state lasted 2-30 s here), and
+#: the pause between tries.
+STATE_WAIT_S = 30.0
+STATE_PAUSE_S = 2.0
 
 
-def launch_probes(probes: Iterable[tuple[Hashable, float | None]]) -> dict[Hashable, float]:
+def launch_probes(probes: Iterable[tuple[K, float | None]]) -> dict[K, float]:
     """launch key -> the median of its points' probes (points without one left out; launches without any
     are absent)."""
-    found: dict[Hashable, list[float]] = {}
+    found: dict[K, list[float]] = {}
     for key, probe in probes:
         if probe is not None and probe > 0:
             found.setdefault(key, []).append(probe)

@@ -41,7 +41,7 @@ from tunempi.tune.files import (
     whole_collectives,
     write_tuning_files,
 )
-from tunempi.tune.machine_state import StatesMet
+from tunempi.tune.machine_state import STATE_PAUSE_S, STATE_WAIT_S, StatesMet
 from tunempi.tune.manifest import CompositionsRecord, Manifest, SelectionRow, VerifyRecord
 from tunempi.tune.objective import Figures
 from tunempi.tune.runner import PointResult
@@ -220,10 +220,6 @@ def measure_pairs(plan: VerifyPlan, settings: MeasureSettings, listener: VerifyL
     return results, again
 
 
-#: How long verify waits, at most, for the machine to come back to its fastest state when no launch pair of a
-#: layout met it (machine_state; the slow state lasted 2-30 s here), and the pause between tries.
-STATE_WAIT_S = 30.0
-STATE_PAUSE_S = 2.0
 #: Launch runs measured while waiting are numbered from here (repetitions, the second pass and the held-out
 #: launches take the numbers below).
 WAITING_RUNS = 1000
