@@ -7,17 +7,18 @@ import logging
 from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from tunempi.collectives import DEFAULT_ALGORITHM
 from tunempi.errors import MPIError, UsageError
 from tunempi.mpi.library import MPILibrary
 from tunempi.online.cells import SizeRangeCell, SizeRanges
-from tunempi.online.state import OnlineState, Probabilities, uniform
+from tunempi.online.state import OnlineConfig, OnlineState, Probabilities, uniform
 from tunempi.online.update import verdict_of
 
 if TYPE_CHECKING:
     from tunempi.rules import RuleSet, ScaledChoice
+    from tunempi.space import Cell
     from tunempi.tune.files import WrittenFiles as TuningWritten
     from tunempi.tune.manifest import Manifest
 
@@ -219,6 +220,32 @@ def written_size(sizes: SizeRanges, cell: SizeRangeCell) -> int:
     return sizes.representative(cell.size_index)
 
 
+#: Where best's objective came from when the state has no profile's word on the non-blocking collectives
+NO_PROFILE = ("online: each record ran from the start to the completing wait in the application, whose "
+              "computation between them is not known without a profile (online run --from-profile): latency")
+
+
+def best_figures(config: OnlineConfig, cells: Sequence[Cell]) -> dict[str, Any]:
+    """The manifest's objective fields for the non-blocking cells `best` writes, so verify measures them for what
+    the online records measured: start + the application's computation + wait. With the profile's computations
+    (online run --from-profile, objective time) each cell gets its collective's nearest one
+    (tune.objective.application_lengths; a cell of a collective without one: 0, its latency); with the profile's
+    latency, latency; without a profile, latency (NO_PROFILE says why). No non-blocking cell: nothing."""
+    from tunempi.collectives import is_nonblocking
+    from tunempi.tune.objective import ApplicationComputation, application_lengths
+
+    nonblocking = [cell for cell in cells if is_nonblocking(cell.collective)]
+    if not nonblocking:
+        return {}
+    if config.objective != "time":
+        return {"objective": "latency", "objective_from": config.objective_from or NO_PROFILE}
+    found = application_lengths(nonblocking, [ApplicationComputation(**row) for row in config.computations])
+    return {"objective": "time", "objective_from": config.objective_from,
+            "compute_us": {cell: found[cell].compute_us if cell in found else 0.0 for cell in nonblocking},
+            "compute_from": {cell: found[cell].source if cell in found else "no computation in the profile: 0 "
+                             "(its latency)" for cell in nonblocking}}
+
+
 def best_manifest(state: OnlineState, library: MPILibrary, out: Path, choices: Sequence[BestChoice],
                   scaled: Sequence[ScaledChoice], rule_sets: Mapping[str, RuleSet], written: TuningWritten,
                   excluded: Mapping[str, Mapping[str, str]]) -> Manifest:
@@ -235,6 +262,7 @@ def best_manifest(state: OnlineState, library: MPILibrary, out: Path, choices: S
                               c.algorithm, c.time_ns / 1e3, c.default_ns / 1e3 if c.default_ns is not None else None)
                  for c, point in zip(choices, scaled, strict=True))
     return Manifest(
+        **best_figures(state.config, [row.cell for row in rows]),
         directory=out, library=LibraryRecord.of(library), created=utc_timestamp(),
         collectives=tuple(sorted({row.cell.collective for row in rows})),
         scales=tuple(sorted({(row.cell.ranks, row.cell.nodes, row.cell.ppn) for row in rows})),

@@ -84,6 +84,14 @@ class OnlineConfig:
     trim: float = 0.0  # estimates may leave out this fraction of the slowest calls (see update.py: 0 by default)
     estimator: str = "run_median"  # expected time per call: "run_median" (of per-run means) or "mean" (update.py)
     seed: int = 1
+    #: What the application does with its non-blocking collectives, from its profile (`online run
+    #: --from-profile`; profile/nonblocking.py): the objective that fits ("time", "latency"; "": no profile or not
+    #: known) and each profile row's computation between start and wait (tune.objective.ApplicationComputation's
+    #: fields). A record runs from the start to the completing wait, i.e. start + that computation + wait: the
+    #: same objective measured in the application itself; `online best` records it in its manifest for verify.
+    objective: str = ""
+    objective_from: str = ""
+    computations: list[dict] = field(default_factory=list)
 
     def check(self) -> None:
         if not 0 <= self.min_probability < 1 or not 0 < self.max_probability <= 1:
