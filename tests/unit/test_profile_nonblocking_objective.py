@@ -212,3 +212,29 @@ def test_online_best_records_the_objective_its_records_measured_so_verify_can_me
         "objective": "latency", "objective_from": "profile a.json"}
     assert best_figures(OnlineConfig(), [a]) == {"objective": "latency", "objective_from": NO_PROFILE}
     assert best_figures(OnlineConfig(), [blocking]) == {}
+
+
+def test_without_a_profile_online_best_takes_the_computation_its_own_records_show() -> None:
+    """Each non-blocking record holds the start call's time and the whole time of the waits and tests naming its
+    request: the median window per cell sizes best's computations (time), or says the application waits at once
+    (latency); records without those columns (older files) say nothing."""
+    from tunempi.online.report import NO_PROFILE, RECORDS, best_figures, record_computations
+    from tunempi.online.state import OnlineConfig, Record
+
+    def rec(collective: str, seq: int, total_us: float, call_us: float, blocked_us: float | None) -> Record:
+        return Record(0, seq, "s", collective, 1024, 2, 1, 2, "default", 1000, 1000 + int(total_us * 1e3),
+                      int(call_us * 1e3), None if blocked_us is None else int(blocked_us * 1e3))
+
+    config = OnlineConfig(collectives=["iallreduce", "ibcast"])
+    computing = [rec("iallreduce", i, 50.0 + i, 2.0, 8.0) for i in range(5)]  # windows 40..44 us: median 42
+    waiting = [rec("ibcast", i, 10.0, 2.0, 7.9) for i in range(5)]
+    assert computing[0].window_ns == 40_000 and rec("ibcast", 0, 10.0, 2.0, None).window_ns is None
+    rows = record_computations([*computing, *waiting, rec("allreduce", 9, 5.0, 5.0, 0.0)], config.sizes)
+    assert {row["collective"]: row["compute_us"] for row in rows} == {"iallreduce": 42.0, "ibcast": 0.0}
+    a, b = Cell("iallreduce", 2, 1, 2, 1024), Cell("ibcast", 2, 1, 2, 1024)
+    found = best_figures(config, [a, b], [*computing, *waiting])
+    assert (found["objective"], found["objective_from"]) == ("time", RECORDS)
+    assert found["compute_us"] == {a: 42.0, b: 0.0} and found["compute_from"][a].startswith(f"{RECORDS}: iallreduce")
+    assert best_figures(config, [b], waiting)["objective"] == "latency"
+    assert best_figures(config, [a], [rec("iallreduce", 0, 50.0, 2.0, None)]) == {"objective": "latency",
+                                                                                 "objective_from": NO_PROFILE}

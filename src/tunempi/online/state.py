@@ -170,10 +170,22 @@ class Record:
     algorithm: str
     start_ns: int
     end_ns: int
+    #: the (start) call's own time, and for a non-blocking collective the whole time of the waits and tests that
+    #: named its request (records written before 2026-11-28: None)
+    call_ns: int | None = None
+    blocked_ns: int | None = None
 
     @property
     def time_ns(self) -> int:
         return self.end_ns - self.start_ns
+
+    @property
+    def window_ns(self) -> int | None:
+        """A non-blocking call's computation between start and wait: start to completion - the start call - the
+        waits and tests naming it (>= 0); None where not recorded."""
+        if self.call_ns is None or self.blocked_ns is None:
+            return None
+        return max(0, self.time_ns - self.call_ns - self.blocked_ns)
 
 
 @dataclass(frozen=True)
@@ -206,7 +218,9 @@ def read_records(path: Path | str) -> RecordFile:
     for row in csv.DictReader(rows):
         records.append(Record(int(row["rank"]), int(row["seq"]), row["stream"], row["collective"],
                               int(row["msg_bytes"]), int(row["ranks"]), int(row["nodes"]), int(row["ppn"]),
-                              row["algorithm"], int(row["start_ns"]), int(row["end_ns"])))
+                              row["algorithm"], int(row["start_ns"]), int(row["end_ns"]),
+                              int(row["call_ns"]) if row.get("call_ns") else None,
+                              int(row["blocked_ns"]) if row.get("blocked_ns") else None))
     return RecordFile(path, header, tuple(records))
 
 
