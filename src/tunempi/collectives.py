@@ -13,7 +13,7 @@ from tunempi.errors import UsageError
 COLLECTIVES: tuple[str, ...] = (
     "allreduce", "bcast", "allgather", "alltoall", "reduce", "reduce_scatter",
     "gather", "scatter", "barrier", "allgatherv", "alltoallv", "reduce_scatter_block", "gatherv", "scatterv",
-    "iallreduce", "ibcast", "ialltoall", "iallgather",
+    "alltoallw", "iallreduce", "ibcast", "ialltoall", "iallgather",
 )
 
 #: Non-blocking collectives (MPI_Iallreduce, ...) -> the blocking collective each one computes: the same
@@ -50,11 +50,18 @@ REDUCTIONS: frozenset[str] = frozenset({"allreduce", "reduce", "reduce_scatter",
 #: Collectives whose message size (OSU's convention) is the block each rank sends to or receives from
 #: each peer; for the others it is the whole buffer, which the algorithms split among the ranks.
 BLOCK_COLLECTIVES: frozenset[str] = frozenset({"allgather", "allgatherv", "alltoall", "alltoallv", "gather",
-                                               "scatter", "gatherv", "scatterv", "iallgather", "ialltoall"})
+                                               "scatter", "gatherv", "scatterv", "alltoallw", "iallgather",
+                                               "ialltoall"})
 
 
-#: Collectives whose blocks may differ between ranks (count and displacement arrays).
-VECTOR_COLLECTIVES: frozenset[str] = frozenset({"allgatherv", "alltoallv", "gatherv", "scatterv"})
+#: Collectives whose blocks may differ between ranks (count and displacement arrays; alltoallw's datatypes too:
+#: the engine measures it as alltoallv with an MPI_BYTE type per peer).
+VECTOR_COLLECTIVES: frozenset[str] = frozenset({"allgatherv", "alltoallv", "gatherv", "scatterv", "alltoallw"})
+
+#: The vector collectives whose each rank's counts are its own (every rank sends and receives a block per
+#: peer, and no rank sees the others' counts): a tuning file keyed on a rank's own total could choose
+#: different algorithms on the ranks of one call (mpi/vendor.py selects_by_size).
+ALL_TO_ALL_VECTOR_COLLECTIVES: frozenset[str] = frozenset({"alltoallv", "alltoallw"})
 
 #: The vector collectives whose counts no rank but the root knows in full (gatherv's recvcounts, scatterv's
 #: sendcounts): no tuning file can choose their algorithm by a size every rank of a call computes alike.
@@ -62,7 +69,7 @@ ROOTED_VECTOR_COLLECTIVES: frozenset[str] = frozenset({"gatherv", "scatterv"})
 
 #: Collectives the online mode switches per call: those whose message size (tunempi's convention) is the
 #: same on every rank of the call, so every rank finds the same cell and draws the same algorithm. Not
-#: alltoallv, gatherv, scatterv: each rank's size is its own blocks' (their counts differ between ranks),
+#: alltoallv, alltoallw, gatherv, scatterv: each rank's size is its own blocks' (their counts differ between ranks),
 #: so ranks of one call would find different cells (and could run different algorithms). The non-blocking
 #: ones are switched at their start (MPICH and Open MPI's libnbc read their algorithm there; issue 41); a
 #: record's time runs from the start to the wait or test that completes it.
@@ -74,7 +81,7 @@ ONLINE_SWITCHABLE: tuple[str, ...] = (
 
 #: How a vector collective's blocks differ between ranks around its mean block (the message size, as the
 #: profiler records it): uniform (every block the same: OSU's v-benchmarks), skewed (rank r's blocks are
-#: 2 (r + 1) / (ranks + 1) x the mean), sparse (alltoallv sends to the next rank only; allgatherv and gatherv
+#: 2 (r + 1) / (ranks + 1) x the mean), sparse (alltoallv and alltoallw send to the next rank only; allgatherv and gatherv
 #: take the even ranks' blocks only, scatterv sends to the even ranks only). gatherv/scatterv: the root
 #: receives (sends) rank r's block as allgatherv's rank r contributes it. Every other collective is uniform.
 #: bench/c/engine.h spells the same.

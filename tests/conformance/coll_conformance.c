@@ -610,6 +610,41 @@ static int run_case(const ccase *c)
         }
         free_buf(s);
         free_buf(r);
+    } else if (!strcmp(coll, "alltoallw")) {
+        /* alltoallv's case (its counts, gaps and values) through MPI_Alltoallw: an array of datatypes (the
+         * case's send and receive types for every peer) and displacements in bytes (elements x extent). */
+        int scounts[MAXP], sdispls[MAXP], rcounts[MAXP], rdispls[MAXP];
+        MPI_Datatype stypes[MAXP], rtypes[MAXP];
+        long stotal = 0, rtotal = 0, selem[MAXP], relem[MAXP];
+        for (int i = 0; i < p; i++) {
+            int f = (me + i) % 2 + 1;
+            scounts[i] = n * f;
+            selem[i] = stotal;
+            sdispls[i] = (int)(stotal * sl->slot * 4);
+            stotal += scounts[i] + 1;
+            stypes[i] = sl->type;
+            rcounts[i] = (int)rn * f;
+            relem[i] = rtotal;
+            rdispls[i] = (int)(rtotal * rl->slot * 4);
+            rtotal += rcounts[i] + 1;
+            rtypes[i] = rl->type;
+        }
+        int *s = alloc_buf(sl, stotal), *r = alloc_buf(rl, rtotal);
+        for (int d = 0; d < p; d++) {
+            if (c->inplace)
+                fill(rl, r + relem[d] * rl->slot, rcounts[d], c->opkind, me, (long)d * 4 * vals, c->salt);
+            else
+                fill(sl, s + selem[d] * sl->slot, scounts[d], c->opkind, me, (long)d * 4 * vals, c->salt);
+        }
+        rc = MPI_Alltoallw(c->inplace ? ip : s, scounts, sdispls, stypes, r, rcounts, rdispls, rtypes, comm);
+        w.offset = (long)me * 4 * vals;
+        for (int q = 0; q < p && good; q++) {
+            w.src = q;
+            good = check_range(rl, r + relem[q] * rl->slot, rcounts[q], want_single, &w, 0,
+                               (long)rcounts[q] * rl->slot + 1);
+        }
+        free_buf(s);
+        free_buf(r);
     } else if (!strcmp(coll, "alltoall")) {
         int *s = alloc_buf(sl, (long)n * p), *r = alloc_buf(rl, rn * p);
         /* block d of rank q carries q's values at [d*vals, (d+1)*vals) */
@@ -834,7 +869,7 @@ static void build_cases(const char *only)
 {
     static const char *reductions[] = {"allreduce", "reduce", "reduce_scatter", "reduce_scatter_block"};
     static const char *moves[] = {"bcast",   "allgather", "allgatherv", "alltoall", "gather",
-                                  "scatter", "alltoallv", "gatherv",    "scatterv"};
+                                  "scatter", "alltoallv", "gatherv",    "scatterv", "alltoallw"};
     static const int counts[] = {0, 1, 7, 1031};
     static const int red_types[][2] = {{L_INT, OP_SUM},    {L_INT, OP_USUM},     {L_MAT, OP_MATMUL},
                                        {L_MATV, OP_MATMUL}, {L_NEST, OP_USUM},    {L_NEST, OP_MATMUL},

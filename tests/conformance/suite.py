@@ -28,7 +28,7 @@ LISTED = re.compile(r"^L (\d+) (\S+) (.*)$")
 #: The collectives the suite covers (every one tunempi can switch or write a tuning file for).
 COLLECTIVES: tuple[str, ...] = ("allreduce", "bcast", "allgather", "alltoall", "reduce", "reduce_scatter",
                                 "reduce_scatter_block", "gather", "scatter", "barrier", "allgatherv", "alltoallv",
-                                "gatherv", "scatterv")
+                                "gatherv", "scatterv", "alltoallw")
 #: The non-blocking collectives (issue 41): their cases run only when a launch names them (`colls`), so the
 #: blocking suite's runs are what they were.
 NONBLOCKING_COLLECTIVES: tuple[str, ...] = ("iallreduce", "ibcast", "iallgather", "ialltoall")

@@ -47,6 +47,9 @@ def test_non_blocking_collectives_are_switched_per_call_and_timed_to_completion(
     used: dict[str, set[str]] = defaultdict(set)
     for r in records:
         assert r.collective in switched and r.end_ns > r.start_ns
+        # the start call's time and the waits' and tests' that named it, both inside start to completion
+        assert r.call_ns is not None and r.blocked_ns is not None and r.blocked_ns > 0
+        assert r.call_ns + r.blocked_ns <= r.end_ns - r.start_ns
         by_rank[(r.collective, r.rank)].append((r.seq, r.algorithm))
         used[r.collective].add(r.algorithm)
     for collective in switched:

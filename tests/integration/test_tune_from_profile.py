@@ -52,7 +52,7 @@ def test_tune_refuses_a_profile_without_a_collective_it_takes_with_a_message(tmp
     data = {"schema": "tunempi-profile", "schema_version": 1, "header": {"ranks": 2, "library": "MPICH Version: 5.0.2"},
             "ranks": [{"rank": r, "host": "h", "wall_ns": 10_000_000, "mpi_ns": 9_000_000, "collective_ns": 9_000_000,
                        "p2p_ns": 0, "collective_calls": 10, "send_calls": 0} for r in range(2)],
-            "collectives": [{"collective": "alltoallw", "blocking": True, "comm_size": 2, "nodes": 1, "ppn": 2,
+            "collectives": [{"collective": "neighbor_alltoall", "blocking": True, "comm_size": 2, "nodes": 1, "ppn": 2,
                              "size_lo": 3, "size_hi": 4, "ranks": 2, "calls": 20, "bytes": 80, "time_ns": 18_000_000,
                              "time_min_ns": 1, "time_max_ns": 2, "exact_sizes": {"4": 20}}],
             "p2p_histogram": {"upper_bounds": [2048, 4096, 8192, 16384, 32768, 65536, None], "calls": [0] * 7,
@@ -61,7 +61,7 @@ def test_tune_refuses_a_profile_without_a_collective_it_takes_with_a_message(tmp
     refused = tunempi("tune", "--from-profile", "a.json", "--mpi", "mpich", "--out", "tuned", cwd=tmp_path)
     assert refused.returncode == 2, refused.stdout + refused.stderr
     assert "Traceback" not in refused.stderr
-    assert "alltoallw" in refused.stdout + refused.stderr
+    assert "neighbor_alltoall" in refused.stdout + refused.stderr
 
 
 @pytest.mark.parametrize("mpi", ["mpich", "openmpi", "impi"])

@@ -39,4 +39,4 @@ def test_online_is_not_planned_where_what_it_switches_takes_little_time() -> Non
 
 
 def test_the_vocabulary_leaves_out_the_collectives_whose_ranks_see_different_sizes() -> None:
-    assert VECTOR_COLLECTIVES - set(ONLINE_SWITCHABLE) == {"alltoallv", "gatherv", "scatterv"}
+    assert VECTOR_COLLECTIVES - set(ONLINE_SWITCHABLE) == {"alltoallv", "alltoallw", "gatherv", "scatterv"}

@@ -74,7 +74,7 @@ def test_unknown_collective_names_the_valid_ones() -> None:
     with pytest.raises(UsageError, match="valid: .*allreduce"):
         check_engine_collective("allreduse")
     with pytest.raises(UsageError, match="valid: .*alltoallv"):  # the engine measures every one tunempi names
-        check_engine_collective("alltoallw")
+        check_engine_collective("neighbor_alltoall")
 
 
 def test_unknown_algorithm_is_rejected_naming_the_valid_ones() -> None:

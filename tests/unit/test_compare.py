@@ -12,6 +12,7 @@ from collections import Counter
 from pathlib import Path
 
 import pytest
+from store_history import store_at_version
 
 from tunempi.compare.results import ResultCheck, ResultUnavailable, difference, tokens
 from tunempi.compare.session import (
@@ -284,19 +285,21 @@ def test_an_online_best_directory_is_compared_through_its_env_file(tmp_path):
         load_variant(str(best))
 
 
-def test_a_version_2_database_gains_the_comparison_tables_and_keeps_its_rows(tmp_path, monkeypatch):
+def test_a_version_2_database_gains_the_comparison_tables_and_keeps_its_rows(tmp_path):
     import sqlite3
 
     import tunempi.store.schema as schema_module
     from tunempi.store.comparisons import ComparisonRun
-    from tunempi.store.searches import SearchLog, SearchRun
+    from tunempi.store.searches import SearchLog, search_id_of
 
-    path = tmp_path / "v2.sqlite"
-    monkeypatch.setattr(schema_module, "MIGRATIONS", schema_module.MIGRATIONS[:2])
-    monkeypatch.setattr(schema_module, "SCHEMA_VERSION", 2)
-    with ResultStore(path) as store:
-        SearchLog(store, {"x": 1}).add(SearchRun("trial", 0, {}, "ok", 1.0))
-    monkeypatch.undo()
+    # a search of one trial as version 2 stored it
+    search = search_id_of({"x": 1})
+    path = store_at_version(
+        tmp_path / "v2.sqlite", 2,
+        ("INSERT INTO searches (search_id, header, created) VALUES (?, '{\"x\": 1}', '2026-11-22T01:00:00Z')",
+         (search,)),
+        ("INSERT INTO search_runs (search_id, kind, number, params, status, value, timestamp) "
+         "VALUES (?, 'trial', 0, '{}', 'ok', 1.0, '2026-11-22T01:00:00Z')", (search,)))
     with ResultStore(path) as store:
         assert [run.value for run in SearchLog(store, {"x": 1}).runs()] == [1.0]
         log = ComparisonLog(store, {"command": ["./app"]})

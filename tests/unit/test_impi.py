@@ -183,6 +183,7 @@ def test_alltoallv_gets_one_algorithm_per_layout_where_files_cannot_choose_by_si
 
     current = adapter()
     assert not current.selects_by_size("alltoallv") and current.selects_by_size("alltoall")
+    assert not current.selects_by_size("alltoallw")  # alltoallv's counts, with a type per peer
     assert not current.selects_by_size("gatherv") and not current.selects_by_size("scatterv")  # only the root
     assert current.selects_by_size("allgatherv")  # knows their counts; allgatherv's every rank does
     v8, v1k = (Cell("alltoallv", 2, 1, 2, size) for size in (8, 1024))

@@ -6,12 +6,12 @@ manifest that hands them to verify. Pure parts; the engine in tests/integration/
 from __future__ import annotations
 
 import json
-import sqlite3
 from collections.abc import Mapping, Sequence
 from dataclasses import replace
 from pathlib import Path
 
 import pytest
+from store_history import measurement_row, store_at_version
 
 from tunempi.bench.engine import Layout
 from tunempi.bench.protocol import NB_OVERLAP, NB_TIME, PointReply, PointRequest, decode_line
@@ -19,7 +19,6 @@ from tunempi.bench.sweep import BenchPoint, computations, figure_request, figure
 from tunempi.collectives import LATENCY_OBJECTIVE, check_objective, objective_of
 from tunempi.errors import TunempiError, UsageError
 from tunempi.space import Cell, FeatureSpace
-from tunempi.store import schema as schema_module
 from tunempi.store.results import Measurement, PointKey, ResultStore
 from tunempi.tune.driver import records_from_store
 from tunempi.tune.manifest import LibraryRecord, Manifest
@@ -76,22 +75,12 @@ def test_the_time_request_carries_its_computation_and_nothing_else_does() -> Non
         PointRequest(1, "allreduce", 64, nb=NB_TIME, compute_s=1e-6).encode()
 
 
-def test_a_version_4_database_gains_the_objective_and_figures_of_two_objectives_never_mix(
-        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_version_4_database_gains_the_objective_and_figures_of_two_objectives_never_mix(tmp_path: Path) -> None:
     """Version 5: a point's objective is part of its key; rows from before are latency (the only figure the
     store kept), the same iallreduce point measured for time is another row, and a query for one objective
     returns its figures only."""
-    path = tmp_path / "v4.sqlite"
-    monkeypatch.setattr(schema_module, "MIGRATIONS", schema_module.MIGRATIONS[:4])
-    monkeypatch.setattr(schema_module, "SCHEMA_VERSION", 4)
-    ResultStore(path).close()
-    conn = sqlite3.connect(path)
-    conn.execute("INSERT INTO measurements (library_fingerprint, library, collective, algorithm, ranks, nodes, ppn, "
-                 "msg_bytes, run, status, median_us, timestamp) VALUES (?, 'mpich-5.0.2', 'iallreduce', 'default', "
-                 "2, 1, 2, 1024, 0, 'ok', 5.0, '2026-11-22T01:00:00Z')", (FP,))
-    conn.commit()
-    conn.close()
-    monkeypatch.undo()
+    path = store_at_version(tmp_path / "v4.sqlite", 4, measurement_row(
+        "iallreduce", "default", library_fingerprint=FP, library="mpich-5.0.2", median_us=5.0))
     with ResultStore(path) as store:
         (old,) = store.query()
         assert old.objective == "latency" and old.compute_us is None and old.median_us == 5.0

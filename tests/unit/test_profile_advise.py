@@ -359,9 +359,26 @@ def test_a_non_blocking_collective_s_time_is_start_plus_wait_and_tune_from_profi
 
 def test_advise_names_what_it_cannot_tune(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     KnownLibrary(monkeypatch)
-    output = run_advise(tmp_path, monkeypatch, time_profile({"alltoallw": 8_000_000, "allreduce": 2_000_000},
+    output = run_advise(tmp_path, monkeypatch, time_profile({"neighbor_alltoall": 8_000_000, "allreduce": 2_000_000},
                                                             10_000_000))
-    assert "not tunable: alltoallw: 80% of MPI time; the bench engine cannot measure it yet" in output
+    assert "not tunable: neighbor_alltoall: 80% of MPI time; the bench engine cannot measure it yet" in output
+
+
+def test_alltoallw_is_tuned_where_the_library_selects_for_it_and_named_where_it_cannot() -> None:
+    """Issue 40: the engine measures alltoallw; MPICH and Intel MPI choose its algorithm, Open MPI's coll/tuned
+    has none: advise names it there with the reason, never as something the engine cannot measure."""
+    from tunempi.profile.advise import engine_reason, not_tunable, profile_scope, unselectable_by_library
+
+    assert engine_reason("alltoallw") is None
+    profile = parse_profile(time_profile({"alltoallw": 9_000_000, "allreduce": 1_000_000}, 10_000_000))
+    assert profile_scope(profile).collectives == ("alltoallw", "allreduce")
+    offers = {"alltoallw": ["nb", "pairwise_sendrecv_replace", "scattered"], "allreduce": ["ring"]}
+    assert not_tunable(profile, unselectable_by_library(["alltoallw", "allreduce"], offers.__getitem__,
+                                                        offers.__getitem__, "mpich-5.0.2")) == ()
+    reasons = unselectable_by_library(["alltoallw", "allreduce"], lambda name: [] if name == "alltoallw" else ["a"],
+                                      lambda name: ["a"], "openmpi-5.0.11")
+    assert [n.text for n in not_tunable(profile, reasons)] == [
+        "alltoallw: 90% of MPI time; openmpi-5.0.11 offers no algorithms to choose from for it"]
 
 
 def test_tune_scope_takes_the_dominant_count_shape_of_each_vector_collective_it_tunes(

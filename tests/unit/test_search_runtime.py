@@ -9,6 +9,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from store_history import measurement_row, store_at_version
 
 from tunempi.errors import UsageError
 from tunempi.launch import HydraLauncher, OpenMPILauncher, SrunLauncher, launcher_for_argv
@@ -207,23 +208,13 @@ def test_search_log_round_trip_and_identity(tmp_path):
         SearchRun("probe", 0, {}, "ok", 1.0)
 
 
-def test_a_version_1_database_gains_the_search_tables_and_keeps_its_rows(tmp_path, monkeypatch):
-    path = tmp_path / "v1.sqlite"
-    monkeypatch.setattr(schema_module, "MIGRATIONS", schema_module.MIGRATIONS[:1])
-    monkeypatch.setattr(schema_module, "SCHEMA_VERSION", 1)
+def test_a_version_1_database_gains_the_search_tables_and_keeps_its_rows(tmp_path):
     from tunempi.store.results import Measurement
 
     row = Measurement("fp", "mpich-9.9", "allreduce", "ring", 2, 8, mean_us=1.0)
-    with ResultStore(path):
-        pass  # the version 1 tables
-    monkeypatch.undo()
     # the row as version 1 stored it (today's add writes columns that version lacks)
-    conn = sqlite3.connect(path)
-    conn.execute("INSERT INTO measurements (library_fingerprint, library, collective, algorithm, ranks, nodes, ppn, "
-                 "msg_bytes, run, status, mean_us, timestamp) VALUES ('fp', 'mpich-9.9', 'allreduce', 'ring', 2, 1, 2, "
-                 "8, 0, 'ok', 1.0, ?)", (row.timestamp,))
-    conn.commit()
-    conn.close()
+    path = store_at_version(tmp_path / "v1.sqlite", 1, measurement_row(
+        "allreduce", "ring", msg_bytes=8, mean_us=1.0, timestamp=row.timestamp))
     with ResultStore(path) as store:
         assert store.query() == [row]
         SearchLog(store, {"x": 1}).add(SearchRun("trial", 0, {}, "ok", 1.0))

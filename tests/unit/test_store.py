@@ -11,6 +11,7 @@ from dataclasses import replace
 from pathlib import Path
 
 import pytest
+from store_history import measurement_row, store_at_version
 
 from tunempi.errors import TunempiError, UsageError
 from tunempi.store import (
@@ -157,21 +158,11 @@ def test_migrations_apply_in_order_and_newer_schema_is_refused(tmp_path: Path, m
         ResultStore(path)
 
 
-def test_a_version_3_database_gains_the_distribution_and_keeps_its_rows(tmp_path: Path,
-                                                                        monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_version_3_database_gains_the_distribution_and_keeps_its_rows(tmp_path: Path) -> None:
     """Version 4 (issue 40): a vector collective's count distribution is part of a point's key; rows from
     before are uniform, and the same point measured skewed is another row."""
-    path = tmp_path / "v3.sqlite"
-    monkeypatch.setattr(schema_module, "MIGRATIONS", schema_module.MIGRATIONS[:3])
-    monkeypatch.setattr(schema_module, "SCHEMA_VERSION", 3)
-    ResultStore(path).close()
-    conn = sqlite3.connect(path)
-    conn.execute("INSERT INTO measurements (library_fingerprint, library, collective, algorithm, ranks, nodes, ppn, "
-                 "msg_bytes, run, status, median_us, timestamp) VALUES (?, 'mpich-5.0.2', 'alltoallv', 'scattered', "
-                 "2, 1, 2, 1024, 0, 'ok', 5.0, '2026-11-22T01:00:00Z')", (FP,))
-    conn.commit()
-    conn.close()
-    monkeypatch.undo()
+    path = store_at_version(tmp_path / "v3.sqlite", 3, measurement_row(
+        "alltoallv", "scattered", library_fingerprint=FP, library="mpich-5.0.2", median_us=5.0))
     with ResultStore(path) as store:
         (old,) = store.query()
         assert old.distribution == "uniform" and old.median_us == 5.0

@@ -54,6 +54,8 @@ class AutotuneRequest:
     db: str | None = None
     seed: int = 0
     restart: bool = False
+    #: tune's --objective for the non-blocking collectives; None: the profile's (profile/nonblocking.py)
+    objective: str | None = None
 
     def check(self) -> None:
         if not self.command:
@@ -69,7 +71,8 @@ class AutotuneRequest:
         return {"command": list(self.command), "budget_s": self.budget_s, "mpi": self.mpi, "ranks": self.ranks,
                 "nodes": self.nodes, "ppn": self.ppn, "hostfile": str(self.hostfile) if self.hostfile else None,
                 "results": list(self.results), "result_command": self.result_command, "tolerance": self.tolerance,
-                "min_runs": self.min_runs, "max_runs": self.max_runs, "steps": list(self.steps), "seed": self.seed}
+                "min_runs": self.min_runs, "max_runs": self.max_runs, "steps": list(self.steps), "seed": self.seed,
+                **({"objective": self.objective} if self.objective is not None else {})}
 
     @property
     def db_path(self) -> Path:

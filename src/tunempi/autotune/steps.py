@@ -80,6 +80,16 @@ def at_application_sizes(profile: Profile, medians: Mapping[tuple[Cell, str], fl
     return rows
 
 
+def nonblocking_advice(profile: Profile) -> dict[str, Any]:
+    """What the profile says of the non-blocking collectives (as advise --json): each cell's computation between
+    start and wait, and the objective that fits (profile/nonblocking.py)."""
+    from tunempi.profile.nonblocking import application_objective, nonblocking_uses
+
+    implied = application_objective(nonblocking_uses(profile))
+    return {"objective": implied.objective, "reason": implied.reason,
+            "cells": [use.to_dict() for use in implied.uses]}
+
+
 def observed_run_s(durations: Sequence[float]) -> dict[str, float]:
     """{run_s: the median of the application runs' seconds} (the steps after size their runs by it), or {}."""
     return {"run_s": round(float(sorted(durations)[len(durations) // 2]), 3)} if durations else {}
@@ -169,16 +179,25 @@ class LibrarySteps(StepRunner):
         return {"plan": [{"kind": s.kind, "worth": s.worth, "why": s.why, "commands": list(s.commands)}
                          for s in steps],
                 "not_tunable": [n.text for n in not_tunable(profile, reasons)],
-                "caveat": shares_caveat(profile)}
+                "caveat": shares_caveat(profile), "nonblocking": nonblocking_advice(profile)}
 
     def tune(self, ctx: Context) -> dict[str, Any]:
+        from tunempi.collectives import DEFAULT_OBJECTIVE
         from tunempi.mpi.discovery import adapter_for
         from tunempi.profile.advise import tune_scope
+        from tunempi.profile.nonblocking import (
+            application_objective,
+            chosen_objective,
+            computation_rows,
+            nonblocking_uses,
+        )
         from tunempi.tune.job import TuneOptions, run_tune
+        from tunempi.tune.objective import ApplicationComputation
 
         request, library = ctx.request, self.library(ctx)
+        profile = self.load_profile(ctx)
         # as `tune --from-profile`: what the library cannot select for is left out (named in the plan's step)
-        scope = tune_scope(self.load_profile(ctx), adapter_for(library), library.name, nodes=request.nodes,
+        scope = tune_scope(profile, adapter_for(library), library.name, nodes=request.nodes,
                            ranks=request.ranks, ppn=request.ppn)
         taken = list(scope.collectives)
         if not taken:
@@ -187,10 +206,23 @@ class LibrarySteps(StepRunner):
                     "variant": None}
         out = ctx.directory / TUNED
         timeout = max(30.0, TUNE_PART * (ctx.share_s or 0.0))
+        # the non-blocking collectives for what the application does with them (as `tune --from-profile`): the
+        # profile's objective and, for time, its own computation between start and wait; --objective wins
+        path = str(ctx.results["profile"]["profile"])
+        uses = nonblocking_uses(profile, taken)
+        implied = application_objective(uses)
+        objective, objective_from = chosen_objective(implied, request.objective, path)
+        computations = tuple(ApplicationComputation(**row) for row in computation_rows(uses, path)) \
+            if (objective or DEFAULT_OBJECTIVE) == "time" else ()
+        if uses:
+            ctx.listener.note(f"non-blocking collectives measured for their {objective or DEFAULT_OBJECTIVE} "
+                              f"(from {objective_from}): {implied.reason}")
         options = TuneOptions(out=out, collectives=",".join(taken), mpi=library.spec, nodes=scope.nodes,
                               ppn=scope.ppn, ranks=scope.ranks, hostfile=request.hostfile, max_msg=scope.max_msg,
                               min_msg=scope.min_msg, seed=request.seed, timeout_s=timeout, db=request.db_path,
-                              distributions=check_distributions(scope.count_shapes))
+                              distributions=check_distributions(scope.count_shapes),
+                              objective=objective or DEFAULT_OBJECTIVE, objective_from=objective_from,
+                              computations=computations)
         shapes = "".join(f", {c} with {d} counts" for c, d in options.distributions.items())
         ctx.listener.note(f"tuning {', '.join(taken)} at the profile's layout and sizes "
                           f"({scope.min_msg}..{scope.max_msg} bytes{shapes}) for at most {timeout:.0f} s")
@@ -199,12 +231,13 @@ class LibrarySteps(StepRunner):
             raise KeyboardInterrupt  # the measured points are in the store: the rerun resumes them
         manifest = report.manifest
         tuned = sum(row.algorithm != DEFAULT_ALGORITHM for row in manifest.selection)
-        at_sizes = at_application_sizes(self.load_profile(ctx), report.outcome.measured_medians(),
+        at_sizes = at_application_sizes(profile, report.outcome.measured_medians(),
                                         {row.cell: row.algorithm for row in manifest.selection},
                                         decisions=report.outcome.decisions)
         return {"directory": str(out), "variant": str(out) if tuning_sets_something(manifest) else None,
                 "collectives": taken, "cells": len(manifest.selection), "tuned_cells": tuned,
-                "stop_reason": report.outcome.stop_reason, "at_application_sizes": at_sizes}
+                "stop_reason": report.outcome.stop_reason, "at_application_sizes": at_sizes,
+                "objective": manifest.objective, "objective_from": manifest.objective_from}
 
     def verify(self, ctx: Context) -> dict[str, Any]:
         from tunempi.tune.verify_run import run_verify
@@ -235,7 +268,17 @@ class LibrarySteps(StepRunner):
         batch = max(2, math.ceil(runs_for(ctx.share_s or 0.0, run_s) / ONLINE_BATCHES))
         runs = ONLINE_BATCHES * batch  # whole batches: every run's records go into an update
         directory = ctx.directory / ONLINE_STATE
-        config = OnlineConfig(collectives=used, batch_runs=batch, seed=ctx.request.seed + 1)
+        # what the application does with its non-blocking collectives (as `online run --from-profile`): online
+        # best's manifest records it, so verify measures them for what the online records measured
+        from tunempi.profile.nonblocking import application_objective, computation_rows, nonblocking_uses
+
+        path = str(ctx.results["profile"]["profile"])
+        uses = nonblocking_uses(profile, used)
+        implied = application_objective(uses)
+        config = OnlineConfig(collectives=used, batch_runs=batch, seed=ctx.request.seed + 1,
+                              objective=implied.objective or "",
+                              objective_from=f"profile {path}" if implied.objective else "",
+                              computations=computation_rows(uses, path) if implied.objective == "time" else [])
         try:
             state = open_state(directory, library, config)
         except CannotSwitch as exc:

@@ -23,7 +23,7 @@ from tunempi.mpi.vendor import VendorAdapter
 #: non-blocking ones take their blocking collective's sizes (collectives.NONBLOCKING).
 ENGINE_COLLECTIVES: tuple[str, ...] = (
     "allreduce", "bcast", "allgather", "alltoall", "reduce", "reduce_scatter", "reduce_scatter_block",
-    "gather", "scatter", "barrier", "allgatherv", "alltoallv", "gatherv", "scatterv",
+    "gather", "scatter", "barrier", "allgatherv", "alltoallv", "gatherv", "scatterv", "alltoallw",
     "iallreduce", "ibcast", "ialltoall", "iallgather",
 )
 

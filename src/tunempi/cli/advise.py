@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import shlex
 from pathlib import Path
 
@@ -32,6 +33,7 @@ from tunempi.profile.advise import (
     tune_command,
     unselectable_here,
 )
+from tunempi.profile.nonblocking import ApplicationObjective, application_objective, nonblocking_uses
 from tunempi.profile.reader import Profile, load_profile
 from tunempi.report.console import output_console
 from tunempi.units import format_size
@@ -191,6 +193,9 @@ def advise_command(
         None, "--space-out", help="Write the eager-limit search space (TOML for `tunempi search`) here."),
     min_saving: float = typer.Option(0.01, "--min-saving", help="Worth tuning from this fraction of the run time."),
     top: int = typer.Option(25, "--top", help="Rows of the table (0: all)."),
+    json_out: Path | None = typer.Option(
+        None, "--json", help="Also write the advice as JSON here: the non-blocking collectives' computation between "
+        "start and wait and the objective that fits, what is not tunable, the plan."),
 ) -> None:
     """For every collective, size and scale the application uses: its share of the run, the library default,
     the best known algorithm (measured, or predicted by the model), the saving per run; what is worth
@@ -232,12 +237,38 @@ def advise_command(
         measured = ("tune --from-profile measures it so" if name in VECTOR_COLLECTIVES
                     else "tune measures it with equal counts only")
         _out.print(f"count shape: {escape(count_shape_text(name, shapes))}; {measured}")
+    implied = print_nonblocking(app_profile, _out)
     eager_advice(app_profile, adapter, library, space_out, _out)
     caveat = shares_caveat(app_profile)
     if caveat:
         _out.print(f"[yellow]caution:[/] {escape(caveat)}")
-    print_plan(application_plan(app_profile, str(profile), spec, switches_per_call=adapter.switches_at_run_time(),
-                                library_reasons=reasons), _out)
+    plan = application_plan(app_profile, str(profile), spec, switches_per_call=adapter.switches_at_run_time(),
+                            library_reasons=reasons)
+    print_plan(plan, _out)
+    if json_out is not None:
+        document = {"profile": str(profile), "library": library.name,
+                    "nonblocking": {"objective": implied.objective, "reason": implied.reason,
+                                    "cells": [use.to_dict() for use in implied.uses]},
+                    "not_tunable": [left.text for left in not_tunable(app_profile, reasons)], "caveat": caveat,
+                    "plan": [{"kind": step.kind, "worth": step.worth, "why": step.why,
+                              "commands": list(step.commands)} for step in plan]}
+        json_out.parent.mkdir(parents=True, exist_ok=True)
+        json_out.write_text(json.dumps(document, indent=1) + "\n")
+        _out.print(f"advice written to {json_out}")
+
+
+def print_nonblocking(profile: Profile, console: Console) -> ApplicationObjective:
+    """One line per non-blocking cell of the profile: its computation between start and wait and the objective
+    that fits it; then the objective `tune --from-profile` takes (profile/nonblocking.py)."""
+    implied = application_objective(nonblocking_uses(profile))
+    for use in implied.uses:
+        console.print(f"non-blocking: {escape(use.text)}", soft_wrap=True, highlight=False)
+    if implied.uses:
+        taken = implied.objective or "time with the library default's latency as the computation (tune's default)"
+        console.print(f"objective for the non-blocking collectives: {taken}: {escape(implied.reason)}; "
+                      "`tune --from-profile` measures them so, each time cell with the application's own "
+                      "computation (--objective overrides)", soft_wrap=True, highlight=False)
+    return implied
 
 
 def print_plan(steps: list[PlanStep], console: Console) -> None:

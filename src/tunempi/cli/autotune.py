@@ -18,6 +18,7 @@ from rich.rule import Rule
 from tunempi.autotune import STEPS, AutotuneListener, AutotuneRequest, run_autotune
 from tunempi.autotune.pipeline import DEFAULT_BUDGET_S
 from tunempi.autotune.steps import LibrarySteps
+from tunempi.collectives import check_objective
 from tunempi.launch.signals import interrupt_status
 from tunempi.mpi.discovery import SPEC_HELP
 from tunempi.report.console import TuneProgress, VerifyProgress, output_console
@@ -59,13 +60,17 @@ def autotune(
     seed: int = typer.Option(0, "--seed", help="Seed of every step."),
     restart: bool = typer.Option(False, "--restart", help="Forget the finished steps of DIR and start over (the "
                                  "steps' own records stay in their stores)."),
+    objective: str | None = typer.Option(None, "--objective", help="tune: what is minimised for a non-blocking "
+                                         "collective (time, latency, overlap; default: the profile's, as "
+                                         "`tune --from-profile` takes it)."),
 ) -> None:
     """Profile the application, run the tuning the profile warrants (tune and verify, online, search), compare
     the application under each tuning against the library's default, and write one HTML report."""
     request = AutotuneRequest(
         list(command or []), out, parse_duration(budget), mpi, ranks, nodes, ppn, hostfile, tuple(result or ()),
         result_command, tolerance, min_runs, max_runs,
-        tuple(s.strip() for s in (steps or "").split(",") if s.strip()), db, seed, restart)
+        tuple(s.strip() for s in (steps or "").split(",") if s.strip()), db, seed, restart,
+        check_objective(objective) if objective is not None else None)
     listener = _Progress()
     try:
         outcome = run_autotune(request, LibrarySteps(), listener)

@@ -11,7 +11,7 @@ from rich.table import Table
 from tunempi.collectives import parse_collectives
 from tunempi.config import resolve
 from tunempi.errors import MPIError, UsageError
-from tunempi.online.state import DEFAULT_STATE_DIR
+from tunempi.online.state import DEFAULT_STATE_DIR, OnlineConfig
 from tunempi.report.console import output_console
 
 online_app = typer.Typer(
@@ -63,9 +63,11 @@ def _parse_ranks(text: str) -> str:
     return ",".join(str(r) for r in ranks)
 
 
-def _from_profile(path: str, collectives: str | None, mpi: str | None) -> tuple[str, str]:
-    """(--collectives, --mpi) from a profile: the collectives it calls that online switches, most time first,
-    and the library it ran with (flags given as well win)."""
+def _from_profile(path: str, collectives: str | None, mpi: str | None) -> tuple[str, str, dict]:
+    """(--collectives, --mpi, what the profile says of the non-blocking ones) from a profile: the collectives it
+    calls that online switches, most time first, and the library it ran with (flags given as well win); the
+    objective that fits its non-blocking collectives and their computations between start and wait
+    (profile/nonblocking.py; OnlineConfig's fields)."""
     from tunempi.collectives import ONLINE_SWITCHABLE
     from tunempi.mpi.discovery import library_for_version_string
     from tunempi.profile.reader import load_profile
@@ -76,7 +78,38 @@ def _from_profile(path: str, collectives: str | None, mpi: str | None) -> tuple[
     if not used and not collectives:
         raise UsageError(f"{path}: the application calls none of the collectives online switches "
                          f"({', '.join(ONLINE_SWITCHABLE)})")
-    return collectives or ",".join(used), mpi or library.spec
+    from tunempi.profile.nonblocking import application_objective, computation_rows, nonblocking_uses
+
+    chosen = collectives or ",".join(used)
+    uses = nonblocking_uses(profile, parse_collectives(chosen))
+    implied = application_objective(uses)
+    nonblocking = {"objective": implied.objective or "", "objective_from": f"profile {path}" if implied.objective
+                   else "", "computations": computation_rows(uses, path) if implied.objective == "time" else []}
+    for use in uses:
+        _out.print(f"  {use.text}", soft_wrap=True, highlight=False)
+    return chosen, mpi or library.spec, nonblocking
+
+
+def _say_nonblocking(config: OnlineConfig, switched: list[str], library_name: str) -> None:
+    """What online's records of the non-blocking collectives measure, and which it cannot switch per call here."""
+    from tunempi.collectives import is_nonblocking
+
+    asked = [c for c in config.collectives if is_nonblocking(c)]
+    if not asked:
+        return
+    started = [c for c in asked if c in switched]
+    if started:
+        fits = (f"the profile's objective: {config.objective}" if config.objective else
+                "no profile: its computation is not known to tunempi")
+        _out.print(f"  {', '.join(started)}: switched at their start; each call's record runs from the start to "
+                   "the wait or test that completes it, i.e. start + the application's own computation + wait: the "
+                   f"time objective with the application's computation, its latency where it waits right after "
+                   f"starting ({fits})", soft_wrap=True, highlight=False)
+    left = [c for c in asked if c not in switched]
+    if left:
+        _out.print(f"  not switched per call by {library_name}: {', '.join(left)} (the library offers no "
+                   "algorithm choice for it at run time: its calls run the library's own; `tunempi tune` decides "
+                   "for them where a tuning file can)", soft_wrap=True, highlight=False)
 
 
 @online_app.command("run", context_settings={"allow_interspersed_args": False})
@@ -112,8 +145,9 @@ def run(
     _warnings_to_console()
     if not command:
         raise UsageError("give the command after --, e.g. `tunempi online run -- mpiexec -n 8 ./app`")
+    nonblocking: dict = {}
     if from_profile is not None:
-        collectives, mpi = _from_profile(from_profile, collectives, mpi)
+        collectives, mpi, nonblocking = _from_profile(from_profile, collectives, mpi)
     library = _library(mpi)
     directory = _state_dir(state)
     existing = OnlineState(directory)
@@ -127,6 +161,10 @@ def run(
             config.layouts = parse_layouts(layouts)
         if seed is not None:
             config.seed = seed
+        if nonblocking:
+            config.objective = nonblocking["objective"]
+            config.objective_from = nonblocking["objective_from"]
+            config.computations = nonblocking["computations"]
     else:
         asked = {"--collectives": (parse_collectives(collectives) if collectives else None, config.collectives),
                  "--sizes": (list(SizeRanges.parse(sizes).bounds) if sizes else None, config.bounds),
@@ -153,6 +191,7 @@ def run(
         return
     switches = online_state.switches
     _out.print(f"online tuning of {', '.join(switches)} with {library.name}; state {directory}", highlight=False)
+    _say_nonblocking(online_state.config, list(switches), library.name)
     status = 0
     for _ in range(runs):
         result = run_online(online_state, library, command, timeout=timeout)

@@ -169,22 +169,27 @@ def print_profile(profile: Profile, *, top: int = 25, per_rank: bool = False, co
             vector.add_row(name, *(str(counts.get(s, 0)) for s in COUNT_SHAPES), dominant_shape(counts) or "-")
         console.print(vector)
 
-    started = [r for r in records if not r.blocking and r.calls]
-    if started:
+    from tunempi.profile.nonblocking import application_objective, nonblocking_uses
+
+    uses = nonblocking_uses(profile)
+    if uses:
         nonblocking = Table(title="Non-blocking collectives: start, wait and completion (means per call; the "
-                                  "application's time in them is start + wait)")
+                                  "application's time in them is start + wait; it computes between start and wait "
+                                  "for start to completion - start - wait)")
         for column in ("collective", "ranks", "size", "calls", "start", "wait", "start to completion",
-                       "not in MPI"):
-            nonblocking.add_column(column, justify="left" if column in ("collective", "size") else "right")
-        for r in started:
-            in_mpi = (r.time_ns + r.wait_ns) / r.calls * 1e-9
-            completion = r.mean_completion_s
+                       "computes", "objective"):
+            nonblocking.add_column(column, justify="left" if column in ("collective", "size", "objective")
+                                   else "right")
+        for use in uses:
             nonblocking.add_row(
-                r.collective, str(r.comm_size), _size_text(r.size_lo, r.size_hi, r.exact_sizes), str(r.calls),
-                _seconds(r.time_ns / r.calls * 1e-9), _seconds(r.wait_ns / r.calls * 1e-9),
-                _seconds(completion) if r.completed else "not seen",
-                _pct(max(completion - in_mpi, 0.0), completion) if r.completed else "-")
+                use.collective, str(use.comm_size), use.size_text, str(use.calls),
+                _seconds(use.start_us * 1e-6), _seconds(use.blocked_us * 1e-6) if use.seen else "-",
+                _seconds(use.completion_us * 1e-6) if use.seen else "not seen",
+                _seconds((use.window_us or 0.0) * 1e-6) if use.seen else "-", use.objective or "-")
         console.print(nonblocking)
+        implied = application_objective(uses)
+        console.print(f"objective that fits: {implied.objective or 'not known'} ({escape(implied.reason)}); "
+                      "`tune --from-profile` measures them so", soft_wrap=True)
 
     total_bytes = sum(b.bytes for b in profile.p2p)
     p2p = Table(title="Point-to-point send sizes (all ranks)")

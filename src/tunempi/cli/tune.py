@@ -22,6 +22,7 @@ from tunempi.config import resolve
 from tunempi.errors import UsageError
 from tunempi.mpi.discovery import SPEC_HELP
 from tunempi.mpi.restrictions import CONTIGUOUS_DATATYPES, SAME_COUNTS
+from tunempi.profile.reader import Profile
 from tunempi.report.console import TuneProgress, output_console
 from tunempi.strategy import DEFAULT_STRATEGY, STRATEGIES
 from tunempi.tune.job import (
@@ -30,6 +31,7 @@ from tunempi.tune.job import (
     TuneOptions,
     run_tune,
 )
+from tunempi.tune.objective import ApplicationComputation
 from tunempi.units import parse_duration, parse_size
 
 
@@ -39,12 +41,14 @@ def tune_command(
     collectives: Annotated[str | None, typer.Option(
         help="Collectives, comma list (default allreduce,bcast,allgather,alltoall; the non-blocking iallreduce, "
              "ibcast, ialltoall, iallgather too).")] = None,
-    objective: Annotated[str, typer.Option(
+    objective: Annotated[str | None, typer.Option(
         help=f"What is minimised for a non-blocking collective: {', '.join(OBJECTIVES)} (time: start + a "
              "computation as long as the library default's latency in that cell + MPI_Wait, the same computation for "
              "every algorithm; latency: start + MPI_Wait; overlap: the time not hidden behind a computation as long "
-             "as the algorithm's own latency). Blocking collectives ignore it. Recorded in the manifest; verify "
-             "compares under the same.")] = DEFAULT_OBJECTIVE,
+             "as the algorithm's own latency). Default time; with --from-profile, the profile's: time with the "
+             "application's own computation between start and wait, or latency where it waits right after "
+             "starting (given here, this wins). Blocking collectives ignore it. Recorded in the manifest; verify "
+             "compares under the same.")] = None,
     distribution: Annotated[list[str] | None, typer.Option(
         "--distribution", help="COLLECTIVE=DISTRIBUTION (repeatable or a comma list): how a vector collective's "
         f"blocks differ between ranks around the mean block where tune measures it: {', '.join(DISTRIBUTIONS)} "
@@ -102,6 +106,8 @@ def tune_command(
     except ValueError as exc:
         raise UsageError(str(exc)) from None
     profile_distributions: dict[str, str] = {}
+    objective_from = "--objective" if objective is not None else "default"
+    computations: tuple[ApplicationComputation, ...] = ()
     if from_profile is not None:
         from tunempi.mpi.discovery import adapter_for, library_for_version_string
         from tunempi.profile.advise import not_tunable, tune_scope
@@ -127,6 +133,8 @@ def tune_command(
                                f"{f' per node on {nodes} nodes' if (nodes or 1) > 1 else ''}, {min_msg}..{max_msg} "
                                f"bytes, {library.name}{untunable}")
         profile_distributions = _profile_distributions(scope.count_shapes, collectives.split(","), distribution)
+        objective, objective_from, computations = _profile_objective(profile, from_profile, collectives.split(","),
+                                                                     objective)
     nodes = nodes or 1
     if ranks is None and ppn is None and nodes == 1:
         ranks = 2
@@ -140,7 +148,8 @@ def tune_command(
         point_timeout_s=parse_duration(point_timeout) if point_timeout else None, smoke=smoke,
         assume=tuple(sorted((CONTIGUOUS_DATATYPES if assume_contiguous_datatypes else frozenset())
                           | (SAME_COUNTS if assume_same_counts else frozenset()))), launches=launches,
-        objective=objective, distributions={**profile_distributions,
+        objective=objective or DEFAULT_OBJECTIVE, objective_from=objective_from, computations=computations,
+        distributions={**profile_distributions,
                                             **parse_distributions(",".join(distribution or ()))},
     )
     progress = TuneProgress(output_console())
@@ -150,6 +159,39 @@ def tune_command(
         progress.close()
     if report.outcome.stop_reason == "interrupted":
         sys.exit(130)
+
+
+def _profile_objective(profile: Profile, path: Path, collectives: Sequence[str], given: str | None,
+                       ) -> tuple[str | None, str, tuple[ApplicationComputation, ...]]:
+    """(objective, where it came from, the application's computations) for the non-blocking collectives tuned
+    from a profile (profile/nonblocking.py): --objective when given, else the profile's; says which it took."""
+    from tunempi.profile.nonblocking import (
+        application_objective,
+        chosen_objective,
+        computation_rows,
+        nonblocking_uses,
+    )
+
+    uses = nonblocking_uses(profile, collectives)
+    if not uses:
+        return given, "--objective" if given else "default", ()
+    implied = application_objective(uses)
+    objective, source = chosen_objective(implied, given, str(path))
+    computations = tuple(ApplicationComputation(**row) for row in computation_rows(uses, str(path)))
+    console = output_console()
+    for use in uses:
+        console.print(f"  {use.text}", soft_wrap=True, highlight=False)
+    if given is not None:
+        console.print(f"  --objective {given} given (the profile's: {implied.objective or 'not known'})"
+                      + ("; the application's computations size the time cells" if given == "time" and computations
+                         else ""), highlight=False)
+    elif objective is None:
+        console.print(f"  objective: {DEFAULT_OBJECTIVE} with the library default's latency as the computation "
+                      f"(the default): {implied.reason}", soft_wrap=True, highlight=False)
+    else:
+        console.print(f"  objective from the profile: {objective}; {implied.reason}; --objective overrides it",
+                      soft_wrap=True, highlight=False)
+    return objective, source, computations if objective == "time" else ()
 
 
 def _profile_distributions(shapes: Mapping[str, str], collectives: Sequence[str],

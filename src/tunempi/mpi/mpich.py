@@ -80,6 +80,9 @@ COLLECTIVE_TOKENS: dict[str, str] = {
     "reduce_scatter_block": "REDUCE_SCATTER_BLOCK",
     "gatherv": "GATHERV",
     "scatterv": "SCATTERV",
+    # MPIR_CVAR_ALLTOALLW_INTRA_ALGORITHM (5.0.2, 4.0.2): alltoallv's three, nb, pairwise_sendrecv_replace,
+    # scattered; its JSON subtree keys on is_sendbuf_inplace and total_msg_size as alltoallv's (csel.c).
+    "alltoallw": "ALLTOALLW",
     # Non-blocking (issue 41): MPIR_CVAR_I<COLL>_INTRA_ALGORITHM, described and enumerated as the blocking
     # ones (auto, then sched_auto, sched_* and tsp_* algorithms); MPIR_CVAR_IBCAST_POSIX_INTRA_ALGORITHM is
     # the one shared-memory-level cvar among them (pinned to mpir beside a forced algorithm, as bcast's).
@@ -731,7 +734,7 @@ def _leaf_restrictions() -> dict[str, tuple[str, ...]]:
 LEAF_RESTRICTIONS: dict[str, tuple[str, ...]] = _leaf_restrictions()
 #: csel.c's MPIR_Csel_sendbuf_inplace is defined for these only and ASSERTS for any other collective
 #: (measured: a guard on reduce_scatter crashed every reduce_scatter call).
-_INPLACE_KEY_COLLECTIVES = frozenset({"alltoall", "alltoallv", "ialltoall"})
+_INPLACE_KEY_COLLECTIVES = frozenset({"alltoall", "alltoallv", "alltoallw", "ialltoall"})
 
 
 def file_expressible(collective: str) -> frozenset[str]:

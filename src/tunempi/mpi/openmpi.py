@@ -82,6 +82,9 @@ COLLECTIVE_TOKENS: dict[str, str] = {
     # linear ones): listed so that discovery says so, not guesses.
     "gatherv": "gatherv",
     "scatterv": "scatterv",
+    # Nor alltoallw (5.0.11, 4.1.4: coll/tuned registers no coll_tuned_alltoallw_algorithm; its calls go to
+    # coll/basic's linear one): listed so that discovery says so.
+    "alltoallw": "alltoallw",
 }
 
 

@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from tunempi.collectives import DEFAULT_ALGORITHM, ROOTED_VECTOR_COLLECTIVES
+from tunempi.collectives import ALL_TO_ALL_VECTOR_COLLECTIVES, DEFAULT_ALGORITHM, ROOTED_VECTOR_COLLECTIVES
 from tunempi.errors import TuningFileError, UsageError
 from tunempi.mpi.library import MPILibrary
 from tunempi.rules.ruleset import RuleSet
@@ -227,14 +227,14 @@ class VendorAdapter(ABC):
 
     def selects_by_size(self, collective: str) -> bool:
         """Whether this library's tuning files can choose `collective`'s algorithm by message size the same
-        way on every rank. Not alltoallv, in any library here: its counts differ between ranks, and MPICH
-        keys its JSON on each rank's own sum(sendcounts) (ranks of one call could pick different
-        algorithms), Open MPI's rules file sees size 0 (only the first rule applies) and Intel MPI documents
+        way on every rank. Not alltoallv nor alltoallw (collectives.ALL_TO_ALL_VECTOR_COLLECTIVES), in any
+        library here: their counts differ between ranks, and MPICH keys its JSON on each rank's own
+        sum(sendcounts) (x each peer's type size: alltoallw; ranks of one call could pick different algorithms), Open MPI's rules file sees size 0 (only the first rule applies) and Intel MPI documents
         no message size for it. Nor gatherv and scatterv (collectives.ROOTED_VECTOR_COLLECTIVES): only the root
         knows every count, MPICH's JSON has no message-size key for them (csel.c asserts) and Open MPI's
         coll/tuned has no algorithm for them. tune then writes one algorithm per communicator size for it
         (tune.files.one_choice_per_scale)."""
-        return collective != "alltoallv" and collective not in ROOTED_VECTOR_COLLECTIVES
+        return collective not in ALL_TO_ALL_VECTOR_COLLECTIVES and collective not in ROOTED_VECTOR_COLLECTIVES
 
     def selects_by_communicator_size(self, collective: str) -> bool:
         """Whether this library's tuning files can choose `collective`'s algorithm by communicator size. Not

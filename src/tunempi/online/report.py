@@ -4,20 +4,21 @@ algorithm per cell written as tuning files with the same writers as `tunempi tun
 from __future__ import annotations
 
 import logging
-from collections.abc import Collection, Mapping, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Collection, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from tunempi.collectives import DEFAULT_ALGORITHM
 from tunempi.errors import MPIError, UsageError
 from tunempi.mpi.library import MPILibrary
 from tunempi.online.cells import SizeRangeCell, SizeRanges
-from tunempi.online.state import OnlineState, Probabilities, uniform
+from tunempi.online.state import OnlineConfig, OnlineState, Probabilities, Record, uniform
 from tunempi.online.update import verdict_of
 
 if TYPE_CHECKING:
     from tunempi.rules import RuleSet, ScaledChoice
+    from tunempi.space import Cell
     from tunempi.tune.files import WrittenFiles as TuningWritten
     from tunempi.tune.manifest import Manifest
 
@@ -219,6 +220,71 @@ def written_size(sizes: SizeRanges, cell: SizeRangeCell) -> int:
     return sizes.representative(cell.size_index)
 
 
+#: Where best's objective came from when neither a profile nor the records say what the application computes
+NO_PROFILE = ("online: each record ran from the start to the completing wait in the application, whose "
+              "computation between them is not known without a profile (online run --from-profile): latency")
+RECORDS = "online records"
+
+
+def record_computations(records: Iterable[Record], sizes: SizeRanges) -> list[dict[str, Any]]:
+    """What the online records say the application computes between a non-blocking collective's start and its
+    wait, per (collective, ranks, nodes, ppn, size range): the median of the records' windows (Record.window_ns;
+    records written before they held the waits' time give none), as tune.objective.ApplicationComputation's
+    fields, with the objective each cell fits (profile/nonblocking.py's rule: a window of at least 1 us and 5 % of
+    the median start to completion, else 0, its latency)."""
+    from statistics import median
+
+    from tunempi.collectives import is_nonblocking
+    from tunempi.profile.nonblocking import NO_WINDOW_SHARE, NO_WINDOW_US
+
+    groups: dict[tuple[str, int, int, int, int], list[Record]] = {}
+    for r in records:
+        if is_nonblocking(r.collective) and r.window_ns is not None:
+            groups.setdefault((r.collective, r.ranks, r.nodes, r.ppn, sizes.index(r.msg_bytes)), []).append(r)
+    rows = []
+    for (collective, ranks, nodes, ppn, index), found in sorted(groups.items()):
+        window = median(r.window_ns or 0 for r in found) / 1e3
+        completion = median(r.time_ns for r in found) / 1e3
+        overlaps = window >= NO_WINDOW_US and window >= NO_WINDOW_SHARE * completion
+        lo, hi = sizes.range(index)
+        rows.append({"collective": collective, "ranks": ranks, "nodes": nodes, "ppn": ppn, "size_lo": lo,
+                     "size_hi": hi if hi is not None else max(r.msg_bytes for r in found),
+                     "compute_us": round(window, 3) if overlaps else 0.0,
+                     "source": f"{RECORDS}: {collective} {ranks} ranks ({nodes}x{ppn}) {sizes.label(index)}, "
+                               f"median of {len(found)} calls: computes {window:.1f}us of {completion:.1f}us"})
+    return rows
+
+
+def best_figures(config: OnlineConfig, cells: Sequence[Cell], records: Iterable[Record] = ()) -> dict[str, Any]:
+    """The manifest's objective fields for the non-blocking cells `best` writes, so verify measures them for what
+    the online records measured: start + the application's computation + wait. With the profile's computations
+    (online run --from-profile, objective time) each cell gets its collective's nearest one
+    (tune.objective.application_lengths; a cell of a collective without one: 0, its latency); with the profile's
+    latency, latency. Without a profile, what the records say (`record_computations`: time where some cell's
+    calls compute between start and wait, else latency), or latency where they cannot say (NO_PROFILE). No
+    non-blocking cell: nothing."""
+    from tunempi.collectives import is_nonblocking
+    from tunempi.tune.objective import ApplicationComputation, application_lengths
+
+    nonblocking = [cell for cell in cells if is_nonblocking(cell.collective)]
+    if not nonblocking:
+        return {}
+    if not config.objective:
+        rows = record_computations(records, config.sizes)
+        if not rows:
+            return {"objective": "latency", "objective_from": NO_PROFILE}
+        if not any(row["compute_us"] > 0 for row in rows):
+            return {"objective": "latency", "objective_from": f"{RECORDS}: every call waited right after starting"}
+        config = replace(config, objective="time", objective_from=RECORDS, computations=rows)
+    if config.objective != "time":
+        return {"objective": "latency", "objective_from": config.objective_from or NO_PROFILE}
+    found = application_lengths(nonblocking, [ApplicationComputation(**row) for row in config.computations])
+    return {"objective": "time", "objective_from": config.objective_from,
+            "compute_us": {cell: found[cell].compute_us if cell in found else 0.0 for cell in nonblocking},
+            "compute_from": {cell: found[cell].source if cell in found else "no computation in the profile: 0 "
+                             "(its latency)" for cell in nonblocking}}
+
+
 def best_manifest(state: OnlineState, library: MPILibrary, out: Path, choices: Sequence[BestChoice],
                   scaled: Sequence[ScaledChoice], rule_sets: Mapping[str, RuleSet], written: TuningWritten,
                   excluded: Mapping[str, Mapping[str, str]]) -> Manifest:
@@ -235,6 +301,8 @@ def best_manifest(state: OnlineState, library: MPILibrary, out: Path, choices: S
                               c.algorithm, c.time_ns / 1e3, c.default_ns / 1e3 if c.default_ns is not None else None)
                  for c, point in zip(choices, scaled, strict=True))
     return Manifest(
+        **best_figures(state.config, [row.cell for row in rows],
+                       (r for f in state.record_files() for r in f.records)),
         directory=out, library=LibraryRecord.of(library), created=utc_timestamp(),
         collectives=tuple(sorted({row.cell.collective for row in rows})),
         scales=tuple(sorted({(row.cell.ranks, row.cell.nodes, row.cell.ppn) for row in rows})),

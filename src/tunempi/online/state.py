@@ -84,6 +84,14 @@ class OnlineConfig:
     trim: float = 0.0  # estimates may leave out this fraction of the slowest calls (see update.py: 0 by default)
     estimator: str = "run_median"  # expected time per call: "run_median" (of per-run means) or "mean" (update.py)
     seed: int = 1
+    #: What the application does with its non-blocking collectives, from its profile (`online run
+    #: --from-profile`; profile/nonblocking.py): the objective that fits ("time", "latency"; "": no profile or not
+    #: known) and each profile row's computation between start and wait (tune.objective.ApplicationComputation's
+    #: fields). A record runs from the start to the completing wait, i.e. start + that computation + wait: the
+    #: same objective measured in the application itself; `online best` records it in its manifest for verify.
+    objective: str = ""
+    objective_from: str = ""
+    computations: list[dict] = field(default_factory=list)
 
     def check(self) -> None:
         if not 0 <= self.min_probability < 1 or not 0 < self.max_probability <= 1:
@@ -162,10 +170,22 @@ class Record:
     algorithm: str
     start_ns: int
     end_ns: int
+    #: the (start) call's own time, and for a non-blocking collective the whole time of the waits and tests that
+    #: named its request (records written before 2026-11-28: None)
+    call_ns: int | None = None
+    blocked_ns: int | None = None
 
     @property
     def time_ns(self) -> int:
         return self.end_ns - self.start_ns
+
+    @property
+    def window_ns(self) -> int | None:
+        """A non-blocking call's computation between start and wait: start to completion - the start call - the
+        waits and tests naming it (>= 0); None where not recorded."""
+        if self.call_ns is None or self.blocked_ns is None:
+            return None
+        return max(0, self.time_ns - self.call_ns - self.blocked_ns)
 
 
 @dataclass(frozen=True)
@@ -198,7 +218,9 @@ def read_records(path: Path | str) -> RecordFile:
     for row in csv.DictReader(rows):
         records.append(Record(int(row["rank"]), int(row["seq"]), row["stream"], row["collective"],
                               int(row["msg_bytes"]), int(row["ranks"]), int(row["nodes"]), int(row["ppn"]),
-                              row["algorithm"], int(row["start_ns"]), int(row["end_ns"])))
+                              row["algorithm"], int(row["start_ns"]), int(row["end_ns"]),
+                              int(row["call_ns"]) if row.get("call_ns") else None,
+                              int(row["blocked_ns"]) if row.get("blocked_ns") else None))
     return RecordFile(path, header, tuple(records))
 
 

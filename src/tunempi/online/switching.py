@@ -16,7 +16,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Iterable
 
-from tunempi.collectives import DEFAULT_ALGORITHM, ONLINE_SWITCHABLE
+from tunempi.collectives import DEFAULT_ALGORITHM, ONLINE_SWITCHABLE, is_nonblocking
 from tunempi.mpi.restrictions import ONLINE_NEVER, online_mask
 from tunempi.mpi.vendor import VendorAdapter
 from tunempi.online.state import AlgorithmSwitch, CollectiveSwitch
@@ -40,7 +40,9 @@ def collective_switches(adapter: VendorAdapter, collectives: Iterable[str]) -> l
             _log.warning("%s cannot be switched online (ranks see different sizes); skipped", collective)
             continue
         if collective not in adapter.collectives() or not adapter.algorithms(collective):
-            _log.warning("%s has no selectable algorithms in %s; skipped", collective, adapter.library.name)
+            _log.warning("%s has no selectable algorithms in %s; skipped%s", collective, adapter.library.name,
+                         " (not switched per call: its calls run the library's own choice)"
+                         if is_nonblocking(collective) else "")
             continue
         if not adapter.switches_collective_at_run_time(collective):
             # Its cvar cannot be written after MPI_Init (Open MPI 5.0.11's allgatherv): a draw would run the

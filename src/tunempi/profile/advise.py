@@ -139,8 +139,9 @@ def advise(profile: Profile, source: PerformanceSource, *, min_saving_fraction: 
 
 #: The collectives `tunempi tune` takes: the benchmark engine's (bench.validate), without barrier, which
 #: has no message size to tune (tune refuses it). The non-blocking ones the engine measures (iallreduce,
-#: ibcast, ialltoall, iallgather: issue 41) are tuned for their latency, start to completion; the profile's
-#: time of one is the application's (start + waits), its sizes those it was started with.
+#: ibcast, ialltoall, iallgather: issue 41) are tuned for the objective the profile implies (profile/nonblocking.py:
+#: time with the application's computation between start and wait, or latency); the profile's time of one is the
+#: application's (start + waits), its sizes those it was started with.
 TUNABLE_COLLECTIVES: tuple[str, ...] = tuple(c for c in ENGINE_COLLECTIVES if c != "barrier")
 
 

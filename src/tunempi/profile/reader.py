@@ -59,8 +59,9 @@ class CollectiveRecord:
     Non-blocking collectives (`blocking` false): time_ns (and min/max) is the time to start them; `completed`
     is how many of the calls a wait or test saw complete, `completion_ns` their time from the start to the
     return of that wait or test, `wait_ns` the time the application spent in the waits and tests that named
-    them (a call naming n active requests gives each 1/n of its time). Their time in the application, `time_s`,
-    is starting plus waiting.
+    them (a call naming n active requests gives each 1/n of its time), `blocked_ns` the whole time of those waits
+    and tests (not shared: the application computed nothing then, whichever request it waited for; None in
+    files written before 2026-11-28). Their time in the application, `time_s`, is starting plus waiting.
 
     Vector collectives (schema version 2): `count_shapes` counts the calls by the shape of the counts each rank
     passed (uniform, skewed, sparse; docs/profile.md "Count shapes"), summed over ranks: every rank's calls for
@@ -85,6 +86,7 @@ class CollectiveRecord:
     completed: int = 0
     completion_ns: int = 0
     wait_ns: int = 0
+    blocked_ns: int | None = None
     count_shapes: dict[str, int] | None = None
 
     @property
@@ -259,6 +261,7 @@ def parse_profile(data: dict[str, Any], path: Path = Path("<profile>")) -> Profi
             exact_sizes=None if exact is None else {int(k): int(v) for k, v in exact.items()},
             completed=int(row.get("completed", 0)), completion_ns=int(row.get("completion_ns", 0)),
             wait_ns=int(row.get("wait_ns", 0)),
+            blocked_ns=int(row["blocked_ns"]) if "blocked_ns" in row else None,
             count_shapes=None if not shapes else {str(k): int(v) for k, v in shapes.items()},
         ))
     ranks = tuple(RankSummary(**row) for row in _require(data, "ranks", path))

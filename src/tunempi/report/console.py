@@ -162,9 +162,16 @@ class TuneProgress:
             f"strategy {event.strategy}, topology {event.topology}, store {event.db}")
         nonblocking = [c for c in event.collectives if is_nonblocking(c)]
         if nonblocking:
-            self.console.print(f"  {', '.join(nonblocking)}: measured for their {event.objective} (--objective)"
-                               + (f"; the computation of each of {event.computations} cells: the default's latency "
-                                  "there" if event.objective == "time" else ""), soft_wrap=True)
+            said = f" (from {event.objective_from})" if event.objective_from.startswith("profile") else " (--objective)"
+            own = event.from_application if event.objective == "time" else 0
+            rest = event.computations - own
+            where = "; the computation of each of " + " and ".join(
+                part for part in (f"{own} cells: the application's own between start and wait (its profile)"
+                                  if own else "",
+                                  f"{rest} cells: the default's latency there" if rest else "") if part)
+            self.console.print(f"  {', '.join(nonblocking)}: measured for their {event.objective}{said}"
+                               + (where if event.objective == "time" and event.computations else ""),
+                               soft_wrap=True)
         if event.distributions:
             self.console.print("  counts: " + ", ".join(f"{c} {d}" for c, d in event.distributions.items())
                                + " (every other collective uniform)")

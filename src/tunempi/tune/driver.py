@@ -85,7 +85,7 @@ def record_of(measurement: Measurement, *, cost_s: float = 0.0, launches: int = 
 
 def records_from_store(store: ResultStore, fingerprint: str, spaces: Mapping[str, FeatureSpace], *,
                        system: str = "", distributions: Mapping[str, str] | None = None,
-                       objective: str = LATENCY_OBJECTIVE,
+                       objective: str = LATENCY_OBJECTIVE, compute_us: Mapping[Cell, float] | None = None,
                        ) -> tuple[dict[str, list[MeasurementRecord]], dict[tuple, int]]:
     """Earlier measurements of the spaces' collectives and algorithms (any run: tune's or bench's), and the
     next free run index per (collective, algorithm, ranks, nodes, ppn, msg_bytes). Only the points measured
@@ -93,7 +93,10 @@ def records_from_store(store: ResultStore, fingerprint: str, spaces: Mapping[str
     where absent): a skewed alltoallv is another point than a uniform one of the same mean; and of a non-blocking
     collective only the points measured for `objective` (collectives.objective_of). Points at cells outside
     a space (other scales or sizes, earlier jobs of the same library on the same system) are included:
-    the strategies train their models on them (warm start) without counting them as measured cells."""
+    the strategies train their models on them (warm start) without counting them as measured cells.
+    `compute_us` (objective time: each cell's computation): a stored time point of such a cell measured with
+    another computation (an earlier tune sized it otherwise, e.g. not from this profile) is left out, its run
+    index still taken."""
     records: dict[str, list[MeasurementRecord]] = {c: [] for c in spaces}
     next_run: dict[tuple, int] = {}
     for collective, space in spaces.items():
@@ -108,6 +111,9 @@ def records_from_store(store: ResultStore, fingerprint: str, spaces: Mapping[str
             records[collective].append(record_of(measurement))
             key = (collective, measurement.algorithm, *cell.scale, cell.msg_bytes)
             next_run[key] = max(next_run.get(key, 0), measurement.run + 1)
+            if compute_us and cell in compute_us and measurement.compute_us is not None \
+                    and abs(measurement.compute_us - compute_us[cell]) > 1e-3 * max(1.0, compute_us[cell]):
+                records[collective].pop()  # measured on other work than this tune's
     return records, next_run
 
 
@@ -273,7 +279,8 @@ class Tuner:
         if store is not None:
             resumed, self.next_run = records_from_store(store, fingerprint, self.spaces, system=system,
                                                             distributions=self.distributions,
-                                                            objective=self.figures.objective)
+                                                            objective=self.figures.objective,
+                                                            compute_us=self.figures.compute_us)
         self.resumed = sum(1 for c, rs in resumed.items() for r in rs if r.cell in self.spaces[c])
         #: Earlier points at other scales or sizes, used as model context (warm start across jobs).
         self.context_points = sum(len(r) for r in resumed.values()) - self.resumed

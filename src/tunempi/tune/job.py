@@ -69,7 +69,15 @@ from tunempi.tune.manifest import (
     RunRecord,
     SelectionRow,
 )
-from tunempi.tune.objective import TIME, Figures, compute_lengths
+from tunempi.tune.objective import (
+    DEFAULT_LATENCY_SOURCE,
+    STORED_SOURCE,
+    TIME,
+    ApplicationComputation,
+    Figures,
+    application_lengths,
+    compute_lengths,
+)
 from tunempi.tune.runner import LayoutRunner, ParallelRunner, PointResult
 from tunempi.tune.scope import Scale, candidate_algorithms, feature_space, message_sizes, sub_scales
 
@@ -128,6 +136,12 @@ class TuneOptions:
     #: What is minimised for a non-blocking collective (collectives.OBJECTIVES: time, latency, overlap;
     #: tune/objective.py). Recorded in the manifest (with time's computations): verify compares under it.
     objective: str = DEFAULT_OBJECTIVE
+    #: Where `objective` came from (recorded in the manifest): "--objective", "profile PATH", "default"; "": not said.
+    objective_from: str = ""
+    #: The application's own computations between start and wait, from its profile (`tune --from-profile`,
+    #: autotune): under `time`, the non-blocking cells of their collectives are measured with them instead of
+    #: the library default's latency (tune/objective.py `application_lengths`).
+    computations: tuple[ApplicationComputation, ...] = ()
     #: Vector collective -> how its blocks differ between ranks around the mean block (collectives.DISTRIBUTIONS:
     #: uniform where absent): `tune --distribution`, so an application whose counts are skewed is measured
     #: skewed (the profile records only each rank's mean block so far: --from-profile cannot pass one yet).
@@ -203,6 +217,8 @@ class TuneStarted:
     distributions: Mapping[str, str] = field(default_factory=dict)  # vector collectives measured not uniform
     objective: str = LATENCY_OBJECTIVE  # what the non-blocking collectives are measured for (--objective)
     computations: int = 0  # objective time: the cells whose computation is set (tune/objective.py)
+    from_application: int = 0  # of those, the cells whose computation is the application's (from its profile)
+    objective_from: str = ""  # where the objective came from: "--objective", "profile PATH", "default"
 
 
 @dataclass(frozen=True)
@@ -365,7 +381,11 @@ class TunePlan:
             strategy=self.options.strategy, topology=self.options.topology, db=self.db, resumed=resumed,
             excluded=self.excluded, distributions=self.distributions,
             objective=figures.objective if figures is not None else LATENCY_OBJECTIVE,
-            computations=len(figures.compute_us) if figures is not None else 0)
+            computations=len(figures.compute_us) if figures is not None else 0,
+            from_application=sum(1 for cell in figures.compute_us if cell in figures.sources
+                                 and figures.sources[cell] not in (DEFAULT_LATENCY_SOURCE, STORED_SOURCE))
+            if figures is not None else 0,
+            objective_from=figures.objective_from if figures is not None else self.options.objective_from)
 
 
 def run_tune(options: TuneOptions, on_event: OnTuneEvent | None = None) -> TuneReport:
@@ -453,7 +473,7 @@ def plan_figures(plan: TunePlan, runner: ParallelRunner, store: ResultStore) -> 
     objective = check_objective(plan.options.objective)
     cells = [cell for c, space in plan.spaces.items() if is_nonblocking(c) for cell in space.cells]
     if objective != TIME or not cells:
-        return Figures(objective)
+        return Figures(objective, objective_from=plan.options.objective_from)
     fingerprint, system = plan.library.fingerprint, plan.options.system
 
     def next_run(cell: Cell) -> int:
@@ -465,7 +485,11 @@ def plan_figures(plan: TunePlan, runner: ParallelRunner, store: ResultStore) -> 
     def measure(work: Mapping[Layout, Sequence[BenchPoint]]) -> list[Measurement]:
         return [r.measurement for r in runner.run(work, on_point=lambda r: store.add(r.measurement))]
 
-    return Figures(objective, compute_lengths(cells, store, fingerprint, measure, system=system, run_of=next_run))
+    application = application_lengths(cells, plan.options.computations)
+    sources = {cell: c.source for cell, c in application.items()}
+    lengths = compute_lengths(cells, store, fingerprint, measure, system=system, run_of=next_run,
+                              given={cell: c.compute_us for cell, c in application.items()}, sources=sources)
+    return Figures(objective, lengths, sources, plan.options.objective_from)
 
 
 def write_result(plan: TunePlan, outcome: TuneOutcome, emit: OnTuneEvent = _ignore,
@@ -496,6 +520,8 @@ def write_result(plan: TunePlan, outcome: TuneOutcome, emit: OnTuneEvent = _igno
         objective=check_objective(options.objective), distributions=plan.distributions,
         compute_us=dict(figures.compute_us) if figures is not None else {},
         machine_probe_us=dict(probes or {}),
+        compute_from=dict(figures.sources) if figures is not None else {},
+        objective_from=figures.objective_from if figures is not None else options.objective_from,
         one_choice=one_choice(plan.adapter, plan.collectives),
         selection=tuple(
             SelectionRow(cell, algorithm, medians.get((cell, algorithm)), medians.get((cell, DEFAULT_ALGORITHM)))

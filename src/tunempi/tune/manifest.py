@@ -14,7 +14,9 @@ Keys (version 1):
     assumes[requirement] (what the user vouched every call meets: files may select algorithms needing it),
     objective (what was minimised for non-blocking collectives, collectives.OBJECTIVES; verify measures the
     same; absent: latency), compute_us[{collective, ranks, nodes, ppn, msg_bytes, compute_us}] (objective time:
-    each non-blocking cell's computation between start and wait, the same in verify), distributions{collective: distribution} (how a vector collective's blocks differed
+    each non-blocking cell's computation between start and wait, the same in verify; each row's `from`: where it
+    came from, e.g. a profile's row, "the library default's latency"), objective_from ("--objective",
+    "profile PATH", "default"; absent: not recorded), distributions{collective: distribution} (how a vector collective's blocks differed
     between ranks where tune and verify measure it, collectives.DISTRIBUTIONS; absent: uniform),
     machine_probe_us[{ranks, nodes, ppn, probe_us}] (the median machine-state probe of tune's points at each
     layout: verify judges rules in the fastest state it and tune met, tune/machine_state.py),
@@ -326,6 +328,10 @@ class Manifest:
     objective: str = DEFAULT_OBJECTIVE  # what tune minimised for non-blocking collectives (verify: the same)
     #: objective time: each non-blocking cell's computation between start and wait, in us (verify: the same)
     compute_us: Mapping[Cell, float] = field(default_factory=dict)
+    #: where each computation came from (tune/objective.py Figures.sources: a profile row, the default's latency)
+    compute_from: Mapping[Cell, str] = field(default_factory=dict)
+    #: where the objective came from: "--objective", "profile PATH" (tune --from-profile), "default"; "": unknown
+    objective_from: str = ""
     #: vector collective -> how its blocks differed between ranks where tune measured it (the profile's; verify
     #: measures the same); uniform where absent
     distributions: Mapping[str, str] = field(default_factory=dict)
@@ -390,6 +396,8 @@ class Manifest:
             assumes=tuple(str(r) for r in data.get("assumes", ())),
             objective=str(data.get("objective", LATENCY_OBJECTIVE)),  # before --objective: latency only
             compute_us={Cell.from_dict(row): float(row["compute_us"]) for row in data.get("compute_us", ())},
+            compute_from={Cell.from_dict(row): str(row["from"]) for row in data.get("compute_us", ()) if "from" in row},
+            objective_from=str(data.get("objective_from", "")),
             distributions={str(c): str(d) for c, d in data.get("distributions", {}).items()},
             machine_probe_us={(int(r["ranks"]), int(r["nodes"]), int(r["ppn"])): float(r["probe_us"])
                               for r in data.get("machine_probe_us", ())},
@@ -407,7 +415,7 @@ class Manifest:
         """What verify measures the non-blocking cells for: tune's objective, with its computations."""
         from tunempi.tune.objective import Figures
 
-        return Figures(self.objective, dict(self.compute_us))
+        return Figures(self.objective, dict(self.compute_us), dict(self.compute_from), self.objective_from)
 
     def activation_env(self) -> dict[str, str]:
         """Every variable that activates the tuning (algorithm files and compositions), file variables
@@ -448,8 +456,10 @@ class Manifest:
             "files": dict(self.files), "env_files": dict(self.env_files), "env": dict(self.env),
             "env_file": self.env_file, "needs_file": list(self.needs_file),
             "excluded": {c: dict(reasons) for c, reasons in sorted(self.excluded.items())},
-            "assumes": list(self.assumes), "objective": self.objective,
-            "compute_us": [{**cell.to_dict(), "compute_us": us} for cell, us in sorted(self.compute_us.items())],
+            "assumes": list(self.assumes), "objective": self.objective, "objective_from": self.objective_from,
+            "compute_us": [{**cell.to_dict(), "compute_us": us,
+                            **({"from": self.compute_from[cell]} if cell in self.compute_from else {})}
+                           for cell, us in sorted(self.compute_us.items())],
             "distributions": dict(sorted(self.distributions.items())), "one_choice": dict(self.one_choice),
             "machine_probe_us": [{"ranks": r, "nodes": n, "ppn": p, "probe_us": round(us, 3)}
                                  for (r, n, p), us in sorted(self.machine_probe_us.items())],

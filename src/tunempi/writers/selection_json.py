@@ -59,6 +59,7 @@ MSG_SEMANTICS: dict[str, tuple[str, bool]] = {
     "allgather": ("total_msg_size", True),
     "allgatherv": ("total_msg_size", True),
     "alltoallv": ("total_msg_size", True),
+    "alltoallw": ("total_msg_size", True),  # csel.c: sum over peers of sendcounts[i] x sendtypes[i]'s size
     "gather": ("total_msg_size", True),
     "scatter": ("total_msg_size", True),
     "reduce_scatter": ("total_msg_size", False),

@@ -29,6 +29,7 @@ static const struct {
     {"alltoallv", TM_ALLTOALLV},
     {"gatherv", TM_GATHERV},
     {"scatterv", TM_SCATTERV},
+    {"alltoallw", TM_ALLTOALLW},
 };
 
 static const char *const distribution_names[] = {"uniform", "skewed", "sparse"};
@@ -63,7 +64,8 @@ tm_distribution tm_distribution_from_name(const char *name)
 
 int tm_collective_is_vector(tm_collective kind)
 {
-    return kind == TM_ALLGATHERV || kind == TM_ALLTOALLV || kind == TM_GATHERV || kind == TM_SCATTERV;
+    return kind == TM_ALLGATHERV || kind == TM_ALLTOALLV || kind == TM_GATHERV || kind == TM_SCATTERV ||
+           kind == TM_ALLTOALLW;
 }
 
 size_t tm_block_bytes(tm_distribution dist, size_t bytes, int source, int dest, int ranks)
@@ -178,8 +180,15 @@ static int vector_layout(tm_case *c, size_t *send_bytes, size_t *recv_bytes)
     c->sdispls = malloc(ranks * sizeof *c->sdispls);
     if (!c->recvcounts || !c->rdispls || !c->sendcounts || !c->sdispls)
         return -1;
+    if (c->kind == TM_ALLTOALLW) { /* one type per peer, as an application's alltoallw names them */
+        c->types = malloc(ranks * sizeof *c->types);
+        if (!c->types)
+            return -1;
+        for (size_t peer = 0; peer < ranks; peer++)
+            c->types[peer] = MPI_BYTE;
+    }
     size_t sent = 0, received = 0;
-    const int alltoallv = c->kind == TM_ALLTOALLV, scatterv = c->kind == TM_SCATTERV;
+    const int alltoallv = c->kind == TM_ALLTOALLV || c->kind == TM_ALLTOALLW, scatterv = c->kind == TM_SCATTERV;
     const size_t own = tm_block_bytes(c->dist, c->bytes, c->rank, -1, c->size);
     for (int peer = 0; peer < c->size; peer++) {
         size_t out, in;
@@ -258,6 +267,7 @@ int tm_case_init(tm_case *c, tm_collective kind, size_t bytes, tm_distribution d
     case TM_ALLTOALLV:
     case TM_GATHERV:
     case TM_SCATTERV:
+    case TM_ALLTOALLW:
         if (vector_layout(c, &send_bytes, &recv_bytes) != 0) {
             tm_case_free(c);
             return -1;
@@ -291,8 +301,10 @@ void tm_case_free(tm_case *c)
     free(c->rdispls);
     free(c->sendcounts);
     free(c->sdispls);
+    free(c->types);
     c->sendbuf = c->recvbuf = NULL;
     c->recvcounts = c->rdispls = c->sendcounts = c->sdispls = NULL;
+    c->types = NULL;
 }
 
 void tm_case_fill(tm_case *c, uint32_t iteration)
@@ -335,6 +347,7 @@ void tm_case_fill(tm_case *c, uint32_t iteration)
                 fill_block(send + c->sdispls[dest], (size_t)c->sendcounts[dest], block_seed(ROOT, dest, iteration));
         break;
     case TM_ALLTOALLV:
+    case TM_ALLTOALLW:
         for (int dest = 0; dest < c->size; dest++)
             fill_block(send + c->sdispls[dest], (size_t)c->sendcounts[dest], block_seed(c->rank, dest, iteration));
         break;
@@ -406,6 +419,9 @@ int tm_case_run(tm_case *c)
     case TM_SCATTERV:
         return MPI_Scatterv(c->sendbuf, c->sendcounts, c->sdispls, MPI_BYTE, c->recvbuf, c->recvcounts[0], MPI_BYTE,
                             ROOT, c->comm);
+    case TM_ALLTOALLW: /* MPI_BYTE types: the byte displacements are alltoallv's */
+        return MPI_Alltoallw(c->sendbuf, c->sendcounts, c->sdispls, c->types, c->recvbuf, c->recvcounts, c->rdispls,
+                             c->types, c->comm);
     default:
         return MPI_ERR_OTHER;
     }
@@ -450,6 +466,7 @@ int tm_case_check(const tm_case *c, uint32_t iteration)
                 return 1;
         return 0;
     case TM_ALLTOALLV:
+    case TM_ALLTOALLW:
         for (int src = 0; src < c->size; src++)
             if (block_wrong(recv + c->rdispls[src], (size_t)c->recvcounts[src], block_seed(src, c->rank, iteration)))
                 return 1;

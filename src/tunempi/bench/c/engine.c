@@ -21,7 +21,7 @@
  * application calls, timed together and reported per call; the last call's result is checked (every call
  * writes the whole result, so the check still sees a wrong algorithm, not a wrong call in the middle).
  * spoil_every=n (a self-test of that check) spoils one byte of the result of every n-th iteration.
- * dist= (default uniform) is how the blocks of a vector collective (allgatherv, alltoallv, gatherv, scatterv)
+ * dist= (default uniform) is how the blocks of a vector collective (allgatherv, alltoallv, gatherv, scatterv, alltoallw)
  * differ between ranks around the mean block `bytes` (engine.h, tm_distribution); the others take uniform only.
  * Non-blocking collectives (coll=iallreduce|ibcast|ialltoall|iallgather) are measured as OSU's osu_i<coll>:
  * nb=latency (the default) times start + MPI_Wait, the point's samples and median as for a blocking call;
@@ -461,7 +461,7 @@ static const char *call_name(tm_collective kind, int nonblocking)
     static const char *const names[] = {"MPI_Allreduce", "MPI_Bcast", "MPI_Allgather", "MPI_Alltoall",
                                         "MPI_Reduce", "MPI_Reduce_scatter", "MPI_Reduce_scatter_block",
                                         "MPI_Gather", "MPI_Scatter", "MPI_Barrier", "MPI_Allgatherv",
-                                        "MPI_Alltoallv", "MPI_Gatherv", "MPI_Scatterv"};
+                                        "MPI_Alltoallv", "MPI_Gatherv", "MPI_Scatterv", "MPI_Alltoallw"};
     return kind < TM_UNKNOWN ? names[kind] : "?";
 }
 

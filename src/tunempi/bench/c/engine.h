@@ -31,6 +31,7 @@ typedef enum {
     TM_ALLTOALLV,
     TM_GATHERV,
     TM_SCATTERV,
+    TM_ALLTOALLW,
     TM_UNKNOWN
 } tm_collective;
 
@@ -42,15 +43,15 @@ int tm_collective_is_reduction(tm_collective kind);
 /* How the vector collectives' blocks differ between ranks; `bytes` is their mean block (OSU's per-peer
  * size, what the profiler records for them). uniform: every block `bytes` (OSU's v-benchmarks);
  * skewed: rank r's blocks are 2 (r + 1) / (ranks + 1) x `bytes` (the last rank sends twice the mean, the
- * first little); sparse: alltoallv sends only to the next rank (a block of ranks x `bytes`), allgatherv and
+ * first little); sparse: alltoallv (and alltoallw) sends only to the next rank (a block of ranks x `bytes`), allgatherv and
  * gatherv take blocks from the even ranks only, scatterv sends to the even ranks only. gatherv/scatterv: the
- * root receives (sends) rank r's block as allgatherv's rank r contributes it. The other collectives take
- * uniform only. */
+ * root receives (sends) rank r's block as allgatherv's rank r contributes it. alltoallw: alltoallv's blocks
+ * with a datatype per peer (MPI_BYTE each, displacements in bytes). The other collectives take uniform only. */
 typedef enum { TM_DIST_UNIFORM, TM_DIST_SKEWED, TM_DIST_SPARSE, TM_DIST_UNKNOWN } tm_distribution;
 
 tm_distribution tm_distribution_from_name(const char *name);
 int tm_collective_is_vector(tm_collective kind);
-/* Bytes rank `source` sends to rank `dest` (alltoallv), or contributes to every rank (dest < 0: allgatherv;
+/* Bytes rank `source` sends to rank `dest` (alltoallv, alltoallw), or contributes to every rank (dest < 0: allgatherv;
  * gatherv: to the root; scatterv: the root's block for rank `source`). */
 size_t tm_block_bytes(tm_distribution dist, size_t bytes, int source, int dest, int ranks);
 
@@ -67,8 +68,9 @@ typedef struct {
     void *recvbuf;
     int *recvcounts; /* reduce_scatter and the vector collectives */
     int *rdispls;    /* vector collectives */
-    int *sendcounts; /* alltoallv, scatterv; allgatherv, gatherv: sendcounts[0] is this rank's block */
-    int *sdispls;    /* alltoallv, scatterv */
+    int *sendcounts; /* alltoallv, alltoallw, scatterv; allgatherv, gatherv: sendcounts[0] is this rank's block */
+    int *sdispls;    /* alltoallv, alltoallw, scatterv (alltoallw: in bytes, as its MPI_BYTE types make them) */
+    MPI_Datatype *types; /* alltoallw: each peer's send and receive type (MPI_BYTE) */
     int nonblocking; /* started with MPI_I<coll> (tm_case_start), completed by tm_case_wait */
     MPI_Request request;
 } tm_case;

@@ -178,6 +178,8 @@ uint64_t tmpi_bytes_vsum(const int *counts, MPI_Datatype type, MPI_Comm comm);
 uint64_t tmpi_bytes_block_total(int count, MPI_Datatype type, MPI_Comm comm);
 uint64_t tmpi_bytes_alltoallv(const void *sendbuf, const int *sendcounts, MPI_Datatype sendtype,
                               const int *recvcounts, MPI_Datatype recvtype, MPI_Comm comm);
+uint64_t tmpi_bytes_alltoallw(const void *sendbuf, const int *sendcounts, const MPI_Datatype *sendtypes,
+                              const int *recvcounts, const MPI_Datatype *recvtypes, MPI_Comm comm);
 uint64_t tmpi_bytes_gatherv(const void *sendbuf, int sendcount, MPI_Datatype sendtype, const int *recvcounts,
                             MPI_Datatype recvtype, MPI_Comm comm);
 uint64_t tmpi_bytes_scatterv(const int *sendcounts, MPI_Datatype sendtype, const void *recvbuf, int recvcount,

@@ -99,6 +99,9 @@ typedef struct {
 typedef struct {
     int32_t rank, coll, alg, ranks, nodes, ppn;
     uint64_t bytes, seq, stream, start, end; /* start/end: ticks since start, ns after finalize */
+    uint64_t call, blocked; /* ticks, ns after finalize: the (start) call's own time; non-blocking: the whole
+                             * time of the waits and tests that named its request (its computation between
+                             * start and wait: end - start - call - blocked) */
 } online_record;
 
 static struct {
@@ -721,14 +724,16 @@ static int online_datatypes_unmet(const tmpi_call *call)
     return all;
 }
 
-/* After a wait or test: the completed collectives of its snapshot end their records here. */
+/* After a wait or test: every recorded collective of its snapshot counts the call's time as waited for it;
+ * the completed ones end their records here. */
 static void online_inflight_complete(const tmpi_call *call)
 {
-    for (size_t k = 0; k < inflight.seen; k++)
-        if (tmpi_inflight_completed(&inflight, call, k)) {
-            long record = *(long *)tmpi_inflight_payload(&inflight, inflight.seen_list[k].slot);
+    for (size_t k = 0; k < inflight.seen; k++) {
+        long record = *(long *)tmpi_inflight_payload(&inflight, inflight.seen_list[k].slot);
+        on.records[record].blocked += call->t_end - call->t_begin;
+        if (tmpi_inflight_completed(&inflight, call, k))
             on.records[record].end = call->t_end - tmpi_globals.t_start;
-        }
+    }
     tmpi_inflight_drop_completed(&inflight, call);
 }
 
@@ -886,6 +891,8 @@ static void online_end(tmpi_call *call)
     r->stream = pending.comm->stream;
     r->start = call->t_begin - tmpi_globals.t_start;
     r->end = call->t_end - tmpi_globals.t_start;
+    r->call = call->t_end - call->t_begin;
+    r->blocked = 0;
     if (!tmpi_op_table[call->op].blocking) { /* started: it ends when a wait or test completes it */
         r->end = 0;
         long *record = tmpi_inflight_add(&inflight, *call->requests);
@@ -913,13 +920,14 @@ static void online_write(const online_record *all, long n, const char *path)
             (unsigned long long)on.shadows_created, (unsigned long long)on.restricted_calls,
             (unsigned long long)on.refused_calls, (unsigned long long)on.datatype_agreements,
             (unsigned long long)on.failed_draws);
-    fputs("rank,seq,stream,collective,msg_bytes,ranks,nodes,ppn,algorithm,start_ns,end_ns\n", f);
+    fputs("rank,seq,stream,collective,msg_bytes,ranks,nodes,ppn,algorithm,start_ns,end_ns,call_ns,blocked_ns\n", f);
     for (long i = 0; i < n; i++) {
         const online_record *r = &all[i];
         const online_coll *c = &on.colls[r->coll];
-        fprintf(f, "%d,%llu,%016llx,%s,%llu,%d,%d,%d,%s,%llu,%llu\n", r->rank, (unsigned long long)r->seq,
+        fprintf(f, "%d,%llu,%016llx,%s,%llu,%d,%d,%d,%s,%llu,%llu,%llu,%llu\n", r->rank, (unsigned long long)r->seq,
                 (unsigned long long)r->stream, c->label, (unsigned long long)r->bytes, r->ranks, r->nodes, r->ppn,
-                c->algs[r->alg].name, (unsigned long long)r->start, (unsigned long long)r->end);
+                c->algs[r->alg].name, (unsigned long long)r->start, (unsigned long long)r->end,
+                (unsigned long long)r->call, (unsigned long long)r->blocked);
     }
     if (fclose(f) != 0 || rename(tmp, path) != 0)
         tmpi_warn("cannot write the online records to %s", path);
@@ -939,6 +947,8 @@ static void online_finish(void)
             continue; /* a non-blocking collective never seen completed */
         on.records[kept] = on.records[i];
         on.records[kept].start = tmpi_ticks_to_ns(on.records[i].start);
+        on.records[kept].call = tmpi_ticks_to_ns(on.records[i].call);
+        on.records[kept].blocked = tmpi_ticks_to_ns(on.records[i].blocked);
         on.records[kept++].end = tmpi_ticks_to_ns(on.records[i].end);
     }
     on.nrecords = kept;

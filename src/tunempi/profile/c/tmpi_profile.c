@@ -30,6 +30,7 @@ typedef struct {
     int op, shape, bucket;
     uint64_t calls, bytes, time, min, max; /* times in ticks */
     uint64_t completed, completion, wait; /* non-blocking: completions seen, start -> completion, waited */
+    uint64_t blocked; /* non-blocking: the whole time of the waits and tests that named it (not shared) */
     uint64_t shapes[TMPI_COUNTS_SHAPES]; /* vector collectives: calls per shape of their counts (tmpi_counts.h) */
     int n_exact; /* -1: more than TMPI_EXACT_MAX distinct sizes */
     uint64_t exact_size[TMPI_EXACT_MAX], exact_calls[TMPI_EXACT_MAX];
@@ -39,7 +40,7 @@ typedef struct {
 typedef struct {
     int32_t op, comm_size, nodes, ppn, bucket, n_exact, ranks, pad;
     uint64_t calls, bytes, time_ns, min_ns, max_ns;
-    uint64_t completed, completion_ns, wait_ns;
+    uint64_t completed, completion_ns, wait_ns, blocked_ns;
     uint64_t shapes[TMPI_COUNTS_SHAPES];
     uint64_t exact_size[TMPI_EXACT_MAX], exact_calls[TMPI_EXACT_MAX];
 } tmpi_record;
@@ -200,11 +201,12 @@ static void tmpi_record_p2p(uint64_t bytes)
  * A started non-blocking collective (MPI_Iallreduce, ...) stays in the in-flight table (tmpi.h) until a wait
  * or test returns it completed. Then its record gets the time from the start to that return (completion) and
  * the time the application spent in the waits and tests that named it (a call naming n active requests gives
- * each 1/n of its time).
+ * each 1/n of its time: wait) and their whole time (blocked: the application was not computing then, whichever
+ * request it waited for; completion - start - blocked is its computation between start and wait).
  */
 typedef struct {
     int op, shape, bucket;
-    uint64_t t_start, waited; /* ticks */
+    uint64_t t_start, waited, blocked; /* ticks; blocked: the waits' and tests' whole time, not shared */
 } tmpi_nbc;
 
 static tmpi_inflight nbc = {.payload_size = sizeof(tmpi_nbc)};
@@ -228,12 +230,14 @@ static void nbc_after_wait(const tmpi_call *call, int record)
     for (size_t k = 0; k < nbc.seen; k++) {
         tmpi_nbc *n = tmpi_inflight_payload(&nbc, nbc.seen_list[k].slot);
         n->waited += share;
+        n->blocked += call->t_end - call->t_begin;
         if (!record || !tmpi_inflight_completed(&nbc, call, k))
             continue;
         tmpi_coll_entry *e = tmpi_entry(n->op, n->shape, n->bucket);
         e->completed++;
         e->completion += call->t_end - n->t_start;
         e->wait += n->waited;
+        e->blocked += n->blocked;
         me.coll += n->waited; /* time in collectives includes waiting for them */
     }
     tmpi_inflight_drop_completed(&nbc, call);
@@ -504,6 +508,7 @@ static void tmpi_merge_record(tmpi_record *a, const tmpi_record *b)
     a->completed += b->completed;
     a->completion_ns += b->completion_ns;
     a->wait_ns += b->wait_ns;
+    a->blocked_ns += b->blocked_ns;
     for (int s = 0; s < TMPI_COUNTS_SHAPES; s++)
         a->shapes[s] += b->shapes[s];
     if (b->min_ns < a->min_ns)
@@ -559,7 +564,8 @@ static tmpi_record *tmpi_local_records(const int *node_of, int n_nodes, int *cou
                            .ranks = 1, .calls = e->calls, .bytes = e->bytes,
                            .time_ns = tmpi_ticks_to_ns(e->time), .min_ns = tmpi_ticks_to_ns(e->min),
                            .max_ns = tmpi_ticks_to_ns(e->max), .completed = e->completed,
-                           .completion_ns = tmpi_ticks_to_ns(e->completion), .wait_ns = tmpi_ticks_to_ns(e->wait)};
+                           .completion_ns = tmpi_ticks_to_ns(e->completion), .wait_ns = tmpi_ticks_to_ns(e->wait),
+                           .blocked_ns = tmpi_ticks_to_ns(e->blocked)};
         memcpy(r->shapes, e->shapes, sizeof r->shapes);
         memcpy(r->exact_size, e->exact_size, sizeof r->exact_size);
         memcpy(r->exact_calls, e->exact_calls, sizeof r->exact_calls);
@@ -752,9 +758,9 @@ static void tmpi_write_json(FILE *out, const tmpi_record *records, int n_records
                 (unsigned long long)r->bytes, (unsigned long long)r->time_ns, (unsigned long long)r->min_ns,
                 (unsigned long long)r->max_ns);
         if (!tmpi_op_table[r->op].blocking)
-            fprintf(out, "\"completed\": %llu, \"completion_ns\": %llu, \"wait_ns\": %llu, ",
+            fprintf(out, "\"completed\": %llu, \"completion_ns\": %llu, \"wait_ns\": %llu, \"blocked_ns\": %llu, ",
                     (unsigned long long)r->completed, (unsigned long long)r->completion_ns,
-                    (unsigned long long)r->wait_ns);
+                    (unsigned long long)r->wait_ns, (unsigned long long)r->blocked_ns);
         if (r->shapes[TMPI_COUNTS_UNIFORM] + r->shapes[TMPI_COUNTS_SKEWED] + r->shapes[TMPI_COUNTS_SPARSE] > 0)
             fprintf(out, "\"count_shapes\": {\"uniform\": %llu, \"skewed\": %llu, \"sparse\": %llu}, ",
                     (unsigned long long)r->shapes[TMPI_COUNTS_UNIFORM],

@@ -1,7 +1,7 @@
 /*
  * Message sizes of intercepted calls, by tunempi's convention (the shared dataset's, after OSU):
  * the per-rank buffer for allreduce/reduce/bcast and point-to-point; the per-destination block for
- * allgather/alltoall/gather/scatter; the average block for allgatherv/alltoallv; the rank's own block
+ * allgather/alltoall/gather/scatter; the average block for allgatherv/alltoallv/alltoallw; the rank's own block
  * for gatherv/scatterv; the whole vector for reduce_scatter(_block). See docs/profile.md.
  */
 #include "tmpi.h"
@@ -86,6 +86,20 @@ uint64_t tmpi_bytes_alltoallv(const void *sendbuf, const int *sendcounts, MPI_Da
     if (sendbuf == MPI_IN_PLACE)
         return tmpi_bytes_vavg(recvcounts, recvtype, comm);
     return tmpi_bytes_vavg(sendcounts, sendtype, comm);
+}
+
+/* The mean block over the peers, each block its count x its own datatype's size. */
+uint64_t tmpi_bytes_alltoallw(const void *sendbuf, const int *sendcounts, const MPI_Datatype *sendtypes,
+                              const int *recvcounts, const MPI_Datatype *recvtypes, MPI_Comm comm)
+{
+    const int in_place = sendbuf == MPI_IN_PLACE;
+    const int *counts = in_place ? recvcounts : sendcounts;
+    const MPI_Datatype *types = in_place ? recvtypes : sendtypes;
+    int n = tmpi_peer_count(comm);
+    uint64_t total = 0;
+    for (int i = 0; i < n; i++)
+        total += tmpi_times(counts[i], types[i]);
+    return n > 0 ? total / (uint64_t)n : 0;
 }
 
 uint64_t tmpi_bytes_gatherv(const void *sendbuf, int sendcount, MPI_Datatype sendtype, const int *recvcounts,
