@@ -6,6 +6,9 @@ and names it with the reason where it cannot (Open MPI, under `full`). Nothing h
 
 from __future__ import annotations
 
+import json
+import os
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -69,3 +72,36 @@ def test_alltoallw_is_profiled_by_its_count_shapes_and_advised_for_the_library(m
         assert "not tunable" not in advice.stdout and "tune --from-profile a.json" in advice.stdout
     else:  # coll/tuned has no alltoallw algorithm
         assert "not tunable: alltoallw" in advice.stdout and "offers no algorithms" in advice.stdout
+
+
+def test_mpich_reads_alltoallw_from_the_json_file_and_the_in_place_guard_keeps_it_valid(tmp_path: Path) -> None:
+    """The files tunempi writes select MPICH's alltoallw algorithm (csel.c's alltoallw subtree): a file choosing
+    pairwise_sendrecv_replace (in place only) guards it with is_sendbuf_inplace=yes, so the program's separate
+    buffers keep the library's choice and its results stay right; the same leaf without the guard makes MPICH
+    run it anyway and abort, which shows the file is read for alltoallw at all."""
+    from tunempi.rules import ScaledChoice, SelectionTable, build_rule_sets
+    from tunempi.tune.files import write_tuning_files
+
+    library = resolve_library("mpich")
+    adapter = adapter_for(library)
+    program = build_c(library, [SOURCE], "alltoallw_app", werror=True)
+    argv = launcher_for(library).command(LaunchSpec((str(program), "2", str(COUNT)), RANKS)).argv
+    rule_sets = build_rule_sets(SelectionTable.from_scaled(
+        [ScaledChoice("alltoallw", 1, RANKS, size, "pairwise_sendrecv_replace") for size in (8, 65536)]))
+    written = write_tuning_files(tmp_path / "tuned", library, adapter, rule_sets, smoke_ranks=(RANKS,))
+    env = written.activation_env(tmp_path / "tuned")
+    tree_file = next(Path(v) for k, v in env.items() if k == "MPIR_CVAR_COLL_SELECTION_TUNING_JSON_FILE")
+    tree = json.loads(tree_file.read_text())
+    text = json.dumps(tree["collective=alltoallw"])
+    assert "is_sendbuf_inplace=yes" in text and "MPIR_Alltoallw_intra_pairwise_sendrecv_replace" in text
+
+    def run(variables: dict[str, str]) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(argv, env={**os.environ, **adapter.launch_env(), **variables}, capture_output=True,
+                              text=True, timeout=120)
+
+    guarded = run(env)
+    assert guarded.returncode == 0 and "checksum: " in guarded.stdout, guarded.stdout + guarded.stderr
+    tree["collective=alltoallw"]["comm_type=intra"] = {"algorithm=MPIR_Alltoallw_intra_pairwise_sendrecv_replace": {}}
+    (tmp_path / "unguarded.json").write_text(json.dumps(tree))
+    unguarded = run({**env, "MPIR_CVAR_COLL_SELECTION_TUNING_JSON_FILE": str(tmp_path / "unguarded.json")})
+    assert unguarded.returncode != 0 and "sendbuf == MPI_IN_PLACE" in unguarded.stdout + unguarded.stderr

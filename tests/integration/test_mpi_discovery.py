@@ -96,6 +96,11 @@ def test_info_json_has_every_collective_with_algorithms(libraries, cache):
     assert by_vendor["mpich"]["collectives"]["allreduce"]["compositions"][0]["value"] == 0
     ompi_bcast = {a["name"] for a in by_vendor["openmpi"]["collectives"]["bcast"]["algorithms"]}
     assert {"binomial", "knomial", "pipeline"} <= ompi_bcast
+    # what a library offers no algorithm for is said (issue 40): Open MPI's coll/tuned has none for alltoallw
+    assert {"gatherv", "scatterv", "alltoallw"} <= set(by_vendor["openmpi"]["no_algorithms"])
+    assert by_vendor["mpich"]["no_algorithms"] == []
+    assert {a["name"] for a in by_vendor["mpich"]["collectives"]["alltoallw"]["algorithms"]} == {
+        "nb", "pairwise_sendrecv_replace", "scattered"}
 
 
 def test_info_cvars_and_table(cache, libraries):

@@ -187,17 +187,25 @@ int MPI_Gatherv(const void *sendbuf, int sendcount, MPI_Datatype sendtype, void 
                 const int displs[], MPI_Datatype recvtype, int root, MPI_Comm comm);
 int PMPI_Gatherv(const void *sendbuf, int sendcount, MPI_Datatype sendtype, void *recvbuf, const int recvcounts[],
                  const int displs[], MPI_Datatype recvtype, int root, MPI_Comm comm);
+int MPI_Alltoallw(const void *sendbuf, const int sendcounts[], const int sdispls[], const MPI_Datatype sendtypes[],
+                  void *recvbuf, const int recvcounts[], const int rdispls[], const MPI_Datatype recvtypes[],
+                  MPI_Comm comm);
+int PMPI_Alltoallw(const void *sendbuf, const int sendcounts[], const int sdispls[], const MPI_Datatype sendtypes[],
+                   void *recvbuf, const int recvcounts[], const int rdispls[], const MPI_Datatype recvtypes[],
+                   MPI_Comm comm);
 """
-VECTOR_SPECS = [s for s in WRAPPED if s.function in {"MPI_Alltoallv", "MPI_Gatherv", "MPI_Allgatherv", "MPI_Allreduce"}]
+VECTOR_SPECS = [s for s in WRAPPED if s.function in {"MPI_Alltoallv", "MPI_Gatherv", "MPI_Allgatherv", "MPI_Allreduce",
+                                                     "MPI_Alltoallw"}]
 
 
 def test_vector_collectives_hand_their_counts_to_the_modes(tmp_path: Path) -> None:
     text = generate(parse_prototypes(VECTOR_MPI_H), VECTOR_SPECS)
     # the counts arrays whose shape the profile records: alltoallv's send counts unread in place
-    assert ".counts = {a0 == MPI_IN_PLACE ? NULL : a1, a5}" in text  # MPI_Alltoallv
+    assert ".counts = {a0 == MPI_IN_PLACE ? NULL : a1, a5}" in text  # MPI_Alltoallv, MPI_Alltoallw
     assert ".counts = {a4}, .root = a7, .rooted = 1" in text  # MPI_Gatherv: the root's only
     assert ".counts = {a4}}" in text  # MPI_Allgatherv: every rank's
-    assert text.count(".counts =") == 3  # MPI_Allreduce has none
+    assert text.count(".counts =") == 4  # MPI_Allreduce has none
+    assert ".bytes = tmpi_bytes_alltoallw(a0, a1, a3, a5, a7, a8)" in text  # each peer's count x its type's size
     cc = shutil.which("cc") or shutil.which("gcc")
     assert cc
     (tmp_path / "mpi.h").write_text(VECTOR_MPI_H)
@@ -219,3 +227,15 @@ def test_a_counts_position_that_is_no_counts_array_is_refused() -> None:
     with pytest.raises(GeneratorError, match="no root"):
         generate(protos, [WrapSpec("MPI_Gatherv", "coll", "gatherv", "gatherv", (0, 1, 2, 4, 6, 8),
                                    traits=(0, -1, -1), counts=(4,), counts_root=8)])
+
+
+def test_alltoallw_s_fortran_entry_point_converts_a_datatype_per_peer() -> None:
+    """Issue 40: MPI_ALLTOALLW's type arrays are as long as the communicator's group; the entry point converts
+    them with the communicator it is given, calls the C wrapper and frees them."""
+    text = generate_fortran(parse_prototypes(VECTOR_MPI_H), f77=True, f08=True, specs=VECTOR_SPECS)
+    assert "MPI_Datatype *c3 = tmpif_types_in(a3, PMPI_Comm_f2c(*a8));" in text
+    assert "MPI_Datatype *c7 = tmpif_types_in(a7, PMPI_Comm_f2c(*a8));" in text
+    assert ("int rc = MPI_Alltoallw(tmpif_buffer(a0), (int *)a1, (int *)a2, c3, tmpif_buffer(a4), (int *)a5, "
+            "(int *)a6, c7, PMPI_Comm_f2c(*a8));") in text
+    assert "free(c3);" in text and "free(c7);" in text
+    assert 'void mpi_alltoallw_(' in text

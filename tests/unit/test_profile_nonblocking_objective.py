@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping, Sequence
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -177,6 +178,11 @@ def test_the_manifest_records_where_the_objective_and_each_computation_came_from
     figures = Manifest.load(tmp_path).figures()
     assert figures == Figures("time", {a: 40.0, b: 7.0}, {a: "profile a.json: iallreduce 2 ranks (1x2) 1 KiB"},
                               "profile a.json")
+    from tunempi.report.tuning import summary_lines
+
+    assert "iallreduce, ibcast: tuned for their time (profile a.json; time: start + the application's own " \
+           "computation between start and wait (profile a.json) + MPI_Wait" in "\n".join(
+               summary_lines(replace(Manifest.load(tmp_path), collectives=("iallreduce", "ibcast"))))
     del data["objective_from"]
     for entry in data["compute_us"]:
         entry.pop("from", None)

@@ -208,7 +208,7 @@ class LibrarySteps(StepRunner):
         timeout = max(30.0, TUNE_PART * (ctx.share_s or 0.0))
         # the non-blocking collectives for what the application does with them (as `tune --from-profile`): the
         # profile's objective and, for time, its own computation between start and wait; --objective wins
-        path = str(ctx.results["profile"]["profile"])
+        path = str(ctx.results.get("profile", {}).get("profile", "the profile"))
         uses = nonblocking_uses(profile, taken)
         implied = application_objective(uses)
         objective, objective_from = chosen_objective(implied, request.objective, path)
@@ -270,10 +270,11 @@ class LibrarySteps(StepRunner):
         directory = ctx.directory / ONLINE_STATE
         # what the application does with its non-blocking collectives (as `online run --from-profile`): online
         # best's manifest records it, so verify measures them for what the online records measured
+        from tunempi.collectives import is_nonblocking
         from tunempi.profile.nonblocking import application_objective, computation_rows, nonblocking_uses
 
-        path = str(ctx.results["profile"]["profile"])
-        uses = nonblocking_uses(profile, used)
+        path = str(ctx.results.get("profile", {}).get("profile", "the profile"))
+        uses = nonblocking_uses(profile, used) if any(is_nonblocking(c) for c in used) else ()
         implied = application_objective(uses)
         config = OnlineConfig(collectives=used, batch_runs=batch, seed=ctx.request.seed + 1,
                               objective=implied.objective or "",

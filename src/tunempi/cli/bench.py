@@ -160,8 +160,9 @@ def bench_command(
     ] = None,
     distributions: Annotated[
         str, typer.Option("--distributions", help="Vector collectives (allgatherv, alltoallv, gatherv, "
-                          "scatterv): how their blocks differ between ranks around the size, comma list of uniform "
-                          "(equal, as OSU), skewed (rank r sends 2(r+1)/(ranks+1) x the size), sparse (alltoallv to "
+                          "scatterv, alltoallw): how their blocks differ between ranks around the size, comma list of "
+                          "uniform (equal, as OSU), skewed (rank r sends 2(r+1)/(ranks+1) x the size), sparse "
+                          "(alltoallv and alltoallw to "
                           "the next rank only, allgatherv and gatherv from the even ranks only, scatterv to the even "
                           "ranks only). The other collectives are uniform.")
     ] = "uniform",

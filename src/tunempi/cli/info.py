@@ -5,6 +5,8 @@ The JSON shape is a contract (scripts rely on it):
   "mpiexec", "embedded", "fingerprint",
   "collectives": {"allreduce": {"cvar", "default": {"name", "value"},
                                 "algorithms": [{"name", "value"}, ...], "compositions": [...]?}, ...},
+  "no_algorithms": ["gatherv", ...] (the collectives tunempi knows that the library offers no algorithm to
+  choose from for: nothing to tune there),
   "tuning_files": [{"name", "env"}], "cvars": [...] (with --cvars), "pvars": [...] (with --cvars)}]}
 """
 
@@ -17,6 +19,7 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
+from tunempi.collectives import COLLECTIVES
 from tunempi.config import resolve
 from tunempi.errors import UsageError
 from tunempi.mpi.discovery import LibraryInfo, adapter_from_info, find_libraries, library_info
@@ -75,6 +78,7 @@ def library_json(info: LibraryInfo, adapter: VendorAdapter, *, with_cvars: bool 
         "embedded": lib.embedded,
         "fingerprint": lib.fingerprint,
         "collectives": collectives,
+        "no_algorithms": [c for c in COLLECTIVES if not collectives.get(c, {}).get("algorithms")],
         "tuning_files": [
             {"name": name, "env": adapter.tuning_file_env(name, TUNING_FILE_PLACEHOLDER)}
             for name in adapter.tuning_file_mechanisms()
@@ -126,6 +130,8 @@ def _print_tables(document: dict, console: Console, *, with_cvars: bool) -> None
                     f"{c['value']}={c['description']}" for c in coll["compositions"]) + "[/]"
             table.add_row(name, f"{coll['default']['name']}={coll['default']['value']}", algorithms)
         console.print(table)
+        if lib.get("no_algorithms"):
+            console.print(f"no algorithm to choose from (nothing to tune): {', '.join(lib['no_algorithms'])}")
         if with_cvars:
             cvars = Table(title=f"control variables ({len(lib['cvars'])})", title_justify="left")
             for column in ("name", "type", "scope", "default", "writable", "enum"):

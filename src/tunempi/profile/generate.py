@@ -455,8 +455,6 @@ def generate(prototypes: dict[str, Prototype], specs: Sequence[WrapSpec] = WRAPP
 FORTRAN_SKIPPED: frozenset[str] = frozenset({
     "MPI_Waitany", "MPI_Waitsome", "MPI_Testany", "MPI_Testsome",
     "MPI_Mprobe", "MPI_Improbe", "MPI_Mrecv", "MPI_Imrecv",
-    # an array of datatype handles, as long as the communicator's (remote) group: not converted yet
-    "MPI_Alltoallw", "MPI_Ialltoallw",
 })
 
 #: Functions whose request and status arguments are arrays, whatever the header's spelling (`[]` or `*`).
@@ -483,6 +481,8 @@ def _emit_fortran(spec: WrapSpec, proto: Prototype, symbols: Sequence[str]) -> s
     cleanup: list[str] = []  # arrays: copied back on success, always released
     inout_requests = spec.kind in ("timed", "start", "request_free")
     count_name = ""
+    # arrays of datatypes (alltoallw) are as long as the communicator's group (remote group: intercommunicator)
+    comm_arg = next((f"a{i}" for i, p in enumerate(proto.params) if p.base == "MPI_Comm"), "")
     if spec.kind == "init":
         params.append("MPI_Fint *ierr")
         args += ["NULL", "NULL"]
@@ -511,6 +511,11 @@ def _emit_fortran(spec: WrapSpec, proto: Prototype, symbols: Sequence[str]) -> s
             elif base in _HANDLE_F2C:
                 params.append(f"MPI_Fint *{a}")
                 args.append(f"{_HANDLE_F2C[base]}(*{a})")
+            elif base == "MPI_Datatype*" and comm_arg:
+                params.append(f"MPI_Fint *{a}")
+                before.append(f"MPI_Datatype *c{i} = tmpif_types_in({a}, PMPI_Comm_f2c(*{comm_arg}));")
+                args.append(f"c{i}")
+                cleanup.append(f"free(c{i});")
             elif base == "MPI_Comm*":
                 params.append(f"MPI_Fint *{a}")
                 before.append(f"MPI_Comm c{i} = PMPI_Comm_f2c(*{a});")

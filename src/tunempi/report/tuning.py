@@ -134,6 +134,19 @@ OBJECTIVE_WORDS = {
 }
 
 
+def objective_words(manifest: Manifest) -> str:
+    """'--objective; time: start + ...': where the objective came from (the manifest's objective_from: the
+    command line, the application's profile, online records) and what its figure is; for time with the
+    application's own computations (tune --from-profile, online best), that they are the application's."""
+    words = OBJECTIVE_WORDS.get(manifest.objective, "")
+    own = sorted({source.split(":")[0] for source in manifest.compute_from.values()
+                  if source.startswith(("profile", "online records"))})
+    if manifest.objective == "time" and own:
+        words = (f"time: start + the application's own computation between start and wait ({', '.join(own)}) + "
+                 "MPI_Wait, the same for every algorithm")
+    return f"{manifest.objective_from or '--objective'}; {words}"
+
+
 def figure_heading(manifest: Manifest) -> str:
     """What the speedups of the non-blocking collectives are of, for a table's title ('' if none is tuned)."""
     if not any(is_nonblocking(c) for c in manifest.collectives):
@@ -159,8 +172,7 @@ def summary_lines(manifest: Manifest) -> list[str]:
         lines.append(f"{collective}: one algorithm {how} (the library's files cannot choose it by message size)")
     nonblocking = [c for c in manifest.collectives if is_nonblocking(c)]
     if nonblocking:
-        lines.append(f"{', '.join(nonblocking)}: tuned for their {manifest.objective} (--objective; "
-                     f"{OBJECTIVE_WORDS.get(manifest.objective, '')})")
+        lines.append(f"{', '.join(nonblocking)}: tuned for their {manifest.objective} ({objective_words(manifest)})")
     lines += assumption_lines(manifest)
     lines += composition_lines(manifest)
     verify = manifest.verify
@@ -471,7 +483,7 @@ def write_html(manifest: Manifest, plots: dict[str, Path], path: Path) -> Path:
     nonblocking = [c for c in manifest.collectives if is_nonblocking(c)]
     if nonblocking:  # what their speedups are of (--objective)
         body.append(f"<p class='muted'>{e(', '.join(nonblocking))}: speedups of their {e(manifest.objective)} "
-                    f"({e(OBJECTIVE_WORDS.get(manifest.objective, ''))})</p>")
+                    f"({e(objective_words(manifest))})</p>")
 
     tuned = [r for r in rows if r.algorithm != "default"]
     faster = [r for r in rows if r.source in ("verify", "held-out") and r.ci_low is not None and r.ci_low > 1.0]

@@ -16,14 +16,17 @@ program known_calls
   type(MPI_Comm) :: half, dup
   type(MPI_Request) :: request, pair(2)
   type(MPI_Status) :: status
+  type(MPI_Datatype) :: types(64)
 #else
+  integer :: types(64)
   integer :: half, dup, request, pair(2)
   integer :: status(MPI_STATUS_SIZE)
 #endif
   integer :: ierr, rank, nranks, i, k, half_rank, half_size, rep, repeats
   character(len=16) :: arg
   double precision :: one(1), total(1), vec(500)
-  integer :: ints(25), blocks(2 * 64), gathered(64), msg(100), root(1), token(1)
+  integer :: ints(25), blocks(2 * 64), gathered(64), msg(100), root(1), token(1), wblocks(2 * 64)
+  integer :: counts(64), displs(64)
   double precision :: sub(16), subsum(16)
 
   call MPI_Init(ierr)
@@ -65,6 +68,21 @@ program known_calls
     call MPI_Alltoall(MPI_IN_PLACE, 0, MPI_INTEGER, blocks, 2, MPI_INTEGER, MPI_COMM_WORLD, ierr)
     do k = 0, nranks - 1
       call check(blocks(2 * k + 1) == 1000 * k + rank .and. blocks(2 * k + 2) == i, 'alltoall in place')
+    end do
+  end do
+  ! alltoallw, 8 B blocks (2 integers, an MPI_INTEGER type per peer, displacements in bytes), 2 calls
+  do i = 1, 2
+    do k = 0, nranks - 1
+      blocks(2 * k + 1) = 1000 * rank + k
+      blocks(2 * k + 2) = i
+      counts(k + 1) = 2
+      displs(k + 1) = 8 * k
+      types(k + 1) = MPI_INTEGER
+    end do
+    wblocks = -1
+    call MPI_Alltoallw(blocks, counts, displs, types, wblocks, counts, displs, types, MPI_COMM_WORLD, ierr)
+    do k = 0, nranks - 1
+      call check(wblocks(2 * k + 1) == 1000 * k + rank .and. wblocks(2 * k + 2) == i, 'alltoallw')
     end do
   end do
   ! allgather in place, 4 B blocks, 4 calls

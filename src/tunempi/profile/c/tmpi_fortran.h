@@ -73,6 +73,21 @@ static inline void *tmpif_alloc(int n, size_t size)
     return p;
 }
 
+/* A datatype per peer (alltoallw): as many as the communicator's group, the remote one for an intercommunicator. */
+static inline MPI_Datatype *tmpif_types_in(const MPI_Fint *f, MPI_Comm comm)
+{
+    int inter = 0, n = 0;
+    PMPI_Comm_test_inter(comm, &inter);
+    if (inter)
+        PMPI_Comm_remote_size(comm, &n);
+    else
+        PMPI_Comm_size(comm, &n);
+    MPI_Datatype *c = tmpif_alloc(n, sizeof *c);
+    for (int i = 0; i < n; i++)
+        c[i] = PMPI_Type_f2c(f[i]);
+    return c;
+}
+
 static inline MPI_Request *tmpif_requests_in(const MPI_Fint *f, int n)
 {
     MPI_Request *c = tmpif_alloc(n, sizeof *c);
