@@ -122,6 +122,10 @@ def test_profile_matches_known_communication(mpi_library: MPILibrary, ranks: int
                     "exact_sizes": {int(k): v for k, v in row["exact_sizes"].items()}}
         assert 0 <= row["time_min_ns"] <= row["time_max_ns"] <= row["time_ns"]
         assert row["blocking"] == (row["collective"] != "iallreduce")
+        if row["collective"] in REDUCING:  # every reduction here passes MPI_SUM
+            assert (row["op_calls"], row["noncommutative_calls"]) == (row["calls"], 0)
+        else:
+            assert "op_calls" not in row
     assert got == expected
     assert data["p2p_histogram"]["calls"] == p2p_calls
     assert data["p2p_histogram"]["bytes"] == p2p_bytes
@@ -145,6 +149,30 @@ def test_profile_matches_known_communication(mpi_library: MPILibrary, ranks: int
         assert r["cpu_ns"] > 0 and r["span_ns"] > 0  # the process's CPU time over its recorded span (no pause here)
         assert 0.5 < r["span_ns"] / r["wall_ns"] < 2  # the same stretch, by another clock
     assert data["totals"]["mpi_ns"] == sum(r["mpi_ns"] for r in per_rank)
+
+
+REDUCING = {"allreduce", "iallreduce", "reduce", "reduce_scatter", "reduce_scatter_block"}
+
+
+def test_a_non_commutative_operation_is_counted_so_tune_does_not_vouch_for_commutative_ones(tmp_path: Path) -> None:
+    """The profile counts the reductions with a non-commutative user op; `tune --from-profile` vouches for
+    commutative operations (Open MPI's ring allreduce) only where it counted none."""
+    from tunempi.mpi.discovery import adapter_for
+    from tunempi.profile.advise import tune_scope
+    from tunempi.profile.reader import load_profile
+
+    library = embedded_library("mpich")
+    interposer = build_interposer(library, werror=True)
+    app = build_c(library, [APP_SOURCE.with_name("noncommutative.c")], "profile-noncommutative", werror=True)
+    out = tmp_path / "profile.json"
+    result = run(rank_env_argv(library, 2, [str(app)], {"LD_PRELOAD": str(interposer), "TUNEMPI_PROFILE_OUT": str(out)}))
+    assert result.returncode == 0, result.stdout + result.stderr
+    rows = {row["size_hi"]: row for row in json.loads(out.read_text())["collectives"]}
+    assert (rows[4]["op_calls"], rows[4]["noncommutative_calls"]) == (2, 2)  # one call per rank, user op
+    assert (rows[256]["op_calls"], rows[256]["noncommutative_calls"]) == (2, 0)  # MPI_SUM
+    profile = load_profile(out)
+    assert not profile.commutative_ops_only()
+    assert not tune_scope(profile, adapter_for(library), library.name).commutative_ops
 
 
 def test_mode_off_runs_untouched_and_writes_nothing(tmp_path: Path) -> None:

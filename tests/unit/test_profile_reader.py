@@ -184,3 +184,17 @@ def test_a_rank_off_the_cpu_for_much_of_its_run_is_a_caution_on_the_shares(
 
     data["ranks"][1].update(cpu_ns=int(ON_CPU_SHARE * 1_000_000))  # at the bar: nothing to say
     assert shares_caveat(load_profile(write(tmp_path, data))) is None
+
+
+def test_commutative_ops_only_where_every_reduction_recorded_a_commutative_op(tmp_path: Path) -> None:
+    """tune --from-profile vouches for commutative operations (mpi/restrictions.COMMUTATIVE_OPS) only where
+    the profile recorded every reduction's op and none was non-commutative; an older profile says nothing."""
+    data = sample()
+    assert not load_profile(write(tmp_path, data)).commutative_ops_only()  # version 1: ops not recorded
+    for row in data["collectives"]:
+        if row["collective"] == "allreduce":
+            row.update(op_calls=row["calls"], noncommutative_calls=0)
+    assert load_profile(write(tmp_path, data)).commutative_ops_only()
+    data["collectives"][1]["noncommutative_calls"] = 1
+    profile = load_profile(write(tmp_path, data))
+    assert not profile.commutative_ops_only() and profile.commutative_ops_only(["bcast"])

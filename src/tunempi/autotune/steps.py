@@ -184,6 +184,7 @@ class LibrarySteps(StepRunner):
     def tune(self, ctx: Context) -> dict[str, Any]:
         from tunempi.collectives import DEFAULT_OBJECTIVE
         from tunempi.mpi.discovery import adapter_for
+        from tunempi.mpi.restrictions import COMMUTATIVE_OPS
         from tunempi.profile.advise import tune_scope
         from tunempi.profile.nonblocking import (
             application_objective,
@@ -222,7 +223,9 @@ class LibrarySteps(StepRunner):
                               min_msg=scope.min_msg, seed=request.seed, timeout_s=timeout, db=request.db_path,
                               distributions=check_distributions(scope.count_shapes),
                               objective=objective or DEFAULT_OBJECTIVE, objective_from=objective_from,
-                              computations=computations)
+                              computations=computations,
+                              # the profile's reductions all passed commutative ops: as --assume-commutative-ops
+                              assume=tuple(sorted(COMMUTATIVE_OPS)) if scope.commutative_ops else ())
         shapes = "".join(f", {c} with {d} counts" for c, d in options.distributions.items())
         ctx.listener.note(f"tuning {', '.join(taken)} at the profile's layout and sizes "
                           f"({scope.min_msg}..{scope.max_msg} bytes{shapes}) for at most {timeout:.0f} s")

@@ -21,7 +21,7 @@ from tunempi.collectives import (
 from tunempi.config import resolve
 from tunempi.errors import UsageError
 from tunempi.mpi.discovery import SPEC_HELP
-from tunempi.mpi.restrictions import CONTIGUOUS_DATATYPES, SAME_COUNTS
+from tunempi.mpi.restrictions import COMMUTATIVE_OPS, CONTIGUOUS_DATATYPES, SAME_COUNTS
 from tunempi.profile.reader import Profile
 from tunempi.report.console import TuneProgress, output_console
 from tunempi.strategy import DEFAULT_STRATEGY, STRATEGIES
@@ -97,6 +97,12 @@ def tune_command(
              "sending 512 ints that others receive as one derived element): let the files select the "
              "algorithms that split a message by element counts (docs/conformance.md). Recorded in the "
              "manifest.")] = False,
+    assume_commutative_ops: Annotated[bool, typer.Option(
+        "--assume-commutative-ops", envvar="TUNEMPI_ASSUME_COMMUTATIVE_OPS",
+        help="Every MPI_Op the application reduces with is commutative (all predefined ones are): let the files "
+             "select the algorithms that are wrong for a non-commutative one (Open MPI's ring allreduce; "
+             "docs/conformance.md). With --from-profile, a profile whose every reduction passed a commutative "
+             "op vouches for it. Recorded in the manifest.")] = False,
 ) -> None:
     """Tune collective algorithms at every sub-scale of the allocation; write smoke-checked tuning files."""
     try:
@@ -135,6 +141,10 @@ def tune_command(
         profile_distributions = _profile_distributions(scope.count_shapes, collectives.split(","), distribution)
         objective, objective_from, computations = _profile_objective(profile, from_profile, collectives.split(","),
                                                                      objective)
+        if scope.commutative_ops and not assume_commutative_ops:
+            assume_commutative_ops = True
+            output_console().print("every reduction in the profile passed a commutative operation: tuning as with "
+                                   "--assume-commutative-ops")
     nodes = nodes or 1
     if ranks is None and ppn is None and nodes == 1:
         ranks = 2
@@ -147,7 +157,8 @@ def tune_command(
         db=Path(db) if db else None, settings=settings,
         point_timeout_s=parse_duration(point_timeout) if point_timeout else None, smoke=smoke,
         assume=tuple(sorted((CONTIGUOUS_DATATYPES if assume_contiguous_datatypes else frozenset())
-                          | (SAME_COUNTS if assume_same_counts else frozenset()))), launches=launches,
+                            | (SAME_COUNTS if assume_same_counts else frozenset())
+                            | (COMMUTATIVE_OPS if assume_commutative_ops else frozenset()))), launches=launches,
         objective=objective or DEFAULT_OBJECTIVE, objective_from=objective_from, computations=computations,
         distributions={**profile_distributions,
                                             **parse_distributions(",".join(distribution or ()))},

@@ -41,10 +41,15 @@ REQUIREMENTS: dict[str, str] = {
 #: signatures must match), so the online mode decides them by an agreement of every rank, made only for a
 #: draw that needs it (profile/c/tmpi_online.c, online_datatypes_unmet); a tuning file can state none.
 DATATYPE_REQUIREMENTS: frozenset[str] = frozenset({"contiguous", "true-lb-zero", "same-counts"})
-#: What a user can vouch for at tune time, flag by flag (tune --assume-contiguous-datatypes, --assume-same-counts):
+#: What a user can vouch for at tune time, flag by flag (tune --assume-contiguous-datatypes, --assume-same-counts,
+#: --assume-commutative-ops):
 #: contiguous datatypes say nothing of counts (512 MPI_INT at the root, one contiguous type of 512 ints elsewhere).
 CONTIGUOUS_DATATYPES: frozenset[str] = frozenset({"contiguous", "true-lb-zero"})
 SAME_COUNTS: frozenset[str] = frozenset({"same-counts"})
+#: tune --assume-commutative-ops, or a profile whose every reduction passed a commutative operation: every
+#: MPI_Op the application reduces with commutes (all predefined ones do), so Open MPI's ring allreduce may be
+#: written (a file cannot state the op: it would otherwise be left out).
+COMMUTATIVE_OPS: frozenset[str] = frozenset({"commutative"})
 
 #: Bits of the online table's `requires` mask (tmpi_online.c); NEVER: a requirement the interposer
 #: cannot decide identically on every rank of the call, so the algorithm is never drawn online.

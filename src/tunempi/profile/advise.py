@@ -308,6 +308,9 @@ class TuneScope:
     #: the vector collectives of `collectives` whose counts the profile classified -> their dominant shape
     #: (uniform included): the count distribution `tune` measures them with unless told otherwise
     count_shapes: Mapping[str, str] = field(default_factory=dict)
+    #: every reduction the profile recorded passed a commutative operation: tune may select algorithms that
+    #: need one (Open MPI's ring allreduce), as with --assume-commutative-ops (mpi/restrictions.COMMUTATIVE_OPS)
+    commutative_ops: bool = False
 
 
 def count_shape_text(collective: str, shapes: Mapping[str, int]) -> str:
@@ -334,7 +337,8 @@ def tune_scope(profile: Profile, adapter: VendorAdapter, library: str, *, nodes:
         ranks = 2
     taken = tuple(c for c in scope.collectives if c not in reasons)
     shapes = {c: s for c, s in profile.dominant_shapes().items() if c in taken and c in VECTOR_COLLECTIVES}
-    return TuneScope(taken, reasons, scope.untunable, nodes, ranks, ppn, scope.min_msg, scope.max_msg, shapes)
+    return TuneScope(taken, reasons, scope.untunable, nodes, ranks, ppn, scope.min_msg, scope.max_msg, shapes,
+                     commutative_ops=profile.commutative_ops_only())
 
 
 @dataclass(frozen=True)

@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from tunempi.collectives import REDUCTIONS
 from tunempi.errors import UsageError
 
 SCHEMA = "tunempi-profile"
@@ -88,6 +89,10 @@ class CollectiveRecord:
     wait_ns: int = 0
     blocked_ns: int | None = None
     count_shapes: dict[str, int] | None = None
+    #: Reductions: calls that passed an MPI_Op, and how many of them a non-commutative one (MPI_Op_commutative);
+    #: None where the profile does not say (written before it recorded them).
+    op_calls: int | None = None
+    noncommutative_calls: int | None = None
 
     @property
     def time_s(self) -> float:
@@ -218,6 +223,14 @@ class Profile:
                 found[record.collective].append(record.count_shapes)
         return {name: sum_shapes(rows) for name, rows in sorted(found.items())}
 
+    def commutative_ops_only(self, collectives: Iterable[str] | None = None) -> bool:
+        """Every reduction of the profile (of `collectives`, if given) passed a commutative operation, and the
+        profile recorded it (a profile from before it did says nothing: False). True where none reduces."""
+        wanted = None if collectives is None else set(collectives)
+        rows = [r for r in self.collectives if (wanted is None or r.collective in wanted)
+                and (r.op_calls or r.collective.removeprefix("i") in REDUCTIONS | {"scan", "exscan"})]
+        return all(r.op_calls is not None and r.noncommutative_calls == 0 for r in rows)
+
     def dominant_shapes(self) -> dict[str, str]:
         """collective -> the shape most of its classified calls had (dominant_shape)."""
         return {name: shape for name, shapes in self.count_shapes().items()
@@ -263,6 +276,8 @@ def parse_profile(data: dict[str, Any], path: Path = Path("<profile>")) -> Profi
             wait_ns=int(row.get("wait_ns", 0)),
             blocked_ns=int(row["blocked_ns"]) if "blocked_ns" in row else None,
             count_shapes=None if not shapes else {str(k): int(v) for k, v in shapes.items()},
+            op_calls=int(row["op_calls"]) if "op_calls" in row else None,
+            noncommutative_calls=int(row["noncommutative_calls"]) if "noncommutative_calls" in row else None,
         ))
     ranks = tuple(RankSummary(**row) for row in _require(data, "ranks", path))
     histogram = _require(data, "p2p_histogram", path)

@@ -386,11 +386,13 @@ def assumption_lines(manifest: Manifest) -> list[str]:
 
     if not manifest.assumes:
         return []
-    from tunempi.mpi.restrictions import SAME_COUNTS
+    from tunempi.mpi.restrictions import COMMUTATIVE_OPS, SAME_COUNTS
 
     said = "; ".join(REQUIREMENTS.get(r, r) for r in manifest.assumes)
-    flags = [flag for flag, vouched in (("--assume-contiguous-datatypes", set(manifest.assumes) - SAME_COUNTS),
-                                        ("--assume-same-counts", set(manifest.assumes) & SAME_COUNTS)) if vouched]
+    assumed = set(manifest.assumes)
+    flags = [flag for flag, vouched in (("--assume-contiguous-datatypes", assumed - SAME_COUNTS - COMMUTATIVE_OPS),
+                                        ("--assume-same-counts", assumed & SAME_COUNTS),
+                                        ("--assume-commutative-ops", assumed & COMMUTATIVE_OPS)) if vouched]
     return [f"assumes every collective call passes {said} (tuned with {' '.join(flags)}): the files "
             "may select algorithms that compute wrong results for other calls"]
 

@@ -32,6 +32,7 @@ typedef struct {
     uint64_t completed, completion, wait; /* non-blocking: completions seen, start -> completion, waited */
     uint64_t blocked; /* non-blocking: the whole time of the waits and tests that named it (not shared) */
     uint64_t shapes[TMPI_COUNTS_SHAPES]; /* vector collectives: calls per shape of their counts (tmpi_counts.h) */
+    uint64_t op_calls, noncommutative; /* reductions: calls with an MPI_Op, and with a non-commutative one */
     int n_exact; /* -1: more than TMPI_EXACT_MAX distinct sizes */
     uint64_t exact_size[TMPI_EXACT_MAX], exact_calls[TMPI_EXACT_MAX];
 } tmpi_coll_entry;
@@ -42,6 +43,7 @@ typedef struct {
     uint64_t calls, bytes, time_ns, min_ns, max_ns;
     uint64_t completed, completion_ns, wait_ns, blocked_ns;
     uint64_t shapes[TMPI_COUNTS_SHAPES];
+    uint64_t op_calls, noncommutative;
     uint64_t exact_size[TMPI_EXACT_MAX], exact_calls[TMPI_EXACT_MAX];
 } tmpi_record;
 
@@ -243,6 +245,17 @@ static void nbc_after_wait(const tmpi_call *call, int record)
     tmpi_inflight_drop_completed(&nbc, call);
 }
 
+/* Whether a reduction's operation commutes (what tune --from-profile vouches for: Open MPI's ring allreduce
+ * needs it). The common predefined ones without a call into the library; every predefined op commutes. */
+static int tmpi_op_commutes(MPI_Op op)
+{
+    if (op == MPI_SUM || op == MPI_MAX || op == MPI_MIN)
+        return 1;
+    int commute = 0;
+    PMPI_Op_commutative(op, &commute);
+    return commute;
+}
+
 static void profile_begin(tmpi_call *call)
 {
     switch (tmpi_op_table[call->op].kind) {
@@ -288,6 +301,10 @@ static void profile_end(tmpi_call *call)
             int shape = tmpi_call_shape(call, info);
             if (shape >= 0)
                 e->shapes[shape]++;
+        }
+        if (call->mpi_op != MPI_OP_NULL) {
+            e->op_calls++;
+            e->noncommutative += !tmpi_op_commutes(call->mpi_op);
         }
         me.coll += dt;
         me.coll_calls++;
@@ -511,6 +528,8 @@ static void tmpi_merge_record(tmpi_record *a, const tmpi_record *b)
     a->blocked_ns += b->blocked_ns;
     for (int s = 0; s < TMPI_COUNTS_SHAPES; s++)
         a->shapes[s] += b->shapes[s];
+    a->op_calls += b->op_calls;
+    a->noncommutative += b->noncommutative;
     if (b->min_ns < a->min_ns)
         a->min_ns = b->min_ns;
     if (b->max_ns > a->max_ns)
@@ -565,7 +584,8 @@ static tmpi_record *tmpi_local_records(const int *node_of, int n_nodes, int *cou
                            .time_ns = tmpi_ticks_to_ns(e->time), .min_ns = tmpi_ticks_to_ns(e->min),
                            .max_ns = tmpi_ticks_to_ns(e->max), .completed = e->completed,
                            .completion_ns = tmpi_ticks_to_ns(e->completion), .wait_ns = tmpi_ticks_to_ns(e->wait),
-                           .blocked_ns = tmpi_ticks_to_ns(e->blocked)};
+                           .blocked_ns = tmpi_ticks_to_ns(e->blocked), .op_calls = e->op_calls,
+                           .noncommutative = e->noncommutative};
         memcpy(r->shapes, e->shapes, sizeof r->shapes);
         memcpy(r->exact_size, e->exact_size, sizeof r->exact_size);
         memcpy(r->exact_calls, e->exact_calls, sizeof r->exact_calls);
@@ -766,6 +786,9 @@ static void tmpi_write_json(FILE *out, const tmpi_record *records, int n_records
                     (unsigned long long)r->shapes[TMPI_COUNTS_UNIFORM],
                     (unsigned long long)r->shapes[TMPI_COUNTS_SKEWED],
                     (unsigned long long)r->shapes[TMPI_COUNTS_SPARSE]);
+        if (r->op_calls > 0)
+            fprintf(out, "\"op_calls\": %llu, \"noncommutative_calls\": %llu, ", (unsigned long long)r->op_calls,
+                    (unsigned long long)r->noncommutative);
         fputs("\"exact_sizes\": ", out);
         if (r->n_exact < 0) {
             fputs("null", out);
