@@ -244,3 +244,17 @@ def test_without_a_profile_online_best_takes_the_computation_its_own_records_sho
     assert best_figures(config, [b], waiting)["objective"] == "latency"
     assert best_figures(config, [a], [rec("iallreduce", 0, 50.0, 2.0, None)]) == {"objective": "latency",
                                                                                  "objective_from": NO_PROFILE}
+
+
+def test_a_computation_longer_than_the_cap_is_measured_at_the_cap_and_says_so() -> None:
+    from tunempi.online.report import best_figures
+    from tunempi.online.state import OnlineConfig
+    from tunempi.tune.objective import MAX_COMPUTE_US, capped_computation
+
+    assert capped_computation(40.0, "profile a.json: x") == (40.0, "profile a.json: x")
+    us, source = capped_computation(2e6, "profile a.json: x")
+    assert us == MAX_COMPUTE_US and source.startswith("profile a.json: x (2000000us, measured as 5000us")
+    a = Cell("iallreduce", 2, 1, 2, 1024)
+    rows = computation_rows(nonblocking_uses(profile_of(row(completion_us=2e6 + 10.0))), "a.json")
+    found = best_figures(OnlineConfig(objective="time", objective_from="profile a.json", computations=rows), [a])
+    assert found["compute_us"] == {a: MAX_COMPUTE_US} and "measured as 5000us" in found["compute_from"][a]

@@ -100,7 +100,7 @@ def _say_nonblocking(config: OnlineConfig, switched: list[str], library_name: st
     started = [c for c in asked if c in switched]
     if started:
         fits = (f"the profile's objective: {config.objective}" if config.objective else
-                "no profile: its computation is not known to tunempi")
+                "no profile: online best takes the computation from the records, which hold the waits' time")
         _out.print(f"  {', '.join(started)}: switched at their start; each call's record runs from the start to "
                    "the wait or test that completes it, i.e. start + the application's own computation + wait: the "
                    f"time objective with the application's computation, its latency where it waits right after "
@@ -108,8 +108,8 @@ def _say_nonblocking(config: OnlineConfig, switched: list[str], library_name: st
     left = [c for c in asked if c not in switched]
     if left:
         _out.print(f"  not switched per call by {library_name}: {', '.join(left)} (the library offers no "
-                   "algorithm choice for it at run time: its calls run the library's own; `tunempi tune` decides "
-                   "for them where a tuning file can)", soft_wrap=True, highlight=False)
+                   "algorithm choice for it at run time: its calls run the library's own)", soft_wrap=True,
+                   highlight=False)
 
 
 @online_app.command("run", context_settings={"allow_interspersed_args": False})

@@ -264,7 +264,7 @@ def best_figures(config: OnlineConfig, cells: Sequence[Cell], records: Iterable[
     calls compute between start and wait, else latency), or latency where they cannot say (NO_PROFILE). No
     non-blocking cell: nothing."""
     from tunempi.collectives import is_nonblocking
-    from tunempi.tune.objective import ApplicationComputation, application_lengths
+    from tunempi.tune.objective import ApplicationComputation, application_lengths, capped_computation
 
     nonblocking = [cell for cell in cells if is_nonblocking(cell.collective)]
     if not nonblocking:
@@ -278,10 +278,11 @@ def best_figures(config: OnlineConfig, cells: Sequence[Cell], records: Iterable[
         config = replace(config, objective="time", objective_from=RECORDS, computations=rows)
     if config.objective != "time":
         return {"objective": "latency", "objective_from": config.objective_from or NO_PROFILE}
-    found = application_lengths(nonblocking, [ApplicationComputation(**row) for row in config.computations])
+    found = {cell: capped_computation(c.compute_us, c.source) for cell, c in application_lengths(
+        nonblocking, [ApplicationComputation(**row) for row in config.computations]).items()}
     return {"objective": "time", "objective_from": config.objective_from,
-            "compute_us": {cell: found[cell].compute_us if cell in found else 0.0 for cell in nonblocking},
-            "compute_from": {cell: found[cell].source if cell in found else "no computation in the profile: 0 "
+            "compute_us": {cell: found[cell][0] if cell in found else 0.0 for cell in nonblocking},
+            "compute_from": {cell: found[cell][1] if cell in found else "no computation in the profile: 0 "
                              "(its latency)" for cell in nonblocking}}
 
 

@@ -62,7 +62,8 @@ def open_state(directory: Path | str, library: MPILibrary, config: OnlineConfig 
     adapter = adapter_for(library)
     if not adapter.switches_at_run_time():
         raise CannotSwitch(
-            f"{library.name} reads its algorithm choice at MPI_Init only, so it cannot switch per call; "
+            f"{library.name} reads its algorithm choice at MPI_Init only, so it cannot switch any collective "
+            f"(blocking or non-blocking) per call; "
             f"tune it offline instead (`tunempi tune --mpi {library.spec}`), or compare whole runs under "
             f"settings (`tunempi compare`, `tunempi search`)")
     switches = collective_switches(adapter, config.collectives)

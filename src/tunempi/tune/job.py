@@ -76,6 +76,7 @@ from tunempi.tune.objective import (
     ApplicationComputation,
     Figures,
     application_lengths,
+    capped_computation,
     compute_lengths,
 )
 from tunempi.tune.runner import LayoutRunner, ParallelRunner, PointResult
@@ -485,10 +486,11 @@ def plan_figures(plan: TunePlan, runner: ParallelRunner, store: ResultStore) -> 
     def measure(work: Mapping[Layout, Sequence[BenchPoint]]) -> list[Measurement]:
         return [r.measurement for r in runner.run(work, on_point=lambda r: store.add(r.measurement))]
 
-    application = application_lengths(cells, plan.options.computations)
-    sources = {cell: c.source for cell, c in application.items()}
+    application = {cell: capped_computation(c.compute_us, c.source)
+                   for cell, c in application_lengths(cells, plan.options.computations).items()}
+    sources = {cell: source for cell, (_, source) in application.items()}
     lengths = compute_lengths(cells, store, fingerprint, measure, system=system, run_of=next_run,
-                              given={cell: c.compute_us for cell, c in application.items()}, sources=sources)
+                              given={cell: us for cell, (us, _) in application.items()}, sources=sources)
     return Figures(objective, lengths, sources, plan.options.objective_from)
 
 

@@ -85,6 +85,20 @@ DEFAULT_LATENCY_SOURCE = "the library default's latency"
 STORED_SOURCE = "its stored time points"
 
 
+#: The longest application computation a point is measured with (us): every point runs it in each of at least
+#: warm-up + min_iters iterations (12 in tune: 60 ms at this length), and beyond a few milliseconds a collective
+#: of the sizes tuned has either progressed to its end behind the computation or waits for the wait (no progress
+#: without MPI calls) whatever its length. A longer one is measured at this length, and its source says so.
+MAX_COMPUTE_US = 5000.0
+
+
+def capped_computation(us: float, source: str) -> tuple[float, str]:
+    """(the computation a point is measured with, its source): `us` up to MAX_COMPUTE_US."""
+    if us <= MAX_COMPUTE_US:
+        return us, source
+    return MAX_COMPUTE_US, f"{source} ({us:.0f}us, measured as {MAX_COMPUTE_US:.0f}us: MAX_COMPUTE_US)"
+
+
 @dataclass(frozen=True)
 class ApplicationComputation:
     """What an application computes between a non-blocking collective's start and its wait (mean per call, us),
