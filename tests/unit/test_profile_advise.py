@@ -95,6 +95,9 @@ def test_advise_predicts_savings_per_run_and_picks_what_is_worth_tuning() -> Non
     assert command is not None and command.text == (
         "tunempi tune --mpi mpich --collectives allreduce --nodes 2 --ppn 2 --min-msg 8 --max-msg 8 "
         "--db r.sqlite --out tuned")
+    # with the profile's path, tune takes from it what the flags do not say (objective, shapes, ops)
+    with_profile = tune_command(advice, "mpich", profile="app.json")
+    assert with_profile is not None and with_profile.argv[-4:] == ("--from-profile", "app.json", "--out", "tuned")
 
 
 def test_no_saving_where_the_best_algorithm_is_what_the_default_runs() -> None:
@@ -198,8 +201,8 @@ def test_advise_from_the_store_gives_the_measured_best_and_saving(tmp_path: Path
     # bcast 1000 B: the library's own choice (stored as "auto") is already the best: no saving
     assert "auto" not in lines["bcast"] and "default 5.00us" in lines["bcast"] and "0.00us" in lines["bcast"]
     assert "worth tuning (predicted saving per run, at least 1% of the run time): allreduce 6.00ms" in output
-    assert ("tunempi tune --mpi mpich --collectives allreduce --nodes 2 --ppn 2 --min-msg 8 --max-msg 8 --db "
-            f"{tmp_path / 'r.sqlite'} --out tuned") in output
+    assert ("tunempi tune --mpi mpich --collectives allreduce --nodes 2 --ppn 2 --min-msg 8 --max-msg 8 "
+            f"--from-profile {tmp_path / 'p.json'} --db {tmp_path / 'r.sqlite'} --out tuned") in output
 
 
 def test_advise_predicts_unmeasured_sizes_with_the_model(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

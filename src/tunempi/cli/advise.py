@@ -98,8 +98,9 @@ def print_advice(advice: Advice, *, top: int, console: Console, min_saving: floa
                       "run time (or nothing is known about the cells it uses)")
 
 
-def print_tune_command(advice: Advice, mpi_spec: str, db: str | None, console: Console) -> None:
-    command = tune_command(advice, mpi_spec, db=db)
+def print_tune_command(advice: Advice, mpi_spec: str, db: str | None, console: Console,
+                       profile: Path | None = None) -> None:
+    command = tune_command(advice, mpi_spec, db=db, profile=str(profile) if profile is not None else None)
     if command is None:
         if advice.worth_tuning:
             console.print(f"  `tunempi tune` does not take {', '.join(advice.worth_tuning)} (barrier, which moves no "
@@ -229,7 +230,7 @@ def advise_command(
     if source is not None:
         result = advise(app_profile, source, min_saving_fraction=min_saving)
         print_advice(result, top=top, console=_out, min_saving=min_saving)
-        print_tune_command(result, spec, db if db else None, _out)
+        print_tune_command(result, spec, db if db else None, _out, profile)
     reasons = unselectable_here(adapter, library.name, collectives)
     for left in not_tunable(app_profile, reasons):
         _out.print(f"not tunable: {escape(left.text)}")

@@ -158,11 +158,14 @@ class TuneCommand:
         return shlex.join(self.argv)
 
 
-def tune_command(advice: Advice, mpi_spec: str, *, db: str | None = None, out: str = "tuned") -> TuneCommand | None:
+def tune_command(advice: Advice, mpi_spec: str, *, db: str | None = None, out: str = "tuned",
+                 profile: str | None = None) -> TuneCommand | None:
     """The `tunempi tune` command for the collectives worth tuning, restricted to the scales and sizes the
     application uses them at: one node -> `--ranks` = the largest communicator (tune covers 2, 4, ...
     and that size); several nodes -> `--nodes`/`--ppn` = the largest used; `--min-msg`/`--max-msg` = the
-    smallest/largest size rounded down/up to a power of two (at least 4 bytes: one reduction element)."""
+    smallest/largest size rounded down/up to a power of two (at least 4 bytes: one reduction element).
+    `profile`: the profile's path, given as `--from-profile` too, so that tune takes from it what these flags
+    do not say (the non-blocking collectives' objective and computations, count shapes, commutative ops)."""
     chosen = [c for c in advice.cells if c.usage.collective in advice.worth_tuning
               and c.usage.collective in TUNABLE_COLLECTIVES and c.usage.nodes >= 1]
     collectives = tuple(dict.fromkeys(c.usage.collective for c in chosen))
@@ -178,6 +181,8 @@ def tune_command(advice: Advice, mpi_spec: str, *, db: str | None = None, out: s
     sizes = [c.usage.msg_size for c in chosen]
     argv += ["--min-msg", str(max(4, power_of_two_floor(min(sizes)))),
              "--max-msg", str(max(4, power_of_two_ceil(max(sizes))))]
+    if profile:
+        argv += ["--from-profile", profile]
     if db:
         argv += ["--db", db]
     argv += ["--out", out]
