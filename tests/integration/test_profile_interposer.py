@@ -20,6 +20,7 @@ from tunempi.mpi.build import build_c
 from tunempi.mpi.library import MPILibrary
 from tunempi.profile.build import build_interposer, generate_wrappers
 from tunempi.profile.generate import WRAPPED
+from tunempi.profile.reader import FULLY_TYPED, load_profile
 
 pytestmark = pytest.mark.mpi
 
@@ -126,7 +127,12 @@ def test_profile_matches_known_communication(mpi_library: MPILibrary, ranks: int
             assert (row["op_calls"], row["noncommutative_calls"]) == (row["calls"], 0)
         else:
             assert "op_calls" not in row
+        if row["collective"].removeprefix("i") in FULLY_TYPED:  # predefined datatypes, every one seen
+            assert (row["typed_calls"], row["derived_type_calls"]) == (row["calls"], 0), row
     assert got == expected
+    # reductions all MPI_SUM: commutative; but a gather's root-only datatype is never read: no datatype vouch
+    profile = load_profile(tmp_path / "profile.json")
+    assert profile.commutative_ops_only() and not profile.predefined_types_only()
     assert data["p2p_histogram"]["calls"] == p2p_calls
     assert data["p2p_histogram"]["bytes"] == p2p_bytes
 
@@ -159,7 +165,6 @@ def test_a_non_commutative_operation_is_counted_so_tune_does_not_vouch_for_commu
     commutative operations (Open MPI's ring allreduce) only where it counted none."""
     from tunempi.mpi.discovery import adapter_for
     from tunempi.profile.advise import tune_scope
-    from tunempi.profile.reader import load_profile
 
     library = embedded_library("mpich")
     interposer = build_interposer(library, werror=True)

@@ -41,9 +41,11 @@ def test_tune_from_a_profile_with_one_size_per_collective_at_one_layout(tmp_path
     assert "count distributions from the profile (the shape most calls' counts had): alltoallv uniform" in tuned.stdout
     manifest = json.loads((tmp_path / "tuned" / "manifest.json").read_text())
     assert {row["collective"] for row in manifest["selection"]} == {"alltoallv", "allreduce", "alltoall"}
-    # its one reduction passes MPI_SUM: the profile vouches for commutative operations (no flag needed)
-    assert manifest["assumes"] == ["commutative"], tuned.stdout
-    assert "--assume-commutative-ops" in " ".join(tuned.stdout.split())
+    # its reductions pass MPI_SUM and MPI_MAX, every call predefined datatypes: the profile vouches for both
+    assert manifest["assumes"] == ["commutative", "contiguous", "same-counts", "true-lb-zero"], tuned.stdout
+    said = " ".join(tuned.stdout.split())
+    assert ("the profile vouches for what its calls pass: tuning as with --assume-commutative-ops "
+            "--assume-contiguous-datatypes --assume-same-counts") in said
 
     advice = tunempi("advise", "--profile", "a.json", cwd=tmp_path)
     assert advice.returncode == 0, advice.stdout + advice.stderr

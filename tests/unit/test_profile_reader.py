@@ -198,3 +198,17 @@ def test_commutative_ops_only_where_every_reduction_recorded_a_commutative_op(tm
     data["collectives"][1]["noncommutative_calls"] = 1
     profile = load_profile(write(tmp_path, data))
     assert not profile.commutative_ops_only() and profile.commutative_ops_only(["bcast"])
+
+
+def test_predefined_types_only_where_every_call_s_datatypes_were_seen_and_predefined(tmp_path: Path) -> None:
+    """The datatype vouch (contiguous, true lower bound 0, same counts): every collective call passed predefined
+    datatypes and the interposer saw every one that counted; a gather's root-only datatype it never reads."""
+    data = sample()
+    assert not load_profile(write(tmp_path, data)).predefined_types_only()  # not recorded
+    for row in data["collectives"]:
+        row.update(typed_calls=row["calls"], derived_type_calls=0)
+    assert load_profile(write(tmp_path, data)).predefined_types_only()
+    data["collectives"][2]["derived_type_calls"] = 1
+    assert not load_profile(write(tmp_path, data)).predefined_types_only()
+    data["collectives"][2].update(collective="gather", derived_type_calls=0)
+    assert not load_profile(write(tmp_path, data)).predefined_types_only()

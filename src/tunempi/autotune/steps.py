@@ -184,7 +184,7 @@ class LibrarySteps(StepRunner):
     def tune(self, ctx: Context) -> dict[str, Any]:
         from tunempi.collectives import DEFAULT_OBJECTIVE
         from tunempi.mpi.discovery import adapter_for
-        from tunempi.mpi.restrictions import COMMUTATIVE_OPS
+        from tunempi.mpi.restrictions import ASSUME_FLAGS
         from tunempi.profile.advise import tune_scope
         from tunempi.profile.nonblocking import (
             application_objective,
@@ -224,8 +224,8 @@ class LibrarySteps(StepRunner):
                               distributions=check_distributions(scope.count_shapes),
                               objective=objective or DEFAULT_OBJECTIVE, objective_from=objective_from,
                               computations=computations,
-                              # the profile's reductions all passed commutative ops: as --assume-commutative-ops
-                              assume=tuple(sorted(COMMUTATIVE_OPS)) if scope.commutative_ops else ())
+                              # what the profile's calls vouch for (commutative ops, predefined datatypes)
+                              assume=tuple(sorted(set().union(*(ASSUME_FLAGS[f] for f in scope.vouched_flags())))))
         shapes = "".join(f", {c} with {d} counts" for c, d in options.distributions.items())
         ctx.listener.note(f"tuning {', '.join(taken)} at the profile's layout and sizes "
                           f"({scope.min_msg}..{scope.max_msg} bytes{shapes}) for at most {timeout:.0f} s")

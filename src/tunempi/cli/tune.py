@@ -141,10 +141,12 @@ def tune_command(
         profile_distributions = _profile_distributions(scope.count_shapes, collectives.split(","), distribution)
         objective, objective_from, computations = _profile_objective(profile, from_profile, collectives.split(","),
                                                                      objective)
-        if scope.commutative_ops and not assume_commutative_ops:
-            assume_commutative_ops = True
-            output_console().print("every reduction in the profile passed a commutative operation: tuning as with "
-                                   "--assume-commutative-ops")
+        vouched = scope.vouched_flags()
+        assume_commutative_ops = assume_commutative_ops or "--assume-commutative-ops" in vouched
+        assume_contiguous_datatypes = assume_contiguous_datatypes or "--assume-contiguous-datatypes" in vouched
+        assume_same_counts = assume_same_counts or "--assume-same-counts" in vouched
+        if vouched:
+            output_console().print(f"the profile vouches for what its calls pass: tuning as with {' '.join(vouched)}")
     nodes = nodes or 1
     if ranks is None and ppn is None and nodes == 1:
         ranks = 2

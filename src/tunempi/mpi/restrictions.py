@@ -50,6 +50,10 @@ SAME_COUNTS: frozenset[str] = frozenset({"same-counts"})
 #: MPI_Op the application reduces with commutes (all predefined ones do), so Open MPI's ring allreduce may be
 #: written (a file cannot state the op: it would otherwise be left out).
 COMMUTATIVE_OPS: frozenset[str] = frozenset({"commutative"})
+#: tune's --assume flag -> the requirements it vouches for (a profile vouches by the same flags).
+ASSUME_FLAGS: dict[str, frozenset[str]] = {"--assume-contiguous-datatypes": CONTIGUOUS_DATATYPES,
+                                           "--assume-same-counts": SAME_COUNTS,
+                                           "--assume-commutative-ops": COMMUTATIVE_OPS}
 
 #: Bits of the online table's `requires` mask (tmpi_online.c); NEVER: a requirement the interposer
 #: cannot decide identically on every rank of the call, so the algorithm is never drawn online.

@@ -316,6 +316,15 @@ class TuneScope:
     #: every reduction the profile recorded passed a commutative operation: tune may select algorithms that
     #: need one (Open MPI's ring allreduce), as with --assume-commutative-ops (mpi/restrictions.COMMUTATIVE_OPS)
     commutative_ops: bool = False
+    #: every collective call the profile recorded passed predefined datatypes (reader.predefined_types_only): tune
+    #: may select algorithms that need contiguous, same-count datatypes, as with --assume-contiguous-datatypes
+    #: --assume-same-counts
+    predefined_types: bool = False
+
+    def vouched_flags(self) -> tuple[str, ...]:
+        """The tune --assume flags the profile's calls vouch for (mpi/restrictions.ASSUME_FLAGS)."""
+        return (("--assume-commutative-ops",) if self.commutative_ops else ()) + (
+            ("--assume-contiguous-datatypes", "--assume-same-counts") if self.predefined_types else ())
 
 
 def count_shape_text(collective: str, shapes: Mapping[str, int]) -> str:
@@ -343,7 +352,8 @@ def tune_scope(profile: Profile, adapter: VendorAdapter, library: str, *, nodes:
     taken = tuple(c for c in scope.collectives if c not in reasons)
     shapes = {c: s for c, s in profile.dominant_shapes().items() if c in taken and c in VECTOR_COLLECTIVES}
     return TuneScope(taken, reasons, scope.untunable, nodes, ranks, ppn, scope.min_msg, scope.max_msg, shapes,
-                     commutative_ops=profile.commutative_ops_only())
+                     commutative_ops=profile.commutative_ops_only(),
+                     predefined_types=profile.predefined_types_only())
 
 
 @dataclass(frozen=True)

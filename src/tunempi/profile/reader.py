@@ -23,6 +23,12 @@ from typing import Any
 from tunempi.collectives import REDUCTIONS
 from tunempi.errors import UsageError
 
+#: Collectives (blocking names) whose every significant datatype is significant on every rank, so the
+#: interposer reads them all (profile/generate.py `datatypes`); the rooted ones' root-only datatypes it never reads.
+FULLY_TYPED: frozenset[str] = frozenset({
+    "allreduce", "bcast", "allgather", "allgatherv", "alltoall", "alltoallv", "reduce", "reduce_scatter",
+    "reduce_scatter_block", "scan", "exscan"})
+
 SCHEMA = "tunempi-profile"
 SCHEMA_VERSION = 2
 READABLE_VERSIONS: tuple[int, ...] = (1, 2)
@@ -93,6 +99,10 @@ class CollectiveRecord:
     #: None where the profile does not say (written before it recorded them).
     op_calls: int | None = None
     noncommutative_calls: int | None = None
+    #: Calls whose datatypes the interposer sees (those every rank makes significant), and how many of them
+    #: passed a derived one; None where the profile does not say.
+    typed_calls: int | None = None
+    derived_type_calls: int | None = None
 
     @property
     def time_s(self) -> float:
@@ -231,6 +241,16 @@ class Profile:
                 and (r.op_calls or r.collective.removeprefix("i") in REDUCTIONS | {"scan", "exscan"})]
         return all(r.op_calls is not None and r.noncommutative_calls == 0 for r in rows)
 
+    def predefined_types_only(self) -> bool:
+        """Every collective call of the profile passed predefined datatypes only, and the profile saw every
+        datatype that counted: no rooted collective whose root-only datatype the interposer does not read
+        (gather, scatter and their v forms), no alltoallw, and a file from before it recorded them says
+        nothing (False). Predefined types are contiguous, start at the buffer pointer and count alike on every
+        rank: what tune --assume-contiguous-datatypes --assume-same-counts vouch for."""
+        rows = [r for r in self.collectives if r.collective.removeprefix("i") != "barrier"]
+        return all(r.collective.removeprefix("i") in FULLY_TYPED and r.typed_calls == r.calls
+                   and r.derived_type_calls == 0 for r in rows)
+
     def dominant_shapes(self) -> dict[str, str]:
         """collective -> the shape most of its classified calls had (dominant_shape)."""
         return {name: shape for name, shapes in self.count_shapes().items()
@@ -278,6 +298,8 @@ def parse_profile(data: dict[str, Any], path: Path = Path("<profile>")) -> Profi
             count_shapes=None if not shapes else {str(k): int(v) for k, v in shapes.items()},
             op_calls=int(row["op_calls"]) if "op_calls" in row else None,
             noncommutative_calls=int(row["noncommutative_calls"]) if "noncommutative_calls" in row else None,
+            typed_calls=int(row["typed_calls"]) if "typed_calls" in row else None,
+            derived_type_calls=int(row["derived_type_calls"]) if "derived_type_calls" in row else None,
         ))
     ranks = tuple(RankSummary(**row) for row in _require(data, "ranks", path))
     histogram = _require(data, "p2p_histogram", path)

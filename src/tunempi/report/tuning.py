@@ -386,13 +386,10 @@ def assumption_lines(manifest: Manifest) -> list[str]:
 
     if not manifest.assumes:
         return []
-    from tunempi.mpi.restrictions import COMMUTATIVE_OPS, SAME_COUNTS
+    from tunempi.mpi.restrictions import ASSUME_FLAGS
 
     said = "; ".join(REQUIREMENTS.get(r, r) for r in manifest.assumes)
-    assumed = set(manifest.assumes)
-    flags = [flag for flag, vouched in (("--assume-contiguous-datatypes", assumed - SAME_COUNTS - COMMUTATIVE_OPS),
-                                        ("--assume-same-counts", assumed & SAME_COUNTS),
-                                        ("--assume-commutative-ops", assumed & COMMUTATIVE_OPS)) if vouched]
+    flags = [flag for flag, requirements in ASSUME_FLAGS.items() if requirements & set(manifest.assumes)]
     return [f"assumes every collective call passes {said} (tuned with {' '.join(flags)}): the files "
             "may select algorithms that compute wrong results for other calls"]
 

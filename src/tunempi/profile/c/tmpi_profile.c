@@ -33,6 +33,7 @@ typedef struct {
     uint64_t blocked; /* non-blocking: the whole time of the waits and tests that named it (not shared) */
     uint64_t shapes[TMPI_COUNTS_SHAPES]; /* vector collectives: calls per shape of their counts (tmpi_counts.h) */
     uint64_t op_calls, noncommutative; /* reductions: calls with an MPI_Op, and with a non-commutative one */
+    uint64_t typed_calls, derived; /* calls whose datatypes the interposer sees, and with a derived one among them */
     int n_exact; /* -1: more than TMPI_EXACT_MAX distinct sizes */
     uint64_t exact_size[TMPI_EXACT_MAX], exact_calls[TMPI_EXACT_MAX];
 } tmpi_coll_entry;
@@ -44,6 +45,7 @@ typedef struct {
     uint64_t completed, completion_ns, wait_ns, blocked_ns;
     uint64_t shapes[TMPI_COUNTS_SHAPES];
     uint64_t op_calls, noncommutative;
+    uint64_t typed_calls, derived;
     uint64_t exact_size[TMPI_EXACT_MAX], exact_calls[TMPI_EXACT_MAX];
 } tmpi_record;
 
@@ -256,6 +258,24 @@ static int tmpi_op_commutes(MPI_Op op)
     return commute;
 }
 
+/* Whether a datatype is a predefined one (what tune --from-profile vouches for: predefined types on every call
+ * are contiguous, start at the buffer pointer and count alike on every rank). The last answer is kept: a
+ * predefined handle never names a derived type, and a freed derived one's handle only ever names another. */
+static int tmpi_type_predefined(MPI_Datatype type)
+{
+    static MPI_Datatype last = MPI_DATATYPE_NULL;
+    static int last_predefined = 1;
+    if (type == MPI_DATATYPE_NULL)
+        return 1;
+    if (type != last) {
+        int ints, addresses, types, combiner;
+        PMPI_Type_get_envelope(type, &ints, &addresses, &types, &combiner);
+        last = type;
+        last_predefined = combiner == MPI_COMBINER_NAMED;
+    }
+    return last_predefined;
+}
+
 static void profile_begin(tmpi_call *call)
 {
     switch (tmpi_op_table[call->op].kind) {
@@ -305,6 +325,11 @@ static void profile_end(tmpi_call *call)
         if (call->mpi_op != MPI_OP_NULL) {
             e->op_calls++;
             e->noncommutative += !tmpi_op_commutes(call->mpi_op);
+        }
+        if (call->datatype != MPI_DATATYPE_NULL || call->send_datatype != MPI_DATATYPE_NULL) {
+            int send_counts = call->send_datatype != MPI_DATATYPE_NULL && call->buffer != MPI_IN_PLACE;
+            e->typed_calls++;
+            e->derived += !tmpi_type_predefined(call->datatype) || (send_counts && !tmpi_type_predefined(call->send_datatype));
         }
         me.coll += dt;
         me.coll_calls++;
@@ -530,6 +555,8 @@ static void tmpi_merge_record(tmpi_record *a, const tmpi_record *b)
         a->shapes[s] += b->shapes[s];
     a->op_calls += b->op_calls;
     a->noncommutative += b->noncommutative;
+    a->typed_calls += b->typed_calls;
+    a->derived += b->derived;
     if (b->min_ns < a->min_ns)
         a->min_ns = b->min_ns;
     if (b->max_ns > a->max_ns)
@@ -585,7 +612,8 @@ static tmpi_record *tmpi_local_records(const int *node_of, int n_nodes, int *cou
                            .max_ns = tmpi_ticks_to_ns(e->max), .completed = e->completed,
                            .completion_ns = tmpi_ticks_to_ns(e->completion), .wait_ns = tmpi_ticks_to_ns(e->wait),
                            .blocked_ns = tmpi_ticks_to_ns(e->blocked), .op_calls = e->op_calls,
-                           .noncommutative = e->noncommutative};
+                           .noncommutative = e->noncommutative, .typed_calls = e->typed_calls,
+                           .derived = e->derived};
         memcpy(r->shapes, e->shapes, sizeof r->shapes);
         memcpy(r->exact_size, e->exact_size, sizeof r->exact_size);
         memcpy(r->exact_calls, e->exact_calls, sizeof r->exact_calls);
@@ -786,6 +814,9 @@ static void tmpi_write_json(FILE *out, const tmpi_record *records, int n_records
                     (unsigned long long)r->shapes[TMPI_COUNTS_UNIFORM],
                     (unsigned long long)r->shapes[TMPI_COUNTS_SKEWED],
                     (unsigned long long)r->shapes[TMPI_COUNTS_SPARSE]);
+        if (r->typed_calls > 0)
+            fprintf(out, "\"typed_calls\": %llu, \"derived_type_calls\": %llu, ", (unsigned long long)r->typed_calls,
+                    (unsigned long long)r->derived);
         if (r->op_calls > 0)
             fprintf(out, "\"op_calls\": %llu, \"noncommutative_calls\": %llu, ", (unsigned long long)r->op_calls,
                     (unsigned long long)r->noncommutative);
