@@ -6,13 +6,22 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 
+import pytest
+
 from tunempi.bench.engine import Layout, PointOutcome
 from tunempi.bench.protocol import PointReply, PointRequest
 from tunempi.bench.sweep import BenchPoint
 from tunempi.collectives import DEFAULT_ALGORITHM
 from tunempi.space import Cell
 from tunempi.store.results import Measurement
-from tunempi.tune.machine_state import STATE_RATIO, StatesMet, in_reference, launch_probes, same_state
+from tunempi.tune.machine_state import (
+    STATE_RATIO,
+    StatesMet,
+    in_reference,
+    launch_probes,
+    same_state,
+    usable_probe,
+)
 from tunempi.tune.runner import PointResult
 from tunempi.tune.verify import evaluate, evaluate_states, reference_shortfall
 
@@ -48,11 +57,22 @@ def launches(runs: Sequence[int], tuned: float, default: float, probe: float | N
 SELECTION: Mapping[Cell, str] = dict.fromkeys(RULE, "binomial")
 
 
+@pytest.fixture(autouse=True)
+def _enough_cores(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The layouts here are 2 ranks: not oversubscribed on any machine the probe is read on."""
+    monkeypatch.setattr("tunempi.tune.machine_state.os.sched_getaffinity", lambda pid: set(range(8)))
+
+
 def test_a_launch_probe_is_the_median_of_its_points_and_states_are_told_apart_by_the_ratio() -> None:
-    assert launch_probes([("a", 40.0), ("a", 44.0), ("a", 90.0), ("b", None), ("b", 0.0)]) == {"a": 44.0}
+    assert launch_probes([("a", 44.0), ("a", 40.0), ("a", 900.0), ("b", None), ("b", 0.0)]) == {"a": 40.0}
+    # a launch whose probes spread (other jobs' ranks on the cores) says nothing about the state
+    assert launch_probes([("c", 44.0), ("c", 873.0), ("c", 1388.0), ("c", 76.0)]) == {}
     assert same_state(FAST, FAST * 1.5) and not same_state(FAST, SLOW)
     assert same_state(None, SLOW) and in_reference(None, FAST) and in_reference(SLOW, None)
     assert in_reference(FAST * STATE_RATIO, FAST) and not in_reference(SLOW, FAST)
+    # an oversubscribed layout's probe reads the ranks' turns on the cores, not the machine
+    assert usable_probe(SLOW, ranks_per_node=2, cores=2) == SLOW and usable_probe(SLOW, 4, cores=2) is None
+    assert usable_probe(0.0, 2, cores=2) is None and usable_probe(None, 2, cores=2) is None
 
 
 def test_a_rule_is_judged_in_the_fastest_state_whatever_the_slower_one_says() -> None:

@@ -506,7 +506,8 @@ def test_deciding_launches_under_files_decide_what_the_files_do_not_what_the_swi
     assert len(keys) == len(set(keys)) == outcome.measured
 
 
-def test_deciding_launches_that_met_a_slow_spell_are_measured_again_and_decide_in_the_fastest_state() -> None:
+def test_deciding_launches_that_met_a_slow_spell_are_measured_again_and_decide_in_the_fastest_state(
+        monkeypatch: pytest.MonkeyPatch) -> None:
     """Issue 39's two speeds: the first deciding launch meets the machine in a slow state (its probe 3x the
     others'), where the other algorithms beat the default; in the fastest state the default is the fastest.
     The tune pauses, measures another deciding launch, and decides on the two in the fastest state: no
@@ -515,6 +516,8 @@ def test_deciding_launches_that_met_a_slow_spell_are_measured_again_and_decide_i
 
     from tunempi.bench.protocol import PointReply
 
+    # 8 cores: no layout of the test is oversubscribed (on 2 cores the 4-rank one would have no probe)
+    monkeypatch.setattr("tunempi.tune.machine_state.os.sched_getaffinity", lambda pid: set(range(8)))
     runner = FakeRunner()
     slow = {1}  # deciding launch 1 of 3 (relaunched counts them)
 
@@ -536,6 +539,7 @@ def test_deciding_launches_that_met_a_slow_spell_are_measured_again_and_decide_i
     pauses: list[float] = []
     outcome = Tuner(spaces(), runner, strategy="exhaustive", launches=3, sleep=pauses.append).run()
     assert runner.relaunched == 3 and pauses == [2.0]  # one more deciding launch after one pause
+    assert (outcome.state_blocks, outcome.state_wait_s) == (1, 2.0)
     assert set(outcome.selection.values()) == {DEFAULT_ALGORITHM}
     assert outcome.decisions and all(d.outcome == "default" for d in outcome.decisions.values())
     assert all(d.comparison is not None and d.comparison.pairs == 2 for d in outcome.decisions.values())

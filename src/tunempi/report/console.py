@@ -219,6 +219,11 @@ class TuneProgress:
                 f"decided across {launches} launches: {counts.get('tuned', 0)} cells tuned, {counts.get('tie', 0)} "
                 f"ties (the library's default kept: no difference that held in every launch), "
                 f"{counts.get('default', 0)} default")
+            if outcome.state_blocks:
+                self.console.print(
+                    f"the machine was slower than its fastest state in some deciding launches (cross-core probe "
+                    f"over 2x its fastest): {outcome.state_blocks} more measured after pauses of "
+                    f"{outcome.state_wait_s:.0f} s in all, deciding on those of the fastest state")
         if outcome.stop_reason == "interrupted":
             self.console.print("[yellow]interrupted[/]: measured points are kept in the store; rerun to resume.")
         elif outcome.stop_reason == "exhaustive-cost":

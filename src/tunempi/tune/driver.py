@@ -146,6 +146,10 @@ class TuneOutcome:
     model_wait_s: float = 0.0  # part of it the loop waited for (the rest overlapped with measuring)
     #: Every contested cell, decided across launches (empty: no deciding launch was made).
     decisions: dict[Cell, CellDecision] = field(default_factory=dict)
+    #: Deciding launches measured again because too few met the machine in its fastest state
+    #: (tune/machine_state.py), and the time spent pausing for it.
+    state_blocks: int = 0
+    state_wait_s: float = 0.0
 
     def outcome_counts(self) -> dict[str, int]:
         """How many decided cells are tuned, ties (the default kept) or the default after all."""
@@ -403,7 +407,7 @@ class Tuner:
             selection=selection, strategies=self.strategies, curve=run.curve, stop_reason=stop_reason,
             wall_s=self.clock() - started, bench_s=run.bench_s, measured=run.measured, resumed=self.resumed,
             failed=run.failed, launches=self.runner.launches + run.file_launches, model_s=run.model_s, model_wait_s=run.wait_s,
-            decisions=dict(self.decisions),
+            decisions=dict(self.decisions), state_blocks=run.state_blocks, state_wait_s=run.state_wait_s,
         )
 
     def _explore(self, run: _Run, thinker: ThreadPoolExecutor, max_rounds: int | None) -> str:
@@ -530,8 +534,10 @@ class Tuner:
             if not short:
                 break
             self.sleep(self.state_pause_s)
+            run.state_wait_s += self.state_pause_s
             if not deciding_block(short):
                 break
+            run.state_blocks += 1
         began = self.clock()
         self.decisions = {}
         keep = reference_blocks(r for strategy in self.strategies.values() for r in strategy.records)
@@ -630,6 +636,8 @@ class _Run:
     model_s: float = 0.0  # time the strategies spent choosing points and selecting
     wait_s: float = 0.0  # part of it the loop waited for
     block: int = 1  # the launch block being measured: 1 exploring, 2... deciding (tune/launch_blocks.py)
+    state_blocks: int = 0  # deciding blocks added because too few met the machine's fastest state
+    state_wait_s: float = 0.0
     file_launches: int = 0  # deciding launches under files (not the runner's)
 
     def past_deadline(self) -> bool:

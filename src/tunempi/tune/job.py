@@ -10,7 +10,6 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import shutil
-import statistics
 import tempfile
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -438,7 +437,7 @@ def run_tune(options: TuneOptions, on_event: OnTuneEvent | None = None) -> TuneR
         check_evidence(outcome, sum(len(s.cells) for s in plan.spaces.values()))
         earlier = earlier_file_names(options.out)
         report.manifest = write_result(plan, outcome, emit, figures,
-                                       {layout: statistics.median(values) for layout, values in probes.items()})
+                                       {layout: min(values) for layout, values in probes.items()})
         report.manifest = tune_compositions(plan, report.manifest, emit)
         report.manifest.remove_files_no_longer_listed(earlier)
     return report

@@ -99,7 +99,7 @@ def _layout(cell: Cell) -> LayoutKey:
 
 
 def _block_probes(records: Iterable[MeasurementRecord]) -> dict[LayoutKey, dict[int, float]]:
-    """layout -> launch block (the exploring one and the deciding ones) -> the median probe of its runs."""
+    """layout -> launch block (the exploring one and the deciding ones) -> the fastest probe of its runs (machine_state.launch_probes)."""
     found = launch_probes(((_layout(r.cell), r.launch_block), r.probe_us) for r in records if r.launch_block >= 1)
     by_layout: dict[LayoutKey, dict[int, float]] = {}
     for (layout, block), probe in found.items():

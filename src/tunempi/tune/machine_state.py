@@ -8,7 +8,7 @@ next one, in the fast state, sent it back (0.79x), so two tunes wrote different 
 
 Every point the bench engine measures carries a probe taken just before it (`PointReply.probe_us`: the
 fastest one-way time of a 256 KiB ping-pong between the first and the last rank). Here a launch's probe is
-the median over its points; the machine's **reference state** is the fastest seen (the tune's own points and
+the fastest over its points; the machine's **reference state** is the fastest seen (the tune's own points and
 the verifying launches): a launch is in it when its probe is within `STATE_RATIO` of the fastest. A pair of
 launches compared with each other must be in one state (`same_state`), and verify judges a rule by the
 launches in the reference state, waiting for the machine to come back to it when none were (verify_run.py),
@@ -17,8 +17,9 @@ so two tunes judge their rules on the same machine whatever state each met first
 
 from __future__ import annotations
 
+import os
 import statistics
-from collections.abc import Hashable, Iterable, Mapping
+from collections.abc import Hashable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TypeVar
 
@@ -28,6 +29,8 @@ K = TypeVar("K", bound=Hashable)
 #: read 40-60 and 120-170 us here (2026-11-28, 200 launches, a loaded machine; the bcast default 4x apart),
 #: and under load a launch of the fast state can read 1.7x its fastest.
 STATE_RATIO = 2.0
+#: A launch whose median probe is above this times its fastest was disturbed (launch_probes).
+STEADY_RATIO = 1.5
 #: How long tune's deciding launches and verify wait, at most, for the machine to come back to its fastest
 #: state where fewer than two launches (pairs) of a layout met it (the slow state lasted 2-30 s here), and
 #: the pause between tries.
@@ -36,13 +39,34 @@ STATE_PAUSE_S = 2.0
 
 
 def launch_probes(probes: Iterable[tuple[K, float | None]]) -> dict[K, float]:
-    """launch key -> the median of its points' probes (points without one left out; launches without any
-    are absent)."""
+    """launch key -> the fastest of its points' probes, for the launches whose probes were steady (points
+    without one left out; launches without any, or unsteady, are absent: their state is unknown).
+
+    The fastest, not the median: a descheduled rank inflates a probe by anything up to milliseconds, while
+    the slow state raises every probe of a launch, the fastest too. Steady: with three points or more, the
+    median within `STEADY_RATIO` of the fastest. In one state the probes of a launch are that close (44-45 us
+    for 8 points, with three busy loops beside it as without); where other jobs' ranks take turns on the cores
+    they spread (44 to 1,388 us in one launch), and such a launch says nothing about the state."""
     found: dict[K, list[float]] = {}
     for key, probe in probes:
         if probe is not None and probe > 0:
             found.setdefault(key, []).append(probe)
-    return {key: float(statistics.median(values)) for key, values in found.items()}
+    return {key: min(values) for key, values in found.items() if steady(values)}
+
+
+def steady(probes: Sequence[float]) -> bool:
+    """A launch's probes that tell its state (launch_probes)."""
+    return len(probes) < 3 or statistics.median(probes) <= STEADY_RATIO * min(probes)
+
+
+def usable_probe(probe: float | None, ranks_per_node: int, cores: int | None = None) -> float | None:
+    """The probe where it says something about the machine: None where the layout has more ranks on a node
+    than this machine has cores (they take turns on the cores, and the probe reads the turns: Open MPI at 4
+    ranks on 2 cores read launches 6x apart with no change of state) or where there is none."""
+    if probe is None or probe <= 0:
+        return None
+    available = cores if cores is not None else len(os.sched_getaffinity(0))
+    return probe if ranks_per_node <= available else None
 
 
 def same_state(a: float | None, b: float | None, ratio: float = STATE_RATIO) -> bool:

@@ -18,7 +18,7 @@ Keys (version 1):
     came from, e.g. a profile's row, "the library default's latency"), objective_from ("--objective",
     "profile PATH", "default"; absent: not recorded), distributions{collective: distribution} (how a vector collective's blocks differed
     between ranks where tune and verify measure it, collectives.DISTRIBUTIONS; absent: uniform),
-    machine_probe_us[{ranks, nodes, ppn, probe_us}] (the median machine-state probe of tune's points at each
+    machine_probe_us[{ranks, nodes, ppn, probe_us}] (the fastest machine-state probe of tune's points at each
     layout: verify judges rules in the fastest state it and tune met, tune/machine_state.py),
     one_choice{collective: how} (where the library's files cannot choose the collective's
     algorithm by message size: "per communicator size" or "for every call", e.g. Open MPI's libnbc),
@@ -335,7 +335,7 @@ class Manifest:
     #: vector collective -> how its blocks differed between ranks where tune measured it (the profile's; verify
     #: measures the same); uniform where absent
     distributions: Mapping[str, str] = field(default_factory=dict)
-    #: (ranks, nodes, ppn) -> the median machine-state probe of tune's points there, in us
+    #: (ranks, nodes, ppn) -> the fastest machine-state probe of tune's points there, in us
     #: (tune/machine_state.py): verify judges the rules in the fastest state it and tune met
     machine_probe_us: Mapping[tuple[int, int, int], float] = field(default_factory=dict)
     #: collective -> how its files hold one algorithm where they cannot choose by message size

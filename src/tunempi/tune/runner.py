@@ -28,6 +28,7 @@ from tunempi.launch.scheduler import BenchJob, GroupScheduler, Placement
 from tunempi.mpi.library import MPILibrary
 from tunempi.mpi.vendor import CvarSwitch, VendorAdapter
 from tunempi.store.results import Measurement
+from tunempi.tune.machine_state import usable_probe
 
 
 @dataclass(frozen=True)
@@ -43,9 +44,10 @@ class PointResult:
 
     @property
     def probe_us(self) -> float | None:
-        """The machine's state just before the point (bench engine's probe; tune/machine_state.py)."""
+        """The machine's state just before the point (bench engine's probe; tune/machine_state.py), None where
+        the layout oversubscribes the cores (machine_state.usable_probe)."""
         reply = self.outcome.reply
-        return reply.probe_us if reply is not None else None
+        return usable_probe(reply.probe_us if reply is not None else None, self.layout.ppn_or_derived)
 
 
 class LayoutRunner:

@@ -147,7 +147,7 @@ def _launch_key(m: Measurement) -> tuple[int, int, int, int, bool]:
 def _pairs(selection: Mapping[Cell, str], results: Sequence[PointResult]
            ) -> tuple[Pairs, dict[Cell, dict[int, tuple[float | None, float | None]]]]:
     """(tuned, default) medians per tuned cell and repetition (= launch) where both sides ran, and the
-    probes of the two launches (machine_state: the median of each launch's points' probes)."""
+    probes of the two launches (machine_state: the fastest of each launch's points' probes)."""
     runs: dict[tuple[Cell, str, int], float] = {}
     for result in results:
         m = result.measurement
