@@ -105,3 +105,27 @@ def test_mpich_reads_alltoallw_from_the_json_file_and_the_in_place_guard_keeps_i
     (tmp_path / "unguarded.json").write_text(json.dumps(tree))
     unguarded = run({**env, "MPIR_CVAR_COLL_SELECTION_TUNING_JSON_FILE": str(tmp_path / "unguarded.json")})
     assert unguarded.returncode != 0 and "sendbuf == MPI_IN_PLACE" in unguarded.stdout + unguarded.stderr
+
+
+@pytest.mark.full
+@pytest.mark.parametrize("mpi", ["mpich", "impi"])
+def test_tune_from_an_alltoallw_profile_writes_one_choice_per_layout_and_verify_takes_it(mpi: str,
+                                                                                       tmp_path: Path) -> None:
+    """The libraries that select for alltoallw: tune --from-profile measures it with the profile's count shape,
+    writes one algorithm per communicator size (no file chooses it by a size every rank agrees on),
+    smoke-checked; verify measures the files against the library on its own."""
+    from profile_support import QUICK_TUNE
+
+    library = resolve_library(mpi)
+    program = build_c(library, [SOURCE], "alltoallw_app", werror=True)
+    line = launcher_for(library).command(LaunchSpec((str(program), str(REPS), str(COUNT)), RANKS)).argv
+    profiled = tunempi("profile", "--mpi", mpi, "-o", "a.json", "--", *line, cwd=tmp_path)
+    assert profiled.returncode == 0, profiled.stdout + profiled.stderr
+    tuned = tunempi("tune", "--from-profile", "a.json", "--out", "tuned", *QUICK_TUNE, cwd=tmp_path)
+    assert tuned.returncode == 0, tuned.stdout[-3000:] + tuned.stderr[-3000:]
+    assert "count distributions from the profile (the shape most calls' counts had): alltoallw uniform" in tuned.stdout
+    manifest = json.loads((tmp_path / "tuned" / "manifest.json").read_text())
+    rows = [row for row in manifest["selection"] if row["collective"] == "alltoallw"]
+    assert rows and len({row["algorithm"] for row in rows}) == 1
+    verified = tunempi("verify", "--tuning", "tuned", "--repeats", "2", cwd=tmp_path)
+    assert verified.returncode == 0, verified.stdout[-3000:] + verified.stderr[-3000:]

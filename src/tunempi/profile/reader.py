@@ -72,7 +72,7 @@ class CollectiveRecord:
 
     Vector collectives (schema version 2): `count_shapes` counts the calls by the shape of the counts each rank
     passed (uniform, skewed, sparse; docs/profile.md "Count shapes"), summed over ranks: every rank's calls for
-    alltoallv, allgatherv and reduce_scatter, the root's only for gatherv and scatterv, none on
+    alltoallv, alltoallw, allgatherv and reduce_scatter, the root's only for gatherv and scatterv, none on
     intercommunicators. None where no call was classified (and in version 1 files).
     """
 
