@@ -543,3 +543,44 @@ def test_deciding_launches_that_met_a_slow_spell_are_measured_again_and_decide_i
     assert set(outcome.selection.values()) == {DEFAULT_ALGORITHM}
     assert outcome.decisions and all(d.outcome == "default" for d in outcome.decisions.values())
     assert all(d.comparison is not None and d.comparison.pairs == 2 for d in outcome.decisions.values())
+
+
+def test_the_fastest_probe_of_an_unsteady_exploring_launch_still_sets_the_state_to_decide_in(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """The demo of 2026-11-28: the exploring launch met both states (its probes unsteady), both deciding
+    launches the slow one, where binomial-like algorithms win; the tune measures deciding launches until two
+    meet the fastest state its exploring launch saw, and decides on those."""
+    from dataclasses import replace as replaced
+
+    from tunempi.bench.protocol import PointReply
+
+    monkeypatch.setattr("tunempi.tune.machine_state.os.sched_getaffinity", lambda pid: set(range(8)))
+    runner = FakeRunner()
+    slow = {1, 2}
+    count = [0]
+
+    def latency(algorithm: str, ranks: int, msg_bytes: int) -> float | None:
+        base = 2.0 + ranks * 0.5 + msg_bytes / 1000.0
+        if runner.relaunched in slow:
+            return base * (4.0 if algorithm == DEFAULT_ALGORITHM else 2.0)
+        return base * (1.0 if algorithm == DEFAULT_ALGORITHM else 1.3)
+
+    runner.latency = latency
+    plain_run = runner.run
+
+    def probe() -> float:
+        count[0] += 1
+        if runner.relaunched == 0:  # exploring: both states, alternately
+            return 45.0 if count[0] % 2 else 135.0
+        return 135.0 if runner.relaunched in slow else 45.0
+
+    def run_with_probes(work, on_point=None, settings=None, deadline=None):  # noqa: ANN001, ANN202
+        return [replaced(r, outcome=replaced(r.outcome, reply=PointReply(id=1, status="ok", probe_us=probe())))
+                for r in plain_run(work, on_point, settings, deadline)]
+
+    runner.run = run_with_probes  # type: ignore[method-assign]
+    pauses: list[float] = []
+    outcome = Tuner(spaces(), runner, strategy="exhaustive", launches=3, sleep=pauses.append).run()
+    assert runner.relaunched == 4 and pauses == [2.0, 2.0] and outcome.state_blocks == 2
+    assert set(outcome.selection.values()) == {DEFAULT_ALGORITHM}
+    assert all(d.comparison is not None and d.comparison.pairs == 2 for d in outcome.decisions.values())

@@ -222,7 +222,7 @@ class TuneProgress:
             if outcome.state_blocks:
                 self.console.print(
                     f"the machine was slower than its fastest state in some deciding launches (cross-core probe "
-                    f"over 2x its fastest): {outcome.state_blocks} more measured after pauses of "
+                    f"over 2.5x its fastest): {outcome.state_blocks} more measured after pauses of "
                     f"{outcome.state_wait_s:.0f} s in all, deciding on those of the fastest state")
         if outcome.stop_reason == "interrupted":
             self.console.print("[yellow]interrupted[/]: measured points are kept in the store; rerun to resume.")

@@ -98,28 +98,30 @@ def _layout(cell: Cell) -> LayoutKey:
     return cell.ranks, cell.nodes, cell.ppn
 
 
-def _block_probes(records: Iterable[MeasurementRecord]) -> dict[LayoutKey, dict[int, float]]:
-    """layout -> launch block (the exploring one and the deciding ones) -> the fastest probe of its runs (machine_state.launch_probes)."""
-    found = launch_probes(((_layout(r.cell), r.launch_block), r.probe_us) for r in records if r.launch_block >= 1)
-    by_layout: dict[LayoutKey, dict[int, float]] = {}
-    for (layout, block), probe in found.items():
-        by_layout.setdefault(layout, {})[block] = probe
+def _block_probes(records: Iterable[MeasurementRecord]) -> dict[LayoutKey, dict[int, list[float]]]:
+    """layout -> launch block (the exploring one and the deciding ones) -> the probes of its runs."""
+    by_layout: dict[LayoutKey, dict[int, list[float]]] = {}
+    for r in records:
+        if r.launch_block >= 1 and r.probe_us is not None and r.probe_us > 0:
+            by_layout.setdefault(_layout(r.cell), {}).setdefault(r.launch_block, []).append(r.probe_us)
     return by_layout
 
 
 def reference_blocks(records: Iterable[MeasurementRecord]) -> dict[LayoutKey, set[int]]:
-    """layout -> its deciding blocks that met the machine in its fastest state (tune/machine_state.py: within
-    STATE_RATIO of the fastest block there, the exploring one included)."""
+    """layout -> its deciding blocks judged in the machine's fastest state (tune/machine_state.py): those whose
+    probes were steady and within STATE_RATIO of the fastest probe of any run there (the exploring launch's
+    included: as verify's reference, the tune's fastest), and those whose state is unknown (unsteady probes)."""
     out = {}
     for layout, blocks in _block_probes(records).items():
-        fastest = min(blocks.values())
-        out[layout] = {b for b, probe in blocks.items() if b >= 2 and in_reference(probe, fastest)}
+        fastest = min(min(values) for values in blocks.values())
+        out[layout] = {b for b, values in blocks.items() if b >= 2 and (launch_probes((b, p) for p in values) == {}
+                                                                       or in_reference(min(values), fastest))}
     return out
 
 
 def layouts_short_of_reference(strategies: Iterable[Strategy]) -> set[LayoutKey]:
-    """Layouts with deciding blocks (and probes) of which fewer than two met the fastest state: the tune
-    measures another block there (driver)."""
+    """Layouts with deciding blocks (and probes) of which fewer than two are judged in the fastest state
+    (reference_blocks): the tune measures another block there (driver)."""
     records = [r for s in strategies for r in s.records]
     deciding = {layout for layout, blocks in _block_probes(records).items() if any(b >= 2 for b in blocks)}
     reference = reference_blocks(records)

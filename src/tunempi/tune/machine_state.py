@@ -25,10 +25,11 @@ from typing import TypeVar
 
 K = TypeVar("K", bound=Hashable)
 
-#: Launches whose probes differ by more than this met the machine in different states. The probe's two states
+#: Launches whose probes differ by more than this met the machine in different states. The probe's states
 #: read 40-60 and 120-170 us here (2026-11-28, 200 launches, a loaded machine; the bcast default 4x apart),
-#: and under load a launch of the fast state can read 1.7x its fastest.
-STATE_RATIO = 2.0
+#: and a rarer third about 25 us (a tune's fastest point; its verify's launches then read 1.9x that): 2.5
+#: keeps those two together and the slow one 3x apart.
+STATE_RATIO = 2.5
 #: A launch whose median probe is above this times its fastest was disturbed (launch_probes).
 STEADY_RATIO = 1.5
 #: How long tune's deciding launches and verify wait, at most, for the machine to come back to its fastest
