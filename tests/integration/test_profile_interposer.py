@@ -157,6 +157,16 @@ def test_profile_matches_known_communication(mpi_library: MPILibrary, ranks: int
     assert data["totals"]["mpi_ns"] == sum(r["mpi_ns"] for r in per_rank)
 
 
+def profile_program(library: MPILibrary, source: str, tmp_path: Path, ranks: int = 2) -> tuple[LaunchResult, Path]:
+    """Build profile_apps/`source` and run it under the interposer in profile mode: the launch and the
+    profile's path (which a failed run may not have written)."""
+    interposer = build_interposer(library, werror=True)
+    app = build_c(library, [APP_SOURCE.with_name(source)], f"profile-{Path(source).stem}", werror=True)
+    out = tmp_path / "profile.json"
+    return run(rank_env_argv(library, ranks, [str(app)], {"LD_PRELOAD": str(interposer),
+                                                          "TUNEMPI_PROFILE_OUT": str(out)})), out
+
+
 REDUCING = {"allreduce", "iallreduce", "reduce", "reduce_scatter", "reduce_scatter_block"}
 
 
@@ -167,10 +177,7 @@ def test_a_non_commutative_operation_is_counted_so_tune_does_not_vouch_for_commu
     from tunempi.profile.advise import tune_scope
 
     library = embedded_library("mpich")
-    interposer = build_interposer(library, werror=True)
-    app = build_c(library, [APP_SOURCE.with_name("noncommutative.c")], "profile-noncommutative", werror=True)
-    out = tmp_path / "profile.json"
-    result = run(rank_env_argv(library, 2, [str(app)], {"LD_PRELOAD": str(interposer), "TUNEMPI_PROFILE_OUT": str(out)}))
+    result, out = profile_program(library, "noncommutative.c", tmp_path)
     assert result.returncode == 0, result.stdout + result.stderr
     rows = {row["size_hi"]: row for row in json.loads(out.read_text())["collectives"]}
     assert (rows[4]["op_calls"], rows[4]["noncommutative_calls"]) == (2, 2)  # one call per rank, user op
@@ -253,11 +260,7 @@ def test_unknown_mode_runs_untouched_with_a_warning(tmp_path: Path) -> None:
 
 
 def test_failed_calls_are_not_recorded(tmp_path: Path) -> None:
-    library = embedded_library("mpich")
-    interposer = build_interposer(library, werror=True)
-    app = build_c(library, [APP_SOURCE.with_name("errors.c")], "profile-errors", werror=True)
-    out = tmp_path / "profile.json"
-    result = run(rank_env_argv(library, 2, [str(app)], {"LD_PRELOAD": str(interposer), "TUNEMPI_PROFILE_OUT": str(out)}))
+    result, out = profile_program(embedded_library("mpich"), "errors.c", tmp_path)
     assert result.returncode == 0, result.stdout + result.stderr
     data = json.loads(out.read_text())
     assert [(r["collective"], r["calls"]) for r in data["collectives"]] == [("barrier", 2)]

@@ -11,7 +11,7 @@ from dataclasses import replace
 from pathlib import Path
 
 import pytest
-from store_history import measurement_row, store_at_version
+from store_history import measurement_row, nb_measurement, store_at_version
 
 from tunempi.bench.engine import Layout
 from tunempi.bench.protocol import NB_OVERLAP, NB_TIME, PointReply, PointRequest, decode_line
@@ -28,11 +28,7 @@ FP = "fp-objective"
 
 
 def _m(collective: str = "iallreduce", algorithm: str = "default", msg_bytes: int = 1024, **kw: object) -> Measurement:
-    values: dict = {"library_fingerprint": FP, "library": "mpich-5.0.2", "collective": collective,
-                    "algorithm": algorithm, "ranks": 2, "msg_bytes": msg_bytes, "median_us": 10.0,
-                    "min_us": 9.0, "p90_us": 11.0, "timestamp": "2026-11-28T12:00:00Z"}
-    values.update(kw)
-    return Measurement(**values)
+    return nb_measurement(FP, collective, algorithm, msg_bytes, **kw)
 
 
 def test_blocking_collectives_are_measured_for_their_call_time_whatever_the_objective() -> None:

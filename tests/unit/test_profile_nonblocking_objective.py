@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from store_history import nb_measurement
 
 from tunempi.bench.engine import Layout
 from tunempi.bench.sweep import BenchPoint
@@ -191,11 +192,7 @@ def test_the_manifest_records_where_the_objective_and_each_computation_came_from
 
 
 def _m(collective: str = "iallreduce", algorithm: str = "default", msg_bytes: int = 1024, **kw: object) -> Measurement:
-    values: dict = {"library_fingerprint": FP, "library": "mpich-5.0.2", "collective": collective,
-                    "algorithm": algorithm, "ranks": 2, "msg_bytes": msg_bytes, "median_us": 10.0,
-                    "min_us": 9.0, "p90_us": 11.0, "timestamp": "2026-11-28T12:00:00Z"}
-    values.update(kw)
-    return Measurement(**values)
+    return nb_measurement(FP, collective, algorithm, msg_bytes, **kw)
 
 
 def test_online_best_records_the_objective_its_records_measured_so_verify_can_measure_it_too() -> None:

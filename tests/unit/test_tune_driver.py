@@ -506,20 +506,19 @@ def test_deciding_launches_under_files_decide_what_the_files_do_not_what_the_swi
     assert len(keys) == len(set(keys)) == outcome.measured
 
 
-def test_deciding_launches_that_met_a_slow_spell_are_measured_again_and_decide_in_the_fastest_state(
-        monkeypatch: pytest.MonkeyPatch) -> None:
-    """Issue 39's two speeds: the first deciding launch meets the machine in a slow state (its probe 3x the
-    others'), where the other algorithms beat the default; in the fastest state the default is the fastest.
-    The tune pauses, measures another deciding launch, and decides on the two in the fastest state: no
-    override, the slow launch left out (without the probe, one launch each way would have made ties)."""
+def two_speed_runner(monkeypatch: pytest.MonkeyPatch, slow: set[int],
+                     exploring_probes: Sequence[float] = (45.0,)) -> FakeRunner:
+    """A FakeRunner on a machine with two speeds (issue 39): in the deciding launches of `slow` (relaunched
+    counts them) every probe reads 135 us and the other algorithms beat the default (which is 4x slower
+    there), elsewhere probes read 45 us and the default is the fastest; the exploring launch's probes cycle
+    through `exploring_probes`. 8 cores: no layout is oversubscribed (on 2 cores the 4-rank one has no probe)."""
     from dataclasses import replace as replaced
 
     from tunempi.bench.protocol import PointReply
 
-    # 8 cores: no layout of the test is oversubscribed (on 2 cores the 4-rank one would have no probe)
     monkeypatch.setattr("tunempi.tune.machine_state.os.sched_getaffinity", lambda pid: set(range(8)))
     runner = FakeRunner()
-    slow = {1}  # deciding launch 1 of 3 (relaunched counts them)
+    count = [0]
 
     def latency(algorithm: str, ranks: int, msg_bytes: int) -> float | None:
         base = 2.0 + ranks * 0.5 + msg_bytes / 1000.0
@@ -527,15 +526,30 @@ def test_deciding_launches_that_met_a_slow_spell_are_measured_again_and_decide_i
             return base * (4.0 if algorithm == DEFAULT_ALGORITHM else 2.0)
         return base * (1.0 if algorithm == DEFAULT_ALGORITHM else 1.3)
 
-    runner.latency = latency
+    def probe() -> float:
+        count[0] += 1
+        if runner.relaunched == 0:
+            return exploring_probes[count[0] % len(exploring_probes)]
+        return 135.0 if runner.relaunched in slow else 45.0
+
     plain_run = runner.run
 
     def run_with_probes(work, on_point=None, settings=None, deadline=None):  # noqa: ANN001, ANN202
-        probe = 135.0 if runner.relaunched in slow else 45.0
-        return [replaced(r, outcome=replaced(r.outcome, reply=PointReply(id=1, status="ok", probe_us=probe)))
+        return [replaced(r, outcome=replaced(r.outcome, reply=PointReply(id=1, status="ok", probe_us=probe())))
                 for r in plain_run(work, on_point, settings, deadline)]
 
+    runner.latency = latency
     runner.run = run_with_probes  # type: ignore[method-assign]
+    return runner
+
+
+def test_deciding_launches_that_met_a_slow_spell_are_measured_again_and_decide_in_the_fastest_state(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """Issue 39's two speeds: the first deciding launch meets the machine in a slow state (its probe 3x the
+    others'), where the other algorithms beat the default; in the fastest state the default is the fastest.
+    The tune pauses, measures another deciding launch, and decides on the two in the fastest state: no
+    override, the slow launch left out (without the probe, one launch each way would have made ties)."""
+    runner = two_speed_runner(monkeypatch, slow={1})
     pauses: list[float] = []
     outcome = Tuner(spaces(), runner, strategy="exhaustive", launches=3, sleep=pauses.append).run()
     assert runner.relaunched == 3 and pauses == [2.0]  # one more deciding launch after one pause
@@ -550,35 +564,7 @@ def test_the_fastest_probe_of_an_unsteady_exploring_launch_still_sets_the_state_
     """The demo of 2026-11-28: the exploring launch met both states (its probes unsteady), both deciding
     launches the slow one, where binomial-like algorithms win; the tune measures deciding launches until two
     meet the fastest state its exploring launch saw, and decides on those."""
-    from dataclasses import replace as replaced
-
-    from tunempi.bench.protocol import PointReply
-
-    monkeypatch.setattr("tunempi.tune.machine_state.os.sched_getaffinity", lambda pid: set(range(8)))
-    runner = FakeRunner()
-    slow = {1, 2}
-    count = [0]
-
-    def latency(algorithm: str, ranks: int, msg_bytes: int) -> float | None:
-        base = 2.0 + ranks * 0.5 + msg_bytes / 1000.0
-        if runner.relaunched in slow:
-            return base * (4.0 if algorithm == DEFAULT_ALGORITHM else 2.0)
-        return base * (1.0 if algorithm == DEFAULT_ALGORITHM else 1.3)
-
-    runner.latency = latency
-    plain_run = runner.run
-
-    def probe() -> float:
-        count[0] += 1
-        if runner.relaunched == 0:  # exploring: both states, alternately
-            return 45.0 if count[0] % 2 else 135.0
-        return 135.0 if runner.relaunched in slow else 45.0
-
-    def run_with_probes(work, on_point=None, settings=None, deadline=None):  # noqa: ANN001, ANN202
-        return [replaced(r, outcome=replaced(r.outcome, reply=PointReply(id=1, status="ok", probe_us=probe())))
-                for r in plain_run(work, on_point, settings, deadline)]
-
-    runner.run = run_with_probes  # type: ignore[method-assign]
+    runner = two_speed_runner(monkeypatch, slow={1, 2}, exploring_probes=(135.0, 45.0))
     pauses: list[float] = []
     outcome = Tuner(spaces(), runner, strategy="exhaustive", launches=3, sleep=pauses.append).run()
     assert runner.relaunched == 4 and pauses == [2.0, 2.0] and outcome.state_blocks == 2

@@ -36,7 +36,7 @@ from tunempi.collectives import DEFAULT_ALGORITHM
 from tunempi.evidence import LEVEL, Comparison, compare_launches, launch_log_ratio, launch_spread
 from tunempi.space import Cell
 from tunempi.strategy import MeasurementRecord, Strategy
-from tunempi.tune.machine_state import in_reference, launch_probes
+from tunempi.tune.machine_state import in_reference, steady
 
 OUTCOMES: tuple[str, ...] = ("tuned", "tie", "default")
 #: Contenders beside the library's default in a cell: the selected algorithm and this many minus one more.
@@ -114,8 +114,8 @@ def reference_blocks(records: Iterable[MeasurementRecord]) -> dict[LayoutKey, se
     out = {}
     for layout, blocks in _block_probes(records).items():
         fastest = min(min(values) for values in blocks.values())
-        out[layout] = {b for b, values in blocks.items() if b >= 2 and (launch_probes((b, p) for p in values) == {}
-                                                                       or in_reference(min(values), fastest))}
+        out[layout] = {b for b, values in blocks.items()
+                       if b >= 2 and (not steady(values) or in_reference(min(values), fastest))}
     return out
 
 
