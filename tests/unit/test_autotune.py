@@ -30,6 +30,14 @@ COMPARED = {"schema": 1, "comparison_id": "c1", "db": "x", "blocks": 10, "stop_r
             "recorded_in": []}
 
 
+#: What the tuning can give from tune's measurements (autotune/gain.py): 0.4 % saved, 1.004x at most.
+EXPECTED = {"run_s": 20.0, "tuned_share": 0.4, "changed_share": 0.02, "saved_share": 0.004, "speedup": 1.004,
+            "best_saved_share": 0.1, "best_speedup": 1.111, "unmeasured_share": 0.0,
+            "rows": [{"collective": "allreduce", "ranks": 2, "measured_size": 4096, "sizes": [3000, 4000],
+                      "calls": 200, "algorithm": "recursive_doubling", "speedup": 1.25, "source": "across launches",
+                      "best_speedup": 1.3, "share": 0.02, "saved_share": 0.004}]}
+
+
 class FakeSteps(StepRunner):
     """Records the calls; `fail` maps a step to the exception it raises."""
 
@@ -58,11 +66,12 @@ class FakeSteps(StepRunner):
         return self._step("plan", ctx, plan=self.plan_steps)
 
     def tune(self, ctx: Context) -> dict[str, Any]:
-        return self._step("tune", ctx, variant=self.variants["tune"], directory="/w/tuned")
+        return self._step("tune", ctx, variant=self.variants["tune"], directory="/w/tuned",
+                          expected={**EXPECTED, "speedup": 1.3})
 
     def verify(self, ctx: Context) -> dict[str, Any]:
         assert ctx.results["tune"]["variant"] == self.variants["tune"]  # it sees the finished steps
-        return self._step("verify", ctx, variant=self.variants["verify"], directory="/w/tuned")
+        return self._step("verify", ctx, variant=self.variants["verify"], directory="/w/tuned", expected=EXPECTED)
 
     def online(self, ctx: Context) -> dict[str, Any]:
         return self._step("online", ctx, variant=self.variants["online"])
@@ -128,6 +137,11 @@ def test_a_run_goes_through_the_planned_steps_and_writes_the_report(tmp_path: Pa
     assert "<tr class='speedup'><td>tuned</td>" in page and "1.001x" in page
     assert "id='results-check'" in page and "unchanged in every run" in page
     assert "tunempi run --tuning /w/tuned -- mpiexec -n 2 ./app" in page
+    # the expected gain from tune's measurements (verify's, as it ran), beside compare's figure
+    assert "id='expected-gain'" in page and "<b>1.004x</b>" in page and "1.300x" not in page
+    assert "<td>recursive_doubling</td><td class='num'>1.25x</td><td>across launches</td>" in page
+    assert ("the application can run at most 1.004x faster (every measured algorithm at its best: 1.111x). "
+            "compare measured 1.001x [0.980, 1.020]. That gain is below what an A/B") in page
 
 
 def test_a_stopped_run_continues_where_it_stopped(tmp_path: Path) -> None:
@@ -271,6 +285,68 @@ def test_the_report_shows_tune_s_decision_across_launches_beside_the_medians() -
     assert _across(row) == "tie (default kept): 1.10x [0.30, 4.00] over 3 launches"
     assert across_launches(None) == {} and _across({"collective": "bcast"}) == "-"
     assert _across(across_launches(CellDecision(big, "default", "default"))) == "default faster"
+
+
+def _profile(records: list[tuple[str, int, int, float]], wall_s: float = 20.0) -> Any:
+    """A real Profile of 2 ranks (wall_s rank-seconds in all) with one record per (collective, ranks, size,
+    seconds summed over ranks)."""
+    from tunempi.profile.reader import CollectiveRecord, Profile, RankSummary
+
+    half = int(wall_s / 2 * 1e9)
+    ranks = tuple(RankSummary(r, f"n{r}", half, 0, 0, 0, 0, 0) for r in range(2))
+    rows = tuple(CollectiveRecord(name, True, comm, 2, 1, size // 2, size, 2, 100, 100 * size, int(t * 1e9), 1, 1,
+                                  {size: 100}) for name, comm, size, t in records)
+    return Profile({"ranks": 2}, ranks, rows, ())
+
+
+def test_the_expected_gain_adds_up_what_the_file_changes_at_the_application_s_sizes() -> None:
+    """Issue 40: what the tuning can give at most, from tune's measurements. A run of 20 rank-seconds: allreduce
+    of 1 KiB takes 2 s (10 %) where the file selects recursive_doubling, measured 2x faster across launches:
+    it saves 1 s, 5 %: 1/(1 - 0.05). Its 2 MiB calls (6 s) and the 3000-byte ones (past the boundary to the
+    4 KiB cell, which keeps the default) save nothing; a communicator size tune did not measure saves nothing
+    and is counted apart; barrier (not tuned) is not counted. The fastest measured algorithm everywhere: ring
+    2x at 2 MiB as well. The same cells with the 1 KiB rule sent back by verify: no gain."""
+    from tunempi.autotune.gain import applied_cell, below_resolution, expected_gain, measured_cells
+    from tunempi.evidence import Comparison
+    from tunempi.space import Cell
+    from tunempi.tune.launch_blocks import CellDecision
+
+    profile = _profile([("allreduce", 2, 1024, 2.0), ("allreduce", 2, 2 << 20, 6.0), ("allreduce", 2, 3000, 1.0),
+                        ("allreduce", 4, 1024, 0.5), ("barrier", 2, 0, 3.0)])
+    assert profile.wall_s == pytest.approx(20.0)
+    small, mid, big = (Cell("allreduce", 2, 2, 1, size) for size in (1024, 4096, 2 << 20))
+    medians = {(small, "default"): 20.0, (small, "recursive_doubling"): 10.0, (mid, "default"): 30.0,
+               (mid, "recursive_doubling"): 31.0, (big, "default"): 400.0, (big, "ring"): 200.0,
+               (big, "recursive_doubling"): 600.0}
+    faster = Comparison(4, 2.0, 1.5, 2.5, 0.01, 0.99, 1.0, 0.0, 0.025, "faster")
+    decisions = {small: CellDecision(small, "recursive_doubling", "tuned", faster),
+                 big: CellDecision(big, "default", "tie", Comparison(4, 1.9, 0.5, 3.0, 0.3, 0.7, 0.5, 0.5, 0.025,
+                                                                      "same"))}
+    cells = measured_cells(medians, decisions)
+    assert [c["msg_bytes"] for c in cells] == [1024, 4096, 2 << 20]
+    assert cells[0]["decision"] == {"choice": "recursive_doubling", "outcome": "tuned", "speedup": 2.0, "low": 1.5,
+                                    "high": 2.5, "launches": 4}
+    selection = {small: "recursive_doubling", mid: "default", big: "default"}
+    expected = expected_gain(profile, cells, selection, ["allreduce"])
+    assert expected["saved_share"] == pytest.approx(0.05)
+    assert expected["speedup"] == pytest.approx(1 / (1 - 0.05), abs=1e-4)
+    assert expected["changed_share"] == pytest.approx(0.10)
+    assert expected["tuned_share"] == pytest.approx(9.5 / 20) and expected["unmeasured_share"] == pytest.approx(0.025)
+    assert expected["best_saved_share"] == pytest.approx((1.0 + 3.0) / 20)  # 1 KiB and 2 MiB at 2x each
+    assert expected["best_speedup"] == pytest.approx(1.25, abs=1e-4)
+    by_size = {r["measured_size"]: r for r in expected["rows"]}
+    assert by_size[2 << 20]["saved_share"] == 0.0 and by_size[2 << 20]["algorithm"] == "default"
+    assert by_size[4096]["saved_share"] == 0.0 and by_size[4096]["sizes"] == [3000, 3000]
+    assert (by_size[1024]["speedup"], by_size[1024]["source"]) == (2.0, "across launches")
+    # the rule of a file built from the selection: below the boundary of two measured sizes the lower one's
+    assert applied_cell(3000, [(1024, "recursive_doubling"), (4096, "default")]) == 4096
+    assert applied_cell(2000, [(1024, "recursive_doubling"), (4096, "default")]) == 1024
+    assert applied_cell(1, [(1024, "x")]) == 1024 and applied_cell(1 << 30, [(4, "x"), (8, "y")]) == 8
+    verified = expected_gain(profile, cells, {**selection, small: "default"}, ["allreduce"])
+    assert verified["saved_share"] == 0.0 and verified["speedup"] == 1.0 and verified["changed_share"] == 0.0
+    assert below_resolution(1.01, None) and not below_resolution(1.05, None)
+    assert below_resolution(1.05, {"low": 0.95, "high": 1.10})
+    assert not below_resolution(1.05, {"low": 1.02, "high": 1.10})
 
 
 def test_the_steps_after_online_size_their_runs_by_online_s_runs_when_those_took_longer(tmp_path: Path) -> None:

@@ -31,6 +31,10 @@ def _across(row: Mapping[str, Any]) -> str:
     return f"{what}: {row['speedup']:.2f}x [{row['low']:.2f}, {row['high']:.2f}] over {row['launches']} launches"
 
 
+def tuning_compared(verdicts: list[dict[str, Any]]) -> bool:
+    return any(v["variant"]["name"] == "tuned" for v in verdicts)
+
+
 def _pct(value: float | None) -> str:
     return "-" if value is None else f"{100 * value:.1f}%"
 
@@ -53,6 +57,71 @@ def _tuned_rows(directory: str) -> list[tuple[str, str, str, str]]:
     return [(row.cell.collective, f"{row.cell.ranks} ranks ({row.cell.nodes}x{row.cell.ppn})",
              format_size(row.cell.msg_bytes), row.algorithm)
             for row in manifest.selection if row.algorithm != DEFAULT_ALGORITHM]
+
+
+def expected_of(results: Mapping[str, Any]) -> dict[str, Any] | None:
+    """What the tuning can save at most from tune's measurements (autotune/gain.py): of the files verify left,
+    where verify ran; None where neither step recorded it (a work state from before it did)."""
+    return (results.get("verify") or {}).get("expected") or (results.get("tune") or {}).get("expected")
+
+
+def tuned_comparison(results: Mapping[str, Any]) -> dict[str, Any] | None:
+    """compare's comparison of the tuned directory against the default ({speedup, low, high}), or None."""
+    outcome = (results.get("compare") or {}).get("outcome") or {}
+    for verdict in outcome.get("variants", []):
+        if verdict["variant"]["name"] == "tuned" and verdict.get("comparison"):
+            return dict(verdict["comparison"])
+    return None
+
+
+def expected_sentence(expected: Mapping[str, Any], compared: Mapping[str, Any] | None) -> str:
+    """The expected-gain line of the report and of the console summary, with compare's figure beside it."""
+    from tunempi.autotune.gain import below_resolution
+
+    text = (f"From tune's measurements: the calls the tuning changes take {_pct(expected['changed_share'])} of "
+            f"the ranks' time; at tune's speedups there the application can run at most "
+            f"{expected['speedup']:.3f}x faster (every measured algorithm at its best: "
+            f"{expected['best_speedup']:.3f}x).")
+    if compared:
+        text += (f" compare measured {compared['speedup']:.3f}x [{compared['low']:.3f}, "
+                 f"{compared['high']:.3f}].")
+    if below_resolution(float(expected["speedup"]), compared):
+        text += (" That gain is below what an A/B of the application resolves here: no speedup can show in "
+                 "compare's figure.")
+    return text
+
+
+def _expected_table(expected: Mapping[str, Any]) -> list[str]:
+    """The paragraph and table of the expected gain under "What was tuned"."""
+    e = html.escape
+    body = [f"<p id='expected-gain'>What the tuning can give, from tune's measurements: every call of the tuned "
+            f"collectives ({_pct(expected['tuned_share'])} of the ranks' time) at the measured cell whose rule "
+            f"the file applies at its size, saving its time x (1 - 1/s), s the speedup tune measured there "
+            f"across launches for the algorithm the file selects (1 where the default stays). The calls the "
+            f"tuning changes take {_pct(expected['changed_share'])} of the ranks' time; it can save "
+            f"{_pct(expected['saved_share'])}: at most <b>{expected['speedup']:.3f}x</b> on the application "
+            f"(Amdahl); every measured algorithm at its best (the fastest median in every cell): "
+            f"{_pct(expected['best_saved_share'])}, {expected['best_speedup']:.3f}x."
+            + (f" Calls at communicator sizes tune did not measure: {_pct(expected['unmeasured_share'])} (counted "
+               "as saving nothing)." if expected.get("unmeasured_share") else "") + "</p>"]
+    rows = expected.get("rows") or []
+    if rows:
+        body.append("<table><tr><th>collective</th><th class='num'>ranks</th><th class='num'>sizes called</th>"
+                    "<th class='num'>calls</th><th class='num'>% of run</th><th class='num'>rule of</th>"
+                    "<th>file selects</th><th class='num'>s</th><th>s from</th><th class='num'>saves % of run</th>"
+                    "<th class='num'>fastest measured</th></tr>")
+        for row in rows:
+            low, high = row["sizes"]
+            sizes = format_size(low) if low == high else f"{format_size(low)} - {format_size(high)}"
+            body.append(f"<tr><td>{e(row['collective'])}</td><td class='num'>{row['ranks']}</td>"
+                        f"<td class='num'>{e(sizes)}</td><td class='num'>{row['calls']}</td>"
+                        f"<td class='num'>{_pct(row['share'])}</td>"
+                        f"<td class='num'>{e(format_size(row['measured_size']))}</td><td>{e(row['algorithm'])}</td>"
+                        f"<td class='num'>{row['speedup']:.2f}x</td><td>{e(row['source'])}</td>"
+                        f"<td class='num'>{_pct(row['saved_share'])}</td>"
+                        f"<td class='num'>{row['best_speedup']:.2f}x</td></tr>")
+        body.append("</table>")
+    return body
 
 
 def apply_lines(name: str, path: str, command: list[str]) -> list[tuple[str, str]]:
@@ -151,6 +220,9 @@ def write_report(request: AutotuneRequest, outcome: AutotuneOutcome, path: Path)
                                   for c, lay, s, a in rows) + "</table>")
         for line in results.get("verify", {}).get("lines", []):
             body.append(f"<p class='muted'>verify: {e(line)}</p>")
+        expected = expected_of(results)
+        if expected:
+            body.extend(_expected_table(expected))
         at_sizes = results.get("tune", {}).get("at_application_sizes") or []
         if at_sizes:
             body.append("<p>Where the application spends its time, what tune measured at the nearest size it "
@@ -221,6 +293,9 @@ def write_report(request: AutotuneRequest, outcome: AutotuneOutcome, path: Path)
         body.append("</table>")
         for v in verdicts:
             body.append(f"<p class='muted'>{e(v['variant']['name'])}: {e(v['verdict'])}: {e(v['reason'])}</p>")
+        expected = expected_of(results)
+        if expected and tuning_compared(verdicts):
+            body.append(f"<p id='expected-vs-compare'>{e(expected_sentence(expected, tuned_comparison(results)))}</p>")
         check = compare.get("result_check", "none")
         changed = [v["variant"]["name"] for v in verdicts if v["results"] == "changed"]
         if check == "none":
@@ -273,4 +348,4 @@ def write_report(request: AutotuneRequest, outcome: AutotuneOutcome, path: Path)
     return path
 
 
-__all__ = ["apply_lines", "write_report"]
+__all__ = ["apply_lines", "expected_of", "expected_sentence", "tuned_comparison", "write_report"]

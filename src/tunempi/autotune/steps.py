@@ -14,6 +14,7 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from tunempi.autotune.gain import expected_gain, measured_cells
 from tunempi.autotune.pipeline import AutotuneOutcome, Context, StepRunner
 from tunempi.autotune.plan import TUNE_PART, runs_for
 from tunempi.collectives import DEFAULT_ALGORITHM, check_distributions
@@ -78,6 +79,12 @@ def at_application_sizes(profile: Profile, medians: Mapping[tuple[Cell, str], fl
         if len(rows) >= top:
             break
     return rows
+
+
+def expected_of(profile: Profile, cells: Sequence[Mapping[str, Any]], manifest: Manifest,
+                collectives: Sequence[str]) -> dict[str, Any]:
+    """autotune.gain.expected_gain of a tuning directory's selection (docs/autotune.md, "Expected gain")."""
+    return expected_gain(profile, cells, {row.cell: row.algorithm for row in manifest.selection}, collectives)
 
 
 def nonblocking_advice(profile: Profile) -> dict[str, Any]:
@@ -234,12 +241,15 @@ class LibrarySteps(StepRunner):
             raise KeyboardInterrupt  # the measured points are in the store: the rerun resumes them
         manifest = report.manifest
         tuned = sum(row.algorithm != DEFAULT_ALGORITHM for row in manifest.selection)
-        at_sizes = at_application_sizes(profile, report.outcome.measured_medians(),
+        medians = report.outcome.measured_medians()
+        at_sizes = at_application_sizes(profile, medians,
                                         {row.cell: row.algorithm for row in manifest.selection},
                                         decisions=report.outcome.decisions)
+        cells = measured_cells(medians, report.outcome.decisions)
         return {"directory": str(out), "variant": str(out) if tuning_sets_something(manifest) else None,
                 "collectives": taken, "cells": len(manifest.selection), "tuned_cells": tuned,
                 "stop_reason": report.outcome.stop_reason, "at_application_sizes": at_sizes,
+                "measured_cells": cells, "expected": expected_of(profile, cells, manifest, taken),
                 "objective": manifest.objective, "objective_from": manifest.objective_from}
 
     def verify(self, ctx: Context) -> dict[str, Any]:
@@ -249,10 +259,15 @@ class LibrarySteps(StepRunner):
         report = run_verify(directory, repeats=VERIFY_REPEATS, mpi=self.library(ctx).spec,
                             listener=ctx.listener.verify_listener(), hostfile=ctx.request.hostfile)
         manifest = report.manifest
+        tuned = ctx.results["tune"]
+        # what the files verify left can save, at tune's measurements (a rule verify sent back saves nothing)
+        expected = {"expected": expected_of(self.load_profile(ctx), tuned["measured_cells"], manifest,
+                                            tuned.get("collectives", manifest.collectives))} \
+            if "measured_cells" in tuned else {}
         return {"directory": str(directory),
                 "variant": str(directory) if tuning_sets_something(manifest) else None,
                 "lines": report.lines(), "replaced": report.replaced,
-                "tuned_cells": sum(row.algorithm != DEFAULT_ALGORITHM for row in manifest.selection)}
+                "tuned_cells": sum(row.algorithm != DEFAULT_ALGORITHM for row in manifest.selection), **expected}
 
     def online(self, ctx: Context) -> dict[str, Any]:
         from tunempi.collectives import ONLINE_SWITCHABLE

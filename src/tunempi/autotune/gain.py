@@ -1,0 +1,194 @@
+"""What the tuning can give the application at most, from tune's own measurements (docs/autotune.md, "Expected
+gain"): every call of the profile to a tuned collective is sent to the measured cell whose rule the written file
+applies at its size, and saves time_s x (1 - 1/s), s the speedup tune measured there across launches for the
+algorithm the file selects (1 where the file keeps the library's default). Summed and divided by the ranks'
+time of the profiled run (Profile.wall_s, the denominator of every share of the profile), Amdahl's law gives
+the application speedup the tuning can deliver at most; the same with the fastest algorithm tune measured in
+every cell (its median) is the most any file of these algorithms could give.
+
+Pure functions over JSON-able rows: the tune step records `measured_cells` (what tune measured per cell, with
+its decision across launches), and the tune and verify steps each compute `expected_gain` against their own
+manifest's selection (verify's replacements save nothing).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any
+
+from tunempi.collectives import DEFAULT_ALGORITHM
+from tunempi.rules import boundary
+
+if TYPE_CHECKING:
+    from tunempi.profile.reader import Profile, UsageRow
+    from tunempi.space import Cell
+    from tunempi.tune.launch_blocks import CellDecision
+
+#: Rows of the expected-gain table kept in the results (the cells with the most of the application's time).
+TABLE_ROWS = 8
+#: Below this expected application speedup, no A/B of the application on this machine resolves it (compare's
+#: intervals here are several per cent wide: docs/measurements/applications.md).
+RESOLVABLE = 1.02
+
+CellKey = tuple[str, int, int, int, int]
+
+
+def _key(cell: Mapping[str, Any]) -> CellKey:
+    return (str(cell["collective"]), int(cell["ranks"]), int(cell["nodes"]), int(cell["ppn"]),
+            int(cell["msg_bytes"]))
+
+
+def measured_cells(medians: Mapping[tuple[Cell, str], float],
+                   decisions: Mapping[Cell, CellDecision] | None = None) -> list[dict[str, Any]]:
+    """Per cell where tune measured the library's default: its median and every other algorithm's (us, median
+    over runs), and tune's decision there across launches (choice, outcome, speedup of the choice against the
+    default with its interval; absent where none was made)."""
+    cells: dict[Cell, dict[str, float]] = {}
+    for (cell, algorithm), value in medians.items():
+        cells.setdefault(cell, {})[algorithm] = round(float(value), 3)
+    rows = []
+    for cell in sorted(cells, key=lambda c: (c.collective, c.ranks, c.nodes, c.ppn, c.msg_bytes)):
+        if DEFAULT_ALGORITHM not in cells[cell]:
+            continue
+        row: dict[str, Any] = {**cell.to_dict(), "medians": cells[cell]}
+        decision = (decisions or {}).get(cell)
+        if decision is not None:
+            row["decision"] = {"choice": decision.choice, "outcome": decision.outcome}
+            if decision.comparison is not None:
+                c = decision.comparison
+                row["decision"].update(speedup=round(c.speedup, 4), low=round(c.low, 4), high=round(c.high, 4),
+                                       launches=c.pairs)
+        rows.append(row)
+    return rows
+
+
+def applied_cell(size: int, row: Sequence[tuple[int, str]]) -> int:
+    """The measured size whose rule a file built from `row` ((msg_bytes, algorithm) of one collective at one
+    communicator size, rules.compress_row) applies at `size`: between two measured sizes the lower one's up to
+    their boundary where their algorithms differ (rules.boundary), else the nearer one (in log size)."""
+    points = sorted(row)
+    if not points:
+        raise ValueError("no measured sizes")
+    below = [p for p in points if p[0] <= size]
+    above = [p for p in points if p[0] > size]
+    if not below:
+        return above[0][0]
+    if not above or below[-1][0] == size:
+        return below[-1][0]
+    (low, low_algorithm), (high, high_algorithm) = below[-1], above[0]
+    if low_algorithm != high_algorithm:
+        return low if size <= boundary(low, high) else high
+    return low if math.log(max(size, 1) / max(low, 1)) <= math.log(high / max(size, 1)) else high
+
+
+def cell_speedup(algorithm: str, cell: Mapping[str, Any] | None) -> tuple[float, str]:
+    """(s, where it comes from) of `algorithm` against the default in a measured cell: tune's speedup across
+    launches where it decided for that algorithm ("across launches"), else the ratio of the medians ("medians"),
+    1 where the file keeps the default ("default") or the cell was not measured ("not measured")."""
+    if algorithm == DEFAULT_ALGORITHM:
+        return 1.0, "default"
+    if cell is None:
+        return 1.0, "not measured"
+    decision = cell.get("decision") or {}
+    if decision.get("choice") == algorithm and decision.get("outcome") == "tuned" and decision.get("speedup"):
+        return float(decision["speedup"]), "across launches"
+    medians = cell.get("medians", {})
+    if medians.get(algorithm) and medians.get(DEFAULT_ALGORITHM):
+        return float(medians[DEFAULT_ALGORITHM]) / float(medians[algorithm]), "medians"
+    return 1.0, "not measured"
+
+
+def best_speedup(cell: Mapping[str, Any] | None) -> float:
+    """The fastest measured algorithm's median against the default's in a cell (>= 1: the default counts)."""
+    if cell is None:
+        return 1.0
+    medians = {a: float(v) for a, v in cell.get("medians", {}).items() if v and float(v) > 0}
+    if DEFAULT_ALGORITHM not in medians:
+        return 1.0
+    return max(1.0, medians[DEFAULT_ALGORITHM] / min(medians.values()))
+
+
+def _saved(time_s: float, speedup: float) -> float:
+    return time_s * (1.0 - 1.0 / speedup) if speedup > 0 else 0.0
+
+
+def amdahl(saved_share: float) -> float:
+    """The application's speedup when a share of its time goes away (Amdahl's law)."""
+    return 1.0 / (1.0 - saved_share) if saved_share < 1.0 else math.inf
+
+
+def expected_gain(profile: Profile, cells: Iterable[Mapping[str, Any]], selection: Mapping[Cell, str],
+                  collectives: Iterable[str]) -> dict[str, Any]:
+    """The share of the profiled run the tuning (`selection`: a manifest's cells and algorithms) can save, over
+    every usage row of the tuned `collectives`, and the application speedup that gives (see the module's doc).
+    `cells`: measured_cells' rows. Rows at a communicator size the selection has no cell for save nothing
+    (`unmeasured_share`)."""
+    measured = {_key(c): c for c in cells}
+    tuned = set(collectives)
+    # the selection as the file's rows: (collective, ranks) -> layouts -> [(msg_bytes, algorithm)]
+    rows_of: dict[tuple[str, int], dict[tuple[int, int], list[tuple[int, str]]]] = {}
+    for cell, algorithm in selection.items():
+        rows_of.setdefault((cell.collective, cell.ranks), {}).setdefault((cell.nodes, cell.ppn), []).append(
+            (cell.msg_bytes, algorithm))
+    wall = profile.wall_s
+    totals = {"tuned": 0.0, "changed": 0.0, "saved": 0.0, "best_saved": 0.0, "unmeasured": 0.0}
+    table: dict[CellKey, dict[str, Any]] = {}
+    for usage in profile.usage():
+        if usage.collective not in tuned:
+            continue
+        totals["tuned"] += usage.time_s
+        layouts = rows_of.get((usage.collective, usage.comm_size))
+        if not layouts:
+            totals["unmeasured"] += usage.time_s
+            continue
+        layout = (usage.nodes, usage.ppn) if (usage.nodes, usage.ppn) in layouts else min(layouts)
+        row = layouts[layout]
+        size = applied_cell(usage.msg_size, row)
+        algorithm = dict(row)[size]
+        key = (usage.collective, usage.comm_size, layout[0], layout[1], size)
+        found = measured.get(key)
+        speedup, source = cell_speedup(algorithm, found)
+        best = best_speedup(found)
+        saved, best_saved = _saved(usage.time_s, speedup), _saved(usage.time_s, best)
+        totals["saved"] += saved
+        totals["best_saved"] += best_saved
+        if algorithm != DEFAULT_ALGORITHM:
+            totals["changed"] += usage.time_s
+        entry = table.setdefault(key, _entry(usage, key, algorithm, speedup, source, best))
+        entry["sizes"] = [min(entry["sizes"][0], usage.msg_size), max(entry["sizes"][1], usage.msg_size)]
+        entry["calls"] += usage.calls
+        entry["time_s"] += usage.time_s
+        entry["saved_s"] += saved
+    share = {name: (value / wall if wall > 0 else 0.0) for name, value in totals.items()}
+    rows = sorted(table.values(), key=lambda r: -r["time_s"])[:TABLE_ROWS]
+    for r in rows:
+        r["share"] = round(r.pop("time_s") / wall, 6) if wall > 0 else 0.0
+        r["saved_share"] = round(r.pop("saved_s") / wall, 6) if wall > 0 else 0.0
+    return {"run_s": round(wall, 6), "tuned_share": round(share["tuned"], 6),
+            "changed_share": round(share["changed"], 6), "saved_share": round(share["saved"], 6),
+            "speedup": round(amdahl(share["saved"]), 4),
+            "best_saved_share": round(share["best_saved"], 6), "best_speedup": round(amdahl(share["best_saved"]), 4),
+            "unmeasured_share": round(share["unmeasured"], 6), "rows": rows}
+
+
+def _entry(usage: UsageRow, key: CellKey, algorithm: str, speedup: float, source: str,
+           best: float) -> dict[str, Any]:
+    return {"collective": key[0], "ranks": key[1], "measured_size": key[4], "sizes": [usage.msg_size] * 2,
+            "calls": 0, "time_s": 0.0, "saved_s": 0.0, "algorithm": algorithm, "speedup": round(speedup, 4),
+            "source": source, "best_speedup": round(best, 4)}
+
+
+def below_resolution(expected: float, compared: Mapping[str, Any] | None) -> bool:
+    """The expected speedup is too small for compare's A/B to tell from 1: under RESOLVABLE, or inside
+    compare's interval where that interval holds 1 as well."""
+    if expected < RESOLVABLE:
+        return True
+    if not compared:
+        return False
+    low, high = float(compared["low"]), float(compared["high"])
+    return low <= 1.0 <= high and low <= expected <= high
+
+
+__all__ = ["RESOLVABLE", "amdahl", "applied_cell", "below_resolution", "best_speedup", "cell_speedup",
+           "expected_gain", "measured_cells"]
