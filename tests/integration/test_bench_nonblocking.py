@@ -59,6 +59,25 @@ def test_latency_and_overlap_results_are_checked_and_a_spoiled_result_is_counted
     assert session.launches == 1
 
 
+def test_overlap_is_each_rank_s_own_and_the_reply_gives_their_mean() -> None:
+    """nb=overlap calibrates each rank's computation to its own pure time (the peers' method) and reports
+    every rank's overlap and pure time, overlap_pct being their mean (MPICH, 2 ranks; no time asserted)."""
+    library = resolve_library("mpich")
+    session = EngineSession(library, Layout(2), env=adapter_for(library).launch_env(),
+                            executable=build_engine(library, werror=True))
+    with session:
+        for request_id, (collective, size) in enumerate((("ibcast", 8), ("iallreduce", 1024)), 1):
+            outcome = session.measure(PointRequest(request_id, collective, size, settings=QUICK, nb=NB_OVERLAP))
+            reply = outcome.reply
+            assert outcome.ok and reply is not None and reply.errors == 0, (collective, outcome.reason)
+            assert len(reply.overlap_pct_ranks) == len(reply.pure_us_ranks) == 2
+            assert all(0.0 <= pct <= 100.0 for pct in reply.overlap_pct_ranks)
+            assert reply.overlap_pct == pytest.approx(sum(reply.overlap_pct_ranks) / 2, abs=2e-3)
+            # the point's pure time is the median of each iteration's slowest rank: never below a rank's own
+            assert reply.median_us is not None and all(0.0 < p <= reply.median_us + 1e-5 for p in reply.pure_us_ranks)
+            assert len(reply.unhidden_samples_us) == reply.overlap_iterations == reply.iterations
+
+
 def _every_algorithm(vendor: str) -> str:
     # Intel MPI forces every preset in a launch of its own: two presets and its default keep this test short.
     return "default,preset_1,preset_2" if vendor == "impi" else "all"

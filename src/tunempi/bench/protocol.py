@@ -189,12 +189,14 @@ class PointReply:
     ci_low_us: float | None = None
     ci_high_us: float | None = None
     samples_us: tuple[float, ...] = ()
-    #: Non-blocking collectives: how they were measured (NB_MODES; "" for a blocking one). With NB_OVERLAP,
-    #: the medians over `overlap_iterations` of start + computation + wait and of the computation alone
-    #: (each iteration's slowest rank), the computation's calibrated loop count, and the share of the pure
-    #: time (median_us) hidden behind the computation, in % (0-100), and per overlap iteration the time not
-    #: hidden (overlapped - compute). With NB_TIME, samples_us are start + computation + wait and compute_us
-    #: the computation's median.
+    #: Non-blocking collectives: how they were measured (NB_MODES; "" for a blocking one). With NB_OVERLAP
+    #: (each rank computes for its own pure time, the peers' method): the medians over `overlap_iterations`
+    #: of start + computation + wait and of the computation alone (each iteration's slowest rank), rank 0's
+    #: calibrated loop count, the share of its own pure time each rank hid behind its computation, in %
+    #: (0-100; `overlap_pct_ranks`, by rank, with each rank's own pure time in `pure_us_ranks`) and their mean
+    #: over ranks (`overlap_pct`), and per overlap iteration the time not hidden on the rank that waited
+    #: longest (max over ranks of own overlapped - own compute). With NB_TIME, samples_us are start +
+    #: computation + wait and compute_us the computation's median.
     nb: str = ""
     overlap_iterations: int = 0
     compute_loops: int = 0
@@ -202,6 +204,8 @@ class PointReply:
     compute_us: float | None = None
     overlap_pct: float | None = None
     unhidden_samples_us: tuple[float, ...] = ()
+    overlap_pct_ranks: tuple[float, ...] = ()
+    pure_us_ranks: tuple[float, ...] = ()
     #: The machine's state just before the point: the fastest one-way time of a 256 KiB ping-pong between rank
     #: 0 and the last rank (engine.c probe_state; None with one rank). Launches whose probes differ by more
     #: than machine_state.STATE_RATIO met the machine in different states.
@@ -266,6 +270,8 @@ def decode_line(line: str) -> EngineReady | PointReply | SetupReply:
             compute_us=float(data["compute_us"]) if "compute_us" in data else None,
             overlap_pct=float(data["overlap_pct"]) if "overlap_pct" in data else None,
             unhidden_samples_us=tuple(float(x) for x in data.get("unhidden_samples_us", ())),
+            overlap_pct_ranks=tuple(float(x) for x in data.get("overlap_pct_ranks", ())),
+            pure_us_ranks=tuple(float(x) for x in data.get("pure_us_ranks", ())),
             probe_us=float(data["probe_us"]) if "probe_us" in data else None,
         )
     raise MPIError(f"engine printed an unknown event: {line[:200]!r}")

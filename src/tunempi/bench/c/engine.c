@@ -25,11 +25,14 @@
  * differ between ranks around the mean block `bytes` (engine.h, tm_distribution); the others take uniform only.
  * Non-blocking collectives (coll=iallreduce|ibcast|ialltoall|iallgather) are measured as OSU's osu_i<coll>:
  * nb=latency (the default) times start + MPI_Wait, the point's samples and median as for a blocking call;
- * nb=overlap then calibrates a busy loop on every rank to that median (the pure time) and times start +
- * loop + MPI_Wait as many iterations again, the library making progress on its own only (no MPI call in the
- * loop): the reply adds the overlapped time, the loop's time and
- * overlap % = max(0, min(100, 100 (1 - (overlapped - compute) / pure))), from the medians over iterations of
- * each iteration's slowest rank, and per iteration the time not hidden (overlapped - compute: unhidden_samples_us).
+ * nb=overlap then calibrates a busy loop on EACH rank to ITS OWN pure time (the median of its own start +
+ * MPI_Wait) and times start + loop + MPI_Wait as many iterations again, the library making progress on its
+ * own only (no MPI call in the loop); each rank's overlap % = max(0, min(100, 100 (1 - median(own overlapped
+ * - own compute) / own pure))), as the peers (OSU, IMB-NBC) have each rank calibrate to its own time. The
+ * reply adds the mean of those over ranks (overlap_pct) and each rank's (overlap_pct_ranks, pure_us_ranks),
+ * the medians of each iteration's slowest rank's overlapped time and loop time, and per iteration the time
+ * not hidden on the rank that waited longest (max over ranks of own overlapped - own compute:
+ * unhidden_samples_us).
  * nb=time compute=<seconds> (tune --objective time) times start + a computation of that fixed length + MPI_Wait
  * in every timed iteration instead: the point's samples and median are that, the reply adds the computation's
  * median (compute_us). Every iteration's result is checked in every phase.
@@ -90,6 +93,9 @@ typedef struct {
     double *sorted;
     double *overlapped; /* nb=overlap: per-iteration maxima of start + compute + wait, and of the compute */
     double *computed;
+    double *unhidden; /* nb=overlap: per-iteration maxima over ranks of each rank's own (overlapped - compute) */
+    double *own;      /* nb=overlap, every rank: its own times (latency phase: start + wait; overlap phase:
+                       * overlapped - compute), before the reduction over ranks */
     size_t capacity;
 } engine;
 
@@ -511,10 +517,10 @@ static int reserve(engine *e, size_t n)
     if (n <= e->capacity)
         return 0;
     size_t capacity = n < 1024 ? 1024 : n;
-    double *local = realloc(e->local, 3 * capacity * sizeof(double));
+    double *local = realloc(e->local, 4 * capacity * sizeof(double));
     if (local)
         e->local = local;
-    double *scratch = realloc(e->scratch, 3 * capacity * sizeof(double));
+    double *scratch = realloc(e->scratch, 4 * capacity * sizeof(double));
     if (scratch)
         e->scratch = scratch;
     double *samples = realloc(e->samples, capacity * sizeof(double));
@@ -529,10 +535,26 @@ static int reserve(engine *e, size_t n)
     double *computed = realloc(e->computed, capacity * sizeof(double));
     if (computed)
         e->computed = computed;
-    if (!local || !scratch || !samples || !sorted || !overlapped || !computed)
+    double *unhidden = realloc(e->unhidden, capacity * sizeof(double));
+    if (unhidden)
+        e->unhidden = unhidden;
+    double *own = realloc(e->own, capacity * sizeof(double));
+    if (own)
+        e->own = own;
+    if (!local || !scratch || !samples || !sorted || !overlapped || !computed || !unhidden || !own)
         return -1;
     e->capacity = capacity;
     return 0;
+}
+
+/* The median of values[0..n) (0 when n is 0), on any rank; e->sorted is the scratch. */
+static double median_of(engine *e, const double *values, size_t n)
+{
+    if (n == 0)
+        return 0;
+    memcpy(e->sorted, values, n * sizeof(double));
+    tm_sort(e->sorted, n);
+    return tm_median_confidence(e->sorted, n).median;
 }
 
 /* The overlap phase's computation: a dependent chain of floating-point operations the compiler cannot
@@ -585,16 +607,27 @@ static long calibrate_compute(double seconds)
     return count < 1 ? 1 : count;
 }
 
-/* Runs `batch` iterations; on rank 0, stores per-iteration maxima in samples[first..] (when `samples`
- * is not NULL), adds the iterations whose call failed on some rank to *failed_calls, and returns the
- * number of iterations with a wrong result. Per iteration each rank reports 0 (right), 1 (wrong result)
- * or 2 (the call failed: its result is not checked); the maximum over ranks decides.
- * compute_loops >= 0 (a non-blocking case's overlap phase): each iteration is start, busy_compute, wait,
- * timed as a whole into samples and the computation alone into computed[]. */
-static int run_batch(engine *e, tm_case *c, int batch, uint32_t *iteration, double *samples, int spoil_every,
-                     int back_to_back, int *failed_calls, long compute_loops, double *computed)
+/* Where run_batch puts a batch's times (each NULL: not kept). On rank 0, per-iteration maxima over ranks:
+ * `samples` of the timed iteration, `computed` of the computation alone, `unhidden` of each rank's own
+ * (iteration - computation); on every rank, `own`: this rank's own time (with a computation: its own
+ * iteration - computation), taken before the reduction over ranks. */
+typedef struct {
+    double *samples;
+    double *computed;
+    double *unhidden;
+    double *own;
+} batch_out;
+
+/* Runs `batch` iterations, stores their times as `out` says, adds the iterations whose call failed on some
+ * rank to *failed_calls, and returns (rank 0) the number of iterations with a wrong result. Per iteration
+ * each rank reports 0 (right), 1 (wrong result) or 2 (the call failed: its result is not checked); the
+ * maximum over ranks decides. compute_loops >= 0 (nb=overlap's overlap phase, nb=time): each iteration is
+ * start, busy_compute, wait, timed as a whole and the computation alone. */
+static int run_batch(engine *e, tm_case *c, int batch, uint32_t *iteration, batch_out out, int spoil_every,
+                     int back_to_back, int *failed_calls, long compute_loops)
 {
-    const int sections = compute_loops >= 0 ? 3 : 2;
+    /* [times | wrong flags | computation | iteration - computation] of this rank, reduced in one message */
+    const int sections = compute_loops >= 0 ? (out.unhidden ? 4 : 3) : 2;
     for (int k = 0; k < batch; k++) {
         tm_case_fill(c, *iteration);
         iteration_barrier(e);
@@ -624,7 +657,7 @@ static int run_batch(engine *e, tm_case *c, int batch, uint32_t *iteration, doub
             for (int rest = k; rest < batch; rest++) {
                 e->local[rest] = e->local[k];
                 e->local[batch + rest] = 2;
-                if (sections == 3)
+                if (sections >= 3)
                     e->local[2 * batch + rest] = 0;
             }
             *iteration += (uint32_t)(batch - k);
@@ -636,14 +669,23 @@ static int run_batch(engine *e, tm_case *c, int batch, uint32_t *iteration, doub
         e->local[batch + k] = tm_case_check(c, *iteration);
         (*iteration)++;
     }
+    for (int k = 0; k < batch; k++) {
+        double own = sections >= 3 ? e->local[k] - e->local[2 * batch + k] : e->local[k];
+        if (sections == 4)
+            e->local[3 * batch + k] = own;
+        if (out.own)
+            out.own[k] = own;
+    }
     ctl_reduce_max(e, e->local, e->scratch, sections * batch);
     int wrong = 0;
     if (e->rank == 0) {
         for (int k = 0; k < batch; k++) {
-            if (samples)
-                samples[k] = e->local[k];
-            if (computed)
-                computed[k] = e->local[2 * batch + k];
+            if (out.samples)
+                out.samples[k] = e->local[k];
+            if (out.computed && sections >= 3)
+                out.computed[k] = e->local[2 * batch + k];
+            if (out.unhidden && sections == 4)
+                out.unhidden[k] = e->local[3 * batch + k];
             wrong += e->local[batch + k] == 1.0;
             *failed_calls += e->local[batch + k] >= 2.0;
         }
@@ -728,8 +770,9 @@ static void measure_point(engine *e, request *req)
     /* nb=time: every timed iteration is start + a computation of the asked length (calibrated on each rank
      * now) + wait, the point's samples and median; the computation alone goes to computed[]. */
     long timed_loops = req->compute >= 0 ? calibrate_compute(req->compute) : -1;
-    int wrong = req->warmup ? run_batch(e, &c, req->warmup, &iteration, NULL, req->spoil_every, req->back_to_back,
-                                        &failed_calls, -1, NULL)
+    const batch_out none = {NULL, NULL, NULL, NULL};
+    int wrong = req->warmup ? run_batch(e, &c, req->warmup, &iteration, none, req->spoil_every, req->back_to_back,
+                                        &failed_calls, -1)
                             : 0;
     const char *stop_reason = "max_iters";
     int batch = req->min_iters;
@@ -741,8 +784,11 @@ static void measure_point(engine *e, request *req)
     if (!next)
         batch = 0;
     while (batch > 0) {
-        wrong += run_batch(e, &c, batch, &iteration, e->samples + n, req->spoil_every, req->back_to_back,
-                           &failed_calls, timed_loops, timed_loops >= 0 ? e->computed + n : NULL);
+        /* nb=overlap: every rank keeps its own latency samples, its overlap phase's calibration */
+        batch_out out = {e->samples + n, timed_loops >= 0 ? e->computed + n : NULL, NULL,
+                         req->overlap ? e->own + n : NULL};
+        wrong += run_batch(e, &c, batch, &iteration, out, req->spoil_every, req->back_to_back, &failed_calls,
+                           timed_loops);
         n += (size_t)batch;
         next = 0;
         if (e->rank == 0 && failed_calls) {
@@ -774,23 +820,32 @@ static void measure_point(engine *e, request *req)
         ctl_bcast(e, &next, 1, MPI_INT, 0);
         batch = next;
     }
-    /* nb=overlap (OSU's method): each rank calibrates its computation to the pure time (the median just
-     * measured), then as many iterations as the latency phase time start + computation + wait. */
+    /* nb=overlap (the peers' method: OSU's osu_i<coll>, IMB-NBC): EACH RANK calibrates its computation to
+     * ITS OWN pure time, the median of its own start + wait over the latency phase's iterations (the
+     * median, not IMB's and OSU's mean, as everywhere in this engine: on a shared node one descheduled
+     * iteration would stretch a mean of microsecond calls, and the computation with it); then as many
+     * iterations as the latency phase time start + computation + wait. Each rank's overlap comes from its
+     * own figures: 1 - median over iterations of its own (overlapped - compute) / its own pure, clipped to
+     * [0, 1]; rank 0 gathers every rank's pure time and overlap (control messages) and reports their mean.
+     * A small ibcast is why it is per rank: its root's pure time is a fraction of a microsecond, the other
+     * ranks' the transfer; one length for all (rank 0's slowest-rank median, before) let the root compute
+     * for the receivers' time and read overlap the peers do not. */
     size_t overlap_n = 0;
     long compute_loops = 0;
     double overlapped_median = 0, computed_median = 0;
+    double *ranks_figures = NULL; /* rank 0: [own pure (s), own overlap (%)] of every rank */
     int go = req->overlap && (e->rank != 0 || !failed_calls);
     ctl_bcast(e, &go, 1, MPI_INT, 0);
     if (go) {
-        double pure = ci.median;
-        ctl_bcast(e, &pure, 1, MPI_DOUBLE, 0);
-        compute_loops = calibrate_compute(pure);
+        double own_pure = median_of(e, e->own, n);
+        compute_loops = calibrate_compute(own_pure);
         int todo = (int)n;
         ctl_bcast(e, &todo, 1, MPI_INT, 0);
         while (todo > 0 && !failed_calls) {
             int chunk = todo < 1024 ? todo : 1024;
-            wrong += run_batch(e, &c, chunk, &iteration, e->overlapped + overlap_n, req->spoil_every, 1, &failed_calls,
-                               compute_loops, e->computed + overlap_n);
+            batch_out out = {e->overlapped + overlap_n, e->computed + overlap_n, e->unhidden + overlap_n,
+                             e->own + overlap_n};
+            wrong += run_batch(e, &c, chunk, &iteration, out, req->spoil_every, 1, &failed_calls, compute_loops);
             overlap_n += (size_t)chunk;
             todo -= chunk;
             int stop = failed_calls;
@@ -798,17 +853,27 @@ static void measure_point(engine *e, request *req)
             if (stop)
                 failed_calls = failed_calls ? failed_calls : 1;
         }
-        if (e->rank == 0 && overlap_n) {
-            memcpy(e->sorted, e->overlapped, overlap_n * sizeof(double));
-            tm_sort(e->sorted, overlap_n);
-            overlapped_median = tm_median_confidence(e->sorted, overlap_n).median;
-            memcpy(e->sorted, e->computed, overlap_n * sizeof(double));
-            tm_sort(e->sorted, overlap_n);
-            computed_median = tm_median_confidence(e->sorted, overlap_n).median;
+        double own_unhidden = median_of(e, e->own, overlap_n);
+        double own_pct = own_pure > 0 ? 100.0 * (1.0 - own_unhidden / own_pure) : 0;
+        own_pct = own_pct < 0 ? 0 : own_pct > 100 ? 100 : own_pct;
+        /* the gather, as an element-wise maximum of per-rank slots (all >= 0) left at 0 by the other ranks */
+        ranks_figures = calloc(4 * (size_t)e->size, sizeof(double));
+        if (!ranks_figures) {
+            fprintf(stderr, "tunempi engine: rank %d: out of memory\n", e->rank);
+            MPI_Abort(MPI_COMM_WORLD, 2);
+        }
+        ranks_figures[2 * e->rank] = own_pure;
+        ranks_figures[2 * e->rank + 1] = own_pct;
+        ctl_reduce_max(e, ranks_figures, ranks_figures + 2 * e->size, 2 * e->size);
+        if (e->rank == 0) {
+            overlapped_median = median_of(e, e->overlapped, overlap_n);
+            computed_median = median_of(e, e->computed, overlap_n);
         }
     }
     tm_case_free(&c);
     e->watchdog = 0; /* every rank got through the point's control messages: all are in step again */
+    if (e->rank != 0 || failed_calls)
+        free(ranks_figures);
     if (e->rank != 0)
         return;
     if (failed_calls) {
@@ -843,15 +908,27 @@ static void measure_point(engine *e, request *req)
         printf(",\"compute_loops\":%ld,\"compute_us\":%.6f", timed_loops, compute_median * 1e6);
     }
     if (req->overlap) {
-        double pure = ci.median, hidden = pure > 0 ? 100.0 * (1.0 - (overlapped_median - computed_median) / pure) : 0;
-        hidden = hidden < 0 ? 0 : hidden > 100 ? 100 : hidden;
+        /* overlap_pct: the mean over ranks of each rank's own overlap; overlapped_us and compute_us: medians
+         * of each iteration's maxima over ranks (the rank with the longest pure time computes longest);
+         * compute_loops: rank 0's count. */
+        double hidden = 0;
+        for (int r = 0; r < e->size; r++)
+            hidden += ranks_figures[2 * r + 1] / e->size;
         printf(",\"overlap_iterations\":%zu,\"compute_loops\":%ld,\"overlapped_us\":%.6f,\"compute_us\":%.6f"
                ",\"overlap_pct\":%.3f", overlap_n, compute_loops, overlapped_median * 1e6, computed_median * 1e6, hidden);
-        /* per iteration, the time not hidden behind the computation (tune --objective overlap's samples) */
-        printf(",\"unhidden_samples_us\":[");
+        printf(",\"overlap_pct_ranks\":[");
+        for (int r = 0; r < e->size; r++)
+            printf(r ? ",%.3f" : "%.3f", ranks_figures[2 * r + 1]);
+        printf("],\"pure_us_ranks\":[");
+        for (int r = 0; r < e->size; r++)
+            printf(r ? ",%.6f" : "%.6f", ranks_figures[2 * r] * 1e6);
+        /* per iteration, the time not hidden behind the computation on the rank that waited longest: the
+         * maximum over ranks of each rank's own overlapped - compute (tune --objective overlap's samples) */
+        printf("],\"unhidden_samples_us\":[");
         for (size_t i = 0; i < overlap_n; i++)
-            printf(i ? ",%.6f" : "%.6f", (e->overlapped[i] - e->computed[i]) * 1e6);
+            printf(i ? ",%.6f" : "%.6f", e->unhidden[i] * 1e6);
         printf("]");
+        free(ranks_figures);
     }
     printf(",\"median_us\":%.6f,\"ci_low_us\":%.6f,\"ci_high_us\":%.6f,\"samples_us\":[", ci.median * 1e6,
            ci.ci_low * 1e6, ci.ci_high * 1e6);
@@ -975,6 +1052,8 @@ int main(int argc, char **argv)
     free(e.sorted);
     free(e.overlapped);
     free(e.computed);
+    free(e.unhidden);
+    free(e.own);
     MPI_Comm_free(&e.meas);
     MPI_Comm_free(&e.ctrl);
     MPI_Finalize();
