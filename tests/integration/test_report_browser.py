@@ -149,10 +149,17 @@ def test_the_autotune_report_renders_in_chromium_without_overflow(tmp_path: Path
                      {"collective": "alltoallv", "ranks": 2, "size": 500_000, "calls": 328, "mpi_share": 0.3,
                       "measured_size": 524_288, "default_us": 15_776.2, "best": "basic_linear", "best_us": 8_661.8,
                       "chosen": "default", "across": "tie", "speedup": 1.1, "low": 0.3, "high": 4.0,
-                      "launches": 3}]},
+                      "launches": 3}],
+                 "expected": {"tuned_share": 0.3, "changed_share": 0.0, "saved_share": 0.0, "speedup": 1.0,
+                              "best_saved_share": 0.13, "best_speedup": 1.15, "unmeasured_share": 0.0,
+                              "rows": [{"collective": "alltoallv", "ranks": 2, "measured_size": 524_288,
+                                        "sizes": [500_000, 500_000], "calls": 328, "algorithm": "default",
+                                        "speedup": 1.0, "source": "default", "best_speedup": 1.82, "share": 0.3,
+                                        "saved_share": 0.0}]}},
         "compare": {"outcome": compared, "seconds": 30.0}})
     page = write_report(AutotuneRequest(line, tmp_path / "work"), outcome, tmp_path / "work" / "report.html")
     assert "tie (default kept): 1.10x [0.30, 4.00] over 3 launches" in page.read_text()
+    assert "at most 1.000x faster (every measured algorithm at its best: 1.150x)" in page.read_text()
     checked = tmp_path / "checked.html"
     checked.write_text(page.read_text().replace("</body>", CHECK_SCRIPT + "</body>"))
     dom = chromium("--virtual-time-budget=10000", "--dump-dom", checked.as_uri(), profile=tmp_path / "p1")
