@@ -1,13 +1,17 @@
 """Peer check of tunempi's non-blocking figures against Intel's IMB-NBC (issue 41), interleaved rounds.
 
-IMB-NBC ships in the impi-rt wheel (.venv/opt/impi/bin/IMB-NBC). Per collective and size it reports t_pure
-(start + MPI_Wait, calls in a row), t_CPU (a computation calibrated to about t_pure), t_ovrl (start, the
-computation, MPI_Wait) and overlap % = 100 (t_pure + t_CPU - t_ovrl) / min(t_pure, t_CPU), clipped to
-0-100. tunempi's engine measures the same two things (docs/bench.md, "Non-blocking collectives"): the
-latency (nb=latency; here in its back-to-back mode, `--back-to-back` calls per timed iteration, as IMB
-loops without a barrier) and, in a second run, the overlap (nb=overlap: one call per iteration, a busy
-loop calibrated to the pure time, OSU's overlap % = 100 (1 - (overlapped - compute) / pure)); with the
-computation as long as the pure time the two formulas agree.
+IMB-NBC ships in the impi-rt wheel (.venv/opt/impi/bin/IMB-NBC). Per collective and size every rank
+measures its own t_pure (the mean of start + MPI_Wait), then computes for that time of its own between start
+and wait: t_CPU (the computation) and t_ovrl (start, computation, MPI_Wait), means over iterations. The row it
+prints is the rank with the longest t_ovrl, with that rank's own figures and overlap % = 100 (t_pure + t_CPU -
+t_ovrl) / max(t_pure, t_CPU), clipped to 0-100 (IMB_output.c, IMB_display_times). tunempi's engine measures
+the same two things (docs/bench.md, "Non-blocking collectives"): the latency (nb=latency; here in its
+back-to-back mode, `--back-to-back` calls per timed iteration, as IMB loops without a barrier) and, in a
+second run, the overlap (nb=overlap: one call per iteration; each rank computes for its own pure time, the
+median of its own start + wait, and its overlap % = 100 (1 - median(own overlapped - own compute) / own
+pure); the figure is the mean over ranks, OSU's averaging); with the computation as long as the pure time the
+two formulas agree. Each rank's own overlap is printed too (the median over rounds, by rank: a rank's figure
+is what IMB would print if that rank had the longest overlapped time).
 
 Every round measures each collective with both tools in an order drawn per round. Per point: the latency
 ratio tunempi / IMB t_pure and the overlap difference (tunempi - IMB, points), each the median over rounds;
@@ -33,7 +37,7 @@ import tempfile
 from pathlib import Path
 
 from tunempi.bench.protocol import MeasureSettings
-from tunempi.bench.session import BenchOptions, run_bench
+from tunempi.bench.session import BenchListener, BenchOptions, run_bench
 from tunempi.mpi.discovery import resolve_library
 from tunempi.mpi.library import MPILibrary
 from tunempi.units import format_size, parse_size
@@ -46,18 +50,30 @@ IMB_NAMES = {"iallreduce": "Iallreduce", "ibcast": "Ibcast", "ialltoall": "Iallt
 _ROW = re.compile(r"^\s*(\d+)\s+(\d+)\s+([\d.]+)\s+([\d.]+)\s+([\d.]+)\s+([\d.]+)\s*$")
 
 
+class RankOverlaps(BenchListener):
+    """Each rank's own overlap % of the nb=overlap points (the engine's overlap_pct_ranks), by size."""
+
+    def __init__(self) -> None:
+        self.by_size: dict[int, tuple[float, ...]] = {}
+
+    def measured(self, point, outcome, measurement) -> None:  # noqa: ANN001 - BenchListener's signature
+        if outcome.ok and outcome.reply is not None and outcome.reply.overlap_pct_ranks:
+            self.by_size[point.msg_bytes] = outcome.reply.overlap_pct_ranks
+
+
 def tunempi_point(mpi: str, collective: str, sizes: list[int], ranks: int, db: Path, back_to_back: int
-                  ) -> tuple[dict[int, float], dict[int, float]]:
-    """(size -> latency in us, size -> overlap %): two engine runs, the library's default algorithm."""
-    listener = Medians()
+                  ) -> tuple[dict[int, float], dict[int, float], dict[int, tuple[float, ...]]]:
+    """(size -> latency in us, size -> overlap %, size -> each rank's own overlap %): two engine runs, the
+    library's default algorithm."""
+    listener, by_rank = Medians(), RankOverlaps()
 
     def options(settings: MeasureSettings, overlap: bool) -> BenchOptions:
         return BenchOptions(mpi=mpi, collectives=collective, algorithms="default", ranks=ranks, db=str(db),
                             sizes=",".join(str(s) for s in sizes), force=True, overlap=overlap, settings=settings)
 
     run_bench(options(MeasureSettings(time_cap_s=0.5, back_to_back=back_to_back), False), listener)
-    report = run_bench(options(MeasureSettings(time_cap_s=0.5), True))
-    return listener.by_size, {row.msg_bytes: row.overlap_pct for row in report.overlap}
+    report = run_bench(options(MeasureSettings(time_cap_s=0.5), True), by_rank)
+    return listener.by_size, {row.msg_bytes: row.overlap_pct for row in report.overlap}, by_rank.by_size
 
 
 def imb_point(library: MPILibrary, imb: Path, collective: str, sizes: list[int], ranks: int, workdir: Path
@@ -92,6 +108,8 @@ def main() -> int:
     sizes = [parse_size(s) for s in args.sizes.split(",")]
     latency: dict[tuple[str, int], list[float]] = {}
     overlap: dict[tuple[str, int], list[float]] = {}
+    ranks_overlap: dict[tuple[str, int], list[tuple[float, ...]]] = {}  # tunempi, each rank's own
+    imb_overlap: dict[tuple[str, int], list[float]] = {}
     rng = random.Random(args.seed)
     with tempfile.TemporaryDirectory() as tmp:
         work = Path(tmp)
@@ -99,27 +117,38 @@ def main() -> int:
             for collective in collectives:
                 tools = ["tunempi", "imb"]
                 rng.shuffle(tools)
-                got = {tool: (tunempi_point(args.mpi, collective, sizes, args.ranks, work / "db.sqlite",
-                                            args.back_to_back)
-                              if tool == "tunempi" else imb_point(library, imb, collective, sizes, args.ranks, work))
-                       for tool in tools}
+                mine: dict[int, tuple[float, ...]] = {}
+                got: dict[str, tuple[dict[int, float], dict[int, float]]] = {}
+                for tool in tools:
+                    if tool == "tunempi":
+                        lat, ovl, mine = tunempi_point(args.mpi, collective, sizes, args.ranks,
+                                                       work / "db.sqlite", args.back_to_back)
+                        got[tool] = (lat, ovl)
+                    else:
+                        got[tool] = imb_point(library, imb, collective, sizes, args.ranks, work)
                 for size in sizes:
                     ours, theirs = got["tunempi"], got["imb"]
+                    if size in mine:
+                        ranks_overlap.setdefault((collective, size), []).append(mine[size])
                     if size in ours[0] and theirs[0].get(size):
                         latency.setdefault((collective, size), []).append(ours[0][size] / theirs[0][size])
                     if size in ours[1] and size in theirs[1]:
                         overlap.setdefault((collective, size), []).append(ours[1][size] - theirs[1][size])
+                        imb_overlap.setdefault((collective, size), []).append(theirs[1][size])
             print(f"round {round_ + 1}/{args.rounds} done", file=sys.stderr, flush=True)
     print(f"{library.name}, {args.ranks} ranks, {args.rounds} interleaved rounds, the library's default: "
           f"tunempi latency (back_to_back={args.back_to_back}) / IMB-NBC t_pure; overlap tunempi - IMB-NBC")
-    print(f"{'collective':<11} {'size':>7} {'latency':>8} {'overlap':>8}  per round (latency | overlap)")
+    print(f"{'collective':<11} {'size':>7} {'latency':>8} {'overlap':>8} {'IMB':>5} {'by rank':>11}  "
+          "per round (latency | overlap)")
     ratios, gaps = [], []
     for key in sorted(set(latency) | set(overlap)):
         ratio = statistics.median(latency[key]) if key in latency else math.nan
         gap = statistics.median(overlap[key]) if key in overlap else math.nan
         ratios += [ratio] if key in latency else []
         gaps += [gap] if key in overlap else []
-        print(f"{key[0]:<11} {format_size(key[1]):>7} {ratio:8.3f} {gap:+8.1f}  "
+        imb_pct = statistics.median(imb_overlap[key]) if key in imb_overlap else math.nan
+        by_rank = "/".join(f"{statistics.median(r):.0f}" for r in zip(*ranks_overlap.get(key, []), strict=True))
+        print(f"{key[0]:<11} {format_size(key[1]):>7} {ratio:8.3f} {gap:+8.1f} {imb_pct:5.1f} {by_rank or '-':>11}  "
               + " ".join(f"{v:.3f}" for v in latency.get(key, [])) + " | "
               + " ".join(f"{v:+.1f}" for v in overlap.get(key, [])))
     missing = [f"{c} {format_size(s)}" for c in collectives for s in sizes if (c, s) not in latency]
