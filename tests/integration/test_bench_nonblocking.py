@@ -70,7 +70,8 @@ def test_overlap_is_each_rank_s_own_and_the_reply_gives_their_mean() -> None:
             outcome = session.measure(PointRequest(request_id, collective, size, settings=QUICK, nb=NB_OVERLAP))
             reply = outcome.reply
             assert outcome.ok and reply is not None and reply.errors == 0, (collective, outcome.reason)
-            assert len(reply.overlap_pct_ranks) == len(reply.pure_us_ranks) == 2
+            assert len(reply.overlap_pct_ranks) == len(reply.pure_us_ranks) == len(reply.overlapped_us_ranks) == 2
+            assert all(o > 0.0 for o in reply.overlapped_us_ranks)
             assert all(0.0 <= pct <= 100.0 for pct in reply.overlap_pct_ranks)
             assert reply.overlap_pct == pytest.approx(sum(reply.overlap_pct_ranks) / 2, abs=2e-3)
             # the point's pure time is the median of each iteration's slowest rank: never below a rank's own

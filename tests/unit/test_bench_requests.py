@@ -411,14 +411,16 @@ def test_decoding_an_overlap_reply_and_osu_s_overlap_formula() -> None:
             '"cvar_value":null,"cvar_consistent":true,"warmup":2,"iterations":3,"errors":0,"checked":8,'
             '"stop":"ci","elapsed_s":0.001,"nb":"overlap","overlap_iterations":3,"compute_loops":1200,'
             '"overlapped_us":15.0,"compute_us":10.0,"overlap_pct":50.0,"overlap_pct_ranks":[40.0,60.0],'
-            '"pure_us_ranks":[1.5,10.0],"median_us":10.0,"ci_low_us":9.0,'
+            '"pure_us_ranks":[1.5,10.0],"overlapped_us_ranks":[2.4,14.0],"median_us":10.0,"ci_low_us":9.0,'
             '"ci_high_us":11.0,"samples_us":[9.0,10.0,11.0]}')
     reply = decode_line(line)
     assert isinstance(reply, PointReply) and reply.ok
     assert (reply.nb, reply.overlap_iterations, reply.compute_loops) == ("overlap", 3, 1200)
     assert (reply.overlapped_us, reply.compute_us, reply.overlap_pct) == (15.0, 10.0, 50.0)
-    assert (reply.overlap_pct_ranks, reply.pure_us_ranks) == ((40.0, 60.0), (1.5, 10.0))  # each rank's own
-    older = decode_line(line.replace(',"overlap_pct_ranks":[40.0,60.0],"pure_us_ranks":[1.5,10.0]', ""))
+    assert reply.overlap_pct_ranks == (40.0, 60.0) and reply.pure_us_ranks == (1.5, 10.0)  # each rank's own
+    assert reply.overlapped_us_ranks == (2.4, 14.0)
+    older = decode_line(line.replace(',"overlap_pct_ranks":[40.0,60.0],"pure_us_ranks":[1.5,10.0],'
+                                     '"overlapped_us_ranks":[2.4,14.0]', ""))
     assert isinstance(older, PointReply) and older.overlap_pct == 50.0 and older.overlap_pct_ranks == ()
     assert overlap_percent(10.0, 15.0, 10.0) == 50.0
     assert overlap_percent(10.0, 10.0, 10.0) == 100.0  # all of it hidden

@@ -193,7 +193,8 @@ class PointReply:
     #: (each rank computes for its own pure time, the peers' method): the medians over `overlap_iterations`
     #: of start + computation + wait and of the computation alone (each iteration's slowest rank), rank 0's
     #: calibrated loop count, the share of its own pure time each rank hid behind its computation, in %
-    #: (0-100; `overlap_pct_ranks`, by rank, with each rank's own pure time in `pure_us_ranks`) and their mean
+    #: (0-100; `overlap_pct_ranks`, by rank, with each rank's own pure time in `pure_us_ranks` and its own
+    #: median start + computation + wait in `overlapped_us_ranks`) and their mean
     #: over ranks (`overlap_pct`), and per overlap iteration the time not hidden on the rank that waited
     #: longest (max over ranks of own overlapped - own compute). With NB_TIME, samples_us are start +
     #: computation + wait and compute_us the computation's median.
@@ -206,6 +207,7 @@ class PointReply:
     unhidden_samples_us: tuple[float, ...] = ()
     overlap_pct_ranks: tuple[float, ...] = ()
     pure_us_ranks: tuple[float, ...] = ()
+    overlapped_us_ranks: tuple[float, ...] = ()
     #: The machine's state just before the point: the fastest one-way time of a 256 KiB ping-pong between rank
     #: 0 and the last rank (engine.c probe_state; None with one rank). Launches whose probes differ by more
     #: than machine_state.STATE_RATIO met the machine in different states.
@@ -272,6 +274,7 @@ def decode_line(line: str) -> EngineReady | PointReply | SetupReply:
             unhidden_samples_us=tuple(float(x) for x in data.get("unhidden_samples_us", ())),
             overlap_pct_ranks=tuple(float(x) for x in data.get("overlap_pct_ranks", ())),
             pure_us_ranks=tuple(float(x) for x in data.get("pure_us_ranks", ())),
+            overlapped_us_ranks=tuple(float(x) for x in data.get("overlapped_us_ranks", ())),
             probe_us=float(data["probe_us"]) if "probe_us" in data else None,
         )
     raise MPIError(f"engine printed an unknown event: {line[:200]!r}")

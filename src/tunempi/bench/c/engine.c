@@ -29,7 +29,8 @@
  * MPI_Wait) and times start + loop + MPI_Wait as many iterations again, the library making progress on its
  * own only (no MPI call in the loop); each rank's overlap % = max(0, min(100, 100 (1 - median(own overlapped
  * - own compute) / own pure))), as the peers (OSU, IMB-NBC) have each rank calibrate to its own time. The
- * reply adds the mean of those over ranks (overlap_pct) and each rank's (overlap_pct_ranks, pure_us_ranks),
+ * reply adds the mean of those over ranks (overlap_pct) and each rank's own figures (overlap_pct_ranks,
+ * pure_us_ranks, overlapped_us_ranks: the median of its own start + loop + wait),
  * the medians of each iteration's slowest rank's overlapped time and loop time, and per iteration the time
  * not hidden on the rank that waited longest (max over ranks of own overlapped - own compute:
  * unhidden_samples_us).
@@ -96,6 +97,7 @@ typedef struct {
     double *unhidden; /* nb=overlap: per-iteration maxima over ranks of each rank's own (overlapped - compute) */
     double *own;      /* nb=overlap, every rank: its own times (latency phase: start + wait; overlap phase:
                        * overlapped - compute), before the reduction over ranks */
+    double *own_overlapped; /* nb=overlap, every rank: its own start + compute + wait */
     size_t capacity;
 } engine;
 
@@ -541,7 +543,10 @@ static int reserve(engine *e, size_t n)
     double *own = realloc(e->own, capacity * sizeof(double));
     if (own)
         e->own = own;
-    if (!local || !scratch || !samples || !sorted || !overlapped || !computed || !unhidden || !own)
+    double *own_overlapped = realloc(e->own_overlapped, capacity * sizeof(double));
+    if (own_overlapped)
+        e->own_overlapped = own_overlapped;
+    if (!local || !scratch || !samples || !sorted || !overlapped || !computed || !unhidden || !own || !own_overlapped)
         return -1;
     e->capacity = capacity;
     return 0;
@@ -610,12 +615,13 @@ static long calibrate_compute(double seconds)
 /* Where run_batch puts a batch's times (each NULL: not kept). On rank 0, per-iteration maxima over ranks:
  * `samples` of the timed iteration, `computed` of the computation alone, `unhidden` of each rank's own
  * (iteration - computation); on every rank, `own`: this rank's own time (with a computation: its own
- * iteration - computation), taken before the reduction over ranks. */
+ * iteration - computation), and `own_whole` its own whole iteration, taken before the reduction over ranks. */
 typedef struct {
     double *samples;
     double *computed;
     double *unhidden;
     double *own;
+    double *own_whole;
 } batch_out;
 
 /* Runs `batch` iterations, stores their times as `out` says, adds the iterations whose call failed on some
@@ -675,6 +681,8 @@ static int run_batch(engine *e, tm_case *c, int batch, uint32_t *iteration, batc
             e->local[3 * batch + k] = own;
         if (out.own)
             out.own[k] = own;
+        if (out.own_whole)
+            out.own_whole[k] = e->local[k];
     }
     ctl_reduce_max(e, e->local, e->scratch, sections * batch);
     int wrong = 0;
@@ -770,7 +778,7 @@ static void measure_point(engine *e, request *req)
     /* nb=time: every timed iteration is start + a computation of the asked length (calibrated on each rank
      * now) + wait, the point's samples and median; the computation alone goes to computed[]. */
     long timed_loops = req->compute >= 0 ? calibrate_compute(req->compute) : -1;
-    const batch_out none = {NULL, NULL, NULL, NULL};
+    const batch_out none = {NULL, NULL, NULL, NULL, NULL};
     int wrong = req->warmup ? run_batch(e, &c, req->warmup, &iteration, none, req->spoil_every, req->back_to_back,
                                         &failed_calls, -1)
                             : 0;
@@ -786,7 +794,7 @@ static void measure_point(engine *e, request *req)
     while (batch > 0) {
         /* nb=overlap: every rank keeps its own latency samples, its overlap phase's calibration */
         batch_out out = {e->samples + n, timed_loops >= 0 ? e->computed + n : NULL, NULL,
-                         req->overlap ? e->own + n : NULL};
+                         req->overlap ? e->own + n : NULL, NULL};
         wrong += run_batch(e, &c, batch, &iteration, out, req->spoil_every, req->back_to_back, &failed_calls,
                            timed_loops);
         n += (size_t)batch;
@@ -826,14 +834,15 @@ static void measure_point(engine *e, request *req)
      * iteration would stretch a mean of microsecond calls, and the computation with it); then as many
      * iterations as the latency phase time start + computation + wait. Each rank's overlap comes from its
      * own figures: 1 - median over iterations of its own (overlapped - compute) / its own pure, clipped to
-     * [0, 1]; rank 0 gathers every rank's pure time and overlap (control messages) and reports their mean.
+     * [0, 1]; rank 0 gathers every rank's pure time, overlap and overlapped time (control messages) and
+     * reports them and the mean overlap.
      * A small ibcast is why it is per rank: its root's pure time is a fraction of a microsecond, the other
      * ranks' the transfer; one length for all (rank 0's slowest-rank median, before) let the root compute
      * for the receivers' time and read overlap the peers do not. */
     size_t overlap_n = 0;
     long compute_loops = 0;
     double overlapped_median = 0, computed_median = 0;
-    double *ranks_figures = NULL; /* rank 0: [own pure (s), own overlap (%)] of every rank */
+    double *ranks_figures = NULL; /* rank 0: [own pure (s), own overlap (%), own overlapped (s)] of every rank */
     int go = req->overlap && (e->rank != 0 || !failed_calls);
     ctl_bcast(e, &go, 1, MPI_INT, 0);
     if (go) {
@@ -844,7 +853,7 @@ static void measure_point(engine *e, request *req)
         while (todo > 0 && !failed_calls) {
             int chunk = todo < 1024 ? todo : 1024;
             batch_out out = {e->overlapped + overlap_n, e->computed + overlap_n, e->unhidden + overlap_n,
-                             e->own + overlap_n};
+                             e->own + overlap_n, e->own_overlapped + overlap_n};
             wrong += run_batch(e, &c, chunk, &iteration, out, req->spoil_every, 1, &failed_calls, compute_loops);
             overlap_n += (size_t)chunk;
             todo -= chunk;
@@ -857,14 +866,15 @@ static void measure_point(engine *e, request *req)
         double own_pct = own_pure > 0 ? 100.0 * (1.0 - own_unhidden / own_pure) : 0;
         own_pct = own_pct < 0 ? 0 : own_pct > 100 ? 100 : own_pct;
         /* the gather, as an element-wise maximum of per-rank slots (all >= 0) left at 0 by the other ranks */
-        ranks_figures = calloc(4 * (size_t)e->size, sizeof(double));
+        ranks_figures = calloc(6 * (size_t)e->size, sizeof(double));
         if (!ranks_figures) {
             fprintf(stderr, "tunempi engine: rank %d: out of memory\n", e->rank);
             MPI_Abort(MPI_COMM_WORLD, 2);
         }
-        ranks_figures[2 * e->rank] = own_pure;
-        ranks_figures[2 * e->rank + 1] = own_pct;
-        ctl_reduce_max(e, ranks_figures, ranks_figures + 2 * e->size, 2 * e->size);
+        ranks_figures[3 * e->rank] = own_pure;
+        ranks_figures[3 * e->rank + 1] = own_pct;
+        ranks_figures[3 * e->rank + 2] = median_of(e, e->own_overlapped, overlap_n);
+        ctl_reduce_max(e, ranks_figures, ranks_figures + 3 * e->size, 3 * e->size);
         if (e->rank == 0) {
             overlapped_median = median_of(e, e->overlapped, overlap_n);
             computed_median = median_of(e, e->computed, overlap_n);
@@ -913,15 +923,18 @@ static void measure_point(engine *e, request *req)
          * compute_loops: rank 0's count. */
         double hidden = 0;
         for (int r = 0; r < e->size; r++)
-            hidden += ranks_figures[2 * r + 1] / e->size;
+            hidden += ranks_figures[3 * r + 1] / e->size;
         printf(",\"overlap_iterations\":%zu,\"compute_loops\":%ld,\"overlapped_us\":%.6f,\"compute_us\":%.6f"
                ",\"overlap_pct\":%.3f", overlap_n, compute_loops, overlapped_median * 1e6, computed_median * 1e6, hidden);
         printf(",\"overlap_pct_ranks\":[");
         for (int r = 0; r < e->size; r++)
-            printf(r ? ",%.3f" : "%.3f", ranks_figures[2 * r + 1]);
+            printf(r ? ",%.3f" : "%.3f", ranks_figures[3 * r + 1]);
         printf("],\"pure_us_ranks\":[");
         for (int r = 0; r < e->size; r++)
-            printf(r ? ",%.6f" : "%.6f", ranks_figures[2 * r] * 1e6);
+            printf(r ? ",%.6f" : "%.6f", ranks_figures[3 * r] * 1e6);
+        printf("],\"overlapped_us_ranks\":[");
+        for (int r = 0; r < e->size; r++)
+            printf(r ? ",%.6f" : "%.6f", ranks_figures[3 * r + 2] * 1e6);
         /* per iteration, the time not hidden behind the computation on the rank that waited longest: the
          * maximum over ranks of each rank's own overlapped - compute (tune --objective overlap's samples) */
         printf("],\"unhidden_samples_us\":[");
@@ -1054,6 +1067,7 @@ int main(int argc, char **argv)
     free(e.computed);
     free(e.unhidden);
     free(e.own);
+    free(e.own_overlapped);
     MPI_Comm_free(&e.meas);
     MPI_Comm_free(&e.ctrl);
     MPI_Finalize();
