@@ -62,6 +62,13 @@ def test_autotune_runs_the_pipeline_writes_one_report_and_resumes(tmp_path: Path
     at_sizes = state["steps"]["tune"]["at_application_sizes"]  # what tune measured at the loop's size
     assert at_sizes and at_sizes[0]["collective"] == "allreduce" and at_sizes[0]["default_us"] > 0
     assert "what tune measured at the nearest size it measured" in page
+    # what the tuning can give at most from tune's measurements (of verify's files), in the report and summary
+    expected = state["steps"]["verify"]["expected"]
+    assert state["steps"]["tune"]["expected"]["tuned_share"] == expected["tuned_share"] > 0.2
+    assert expected["speedup"] > 0 and expected["best_speedup"] >= 1.0
+    assert expected["rows"][0]["collective"] == "allreduce"
+    assert "id='expected-gain'" in page and "id='expected-vs-compare'" in page
+    assert "From tune's measurements: the calls the tuning changes take" in first.output
 
     again = runner.invoke(app, args)
     assert again.exit_code == 0, again.output[-3000:]
