@@ -142,6 +142,9 @@ def test_a_run_goes_through_the_planned_steps_and_writes_the_report(tmp_path: Pa
     assert "<td>recursive_doubling</td><td class='num'>1.25x</td><td>across launches</td>" in page
     assert ("the application can run at most 1.004x faster (every measured algorithm at its best: 1.111x). "
             "compare measured 1.001x [0.980, 1.020]. That gain is below what an A/B") in page
+    from tunempi.autotune.report import _share
+
+    assert (_share(0.0004), _share(0.02), _share(0.0)) == ("0.04%", "2.0%", "0.0%")  # QE's rules: 0.04 %, not 0.0 %
 
 
 def test_a_stopped_run_continues_where_it_stopped(tmp_path: Path) -> None:

@@ -39,6 +39,11 @@ def _pct(value: float | None) -> str:
     return "-" if value is None else f"{100 * value:.1f}%"
 
 
+def _share(value: float) -> str:
+    """A share of the run as a percentage, small ones to two significant digits (0.04%, not 0.0%)."""
+    return f"{100 * value:.2g}%" if 0 < abs(value) < 0.001 else _pct(value)
+
+
 def _seconds(value: float) -> str:
     if value >= 1:
         return f"{value:.2f} s"
@@ -78,7 +83,7 @@ def expected_sentence(expected: Mapping[str, Any], compared: Mapping[str, Any] |
     """The expected-gain line of the report and of the console summary, with compare's figure beside it."""
     from tunempi.autotune.gain import below_resolution
 
-    text = (f"From tune's measurements: the calls the tuning changes take {_pct(expected['changed_share'])} of "
+    text = (f"From tune's measurements: the calls the tuning changes take {_share(expected['changed_share'])} of "
             f"the ranks' time; at tune's speedups there the application can run at most "
             f"{expected['speedup']:.3f}x faster (every measured algorithm at its best: "
             f"{expected['best_speedup']:.3f}x).")
@@ -95,14 +100,14 @@ def _expected_table(expected: Mapping[str, Any]) -> list[str]:
     """The paragraph and table of the expected gain under "What was tuned"."""
     e = html.escape
     body = [f"<p id='expected-gain'>What the tuning can give, from tune's measurements: every call of the tuned "
-            f"collectives ({_pct(expected['tuned_share'])} of the ranks' time) at the measured cell whose rule "
+            f"collectives ({_share(expected['tuned_share'])} of the ranks' time) at the measured cell whose rule "
             f"the file applies at its size, saving its time x (1 - 1/s), s the speedup tune measured there "
             f"across launches for the algorithm the file selects (1 where the default stays). The calls the "
-            f"tuning changes take {_pct(expected['changed_share'])} of the ranks' time; it can save "
-            f"{_pct(expected['saved_share'])}: at most <b>{expected['speedup']:.3f}x</b> on the application "
+            f"tuning changes take {_share(expected['changed_share'])} of the ranks' time; it can save "
+            f"{_share(expected['saved_share'])}: at most <b>{expected['speedup']:.3f}x</b> on the application "
             f"(Amdahl); every measured algorithm at its best (the fastest median in every cell): "
-            f"{_pct(expected['best_saved_share'])}, {expected['best_speedup']:.3f}x."
-            + (f" Calls at communicator sizes tune did not measure: {_pct(expected['unmeasured_share'])} (counted "
+            f"{_share(expected['best_saved_share'])}, {expected['best_speedup']:.3f}x."
+            + (f" Calls at communicator sizes tune did not measure: {_share(expected['unmeasured_share'])} (counted "
                "as saving nothing)." if expected.get("unmeasured_share") else "") + "</p>"]
     rows = expected.get("rows") or []
     if rows:
@@ -115,10 +120,10 @@ def _expected_table(expected: Mapping[str, Any]) -> list[str]:
             sizes = format_size(low) if low == high else f"{format_size(low)} - {format_size(high)}"
             body.append(f"<tr><td>{e(row['collective'])}</td><td class='num'>{row['ranks']}</td>"
                         f"<td class='num'>{e(sizes)}</td><td class='num'>{row['calls']}</td>"
-                        f"<td class='num'>{_pct(row['share'])}</td>"
+                        f"<td class='num'>{_share(row['share'])}</td>"
                         f"<td class='num'>{e(format_size(row['measured_size']))}</td><td>{e(row['algorithm'])}</td>"
                         f"<td class='num'>{row['speedup']:.2f}x</td><td>{e(row['source'])}</td>"
-                        f"<td class='num'>{_pct(row['saved_share'])}</td>"
+                        f"<td class='num'>{_share(row['saved_share'])}</td>"
                         f"<td class='num'>{row['best_speedup']:.2f}x</td></tr>")
         body.append("</table>")
     return body
