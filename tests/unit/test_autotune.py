@@ -141,8 +141,17 @@ def test_a_run_goes_through_the_planned_steps_and_writes_the_report(tmp_path: Pa
     assert "id='expected-gain'" in page and "<b>1.004x</b>" in page and "1.300x" not in page
     assert "<td>recursive_doubling</td><td class='num'>1.25x</td><td>across launches</td>" in page
     assert ("the application can run at most 1.004x faster (every measured algorithm at its best: 1.111x). "
-            "compare measured 1.001x [0.980, 1.020]. That gain is below what an A/B") in page
-    from tunempi.autotune.report import _share
+            "compare measured 1.001x [0.980, 1.020]. That gain is below what an A/B of the application resolves "
+            "here: compare cannot tell it from 1x.") in page
+    from tunempi.autotune.report import _share, expected_sentence
+
+    # QE's first A/B (1.051x, faster) of files that change 0.04 % of the run: more than the files can give
+    qe = {**EXPECTED, "changed_share": 0.0004, "speedup": 1.0, "best_speedup": 1.0}
+    said = expected_sentence(qe, {"speedup": 1.051, "low": 1.002, "high": 1.272})
+    assert "take 0.04% of the ranks' time" in said and "lies above what the tuning can give" in said
+    assert "resolves" not in said
+    assert "gained less than" in expected_sentence({**qe, "speedup": 1.3}, {"speedup": 1.0, "low": 0.98, "high": 1.1})
+    assert "compare measured" not in expected_sentence({**qe, "speedup": 1.3}, None)
 
     assert (_share(0.0004), _share(0.02), _share(0.0)) == ("0.04%", "2.0%", "0.0%")  # QE's rules: 0.04 %, not 0.0 %
 

@@ -87,12 +87,18 @@ def expected_sentence(expected: Mapping[str, Any], compared: Mapping[str, Any] |
             f"the ranks' time; at tune's speedups there the application can run at most "
             f"{expected['speedup']:.3f}x faster (every measured algorithm at its best: "
             f"{expected['best_speedup']:.3f}x).")
+    most = float(expected["speedup"])
     if compared:
         text += (f" compare measured {compared['speedup']:.3f}x [{compared['low']:.3f}, "
                  f"{compared['high']:.3f}].")
-    if below_resolution(float(expected["speedup"]), compared):
-        text += (" That gain is below what an A/B of the application resolves here: no speedup can show in "
-                 "compare's figure.")
+        if float(compared["low"]) > max(1.0, most):
+            return text + (" Its whole interval lies above what the tuning can give: that gain does not come from "
+                           "the calls the tuning changes (the runs' variation, or what the microbenchmarks do not "
+                           "see).")
+    if below_resolution(most, compared):
+        text += " That gain is below what an A/B of the application resolves here: compare cannot tell it from 1x."
+    elif compared and float(compared["high"]) < most:
+        text += " The application gained less than tune's measurements promise there."
     return text
 
 
