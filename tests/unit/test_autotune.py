@@ -361,6 +361,24 @@ def test_the_expected_gain_adds_up_what_the_file_changes_at_the_application_s_si
     assert not below_resolution(1.05, {"low": 1.02, "high": 1.10})
 
 
+def test_the_expected_gain_takes_at_every_size_the_algorithm_the_file_s_rules_select() -> None:
+    """applied_cell agrees with the rule set the files are written from (rules.build_rule_set) at every size,
+    on tune's grid of powers of two and in-between points with random choices (a fixed seed)."""
+    import random
+
+    from tunempi.autotune.gain import applied_cell
+    from tunempi.rules import SelectionTable, build_rule_set
+
+    rng = random.Random(40)
+    sizes = sorted({4 << i for i in range(20)} | {3 << i for i in range(2, 20)})
+    for _ in range(20):
+        row = [(size, rng.choice(["default", "default", "ring", "recursive_doubling"])) for size in sizes]
+        rules = build_rule_set(SelectionTable.from_items(("allreduce", 2, b, a) for b, a in row), "allreduce")
+        for size in [0, 1, 3, 5, 7, *(rng.randrange(1, 1 << 23) for _ in range(300)), *sizes,
+                     *(b + 1 for b in sizes), *(b - 1 for b in sizes)]:
+            assert dict(row)[applied_cell(size, row)] == rules.select(2, size), (size, row)
+
+
 def test_the_steps_after_online_size_their_runs_by_online_s_runs_when_those_took_longer(tmp_path: Path) -> None:
     """A busy machine: the profiled run took 4 s, online's runs 2-20 s (LAMMPS' PPPM at 2x1, issue 40); search
     and compare count their runs from the median of online's, never from less than the profiled run."""
