@@ -152,6 +152,8 @@ def test_a_run_goes_through_the_planned_steps_and_writes_the_report(tmp_path: Pa
     assert "resolves" not in said
     assert "gained less than" in expected_sentence({**qe, "speedup": 1.3}, {"speedup": 1.0, "low": 0.98, "high": 1.1})
     assert "compare measured" not in expected_sentence({**qe, "speedup": 1.3}, None)
+    # LAMMPS' PPPM at 1x2: tune kept the default everywhere, nothing compared
+    assert expected_sentence({**qe, "changed_share": 0.0}, None).endswith("no gain for an A/B to show.")
 
     assert (_share(0.0004), _share(0.02), _share(0.0)) == ("0.04%", "2.0%", "0.0%")  # QE's rules: 0.04 %, not 0.0 %
 

@@ -95,7 +95,9 @@ def expected_sentence(expected: Mapping[str, Any], compared: Mapping[str, Any] |
             return text + (" Its whole interval lies above what the tuning can give: that gain does not come from "
                            "the calls the tuning changes (the runs' variation, or what the microbenchmarks do not "
                            "see).")
-    if below_resolution(most, compared):
+    if not expected["changed_share"]:
+        text += " The tuning changes none of the application's calls: there is no gain for an A/B to show."
+    elif below_resolution(most, compared):
         text += " That gain is below what an A/B of the application resolves here: compare cannot tell it from 1x."
     elif compared and float(compared["high"]) < most:
         text += " The application gained less than tune's measurements promise there."
