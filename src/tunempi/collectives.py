@@ -30,8 +30,8 @@ NONBLOCKING: dict[str, str] = {
 #: length per (collective, size, layout) shared by every algorithm of that cell, the library default's
 #: measured latency there: what an application that overlaps sees; engine nb=time), `latency` (start +
 #: MPI_Wait back to back, OSU's pure time; engine nb=latency) and `overlap` (the share of the collective hidden
-#: behind a computation as long as its own latency, OSU's method; minimised as the time NOT hidden, overlapped
-#: - computation, per iteration; engine nb=overlap). Blocking collectives are measured as they are (their
+#: behind a computation as long as each rank's own latency, as IMB-NBC and OSU calibrate it; minimised as the
+#: time NOT hidden, per iteration the largest over ranks of own overlapped - own computation; engine nb=overlap). Blocking collectives are measured as they are (their
 #: points' objective is `latency`) whatever the objective (docs/tune.md, "Objectives").
 OBJECTIVES: tuple[str, ...] = ("time", "latency", "overlap")
 DEFAULT_OBJECTIVE = "time"

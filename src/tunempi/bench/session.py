@@ -100,10 +100,10 @@ class OverlapRow:
     algorithm: str
     msg_bytes: int
     run: int
-    pure_us: float  # start + MPI_Wait alone
-    overlapped_us: float  # start + a computation of about pure_us + MPI_Wait
-    compute_us: float  # the computation alone
-    overlap_pct: float  # the share of pure_us hidden behind the computation (0-100)
+    pure_us: float  # start + MPI_Wait alone (each iteration's slowest rank)
+    overlapped_us: float  # start + a computation + MPI_Wait (each iteration's slowest rank)
+    compute_us: float  # the computation alone (each rank computes for its own pure time)
+    overlap_pct: float  # the mean over ranks of each rank's own share of its pure time hidden (0-100)
 
 
 @dataclass
