@@ -13,8 +13,9 @@ from tunempi.bench.protocol import PointRequest
 from tunempi.bench.sweep import BenchPoint
 from tunempi.collectives import DEFAULT_ALGORITHM
 from tunempi.store.results import Measurement, ResultStore
+from tunempi.tune import launch_blocks
+from tunempi.tune.driver import TuneOutcome, prefer_default, records_from_store
 from tunempi.tune.driver import Tuner as RealTuner
-from tunempi.tune.driver import prefer_default, records_from_store
 from tunempi.tune.runner import PointResult
 from tunempi.tune.scope import Scale, feature_space, message_sizes
 
@@ -445,6 +446,28 @@ def test_a_difference_that_holds_in_every_launch_is_decided_in_ranges_of_neighbo
         assert outcome.selection[cell] == decision.choice == ("small" if cell.msg_bytes < 2048 else "large")
         assert decision.comparison is not None and decision.comparison.low > 1.0
         assert decision.comparison.pairs == 2  # the two randomized deciding launches (the exploring one left out)
+
+
+def test_a_gain_below_the_floor_is_a_tie_even_where_every_launch_shows_it(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Issue 39: a rule tune's pooled launches called faster by a few % came back "same" from verify's own
+    launches a third of the time. 'small' is 1.5 % faster than the default at every size in every launch
+    (noise 2 %): with the floor (launch_blocks.MIN_GAIN, 3 %) the default is kept everywhere, reported as ties;
+    without it, the same runs tune it."""
+    def slightly(algorithm: str, ranks: int, msg_bytes: int) -> float | None:
+        base = 2.0 + ranks * 0.5 + msg_bytes / 1000.0
+        return base * {DEFAULT_ALGORITHM: 1.0, "small": 1 / 1.015}.get(algorithm, 1.3)
+
+    def tune() -> TuneOutcome:
+        return Tuner(spaces(), FakeRunner(latency=slightly), strategy="exhaustive", launches=3).run()
+
+    assert launch_blocks.MIN_GAIN >= 0.03
+    floored = tune()
+    assert floored.decisions and set(floored.selection.values()) == {DEFAULT_ALGORITHM}
+    assert floored.outcome_counts().get("tuned", 0) == 0
+    assert any(d.comparison is not None and d.comparison.low > 1.0 for d in floored.decisions.values())
+    monkeypatch.setattr(launch_blocks, "MIN_GAIN", 0.0)
+    unfloored = tune()
+    assert unfloored.outcome_counts().get("tuned", 0) > 0
 
 
 class FakeUnderFiles:

@@ -20,8 +20,15 @@ each launch, and a cell's choice must hold across the launches:
   variances pooled over the collective's ranges (they were measured in the same launches): the run-to-run
   noise of this VM (~15 % per run) needs many samples per cell, a range has them.
 
-A cell's outcome: "tuned" (its range's lead decided faster than the default), "tie" (not decided either
-way: the library's default is kept, and reported as a tie) or "default" (decided slower).
+A cell's outcome: "tuned" (its range's lead decided faster than the default by at least MIN_GAIN), "tie"
+(not decided either way, or faster by less than MIN_GAIN: the library's default is kept, and reported as a
+tie) or "default" (decided slower).
+
+Why a floor under the gain (issue 39): verify judges each rule again on launches of its own, on the rule's
+own spread, so a rule tune's pooled spread called faster by a few % came back "same" from verify a third of
+the time (allgather ring at 4-128 B, 1.03x), and the file changed for a gain no application would see. The
+range must be faster than default x (1 + MIN_GAIN) with the evidence: the interval's lower bound above it.
+The comparison the tune reports is still the plain one (default / contender with its interval).
 """
 
 from __future__ import annotations
@@ -41,6 +48,10 @@ from tunempi.tune.machine_state import in_reference, steady
 OUTCOMES: tuple[str, ...] = ("tuned", "tie", "default")
 #: Contenders beside the library's default in a cell: the selected algorithm and this many minus one more.
 MOST_CONTENDERS = 2
+#: A range is tuned only where it is faster than the default by at least this share with the evidence (its
+#: interval's lower bound above 1 + MIN_GAIN): the gain a file is worth writing for, and one verify's own
+#: launches can confirm (module docstring).
+MIN_GAIN = 0.03
 
 
 @dataclass(frozen=True)
@@ -164,13 +175,16 @@ def ranges_of(cells: list[Cell], leads: Mapping[Cell, str], sizes: list[int]) ->
     return ranges
 
 
-def decide_cells(strategy: Strategy, contested: Mapping[Cell, tuple[str, ...]], *,
-                 level: float = LEVEL, keep: Mapping[LayoutKey, set[int]] | None = None) -> dict[Cell, CellDecision]:
+def decide_cells(strategy: Strategy, contested: Mapping[Cell, tuple[str, ...]], *, level: float = LEVEL,
+                 keep: Mapping[LayoutKey, set[int]] | None = None, min_gain: float | None = None
+                 ) -> dict[Cell, CellDecision]:
     """Each contested cell's decision (module docstring). A cell's lead is the contender with the highest
     mean block value against the default (over two launches at least); neighbouring cells with the same
     lead ahead of the default, or with their leads behind it, form a range, decided as one
     (evidence.compare_launches over the range's cells and the launches all of them have), with the spread
-    pooled over the ranges of the collective."""
+    pooled over the ranges of the collective; "tuned" needs the range faster than the default by `min_gain`
+    (None: MIN_GAIN)."""
+    min_gain = MIN_GAIN if min_gain is None else min_gain
     values: dict[Cell, dict[str, dict[int, float]]] = {}
     deciding = {r.launch_block for r in strategy.records if r.launch_block >= 2}
     # With two deciding launches or more, the exploring launch (its order set by the strategy's rounds, the
@@ -196,6 +210,10 @@ def decide_cells(strategy: Strategy, contested: Mapping[Cell, tuple[str, ...]], 
     for cells, matrix in matrices:
         comparison = compare_launches(matrix, spread=spread, level=level) if matrix is not None else None
         verdict = comparison.verdict if comparison is not None else "same"
+        if verdict == "faster" and min_gain > 0 and matrix is not None:
+            # faster than default x (1 + min_gain) with the evidence, not only faster
+            verdict = compare_launches(matrix - math.log1p(min_gain), spread=spread, level=level).verdict
+            verdict = "faster" if verdict == "faster" else "same"
         for cell in cells:
             if verdict == "faster" and provisional[cell] != DEFAULT_ALGORITHM:
                 decisions[cell] = CellDecision(cell, leads[cell], "tuned", comparison)
