@@ -27,7 +27,11 @@ tuning-file rule covers; one cell is a range of one) under a mixed model, block 
 launch effect (shared by the range) + residual; both variances are pooled over the ranges measured in the
 same launches (`launch_spread`, method of moments), and a range's own larger spread only widens its
 interval. Then Student's t with Satterthwaite's degrees of freedom, and the consistency rule on the
-launches: the range's mean favouring the candidate in at least CONSISTENCY of them.
+launches: the range's mean favouring the candidate in at least CONSISTENCY of them. Without a pooled spread
+(verify: each rule on its own launches), from as many launches as the signed-rank test can reach the level
+with (6 at 2.5 %), that test on the launch means decides, as for pairs: one wild launch in favour (a 6x slower
+default in one launch of six, every other launch 1.2x) no longer widens the interval past 1 and hides a gain
+every launch showed.
 """
 
 from __future__ import annotations
@@ -256,7 +260,8 @@ def compare_launches(blocks: Blocks, *, spread: LaunchSpread | None = None, leve
     range, launch after launch? The estimate is the mean block value; its variance (over launches) the
     pooled model's, launch + cell / cells (Satterthwaite's degrees of freedom, at most PRIOR_DF), moderated
     by the range's own spread of launch means; Student's t with the degrees of freedom of both. `spread`: from `launch_spread`
-    over the ranges measured in the same launches (this one included); without it, the range's own spread.
+    over the ranges measured in the same launches (this one included); without it, the range's own spread,
+    or from 6 launches on (at 2.5 %) the signed-rank test on the launch means.
     `pairs` of the result counts launches; wins / losses are shares of launches whose mean favours a side."""
     if not 0.0 < level < 0.5:
         raise ValueError(f"level must be in (0, 0.5), got {level}")
@@ -278,6 +283,12 @@ def compare_launches(blocks: Blocks, *, spread: LaunchSpread | None = None, leve
             df = model_df + n - 1
     wins = float(np.count_nonzero(per_launch > 0)) / n
     losses = float(np.count_nonzero(per_launch < 0)) / n
+    if spread is None and 0.5 ** n < level:
+        # each launch its own sample and enough of them: the exact signed-rank test on the launch means, as
+        # `compare` on pairs, whatever the launches' spread looks like (module docstring)
+        centre, low, high, p_faster, p_slower = _signed_rank(per_launch, level)
+        return Comparison(n, math.exp(centre), math.exp(low), math.exp(high), p_faster, p_slower, wins, losses,
+                          level, decide(n, p_faster, p_slower, wins, losses, level))
     if n < MIN_LAUNCHES or df < 1:
         return Comparison(n, math.exp(mean), math.exp(mean), math.exp(mean), 1.0, 1.0, wins, losses, level, "same")
     if variance == 0.0:  # the same ratio in every launch: the sign decides

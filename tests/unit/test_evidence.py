@@ -177,6 +177,29 @@ def test_a_real_gain_is_decided_across_launches() -> None:
     assert found.count("faster") / len(found) >= 0.8
 
 
+def test_a_rule_on_its_own_launches_is_not_hidden_by_one_wild_launch_in_favour() -> None:
+    """Issue 39: verify judges a rule on its own launches; six launches all 1.2x faster but one in which the
+    default ran 6x slower (the machine's slow state hit its launch) gave an interval of 0.88x-2.66x under
+    Student's t. From six launches the signed-rank test decides: faster; one launch against it is not."""
+    wild = [0.20, 0.25, 0.18, 0.22, 0.21, 1.5]
+    found = compare_launches(wild)
+    assert found.verdict == "faster" and found.low > 1.15
+    assert compare_launches(wild[:5]).verdict == "faster"  # five launches: Student's t, no wild one there
+    assert compare_launches([0.20, 0.25, 0.18, 0.22, -0.21, 1.5]).verdict == "same"
+
+
+@pytest.mark.parametrize("launches", [6, 8])
+def test_a_a_on_own_launches_with_wild_ones_stays_within_the_level(launches: int) -> None:
+    """The signed-rank test on launch means: A/A with launch effects, stalls and one launch in ten wild."""
+    trials = 2000
+    rng = np.random.default_rng(launches)
+    means = rng.normal(0.0, 0.05, (trials, launches))
+    means += np.where(rng.random((trials, launches)) < 0.1, rng.choice([-1.0, 1.0], (trials, launches)) * 1.5, 0)
+    found = [compare_launches(row).verdict for row in means]
+    assert found.count("faster") / trials <= allowed(trials)
+    assert found.count("slower") / trials <= allowed(trials)
+
+
 def test_across_launches_needs_two_launches_and_the_sign_in_most_of_them() -> None:
     assert compare_launches([0.5]).verdict == "same"
     assert compare_launches([0.5], spread=LaunchSpread(1e-4, 50)).verdict == "same"
