@@ -383,4 +383,10 @@ def test_launches_as_blocks_decide_every_override_across_fresh_launches(tmp_path
     assert manifest.run.decided_across == 2
     assert sum(manifest.run.decisions.values()) == len(outcome.decisions)
     assert Manifest.load(manifest.directory).run.decisions == manifest.run.decisions
+    # each decided cell's evidence is kept in its selection row (verify's replacement lines quote it)
+    rows = {row.cell: row.decided for row in Manifest.load(manifest.directory).selection}
+    for cell, decision in outcome.decisions.items():
+        if decision.comparison is not None:
+            speedup, low, high, launches = rows[cell]  # type: ignore[misc]
+            assert launches == decision.comparison.pairs and low <= speedup <= high
     assert [s.ok for s in manifest.smoke] == [True]

@@ -3,6 +3,7 @@ from __future__ import annotations
 import json
 import math
 from dataclasses import replace
+from types import SimpleNamespace
 
 import numpy as np
 import pytest
@@ -14,7 +15,7 @@ from tunempi.collectives import DEFAULT_ALGORITHM
 from tunempi.space import Cell
 from tunempi.store.results import Measurement
 from tunempi.tune.compositions import DEFAULT, CompositionResult
-from tunempi.tune.manifest import VerifyRecord
+from tunempi.tune.manifest import SelectionRow, VerifyRecord
 from tunempi.tune.runner import PointResult
 from tunempi.tune.verify import (
     apply_replacements,
@@ -282,6 +283,11 @@ def test_verify_says_which_rule_a_replaced_cell_belongs_to_and_why() -> None:
     first, last = report.lines()[0], report.lines()[-1]
     assert first.startswith("replaced allreduce 128KiB at 2 ranks: ring was slower on its own (speedup 0.500) in a rule faster")
     assert "its rule of 3 sizes, 3 launches" in first and first.endswith("-> default")
+    assert "tune had" not in first
+    # with the manifest's row, the line says what tune's deciding launches had said there
+    tuned_rows = SimpleNamespace(selection=(SelectionRow(big, "ring", 20.0, 10.0, decided=(1.081, 1.04, 1.123, 2)),))
+    said = VerifyReport(tuned_rows, verified, summary(verified), replaced=1).lines()[0]  # type: ignore[arg-type]
+    assert "3 launches; tune had 1.081 (1.040..1.123) over 2 launches) -> default" in said
     assert "verified 3 cells in 1 rules" in last and "slower beyond noise: 1 -> 0" in last
 
 

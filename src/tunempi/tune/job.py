@@ -525,7 +525,8 @@ def write_result(plan: TunePlan, outcome: TuneOutcome, emit: OnTuneEvent = _igno
         objective_from=figures.objective_from if figures is not None else options.objective_from,
         one_choice=one_choice(plan.adapter, plan.collectives),
         selection=tuple(
-            SelectionRow(cell, algorithm, medians.get((cell, algorithm)), medians.get((cell, DEFAULT_ALGORITHM)))
+            SelectionRow(cell, algorithm, medians.get((cell, algorithm)), medians.get((cell, DEFAULT_ALGORITHM)),
+                         decided=d.evidence() if (d := outcome.decisions.get(cell)) else None)
             for cell, algorithm in sorted(selection.items())),
         training_curve=tuple(CurveRecord(p.wall_s, p.bench_s, p.points, p.convergence, dict(p.per_collective))
                              for p in outcome.curve),

@@ -64,6 +64,11 @@ class CellDecision:
     outcome: str  # one of OUTCOMES
     comparison: Comparison | None = None
 
+    def evidence(self) -> tuple[float, float, float, int] | None:
+        """(speedup, low, high, launches) of `comparison` (the manifest's selection rows keep it), or None."""
+        c = self.comparison
+        return None if c is None else (c.speedup, c.low, c.high, c.pairs)
+
     def to_dict(self) -> dict:
         return {"choice": self.choice, "outcome": self.outcome,
                 "comparison": self.comparison.to_dict() if self.comparison is not None else None}

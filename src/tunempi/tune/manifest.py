@@ -73,16 +73,25 @@ class SelectionRow:
     median_us: float | None = None
     default_us: float | None = None
     replaced_from: str = ""  # the algorithm `verify` replaced by the default here ("" if none)
+    #: tune's decision across launches here (launch_blocks.CellDecision): the chosen algorithm (a tie's: the
+    #: contender that came closest) against the default, (speedup, low, high, launches); None if not decided
+    decided: tuple[float, float, float, int] | None = None
 
     def to_dict(self) -> dict[str, Any]:
         data = {**self.cell.to_dict(), "algorithm": self.algorithm, "median_us": self.median_us,
                 "default_us": self.default_us}
+        if self.decided is not None:
+            speedup, low, high, launches = self.decided
+            data["decided"] = {"speedup": round(speedup, 5), "low": round(low, 5), "high": round(high, 5),
+                               "launches": launches}
         return {**data, "replaced_from": self.replaced_from} if self.replaced_from else data
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> SelectionRow:
+        d = data.get("decided")
+        decided = (float(d["speedup"]), float(d["low"]), float(d["high"]), int(d["launches"])) if d else None
         return cls(Cell.from_dict(data), str(data["algorithm"]), data.get("median_us"), data.get("default_us"),
-                   str(data.get("replaced_from", "")))
+                   str(data.get("replaced_from", "")), decided)
 
 
 @dataclass(frozen=True)

@@ -120,7 +120,9 @@ class VerifyReport:
 
     def lines(self) -> list[str]:
         """What verify found, as plain text: one line per replaced cell, then the summary."""
-        out = [_replacement_line(v) for v in self.verified if v.replaced]
+        rows = self.manifest.selection if self.manifest is not None else ()
+        decided = {row.cell: row.decided for row in rows}
+        out = [_replacement_line(v, decided.get(v.cell)) for v in self.verified if v.replaced]
         n = self.summary
         out.append(
             f"verified {n['compared']} cells in {n.get('rules', n['compared'])} rules: geo-mean speedup over default "
@@ -152,9 +154,12 @@ def held_out_line(numbers: Mapping[str, float | int]) -> str:
             f"{numbers['slower_beyond_noise_before']} slower beyond noise")
 
 
-def _replacement_line(v: VerifiedCell) -> str:
+def _replacement_line(v: VerifiedCell, decided: tuple[float, float, float, int] | None = None) -> str:
     """Why a cell went back to the default: its rule's evidence, its own, or (a library reading one selection
-    per collective, apply_replacements(whole=True)) another rule of its collective."""
+    per collective, apply_replacements(whole=True)) another rule of its collective; and what tune's deciding
+    launches had said there (`decided`: the manifest row's)."""
+    tune_said = "" if decided is None else \
+        f"; tune had {decided[0]:.3f} ({decided[1]:.3f}..{decided[2]:.3f}) over {decided[3]} launches"
     own_only = v.own_verdict == "slower" and v.verdict != "slower"
     with_collective = not goes_back_to_default(v.verdict, v.own_verdict)
     return (f"replaced {v.cell.collective} {format_size(v.cell.msg_bytes)} at {v.cell.ranks} ranks: "
@@ -162,7 +167,7 @@ def _replacement_line(v: VerifiedCell) -> str:
                if own_only else f"{v.algorithm} was ")
             + f"{VERDICT_WORDS.get(v.verdict, v.verdict)} (speedup {v.speedup:.3f}, 95% CI {v.ci_low:.3f}..{v.ci_high:.3f}"
             + (f"; its rule of {v.rule_cells} sizes" if v.rule_cells > 1 else "") + f", {v.launches} launches"
-            + (") -> default with the whole collective (the library reads one selection per collective, and "
+            + tune_said + (") -> default with the whole collective (the library reads one selection per collective, and "
                "another rule of it was not faster with evidence)" if with_collective else ") -> default"))
 
 
@@ -302,7 +307,7 @@ def rewrite_files(manifest: Manifest, library: MPILibrary, fixed: Mapping[Cell, 
     return dataclasses.replace(manifest, **files_fields(written, rule_sets), selection=tuple(
         SelectionRow(row.cell, fixed[row.cell],
                      row.median_us if fixed[row.cell] == row.algorithm else row.default_us, row.default_us,
-                     replaced_from=row.algorithm if fixed[row.cell] != row.algorithm else "")
+                     replaced_from=row.algorithm if fixed[row.cell] != row.algorithm else "", decided=row.decided)
         for row in manifest.selection))
 
 
