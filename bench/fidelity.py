@@ -185,12 +185,30 @@ def main() -> None:
     share = biased / judged if judged else float("nan")
     console.print(f"[bold]biased: {biased} of {judged} points ({100 * share:.1f} %)[/] (goal <= 5 %); "
                   f"ordered alike: {alike} of {separated} pairs the file way separates")
+    # Headroom: per cell, the fastest algorithm a file can select that the file way puts ahead of the default
+    # beyond noise (interval of log(default / it) above 0), else 1: what any tuning could gain at these cells.
+    best: dict[tuple[str, int], float] = {}
+    for collective, names in algorithms.items():
+        for size in sizes:
+            gains = [1.0]
+            for name in names[1:]:
+                _, logs_file = paired_logs(Key(collective, DEFAULT_ALGORITHM, size), Key(collective, name, size),
+                                           in_launch, per_file)
+                if len(logs_file) >= 2 and interval(logs_file)[0] > 0:
+                    gains.append(math.exp(statistics.fmean(logs_file)))
+            best[(collective, size)] = max(gains)
+    ahead = sum(g > 1.0 for g in best.values())
+    headroom = math.exp(statistics.fmean(math.log(g) for g in best.values())) if best else float("nan")
+    console.print(f"headroom under files: {ahead} of {len(best)} cells have an algorithm faster than the default "
+                  f"beyond noise; the best of them everywhere would give {headroom:.3f}x (geometric mean over the "
+                  "cells, 1 where none is)")
     if args.json:
         Path(args.json).write_text(json.dumps({
             "library": library.name, "ranks": layout.ranks, "nodes": layout.nodes, "rounds": args.rounds,
             "in_launch": {f"{k.collective}/{k.algorithm}/{k.msg_bytes}": v for k, v in in_launch.items()},
             "under_file": {f"{k.collective}/{k.algorithm}/{k.msg_bytes}": v for k, v in per_file.items()},
             "biased": biased, "judged": judged, "separated_pairs": separated, "ordered_alike": alike,
+            "headroom": headroom, "cells_ahead": ahead,
         }, indent=1))
 
 
