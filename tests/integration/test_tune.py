@@ -373,6 +373,13 @@ def test_launches_as_blocks_decide_every_override_across_fresh_launches(tmp_path
     # The deciding block measures as the files will (issue 39): a launch without a file and one under a file
     # per contender rank, not one more switched launch.
     assert outcome.launches >= 3
+    # each contender of a cell is measured RUNS_PER_LAUNCH times in its deciding launch (the block value: their median)
+    from collections import Counter
+
+    from tunempi.tune.file_launches import RUNS_PER_LAUNCH
+    deciding_runs = Counter((r.cell, r.algorithm) for s in outcome.strategies.values() for r in s.records
+                            if r.launch_block == 2)
+    assert deciding_runs and set(deciding_runs.values()) == {RUNS_PER_LAUNCH}
     for cell, algorithm in outcome.selection.items():
         decision = outcome.decisions.get(cell)
         if algorithm != "default":

@@ -75,6 +75,25 @@ def test_slower_cells_go_back_to_default_and_the_summary_counts_them() -> None:
         assert type(v).from_dict(v.to_dict()).verdict == v.verdict
 
 
+def test_a_launch_s_value_for_a_cell_is_the_median_of_its_runs_so_one_stalled_point_does_not_make_it() -> None:
+    """Issue 39: each launch measures every cell RUNS_PER_LAUNCH times; a point stalled 5x in one launch (the
+    tuned side's second run) leaves that launch's pair at its median, and the rule faster in every launch."""
+    from tunempi.tune.file_launches import RUNS_PER_LAUNCH
+
+    assert RUNS_PER_LAUNCH >= 3
+    results = []
+    for run in range(3):
+        for repeat in range(3):
+            stalled = run == 1 and repeat == 1
+            results += [result(A, "ring", run, 50.0 if stalled else 10.0 + repeat * 0.1),
+                        result(A, "default", run, 12.0 + run * 0.2 + repeat * 0.1)]
+    (verified,) = evaluate({A: "ring"}, results)
+    assert verified.verdict == "faster" and verified.tuned_us == pytest.approx(10.1)
+    # the same launches judged on the stalled run alone in launch 1 (one run per launch, as before)
+    single = [r for r in results if r.measurement.run != 1 or r.measurement.median_us in (50.0, 12.3)]
+    assert evaluate({A: "ring"}, single)[0].verdict != "faster"
+
+
 def test_only_a_rule_faster_with_evidence_stays_a_loss_or_a_gain_within_noise_goes_back() -> None:
     """Issue 39: a rule stays in the files only where the evidence says it is faster than the default."""
     from tunempi.tune.verify import VerifiedCell

@@ -30,6 +30,12 @@ from tunempi.tune.files import rule_sets_for, selection_table, write_tuning_file
 from tunempi.tune.objective import Figures
 from tunempi.tune.runner import PointResult
 
+#: Runs of each (cell, side) in each launch that decides (tune's deciding launches, verify's launch pairs and
+#: its held-out ones): a launch's value for a cell is the median of them, so one stalled point (a pairwise
+#: alltoall 5x slower than its default at 8 B in one launch and 1.3x faster at every other size of it) cannot
+#: split or sink a range, or send a rule back (issue 39).
+RUNS_PER_LAUNCH = 3
+
 OnPoint = Callable[[PointResult], None]
 RunOf = Callable[[Cell, str], int]
 
@@ -48,9 +54,12 @@ def measure_sides(library: MPILibrary, adapter: VendorAdapter, layout: Layout, s
                   run: int, settings: MeasureSettings, on_point: OnPoint = lambda _: None,
                   hosts: NodeAllocation | None = None, system: str = "",
                   next_id: Callable[[], int] | None = None, run_of: RunOf | None = None,
-                  distributions: Mapping[str, str] | None = None, figures: Figures | None = None) -> list[PointResult]:
+                  distributions: Mapping[str, str] | None = None, figures: Figures | None = None,
+                  repeats: int = 1) -> list[PointResult]:
     """Each side in its own launch of `layout`, in the given order; inside a launch its cells in an order
-    seeded by (`run`, side): no launch measures in tune's order of points. A point's `run` is `run`, or
+    seeded by (`run`, side): no launch measures in tune's order of points; with `repeats` > 1, that many
+    passes over the cells, each in its own order (tune's deciding blocks: the launch's block value is the
+    median of a cell's runs, so one stalled point does not make it). A point's `run` is `run`, or
     `run_of(cell, label)` (tune numbers each (cell, algorithm)'s runs for the store); its count distribution
     the collective's in `distributions` (uniform where absent); a non-blocking collective's measured for
     `figures`' objective (its computation, for time; latency without `figures`)."""
@@ -63,8 +72,11 @@ def measure_sides(library: MPILibrary, adapter: VendorAdapter, layout: Layout, s
         env.update(adapter.single_node_env())
     results: list[PointResult] = []
     for side in sides:
-        order = sorted(side.labels)
-        random.Random(f"{run}/{side.name}").shuffle(order)
+        order: list[Cell] = []
+        for number in range(repeats):
+            one_pass = sorted(side.labels)
+            random.Random(f"{run}/{side.name}" + (f"/{number}" if number else "")).shuffle(one_pass)
+            order += one_pass
         with EngineSession(library, layout, env={**env, **side.env}, allocation=hosts) as session:
             for position, cell in enumerate(order):
                 label = side.labels[cell]
@@ -137,7 +149,7 @@ class FileDecider:
                      if self.allocation is not None and layout.nodes > 1 else None)
             results += measure_sides(self.library, self.adapter, layout, sides, block, self.settings, on_point,
                                      hosts, self.system, next_id=lambda: next(self._ids), run_of=run_of,
-                                     distributions=self.distributions)
+                                     distributions=self.distributions, repeats=RUNS_PER_LAUNCH)
         return results
 
     def close(self) -> None:

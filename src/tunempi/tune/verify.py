@@ -3,7 +3,8 @@ application's own launch will see them.
 
 For every repetition, each layout of a tuned cell gets two fresh launches, one under the tuning files and
 one without them, in alternating order (ABBA, so that drift of a shared machine hits both sides alike),
-each measuring every tuned cell with nothing switched at run time (tune/verify_run.py
+each measuring every tuned cell (file_launches.RUNS_PER_LAUNCH times: the launch's value is their median)
+with nothing switched at run time (tune/verify_run.py
 `measure_under_files`). Issue 39 is why: a figure switched through MPI_T inside one launch, which is how
 tune explores, did not predict what the written file does in a launch of its own (MPICH's default 4x off,
 Open MPI's allgather ring 2.95x slower under the file than in-launch). The launch is also a first-order
@@ -146,14 +147,16 @@ def _launch_key(m: Measurement) -> tuple[int, int, int, int, bool]:
 
 def _pairs(selection: Mapping[Cell, str], results: Sequence[PointResult]
            ) -> tuple[Pairs, dict[Cell, dict[int, tuple[float | None, float | None]]]]:
-    """(tuned, default) medians per tuned cell and repetition (= launch) where both sides ran, and the
-    probes of the two launches (machine_state: the fastest of each launch's points' probes)."""
-    runs: dict[tuple[Cell, str, int], float] = {}
+    """(tuned, default) medians per tuned cell and repetition (= launch) where both sides ran (a launch's
+    value for a cell: the median of its runs there, file_launches.RUNS_PER_LAUNCH), and the probes of the two
+    launches (machine_state: the fastest of each launch's points' probes)."""
+    measured: dict[tuple[Cell, str, int], list[float]] = {}
     for result in results:
         m = result.measurement
         if m.ok and not m.errors and m.median_us is not None:
             cell = Cell(m.collective, m.ranks, m.nodes, m.ppn, m.msg_bytes)
-            runs[(cell, m.algorithm, m.run)] = float(m.median_us)
+            measured.setdefault((cell, m.algorithm, m.run), []).append(float(m.median_us))
+    runs = {key: float(np.median(values)) for key, values in measured.items()}
     probes = launch_probes((_launch_key(r.measurement), r.probe_us) for r in results)
     pairs: Pairs = {}
     states: dict[Cell, dict[int, tuple[float | None, float | None]]] = {}

@@ -33,7 +33,7 @@ from tunempi.tune.compositions import (
     write_composition_choices,
 )
 from tunempi.tune.driver import layout_of
-from tunempi.tune.file_launches import LaunchSide, measure_sides
+from tunempi.tune.file_launches import RUNS_PER_LAUNCH, LaunchSide, measure_sides
 from tunempi.tune.files import (
     one_choice_per_scale,
     rule_sets_for,
@@ -81,7 +81,8 @@ class VerifyPlan:
 
     @property
     def runs(self) -> int:
-        return sum(len(points) for points in self.work.values())
+        """Points measured by the first pass: each of `work`'s in RUNS_PER_LAUNCH runs of its launch."""
+        return RUNS_PER_LAUNCH * sum(len(points) for points in self.work.values())
 
 
 class VerifyListener:
@@ -220,7 +221,7 @@ def measure_pairs(plan: VerifyPlan, settings: MeasureSettings, listener: VerifyL
     again = needs_second_pass(evaluate(plan.selection, results, reference_us=plan.manifest.machine_probe_us))
     if again:
         second = {c: plan.selection[c] for c in again}
-        progress["total"] += 2 * len(again) * plan.repeats
+        progress["total"] += 2 * len(again) * plan.repeats * RUNS_PER_LAUNCH
         results += measure(second, range(plan.repeats, 2 * plan.repeats))
     return results, again
 
@@ -250,7 +251,7 @@ def wait_for_reference_state(plan: VerifyPlan, results: Sequence[PointResult],
         listener.waiting_for_state(len(short), clock() - started)
         sleep(pause_s)
         extra = {c: a for c, a in plan.selection.items() if (c.ranks, c.nodes, c.ppn) in short}
-        progress["total"] += 2 * sum(a != DEFAULT_ALGORITHM for a in extra.values())
+        progress["total"] += 2 * sum(a != DEFAULT_ALGORITHM for a in extra.values()) * RUNS_PER_LAUNCH
         added += measure(extra, [run])
         run += 1
 
@@ -281,7 +282,7 @@ def measure_under_files(library: MPILibrary, adapter: VendorAdapter, file_env: M
             default = LaunchSide(DEFAULT_ALGORITHM, dict.fromkeys(cells, DEFAULT_ALGORITHM), {})
             results += measure_sides(library, adapter, layout, evidence.pair_order(tuned, default, run), run,
                                      settings, on_point, hosts, system, next_id=lambda: next(counter),
-                                     distributions=distributions, figures=figures)
+                                     distributions=distributions, figures=figures, repeats=RUNS_PER_LAUNCH)
     return results
 
 
@@ -377,7 +378,7 @@ def hold_out(manifest: Manifest, library: MPILibrary, *, repeats: int, first_run
         return []
     multi_node = any(cell.nodes > 1 for cell in tuned)
     allocation = NodeAllocation.given_or_found(hostfile) if multi_node else None
-    total = 2 * len(tuned) * repeats
+    total = 2 * len(tuned) * repeats * RUNS_PER_LAUNCH
     listener.holding_out(total)
     done = {"n": 0}
 
