@@ -43,7 +43,7 @@ from tunempi.collectives import DEFAULT_ALGORITHM
 from tunempi.evidence import LEVEL, Comparison, compare_launches, launch_log_ratio, launch_spread
 from tunempi.space import Cell
 from tunempi.strategy import MeasurementRecord, Strategy
-from tunempi.tune.machine_state import in_reference, steady
+from tunempi.tune.machine_state import in_reference, launch_probes, same_state
 
 OUTCOMES: tuple[str, ...] = ("tuned", "tie", "default")
 #: Contenders beside the library's default in a cell: the selected algorithm and this many minus one more.
@@ -114,45 +114,76 @@ def _layout(cell: Cell) -> LayoutKey:
     return cell.ranks, cell.nodes, cell.ppn
 
 
-def _block_probes(records: Iterable[MeasurementRecord]) -> dict[LayoutKey, dict[int, list[float]]]:
-    """layout -> launch block (the exploring one and the deciding ones) -> the probes of its runs."""
-    by_layout: dict[LayoutKey, dict[int, list[float]]] = {}
+def _launch_probes(records: Iterable[MeasurementRecord]) -> dict[LayoutKey, dict[tuple[int, bool], float | None]]:
+    """layout -> (launch block, default side?) -> the launch's probe (machine_state.launch_probes: the median of
+    its runs' probes; None where they were not steady). A deciding block under files is one launch without a
+    file (the default's runs) and one per contender rank (the other runs, taken together); the exploring block
+    and a switched deciding block are one launch, whose two groups of runs then read one state."""
+    found: list[tuple[tuple[LayoutKey, int, bool], float | None]] = []
     for r in records:
         if r.launch_block >= 1 and r.probe_us is not None and r.probe_us > 0:
-            by_layout.setdefault(_layout(r.cell), {}).setdefault(r.launch_block, []).append(r.probe_us)
-    return by_layout
+            side = r.launch_block == 1 or r.algorithm == DEFAULT_ALGORITHM
+            found.append(((_layout(r.cell), r.launch_block, side), r.probe_us))
+    steady_ones = launch_probes(found)
+    out: dict[LayoutKey, dict[tuple[int, bool], float | None]] = {}
+    for (layout, block, side), _ in found:
+        out.setdefault(layout, {})[(block, side)] = steady_ones.get((layout, block, side))
+    return out
+
+
+def block_states(records: Iterable[MeasurementRecord]) -> dict[LayoutKey, dict[int, str]]:
+    """layout -> deciding block -> "reference" (its launches within STATE_RATIO of the fastest probe of any run
+    at the layout, the exploring launch's included: as verify's reference, the tune's fastest; or of unknown
+    state), "other" (in a slower state) or "mixed" (its default's launch and its contenders' met different
+    states, machine_state.same_state: their ratio is the states', not the algorithms')."""
+    records = list(records)
+    fastest: dict[LayoutKey, float] = {}
+    for r in records:
+        if r.launch_block >= 1 and r.probe_us is not None and r.probe_us > 0:
+            layout = _layout(r.cell)
+            fastest[layout] = min(fastest.get(layout, r.probe_us), r.probe_us)
+    out: dict[LayoutKey, dict[int, str]] = {}
+    for layout, launches in _launch_probes(records).items():
+        states: dict[int, str] = {}
+        for block in sorted({block for block, _ in launches if block >= 2}):
+            known = [p for (b, _), p in launches.items() if b == block and p is not None]
+            if any(not same_state(a, b) for a in known for b in known):
+                states[block] = "mixed"
+            elif all(in_reference(p, fastest[layout]) for p in known):
+                states[block] = "reference"
+            else:
+                states[block] = "other"
+        out[layout] = states
+    return out
 
 
 def reference_blocks(records: Iterable[MeasurementRecord]) -> dict[LayoutKey, set[int]]:
-    """layout -> its deciding blocks judged in the machine's fastest state (tune/machine_state.py): those whose
-    probes were steady and within STATE_RATIO of the fastest probe of any run there (the exploring launch's
-    included: as verify's reference, the tune's fastest), and those whose state is unknown (unsteady probes)."""
+    """layout -> the deciding blocks tune decides on there: those in the reference state where two or more
+    are, else every block whose launches met one state (block_states; a mixed block never decides)."""
     out = {}
-    for layout, blocks in _block_probes(records).items():
-        fastest = min(min(values) for values in blocks.values())
-        out[layout] = {b for b, values in blocks.items()
-                       if b >= 2 and (not steady(values) or in_reference(min(values), fastest))}
+    for layout, states in block_states(records).items():
+        reference = {b for b, state in states.items() if state == "reference"}
+        out[layout] = reference if len(reference) >= 2 else {b for b, state in states.items() if state != "mixed"}
     return out
 
 
 def layouts_short_of_reference(strategies: Iterable[Strategy]) -> set[LayoutKey]:
-    """Layouts with deciding blocks (and probes) of which fewer than two are judged in the fastest state
-    (reference_blocks): the tune measures another block there (driver)."""
+    """Layouts with deciding blocks (and probes) of which fewer than two are in the reference state
+    (block_states): the tune measures another block there (driver)."""
     records = [r for s in strategies for r in s.records]
-    deciding = {layout for layout, blocks in _block_probes(records).items() if any(b >= 2 for b in blocks)}
-    reference = reference_blocks(records)
-    return {layout for layout in deciding if len(reference.get(layout, ())) < 2}
+    return {layout for layout, states in block_states(records).items()
+            if states and sum(state == "reference" for state in states.values()) < 2}
 
 
 def launch_runs(strategy: Strategy, first_block: int = 0, keep: Mapping[LayoutKey, set[int]] | None = None
                 ) -> dict[Cell, dict[tuple[str, int], list[float]]]:
     """cell -> (algorithm, launch block) -> the latencies of its successful runs there, blocks from
-    `first_block` on (one pass over the records). `keep`: layout -> the deciding blocks to use there (the
-    ones in the machine's fastest state), where it has two or more; elsewhere every block."""
+    `first_block` on (one pass over the records). `keep`: layout -> the deciding blocks to use there
+    (reference_blocks); a layout it does not name, every block."""
     runs: dict[Cell, dict[tuple[str, int], list[float]]] = {}
     for record in strategy.records:
         kept = keep.get(_layout(record.cell)) if keep is not None else None
-        if kept is not None and len(kept) >= 2 and record.launch_block >= 2 and record.launch_block not in kept:
+        if kept is not None and record.launch_block >= 2 and record.launch_block not in kept:
             continue
         if record.ok and record.launch_block >= first_block:
             runs.setdefault(record.cell, {}).setdefault((record.algorithm, record.launch_block), []).append(
@@ -194,7 +225,8 @@ def decide_cells(strategy: Strategy, contested: Mapping[Cell, tuple[str, ...]], 
     deciding = {r.launch_block for r in strategy.records if r.launch_block >= 2}
     # With two deciding launches or more, the exploring launch (its order set by the strategy's rounds, the
     # default often measured first at a size) is left out: only the randomized launches decide; and of
-    # those, the ones in the machine's fastest state where two or more were (`keep`, reference_blocks).
+    # those, the ones in the machine's reference state where two or more were, never a mixed one (`keep`,
+    # reference_blocks).
     runs = launch_runs(strategy, 2 if len(deciding) >= 2 else 0, keep)
     for cell, algorithms in contested.items():
         values[cell] = {a: block_values(runs.get(cell, {}), a) for a in algorithms[1:]}

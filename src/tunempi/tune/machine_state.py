@@ -7,12 +7,18 @@ state and beats it in the fast one. A verify whose launches all met the slow sta
 next one, in the fast state, sent it back (0.79x), so two tunes wrote different files.
 
 Every point the bench engine measures carries a probe taken just before it (`PointReply.probe_us`: the
-fastest one-way time of a 256 KiB ping-pong between the first and the last rank). Here a launch's probe is
-the fastest over its points; the machine's **reference state** is the fastest seen (the tune's own points and
-the verifying launches): a launch is in it when its probe is within `STATE_RATIO` of the fastest. A pair of
-launches compared with each other must be in one state (`same_state`), and verify judges a rule by the
-launches in the reference state, waiting for the machine to come back to it when none were (verify_run.py),
-so two tunes judge their rules on the same machine whatever state each met first.
+fastest one-way time of a 256 KiB ping-pong between the first and the last rank). The machine's **reference
+state** is the fastest seen (the tune's own points and the verifying launches): a launch is in it when its
+probe is within `STATE_RATIO` of the fastest, and verify judges a rule by the launches in it, waiting for the
+machine to come back to it when none were (verify_run.py), so two tunes judge their rules on the same machine
+whatever state each met first.
+
+Inside that band the probe reads two states, about 25 and about 44 us: in the rarer 25 the bulk ping-pong is
+faster but small collectives ran 1.2-1.4x slower than at 44 (2026-11-28). Launches compared with each other
+(verify's pair, the default's and the contenders' launches of one of tune's deciding blocks) must have met one
+state (`same_state`, within `SAME_STATE_RATIO`): a block whose default launch met 44 and whose contender
+launch met 25 read a 1.5x alltoall gain as a tie. A launch's probe for that is the median of its points'
+(`launch_probes`), the state it spent its points in.
 """
 
 from __future__ import annotations
@@ -30,6 +36,10 @@ K = TypeVar("K", bound=Hashable)
 #: and a rarer third about 25 us (a tune's fastest point; its verify's launches then read 1.9x that): 2.5
 #: keeps those two together and the slow one 3x apart.
 STATE_RATIO = 2.5
+#: Two launches compared with each other met one state where their probes are within this: the launches'
+#: median probes read 25-26, 42-48 and 120-170 us here (2026-11-28), 1.4 keeps each together and the three
+#: apart (44/25 = 1.76).
+SAME_STATE_RATIO = 1.4
 #: A launch whose median probe is above this times its fastest was disturbed (launch_probes).
 STEADY_RATIO = 1.5
 #: How long tune's deciding launches and verify wait, at most, for the machine to come back to its fastest
@@ -40,19 +50,20 @@ STATE_PAUSE_S = 2.0
 
 
 def launch_probes(probes: Iterable[tuple[K, float | None]]) -> dict[K, float]:
-    """launch key -> the fastest of its points' probes, for the launches whose probes were steady (points
+    """launch key -> the median of its points' probes, for the launches whose probes were steady (points
     without one left out; launches without any, or unsteady, are absent: their state is unknown).
 
-    The fastest, not the median: a descheduled rank inflates a probe by anything up to milliseconds, while
-    the slow state raises every probe of a launch, the fastest too. Steady: with three points or more, the
-    median within `STEADY_RATIO` of the fastest. In one state the probes of a launch are that close (44-45 us
-    for 8 points, with three busy loops beside it as without); where other jobs' ranks take turns on the cores
-    they spread (44 to 1,388 us in one launch), and such a launch says nothing about the state."""
+    The median: the state the launch spent its points in (a launch at 44 us can read one point at 36, and
+    the band's two states are 1.76x apart). Steady: with three points or more, the median within
+    `STEADY_RATIO` of the fastest. In one state the probes of a launch are that close (42-48 us, with three
+    busy loops beside it as without); where other jobs' ranks take turns on the cores they spread (44 to
+    1,388 us in one launch), and a launch that changed state half-way reads both: such a launch says
+    nothing about its state."""
     found: dict[K, list[float]] = {}
     for key, probe in probes:
         if probe is not None and probe > 0:
             found.setdefault(key, []).append(probe)
-    return {key: min(values) for key, values in found.items() if steady(values)}
+    return {key: statistics.median(values) for key, values in found.items() if steady(values)}
 
 
 def steady(probes: Sequence[float]) -> bool:
@@ -70,7 +81,7 @@ def usable_probe(probe: float | None, ranks_per_node: int, cores: int | None = N
     return probe if ranks_per_node <= available else None
 
 
-def same_state(a: float | None, b: float | None, ratio: float = STATE_RATIO) -> bool:
+def same_state(a: float | None, b: float | None, ratio: float = SAME_STATE_RATIO) -> bool:
     """Two probes of one state (unknown ones are taken as the same: an engine without the probe)."""
     if a is None or b is None:
         return True
