@@ -163,9 +163,11 @@ def test_verify_waits_for_the_fastest_state_and_gives_up_after_its_time() -> Non
 def records_of(blocks: Mapping[int, tuple[float, float]]) -> list[MeasurementRecord]:
     """A tune's runs at one layout: per launch block, (the default's launch probe, the contenders')."""
     cells = [Cell("alltoall", 2, 1, 2, size) for size in (8, 256, 4096)]
-    return [MeasurementRecord(cell, algorithm, 10.0, launch_block=block, probe_us=probe)
+    return [MeasurementRecord(cell, algorithm, 10.0, launch_block=block, probe_us=probe,
+                              launch_side="" if block == 1 else side)
             for block, (default_probe, contender_probe) in blocks.items() for cell in cells
-            for algorithm, probe in ((DEFAULT_ALGORITHM, default_probe), ("pairwise", contender_probe))]
+            for algorithm, side, probe in ((DEFAULT_ALGORITHM, "default", default_probe),
+                                           ("pairwise", "contender1", contender_probe))]
 
 
 def test_a_deciding_block_whose_two_launches_met_two_states_never_decides_and_another_is_measured() -> None:
@@ -185,3 +187,7 @@ def test_a_deciding_block_whose_two_launches_met_two_states_never_decides_and_an
     slow = records_of({1: (44.0, 44.0), 2: (130.0, 135.0), 3: (44.0, 45.0), 4: (44.0, 44.0)})
     assert block_states(slow) == {layout: {2: "other", 3: "reference", 4: "reference"}}
     assert reference_blocks(slow) == {layout: {3, 4}}
+    # two contender launches of one block are two launches: one of them in another state makes the block mixed
+    third = [MeasurementRecord(Cell("alltoall", 2, 1, 2, 8), "brucks", 10.0, launch_block=3, probe_us=135.0,
+                               launch_side="contender2")] * 3
+    assert block_states(again + third)[layout][3] == "mixed"

@@ -50,6 +50,9 @@ class MeasurementRecord:
     #: The machine's state just before the run (the bench engine's probe, tune/machine_state.py), for tune's
     #: decision across launches. The strategies do not read it.
     probe_us: float | None = None
+    #: Which launch of its block measured it, where a block is several launches (tune/file_launches.py); ""
+    #: where one launch measured every algorithm. The strategies do not read it.
+    launch_side: str = ""
 
     @property
     def ok(self) -> bool:

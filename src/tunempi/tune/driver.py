@@ -581,7 +581,7 @@ class Tuner:
             run.measured += 1
             run.failed += not (result.outcome.ok and not result.measurement.errors)
             record = replace(record_of(result.measurement, cost_s=result.wall_s, launches=result.launches),
-                             launch_block=run.block, probe_us=result.probe_us)
+                             launch_block=run.block, probe_us=result.probe_us, launch_side=result.side)
             by_collective.setdefault(result.point.collective, []).append(record)
             if result.outcome.status == "timeout" or result.outcome.reason.startswith("the engine died"):
                 crashed.setdefault(result.point.collective, []).append(record)

@@ -87,7 +87,8 @@ def measure_sides(library: MPILibrary, adapter: VendorAdapter, layout: Layout, s
                                         says_not_usable=adapter.says_not_usable)
                 result = PointResult(point, layout, outcome,
                                      to_measurement(library, layout, point, outcome, system=system),
-                                     time.perf_counter() - started, session.launches if position == 0 else 0)
+                                     time.perf_counter() - started, session.launches if position == 0 else 0,
+                                     side=side.name)
                 results.append(result)
                 on_point(result)
     return results

@@ -114,18 +114,17 @@ def _layout(cell: Cell) -> LayoutKey:
     return cell.ranks, cell.nodes, cell.ppn
 
 
-def _launch_probes(records: Iterable[MeasurementRecord]) -> dict[LayoutKey, dict[tuple[int, bool], float | None]]:
-    """layout -> (launch block, default side?) -> the launch's probe (machine_state.launch_probes: the median of
-    its runs' probes; None where they were not steady). A deciding block under files is one launch without a
-    file (the default's runs) and one per contender rank (the other runs, taken together); the exploring block
-    and a switched deciding block are one launch, whose two groups of runs then read one state."""
-    found: list[tuple[tuple[LayoutKey, int, bool], float | None]] = []
+def _launch_probes(records: Iterable[MeasurementRecord]) -> dict[LayoutKey, dict[tuple[int, str], float | None]]:
+    """layout -> (launch block, launch) -> the launch's probe (machine_state.launch_probes: the median of its
+    runs' probes; None where they were not steady). A deciding block under files is one launch without a file
+    and one per contender rank (`MeasurementRecord.launch_side`); the exploring block and a switched deciding
+    block are one launch."""
+    found: list[tuple[tuple[LayoutKey, int, str], float | None]] = []
     for r in records:
         if r.launch_block >= 1 and r.probe_us is not None and r.probe_us > 0:
-            side = r.launch_block == 1 or r.algorithm == DEFAULT_ALGORITHM
-            found.append(((_layout(r.cell), r.launch_block, side), r.probe_us))
+            found.append(((_layout(r.cell), r.launch_block, r.launch_side), r.probe_us))
     steady_ones = launch_probes(found)
-    out: dict[LayoutKey, dict[tuple[int, bool], float | None]] = {}
+    out: dict[LayoutKey, dict[tuple[int, str], float | None]] = {}
     for (layout, block, side), _ in found:
         out.setdefault(layout, {})[(block, side)] = steady_ones.get((layout, block, side))
     return out
@@ -134,8 +133,8 @@ def _launch_probes(records: Iterable[MeasurementRecord]) -> dict[LayoutKey, dict
 def block_states(records: Iterable[MeasurementRecord]) -> dict[LayoutKey, dict[int, str]]:
     """layout -> deciding block -> "reference" (its launches within STATE_RATIO of the fastest probe of any run
     at the layout, the exploring launch's included: as verify's reference, the tune's fastest; or of unknown
-    state), "other" (in a slower state) or "mixed" (its default's launch and its contenders' met different
-    states, machine_state.same_state: their ratio is the states', not the algorithms')."""
+    state), "other" (in a slower state) or "mixed" (its launches, the default's and the contenders', met
+    different states, machine_state.same_state: their ratio is the states', not the algorithms')."""
     records = list(records)
     fastest: dict[LayoutKey, float] = {}
     for r in records:

@@ -41,6 +41,9 @@ class PointResult:
     measurement: Measurement
     wall_s: float
     launches: int  # engine launches this point caused (0 when the session was already up)
+    #: Which launch of a block measured it where a block is several launches (tune/file_launches.py: the
+    #: default's or a contender rank's); "" where one launch measures every side.
+    side: str = ""
 
     @property
     def probe_us(self) -> float | None:
