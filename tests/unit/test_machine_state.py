@@ -16,7 +16,7 @@ from tunempi.collectives import DEFAULT_ALGORITHM
 from tunempi.space import Cell
 from tunempi.store.results import Measurement
 from tunempi.strategy import MeasurementRecord
-from tunempi.tune.launch_blocks import block_states, layouts_short_of_reference, reference_blocks
+from tunempi.tune.launch_blocks import block_states, launch_runs, layouts_short_of_reference, reference_blocks
 from tunempi.tune.machine_state import (
     STATE_RATIO,
     StatesMet,
@@ -170,14 +170,17 @@ def records_of(blocks: Mapping[int, tuple[float, float]]) -> list[MeasurementRec
                                            ("pairwise", "contender1", contender_probe))]
 
 
-def test_a_deciding_block_whose_two_launches_met_two_states_never_decides_and_another_is_measured() -> None:
-    """2026-11-28: a block whose default launch met 44 us and whose contender launch met 25 (the bulk ping-pong
-    faster, small collectives 1.2-1.4x slower) read pairwise alltoall's 1.5x gain as a tie. Such a block is
-    mixed: left out of the decision, and the layout is short of blocks in the reference state."""
+def test_deciding_runs_outside_the_reference_state_are_left_out_and_another_block_is_measured() -> None:
+    """2026-11-28: a block whose default launch met 44 us and whose contender launch met 25 (inside the band,
+    the bulk ping-pong faster, small collectives 1.2-1.4x slower) read pairwise alltoall's 1.5x gain as a tie.
+    The reference state is the one most runs in the band met (44); runs outside it do not decide, a block
+    with a launch mostly outside it is not in the reference state, and the layout is short of blocks."""
     layout = (2, 1, 2)
     mixed = records_of({1: (44.0, 44.0), 2: (44.0, 25.0), 3: (44.0, 44.0)})
-    assert block_states(mixed) == {layout: {2: "mixed", 3: "reference"}}
-    assert reference_blocks(mixed) == {layout: {3}}  # never the mixed one, even with one block left
+    assert block_states(mixed) == {layout: {2: "other", 3: "reference"}}
+    assert reference_blocks(mixed) == {layout: {2, 3}}  # one block in the state: both, their runs filtered
+    assert set(launch_runs(SimpleNamespace(records=mixed), 2)[mixed[0].cell]) == {  # type: ignore[arg-type]
+        (DEFAULT_ALGORITHM, 2), (DEFAULT_ALGORITHM, 3), ("pairwise", 3)}  # block 2's contender runs left out
     strategy = SimpleNamespace(records=mixed)
     assert layouts_short_of_reference([strategy]) == {layout}  # type: ignore[list-item]
     again = records_of({1: (44.0, 44.0), 2: (44.0, 25.0), 3: (44.0, 44.0), 4: (46.0, 43.0)})
@@ -190,4 +193,4 @@ def test_a_deciding_block_whose_two_launches_met_two_states_never_decides_and_an
     # two contender launches of one block are two launches: one of them in another state makes the block mixed
     third = [MeasurementRecord(Cell("alltoall", 2, 1, 2, 8), "brucks", 10.0, launch_block=3, probe_us=135.0,
                                launch_side="contender2")] * 3
-    assert block_states(again + third)[layout][3] == "mixed"
+    assert block_states(again + third)[layout][3] == "other"

@@ -43,7 +43,7 @@ from tunempi.collectives import DEFAULT_ALGORITHM
 from tunempi.evidence import LEVEL, Comparison, compare_launches, launch_log_ratio, launch_spread
 from tunempi.space import Cell
 from tunempi.strategy import MeasurementRecord, Strategy
-from tunempi.tune.machine_state import in_reference, launch_probes, same_state
+from tunempi.tune.machine_state import SAME_STATE_RATIO, STATE_RATIO, same_state
 
 OUTCOMES: tuple[str, ...] = ("tuned", "tie", "default")
 #: Contenders beside the library's default in a cell: the selected algorithm and this many minus one more.
@@ -114,55 +114,65 @@ def _layout(cell: Cell) -> LayoutKey:
     return cell.ranks, cell.nodes, cell.ppn
 
 
-def _launch_probes(records: Iterable[MeasurementRecord]) -> dict[LayoutKey, dict[tuple[int, str], float | None]]:
-    """layout -> (launch block, launch) -> the launch's probe (machine_state.launch_probes: the median of its
-    runs' probes; None where they were not steady). A deciding block under files is one launch without a file
-    and one per contender rank (`MeasurementRecord.launch_side`); the exploring block and a switched deciding
-    block are one launch."""
-    found: list[tuple[tuple[LayoutKey, int, str], float | None]] = []
+def _state_of(probes: list[float]) -> float | None:
+    """The probe of the state most of these runs met inside the reference band (STATE_RATIO of the fastest):
+    the probes cut into states where one is more than SAME_STATE_RATIO above its state's first, the state
+    with the most runs (the faster of a tie), its median. None where that state holds fewer than half of the
+    band's runs: the probes spread (other jobs' ranks taking turns on the cores) and say nothing about it."""
+    if not probes:
+        return None
+    ordered = sorted(probes)
+    band = [p for p in ordered if p <= STATE_RATIO * ordered[0]]
+    states: list[list[float]] = []
+    for probe in band:
+        if states and probe <= SAME_STATE_RATIO * states[-1][0]:
+            states[-1].append(probe)
+        else:
+            states.append([probe])
+    modal = max(states, key=lambda state: len(state))
+    return float(np.median(modal)) if 2 * len(modal) >= len(band) else None
+
+
+def reference_probes(records: Iterable[MeasurementRecord]) -> dict[LayoutKey, float]:
+    """layout -> the probe of its reference state (`_state_of` over its runs in the exploring and deciding
+    launches); a layout whose probes say nothing is absent (its runs are all taken)."""
+    found: dict[LayoutKey, list[float]] = {}
     for r in records:
         if r.launch_block >= 1 and r.probe_us is not None and r.probe_us > 0:
-            found.append(((_layout(r.cell), r.launch_block, r.launch_side), r.probe_us))
-    steady_ones = launch_probes(found)
-    out: dict[LayoutKey, dict[tuple[int, str], float | None]] = {}
-    for (layout, block, side), _ in found:
-        out.setdefault(layout, {})[(block, side)] = steady_ones.get((layout, block, side))
-    return out
+            found.setdefault(_layout(r.cell), []).append(r.probe_us)
+    return {layout: state for layout, probes in found.items() if (state := _state_of(probes)) is not None}
 
 
 def block_states(records: Iterable[MeasurementRecord]) -> dict[LayoutKey, dict[int, str]]:
-    """layout -> deciding block -> "reference" (its launches within STATE_RATIO of the fastest probe of any run
-    at the layout, the exploring launch's included: as verify's reference, the tune's fastest; or of unknown
-    state), "other" (in a slower state) or "mixed" (its launches, the default's and the contenders', met
-    different states, machine_state.same_state: their ratio is the states', not the algorithms')."""
+    """layout -> deciding block -> "reference" where each of its launches (the default's and each contender
+    rank's under files, `MeasurementRecord.launch_side`; a switched block is one launch) measured at least
+    half of its runs in the layout's reference state (reference_probes), else "other". Inside the band the
+    probe read two states, about 25 and 44 us, and in the rarer 25 small collectives ran 1.2-1.4x slower: a
+    block whose contender launch met it (or the 3x slower state, 43-132 us in one launch) beside a default
+    launch at 44 read a 1.5x alltoall gain as a tie."""
     records = list(records)
-    fastest: dict[LayoutKey, float] = {}
+    reference = reference_probes(records)
+    counts: dict[LayoutKey, dict[tuple[int, str], list[int]]] = {}
     for r in records:
-        if r.launch_block >= 1 and r.probe_us is not None and r.probe_us > 0:
-            layout = _layout(r.cell)
-            fastest[layout] = min(fastest.get(layout, r.probe_us), r.probe_us)
+        if r.launch_block >= 2 and r.probe_us is not None and r.probe_us > 0:
+            seen = counts.setdefault(_layout(r.cell), {}).setdefault((r.launch_block, r.launch_side), [0, 0])
+            seen[0] += 1
+            seen[1] += same_state(r.probe_us, reference.get(_layout(r.cell)))
     out: dict[LayoutKey, dict[int, str]] = {}
-    for layout, launches in _launch_probes(records).items():
-        states: dict[int, str] = {}
-        for block in sorted({block for block, _ in launches if block >= 2}):
-            known = [p for (b, _), p in launches.items() if b == block and p is not None]
-            if any(not same_state(a, b) for a in known for b in known):
-                states[block] = "mixed"
-            elif all(in_reference(p, fastest[layout]) for p in known):
-                states[block] = "reference"
-            else:
-                states[block] = "other"
-        out[layout] = states
+    for layout, launches in counts.items():
+        blocks = sorted({block for block, _ in launches})
+        out[layout] = {block: "reference" if all(2 * inside >= total for (b, _), (total, inside) in launches.items()
+                                                 if b == block) else "other" for block in blocks}
     return out
 
 
 def reference_blocks(records: Iterable[MeasurementRecord]) -> dict[LayoutKey, set[int]]:
     """layout -> the deciding blocks tune decides on there: those in the reference state where two or more
-    are, else every block whose launches met one state (block_states; a mixed block never decides)."""
+    are, else every one (block_states); of their runs, launch_runs takes those in the reference state."""
     out = {}
     for layout, states in block_states(records).items():
         reference = {b for b, state in states.items() if state == "reference"}
-        out[layout] = reference if len(reference) >= 2 else {b for b, state in states.items() if state != "mixed"}
+        out[layout] = reference if len(reference) >= 2 else set(states)
     return out
 
 
@@ -177,16 +187,21 @@ def layouts_short_of_reference(strategies: Iterable[Strategy]) -> set[LayoutKey]
 def launch_runs(strategy: Strategy, first_block: int = 0, keep: Mapping[LayoutKey, set[int]] | None = None
                 ) -> dict[Cell, dict[tuple[str, int], list[float]]]:
     """cell -> (algorithm, launch block) -> the latencies of its successful runs there, blocks from
-    `first_block` on (one pass over the records). `keep`: layout -> the deciding blocks to use there
-    (reference_blocks); a layout it does not name, every block."""
+    `first_block` on. `keep`: layout -> the deciding blocks to use there (reference_blocks); a layout it does
+    not name, every block. Of the deciding blocks' runs, those measured outside the layout's reference state
+    (reference_probes) are left out."""
+    reference = reference_probes(strategy.records)
     runs: dict[Cell, dict[tuple[str, int], list[float]]] = {}
     for record in strategy.records:
-        kept = keep.get(_layout(record.cell)) if keep is not None else None
-        if kept is not None and record.launch_block >= 2 and record.launch_block not in kept:
+        layout = _layout(record.cell)
+        blocks = keep.get(layout) if keep is not None else None
+        if not record.ok or record.launch_block < first_block:
             continue
-        if record.ok and record.launch_block >= first_block:
-            runs.setdefault(record.cell, {}).setdefault((record.algorithm, record.launch_block), []).append(
-                record.measured_us)
+        if record.launch_block >= 2 and ((blocks is not None and record.launch_block not in blocks)
+                                         or not same_state(record.probe_us, reference.get(layout))):
+            continue
+        runs.setdefault(record.cell, {}).setdefault((record.algorithm, record.launch_block), []).append(
+            record.measured_us)
     return runs
 
 
@@ -194,6 +209,37 @@ def block_values(runs: Mapping[tuple[str, int], list[float]], algorithm: str) ->
     """launch block -> block value of `algorithm` against the default, in the blocks where both ran."""
     return {block: launch_log_ratio(values, runs[(DEFAULT_ALGORITHM, block)])
             for (name, block), values in runs.items() if name == algorithm and (DEFAULT_ALGORITHM, block) in runs}
+
+
+#: A block value this far (log) from both its neighbours' in the same launch, on the same side of both, is a
+#: spike (despike): 2x, where the run-to-run noise of a block value is 5-15 %.
+SPIKE = math.log(2.0)
+
+
+def despike(values: dict[Cell, dict[str, dict[int, float]]]) -> int:
+    """Replace, in place, each block value that is a spike among its neighbours (the next smaller and larger
+    measured sizes of its collective and scale, for the same algorithm in the same launch block) by their
+    mean; returns how many. A cell of one launch can read 3x off while every other size of that launch reads
+    the algorithm as the others do (pairwise alltoall at 4 KiB 0.34x in one launch, 1.27x in the next, its
+    neighbours 1.1-1.9x in both): a cell effect of that launch, which split the algorithm's range in two and
+    widened its interval. Noise never reaches SPIKE; a real crossover moves a value past one neighbour only."""
+    by_line: dict[tuple, list[Cell]] = {}
+    for cell in values:
+        by_line.setdefault((cell.collective, cell.scale), []).append(cell)
+    replaced = 0
+    for cells in by_line.values():
+        cells.sort(key=lambda c: c.msg_bytes)
+        for before, cell, after in zip(cells, cells[1:], cells[2:], strict=False):
+            for algorithm, blocks in values[cell].items():
+                for block, value in list(blocks.items()):
+                    left = values[before].get(algorithm, {}).get(block)
+                    right = values[after].get(algorithm, {}).get(block)
+                    if left is None or right is None:
+                        continue
+                    if (value - left > SPIKE and value - right > SPIKE) or (left - value > SPIKE and right - value > SPIKE):
+                        blocks[block] = (left + right) / 2.0
+                        replaced += 1
+    return replaced
 
 
 def ranges_of(cells: list[Cell], leads: Mapping[Cell, str], sizes: list[int]) -> list[list[Cell]]:
@@ -229,6 +275,7 @@ def decide_cells(strategy: Strategy, contested: Mapping[Cell, tuple[str, ...]], 
     runs = launch_runs(strategy, 2 if len(deciding) >= 2 else 0, keep)
     for cell, algorithms in contested.items():
         values[cell] = {a: block_values(runs.get(cell, {}), a) for a in algorithms[1:]}
+    despike(values)
     means = {cell: {a: float(np.mean(list(v.values()))) if len(v) >= 2 else -math.inf for a, v in found.items()}
              for cell, found in values.items()}
     leads = {cell: max(found, key=lambda a: means[cell][a]) for cell, found in values.items()}
