@@ -194,3 +194,23 @@ def test_deciding_runs_outside_the_reference_state_are_left_out_and_another_bloc
     third = [MeasurementRecord(Cell("alltoall", 2, 1, 2, 8), "brucks", 10.0, launch_block=3, probe_us=135.0,
                                launch_side="contender2")] * 3
     assert block_states(again + third)[layout][3] == "other"
+
+
+def test_a_block_value_far_off_both_neighbours_in_its_launch_is_a_spike_and_a_crossover_is_not() -> None:
+    """Pairwise alltoall at 4 KiB read 0.34x in one launch and 1.27x in the next, its neighbours 1.1-1.9x in
+    both: the spike is replaced by its neighbours' mean in that launch; a step from 1.3x to 0.8x (a crossover)
+    and the noise stay as measured."""
+    import math
+
+    from tunempi.tune.launch_blocks import despike
+
+    cells = [Cell("alltoall", 2, 1, 2, size) for size in (256, 1024, 4096, 16384, 65536, 131072)]
+    logs = {1: [1.24, 1.3, 0.34, 1.45, 1.3, 0.8], 2: [1.22, 1.28, 1.27, 1.5, 1.32, 0.79]}
+    values = {cell: {"pairwise": {block: math.log(row[k]) for block, row in logs.items()}}
+              for k, cell in enumerate(cells)}
+    assert despike(values) == 1
+    assert math.exp(values[cells[2]]["pairwise"][1]) == pytest.approx(math.sqrt(1.3 * 1.45))
+    for k, cell in enumerate(cells):
+        if k != 2:
+            assert values[cell]["pairwise"][1] == pytest.approx(math.log(logs[1][k]))
+        assert values[cell]["pairwise"][2] == pytest.approx(math.log(logs[2][k]))
