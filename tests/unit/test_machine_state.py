@@ -136,7 +136,8 @@ def test_verify_waits_for_the_fastest_state_and_gives_up_after_its_time() -> Non
 
     from tunempi.tune.verify_run import VerifyListener, wait_for_reference_state
 
-    plan = SimpleNamespace(selection=dict(SELECTION), manifest=SimpleNamespace(machine_probe_us={(2, 1, 2): FAST}))
+    plan = SimpleNamespace(selection=dict(SELECTION), manifest=SimpleNamespace(machine_probe_us={(2, 1, 2): FAST}),
+                           repeats=2)
     now = [0.0]
     asked: list[int] = []
 
@@ -158,6 +159,12 @@ def test_verify_waits_for_the_fastest_state_and_gives_up_after_its_time() -> Non
                                            VerifyListener(), {"total": 0}, wait_s=10, pause_s=2,
                                            clock=lambda: now[0], sleep=sleep)
     assert now[0] == 10 and len({r.measurement.run for r in always_slow}) == 5
+    # verify --repeats 3: it waits for three pairs in the tune's state (two gave one degree of freedom)
+    now[0], asked[:] = 0.0, []
+    plan.repeats = 3
+    added = wait_for_reference_state(plan, slow, measure_then_fast, VerifyListener(), {"total": 0},  # type: ignore[arg-type]
+                                     wait_s=30, pause_s=2, clock=lambda: now[0], sleep=sleep)
+    assert len(asked) == 4 and now[0] == 8
 
 
 def records_of(blocks: Mapping[int, tuple[float, float]]) -> list[MeasurementRecord]:

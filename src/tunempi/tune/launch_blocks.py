@@ -117,8 +117,9 @@ def _layout(cell: Cell) -> LayoutKey:
 def _state_of(probes: list[float]) -> float | None:
     """The probe of the state most of these runs met inside the reference band (STATE_RATIO of the fastest):
     the probes cut into states where one is more than SAME_STATE_RATIO above its state's first, the state
-    with the most runs (the faster of a tie), its median. None where that state holds fewer than half of the
-    band's runs: the probes spread (other jobs' ranks taking turns on the cores) and say nothing about it."""
+    with the most runs (the faster of a tie), its median; None without probes. Where other jobs' ranks take
+    turns on the cores the probes spread and the most populous state holds few of them: the tune then decides
+    on few runs, and waits for the machine (driver), rather than compare runs of different states."""
     if not probes:
         return None
     ordered = sorted(probes)
@@ -129,13 +130,13 @@ def _state_of(probes: list[float]) -> float | None:
             states[-1].append(probe)
         else:
             states.append([probe])
-    modal = max(states, key=lambda state: len(state))
-    return float(np.median(modal)) if 2 * len(modal) >= len(band) else None
+    return float(np.median(max(states, key=lambda state: len(state))))
 
 
 def reference_probes(records: Iterable[MeasurementRecord]) -> dict[LayoutKey, float]:
     """layout -> the probe of its reference state (`_state_of` over its runs in the exploring and deciding
-    launches); a layout whose probes say nothing is absent (its runs are all taken)."""
+    launches); a layout without probes (oversubscribed: machine_state.usable_probe) is absent, and all its
+    runs are taken."""
     found: dict[LayoutKey, list[float]] = {}
     for r in records:
         if r.launch_block >= 1 and r.probe_us is not None and r.probe_us > 0:

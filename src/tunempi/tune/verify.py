@@ -274,17 +274,17 @@ def evaluate_states(selection: Mapping[Cell, str], results: Sequence[PointResult
 
 
 def reference_shortfall(selection: Mapping[Cell, str], results: Sequence[PointResult],
-                        reference_us: Mapping[LayoutKey, float] | None = None
+                        reference_us: Mapping[LayoutKey, float] | None = None, needed: int = 2
                         ) -> tuple[Pairs, StatesMet, set[LayoutKey]]:
-    """The pairs in the reference state, the states met, and the layouts with launch pairs but fewer than two
-    of them in it (verify_run waits for the machine there)."""
+    """The pairs in the reference state, the states met, and the layouts with launch pairs but fewer than
+    `needed` of them in it (verify_run waits for the machine there)."""
     all_pairs, states = _pairs(selection, results)
     in_ref, _, met = split_by_state(all_pairs, states, reference_us)
     runs: dict[LayoutKey, set[int]] = {}
     for cell, pairs in in_ref.items():
         runs.setdefault((cell.ranks, cell.nodes, cell.ppn), set()).update(pairs)
     layouts = {(c.ranks, c.nodes, c.ppn) for c in all_pairs}  # a layout whose tuned runs all failed: nothing to wait for
-    return in_ref, met, {key for key in layouts if len(runs.get(key, ())) < 2}
+    return in_ref, met, {key for key in layouts if len(runs.get(key, ())) < needed}
 
 
 #: A rule estimated at least this much faster than the default without the evidence to say so gets a
