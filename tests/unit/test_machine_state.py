@@ -221,3 +221,23 @@ def test_a_block_value_far_off_both_neighbours_in_its_launch_is_a_spike_and_a_cr
         if k != 2:
             assert values[cell]["pairwise"][1] == pytest.approx(math.log(logs[1][k]))
         assert values[cell]["pairwise"][2] == pytest.approx(math.log(logs[2][k]))
+
+
+def test_a_launch_that_met_another_state_is_not_counted_but_a_busy_machine_is_not_waited_for() -> None:
+    """A contender launch with most of its runs at 132 us (a few at 43) met the slow state: its block does not
+    count. A launch whose probes spread from 44 to 1,388 us (other jobs' ranks on the cores) holds no state:
+    its block counts (its runs in the reference state still decide), so a tune on a busy machine does not
+    wait 30 s for a state that will not come."""
+    layout = (2, 1, 2)
+    cell = Cell("alltoall", 2, 1, 2, 8)
+    base = records_of({1: (44.0, 44.0), 2: (44.0, 44.0)})
+
+    def launch(block: int, probes: Sequence[float]) -> list[MeasurementRecord]:
+        return [MeasurementRecord(cell, "default", 10.0, launch_block=block, probe_us=44.0, launch_side="default")] \
+            + [MeasurementRecord(cell, "pairwise", 10.0, launch_block=block, probe_us=p, launch_side="contender1")
+               for p in probes]
+
+    slow = base + launch(3, [132.0, 131.0, 133.0, 43.0, 135.0])
+    busy = base + launch(3, [44.0, 873.0, 1388.0, 76.0, 230.0])
+    assert block_states(slow)[layout][3] == "other"
+    assert block_states(busy)[layout][3] == "reference"

@@ -114,6 +114,17 @@ def _layout(cell: Cell) -> LayoutKey:
     return cell.ranks, cell.nodes, cell.ppn
 
 
+def _states(probes: Iterable[float]) -> list[list[float]]:
+    """Probes sorted and cut into states where one is more than SAME_STATE_RATIO above its state's first."""
+    states: list[list[float]] = []
+    for probe in sorted(probes):
+        if states and probe <= SAME_STATE_RATIO * states[-1][0]:
+            states[-1].append(probe)
+        else:
+            states.append([probe])
+    return states
+
+
 def _state_of(probes: list[float]) -> float | None:
     """The probe of the state most of these runs met inside the reference band (STATE_RATIO of the fastest):
     the probes cut into states where one is more than SAME_STATE_RATIO above its state's first, the state
@@ -122,14 +133,8 @@ def _state_of(probes: list[float]) -> float | None:
     on few runs, and waits for the machine (driver), rather than compare runs of different states."""
     if not probes:
         return None
-    ordered = sorted(probes)
-    band = [p for p in ordered if p <= STATE_RATIO * ordered[0]]
-    states: list[list[float]] = []
-    for probe in band:
-        if states and probe <= SAME_STATE_RATIO * states[-1][0]:
-            states[-1].append(probe)
-        else:
-            states.append([probe])
+    fastest = min(probes)
+    states = _states(p for p in probes if p <= STATE_RATIO * fastest)
     return float(np.median(max(states, key=lambda state: len(state))))
 
 
@@ -145,25 +150,30 @@ def reference_probes(records: Iterable[MeasurementRecord]) -> dict[LayoutKey, fl
 
 
 def block_states(records: Iterable[MeasurementRecord]) -> dict[LayoutKey, dict[int, str]]:
-    """layout -> deciding block -> "reference" where each of its launches (the default's and each contender
-    rank's under files, `MeasurementRecord.launch_side`; a switched block is one launch) measured at least
-    half of its runs in the layout's reference state (reference_probes), else "other". Inside the band the
-    probe read two states, about 25 and 44 us, and in the rarer 25 small collectives ran 1.2-1.4x slower: a
-    block whose contender launch met it (or the 3x slower state, 43-132 us in one launch) beside a default
-    launch at 44 read a 1.5x alltoall gain as a tie."""
+    """layout -> deciding block -> "reference" unless one of its launches (the default's and each contender
+    rank's under files, `MeasurementRecord.launch_side`; a switched block is one launch) measured most of its
+    runs in another state than the layout's reference (reference_probes): "other". Inside the band the probe
+    read two states, about 25 and 44 us, and in the rarer 25 small collectives ran 1.2-1.4x slower: a block
+    whose contender launch met it (or the 3x slower state, 43-132 us in one launch) beside a default launch at
+    44 read a 1.5x alltoall gain as a tie. A launch whose probes spread so that no state holds most of them
+    (other jobs' ranks taking turns on the cores) is not "other": its runs in the reference state still
+    decide (launch_runs), and the tune does not wait for a machine that will stay busy."""
     records = list(records)
     reference = reference_probes(records)
-    counts: dict[LayoutKey, dict[tuple[int, str], list[int]]] = {}
+    probes: dict[LayoutKey, dict[tuple[int, str], list[float]]] = {}
     for r in records:
         if r.launch_block >= 2 and r.probe_us is not None and r.probe_us > 0:
-            seen = counts.setdefault(_layout(r.cell), {}).setdefault((r.launch_block, r.launch_side), [0, 0])
-            seen[0] += 1
-            seen[1] += same_state(r.probe_us, reference.get(_layout(r.cell)))
+            probes.setdefault(_layout(r.cell), {}).setdefault((r.launch_block, r.launch_side), []).append(r.probe_us)
     out: dict[LayoutKey, dict[int, str]] = {}
-    for layout, launches in counts.items():
-        blocks = sorted({block for block, _ in launches})
-        out[layout] = {block: "reference" if all(2 * inside >= total for (b, _), (total, inside) in launches.items()
-                                                 if b == block) else "other" for block in blocks}
+    for layout, launches in probes.items():
+        elsewhere: set[int] = set()
+        for (block, _), values in launches.items():
+            # another state held most of its runs: the launch met the machine elsewhere, not a busy machine
+            modal = max(_states(values), key=lambda state: len(state))
+            if 2 * len(modal) > len(values) and not same_state(float(np.median(modal)), reference.get(layout)):
+                elsewhere.add(block)
+        out[layout] = {block: "other" if block in elsewhere else "reference"
+                       for block in sorted({block for block, _ in launches})}
     return out
 
 
