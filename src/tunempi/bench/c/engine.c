@@ -514,39 +514,28 @@ static double probe_state(engine *e)
 
 /* ---------------------------------------------------------------- measurement */
 
+/* Grow *buffer to n doubles (realloc); -1 where that failed, the old buffer kept. */
+static int grow(double **buffer, size_t n)
+{
+    double *bigger = realloc(*buffer, n * sizeof(double));
+    if (!bigger)
+        return -1;
+    *buffer = bigger;
+    return 0;
+}
+
 static int reserve(engine *e, size_t n)
 {
     if (n <= e->capacity)
         return 0;
     size_t capacity = n < 1024 ? 1024 : n;
-    double *local = realloc(e->local, 4 * capacity * sizeof(double));
-    if (local)
-        e->local = local;
-    double *scratch = realloc(e->scratch, 4 * capacity * sizeof(double));
-    if (scratch)
-        e->scratch = scratch;
-    double *samples = realloc(e->samples, capacity * sizeof(double));
-    if (samples)
-        e->samples = samples;
-    double *sorted = realloc(e->sorted, capacity * sizeof(double));
-    if (sorted)
-        e->sorted = sorted;
-    double *overlapped = realloc(e->overlapped, capacity * sizeof(double));
-    if (overlapped)
-        e->overlapped = overlapped;
-    double *computed = realloc(e->computed, capacity * sizeof(double));
-    if (computed)
-        e->computed = computed;
-    double *unhidden = realloc(e->unhidden, capacity * sizeof(double));
-    if (unhidden)
-        e->unhidden = unhidden;
-    double *own = realloc(e->own, capacity * sizeof(double));
-    if (own)
-        e->own = own;
-    double *own_overlapped = realloc(e->own_overlapped, capacity * sizeof(double));
-    if (own_overlapped)
-        e->own_overlapped = own_overlapped;
-    if (!local || !scratch || !samples || !sorted || !overlapped || !computed || !unhidden || !own || !own_overlapped)
+    /* one slot per sample; local and scratch hold four figures per sample */
+    double **per_sample[] = {&e->samples, &e->sorted, &e->overlapped, &e->computed, &e->unhidden, &e->own,
+                             &e->own_overlapped};
+    int failed = grow(&e->local, 4 * capacity) | grow(&e->scratch, 4 * capacity);
+    for (size_t i = 0; i < sizeof per_sample / sizeof per_sample[0]; i++)
+        failed |= grow(per_sample[i], capacity);
+    if (failed)
         return -1;
     e->capacity = capacity;
     return 0;
