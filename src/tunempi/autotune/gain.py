@@ -55,10 +55,10 @@ def measured_cells(medians: Mapping[tuple[Cell, str], float],
         decision = (decisions or {}).get(cell)
         if decision is not None:
             row["decision"] = {"choice": decision.choice, "outcome": decision.outcome}
-            if decision.comparison is not None:
-                c = decision.comparison
-                row["decision"].update(speedup=round(c.speedup, 4), low=round(c.low, 4), high=round(c.high, 4),
-                                       launches=c.pairs)
+            if (evidence := decision.evidence()) is not None:
+                speedup, low, high, launches = evidence
+                row["decision"].update(speedup=round(speedup, 4), low=round(low, 4), high=round(high, 4),
+                                       launches=launches)
         rows.append(row)
     return rows
 

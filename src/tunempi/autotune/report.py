@@ -64,7 +64,7 @@ def _tuned_rows(directory: str) -> list[tuple[str, str, str, str]]:
             for row in manifest.selection if row.algorithm != DEFAULT_ALGORITHM]
 
 
-def expected_of(results: Mapping[str, Any]) -> dict[str, Any] | None:
+def recorded_expected(results: Mapping[str, Any]) -> dict[str, Any] | None:
     """What the tuning can save at most from tune's measurements (autotune/gain.py): of the files verify left,
     where verify ran; None where neither step recorded it (a work state from before it did)."""
     return (results.get("verify") or {}).get("expected") or (results.get("tune") or {}).get("expected")
@@ -233,7 +233,7 @@ def write_report(request: AutotuneRequest, outcome: AutotuneOutcome, path: Path)
                                   for c, lay, s, a in rows) + "</table>")
         for line in results.get("verify", {}).get("lines", []):
             body.append(f"<p class='muted'>verify: {e(line)}</p>")
-        expected = expected_of(results)
+        expected = recorded_expected(results)
         if expected:
             body.extend(_expected_table(expected))
         at_sizes = results.get("tune", {}).get("at_application_sizes") or []
@@ -306,7 +306,7 @@ def write_report(request: AutotuneRequest, outcome: AutotuneOutcome, path: Path)
         body.append("</table>")
         for v in verdicts:
             body.append(f"<p class='muted'>{e(v['variant']['name'])}: {e(v['verdict'])}: {e(v['reason'])}</p>")
-        expected = expected_of(results)
+        expected = recorded_expected(results)
         if expected and tuning_compared(verdicts):
             body.append(f"<p id='expected-vs-compare'>{e(expected_sentence(expected, tuned_comparison(results)))}</p>")
         check = compare.get("result_check", "none")
@@ -361,4 +361,4 @@ def write_report(request: AutotuneRequest, outcome: AutotuneOutcome, path: Path)
     return path
 
 
-__all__ = ["apply_lines", "expected_of", "expected_sentence", "tuned_comparison", "write_report"]
+__all__ = ["apply_lines", "expected_sentence", "recorded_expected", "tuned_comparison", "write_report"]

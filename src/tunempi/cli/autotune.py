@@ -17,7 +17,7 @@ from rich.rule import Rule
 
 from tunempi.autotune import STEPS, AutotuneListener, AutotuneRequest, run_autotune
 from tunempi.autotune.pipeline import DEFAULT_BUDGET_S
-from tunempi.autotune.report import expected_of, expected_sentence, tuned_comparison
+from tunempi.autotune.report import expected_sentence, recorded_expected, tuned_comparison
 from tunempi.autotune.steps import LibrarySteps
 from tunempi.collectives import check_objective
 from tunempi.launch.signals import interrupt_status
@@ -88,7 +88,7 @@ def autotune(
                    f"results {verdict['results']}")
     if compare:
         _out.print(f"result check: {escape(compare['result_check'])}")
-    expected = expected_of(outcome.results)
+    expected = recorded_expected(outcome.results)
     if expected:  # what tune's measurements say the tuning can give at most (docs/autotune.md, "Expected gain")
         _out.print(escape(expected_sentence(expected, tuned_comparison(outcome.results))), soft_wrap=True)
     _out.print(f"report: [bold]{outcome.report}[/]")
