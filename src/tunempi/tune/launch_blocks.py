@@ -125,14 +125,11 @@ def _states(probes: Iterable[float]) -> list[list[float]]:
     return states
 
 
-def _state_of(probes: list[float]) -> float | None:
-    """The probe of the state most of these runs met inside the reference band (STATE_RATIO of the fastest):
-    the probes cut into states where one is more than SAME_STATE_RATIO above its state's first, the state
-    with the most runs (the faster of a tie), its median; None without probes. Where other jobs' ranks take
-    turns on the cores the probes spread and the most populous state holds few of them: the tune then decides
-    on few runs, and waits for the machine (driver), rather than compare runs of different states."""
-    if not probes:
-        return None
+def _state_of(probes: list[float]) -> float:
+    """The probe of the state most of these runs (at least one) met inside the reference band (STATE_RATIO of
+    the fastest): the probes cut into states (_states), the state with the most runs (the faster of a tie),
+    its median. Where other jobs' ranks take turns on the cores the probes spread and that state holds few of
+    them: the tune then decides on few runs rather than compare runs of different states."""
     fastest = min(probes)
     states = _states(p for p in probes if p <= STATE_RATIO * fastest)
     return float(np.median(max(states, key=lambda state: len(state))))
@@ -146,7 +143,7 @@ def reference_probes(records: Iterable[MeasurementRecord]) -> dict[LayoutKey, fl
     for r in records:
         if r.launch_block >= 1 and r.probe_us is not None and r.probe_us > 0:
             found.setdefault(_layout(r.cell), []).append(r.probe_us)
-    return {layout: state for layout, probes in found.items() if (state := _state_of(probes)) is not None}
+    return {layout: _state_of(probes) for layout, probes in found.items()}
 
 
 def block_states(records: Iterable[MeasurementRecord]) -> dict[LayoutKey, dict[int, str]]:

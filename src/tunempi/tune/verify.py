@@ -149,7 +149,7 @@ def _pairs(selection: Mapping[Cell, str], results: Sequence[PointResult]
            ) -> tuple[Pairs, dict[Cell, dict[int, tuple[float | None, float | None]]]]:
     """(tuned, default) medians per tuned cell and repetition (= launch) where both sides ran (a launch's
     value for a cell: the median of its runs there, file_launches.RUNS_PER_LAUNCH), and the probes of the two
-    launches (machine_state: the fastest of each launch's points' probes)."""
+    launches (machine_state.launch_probes: the median of each launch's points' probes, where steady)."""
     measured: dict[tuple[Cell, str, int], list[float]] = {}
     for result in results:
         m = result.measurement

@@ -221,7 +221,7 @@ def measure_pairs(plan: VerifyPlan, settings: MeasureSettings, listener: VerifyL
     again = needs_second_pass(evaluate(plan.selection, results, reference_us=plan.manifest.machine_probe_us))
     if again:
         second = {c: plan.selection[c] for c in again}
-        progress["total"] += 2 * len(again) * plan.repeats * RUNS_PER_LAUNCH
+        progress["total"] += points_under_files(len(again), plan.repeats)
         results += measure(second, range(plan.repeats, 2 * plan.repeats))
     return results, again
 
@@ -254,9 +254,15 @@ def wait_for_reference_state(plan: VerifyPlan, results: Sequence[PointResult],
         listener.waiting_for_state(len(short), clock() - started)
         sleep(pause_s)
         extra = {c: a for c, a in plan.selection.items() if (c.ranks, c.nodes, c.ppn) in short}
-        progress["total"] += 2 * sum(a != DEFAULT_ALGORITHM for a in extra.values()) * RUNS_PER_LAUNCH
+        progress["total"] += points_under_files(sum(a != DEFAULT_ALGORITHM for a in extra.values()), 1)
         added += measure(extra, [run])
         run += 1
+
+
+def points_under_files(cells: int, repetitions: int) -> int:
+    """The points measure_under_files measures for `cells` tuned cells: per repetition, both sides' launches,
+    RUNS_PER_LAUNCH runs of each cell in each (the progress bars' totals)."""
+    return 2 * cells * repetitions * RUNS_PER_LAUNCH
 
 
 def measure_under_files(library: MPILibrary, adapter: VendorAdapter, file_env: Mapping[str, str],
@@ -381,7 +387,7 @@ def hold_out(manifest: Manifest, library: MPILibrary, *, repeats: int, first_run
         return []
     multi_node = any(cell.nodes > 1 for cell in tuned)
     allocation = NodeAllocation.given_or_found(hostfile) if multi_node else None
-    total = 2 * len(tuned) * repeats * RUNS_PER_LAUNCH
+    total = points_under_files(len(tuned), repeats)
     listener.holding_out(total)
     done = {"n": 0}
 
