@@ -167,6 +167,43 @@ def test_verify_waits_for_the_fastest_state_and_gives_up_after_its_time() -> Non
     assert len(asked) == 4 and now[0] == 8
 
 
+
+def test_verify_measures_an_undecided_promising_rule_again_until_its_evidence_decides() -> None:
+    """verify_run.more_passes: a rule estimated faster but undecided (one launch in three against it) gets
+    passes of new launch pairs (new run numbers) until the signed-rank test decides, and no more; one that
+    stays undecided stops after MAX_PASSES; a decided one gets none."""
+    from types import SimpleNamespace
+
+    from tunempi.tune.verify import evaluate
+    from tunempi.tune.verify_run import MAX_PASSES, more_passes
+
+    plan = SimpleNamespace(selection=dict(SELECTION), manifest=SimpleNamespace(machine_probe_us={(2, 1, 2): FAST}),
+                           repeats=3)
+    first = launches([0, 1], 8.0, 10.0, FAST) + launches([2], 10.0, 8.0, FAST)  # 1.25x, 1.25x, 0.8x
+    asked: list[list[int]] = []
+
+    def favour(selection: Mapping[Cell, str], runs: Sequence[int]) -> list[PointResult]:
+        asked.append(list(runs))
+        return launches(runs, 8.0, 10.0, FAST)
+
+    added, again = more_passes(plan, first, favour, {"total": 0})  # type: ignore[arg-type]
+    # 6 launches, one against: not yet at 2.5 %; 9 launches, one against: faster
+    assert asked == [[3, 4, 5], [6, 7, 8]] and set(again) == set(SELECTION)
+    assert {v.verdict for v in evaluate(plan.selection, [*first, *added])} == {"faster"}
+
+    asked.clear()
+
+    def undecided(selection: Mapping[Cell, str], runs: Sequence[int]) -> list[PointResult]:
+        asked.append(list(runs))
+        return [r for run in runs for r in launches([run], *((8.0, 12.0) if run % 2 else (10.0, 9.0)), FAST)]
+
+    _, again = more_passes(plan, first, undecided, {"total": 0})  # type: ignore[arg-type]
+    assert len(asked) == MAX_PASSES - 1 and set(again) == set(SELECTION)  # estimate about 1.15x, never decided
+
+    asked.clear()
+    decided = launches(range(6), 8.0, 10.0, FAST)
+    assert more_passes(plan, decided, favour, {"total": 0}) == ([], []) and not asked  # type: ignore[arg-type]
+
 def records_of(blocks: Mapping[int, tuple[float, float]]) -> list[MeasurementRecord]:
     """A tune's runs at one layout: per launch block, (the default's launch probe, the contenders')."""
     cells = [Cell("alltoall", 2, 1, 2, size) for size in (8, 256, 4096)]

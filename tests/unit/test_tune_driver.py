@@ -438,7 +438,7 @@ def test_an_override_only_one_launch_favoured_is_not_written() -> None:
 
 def test_a_difference_that_holds_in_every_launch_is_decided_in_ranges_of_neighbouring_sizes() -> None:
     runner = FakeRunner()
-    outcome = Tuner(spaces(), runner, strategy="exhaustive", launches=3).run()
+    outcome = Tuner(spaces(), runner, strategy="exhaustive", launches=3, cores=4).run()
     assert runner.relaunched == 2
     tuned = {cell: d for cell, d in outcome.decisions.items() if d.outcome == "tuned"}
     assert len(tuned) == len(outcome.decisions) > 0  # 'small' or 'large' is 1.2x faster than the default
@@ -447,6 +447,16 @@ def test_a_difference_that_holds_in_every_launch_is_decided_in_ranges_of_neighbo
         assert decision.comparison is not None and decision.comparison.low > 1.0
         assert decision.comparison.pairs == 2  # the two randomized deciding launches (the exploring one left out)
 
+
+
+def test_a_layout_whose_ranks_take_turns_on_the_cores_gets_a_third_deciding_launch() -> None:
+    """On 2 cores, the 4-rank layout's launches differ more than two blocks pin down (Open MPI at 4 ranks:
+    verify sent back a third of what two blocks tuned): one more deciding block there, none at 2 ranks."""
+    runner = FakeRunner()
+    outcome = Tuner(spaces(), runner, strategy="exhaustive", launches=3, cores=2).run()
+    assert runner.relaunched == 3 and outcome.turns_blocks == 1
+    pairs = {(cell.ranks, d.comparison.pairs) for cell, d in outcome.decisions.items() if d.comparison}
+    assert pairs == {(2, 2), (4, 3)}
 
 def test_a_gain_below_the_floor_is_a_tie_even_where_every_launch_shows_it(monkeypatch: pytest.MonkeyPatch) -> None:
     """Issue 39: a rule tune's pooled launches called faster by a few % came back "same" from verify's own
@@ -458,7 +468,7 @@ def test_a_gain_below_the_floor_is_a_tie_even_where_every_launch_shows_it(monkey
         return base * {DEFAULT_ALGORITHM: 1.0, "small": 1 / 1.015}.get(algorithm, 1.3)
 
     def tune() -> TuneOutcome:
-        return Tuner(spaces(), FakeRunner(latency=slightly), strategy="exhaustive", launches=3).run()
+        return Tuner(spaces(), FakeRunner(latency=slightly), strategy="exhaustive", launches=3, cores=4).run()
 
     assert launch_blocks.MIN_GAIN >= 0.03
     floored = tune()
@@ -514,7 +524,7 @@ def test_deciding_launches_under_files_decide_what_the_files_do_not_what_the_swi
     files = FakeUnderFiles(under_file, takes={"allreduce"})
     with ResultStore(":memory:") as store:
         outcome = Tuner(both, runner, strategy="exhaustive", launches=3, under_files=files, store=store,
-                        fingerprint=FINGERPRINT).run()
+                        fingerprint=FINGERPRINT, cores=4).run()
         stored = store.query(library_fingerprint=FINGERPRINT)
     assert files.blocks == [2, 3]  # the two deciding blocks, numbered after the exploring launch
     assert {c for c, _ in files.measured} == {"allreduce"}
@@ -574,7 +584,7 @@ def test_deciding_launches_that_met_a_slow_spell_are_measured_again_and_decide_i
     override, the slow launch left out (without the probe, one launch each way would have made ties)."""
     runner = two_speed_runner(monkeypatch, slow={1})
     pauses: list[float] = []
-    outcome = Tuner(spaces(), runner, strategy="exhaustive", launches=3, sleep=pauses.append).run()
+    outcome = Tuner(spaces(), runner, strategy="exhaustive", launches=3, sleep=pauses.append, cores=4).run()
     assert runner.relaunched == 3 and pauses == [2.0]  # one more deciding launch after one pause
     assert (outcome.state_blocks, outcome.state_wait_s) == (1, 2.0)
     assert set(outcome.selection.values()) == {DEFAULT_ALGORITHM}
@@ -589,7 +599,7 @@ def test_the_fastest_probe_of_an_unsteady_exploring_launch_still_sets_the_state_
     meet the fastest state its exploring launch saw, and decides on those."""
     runner = two_speed_runner(monkeypatch, slow={1, 2}, exploring_probes=(135.0, 45.0))
     pauses: list[float] = []
-    outcome = Tuner(spaces(), runner, strategy="exhaustive", launches=3, sleep=pauses.append).run()
+    outcome = Tuner(spaces(), runner, strategy="exhaustive", launches=3, sleep=pauses.append, cores=4).run()
     assert runner.relaunched == 4 and pauses == [2.0, 2.0] and outcome.state_blocks == 2
     assert set(outcome.selection.values()) == {DEFAULT_ALGORITHM}
     assert all(d.comparison is not None and d.comparison.pairs == 2 for d in outcome.decisions.values())

@@ -224,6 +224,10 @@ class TuneProgress:
                     f"the machine was slower than its fastest state in some deciding launches (cross-core probe "
                     f"over 2.5x its fastest): {outcome.state_blocks} more measured after pauses of "
                     f"{outcome.state_wait_s:.0f} s in all, deciding on those of the fastest state")
+            if outcome.turns_blocks:
+                self.console.print(
+                    f"{outcome.turns_blocks} more deciding launch(es) where the layout has more ranks than "
+                    f"the node has cores (ranks take turns on them, and launches differ more)")
         if outcome.stop_reason == "interrupted":
             self.console.print("[yellow]interrupted[/]: measured points are kept in the store; rerun to resume.")
         elif outcome.stop_reason == "exhaustive-cost":

@@ -29,10 +29,12 @@ from tunempi.store.results import Measurement, ResultStore
 from tunempi.strategy import MeasurementRecord, Request, Strategy, make_strategy
 from tunempi.tune.guard import CONTINUE, MEASURE_THE_REST, estimate_exhaustive
 from tunempi.tune.launch_blocks import (
+    TURNS_BLOCKS,
     CellDecision,
     contenders,
     decide_cells,
     layouts_short_of_reference,
+    layouts_taking_turns,
     reference_blocks,
 )
 from tunempi.tune.machine_state import STATE_PAUSE_S, STATE_WAIT_S
@@ -150,6 +152,8 @@ class TuneOutcome:
     #: (tune/machine_state.py), and the time spent pausing for it.
     state_blocks: int = 0
     state_wait_s: float = 0.0
+    #: Deciding launches added at layouts where ranks take turns on the cores (launch_blocks.TURNS_BLOCKS).
+    turns_blocks: int = 0
 
     def outcome_counts(self) -> dict[str, int]:
         """How many decided cells are tuned, ties (the default kept) or the default after all."""
@@ -245,6 +249,7 @@ class Tuner:
         sleep: Callable[[float], None] = time.sleep,
         state_wait_s: float = STATE_WAIT_S,
         state_pause_s: float = STATE_PAUSE_S,
+        cores: int | None = None,
     ) -> None:
         self.spaces = dict(spaces)
         # what a non-blocking collective's points measure (--objective) and, for time, each cell's computation
@@ -258,6 +263,8 @@ class Tuner:
         self.sleep = sleep
         # how long the deciding launches wait, at most, for the machine's fastest state (tune/machine_state.py)
         self.state_wait_s, self.state_pause_s = state_wait_s, state_pause_s
+        # the node's cores, against which a layout's ranks take turns (None: this process's CPUs)
+        self.cores = cores
         self.n_lanes = lanes
         self.confirm = confirm
         self.exhaustive_guard = exhaustive_guard
@@ -408,6 +415,7 @@ class Tuner:
             wall_s=self.clock() - started, bench_s=run.bench_s, measured=run.measured, resumed=self.resumed,
             failed=run.failed, launches=self.runner.launches + run.file_launches, model_s=run.model_s, model_wait_s=run.wait_s,
             decisions=dict(self.decisions), state_blocks=run.state_blocks, state_wait_s=run.state_wait_s,
+            turns_blocks=run.turns_blocks,
         )
 
     def _explore(self, run: _Run, thinker: ThreadPoolExecutor, max_rounds: int | None) -> str:
@@ -525,6 +533,14 @@ class Tuner:
         for _ in range(self.launches - 1):
             if not deciding_block():
                 break
+        # Where ranks take turns on the cores, launches differ more than two blocks can pin down: one more
+        # deciding block there (launch_blocks.TURNS_BLOCKS).
+        if self.launches - 1 == 2:
+            turns = layouts_taking_turns(self.strategies.values(), self.cores)
+            for _ in range(TURNS_BLOCKS - 2):
+                if not turns or not deciding_block(turns):
+                    break
+                run.turns_blocks += 1
         # The machine's state (tune/machine_state.py): where fewer than two deciding blocks of a layout met its
         # fastest state, more blocks there after a pause, as verify does, so that a tune that began in a slow
         # spell decides as one that did not.
@@ -638,6 +654,7 @@ class _Run:
     block: int = 1  # the launch block being measured: 1 exploring, 2... deciding (tune/launch_blocks.py)
     state_blocks: int = 0  # deciding blocks added because too few met the machine's fastest state
     state_wait_s: float = 0.0
+    turns_blocks: int = 0  # deciding blocks added where ranks take turns on the cores
     file_launches: int = 0  # deciding launches under files (not the runner's)
 
     def past_deadline(self) -> bool:

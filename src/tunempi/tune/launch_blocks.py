@@ -34,6 +34,7 @@ The comparison the tune reports is still the plain one (default / contender with
 from __future__ import annotations
 
 import math
+import os
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
@@ -192,6 +193,21 @@ def layouts_short_of_reference(strategies: Iterable[Strategy]) -> set[LayoutKey]
             if states and sum(state == "reference" for state in states.values()) < 2}
 
 
+#: Deciding blocks a layout gets where its ranks take turns on the cores (more ranks on a node than it has
+#: cores; machine_state.usable_probe reads no probe there): its launches differ by more than two blocks can pin
+#: down. Open MPI at 4 ranks on 2 cores, decided on two: a demo's verify sent back 13 of 42 tuned cells (tune
+#: 1.25-1.71x, verify 0.74-1.19x; docs/measurements/tune.md "More passes, and a third block where ranks take
+#: turns").
+TURNS_BLOCKS = 3
+
+
+def layouts_taking_turns(strategies: Iterable[Strategy], cores: int | None = None) -> set[LayoutKey]:
+    """Layouts with deciding blocks whose ranks per node outnumber `cores` (None: this process's CPUs):
+    they get TURNS_BLOCKS deciding blocks (driver)."""
+    available = cores if cores is not None else len(os.sched_getaffinity(0))
+    return {_layout(r.cell) for s in strategies for r in s.records if r.launch_block >= 2 and r.cell.ppn > available}
+
+
 def launch_runs(strategy: Strategy, first_block: int = 0, keep: Mapping[LayoutKey, set[int]] | None = None
                 ) -> dict[Cell, dict[tuple[str, int], list[float]]]:
     """cell -> (algorithm, launch block) -> the latencies of its successful runs there, blocks from
@@ -271,7 +287,7 @@ def decide_cells(strategy: Strategy, contested: Mapping[Cell, tuple[str, ...]], 
     mean block value against the default (over two launches at least); neighbouring cells with the same
     lead ahead of the default, or with their leads behind it, form a range, decided as one
     (evidence.compare_launches over the range's cells and the launches all of them have), with the spread
-    pooled over the ranges of the collective; "tuned" needs the range faster than the default by `min_gain`
+    pooled over the ranges of the collective at that layout; "tuned" needs the range faster than the default by `min_gain`
     (None: MIN_GAIN)."""
     min_gain = MIN_GAIN if min_gain is None else min_gain
     values: dict[Cell, dict[str, dict[int, float]]] = {}
@@ -296,9 +312,14 @@ def decide_cells(strategy: Strategy, contested: Mapping[Cell, tuple[str, ...]], 
         blocks = sorted(set.intersection(*(set(values[c][leads[c]]) for c in cells)))
         matrix = np.array([[values[c][leads[c]][b] for b in blocks] for c in cells]) if blocks else None
         matrices.append((cells, matrix))
-    spread = launch_spread(m for _, m in matrices if m is not None)
+    # pooled over the ranges measured in the same launches, i.e. of one layout: the 4-rank layout's launches
+    # (ranks taking turns on 2 cores) spread several times more than the 2-rank one's, and pooled with them
+    # its ranges looked decided where verify's own launches of them were not
+    spreads = {layout: launch_spread(m for cells, m in matrices if m is not None and _layout(cells[0]) == layout)
+               for layout in {_layout(cells[0]) for cells, _ in matrices}}
     decisions: dict[Cell, CellDecision] = {}
     for cells, matrix in matrices:
+        spread = spreads[_layout(cells[0])]
         comparison = compare_launches(matrix, spread=spread, level=level) if matrix is not None else None
         verdict = comparison.verdict if comparison is not None else "same"
         if verdict == "faster" and min_gain > 0 and matrix is not None:

@@ -17,7 +17,8 @@ launch pair) go to the across-launch form of the shared evidence rule (evidence.
 spread of the rule's own launch means: docs/evidence.md), which gives the speedup default/tuned, its
 95 % interval and the verdict; every cell of the rule carries it, and keeps its own estimate and verdict
 across the launches too. **A rule stays only where that evidence says it is faster** (goes_back_to_default);
-an undecided rule with a promising estimate gets a second pass of launches first. A cell slower beyond
+an undecided rule with a promising estimate gets more passes of launches first (up to
+verify_run.MAX_PASSES). A cell slower beyond
 noise on its own goes back too, whatever its rule's verdict. The rule sets and files are rewritten (and
 smoke-checked again), and verify says so.
 
@@ -112,7 +113,7 @@ class VerifiedCell:
 def verify_plan(selection: Mapping[Cell, str], repeats: int, *, first_run: int = 0) -> dict[Layout, list[BenchPoint]]:
     """Per layout: tuned and default points of every non-default cell, interleaved, order alternating per
     repetition (evidence.pair_order); the point's `run` is the repetition, which is measured in a launch of
-    its own (from `first_run`: a second pass adds launches)."""
+    its own (from `first_run`: a further pass adds launches)."""
     work: dict[Layout, list[BenchPoint]] = {}
     cells = sorted(c for c, a in selection.items() if a != DEFAULT_ALGORITHM)
     for run in range(first_run, first_run + repeats):
