@@ -146,6 +146,11 @@ def test_undecided_rules_with_a_promising_estimate_get_a_second_pass_with_new_ru
                 VerifiedCell(Cell(A.collective, A.ranks, A.nodes, A.ppn, 1 << 21), "ring", 5.0, 10.0, 2.0, 1.9,
                              2.1, "faster")]
     assert needs_second_pass(verified) == [B, D]
+    # A (0.9x [0.6, 1.3]) goes back, unless tune decided it wholly above that interval: the launches of the two
+    # met the machine differently (Open MPI's default at 4 ranks has two speeds by launch), so more launches
+    tune_far_above = {A: (1.6, 1.4, 1.8, 3), B: (1.05, 1.04, 1.06, 2)}
+    assert needs_second_pass(verified, decided=tune_far_above) == [A, B, D]
+    assert needs_second_pass(verified, decided={A: (1.2, 1.1, 1.3, 3)}) == [B, D]  # overlapping: A goes back
     work = verify_plan({A: "ring"}, 2, first_run=3)
     assert [(p.algorithm, p.run) for p in work[Layout(2)]] == [("default", 3), ("ring", 3), ("ring", 4),
                                                                 ("default", 4)]  # order alternates by run

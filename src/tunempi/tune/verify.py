@@ -295,10 +295,19 @@ def reference_shortfall(selection: Mapping[Cell, str], results: Sequence[PointRe
 PROMISING_ABOVE = 1.03
 
 
-def needs_second_pass(verified: Sequence[VerifiedCell], above: float = PROMISING_ABOVE) -> list[Cell]:
+def needs_second_pass(verified: Sequence[VerifiedCell], above: float = PROMISING_ABOVE,
+                      decided: Mapping[Cell, tuple[float, float, float, int] | None] | None = None) -> list[Cell]:
     """Cells whose rule is undecided ("same") with an estimate of at least `above`: measured again (every
-    cell of such a rule, since the verdict is the rule's). An undecided rule below it goes back anyway."""
-    return [v.cell for v in verified if v.verdict == "same" and v.speedup >= above]
+    cell of such a rule, since the verdict is the rule's). An undecided rule below it goes back anyway, unless
+    tune's decision there (`decided`: the manifest's (speedup, low, high, launches)) is wholly above verify's
+    interval: the two met the machine differently (Open MPI's default at 4 ranks on 2 cores is 2-3x slower
+    in some launches than in others), and more launches are measured before the rule is judged."""
+    def conflicting(v: VerifiedCell) -> bool:
+        tune = (decided or {}).get(v.cell)
+        return tune is not None and v.verdict != "faster" and tune[1] > v.ci_high
+
+    return [v.cell for v in verified
+            if v.algorithm != DEFAULT_ALGORITHM and ((v.verdict == "same" and v.speedup >= above) or conflicting(v))]
 
 
 def goes_back_to_default(verdict: str, own_verdict: str = "") -> bool:

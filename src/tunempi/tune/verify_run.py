@@ -234,13 +234,15 @@ def more_passes(plan: VerifyPlan, results: Sequence[PointResult],
                 measure: Callable[[Mapping[Cell, str], Sequence[int]], list[PointResult]],
                 progress: dict[str, int], *, max_passes: int = MAX_PASSES) -> tuple[list[PointResult], list[Cell]]:
     """Passes of `plan.repeats` new launch pairs (new run numbers) for the rules still undecided with a
-    promising estimate (verify.needs_second_pass, on every result so far), until none is or `max_passes`
-    passes are done. Returns the added results and every cell measured again."""
+    promising estimate, or judged below the interval tune decided them on (verify.needs_second_pass, on every
+    result so far), until none is or `max_passes` passes are done. Returns the added results and every cell
+    measured again."""
     added: list[PointResult] = []
     again: list[Cell] = []
+    decided = {row.cell: row.decided for row in plan.manifest.selection}
     for number in range(1, max_passes):
         undecided = needs_second_pass(evaluate(plan.selection, [*results, *added],
-                                               reference_us=plan.manifest.machine_probe_us))
+                                               reference_us=plan.manifest.machine_probe_us), decided=decided)
         if not undecided:
             break
         again += [cell for cell in undecided if cell not in again]
