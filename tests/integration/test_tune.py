@@ -391,7 +391,7 @@ def test_launches_as_blocks_decide_every_override_across_fresh_launches(tmp_path
     assert sum(manifest.run.decisions.values()) == len(outcome.decisions)
     assert Manifest.load(manifest.directory).run.decisions == manifest.run.decisions
     # each decided cell's evidence is kept in its selection row (verify's replacement lines quote it)
-    rows = {row.cell: row.decided for row in Manifest.load(manifest.directory).selection}
+    rows = Manifest.load(manifest.directory).decided()
     for cell, decision in outcome.decisions.items():
         if decision.comparison is not None:
             speedup, low, high, launches = rows[cell]  # type: ignore[misc]

@@ -178,7 +178,7 @@ def test_verify_measures_an_undecided_promising_rule_again_until_its_evidence_de
     from tunempi.tune.verify_run import MAX_PASSES, more_passes
 
     plan = SimpleNamespace(selection=dict(SELECTION), manifest=SimpleNamespace(machine_probe_us={(2, 1, 2): FAST},
-                                                                               selection=()), repeats=3)
+                                                                               decided=dict), repeats=3)
     first = launches([0, 1], 8.0, 10.0, FAST) + launches([2], 10.0, 8.0, FAST)  # 1.25x, 1.25x, 0.8x
     asked: list[list[int]] = []
 

@@ -136,7 +136,7 @@ def test_where_files_select_a_collective_whole_it_is_judged_as_one() -> None:
 def test_undecided_rules_with_a_promising_estimate_get_a_second_pass_with_new_run_indices() -> None:
     """Undecided ("same") with an estimate of at least 1.03 (a gain that may yet show its evidence: without
     it the rule goes back): more launches. Below it (it goes back anyway), or decided: not."""
-    from tunempi.tune.verify import VerifiedCell, needs_second_pass
+    from tunempi.tune.verify import VerifiedCell, needs_more_launches
 
     D = Cell(A.collective, A.ranks, A.nodes, A.ppn, 1 << 20)
     verified = [VerifiedCell(A, "ring", 11.0, 10.0, 0.9, 0.6, 1.3, "same"),
@@ -145,12 +145,12 @@ def test_undecided_rules_with_a_promising_estimate_get_a_second_pass_with_new_ru
                 VerifiedCell(D, "ring", 5.0, 10.0, 1.9, 0.5, 6.5, "same"),
                 VerifiedCell(Cell(A.collective, A.ranks, A.nodes, A.ppn, 1 << 21), "ring", 5.0, 10.0, 2.0, 1.9,
                              2.1, "faster")]
-    assert needs_second_pass(verified) == [B, D]
+    assert needs_more_launches(verified) == [B, D]
     # A (0.9x [0.6, 1.3]) goes back, unless tune decided it wholly above that interval: the launches of the two
     # met the machine differently (Open MPI's default at 4 ranks has two speeds by launch), so more launches
     tune_far_above = {A: (1.6, 1.4, 1.8, 3), B: (1.05, 1.04, 1.06, 2)}
-    assert needs_second_pass(verified, decided=tune_far_above) == [A, B, D]
-    assert needs_second_pass(verified, decided={A: (1.2, 1.1, 1.3, 3)}) == [B, D]  # overlapping: A goes back
+    assert needs_more_launches(verified, decided=tune_far_above) == [A, B, D]
+    assert needs_more_launches(verified, decided={A: (1.2, 1.1, 1.3, 3)}) == [B, D]  # overlapping: A goes back
     work = verify_plan({A: "ring"}, 2, first_run=3)
     assert [(p.algorithm, p.run) for p in work[Layout(2)]] == [("default", 3), ("ring", 3), ("ring", 4),
                                                                 ("default", 4)]  # order alternates by run
@@ -309,7 +309,8 @@ def test_verify_says_which_rule_a_replaced_cell_belongs_to_and_why() -> None:
     assert "its rule of 3 sizes, 3 launches" in first and first.endswith("-> default")
     assert "tune had" not in first
     # with the manifest's row, the line says what tune's deciding launches had said there
-    tuned_rows = SimpleNamespace(selection=(SelectionRow(big, "ring", 20.0, 10.0, decided=(1.081, 1.04, 1.123, 2)),))
+    row = SelectionRow(big, "ring", 20.0, 10.0, decided=(1.081, 1.04, 1.123, 2))
+    tuned_rows = SimpleNamespace(decided=lambda: {row.cell: row.decided})  # Manifest.decided of that one row
     said = VerifyReport(tuned_rows, verified, summary(verified), replaced=1).lines()[0]  # type: ignore[arg-type]
     assert "3 launches; tune had 1.081 (1.040..1.123) over 2 launches) -> default" in said
     assert "verified 3 cells in 1 rules" in last and "slower beyond noise: 1 -> 0" in last

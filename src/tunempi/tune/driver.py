@@ -535,12 +535,11 @@ class Tuner:
                 break
         # Where ranks take turns on the cores, launches differ more than two blocks can pin down: one more
         # deciding block there (launch_blocks.TURNS_BLOCKS).
-        if self.launches - 1 == 2:
-            turns = layouts_taking_turns(self.strategies.values(), self.cores)
-            for _ in range(TURNS_BLOCKS - 2):
-                if not turns or not deciding_block(turns):
-                    break
-                run.turns_blocks += 1
+        turns = layouts_taking_turns(self.strategies.values(), self.cores) if self.launches > 2 else set()
+        for _ in range(TURNS_BLOCKS - (self.launches - 1)):
+            if not turns or not deciding_block(turns):
+                break
+            run.turns_blocks += 1
         # The machine's state (tune/machine_state.py): where fewer than two deciding blocks of a layout met its
         # fastest state, more blocks there after a pause, as verify does, so that a tune that began in a slow
         # spell decides as one that did not.

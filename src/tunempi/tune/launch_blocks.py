@@ -34,7 +34,6 @@ The comparison the tune reports is still the plain one (default / contender with
 from __future__ import annotations
 
 import math
-import os
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
@@ -44,7 +43,7 @@ from tunempi.collectives import DEFAULT_ALGORITHM
 from tunempi.evidence import LEVEL, Comparison, compare_launches, launch_log_ratio, launch_spread
 from tunempi.space import Cell
 from tunempi.strategy import MeasurementRecord, Strategy
-from tunempi.tune.machine_state import SAME_STATE_RATIO, STATE_RATIO, same_state
+from tunempi.tune.machine_state import SAME_STATE_RATIO, STATE_RATIO, same_state, takes_turns
 
 OUTCOMES: tuple[str, ...] = ("tuned", "tie", "default")
 #: Contenders beside the library's default in a cell: the selected algorithm and this many minus one more.
@@ -202,10 +201,10 @@ TURNS_BLOCKS = 3
 
 
 def layouts_taking_turns(strategies: Iterable[Strategy], cores: int | None = None) -> set[LayoutKey]:
-    """Layouts with deciding blocks whose ranks per node outnumber `cores` (None: this process's CPUs):
-    they get TURNS_BLOCKS deciding blocks (driver)."""
-    available = cores if cores is not None else len(os.sched_getaffinity(0))
-    return {_layout(r.cell) for s in strategies for r in s.records if r.launch_block >= 2 and r.cell.ppn > available}
+    """Layouts with deciding blocks whose ranks take turns on the `cores` (machine_state.takes_turns): they
+    get TURNS_BLOCKS deciding blocks (driver)."""
+    layouts = {_layout(r.cell) for s in strategies for r in s.records if r.launch_block >= 2}
+    return {layout for layout in layouts if takes_turns(layout[2], cores)}
 
 
 def launch_runs(strategy: Strategy, first_block: int = 0, keep: Mapping[LayoutKey, set[int]] | None = None

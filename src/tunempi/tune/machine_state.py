@@ -71,14 +71,18 @@ def steady(probes: Sequence[float]) -> bool:
     return len(probes) < 3 or statistics.median(probes) <= STEADY_RATIO * min(probes)
 
 
+def takes_turns(ranks_per_node: int, cores: int | None = None) -> bool:
+    """More ranks on a node than it has cores (None: this process's CPUs): they take turns on the cores."""
+    return ranks_per_node > (cores if cores is not None else len(os.sched_getaffinity(0)))
+
+
 def usable_probe(probe: float | None, ranks_per_node: int, cores: int | None = None) -> float | None:
-    """The probe where it says something about the machine: None where the layout has more ranks on a node
-    than this machine has cores (they take turns on the cores, and the probe reads the turns: Open MPI at 4
-    ranks on 2 cores read launches 6x apart with no change of state) or where there is none."""
-    if probe is None or probe <= 0:
+    """The probe where it says something about the machine: None where the layout's ranks take turns on the
+    cores (the probe reads the turns: Open MPI at 4 ranks on 2 cores read launches 6x apart with no change of
+    state) or where there is none."""
+    if probe is None or probe <= 0 or takes_turns(ranks_per_node, cores):
         return None
-    available = cores if cores is not None else len(os.sched_getaffinity(0))
-    return probe if ranks_per_node <= available else None
+    return probe
 
 
 def same_state(a: float | None, b: float | None, ratio: float = SAME_STATE_RATIO) -> bool:

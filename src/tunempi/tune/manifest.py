@@ -420,6 +420,10 @@ class Manifest:
             applications=tuple(ApplicationCheck.from_dict(a) for a in data.get("applications", ())),
         )
 
+    def decided(self) -> dict[Cell, tuple[float, float, float, int] | None]:
+        """Tune's decision of each selection cell (SelectionRow.decided), by cell."""
+        return {row.cell: row.decided for row in self.selection}
+
     def figures(self) -> Figures:
         """What verify measures the non-blocking cells for: tune's objective, with its computations."""
         from tunempi.tune.objective import Figures

@@ -295,7 +295,7 @@ def reference_shortfall(selection: Mapping[Cell, str], results: Sequence[PointRe
 PROMISING_ABOVE = 1.03
 
 
-def needs_second_pass(verified: Sequence[VerifiedCell], above: float = PROMISING_ABOVE,
+def needs_more_launches(verified: Sequence[VerifiedCell], above: float = PROMISING_ABOVE,
                       decided: Mapping[Cell, tuple[float, float, float, int] | None] | None = None) -> list[Cell]:
     """Cells whose rule is undecided ("same") with an estimate of at least `above`: measured again (every
     cell of such a rule, since the verdict is the rule's). An undecided rule below it goes back anyway, unless

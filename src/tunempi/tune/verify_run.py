@@ -54,7 +54,7 @@ from tunempi.tune.verify import (
     evaluate_composition,
     evaluate_states,
     goes_back_to_default,
-    needs_second_pass,
+    needs_more_launches,
     reference_shortfall,
     summary,
     verify_plan,
@@ -121,8 +121,7 @@ class VerifyReport:
 
     def lines(self) -> list[str]:
         """What verify found, as plain text: one line per replaced cell, then the summary."""
-        rows = self.manifest.selection if self.manifest is not None else ()
-        decided = {row.cell: row.decided for row in rows}
+        decided = self.manifest.decided() if self.manifest is not None else {}
         out = [_replacement_line(v, decided.get(v.cell)) for v in self.verified if v.replaced]
         n = self.summary
         out.append(
@@ -234,15 +233,15 @@ def more_passes(plan: VerifyPlan, results: Sequence[PointResult],
                 measure: Callable[[Mapping[Cell, str], Sequence[int]], list[PointResult]],
                 progress: dict[str, int], *, max_passes: int = MAX_PASSES) -> tuple[list[PointResult], list[Cell]]:
     """Passes of `plan.repeats` new launch pairs (new run numbers) for the rules still undecided with a
-    promising estimate, or judged below the interval tune decided them on (verify.needs_second_pass, on every
+    promising estimate, or judged below the interval tune decided them on (verify.needs_more_launches, on every
     result so far), until none is or `max_passes` passes are done. Returns the added results and every cell
     measured again."""
     added: list[PointResult] = []
     again: list[Cell] = []
-    decided = {row.cell: row.decided for row in plan.manifest.selection}
+    decided = plan.manifest.decided()
     for number in range(1, max_passes):
-        undecided = needs_second_pass(evaluate(plan.selection, [*results, *added],
-                                               reference_us=plan.manifest.machine_probe_us), decided=decided)
+        undecided = needs_more_launches(evaluate(plan.selection, [*results, *added],
+                                                 reference_us=plan.manifest.machine_probe_us), decided=decided)
         if not undecided:
             break
         again += [cell for cell in undecided if cell not in again]
