@@ -464,3 +464,25 @@ def test_tune_distributions_name_vector_collectives_and_leave_out_uniform() -> N
     with pytest.raises(UsageError, match="COLLECTIVE=DISTRIBUTION"):
         parse_distributions("alltoallv")
     assert check_distributions({"scatterv": "uniform", "alltoallv": "sparse"}) == {"alltoallv": "sparse"}
+
+
+def test_every_engine_is_bound_to_cores_where_its_ranks_fit_them_unless_told_otherwise() -> None:
+    """tune, verify and bench start engines alike: bound where the ranks fit this node's cores (unbound, the
+    scheduler's placement moved whole launches 3-8x: docs/bench.md "Binding"); left to the launcher where
+    they outnumber the cores or span nodes; an explicit choice kept."""
+    from tunempi.bench.engine import EngineSession
+    from tunempi.launch import NodeAllocation, OpenMPILauncher, local_cores
+
+    library = MPILibrary(vendor="openmpi", version="5.0.11", version_string="fake", device="", prefix=Path("/x"),
+                         mpicc=Path("/x/bin/mpicc"), mpiexec=Path("/x/bin/mpiexec"))
+    cores = local_cores()
+    launcher = OpenMPILauncher("mpirun", as_root=False, cores=cores)
+
+    def argv(layout: Layout, **kwargs: object) -> tuple[str, ...]:
+        return EngineSession(library, layout, executable=Path("/e"), launcher=launcher, **kwargs).launch_argv  # type: ignore[arg-type]
+
+    assert argv(Layout(cores)) == ("mpirun", "-n", str(cores), "--bind-to", "core", "/e")
+    assert argv(Layout(2 * cores)) == ("mpirun", "-n", str(2 * cores), "--oversubscribe", "/e")
+    assert argv(Layout(2 * cores), bind="core")[-3:] == ("--bind-to", "core:overload-allowed", "/e")
+    hosts = NodeAllocation(("n01", "n02"), (cores, cores), "test")
+    assert "--bind-to" not in argv(Layout(2, nodes=2, ppn=1), allocation=hosts)

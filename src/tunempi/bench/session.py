@@ -10,7 +10,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
-from tunempi.bench.engine import Layout, PointOutcome
+from tunempi.bench.engine import Layout, PointOutcome, resolve_binding
 from tunempi.bench.protocol import MeasureSettings
 from tunempi.bench.summary import FastestRow, fastest_table
 from tunempi.bench.sweep import MODES, BenchPoint, Sweep, computations, plan_points
@@ -28,7 +28,7 @@ from tunempi.collectives import (
 )
 from tunempi.config import resolve_db
 from tunempi.errors import UsageError
-from tunempi.launch.hosts import NodeAllocation, local_cores
+from tunempi.launch.hosts import NodeAllocation
 from tunempi.launch.launchers import BINDINGS
 from tunempi.mpi.discovery import adapter_for, resolve_library
 from tunempi.mpi.library import MPILibrary
@@ -128,17 +128,6 @@ def check_layout(options: BenchOptions) -> Layout:
     if options.nodes is not None and options.ppn is not None and ranks > options.nodes * options.ppn:
         raise UsageError(f"{ranks} ranks do not fit on {options.nodes} node(s) x {options.ppn} per node")
     return Layout(ranks=ranks, nodes=options.nodes or 1, ppn=options.ppn)
-
-
-def resolve_binding(choice: str, layout: Layout, allocation: NodeAllocation | None = None) -> str | None:
-    """The binding for `choice`; "auto" binds each rank to a core when the ranks fit the cores of this one
-    node, else leaves placement to the launcher (oversubscribed, or several nodes). Measured with MPICH at 2 ranks on a busy 2-core
-    node: unbound, both ranks were sometimes put on the same core and every collective of that launch
-    took scheduler ticks (8 B allreduce: 12 ms instead of 1.3 us); bound, never (docs/bench.md)."""
-    if choice != "auto":
-        return choice
-    fits = layout.nodes == 1 and allocation is None and layout.ranks <= local_cores()
-    return "core" if fits else None
 
 
 def _allocation(options: BenchOptions, layout: Layout) -> NodeAllocation | None:

@@ -252,7 +252,7 @@ class Sweep:
         store: ResultStore | None = None,
         system: str = "",
         allocation: NodeAllocation | None = None,
-        bind: str | None = None,
+        bind: str | None = "auto",
         executable: Path | None = None,
         point_timeout_s: float | None = None,
         strict: bool = True,
