@@ -6,6 +6,7 @@ import os
 import signal
 import sys
 import tempfile
+import time
 from pathlib import Path
 
 import pytest
@@ -134,3 +135,14 @@ def pytest_terminal_summary(terminalreporter, exitstatus, config):  # noqa: ARG0
             for line in lines[1:]:
                 terminalreporter.write_line(f"    {line}")
     terminalreporter.write_line(f"every failing case, the library's own included: {details}")
+
+
+#: When the test session began (time.time()): what MPI jobs the tests started directly, and killed, left in
+#: /dev/shm is removed at its end (launch/shared_memory.py), so a day of test runs cannot fill it.
+_SESSION_STARTED = time.time()
+
+
+def pytest_sessionfinish(session, exitstatus):  # noqa: ARG001 - pytest's hook signature
+    from tunempi.launch.shared_memory import remove_left_behind
+
+    remove_left_behind(_SESSION_STARTED)

@@ -18,6 +18,7 @@ from tunempi.launch import (
     run_launch,
 )
 from tunempi.launch.process import LAUNCH_ID_VAR, job_processes
+from tunempi.launch.shared_memory import MPI_SHM_PREFIXES, SHM_DIR
 from tunempi.mpi.build import build_c
 from tunempi.mpi.library import MPILibrary
 
@@ -159,15 +160,25 @@ def test_close_without_quit_never_hangs(library: MPILibrary, probe: Path) -> Non
     assert _live_probes(probe) == []
 
 
+def _shm_files() -> set[str]:
+    return {name for name in os.listdir(SHM_DIR) if name.startswith(MPI_SHM_PREFIXES)}
+
+
 def test_interactive_kill_leaves_nothing(library: MPILibrary, probe: Path) -> None:
+    """Neither processes nor the job's shared memory, which the libraries unlink only in MPI_Finalize: killed
+    jobs had left 23 GiB in /dev/shm (launch/shared_memory.py)."""
+    before = _shm_files()
     command = launcher_for(library).command(LaunchSpec((str(probe), "echo"), 2))
     job = InteractiveLaunch(command.argv, command.full_env(), grace_s=3).start()
     job.send_line("ping")
     assert job.read_line(timeout=60) is not None
+    made = _shm_files() - before
+    assert made, "the job made no shared-memory file under /dev/shm: nothing to check"
     result = job.kill()
     assert result.killed >= 3  # launcher and both ranks
     assert job_processes(job.launch_id) == {}
     assert _live_probes(probe) == []
+    assert not made & _shm_files(), f"left behind in {SHM_DIR}: {sorted(made & _shm_files())}"
 
 
 def test_hydra_argv_runs_as_built() -> None:

@@ -325,3 +325,30 @@ def test_a_bare_launcher_is_known_by_what_it_resolves_to_where_both_libraries_sh
     (tmp_path / "mpiexec").symlink_to(tmp_path / "mpiexec.hydra")
     assert isinstance(launcher_for_argv([str(tmp_path / "mpirun")], _user_library("mpich")), OpenMPILauncher)
     assert isinstance(launcher_for_argv([str(tmp_path / "mpiexec")], _user_library("openmpi")), HydraLauncher)
+
+
+# --- shared memory a killed job leaves ------------------------------------------------------------------
+def test_a_launch_s_left_behind_mpi_shared_memory_goes_and_what_is_held_or_older_or_not_mpi_s_stays(
+        tmp_path: Path) -> None:
+    import time
+
+    from tunempi.launch.shared_memory import remove_left_behind
+
+    since = time.time()
+    for name in ("mpich_shm_1_0", "mpich_shm_2_0", "sm_segment.vm.0.1.0", "vader_segment.vm.0.1.0", "sem.other"):
+        (tmp_path / name).write_bytes(b"x")
+    held = {str(tmp_path / "mpich_shm_2_0")}
+    removed = remove_left_behind(since, tmp_path, held=held)
+    assert sorted(p.name for p in removed) == ["mpich_shm_1_0", "sm_segment.vm.0.1.0", "vader_segment.vm.0.1.0"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["mpich_shm_2_0", "sem.other"]
+    (tmp_path / "mpich_shm_3_0").write_bytes(b"x")
+    assert remove_left_behind(time.time() + 60, tmp_path, held=set()) == []  # made before the launch started
+
+
+def test_held_paths_sees_a_file_this_process_holds_open(tmp_path: Path) -> None:
+    from tunempi.launch.shared_memory import held_paths
+
+    path = tmp_path / "mpich_shm_9_0"
+    with open(path, "wb"):
+        assert str(path) in held_paths()
+    assert str(path) not in held_paths()

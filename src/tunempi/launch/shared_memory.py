@@ -1,0 +1,76 @@
+"""Shared memory a killed MPI job leaves behind, removed when its launch ends.
+
+MPI libraries keep a job's intra-node shared memory as a named file under /dev/shm for the whole job and
+unlink it in MPI_Finalize: a job that is killed (a point that hangs, an engine that crashes and is
+relaunched, Ctrl-C) leaves it, and /dev/shm is RAM. Measured (2026-11-29): MPICH 5.0.2 leaves one
+`mpich_shm_<hash>_0` of 2 MiB per killed 2-rank job; a day of tuning here had left 11,181 of them, 23 GiB,
+/dev/shm full and the next test run killed by the kernel's OOM killer.
+
+When a launch ends (launch/process.py), the files it may have left are removed: under /dev/shm, named as
+an MPI library names them, owned by this user, created since the launch started, and held by no live
+process (neither mapped nor open). A file another job still uses is always held by one of its processes,
+so it stays, whoever started that job.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+from collections.abc import Iterable
+from pathlib import Path
+
+SHM_DIR = Path("/dev/shm")
+#: The names MPI libraries give their job's shared-memory files (each seen left behind here): MPICH 5.0.2,
+#: Open MPI 5.0.11's sm transport, Open MPI 4.1.4's vader, UCX's posix transport. Intel MPI 2021.19 unlinks
+#: its `Intel_MPI_*` files while the job runs, and leaves none.
+MPI_SHM_PREFIXES: tuple[str, ...] = ("mpich_shm_", "sm_segment.", "vader_segment.", "ucx_shm_posix_")
+#: Creation times are compared with the launch's start with this slack (file systems round times).
+_SLACK_S = 1.0
+
+
+def _candidates(directory: Path, since: float) -> list[Path]:
+    """MPI shared-memory files of this user in `directory` changed at or after `since` (wall clock)."""
+    found = []
+    with contextlib.suppress(OSError), os.scandir(directory) as entries:
+        for entry in entries:
+            if not entry.name.startswith(MPI_SHM_PREFIXES):
+                continue
+            with contextlib.suppress(OSError):
+                status = entry.stat(follow_symlinks=False)
+                if status.st_uid == os.geteuid() and status.st_ctime >= since - _SLACK_S:
+                    found.append(Path(entry.path))
+    return found
+
+
+def held_paths(proc: Path = Path("/proc")) -> set[str]:
+    """Every file path some live process maps or has open (those whose /proc entries this user may read)."""
+    held: set[str] = set()
+    with contextlib.suppress(OSError), os.scandir(proc) as entries:
+        pids = [entry.name for entry in entries if entry.name.isdigit()]
+    for pid in pids:
+        with contextlib.suppress(OSError), open(proc / pid / "maps", encoding="utf-8", errors="replace") as maps:
+            for line in maps:
+                fields = line.split(maxsplit=5)
+                if len(fields) == 6:
+                    held.add(fields[5].strip().removesuffix(" (deleted)"))
+        with contextlib.suppress(OSError), os.scandir(proc / pid / "fd") as fds:
+            for fd in fds:
+                with contextlib.suppress(OSError):
+                    held.add(os.readlink(fd.path))
+    return held
+
+
+def remove_left_behind(since: float, directory: Path = SHM_DIR, held: Iterable[str] | None = None) -> list[Path]:
+    """Remove the MPI shared-memory files of this user created since `since` (time.time()) that no live
+    process holds (`held`: default, read from /proc); returns what was removed."""
+    candidates = _candidates(directory, since)
+    if not candidates:
+        return []
+    still_held = set(held) if held is not None else held_paths()
+    removed = []
+    for path in candidates:
+        if str(path) not in still_held:
+            with contextlib.suppress(FileNotFoundError):
+                path.unlink()
+                removed.append(path)
+    return removed
