@@ -138,11 +138,11 @@ def pytest_terminal_summary(terminalreporter, exitstatus, config):  # noqa: ARG0
 
 
 #: When the test session began (time.time()): what MPI jobs the tests started directly, and killed, left in
-#: /dev/shm is removed at its end (launch/shared_memory.py), so a day of test runs cannot fill it.
+#: /dev/shm is removed at its end (mpi/shared_memory.py), so a day of test runs cannot fill it.
 _SESSION_STARTED = time.time()
 
 
 def pytest_sessionfinish(session, exitstatus):  # noqa: ARG001 - pytest's hook signature
-    from tunempi.launch.shared_memory import remove_left_behind
+    from tunempi.mpi.shared_memory import remove_left_behind
 
     remove_left_behind(_SESSION_STARTED)

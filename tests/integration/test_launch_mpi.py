@@ -18,9 +18,9 @@ from tunempi.launch import (
     run_launch,
 )
 from tunempi.launch.process import LAUNCH_ID_VAR, job_processes
-from tunempi.launch.shared_memory import MPI_SHM_PREFIXES, SHM_DIR
 from tunempi.mpi.build import build_c
 from tunempi.mpi.library import MPILibrary
+from tunempi.mpi.shared_memory import MPI_SHM_PREFIXES, SHM_DIR
 
 pytestmark = pytest.mark.mpi
 
@@ -166,7 +166,7 @@ def _shm_files() -> set[str]:
 
 def test_interactive_kill_leaves_nothing(library: MPILibrary, probe: Path) -> None:
     """Neither processes nor the job's shared memory, which the libraries unlink only in MPI_Finalize: killed
-    jobs had left 23 GiB in /dev/shm (launch/shared_memory.py)."""
+    jobs had left 23 GiB in /dev/shm (mpi/shared_memory.py)."""
     before = _shm_files()
     command = launcher_for(library).command(LaunchSpec((str(probe), "echo"), 2))
     job = InteractiveLaunch(command.argv, command.full_env(), grace_s=3).start()

@@ -332,7 +332,7 @@ def test_a_launch_s_left_behind_mpi_shared_memory_goes_and_what_is_held_or_older
         tmp_path: Path) -> None:
     import time
 
-    from tunempi.launch.shared_memory import remove_left_behind
+    from tunempi.mpi.shared_memory import remove_left_behind
 
     since = time.time()
     for name in ("mpich_shm_1_0", "mpich_shm_2_0", "sm_segment.vm.0.1.0", "vader_segment.vm.0.1.0", "sem.other"):
@@ -346,7 +346,7 @@ def test_a_launch_s_left_behind_mpi_shared_memory_goes_and_what_is_held_or_older
 
 
 def test_held_paths_sees_a_file_this_process_holds_open(tmp_path: Path) -> None:
-    from tunempi.launch.shared_memory import held_paths
+    from tunempi.mpi.shared_memory import held_paths
 
     path = tmp_path / "mpich_shm_9_0"
     with open(path, "wb"):

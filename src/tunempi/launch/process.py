@@ -19,7 +19,7 @@ checked again, so a recycled pid is never hit.
 Every launch that has not ended yet is known to this module (`live_launches`), so that a stopped tunempi
 can end them all as its last act (`end_live_launches`, called by launch/signals.py), whatever the code
 was doing when the signal came. When a launch ends, the shared-memory files a killed MPI job leaves in
-/dev/shm are removed (launch/shared_memory.py).
+/dev/shm are removed (mpi/shared_memory.py).
 """
 
 from __future__ import annotations
@@ -40,7 +40,7 @@ from dataclasses import dataclass
 from typing import IO, Any
 
 from tunempi.errors import TunempiError
-from tunempi.launch.shared_memory import remove_left_behind
+from tunempi.mpi.shared_memory import mpi_job_ended, mpi_job_starting
 
 #: The environment variable that marks every process of one launch.
 LAUNCH_ID_VAR = "TUNEMPI_LAUNCH_ID"
@@ -48,8 +48,6 @@ _POLL_S = 0.05
 
 # Launches started by this process and not yet ended: launch id -> (launcher, started in a session of its own).
 _LIVE: dict[str, tuple[subprocess.Popen[Any], bool]] = {}
-# When each live launch started (time.time()): what it may leave in /dev/shm is looked for from then on.
-_STARTED: dict[str, float] = {}
 _LIVE_LOCK = threading.Lock()
 # Set once a stop must not wait any longer (a second signal while stopping): kills skip their grace.
 _HURRY = threading.Event()
@@ -249,6 +247,7 @@ def _pump(stream: IO[str], sink: Callable[[str], None]) -> None:
 
 def _start(argv: Sequence[str], env: dict[str, str], cwd: str | os.PathLike[str] | None, stdin: int,
            launch_id: str) -> subprocess.Popen[str]:
+    mpi_job_starting()
     try:
         proc = subprocess.Popen(
             list(argv), env=env, cwd=cwd, stdin=stdin, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
@@ -264,17 +263,14 @@ def _start(argv: Sequence[str], env: dict[str, str], cwd: str | os.PathLike[str]
 def _remember(launch_id: str, proc: subprocess.Popen[Any], *, own_session: bool) -> None:
     with _LIVE_LOCK:
         _LIVE[launch_id] = (proc, own_session)
-        _STARTED[launch_id] = time.time()
 
 
 def _forget(launch_id: str) -> None:
     """The launch has ended (its processes gone, or left running by a foreground command's own choice): the
-    shared memory a killed job leaves in /dev/shm goes too (launch/shared_memory.py)."""
+    shared memory a killed job leaves in /dev/shm goes too (mpi/shared_memory.py)."""
     with _LIVE_LOCK:
         _LIVE.pop(launch_id, None)
-        started = _STARTED.pop(launch_id, None)
-    if started is not None:
-        remove_left_behind(started)
+    mpi_job_ended()
 
 
 def live_launches() -> list[str]:
@@ -421,6 +417,7 @@ def run_in_foreground(
     """
     argv = [str(a) for a in argv]
     launch_id = uuid.uuid4().hex
+    mpi_job_starting()
     try:
         proc = subprocess.Popen(argv, env=_prepare_env(env, launch_id), cwd=cwd)
     except OSError as exc:

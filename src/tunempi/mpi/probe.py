@@ -21,6 +21,7 @@ from pathlib import Path
 from tunempi.errors import MPIError
 from tunempi.mpi.build import build_c
 from tunempi.mpi.library import MPILibrary
+from tunempi.mpi.shared_memory import mpi_job_ended, mpi_job_starting
 
 PROBE_SOURCE = Path(__file__).parent / "c" / "mpi_probe.c"
 PROBE_TIMEOUT_S = 120.0
@@ -101,6 +102,7 @@ def run_probe(
     """
     binary = build_probe(library)
     argv = [str(binary), *args]
+    mpi_job_starting()
     try:
         # Own session: a hung probe is killed with everything it started (Open MPI 4 singletons start an
         # orted). No core files: discovery deliberately runs names and variables that may crash MPI.
@@ -118,6 +120,8 @@ def run_probe(
     except BaseException:  # Ctrl-C, or tunempi stopped by a signal (launch/signals.py): the probe goes too
         _kill_session(process)
         raise
+    finally:
+        mpi_job_ended()  # a singleton leaves its shared memory behind (mpi/shared_memory.py)
     result = subprocess.CompletedProcess(argv, process.returncode, out, err)
     stdout = result.stdout.decode("utf-8", errors="replace")
     records: list[dict] = []

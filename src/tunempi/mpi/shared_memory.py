@@ -6,16 +6,22 @@ relaunched, Ctrl-C) leaves it, and /dev/shm is RAM. Measured (2026-11-29): MPICH
 `mpich_shm_<hash>_0` of 2 MiB per killed 2-rank job; a day of tuning here had left 11,181 of them, 23 GiB,
 /dev/shm full and the next test run killed by the kernel's OOM killer.
 
-When a launch ends (launch/process.py), the files it may have left are removed: under /dev/shm, named as
-an MPI library names them, owned by this user, created since the launch started, and held by no live
-process (neither mapped nor open). A file another job still uses is always held by one of its processes,
-so it stays, whoever started that job.
+Whenever an MPI job tunempi started ends (a launch, launch/process.py; a singleton probe, mpi/probe.py and
+mpi/discovery.py: Open MPI 5.0.11 singletons left a 16 MiB `sm_segment.*` each, even after MPI_Finalize), and
+when tunempi exits, the files such jobs may have left are removed: under /dev/shm, named as an MPI library
+names them, owned by this user, created since this process started its first MPI job, and held by no live
+process (neither mapped nor open). A file another job still uses is always held by one of its processes, so
+it stays, whoever started that job. Not only the ending job's own: a rank killed as its launch ends can still
+hold its file for a moment, and the next job's end (or the exit) finds it released.
 """
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import os
+import threading
+import time
 from collections.abc import Iterable
 from pathlib import Path
 
@@ -74,3 +80,22 @@ def remove_left_behind(since: float, directory: Path = SHM_DIR, held: Iterable[s
                 path.unlink()
                 removed.append(path)
     return removed
+
+
+# When this process started its first MPI job (time.time()): what its jobs may leave is looked for from then on.
+_FIRST_JOB: list[float] = []
+_FIRST_JOB_LOCK = threading.Lock()
+
+
+def mpi_job_starting() -> None:
+    """Before starting an MPI job (a launch or a singleton): from the first one on, what such jobs leave
+    behind is removed as they end and when this process exits."""
+    with _FIRST_JOB_LOCK:
+        if not _FIRST_JOB:
+            _FIRST_JOB.append(time.time())
+            atexit.register(mpi_job_ended)
+
+
+def mpi_job_ended() -> list[Path]:
+    """After an MPI job ended: remove what this process's jobs left (remove_left_behind since the first)."""
+    return remove_left_behind(_FIRST_JOB[0]) if _FIRST_JOB else []
