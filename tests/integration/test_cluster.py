@@ -280,7 +280,7 @@ def test_tune_verify_run_mpich_2x1_inside_salloc(cluster: EmulatedCluster, probe
     assert done.returncode == 0, done.stdout + done.stderr
     manifest = json.loads((out / "manifest.json").read_text())
     # Launches per layout, not per point: the exploring launch of each of the two layouts (1x2, 2x1), then in
-    # each of the two deciding blocks a launch without a file and one per contender rank (tune/file_launches.py).
+    # each deciding block a launch without a file and one per contender rank (tune/file_launches.py).
     exploring, deciding = 2, (DEFAULT_LAUNCHES - 1) * 2 * (1 + MOST_CONTENDERS)
     assert [2, 2, 1] in manifest["scales"] and manifest["run"]["launches"] <= exploring + deciding
     assert manifest["run"]["measured"] >= len(manifest["selection"])
