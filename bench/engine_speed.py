@@ -20,9 +20,8 @@ import time
 from rich.console import Console
 from rich.table import Table
 
-from tunempi.bench.engine import EngineSession, Layout, PointOutcome, build_engine
+from tunempi.bench.engine import EngineSession, Layout, PointOutcome, build_engine, resolve_binding
 from tunempi.bench.protocol import MeasureSettings, PointRequest
-from tunempi.bench.session import resolve_binding
 from tunempi.bench.sweep import BenchPoint, Sweep, plan_points, selection_for
 from tunempi.bench.validate import parse_algorithms
 from tunempi.mpi.discovery import adapter_for, resolve_library

@@ -34,9 +34,8 @@ from rich.progress import Progress
 from rich.table import Table
 from scipy import stats as scipy_stats
 
-from tunempi.bench.engine import EngineSession, Layout, PointOutcome, build_engine
+from tunempi.bench.engine import EngineSession, Layout, PointOutcome, build_engine, resolve_binding
 from tunempi.bench.protocol import SET_KEEP, PointRequest
-from tunempi.bench.session import resolve_binding
 from tunempi.bench.sweep import BenchPoint, Sweep
 from tunempi.collectives import DEFAULT_ALGORITHM
 from tunempi.launch.hosts import NodeAllocation

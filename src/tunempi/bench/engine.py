@@ -101,8 +101,8 @@ def condense(message: str) -> str:
     return f"{lines[0]} ... {cause}"
 
 
-def resolve_binding(choice: str, layout: Layout, allocation: NodeAllocation | None = None) -> str | None:
-    """The binding for `choice`; "auto" binds each rank to a core when the ranks fit the cores of this one
+def resolve_binding(choice: str | None, layout: Layout, allocation: NodeAllocation | None = None) -> str | None:
+    """The binding for `choice` (None: the launcher's default); "auto" binds each rank to a core when the ranks fit the cores of this one
     node, else leaves placement to the launcher (oversubscribed, or several nodes). Unbound, the scheduler
     places the ranks anew in every launch, and a placement moved a whole launch: MPICH at 2 ranks, 5 of 32
     launches read a 128 KiB allreduce or bcast 3-8x slower, none of 32 bound. Ranks bound two to a core
@@ -146,7 +146,7 @@ class EngineSession:
         self.executable = executable if executable is not None else build_engine(library)
         self.launcher = launcher if launcher is not None else launcher_for(library)
         self.allocation = allocation
-        self.bind = resolve_binding(bind, layout, allocation) if bind is not None else None
+        self.bind = resolve_binding(bind, layout, allocation)
         self.point_timeout_s = point_timeout_s
         self.start_timeout_s = start_timeout_s
         self.launches = 0  # how many times the engine was started (relaunches after failures included)

@@ -10,7 +10,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
-from tunempi.bench.engine import Layout, PointOutcome, resolve_binding
+from tunempi.bench.engine import Layout, PointOutcome
 from tunempi.bench.protocol import MeasureSettings
 from tunempi.bench.summary import FastestRow, fastest_table
 from tunempi.bench.sweep import MODES, BenchPoint, Sweep, computations, plan_points
@@ -187,7 +187,7 @@ def run_bench(options: BenchOptions, listener: BenchListener | None = None) -> B
     with ResultStore(db_path) as store:
         sweep = Sweep(
             library, adapter, layout, mode=options.mode, settings=options.settings, store=store,
-            allocation=allocation, bind=resolve_binding(options.bind, layout, allocation),
+            allocation=allocation, bind=options.bind,
             point_timeout_s=options.point_timeout_s, strict=options.strict, overlap=options.overlap,
         )
         if objective == "time":

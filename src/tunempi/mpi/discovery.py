@@ -39,7 +39,7 @@ from tunempi.mpi.probe import (
     probe_library,
     read_cvars,
 )
-from tunempi.mpi.shared_memory import mpi_job_ended, mpi_job_starting
+from tunempi.mpi.shared_memory import mpi_job
 from tunempi.mpi.vendor import Algorithm, VendorAdapter
 
 _log = logging.getLogger(__name__)
@@ -442,16 +442,14 @@ def openmpi_selected_pml(library: MPILibrary) -> str | None:
     framework's verbose output on (measured: Open MPI 5.0.11 here selects ob1; cm and ucx decline)."""
     try:
         binary = build_probe(library)
-        mpi_job_starting()
-        result = subprocess.run(
-            [str(binary), "--only", "pml", "--no-pvars"], env=probe_env(openmpi.PML_VERBOSE_ENV),
-            capture_output=True, text=True, timeout=60, stdin=subprocess.DEVNULL, start_new_session=True,
-        )
+        with mpi_job():  # an Open MPI 5 singleton leaves a 16 MiB sm_segment (mpi/shared_memory.py)
+            result = subprocess.run(
+                [str(binary), "--only", "pml", "--no-pvars"], env=probe_env(openmpi.PML_VERBOSE_ENV),
+                capture_output=True, text=True, timeout=60, stdin=subprocess.DEVNULL, start_new_session=True,
+            )
     except (OSError, subprocess.TimeoutExpired, MPIError) as exc:
         _log.warning("cannot tell which pml %s selects: %s", library.name, exc)
         return None
-    finally:
-        mpi_job_ended()  # an Open MPI 5 singleton leaves a 16 MiB sm_segment (mpi/shared_memory.py)
     return openmpi.parse_selected_pml(result.stdout + result.stderr)
 
 

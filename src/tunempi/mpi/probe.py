@@ -21,7 +21,7 @@ from pathlib import Path
 from tunempi.errors import MPIError
 from tunempi.mpi.build import build_c
 from tunempi.mpi.library import MPILibrary
-from tunempi.mpi.shared_memory import mpi_job_ended, mpi_job_starting
+from tunempi.mpi.shared_memory import mpi_job
 
 PROBE_SOURCE = Path(__file__).parent / "c" / "mpi_probe.c"
 PROBE_TIMEOUT_S = 120.0
@@ -102,26 +102,24 @@ def run_probe(
     """
     binary = build_probe(library)
     argv = [str(binary), *args]
-    mpi_job_starting()
-    try:
-        # Own session: a hung probe is killed with everything it started (Open MPI 4 singletons start an
-        # orted). No core files: discovery deliberately runs names and variables that may crash MPI.
-        process = subprocess.Popen(
-            argv, env=probe_env(env), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-            stdin=subprocess.DEVNULL, start_new_session=True, preexec_fn=_no_core_dumps,
-        )
-    except OSError as exc:
-        raise MPIError(f"cannot run the MPI probe built with {library.mpicc}: {exc}") from exc
-    try:
-        out, err = process.communicate(timeout=timeout)
-    except subprocess.TimeoutExpired as exc:
-        _kill_session(process)
-        raise MPIError(f"the MPI probe of {library.mpicc} hung for {timeout:.0f} s: {' '.join(argv)}") from exc
-    except BaseException:  # Ctrl-C, or tunempi stopped by a signal (launch/signals.py): the probe goes too
-        _kill_session(process)
-        raise
-    finally:
-        mpi_job_ended()  # a singleton leaves its shared memory behind (mpi/shared_memory.py)
+    with mpi_job():  # a singleton can leave its shared memory behind (mpi/shared_memory.py)
+        try:
+            # Own session: a hung probe is killed with everything it started (Open MPI 4 singletons start an
+            # orted). No core files: discovery deliberately runs names and variables that may crash MPI.
+            process = subprocess.Popen(
+                argv, env=probe_env(env), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                stdin=subprocess.DEVNULL, start_new_session=True, preexec_fn=_no_core_dumps,
+            )
+        except OSError as exc:
+            raise MPIError(f"cannot run the MPI probe built with {library.mpicc}: {exc}") from exc
+        try:
+            out, err = process.communicate(timeout=timeout)
+        except subprocess.TimeoutExpired as exc:
+            _kill_session(process)
+            raise MPIError(f"the MPI probe of {library.mpicc} hung for {timeout:.0f} s: {' '.join(argv)}") from exc
+        except BaseException:  # Ctrl-C, or tunempi stopped by a signal (launch/signals.py): the probe goes too
+            _kill_session(process)
+            raise
     result = subprocess.CompletedProcess(argv, process.returncode, out, err)
     stdout = result.stdout.decode("utf-8", errors="replace")
     records: list[dict] = []

@@ -22,7 +22,8 @@ import contextlib
 import os
 import threading
 import time
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 SHM_DIR = Path("/dev/shm")
@@ -99,3 +100,13 @@ def mpi_job_starting() -> None:
 def mpi_job_ended() -> list[Path]:
     """After an MPI job ended: remove what this process's jobs left (remove_left_behind since the first)."""
     return remove_left_behind(_FIRST_JOB[0]) if _FIRST_JOB else []
+
+
+@contextmanager
+def mpi_job() -> Iterator[None]:
+    """An MPI job run inside the block (a singleton probe): mpi_job_starting before, mpi_job_ended after."""
+    mpi_job_starting()
+    try:
+        yield
+    finally:
+        mpi_job_ended()
