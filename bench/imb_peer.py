@@ -27,8 +27,10 @@ import sys
 import tempfile
 from pathlib import Path
 
+from tunempi.bench.engine import Layout, resolve_binding
 from tunempi.bench.protocol import MeasureSettings
 from tunempi.bench.session import BenchListener, BenchOptions, run_bench
+from tunempi.launch.launchers import LaunchSpec, launcher_for
 from tunempi.mpi.discovery import adapter_for, resolve_library
 from tunempi.units import format_size, parse_size
 
@@ -62,8 +64,11 @@ def run_imb(library, binary: Path, benchmark: str, sizes: list[int], ranks: int,
     exactly `sizes`, in `workdir` (Intel MPI writes files into the working directory); its stdout."""
     lengths = workdir / "msglen.txt"
     lengths.write_text("".join(f"{size}\n" for size in sizes))
-    argv = [str(library.mpiexec), "-n", str(ranks), str(binary), benchmark, "-npmin", str(ranks),
-            "-msglen", str(lengths), "-time", "0.5"]
+    # Placed as the engine places its ranks (resolve_binding: bound to cores where they fit), through the
+    # same launcher: unbound, MPICH's Hydra leaves placement to the scheduler, Intel MPI's pins by itself.
+    spec = LaunchSpec(command=(str(binary), benchmark, "-npmin", str(ranks), "-msglen", str(lengths), "-time", "0.5"),
+                      ranks=ranks, bind=resolve_binding("auto", Layout(ranks)))
+    argv = list(launcher_for(library).command(spec).argv)
     # The wheel's IMB binaries carry no run path to libmpi (Intel's tools expect LD_LIBRARY_PATH): the
     # library's own lib directory goes first.
     paths = [str(library.prefix / "lib"), *filter(None, [os.environ.get("LD_LIBRARY_PATH")])]

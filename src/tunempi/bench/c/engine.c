@@ -27,7 +27,8 @@
  * nb=latency (the default) times start + MPI_Wait, the point's samples and median as for a blocking call;
  * nb=overlap then calibrates a busy loop on EACH rank to ITS OWN pure time (the median of its own start +
  * MPI_Wait) and times start + loop + MPI_Wait as many iterations again, the library making progress on its
- * own only (no MPI call in the loop); each rank's overlap % = max(0, min(100, 100 (1 - median(own overlapped
+ * own only (no MPI call in the loop), every iteration of the point after MPI_Barrier as the peers time it
+ * (iteration_barrier); each rank's overlap % = max(0, min(100, 100 (1 - median(own overlapped
  * - own compute) / own pure))), as the peers (OSU, IMB-NBC) have each rank calibrate to its own time. The
  * reply adds the mean of those over ranks (overlap_pct) and each rank's own figures (overlap_pct_ranks,
  * pure_us_ranks, overlapped_us_ranks: the median of its own start + loop + wait),
@@ -88,6 +89,7 @@ typedef struct {
     tm_cvars cvars; /* written through MPI_T; `cvars.written` since the measured communicator's dup */
     char call_error[MPI_MAX_ERROR_STRING]; /* this rank's first failed collective call of a point */
     double watchdog; /* MPI_Wtime deadline for control messages after a failed call here; 0: none */
+    int peer_barrier; /* nb=overlap: this point's iterations start after MPI_Barrier (iteration_barrier) */
     double *local;   /* [times(batch) | wrong flags(batch)] of this rank */
     double *scratch; /* receive buffer of the reductions of `local` */
     double *samples; /* per-iteration maxima of the point, rank 0 */
@@ -231,9 +233,19 @@ static void ctl_bcast(engine *e, void *buf, int count, MPI_Datatype type, int sl
  * the library's own collectives, and MPICH's barrier calls its allreduce internally (with no data),
  * which then runs the allreduce algorithm under test: with strict selection that algorithm refuses the
  * empty call, and MPICH 5.0.2 bound to cores crashed in that error path (SIGSEGV in MPI_Barrier after a
- * forced reduce_scatter_allgather, issue 39). The engine's control never runs the algorithm it measures. */
+ * forced reduce_scatter_allgather, issue 39). The engine's control never runs the algorithm it measures.
+ * The one exception, nb=overlap: the peers' own barrier, MPI_Barrier on the measured communicator (IMB-NBC
+ * and OSU's osu_i<coll> call it after each iteration). A blocking barrier never runs the non-blocking
+ * algorithm under test, and how it releases the ranks decides what a small collective can hide: with the
+ * symmetric dissemination, MPICH 5.0.2's ibcast receivers (8 B, 2 ranks bound) started with the root, waited
+ * for its message and hid 13-25 % of their time behind the computation, 0-4 % after MPI_Barrier; a
+ * root-first tree matched the peers at ibcast but not at iallgather (docs/bench.md "Against a peer"). */
 static void iteration_barrier(engine *e)
 {
+    if (e->peer_barrier) {
+        MPI_Barrier(e->meas);
+        return;
+    }
     for (int distance = 1; distance < e->size; distance <<= 1) {
         int to = (e->rank + distance) % e->size, from = (e->rank - distance + e->size) % e->size;
         MPI_Sendrecv(NULL, 0, MPI_BYTE, to, TAG_BARRIER, NULL, 0, MPI_BYTE, from, TAG_BARRIER, e->ctrl,
@@ -692,6 +704,7 @@ static int run_batch(engine *e, tm_case *c, int batch, uint32_t *iteration, batc
 
 static void measure_point(engine *e, request *req)
 {
+    e->peer_barrier = req->overlap; /* every phase of an overlap point: its pure times calibrate the computation */
     char why[512] = "";
     int failed = 0;
     tm_cvar *slot = NULL;
