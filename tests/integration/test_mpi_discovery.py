@@ -32,18 +32,18 @@ SWITCH_CHECK = Path(__file__).parent / "c" / "switch_check.c"
 FALLBACK_CHECK = Path(__file__).parent / "c" / "fallback_check.c"
 
 
-#: The module's one fresh cache directory: pytest sets the module-scoped fixture up again for each group of
-#: the session-scoped `mpi_library` parameters it orders this module's tests into, and a new directory each
-#: time probed all five libraries again (5 s a test in `make test`).
-_FRESH_CACHE: list[Path] = []
+@pytest.fixture(scope="session")
+def fresh_cache_directory(tmp_path_factory) -> Path:
+    """The module's one fresh cache directory: pytest sets the module-scoped `cache` up again for each group
+    of the session-scoped `mpi_library` parameters it orders this module's tests into, and a new directory
+    each time probed all five libraries again (5 s a test in `make test`)."""
+    return tmp_path_factory.mktemp("tunempi-cache")
 
 
 @pytest.fixture(scope="module")
-def cache(tmp_path_factory):
+def cache(fresh_cache_directory):
     with pytest.MonkeyPatch.context() as patch:
-        if not _FRESH_CACHE:
-            _FRESH_CACHE.append(tmp_path_factory.mktemp("tunempi-cache"))
-        path = _FRESH_CACHE[0]
+        path = fresh_cache_directory
         patch.setenv("TUNEMPI_CACHE", str(path))
         patch.delenv("TUNEMPI_MPI", raising=False)
         yield path

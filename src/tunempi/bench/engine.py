@@ -102,8 +102,8 @@ def condense(message: str) -> str:
 
 
 def resolve_binding(choice: str | None, layout: Layout, allocation: NodeAllocation | None = None) -> str | None:
-    """The binding for `choice` (None: the launcher's default); "auto" binds each rank to a core when the ranks fit the cores of this one
-    node, else leaves placement to the launcher (oversubscribed, or several nodes). Unbound, the scheduler
+    """The binding for `choice` (None: the launcher's default); "auto" binds each rank to a core when the
+    ranks fit the cores of this one node, else leaves placement to the launcher (oversubscribed, or several nodes). Unbound, the scheduler
     places the ranks anew in every launch, and a placement moved a whole launch: MPICH at 2 ranks, 5 of 32
     launches read a 128 KiB allreduce or bcast 3-8x slower, none of 32 bound. Ranks bound two to a core
     (oversubscribed) take turns in lockstep, and a 4-rank bcast read 0.2 us in most launches, its non-roots

@@ -89,7 +89,6 @@ typedef struct {
     tm_cvars cvars; /* written through MPI_T; `cvars.written` since the measured communicator's dup */
     char call_error[MPI_MAX_ERROR_STRING]; /* this rank's first failed collective call of a point */
     double watchdog; /* MPI_Wtime deadline for control messages after a failed call here; 0: none */
-    int peer_barrier; /* nb=overlap: this point's iterations start after MPI_Barrier (iteration_barrier) */
     double *local;   /* [times(batch) | wrong flags(batch)] of this rank */
     double *scratch; /* receive buffer of the reductions of `local` */
     double *samples; /* per-iteration maxima of the point, rank 0 */
@@ -240,9 +239,9 @@ static void ctl_bcast(engine *e, void *buf, int count, MPI_Datatype type, int sl
  * symmetric dissemination, MPICH 5.0.2's ibcast receivers (8 B, 2 ranks bound) started with the root, waited
  * for its message and hid 13-25 % of their time behind the computation, 0-4 % after MPI_Barrier; a
  * root-first tree matched the peers at ibcast but not at iallgather (docs/bench.md "Against a peer"). */
-static void iteration_barrier(engine *e)
+static void iteration_barrier(engine *e, int peer_barrier)
 {
-    if (e->peer_barrier) {
+    if (peer_barrier) {
         MPI_Barrier(e->meas);
         return;
     }
@@ -629,15 +628,16 @@ typedef struct {
  * rank to *failed_calls, and returns (rank 0) the number of iterations with a wrong result. Per iteration
  * each rank reports 0 (right), 1 (wrong result) or 2 (the call failed: its result is not checked); the
  * maximum over ranks decides. compute_loops >= 0 (nb=overlap's overlap phase, nb=time): each iteration is
- * start, busy_compute, wait, timed as a whole and the computation alone. */
+ * start, busy_compute, wait, timed as a whole and the computation alone. peer_barrier (every phase of an
+ * nb=overlap point, whose latency phase calibrates the computation): each iteration after MPI_Barrier. */
 static int run_batch(engine *e, tm_case *c, int batch, uint32_t *iteration, batch_out out, int spoil_every,
-                     int back_to_back, int *failed_calls, long compute_loops)
+                     int back_to_back, int *failed_calls, long compute_loops, int peer_barrier)
 {
     /* [times | wrong flags | computation | iteration - computation] of this rank, reduced in one message */
     const int sections = compute_loops >= 0 ? (out.unhidden ? 4 : 3) : 2;
     for (int k = 0; k < batch; k++) {
         tm_case_fill(c, *iteration);
-        iteration_barrier(e);
+        iteration_barrier(e, peer_barrier);
         double start = MPI_Wtime();
         int rc;
         if (compute_loops >= 0) {
@@ -704,7 +704,6 @@ static int run_batch(engine *e, tm_case *c, int batch, uint32_t *iteration, batc
 
 static void measure_point(engine *e, request *req)
 {
-    e->peer_barrier = req->overlap; /* every phase of an overlap point: its pure times calibrate the computation */
     char why[512] = "";
     int failed = 0;
     tm_cvar *slot = NULL;
@@ -782,7 +781,7 @@ static void measure_point(engine *e, request *req)
     long timed_loops = req->compute >= 0 ? calibrate_compute(req->compute) : -1;
     const batch_out none = {NULL, NULL, NULL, NULL, NULL};
     int wrong = req->warmup ? run_batch(e, &c, req->warmup, &iteration, none, req->spoil_every, req->back_to_back,
-                                        &failed_calls, -1)
+                                        &failed_calls, -1, req->overlap)
                             : 0;
     const char *stop_reason = "max_iters";
     int batch = req->min_iters;
@@ -798,7 +797,7 @@ static void measure_point(engine *e, request *req)
         batch_out out = {e->samples + n, timed_loops >= 0 ? e->computed + n : NULL, NULL,
                          req->overlap ? e->own + n : NULL, NULL};
         wrong += run_batch(e, &c, batch, &iteration, out, req->spoil_every, req->back_to_back, &failed_calls,
-                           timed_loops);
+                           timed_loops, req->overlap);
         n += (size_t)batch;
         next = 0;
         if (e->rank == 0 && failed_calls) {
@@ -856,7 +855,8 @@ static void measure_point(engine *e, request *req)
             int chunk = todo < 1024 ? todo : 1024;
             batch_out out = {e->overlapped + overlap_n, e->computed + overlap_n, e->unhidden + overlap_n,
                              e->own + overlap_n, e->own_overlapped + overlap_n};
-            wrong += run_batch(e, &c, chunk, &iteration, out, req->spoil_every, 1, &failed_calls, compute_loops);
+            wrong += run_batch(e, &c, chunk, &iteration, out, req->spoil_every, 1, &failed_calls, compute_loops,
+                              req->overlap);
             overlap_n += (size_t)chunk;
             todo -= chunk;
             int stop = failed_calls;
