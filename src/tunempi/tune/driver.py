@@ -156,6 +156,8 @@ class TuneOutcome:
     state_wait_s: float = 0.0
     #: Deciding launches added at layouts where ranks take turns on the cores (launch_blocks.TURNS_BLOCKS).
     turns_blocks: int = 0
+    #: Deciding blocks made in all (the added ones included; 0: none made).
+    deciding_blocks: int = 0
 
     def outcome_counts(self) -> dict[str, int]:
         """How many decided cells are tuned, ties (the default kept) or the default after all."""
@@ -417,7 +419,7 @@ class Tuner:
             wall_s=self.clock() - started, bench_s=run.bench_s, measured=run.measured, resumed=self.resumed,
             failed=run.failed, launches=self.runner.launches + run.file_launches, model_s=run.model_s, model_wait_s=run.wait_s,
             decisions=dict(self.decisions), state_blocks=run.state_blocks, state_wait_s=run.state_wait_s,
-            turns_blocks=run.turns_blocks,
+            turns_blocks=run.turns_blocks, deciding_blocks=run.block - 1,
         )
 
     def _explore(self, run: _Run, thinker: ThreadPoolExecutor, max_rounds: int | None) -> str:

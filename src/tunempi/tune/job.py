@@ -516,7 +516,7 @@ def write_result(plan: TunePlan, outcome: TuneOutcome, emit: OnTuneEvent = _igno
         run=RunRecord(stop_reason=outcome.stop_reason, wall_s=outcome.wall_s, bench_s=outcome.bench_s,
                       measured=outcome.measured, resumed=outcome.resumed, failed=outcome.failed,
                       launches=outcome.launches, decided_across=options.launches,
-                      decisions=outcome.outcome_counts()),
+                      decisions=outcome.outcome_counts(), deciding_blocks=outcome.deciding_blocks),
         excluded=plan.excluded, assumes=tuple(sorted(plan.adapter.assumed)),
         objective=check_objective(options.objective), distributions=plan.distributions,
         compute_us=dict(figures.compute_us) if figures is not None else {},

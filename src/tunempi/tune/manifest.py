@@ -134,6 +134,9 @@ class RunRecord:
     #: more, how many cells came out tuned / tie / default (tune/launch_blocks.py).
     decided_across: int = 1
     decisions: Mapping[str, int] = dataclasses.field(default_factory=dict)
+    #: Deciding blocks made, those added for the machine's state or for ranks taking turns included: each is a
+    #: launch per layout and side (tune/file_launches.py), so with the layouts it bounds `launches`.
+    deciding_blocks: int = 0
 
     def to_dict(self) -> dict[str, Any]:
         return {**dataclasses.asdict(self), "wall_s": round(self.wall_s, 3), "bench_s": round(self.bench_s, 3),
