@@ -29,6 +29,7 @@ from suite import (
 from tunempi.collectives import ONLINE_SWITCHABLE
 from tunempi.mpi.discovery import adapter_for, resolve_library
 from tunempi.mpi.library import MPILibrary
+from tunempi.mpi.restrictions import requirements
 from tunempi.mpi.vendor import VendorAdapter
 
 TUNEMPI = str(Path(sys.executable).with_name("tunempi"))
@@ -85,21 +86,30 @@ def per_algorithm(results: list[tuple[dict[str, str], dict[int, Outcome]]]) -> d
 def library_forced(library: MPILibrary, ranks: int, program: Path, *, strict: bool = False,
                    isolated: bool = False, skip: Iterable[tuple[str, str]] = (),
                    skip_for: Callable[[Mapping[str, str]], Iterable[tuple[str, str]]] | None = None,
-                   colls: Iterable[str] = COLLECTIVES,
+                   colls: Iterable[str] = COLLECTIVES, skip_restricted_crashes: bool = False,
                    ) -> list[tuple[dict[str, str], dict[int, Outcome]]]:
     """Every algorithm forced, without tunempi: through the environment, or (strict) through MPI_T with the
-    library's strict selection on. `skip_for(choice)`: more cases to leave out of that round."""
+    library's strict selection on. `skip_for(choice)`: more cases to leave out of that round.
+    `skip_restricted_crashes`: where an algorithm with a recorded restriction crashes or hangs, the rest of
+    that case's class is not run in the round (SKIP): a restriction already explains every failure of the
+    algorithm, so the relaunches would only count them (the experiment behind the table runs them all)."""
     adapter = adapter_for(library)
     results = []
     fixed = list(skip)
     for choice in rounds(adapter, isolated=isolated, colls=colls):
         skip = fixed + list(skip_for(choice) if skip_for is not None else ())
+
+        def restricted_crash(crashed: Outcome, choice: Mapping[str, str] = choice) -> bool:
+            return bool(requirements(library.vendor, library.version, crashed.collective,
+                                     choice.get(crashed.collective, "default")))
+
+        after = restricted_crash if skip_restricted_crashes else None
         if strict:
             outcomes = run_suite(library, ranks, program=program, colls=list(choice), skip=skip,
-                                 program_args=strict_cvars(adapter, choice))
+                                 program_args=strict_cvars(adapter, choice), skip_class_after=after)
         else:
             outcomes = run_suite(library, ranks, program=program, colls=list(choice), skip=skip,
-                                 env=forced_env(adapter, choice))
+                                 env=forced_env(adapter, choice), skip_class_after=after)
         results.append((choice, outcomes))
     return results
 

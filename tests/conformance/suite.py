@@ -40,7 +40,8 @@ class Outcome:
     collective: str
     case: str  # "<comm> <inplace|copy> <types/op> <count> <root>"
     verdict: str  # ok | FAIL | ERROR | CRASH | HANG | SETUP (the launch died before its first case) |
-    #               OWN (not run: it crashes or hangs the library on its own, see run_suite's skip)
+    #               OWN (not run: it crashes or hangs the library on its own, see run_suite's skip) |
+    #               SKIP (not run: its class crashed earlier in the launch, see run_suite's skip_class_after)
 
     @property
     def passed(self) -> bool:
@@ -136,10 +137,14 @@ def run_suite(
     timeout: float = 120.0,
     idle_timeout: float = CASE_IDLE_S,
     max_restarts: int = 400,
+    skip_class_after: Callable[[Outcome], bool] | None = None,
 ) -> dict[int, Outcome]:
     """Run every case (of `colls`), restarting after a crashed or hung case. `wrap` turns the launch argv
     into the command actually run (e.g. under `tunempi online run`). `skip`: cases (Outcome.key) not to run,
-    recorded as OWN: those that crash the library on its own (each crash costs a relaunch)."""
+    recorded as OWN: those that crash the library on its own (each crash costs a relaunch).
+    `skip_class_after(crashed)`: whether the rest of a crashed or hung case's class (case_class) is left out
+    too, recorded as SKIP (a forced algorithm that crashes on a datatype or op it cannot take does so at
+    every count, root and communicator: a relaunch each, nine in ten of the forced check's launches)."""
     colls = list(colls) if colls is not None else None
     if colls == []:
         return {}
@@ -148,9 +153,10 @@ def run_suite(
     skipped = set(skip)
     outcomes: dict[int, Outcome] = {i: Outcome(i, c, case, "OWN") for i, (c, case) in listed.items()
                                     if (c, case) in skipped}
-    skip_args = ["--skip", ",".join(str(i) for i in sorted(outcomes))] if outcomes else []
     start = 0
     for _ in range(max_restarts):
+        not_run = sorted(i for i, o in outcomes.items() if o.verdict in ("OWN", "SKIP"))
+        skip_args = ["--skip", ",".join(str(i) for i in not_run)] if not_run else []
         args = [str(program), *_colls_args(colls), "--start", str(start), *skip_args, *program_args]
         argv, launch_env = launch_command(library, ranks, args)
         if wrap is not None:
@@ -187,6 +193,11 @@ def run_suite(
         lost = remaining[0]
         collective, case = listed[lost]
         outcomes[lost] = Outcome(lost, collective, case, "HANG" if result.timed_out else "CRASH")
+        if skip_class_after is not None and skip_class_after(outcomes[lost]):
+            for i in remaining[1:]:
+                other = Outcome(i, *listed[i], "SKIP")
+                if case_class(other) == case_class(outcomes[lost]):
+                    outcomes[i] = other
         start = lost + 1
     else:
         raise RuntimeError(f"more than {max_restarts} crashed launches: {' '.join(argv)}")
