@@ -103,13 +103,10 @@ def library_forced(library: MPILibrary, ranks: int, program: Path, *, strict: bo
             return bool(requirements(library.vendor, library.version, crashed.collective,
                                      choice.get(crashed.collective, "default")))
 
-        after = restricted_crash if skip_restricted_crashes else None
-        if strict:
-            outcomes = run_suite(library, ranks, program=program, colls=list(choice), skip=skip,
-                                 program_args=strict_cvars(adapter, choice), skip_class_after=after)
-        else:
-            outcomes = run_suite(library, ranks, program=program, colls=list(choice), skip=skip,
-                                 env=forced_env(adapter, choice), skip_class_after=after)
+        forcing = ({"program_args": strict_cvars(adapter, choice)} if strict
+                   else {"env": forced_env(adapter, choice)})
+        outcomes = run_suite(library, ranks, program=program, colls=list(choice), skip=skip,
+                             skip_class_after=restricted_crash if skip_restricted_crashes else None, **forcing)
         results.append((choice, outcomes))
     return results
 

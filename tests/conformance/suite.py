@@ -194,9 +194,10 @@ def run_suite(
         collective, case = listed[lost]
         outcomes[lost] = Outcome(lost, collective, case, "HANG" if result.timed_out else "CRASH")
         if skip_class_after is not None and skip_class_after(outcomes[lost]):
+            lost_class = case_class(outcomes[lost])
             for i in remaining[1:]:
                 other = Outcome(i, *listed[i], "SKIP")
-                if case_class(other) == case_class(outcomes[lost]):
+                if case_class(other) == lost_class:
                     outcomes[i] = other
         start = lost + 1
     else:
