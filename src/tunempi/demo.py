@@ -56,7 +56,7 @@ DEMO_RUNS: tuple[DemoRun, ...] = (DemoRun("mpich", 2), DemoRun("openmpi", 2))
 #: up to 64 KiB keep it to seconds; Open MPI over TCP is where its default leaves a gain (allreduce).
 MULTINODE_RUNS: tuple[DemoRun, ...] = (DemoRun("mpich", 2, nodes=2, collectives="allreduce,bcast", max_msg=64 * 1024),
                                        DemoRun("openmpi", 2, nodes=2))
-DEMO_SETTINGS = MeasureSettings(warmup=2, min_iters=10, max_iters=1000, rel_ci=0.05, time_cap_s=0.05)
+DEMO_SETTINGS = MeasureSettings(warmup=64, min_iters=10, max_iters=1000, rel_ci=0.05, time_cap_s=0.05)
 
 
 def demo_db() -> Path:

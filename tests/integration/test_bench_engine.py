@@ -261,3 +261,26 @@ def test_back_to_back_iterations_make_that_many_calls_and_still_check_results(
     calls = {(row.collective, row.msg_size): row.calls for row in load_profile(profile).usage()}
     # (warm-up + 5 iterations) x 7 calls, on each of the 2 ranks
     assert calls[("allreduce", 1024)] == calls[("bcast", 4096)] == 2 * 6 * 7
+
+
+def test_warm_up_makes_the_asked_calls_and_stops_at_its_share_of_the_time_cap(tmp_path: Path) -> None:
+    """The warm-up runs `warmup` checked calls before the timed ones (counted by the interposer in the
+    ranks), and ends early once it has taken its share of the time cap: a point never waits out a warm-up
+    longer than its measurement (engine.c, WARMUP_SHARE)."""
+    library, adapter, executable = library_and_adapter("mpich")
+    profile = tmp_path / "engine-profile.json"
+    env = {**adapter.launch_env(), **interposer_env(build_interposer(library, werror=True), profile)}
+    session = EngineSession(library, Layout(2), env=env, executable=executable)
+    asked = MeasureSettings(warmup=64, min_iters=5, max_iters=5, rel_ci=0.05, time_cap_s=30.0)
+    # 100,000 calls cannot fit in a quarter of 20 ms (each is a collective plus a barrier between ranks)
+    endless = MeasureSettings(warmup=100_000, min_iters=5, max_iters=5, rel_ci=0.05, time_cap_s=0.02)
+    with session:
+        session.start()
+        full = session.measure(PointRequest(1, "allreduce", 1024, settings=asked))
+        cut = session.measure(PointRequest(2, "bcast", 4096, settings=endless))
+    assert full.ok and full.reply is not None and cut.ok and cut.reply is not None
+    assert full.reply.warmup == 64 and full.reply.checked == 64 + 5 and full.reply.errors == 0
+    assert 2 <= cut.reply.warmup < 100_000 and cut.reply.checked == cut.reply.warmup + cut.reply.iterations
+    calls = {(row.collective, row.msg_size): row.calls for row in load_profile(profile).usage()}
+    assert calls[("allreduce", 1024)] == 2 * (64 + 5)
+    assert calls[("bcast", 4096)] == 2 * (cut.reply.warmup + cut.reply.iterations)

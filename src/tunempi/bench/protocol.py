@@ -3,7 +3,7 @@
 Requests go to rank 0's stdin, one line each:
 
     point id=7 coll=allreduce bytes=1024 cvar=<name|-> set=<int|default|keep> newcomm=<0|1>
-          warmup=2 min_iters=10 max_iters=1000 rel_ci=0.05 time_cap=1 [back_to_back=<n>] [spoil_every=<n>]
+          warmup=64 min_iters=10 max_iters=1000 rel_ci=0.05 time_cap=1 [back_to_back=<n>] [spoil_every=<n>]
           [dist=<uniform|skewed|sparse>] [nb=<latency|overlap|time>] [compute=<seconds>]
     setup id=1 cvar=<name> set=<int> newcomm=<0|1>      (a cvar kept for the whole launch)
     quit
@@ -43,14 +43,16 @@ _CVAR_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 class MeasureSettings:
     """How long and how precisely to measure each point.
 
-    warmup: untimed (but checked) iterations first. Then iterations run in batches until the 95 %
+    warmup: untimed (but checked) iterations first, fewer where they take a quarter of time_cap_s (a
+    library's first calls of a new large size can run several times slower: Intel MPI's, 4-5x for 10-35
+    calls). Then iterations run in batches until the 95 %
     confidence interval of the median is within +-rel_ci of it (after min_iters), max_iters is reached,
     or time_cap_s of measuring is spent.
     back_to_back: calls per timed iteration, in a row with no barrier between them (as applications
     call); the iteration's time divided by it is the per-call sample. 1: every call between barriers.
     """
 
-    warmup: int = 2
+    warmup: int = 64
     min_iters: int = 10
     max_iters: int = 1000
     rel_ci: float = 0.05

@@ -146,7 +146,8 @@ def bench_command(
     rel_ci: Annotated[float, typer.Option(help="Stop a point when its median's 95% CI is within +-this.")] = 0.05,
     min_iters: Annotated[int, typer.Option(help="Iterations per point at least.")] = 10,
     max_iters: Annotated[int, typer.Option(help="Iterations per point at most.")] = 1000,
-    warmup: Annotated[int, typer.Option(help="Untimed (checked) iterations before each point.")] = 2,
+    warmup: Annotated[int, typer.Option(help="Untimed (checked) iterations before each point (fewer if they "
+                                             "take a quarter of its time cap).")] = 64,
     timeout: Annotated[
         str | None, typer.Option(help="Kill the launch when a point gives no result in this time (default: "
                                       "30s + 5 x time cap).")

@@ -93,7 +93,7 @@ LIVE_STRATEGY_PARAMS: dict[str, dict[str, object]] = {
 }
 
 #: What tune measures per point by default: short (a strategy measures many points, and again where close).
-TUNE_SETTINGS = MeasureSettings(warmup=2, min_iters=10, max_iters=1000, rel_ci=0.05, time_cap_s=0.1)
+TUNE_SETTINGS = MeasureSettings(warmup=64, min_iters=10, max_iters=1000, rel_ci=0.05, time_cap_s=0.1)
 
 
 @dataclass(frozen=True)

@@ -62,7 +62,7 @@ from tunempi.tune.verify import (
 from tunempi.units import format_size
 
 #: What verify measures per point by default (each cell: `repeats` x tuned and default).
-VERIFY_SETTINGS = MeasureSettings(warmup=2, min_iters=10, max_iters=1000, rel_ci=0.05, time_cap_s=0.1)
+VERIFY_SETTINGS = MeasureSettings(warmup=64, min_iters=10, max_iters=1000, rel_ci=0.05, time_cap_s=0.1)
 
 
 @dataclass(frozen=True)
