@@ -12,7 +12,9 @@ median of its own start + wait, and its overlap % = 100 (1 - median(own overlapp
 pure); the figure is the mean over ranks, OSU's averaging); with the computation as long as the pure time the
 two formulas agree. Each rank's own overlap is printed too (the median over rounds, by rank), and `slowest`:
 the own overlap of the tunempi rank with the longest own overlapped time (the rank IMB-NBC prints) minus
-IMB-NBC's, median over rounds: how far the two would be apart if tunempi chose IMB's rank instead of the mean.
+IMB-NBC's, median over rounds: how far the two would be apart if tunempi chose IMB's rank instead of the mean;
+and `pure`: that rank's own pure time (one call between MPI_Barrier calls, the median) / IMB-NBC's t_pure (one
+call between barriers too, that rank's mean): the latency timed as IMB times it.
 
 Every round measures each collective with both tools in an order drawn per round. Per point: the latency
 ratio tunempi / IMB t_pure and the overlap difference (tunempi - IMB, points), each the median over rounds;
