@@ -111,6 +111,9 @@ def test_bench_selects_every_nonblocking_algorithm_with_checked_results_and_over
         overlapped = {(r.algorithm, r.msg_bytes) for r in report.overlap if r.collective == collective}
         assert overlapped == {(m.algorithm, m.msg_bytes) for m in mine if m.ok}
     assert all(0.0 <= r.overlap_pct <= 100.0 for r in report.overlap)
+    # Every rank's own figure comes with the row, and the row's figure is their mean.
+    assert all(len(r.overlap_pct_ranks) == 2 for r in report.overlap)
+    assert all(r.overlap_pct == pytest.approx(sum(r.overlap_pct_ranks) / 2, abs=2e-3) for r in report.overlap)
     if vendor == "impi":
         assert report.launches == 1 + 2 * len(collectives)  # the defaults share one launch, each preset its own
     else:

@@ -104,6 +104,9 @@ class OverlapRow:
     overlapped_us: float  # start + a computation + MPI_Wait (each iteration's slowest rank)
     compute_us: float  # the computation alone (each rank computes for its own pure time)
     overlap_pct: float  # the mean over ranks of each rank's own share of its pure time hidden (0-100)
+    # Each rank's own share, by rank: the peers aggregate differently (OSU averages over ranks, IMB-NBC prints
+    # the rank with the longest overlapped time), and at a rooted collective the ranks differ by tens of points.
+    overlap_pct_ranks: tuple[float, ...] = ()
 
 
 @dataclass
@@ -212,7 +215,7 @@ def run_bench(options: BenchOptions, listener: BenchListener | None = None) -> B
                     and reply.overlapped_us is not None and reply.compute_us is not None):
                 report.overlap.append(OverlapRow(
                     point.collective, point.algorithm, point.msg_bytes, point.run, reply.median_us,
-                    reply.overlapped_us, reply.compute_us, reply.overlap_pct))
+                    reply.overlapped_us, reply.compute_us, reply.overlap_pct, tuple(reply.overlap_pct_ranks)))
             listener.measured(point, outcome, measurement)
 
         try:

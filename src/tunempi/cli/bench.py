@@ -113,11 +113,13 @@ def fastest_rich_table(rows: list[FastestRow], title: str) -> Table:
 
 def overlap_rich_table(rows: list[OverlapRow], title: str) -> Table:
     table = Table(title=title)
-    for header in ("collective", "size", "algorithm", "pure us", "overlapped us", "compute us", "overlap %"):
+    for header in ("collective", "size", "algorithm", "pure us", "overlapped us", "compute us", "overlap %",
+                   "by rank %"):
         table.add_column(header, justify="left" if header in ("collective", "algorithm") else "right")
     for row in sorted(rows, key=lambda r: (r.collective, r.msg_bytes, r.run)):
         table.add_row(row.collective, format_size(row.msg_bytes), row.algorithm, _us(row.pure_us),
-                      _us(row.overlapped_us), _us(row.compute_us), f"{row.overlap_pct:.1f}")
+                      _us(row.overlapped_us), _us(row.compute_us), f"{row.overlap_pct:.1f}",
+                      "/".join(f"{pct:.0f}" for pct in row.overlap_pct_ranks) or "-")
     return table
 
 
