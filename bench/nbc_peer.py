@@ -18,7 +18,7 @@ call between barriers too, that rank's mean): the latency timed as IMB times it.
 
 Every round measures each collective with both tools in an order drawn per round. Per point: the latency
 ratio tunempi / IMB t_pure and the overlap difference (tunempi - IMB, points), each the median over rounds
-with a 95 % bootstrap interval of that median (single rounds at a few points move by tens of points);
+with a 95 % interval of that median (order statistics, as the engine's) (single rounds at a few points move by tens of points);
 printed per point, then the verdict read like for like (the goals: `pure`'s geometric mean 0.9-1.1,
 `slowest` within 10 points), then tunempi's own aggregates (back-to-back latency, mean over ranks), which
 differ from IMB-NBC's figures by method (docs/bench.md, "Against a peer").
@@ -41,12 +41,12 @@ import sys
 import tempfile
 from pathlib import Path
 
-import numpy as np
-
 from tunempi.bench.protocol import MeasureSettings, PointReply
 from tunempi.bench.session import BenchListener, BenchOptions, run_bench
+from tunempi.bench.stats import median_confidence_interval
 from tunempi.mpi.discovery import resolve_library
 from tunempi.mpi.library import MPILibrary
+from tunempi.report.tuning import geo_mean
 from tunempi.units import format_size, parse_size
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -88,15 +88,11 @@ def _slowest_rank_pure(reply: PointReply) -> float:
     return pure[max(range(len(times)), key=times.__getitem__)]
 
 
-def median_ci(values: list[float], seed: int = 0, resamples: int = 4000) -> tuple[float, float]:
-    """A 95 % bootstrap interval of the median over rounds: single rounds at a few points move by tens of
-    points, so whether a median gap lies within the goal's 10 points is read with its interval."""
-    if len(values) < 2:
-        return math.nan, math.nan
-    data = np.asarray(values)
-    draws = np.random.default_rng(seed).choice(data, size=(resamples, len(data)), replace=True)
-    low, high = np.percentile(np.median(draws, axis=1), [2.5, 97.5])
-    return float(low), float(high)
+def median_ci(values: list[float]) -> tuple[float, float]:
+    """The 95 % interval of the median over rounds (the engine's own, by order statistics): single rounds at
+    a few points move by tens of points, so whether a median gap lies within the goal's 10 points is read
+    with its interval."""
+    return median_confidence_interval(values) if len(values) >= 2 else (math.nan, math.nan)
 
 
 def tunempi_point(mpi: str, collective: str, sizes: list[int], ranks: int, db: Path, back_to_back: int
@@ -185,7 +181,7 @@ def main() -> int:
     print("overlap: tunempi's (mean over ranks) - IMB-NBC's; IMB: IMB-NBC's; by rank: each tunempi rank's own; "
           "slowest: the own overlap of tunempi's rank with the longest overlapped time (IMB's choice) - IMB's; "
           "pure: that rank's own pure time / IMB-NBC's t_pure (one call between barriers, as IMB times it)")
-    print("[low, high]: a 95 % bootstrap interval of the median over rounds")
+    print("[low, high]: a 95 % interval of the median over rounds (order statistics)")
     print(f"{'collective':<11} {'size':>7} {'latency':>8} {'overlap':>8} {'[low, high]':>15} {'IMB':>5} {'by rank':>11} "
           f"{'slowest':>8} {'[low, high]':>15} {'pure':>6}  per round (latency | overlap | slowest)")
     ratios, gaps, slows, pures = [], [], [], []
@@ -213,8 +209,8 @@ def main() -> int:
     if not ratios:
         print("no point measured by both tools")
         return 1
-    geo = math.exp(statistics.fmean(math.log(r) for r in ratios))
-    geo_pure = math.exp(statistics.fmean(math.log(r) for r in pures)) if pures else math.nan
+    geo = geo_mean(ratios) or math.nan
+    geo_pure = geo_mean(pures) or math.nan
     # The goals are read like for like: the same rank's figures as IMB-NBC prints, its latency timed as IMB
     # times it (one call between MPI_Barrier calls). tunempi's own aggregates follow: the mean over ranks
     # (OSU's averaging) differs from IMB's one rank by tens of points where the ranks of a rooted collective
