@@ -6,11 +6,16 @@ import pytest
 
 from tunempi.errors import UsageError
 from tunempi.rules import (
+    DEFAULT_ALGORITHM,
+    INTERPOLATED,
+    LIBRARY,
+    MEASURED,
     CommBlock,
     MsgRule,
     RuleSet,
     ScaledChoice,
     SelectionTable,
+    between_rows,
     boundary,
     build_rule_set,
     build_rule_sets,
@@ -49,9 +54,7 @@ def test_adjacent_equal_choices_merge_and_bounds_are_numeric() -> None:
     choices = ["a", "a", "a", "b", "b", "b", "c", "c"]
     table = SelectionTable.from_items(("allreduce", 4, s, c) for s, c in zip(sizes, choices, strict=True))
     rule_set = build_rule_set(table, "allreduce")
-    assert rule_set.blocks == (
-        CommBlock(1, None, (MsgRule(1535, "a"), MsgRule(98303, "b"), MsgRule(None, "c")), (4,)),
-    )
+    assert rule_set.blocks[1] == CommBlock(4, 4, (MsgRule(1535, "a"), MsgRule(98303, "b"), MsgRule(None, "c")), (4,))
 
 
 def test_comm_sizes_merge_where_identical_and_stay_in_numeric_order() -> None:
@@ -61,11 +64,42 @@ def test_comm_sizes_merge_where_identical_and_stay_in_numeric_order() -> None:
         items += [("bcast", ranks, size, algorithm) for size in (8, 1024)]
     rule_set = build_rule_set(SelectionTable.from_items(items), "bcast")
     assert [(b.min_ranks, b.max_ranks, b.measured_ranks) for b in rule_set.blocks] == [
-        (1, 11, (2, 4)),  # 12 is an in-between size: the new choice starts at it
-        (12, 22, (12, 16)),  # 16 and 32 on the grid: log midpoint floor(sqrt(512)) = 22
-        (23, None, (32, 64)),
+        (1, 1, ()),  # below the smallest measured size: the library's own choice
+        (2, 4, (2, 4)),  # 3 between two sizes that agree: interpolated
+        (5, 11, ()),  # between 4 (a) and 12 (b): they disagree, so the library's
+        (12, 16, (12, 16)),
+        (17, 31, ()),
+        (32, 64, (32, 64)),
+        (65, None, ()),  # above the largest: the library's
     ]
-    assert rule_set.select(4, 8) == "a" and rule_set.select(16, 8) == "b" and rule_set.select(1000, 8) == "c"
+    assert rule_set.select(4, 8) == "a" and rule_set.select(16, 8) == "b" and rule_set.select(64, 8) == "c"
+    assert rule_set.select(1000, 8) == rule_set.select(8, 8) == rule_set.select(1, 8) == DEFAULT_ALGORITHM
+
+
+def test_a_rule_acts_only_where_it_has_evidence() -> None:
+    """Tuned at 2 ranks only (what `make demo` does): every other communicator size keeps the library's
+    choice; before issue 57 the 2-rank winner reached a 64- or 512-rank communicator."""
+    table = SelectionTable.from_items(("alltoall", 2, size, "pairwise") for size in (8, 1024, 49152))
+    rule_set = build_rule_set(table, "alltoall")
+    assert rule_set.select(2, 8) == "pairwise"
+    for ranks in (1, 3, 5, 64, 512):
+        assert rule_set.select(ranks, 8) == DEFAULT_ALGORITHM, ranks
+    assert [(c.min_ranks, c.max_ranks, c.basis) for c in rule_set.coverage()] == [
+        (1, 1, LIBRARY), (2, 2, MEASURED), (3, None, LIBRARY)]
+
+
+def test_between_two_measured_sizes_only_their_common_winner_is_interpolated() -> None:
+    items = [("allreduce", 2, 8, "a"), ("allreduce", 2, 1024, "b"), ("allreduce", 2, 65536, "c"),
+             ("allreduce", 8, 8, "a"), ("allreduce", 8, 1024, "d"), ("allreduce", 8, 65536, "c")]
+    rule_set = build_rule_set(SelectionTable.from_items(items), "allreduce")
+    assert [rule_set.select(5, size) for size in (8, 1024, 65536)] == ["a", DEFAULT_ALGORITHM, "c"]
+    assert [(c.min_ranks, c.max_ranks, c.basis) for c in rule_set.coverage()] == [
+        (1, 1, LIBRARY), (2, 2, MEASURED), (3, 7, INTERPOLATED), (8, 8, MEASURED), (9, None, LIBRARY)]
+    # The message bounds of the interpolated block are the neighbours' own (either side's crossover).
+    assert between_rows((MsgRule(90, "a"), MsgRule(None, "b")), (MsgRule(2000, "a"), MsgRule(None, "b"))) == (
+        MsgRule(90, "a"), MsgRule(2000, DEFAULT_ALGORITHM), MsgRule(None, "b"))
+    written = rule_set.to_dict()["blocks"][2]
+    assert written["coverage"] == [[3, 7, INTERPOLATED]] and RuleSet.from_dict(rule_set.to_dict()) == rule_set
 
 
 def random_table(rng: random.Random) -> SelectionTable:

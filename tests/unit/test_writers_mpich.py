@@ -10,7 +10,7 @@ import pytest
 from tunempi.errors import UsageError
 from tunempi.mpi.mpich import LEAF_RESTRICTIONS
 from tunempi.mpi.mpich_selection import MpichCall, classify_tree, scan_trees, select_mpich
-from tunempi.rules import RuleSet, SelectionTable, build_rule_sets
+from tunempi.rules import CommBlock, MsgRule, RuleSet, SelectionTable, build_rule_sets
 from tunempi.writers.selection_json import (
     MSG_SEMANTICS,
     LeafParams,
@@ -138,8 +138,10 @@ def test_message_keys_follow_mpich_semantics() -> None:
     assert "avg_msg_size" not in allgather and "total_msg_size<=" in allgather  # MPICH asserts on avg here
     assert "avg_msg_size<=16384" not in allreduce and "avg_msg_size<=24575" in allreduce
     # allgather, 2 and 4 ranks share one block (brucks up to 2048 B per rank, ring from 16384 B): the OSU
-    # bound is the log midpoint 5792 B, and MPICH compares the total, so it is written per measured size
-    assert '"comm_size<=5": {"comm_size<=2": {"total_msg_size<=11584"' in allgather
+    # bound is the log midpoint 5792 B, and MPICH compares the total, so it is written per measured size;
+    # 1 rank is left to the library (nothing measured there)
+    assert '"comm_size<=4": {"comm_size<=2": {"total_msg_size<=11584"' in allgather
+    assert '"comm_size<=1": ' + json.dumps(DEFAULT_MPIR["collective=allgather"]["comm_type=intra"]) in allgather
     assert '"comm_size=any": {"total_msg_size<=23168"' in allgather
     assert MSG_SEMANTICS["alltoall"] == ("avg_msg_size", False)
 
@@ -161,18 +163,20 @@ def test_guards_keep_preconditions() -> None:
 
 def test_string_sorted_keys_pick_wrong_branches() -> None:
     """What ACCLAiM's published code did: sorting `comm_size<=N` keys as strings."""
-    items = [("bcast", ranks, 64, alg) for ranks, alg in ((4, "binomial"), (16, "scatter_ring_allgather"),
+    items = [("bcast", ranks, 64, alg) for ranks, alg in ((4, "scatter_ring_allgather"), (16, "binomial"),
                                                           (64, "smp"))]
     tree = build_tree(DEFAULT_MPIR, build_rule_sets(SelectionTable.from_items(items)))
     intra = tree["collective=bcast"]["comm_type=intra"]
     bounds = [int(key.split("<=")[1]) for key in intra if key.startswith("comm_size<=")]
-    assert bounds == sorted(bounds) == [8, 32]
-    string_sorted = dict(sorted(intra.items()))  # "comm_size<=32" < "comm_size<=8" < "comm_size=any"
+    # each measured size its own, the sizes around them the library's (issue 57)
+    assert bounds == sorted(bounds) == [3, 4, 15, 16, 63, 64]
+    string_sorted = dict(sorted(intra.items()))  # "comm_size<=15" < ... < "comm_size<=3" < "comm_size<=4"
     bad = json.loads(json.dumps(tree))
     bad["collective=bcast"]["comm_type=intra"] = string_sorted
     call = MpichCall("bcast", 4, 64, hierarchical=True)
-    assert select_mpich(tree, call) == "MPIR_Bcast_intra_binomial"
-    assert select_mpich(bad, call) == "MPIR_Bcast_intra_scatter_ring_allgather"
+    assert select_mpich(tree, call) == "MPIR_Bcast_intra_scatter_ring_allgather"
+    # "comm_size<=15" comes first: the library's block for 5..15 ranks takes a 4-rank call
+    assert select_mpich(bad, call) == select_mpich(DEFAULT_MPIR, call) == "MPIR_Bcast_intra_binomial"
 
 
 def test_leaf_validation_and_parameters() -> None:
@@ -181,7 +185,7 @@ def test_leaf_validation_and_parameters() -> None:
         build_tree(DEFAULT_MPIR, build_rule_sets(table))
     tree = build_tree(DEFAULT_MPIR, build_rule_sets(table),
                             params={("allreduce", "recursive_multiplying"): {"k": 4}})
-    leaf = tree["collective=allreduce"]["comm_type=intra"]["is_commutative=yes"]
+    leaf = tree["collective=allreduce"]["comm_type=intra"]["comm_size<=4"]["is_commutative=yes"]
     assert leaf == {"algorithm=MPIR_Allreduce_intra_recursive_multiplying": {"k=4": {}}}
     known = frozenset({"algorithm=MPIR_Allreduce_intra_ring", "algorithm=MPIR_Allreduce_intra_tree"})
     bogus = SelectionTable.from_items([("allreduce", 4, 64, "rng")])
@@ -198,7 +202,7 @@ def test_barrier_rules_by_communicator_size() -> None:
     assert select_mpich(tree, MpichCall("barrier", 2, 0, hierarchical=True)) == "MPIR_Barrier_intra_smp"
     # smp needs a communicator spanning nodes: elsewhere the library's default (k_dissemination, k=2)
     assert select_mpich(tree, MpichCall("barrier", 2, 0)) == "MPIR_Barrier_intra_k_dissemination"
-    assert tree["collective=barrier"]["comm_type=intra"]["comm_size<=5"]["comm_hierarchy=any"] == (
+    assert tree["collective=barrier"]["comm_type=intra"]["comm_size<=2"]["comm_hierarchy=any"] == (
         DEFAULT_MPIR["collective=barrier"]["comm_type=intra"])
     assert select_mpich(tree, MpichCall("barrier", 16, 0)) == "MPIR_Barrier_intra_k_dissemination"
 
@@ -212,8 +216,11 @@ def test_gatherv_and_scatterv_get_one_allcomm_leaf_per_communicator_size() -> No
     table = SelectionTable.from_items([("gatherv", 2, 8, "nb"), ("gatherv", 2, 65536, "nb"),
                                        ("scatterv", 2, 8, "nb"), ("scatterv", 4, 8, "default")])
     tree = build_tree(DEFAULT_MPIR, build_rule_sets(table))
-    assert tree["collective=gatherv"] == {"comm_type=intra": {"algorithm=MPIR_Gatherv_allcomm_nb": {}},
-                                          "comm_type=inter": DEFAULT_MPIR["collective=gatherv"]}
+    library_leaf = DEFAULT_MPIR["collective=gatherv"]
+    assert tree["collective=gatherv"] == {
+        "comm_type=intra": {"comm_size<=1": library_leaf, "comm_size<=2": {"algorithm=MPIR_Gatherv_allcomm_nb": {}},
+                            "comm_size=any": library_leaf},  # measured at 2 ranks only
+        "comm_type=inter": library_leaf}
     scatterv = tree["collective=scatterv"]
     assert list(scatterv) == ["comm_type=intra", "comm_type=inter"]
     assert select_mpich(scatterv["comm_type=intra"], MpichCall("scatterv", 2, 8)) == "MPIR_Scatterv_allcomm_nb"
@@ -240,14 +247,17 @@ def test_default_rules_keep_the_library_choice_at_both_levels() -> None:
     assert select_mpich(posix, large) is None
 
 
-def test_posix_tree_drops_tuned_collectives() -> None:
+def test_posix_tree_hands_measured_sizes_to_mpir_and_keeps_release_gather_elsewhere() -> None:
     def rule_sets(*collectives: str) -> dict:
         return build_rule_sets(SelectionTable.from_items((c, 2, 8, "ring") for c in collectives))
 
     tree = build_posix_tree(DEFAULT_POSIX, rule_sets("allreduce", "allgather"))
-    assert "collective=allreduce" not in tree and "collective=bcast" in tree
-    every = build_posix_tree(DEFAULT_POSIX, rule_sets("allreduce", "bcast", "reduce", "barrier"))
-    assert select_mpich(every, MpichCall("barrier", 2, 0)) is None
+    assert "collective=bcast" in tree and tree["collective=bcast"] == DEFAULT_POSIX["collective=bcast"]
+    assert select_mpich(tree, MpichCall("allreduce", 2, 2, 4)) is None  # the tuned MPIR tree decides
+    for ranks in (3, 4, 64):  # not measured: the shared-memory level keeps its own choice (issue 57)
+        assert select_mpich(tree, MpichCall("allreduce", ranks, 2, 4)) == "MPIDI_POSIX_mpi_allreduce_release_gather"
+    unbounded = {"barrier": RuleSet("barrier", (CommBlock(1, None, (MsgRule(None, "smp"),)),))}
+    assert "collective=barrier" not in build_posix_tree(DEFAULT_POSIX, unbounded)
 
 
 def test_scan_trees_finds_and_classifies_embedded_trees() -> None:

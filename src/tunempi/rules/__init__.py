@@ -4,10 +4,15 @@ from __future__ import annotations
 
 from tunempi.rules.ruleset import (
     DEFAULT_ALGORITHM,
+    INTERPOLATED,
+    LIBRARY,
+    MEASURED,
     CommBlock,
+    Coverage,
     Mismatch,
     MsgRule,
     RuleSet,
+    between_rows,
     boundary,
     build_rule_set,
     build_rule_sets,
@@ -15,11 +20,13 @@ from tunempi.rules.ruleset import (
     compress_row,
     find_mismatches,
     is_grid_size,
+    ranges_text,
 )
 from tunempi.rules.table import ScaledChoice, SelectionTable
 
 __all__ = [
-    "DEFAULT_ALGORITHM", "CommBlock", "Mismatch", "MsgRule", "RuleSet", "ScaledChoice", "SelectionTable", "boundary",
+    "DEFAULT_ALGORITHM", "INTERPOLATED", "LIBRARY", "MEASURED", "CommBlock", "Coverage", "Mismatch", "MsgRule",
+    "RuleSet", "ScaledChoice", "SelectionTable", "between_rows", "boundary",
     "build_rule_set", "build_rule_sets", "check_equivalent", "compress_row", "find_mismatches",
-    "is_grid_size",
+    "is_grid_size", "ranges_text",
 ]

@@ -21,6 +21,12 @@ grid, the bound is the midpoint in log space, floor(sqrt(below*above)) (1448 bet
 latency curves are close to straight lines in log-log space, so a crossover is equally likely anywhere
 on the log axis, and the log midpoint halves the worst-case ratio between the bound and the true
 crossover (at most sqrt(2) on a power-of-two grid, against 2 for either end).
+
+A rule acts only where it has evidence (issue 57): a measured communicator size gets its own rules; the
+sizes between two measured ones get a rule only where both neighbours measured the same winner for that
+message range (interpolated), the library's own choice elsewhere; sizes below the smallest and above the
+largest measured one keep the library's own choice (`DEFAULT_ALGORITHM`). `RuleSet.coverage` says, per
+range of communicator sizes, which of the three it is.
 """
 
 from __future__ import annotations
@@ -73,7 +79,8 @@ class CommBlock:
     """Rules for communicator sizes min_ranks..max_ranks inclusive (max_ranks None: no upper bound).
 
     `measured_ranks` are the table's communicator sizes this block was built from: writers that must
-    scale a bound by the communicator size (total-bytes semantics) are exact at these sizes.
+    scale a bound by the communicator size (total-bytes semantics) are exact at these sizes. The block's
+    other sizes are interpolated (some rule is not the library's default) or the library's own (all are).
     """
 
     min_ranks: int
@@ -82,10 +89,66 @@ class CommBlock:
     measured_ranks: tuple[int, ...] = ()
 
     def select(self, msg_bytes: int) -> str:
-        for rule in self.rules:
-            if rule.max_bytes is None or msg_bytes <= rule.max_bytes:
-                return rule.algorithm
-        raise AssertionError("unreachable: the last rule is unbounded")  # guaranteed by RuleSet
+        return select_rule(self.rules, msg_bytes)
+
+    def library_only(self) -> bool:
+        """True where every rule leaves the choice to the library."""
+        return all(rule.algorithm == DEFAULT_ALGORITHM for rule in self.rules)
+
+    def coverage(self) -> list[Coverage]:
+        """This block's sizes as ranges, each measured, interpolated or the library's own."""
+        other = LIBRARY if self.library_only() else INTERPOLATED
+        ranges: list[Coverage] = []
+        start = self.min_ranks
+        for ranks in sorted(set(self.measured_ranks)):
+            if ranks > start:
+                ranges.append(Coverage(start, ranks - 1, other))
+            ranges.append(Coverage(ranks, ranks, MEASURED))
+            start = ranks + 1
+        if self.max_ranks is None or start <= self.max_ranks:
+            ranges.append(Coverage(start, self.max_ranks, other))
+        return ranges
+
+
+#: How a range of communicator sizes got its rules (`RuleSet.coverage`).
+MEASURED, INTERPOLATED, LIBRARY = "measured", "interpolated", "library"
+
+
+@dataclass(frozen=True)
+class Coverage:
+    """Communicator sizes min_ranks..max_ranks (None: unbounded) and how their rules were made: `measured`
+    there, `interpolated` between two measured sizes whose winners agree, or left to the `library`."""
+
+    min_ranks: int
+    max_ranks: int | None
+    basis: str
+
+    def contains(self, ranks: int) -> bool:
+        return self.min_ranks <= ranks and (self.max_ranks is None or ranks <= self.max_ranks)
+
+    def text(self) -> str:
+        if self.max_ranks is None:
+            return f"{self.min_ranks}+"
+        return str(self.min_ranks) if self.min_ranks == self.max_ranks else f"{self.min_ranks}..{self.max_ranks}"
+
+
+def ranges_text(ranges: Iterable[Coverage]) -> str:
+    """'2..4, 8' for the given ranges, neighbours joined whatever their basis."""
+    spans: list[list[int | None]] = []
+    for item in ranges:
+        if spans and spans[-1][1] is not None and spans[-1][1] + 1 == item.min_ranks:
+            spans[-1][1] = item.max_ranks
+        else:
+            spans.append([item.min_ranks, item.max_ranks])
+    return ", ".join(Coverage(int(low or 0), high, "").text() for low, high in spans)
+
+
+def select_rule(rules: tuple[MsgRule, ...], msg_bytes: int) -> str:
+    """The algorithm of the first rule whose bound holds `msg_bytes` (the last rule is unbounded)."""
+    for rule in rules:
+        if rule.max_bytes is None or msg_bytes <= rule.max_bytes:
+            return rule.algorithm
+    raise AssertionError("unreachable: the last rule is unbounded")  # guaranteed by RuleSet
 
 
 @dataclass(frozen=True)
@@ -129,6 +192,20 @@ class RuleSet:
     def algorithms(self) -> list[str]:
         return sorted({rule.algorithm for block in self.blocks for rule in block.rules})
 
+    def coverage(self) -> list[Coverage]:
+        """Every communicator size from 1 up, as ranges: measured, interpolated or the library's own."""
+        merged: list[Coverage] = []
+        for item in (c for block in self.blocks for c in block.coverage()):
+            last = merged[-1] if merged else None
+            if last is not None and last.basis == item.basis and item.basis != MEASURED:
+                merged[-1] = Coverage(last.min_ranks, item.max_ranks, item.basis)
+            else:
+                merged.append(item)
+        return merged
+
+    def measured_ranks(self) -> tuple[int, ...]:
+        return tuple(sorted({ranks for block in self.blocks for ranks in block.measured_ranks}))
+
     def single_algorithm(self) -> str | None:
         """The one algorithm used everywhere, or None when the choice depends on size."""
         names = self.algorithms()
@@ -142,6 +219,8 @@ class RuleSet:
                     "min_ranks": block.min_ranks,
                     "max_ranks": block.max_ranks,
                     "measured_ranks": list(block.measured_ranks),
+                    # derived, for a reader of the manifest (from_dict ignores it)
+                    "coverage": [[c.min_ranks, c.max_ranks, c.basis] for c in block.coverage()],
                     "rules": [{"max_bytes": r.max_bytes, "algorithm": r.algorithm} for r in block.rules],
                 }
                 for block in self.blocks
@@ -180,28 +259,50 @@ def compress_row(row: Iterable[tuple[int, str]]) -> tuple[MsgRule, ...]:
     return tuple(rules)
 
 
+LIBRARY_RULES: tuple[MsgRule, ...] = (MsgRule(None, DEFAULT_ALGORITHM),)
+
+
+def between_rows(lower: tuple[MsgRule, ...], upper: tuple[MsgRule, ...]) -> tuple[MsgRule, ...]:
+    """Message rules for the communicator sizes between two measured ones: the winner where both measured
+    the same one for a message range, the library's own choice where they differ."""
+    bounds = sorted({rule.max_bytes for rule in (*lower, *upper) if rule.max_bytes is not None})
+    rules: list[MsgRule] = []
+    for bound in [*bounds, None]:
+        at = bound if bound is not None else (bounds[-1] + 1 if bounds else 0)
+        low, high = select_rule(lower, at), select_rule(upper, at)
+        algorithm = low if low == high else DEFAULT_ALGORITHM
+        if rules and rules[-1].algorithm == algorithm:
+            rules[-1] = MsgRule(bound, algorithm)
+        else:
+            rules.append(MsgRule(bound, algorithm))
+    return tuple(rules)
+
+
 def build_rule_set(table: SelectionTable, collective: str) -> RuleSet:
-    """The minimal complete rule set that reproduces `table` for one collective at every measured point."""
+    """The minimal complete rule set that reproduces `table` for one collective at every measured point,
+    and acts nowhere else without evidence: interpolated between measured communicator sizes where both
+    neighbours agree, the library's own choice below, above and wherever they disagree."""
     sizes = table.comm_sizes(collective)
     if not sizes:
         raise UsageError(f"the selection table has no points for {collective}; it has {table.collectives()}")
-    groups: list[tuple[list[int], tuple[MsgRule, ...]]] = []
-    for ranks in sizes:
-        rules = compress_row(table.row(collective, ranks))
-        if groups and groups[-1][1] == rules:
-            groups[-1][0].append(ranks)
-        else:
-            groups.append(([ranks], rules))
+    rows = {ranks: compress_row(table.row(collective, ranks)) for ranks in sizes}
+    spans: list[CommBlock] = []
+    if sizes[0] > 1:
+        spans.append(CommBlock(1, sizes[0] - 1, LIBRARY_RULES))
+    for ranks, following in zip(sizes, [*sizes[1:], None], strict=True):
+        spans.append(CommBlock(ranks, ranks, rows[ranks], (ranks,)))
+        if following is None:
+            spans.append(CommBlock(ranks + 1, None, LIBRARY_RULES))
+        elif following > ranks + 1:
+            spans.append(CommBlock(ranks + 1, following - 1, between_rows(rows[ranks], rows[following])))
     blocks: list[CommBlock] = []
-    min_ranks = 1
-    for index, (members, rules) in enumerate(groups):
-        if index + 1 < len(groups):
-            max_ranks: int | None = boundary(members[-1], groups[index + 1][0][0])
+    for span in spans:  # minimal: neighbours with the same rules share one block
+        if blocks and blocks[-1].rules == span.rules:
+            last = blocks[-1]
+            blocks[-1] = CommBlock(last.min_ranks, span.max_ranks, last.rules,
+                                   last.measured_ranks + span.measured_ranks)
         else:
-            max_ranks = None
-        blocks.append(CommBlock(min_ranks, max_ranks, rules, tuple(members)))
-        if max_ranks is not None:
-            min_ranks = max_ranks + 1
+            blocks.append(span)
     return RuleSet(collective, tuple(blocks))
 
 

@@ -3,7 +3,8 @@
 Forcing is one algorithm per collective for the whole run (MPICH: MPIR_CVAR_<COLL>_INTRA_ALGORITHM;
 Open MPI: coll_tuned_<coll>_algorithm with use_dynamic_rules). It can only express a rule set that
 picks the same algorithm everywhere; a collective whose choice depends on size or scale needs a tuning
-file, and the result says which ones. The variable spellings belong to the vendor adapters: pass
+file, and the result says which ones. A tuning's rule sets act only at the communicator sizes measured
+(issue 57), which forcing cannot bound: they need the file too. The variable spellings belong to the vendor adapters: pass
 `adapter.force_env` (collective, algorithm) -> {name: value}; this module stays pure and vendor-free.
 """
 
@@ -14,7 +15,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
 from tunempi.errors import UsageError
-from tunempi.rules.ruleset import DEFAULT_ALGORITHM, RuleSet
+from tunempi.rules.ruleset import DEFAULT_ALGORITHM, LIBRARY, RuleSet, ranges_text
 
 ForceEnv = Callable[[str, str], Mapping[str, str]]
 
@@ -51,8 +52,14 @@ def write_env_file(rule_sets: Mapping[str, RuleSet] | list[RuleSet], force_env: 
         single = rule_set.single_algorithm()
         if single is None:
             needs_file.append(rule_set.collective)
-            lines.append(f"# {rule_set.collective}: the best algorithm depends on size "
-                         f"({', '.join(rule_set.algorithms())}); use the tuning file")
+            chosen = [name for name in rule_set.algorithms() if name != DEFAULT_ALGORITHM]
+            if len(chosen) == 1:
+                where = ranges_text(c for c in rule_set.coverage() if c.basis != LIBRARY)
+                lines.append(f"# {rule_set.collective}: {chosen[0]} at {where} ranks only; forcing would apply it "
+                             f"at every communicator size: use the tuning file")
+            else:
+                lines.append(f"# {rule_set.collective}: the best algorithm depends on size "
+                             f"({', '.join(rule_set.algorithms())}); use the tuning file")
             continue
         if single == DEFAULT_ALGORITHM:
             lines.append(f"# {rule_set.collective}: the library's own choice everywhere (nothing to set)")
