@@ -79,6 +79,24 @@ def test_held_out_figures_are_the_ones_reported_where_verify_measured_them(manif
     assert any(line.startswith("verify: held out") and "1.080x" in line for line in summary_lines(again))
 
 
+
+def test_the_cells_hold_out_sent_back_are_shown_with_the_figures_of_the_files_shipped(manifest: Manifest) -> None:
+    """Issue 58: `report` says which cells the held-out launches sent back, and of which round its figures are."""
+    from tunempi.tune.manifest import VerifyRecord
+    from tunempi.tune.verify import HeldOutSendBack, VerifiedCell, summary
+
+    assert manifest.verify is not None
+    ring, binomial = Cell("allreduce", 2, 1, 2, 1024), Cell("bcast", 4, 1, 4, 8)
+    slower = VerifiedCell(binomial, "binomial", 2.6, 3.0, 0.863, 0.8, 0.93, "slower", replaced=True, launches=3)
+    held = (VerifiedCell(ring, "ring", 5.5, 6.0, 1.08, 1.01, 1.16, "faster"),)
+    record = dataclasses.replace(manifest.verify, held_out=held, held_out_summary=summary(held), held_out_rounds=2,
+                                 sent_back=(HeldOutSendBack(slower, 1),))
+    lines = summary_lines(dataclasses.replace(manifest, verify=VerifyRecord.from_dict(record.to_dict())))
+    assert "verify: sent back at hold-out (round 1): bcast 8B at 4 ranks: binomial was slower (speedup 0.863, 95% CI " \
+           "0.800..0.930, 3 launches) -> default" in lines
+    assert any(line.startswith("verify: held out (round 2: new launches under the files rewritten") for line in lines)
+
+
 def test_tables_summary_plots_and_html(manifest: Manifest, tmp_path: Path) -> None:
     console = Console(width=150, record=True)
     console.print(rules_table(manifest))

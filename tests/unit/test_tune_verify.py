@@ -333,3 +333,129 @@ def test_a_cell_sent_back_with_its_whole_collective_says_so() -> None:
                                          "collective, and another rule of it was not faster with evidence)")
     assert "ring was faster (speedup 1.250" in by_size[A.msg_bytes]
     assert by_size[B.msg_bytes].endswith("3 launches) -> default") and "ring was slower" in by_size[B.msg_bytes]
+
+
+# --- held out: a cell the held-out launches call slower beyond noise does not ship (issue 58) ---------------
+
+def scripted_rounds(*rounds: list) -> tuple[list[int], object]:
+    """A held-out measure that returns the scripted figures of each round in turn, and the rounds it ran."""
+    ran: list[int] = []
+
+    def measure(number: int) -> list:
+        ran.append(number)
+        return rounds[number - 1]
+    return ran, measure
+
+
+def test_a_held_out_cell_slower_beyond_noise_goes_back_and_the_figures_are_a_fresh_round_of_the_files_shipped() -> None:
+    """miniAMR: the held-out line read "10 slower beyond noise" and those rules stayed in the files. A held-out
+    cell slower beyond noise (its rule's verdict or its own) sends its rule back, the files are rewritten, and the
+    figures reported are those of new launches under the rewritten files, which chose nothing."""
+    from tunempi.tune.verify import HeldOutSendBack, VerifiedCell
+    from tunempi.tune.verify_run import hold_out_rounds
+
+    slow = VerifiedCell(A, "pairwise", 11.6, 10.0, 0.863, 0.80, 0.93, "slower", launches=3)
+    own_slow = VerifiedCell(C, "ring", 9.0, 10.0, 1.2, 1.1, 1.3, "faster", own_speedup=0.7, own_verdict="slower")
+    kept = VerifiedCell(B, "rd", 8.0, 10.0, 1.25, 1.1, 1.4, "faster", launches=3)
+    within = VerifiedCell(D, "ring", 10.5, 10.0, 0.95, 0.8, 1.1, "same", launches=3)  # not beyond noise: stays
+    again = [replace(kept, speedup=1.18, ci_low=1.05, ci_high=1.3),
+             replace(within, speedup=1.01, ci_low=0.9, ci_high=1.1)]
+    ran, measure = scripted_rounds([slow, kept, own_slow, within], again)
+    written: list[dict] = []
+
+    def rewrite(fixed: dict) -> dict:
+        written.append(dict(fixed))
+        return fixed
+
+    selection = {A: "pairwise", B: "rd", C: "ring", D: "ring"}
+    found = hold_out_rounds(selection, measure, rewrite)
+    assert written == [{A: DEFAULT_ALGORITHM, B: "rd", C: DEFAULT_ALGORITHM, D: "ring"}]
+    assert ran == [1, 2] and found.rounds == 2 and found.excluded == 0
+    assert found.figures == again  # the shipped files' own round, not the one that chose the send-back
+    assert summary(found.figures)["slower_beyond_noise_before"] == 0
+    assert [(s.cell.cell, s.cell.replaced, s.round, s.sent_back) for s in found.sent_back] == \
+        [(A, True, 1, True), (C, True, 1, True)]
+    assert found.selection == written[0]
+    back = HeldOutSendBack.from_dict(json.loads(json.dumps(found.sent_back[0].to_dict())))
+    assert back == replace(found.sent_back[0], cell=back.cell) and back.cell.verdict == "slower"
+
+
+def test_held_out_rounds_are_bounded_and_the_last_round_s_figures_say_what_they_leave_out() -> None:
+    from tunempi.tune.verify import VerifiedCell
+    from tunempi.tune.verify_run import HOLD_OUT_ROUNDS, VerifyReport, hold_out_rounds
+
+    assert HOLD_OUT_ROUNDS == 2
+    first = [VerifiedCell(A, "ring", 12.0, 10.0, 0.83, 0.75, 0.9, "slower", launches=3),
+             VerifiedCell(B, "rd", 8.0, 10.0, 1.25, 1.1, 1.4, "faster", launches=3)]
+    second = [VerifiedCell(B, "rd", 11.0, 10.0, 0.9, 0.85, 0.95, "slower", launches=3)]
+    ran, measure = scripted_rounds(first, second, [])
+    found = hold_out_rounds({A: "ring", B: "rd"}, measure, lambda fixed: fixed)
+    assert ran == [1, 2] and found.rounds == 2  # no third round
+    assert found.selection == {A: DEFAULT_ALGORITHM, B: DEFAULT_ALGORITHM}  # nothing slower ships
+    assert found.figures == [] and found.excluded == 1
+    report = VerifyReport(None, [], summary([]), replaced=0, held_out=found.figures,  # type: ignore[arg-type]
+                          sent_back=found.sent_back, held_out_rounds=found.rounds)
+    lines = report.lines()
+    assert any(line.startswith("sent back at hold-out (round 1): allreduce 1KiB at 2 ranks: ring was slower "
+                               "(speedup 0.830, 95% CI 0.750..0.900, 3 launches) -> default") for line in lines)
+    assert any("round 2" in line and "allreduce 64KiB" in line for line in lines)
+    assert any("no tuned cell is left" in line and "1 cell sent back on those same launches" in line
+               for line in lines)
+
+
+def test_where_verify_cannot_send_a_held_out_cell_back_it_says_why_and_the_figures_keep_it() -> None:
+    from tunempi.errors import TuningFileError
+    from tunempi.tune.verify import VerifiedCell
+    from tunempi.tune.verify_run import VerifyReport, hold_out_rounds
+
+    first = [VerifiedCell(A, "ring", 12.0, 10.0, 0.83, 0.75, 0.9, "slower", launches=3),
+             VerifiedCell(B, "rd", 8.0, 10.0, 1.25, 1.1, 1.4, "faster", launches=3)]
+    ran, measure = scripted_rounds(first)
+
+    def refused(fixed: dict) -> dict:
+        raise TuningFileError("mpich rejected the tuning files at 2 ranks: exit 1")
+
+    found = hold_out_rounds({A: "ring", B: "rd"}, measure, refused)
+    assert ran == [1] and found.selection == {A: "ring", B: "rd"}  # the files in place are the ones measured
+    assert found.figures == first and summary(found.figures)["slower_beyond_noise_before"] == 1
+    (kept,) = found.sent_back
+    assert not kept.sent_back and "rejected the tuning files" in kept.why_not and not kept.cell.replaced
+    line = next(line for line in VerifyReport(None, [], summary([]), replaced=0,  # type: ignore[arg-type]
+                                              held_out=found.figures, sent_back=found.sent_back).lines()
+                if line.startswith("kept"))
+    assert line.startswith("kept though slower at hold-out (round 1): allreduce 1KiB at 2 ranks: ring was slower")
+    assert line.endswith("verify could not send it back: mpich rejected the tuning files at 2 ranks: exit 1")
+    # a rewrite whose files still select it (a mechanism that cannot hold the default there) is said too
+    found = hold_out_rounds({A: "ring", B: "rd"}, scripted_rounds(first, first)[1], lambda fixed: {A: "ring", B: "rd"})
+    assert found.rounds == 1 and [s.sent_back for s in found.sent_back] == [False]
+    assert "the rewritten files still select it" in found.sent_back[0].why_not
+
+
+def test_where_files_select_a_collective_whole_a_slower_held_out_cell_takes_its_collective_back() -> None:
+    from tunempi.tune.verify import VerifiedCell
+    from tunempi.tune.verify_run import VerifyReport, hold_out_rounds
+
+    other = Cell("bcast", 2, 1, 2, 8)
+    first = [VerifiedCell(A, "ring", 12.0, 10.0, 0.83, 0.75, 0.9, "slower", launches=3),
+             VerifiedCell(B, "rd", 8.0, 10.0, 1.25, 1.1, 1.4, "faster", launches=3),
+             VerifiedCell(other, "p1", 8.0, 10.0, 1.25, 1.1, 1.4, "faster", launches=3)]
+    found = hold_out_rounds({A: "ring", B: "rd", other: "p1"}, scripted_rounds(first, first[2:])[1],
+                            lambda fixed: fixed, whole=True)
+    assert found.selection == {A: DEFAULT_ALGORITHM, B: DEFAULT_ALGORITHM, other: "p1"}
+    assert [s.cell.cell for s in found.sent_back] == [A, B] and found.figures == first[2:]
+    lines = VerifyReport(None, [], summary([]), replaced=0, held_out=found.figures,  # type: ignore[arg-type]
+                         sent_back=found.sent_back, held_out_rounds=2).lines()
+    assert any("allreduce 64KiB" in line and line.endswith("-> default with a slower rule the files cannot select "
+                                                          "apart from it") for line in lines)
+
+
+def test_the_held_out_send_backs_round_trip_through_the_manifest_record() -> None:
+    from tunempi.tune.verify import HeldOutSendBack, VerifiedCell
+
+    cell = VerifiedCell(A, "ring", 12.0, 10.0, 0.83, 0.75, 0.9, "slower", replaced=True, launches=3)
+    record = VerifyRecord("2026-12-05T00:00:00Z", 3, 0, 0.1, 1.0, {}, held_out_rounds=2,
+                          sent_back=(HeldOutSendBack(cell, 1), HeldOutSendBack(cell, 2, "why")))
+    again = VerifyRecord.from_dict(json.loads(json.dumps(record.to_dict())))
+    assert again.held_out_rounds == 2 and [(s.round, s.why_not) for s in again.sent_back] == [(1, ""), (2, "why")]
+    assert VerifyRecord.from_dict({"held_out": [cell.to_dict()]}).held_out_rounds == 1  # verified before issue 58
+    assert VerifyRecord.from_dict({}).sent_back == ()

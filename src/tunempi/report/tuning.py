@@ -184,10 +184,11 @@ def summary_lines(manifest: Manifest) -> list[str]:
             f"{s['faster_beyond_noise']} faster beyond noise, slower beyond noise {s['slower_beyond_noise_before']}"
             f" -> {s['slower_beyond_noise_after']} (replaced {s['replaced']}; "
             f"{s.get('slower_point_estimate_after', '?')} below 1 within noise)")
-        if verify.held_out_summary:
-            from tunempi.tune.verify_run import held_out_line
+        from tunempi.tune.verify_run import held_out_lines
 
-            lines.append("verify: " + held_out_line(verify.held_out_summary))
+        # the held-out figures of the files as shipped, and every cell hold-out sent back or could not
+        lines += ["verify: " + line for line in held_out_lines(verify.held_out_summary or None, verify.sent_back,
+                                                               verify.held_out_rounds)]
         for v in verify.compositions:
             said = {"faster": "faster than", "slower": "slower than", "failed": "failed against"}.get(
                 v.verdict, "not told apart from")

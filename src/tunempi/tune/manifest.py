@@ -27,7 +27,9 @@ Keys (version 1):
     per_collective}], smoke[{ranks, ok, argv, points, message}],
     verify (null until `tunempi verify`: {verified_at, repeats, second_pass_cells, time_cap_s, wall_s,
     summary, cells[VerifiedCell.to_dict()], compositions[VerifiedComposition.to_dict()], held_out[...],
-    held_out_summary, states{reference_pairs, other_pairs, mixed_pairs, slowest_ratio}}),
+    held_out_summary, states{reference_pairs, other_pairs, mixed_pairs, slowest_ratio}, held_out_rounds,
+    sent_back[{VerifiedCell.to_dict(), round, why_not}] (held-out cells slower beyond noise: sent back, or why
+    not)}),
     compositions{margin, sizes, collectives[{collective, layout[ranks, nodes, ppn], results[CompositionResult],
     choice{collective, chosen, reason, best, best_us, default_us}}], files{role: name}, env_files{VAR: name},
     env{VAR: value}} (compositions measured at the largest multi-node layout; the files activate them),
@@ -54,7 +56,7 @@ from tunempi.rules import RuleSet
 from tunempi.space import Cell
 from tunempi.tune.compositions import CompositionChoice, CompositionResult
 from tunempi.tune.machine_state import StatesMet
-from tunempi.tune.verify import VerifiedCell, VerifiedComposition
+from tunempi.tune.verify import HeldOutSendBack, VerifiedCell, VerifiedComposition
 
 if TYPE_CHECKING:
     from tunempi.tune.objective import Figures
@@ -208,6 +210,12 @@ class VerifyRecord:
     held_out_summary: Mapping[str, float | int] = field(default_factory=dict)
     #: The machine states the deciding launch pairs met (tune/machine_state.py; absent: verified before it).
     states: StatesMet = field(default_factory=StatesMet)
+    #: Rounds of held-out launches measured (issue 58: a round that sends a cell back is followed by a new one,
+    #: verify_run.HOLD_OUT_ROUNDS at most); `held_out` is the last round's, of the cells the files still select.
+    held_out_rounds: int = 0
+    #: The cells held-out launches found slower beyond noise (and those that went back with them), each sent
+    #: back to the default or with the reason verify could not (issue 58).
+    sent_back: tuple[HeldOutSendBack, ...] = ()
 
     def to_dict(self) -> dict[str, Any]:
         return {"verified_at": self.verified_at, "repeats": self.repeats, "second_pass_cells": self.second_pass_cells,
@@ -215,7 +223,8 @@ class VerifyRecord:
                 "cells": [cell.to_dict() for cell in self.cells],
                 "compositions": [c.to_dict() for c in self.compositions],
                 "held_out": [cell.to_dict() for cell in self.held_out],
-                "held_out_summary": dict(self.held_out_summary), "states": self.states.to_dict()}
+                "held_out_summary": dict(self.held_out_summary), "states": self.states.to_dict(),
+                "held_out_rounds": self.held_out_rounds, "sent_back": [s.to_dict() for s in self.sent_back]}
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> VerifyRecord:
@@ -224,7 +233,10 @@ class VerifyRecord:
                    tuple(VerifiedCell.from_dict(cell) for cell in data.get("cells", [])),
                    tuple(VerifiedComposition.from_dict(c) for c in data.get("compositions", [])),
                    tuple(VerifiedCell.from_dict(cell) for cell in data.get("held_out", [])),
-                   dict(data.get("held_out_summary", {})), StatesMet.from_dict(data.get("states") or {}))
+                   dict(data.get("held_out_summary", {})), StatesMet.from_dict(data.get("states") or {}),
+                   # verified before issue 58: one round where there were held-out figures
+                   int(data.get("held_out_rounds", 1 if data.get("held_out") else 0)),
+                   tuple(HeldOutSendBack.from_dict(s) for s in data.get("sent_back", [])))
 
 
 @dataclass(frozen=True)

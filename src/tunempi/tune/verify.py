@@ -41,7 +41,7 @@ from __future__ import annotations
 import dataclasses
 import itertools
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -108,6 +108,28 @@ class VerifiedCell:
                    bool(data.get("replaced", False)), int(data.get("rule_cells", 1)), int(data.get("launches", 0)),
                    f(data.get("own_speedup")), str(data.get("own_verdict", "")),
                    int(data.get("rule_from", -1)))
+
+
+@dataclass(frozen=True)
+class HeldOutSendBack:
+    """A tuned cell the held-out launches of round `round` (1: the first) found slower beyond noise, or that went
+    back with one (a library whose files cannot select it apart: a whole collective), with those launches'
+    figures (`cell`, replaced where it went back); `why_not`: why verify could not send it back ("": it did)."""
+
+    cell: VerifiedCell
+    round: int
+    why_not: str = ""
+
+    @property
+    def sent_back(self) -> bool:
+        return not self.why_not
+
+    def to_dict(self) -> dict:
+        return {**self.cell.to_dict(), "round": self.round, "why_not": self.why_not}
+
+    @classmethod
+    def from_dict(cls, data: Mapping) -> HeldOutSendBack:
+        return cls(VerifiedCell.from_dict(data), int(data.get("round", 1)), str(data.get("why_not", "")))
 
 
 def verify_plan(selection: Mapping[Cell, str], repeats: int, *, first_run: int = 0) -> dict[Layout, list[BenchPoint]]:
@@ -320,26 +342,30 @@ def goes_back_to_default(verdict: str, own_verdict: str = "") -> bool:
     return verdict != "faster" or own_verdict == "slower"
 
 
-def _slower(v: VerifiedCell) -> bool:
+def slower_beyond_noise(v: VerifiedCell) -> bool:
     """Slower beyond noise: the cell's rule, or the cell on its own."""
     return v.verdict == "slower" or v.own_verdict == "slower"
 
 
-def apply_replacements(selection: Mapping[Cell, str], verified: Sequence[VerifiedCell], *, whole: bool = False
+def _back_to_default(v: VerifiedCell) -> bool:
+    return goes_back_to_default(v.verdict, v.own_verdict)
+
+
+def apply_replacements(selection: Mapping[Cell, str], verified: Sequence[VerifiedCell], *, whole: bool = False,
+                       back: Callable[[VerifiedCell], bool] = _back_to_default
                        ) -> tuple[dict[Cell, str], list[VerifiedCell]]:
     """Tuned cells whose rule is not faster with evidence, that are slower beyond noise on their own, or
-    whose tuned run failed go back to `default` (goes_back_to_default). whole: the library's files select per collective as a whole (Intel MPI: a
+    whose tuned run failed go back to `default` (goes_back_to_default; `back`: another test, the held-out
+    launches' slower_beyond_noise). whole: the library's files select per collective as a whole (Intel MPI: a
     selection string replaces its own choice at every size, tune.files.whole_collectives), so a collective
     is judged as one: every cell of it goes back to default when one cell is slower beyond noise or failed."""
     fixed = dict(selection)
     out = []
     tuned = [v for v in verified if v.algorithm != DEFAULT_ALGORITHM]
-    dropped = {v.cell.collective for v in tuned if goes_back_to_default(v.verdict, v.own_verdict)} \
-        if whole else set()
+    dropped = {v.cell.collective for v in tuned if back(v)} if whole else set()
     for v in verified:
-        back = v.algorithm != DEFAULT_ALGORITHM and (
-            v.cell.collective in dropped if whole else goes_back_to_default(v.verdict, v.own_verdict))
-        if back:
+        back_here = v.algorithm != DEFAULT_ALGORITHM and (v.cell.collective in dropped if whole else back(v))
+        if back_here:
             fixed[v.cell] = DEFAULT_ALGORITHM
             v = dataclasses.replace(v, replaced=True)
         out.append(v)
@@ -360,8 +386,8 @@ def summary(verified: Sequence[VerifiedCell]) -> dict[str, float | int]:
         "cells": len(verified), "compared": len(measured),
         "geo_mean_speedup_compared_before": geo(before), "geo_mean_speedup_compared_after": geo(after),
         "geo_mean_speedup_all_cells": geo(everywhere),
-        "slower_beyond_noise_before": sum(_slower(v) for v in verified),
-        "slower_beyond_noise_after": sum(_slower(v) and not v.replaced for v in verified),
+        "slower_beyond_noise_before": sum(slower_beyond_noise(v) for v in verified),
+        "slower_beyond_noise_after": sum(slower_beyond_noise(v) and not v.replaced for v in verified),
         "rules": len({v.rule for v in measured}),
         "slower_point_estimate_after": sum(v.speedup < 1.0 and not v.replaced for v in measured),
         "faster_beyond_noise": sum(v.verdict == "faster" for v in verified),

@@ -1,7 +1,9 @@
 """`tunempi verify` as a library call, in steps: `plan_verify` (load and check the tuning directory),
 `measure_pairs` (the interleaved runs and the further passes), `apply_replacements` (tune/verify.py),
 `rewrite_files`, `verify_compositions` and `drop_compositions` (the written compositions, where a layout
-spans nodes), `record_verify` (the manifest's `verify` section). Progress goes to a VerifyListener;
+spans nodes), `hold_out_rounds` (the final files measured again in launches that decide nothing; a cell they
+find slower beyond noise is sent back through `rewrite_files` and the rewritten files measured in a new
+round), `record_verify` (the manifest's `verify` section). Progress goes to a VerifyListener;
 nothing here prints. The statistics and the rule are in tune/verify.py and tunempi.evidence.
 """
 
@@ -20,7 +22,7 @@ from tunempi.bench.protocol import MeasureSettings
 from tunempi.bench.sweep import BenchPoint
 from tunempi.bench.validate import DEFAULT_ALGORITHM
 from tunempi.collectives import check_objective
-from tunempi.errors import UsageError
+from tunempi.errors import TuningFileError, UsageError
 from tunempi.launch.hosts import NodeAllocation
 from tunempi.mpi.library import MPILibrary
 from tunempi.mpi.vendor import VendorAdapter
@@ -46,6 +48,7 @@ from tunempi.tune.manifest import CompositionsRecord, Manifest, SelectionRow, Ve
 from tunempi.tune.objective import Figures
 from tunempi.tune.runner import PointResult
 from tunempi.tune.verify import (
+    HeldOutSendBack,
     VerifiedCell,
     VerifiedComposition,
     apply_replacements,
@@ -56,6 +59,7 @@ from tunempi.tune.verify import (
     goes_back_to_default,
     needs_more_launches,
     reference_shortfall,
+    slower_beyond_noise,
     summary,
     verify_plan,
 )
@@ -118,6 +122,9 @@ class VerifyReport:
     compositions: list[VerifiedComposition] = dataclasses.field(default_factory=list)
     held_out: list[VerifiedCell] = dataclasses.field(default_factory=list)
     states: StatesMet = dataclasses.field(default_factory=StatesMet)
+    #: held-out cells slower beyond noise, sent back or not (hold_out_rounds), and the rounds measured
+    sent_back: list[HeldOutSendBack] = dataclasses.field(default_factory=list)
+    held_out_rounds: int = 1
 
     def lines(self) -> list[str]:
         """What verify found, as plain text: one line per replaced cell, then the summary."""
@@ -134,8 +141,8 @@ class VerifyReport:
             + (f"; files rewritten ({self.replaced} rules -> default)" if self.replaced else "; files unchanged"))
         if self.states.line():
             out.append(self.states.line())
-        if self.held_out:
-            out.append(held_out_line(summary(self.held_out)))
+        out += held_out_lines(summary(self.held_out) if self.held_out else None, self.sent_back,
+                              self.held_out_rounds)
         for v in self.compositions:
             ranks, nodes, ppn = v.layout
             verdict = "slower within noise" if v.verdict == "same" and v.speedup < 1.0 else v.verdict
@@ -146,29 +153,67 @@ class VerifyReport:
         return out
 
 
-def held_out_line(numbers: Mapping[str, float | int]) -> str:
-    """The held-out figures in one line (`summary` of the held-out cells)."""
-    return (f"held out (new launches under the final files, which they did not choose): "
+def held_out_line(numbers: Mapping[str, float | int], *, rounds: int = 1) -> str:
+    """The held-out figures in one line (`summary` of the held-out cells; `rounds`: the round they are of)."""
+    which = ("new launches under the final files, which they did not choose" if rounds <= 1 else
+             f"round {rounds}: new launches under the files rewritten after the cells sent back before, which "
+             "they did not choose")
+    return (f"held out ({which}): "
             f"{numbers['compared']} tuned cells, geo-mean speedup {numbers['geo_mean_speedup_compared_before']:.3f}x "
             f"over default; {numbers['faster_beyond_noise']} faster beyond noise, "
             f"{numbers['slower_beyond_noise_before']} slower beyond noise")
+
+
+def held_out_lines(numbers: Mapping[str, float | int] | None, sent_back: Sequence[HeldOutSendBack],
+                   rounds: int) -> list[str]:
+    """What hold-out found, as verify, `report` and autotune print it: a line per cell sent back (or kept, and
+    why), then the figures of the files as shipped (`numbers`: their summary; None: no held-out cell), saying
+    which cells they leave out (those sent back on the same launches, at the round limit)."""
+    out = [_sent_back_line(s) for s in sent_back]
+    excluded = excluded_from_figures(sent_back, rounds)
+    left_out = (f"{excluded} cell{'' if excluded == 1 else 's'} sent back on those same launches (round {rounds}: "
+                f"verify measures at most {HOLD_OUT_ROUNDS} held-out rounds)")
+    if numbers:
+        out.append(held_out_line(numbers, rounds=rounds) + (f"; these figures leave out the {left_out}" if excluded
+                                                            else ""))
+    elif sent_back:
+        out.append("held out: no tuned cell is left in the files" + (f" ({left_out})" if excluded else
+                                                                    " after the cells sent back"))
+    return out
+
+
+def _evidence(v: VerifiedCell, decided: tuple[float, float, float, int] | None = None) -> str:
+    """'COLL SIZE at N ranks: ALG was VERDICT (speedup, interval, its rule, launches[, what tune had])': a
+    verified cell's evidence as a line of verify's says it (`decided`: the manifest row's)."""
+    tune_said = "" if decided is None else \
+        f"; tune had {decided[0]:.3f} ({decided[1]:.3f}..{decided[2]:.3f}) over {decided[3]} launches"
+    own_only = v.own_verdict == "slower" and v.verdict != "slower"
+    return (f"{v.cell.collective} {format_size(v.cell.msg_bytes)} at {v.cell.ranks} ranks: "
+            + (f"{v.algorithm} was slower on its own (speedup {v.own_speedup:.3f}) in a rule "
+               if own_only else f"{v.algorithm} was ")
+            + f"{VERDICT_WORDS.get(v.verdict, v.verdict)} (speedup {v.speedup:.3f}, 95% CI {v.ci_low:.3f}..{v.ci_high:.3f}"
+            + (f"; its rule of {v.rule_cells} sizes" if v.rule_cells > 1 else "") + f", {v.launches} launches"
+            + tune_said + ")")
 
 
 def _replacement_line(v: VerifiedCell, decided: tuple[float, float, float, int] | None = None) -> str:
     """Why a cell went back to the default: its rule's evidence, its own, or (a library reading one selection
     per collective, apply_replacements(whole=True)) another rule of its collective; and what tune's deciding
     launches had said there (`decided`: the manifest row's)."""
-    tune_said = "" if decided is None else \
-        f"; tune had {decided[0]:.3f} ({decided[1]:.3f}..{decided[2]:.3f}) over {decided[3]} launches"
-    own_only = v.own_verdict == "slower" and v.verdict != "slower"
     with_collective = not goes_back_to_default(v.verdict, v.own_verdict)
-    return (f"replaced {v.cell.collective} {format_size(v.cell.msg_bytes)} at {v.cell.ranks} ranks: "
-            + (f"{v.algorithm} was slower on its own (speedup {v.own_speedup:.3f}) in a rule "
-               if own_only else f"{v.algorithm} was ")
-            + f"{VERDICT_WORDS.get(v.verdict, v.verdict)} (speedup {v.speedup:.3f}, 95% CI {v.ci_low:.3f}..{v.ci_high:.3f}"
-            + (f"; its rule of {v.rule_cells} sizes" if v.rule_cells > 1 else "") + f", {v.launches} launches"
-            + tune_said + (") -> default with the whole collective (the library reads one selection per collective, and "
-               "another rule of it was not faster with evidence)" if with_collective else ") -> default"))
+    return ("replaced " + _evidence(v, decided)
+            + (" -> default with the whole collective (the library reads one selection per collective, and "
+               "another rule of it was not faster with evidence)" if with_collective else " -> default"))
+
+
+def _sent_back_line(s: HeldOutSendBack) -> str:
+    """A held-out cell slower beyond noise: sent back (alone, or with the cells its files cannot select apart
+    from it), or kept and why."""
+    where = f"at hold-out (round {s.round})"
+    if not s.sent_back:
+        return f"kept though slower {where}: {_evidence(s.cell)}: verify could not send it back: {s.why_not}"
+    return (f"sent back {where}: {_evidence(s.cell)} -> default"
+            + ("" if slower_beyond_noise(s.cell) else " with a slower rule the files cannot select apart from it"))
 
 
 #: How a verdict reads in a replacement line ("same": the evidence did not tell the two apart).
@@ -342,7 +387,9 @@ def rewrite_files(manifest: Manifest, library: MPILibrary, fixed: Mapping[Cell, 
     return dataclasses.replace(manifest, **files_fields(written, rule_sets), selection=tuple(
         SelectionRow(row.cell, fixed[row.cell],
                      row.median_us if fixed[row.cell] == row.algorithm else row.default_us, row.default_us,
-                     replaced_from=row.algorithm if fixed[row.cell] != row.algorithm else "", decided=row.decided)
+                     # a second rewrite (hold-out's) keeps what an earlier one replaced
+            replaced_from=row.algorithm if fixed[row.cell] != row.algorithm else row.replaced_from,
+            decided=row.decided)
         for row in manifest.selection))
 
 
@@ -428,17 +475,90 @@ def hold_out(manifest: Manifest, library: MPILibrary, *, repeats: int, first_run
             if v.algorithm != DEFAULT_ALGORITHM]
 
 
+#: At most this many rounds of held-out launches (issue 58): a round that sends a cell back is followed by one
+#: under the rewritten files, whose figures are reported; at the limit the last round's figures leave out
+#: the cells it sent back, and say so (docs/tune.md "hold-out sends back").
+HOLD_OUT_ROUNDS = 2
+
+
+@dataclass(frozen=True)
+class HeldOutRounds:
+    """What the held-out rounds found: `figures`, the last round's, of the cells the files still select as
+    measured; `rounds` measured; `sent_back`, every cell found slower beyond noise (and those that went back
+    with one), in order; `selection`, what the files select after them."""
+
+    figures: list[VerifiedCell]
+    rounds: int
+    sent_back: list[HeldOutSendBack]
+    selection: dict[Cell, str]
+
+    @property
+    def excluded(self) -> int:
+        return excluded_from_figures(self.sent_back, self.rounds)
+
+
+def excluded_from_figures(sent_back: Sequence[HeldOutSendBack], rounds: int) -> int:
+    """Cells the last round's figures leave out: those sent back on its own launches (at HOLD_OUT_ROUNDS)."""
+    return sum(s.sent_back and s.round == rounds for s in sent_back)
+
+
+def hold_out_rounds(selection: Mapping[Cell, str], measure: Callable[[int], Sequence[VerifiedCell]],
+                    rewrite: Callable[[dict[Cell, str]], Mapping[Cell, str]], *, whole: bool = False,
+                    rounds: int = HOLD_OUT_ROUNDS) -> HeldOutRounds:
+    """Held-out rounds on the files as they stand (`selection`): `measure(round)` judges their tuned cells in new
+    launch pairs (hold_out); a cell slower beyond noise there (its rule's verdict or its own, the evidence rule,
+    verify.slower_beyond_noise) goes back to the default (`whole`: with its collective, apply_replacements) and
+    `rewrite(fixed)` rewrites and smoke-checks the files (rewrite_files), returning what they select then. A
+    round that sent something back is followed by a new one, up to `rounds`: the figures reported are then of
+    the shipped files in launches that chose nothing. A cell the rewritten files still select, or every cell
+    when the library rejects them (TuningFileError: the files in place stay), is kept, with the reason."""
+    current = dict(selection)
+    sent_back: list[HeldOutSendBack] = []
+    cannot: set[Cell] = set()
+    figures: list[VerifiedCell] = []
+    measured = 0
+    for number in range(1, rounds + 1):
+        if all(a == DEFAULT_ALGORITHM for a in current.values()):
+            break  # nothing tuned is left to measure
+        figures, measured = list(measure(number)), number
+        judged_here = [v for v in figures if v.cell not in cannot]
+        slower = [v for v in judged_here if slower_beyond_noise(v)]
+        if not slower:
+            break
+        fixed, judged = apply_replacements(current, judged_here, whole=whole, back=slower_beyond_noise)
+        try:
+            after = dict(rewrite(fixed))
+        except TuningFileError as exc:  # the files in place, measured above, stay
+            sent_back += [HeldOutSendBack(v, number, str(exc)) for v in slower]
+            break
+        went = [v for v in judged if after.get(v.cell) != current.get(v.cell)]
+        sent_back += [HeldOutSendBack(dataclasses.replace(v, replaced=True), number) for v in went]
+        for v in slower:
+            if after.get(v.cell) == v.algorithm:
+                cannot.add(v.cell)
+                sent_back.append(HeldOutSendBack(v, number, "the rewritten files still select it (the library's "
+                                                            "files cannot hold the default there alone)"))
+        current = after
+        if not went or number == rounds:
+            # the figures of the cells still selected as measured (at the limit: the rest, said so)
+            figures = [v for v in figures if current.get(v.cell) == v.algorithm]
+            break
+    return HeldOutRounds(figures, measured, sent_back, current)
+
+
 def record_verify(manifest: Manifest, verified: Sequence[VerifiedCell], *, repeats: int, second_pass: int,
                   settings: MeasureSettings, wall_s: float,
                   compositions: Sequence[VerifiedComposition] = (),
-                  held_out: Sequence[VerifiedCell] = (), states: StatesMet | None = None) -> Manifest:
-    """The manifest with its `verify` section (every cell, every written composition, the held-out figures,
-    the summaries), saved."""
+                  held_out: Sequence[VerifiedCell] = (), states: StatesMet | None = None,
+                  sent_back: Sequence[HeldOutSendBack] = (), held_out_rounds: int = 1) -> Manifest:
+    """The manifest with its `verify` section (every cell, every written composition, the held-out figures
+    and what hold-out sent back, the summaries), saved."""
     manifest = dataclasses.replace(manifest, verify=VerifyRecord(
         verified_at=utc_timestamp(), repeats=repeats, second_pass_cells=second_pass,
         time_cap_s=settings.time_cap_s, wall_s=wall_s, summary=summary(verified), cells=tuple(verified),
         compositions=tuple(compositions), held_out=tuple(held_out),
-        held_out_summary=summary(held_out) if held_out else {}, states=states or StatesMet()))
+        held_out_summary=summary(held_out) if held_out else {}, states=states or StatesMet(),
+        held_out_rounds=held_out_rounds, sent_back=tuple(sent_back)))
     manifest.save()
     return manifest
 
@@ -448,8 +568,9 @@ def run_verify(directory: Path, *, repeats: int = 3, settings: MeasureSettings =
                listener: VerifyListener | None = None, hostfile: Path | None = None) -> VerifyReport:
     """Tuned against default, interleaved per layout; rules slower than the default (beyond noise, or
     by the estimate) go back to default and the files are rewritten (smoke-checked). Written compositions
-    likewise, each launch against one of the default; a slower one is dropped. The manifest's `verify`
-    section records every cell and composition."""
+    likewise, each launch against one of the default; a slower one is dropped. Then the held-out rounds
+    (hold_out_rounds): a cell they find slower beyond noise goes back too. The manifest's `verify` section
+    records every cell and composition, the held-out figures and what hold-out sent back."""
     listener = listener or VerifyListener()
     started = time.monotonic()
     plan = plan_verify(directory, repeats=repeats, mpi=mpi)
@@ -472,11 +593,23 @@ def run_verify(directory: Path, *, repeats: int = 3, settings: MeasureSettings =
             manifest = drop_compositions(manifest, plan.library, adapter, drop)
     else:
         compositions = []
-    held = hold_out(manifest, plan.library, repeats=repeats, first_run=MAX_PASSES * repeats, settings=settings,
-                    listener=listener, hostfile=hostfile)
+
+    def measure_round(number: int) -> list[VerifiedCell]:
+        # each round's launches numbered after the passes' and the rounds' before it
+        return hold_out(manifest, plan.library, repeats=repeats, first_run=(MAX_PASSES + number - 1) * repeats,
+                        settings=settings, listener=listener, hostfile=hostfile)
+
+    def send_back(fixed: dict[Cell, str]) -> dict[Cell, str]:
+        nonlocal manifest
+        listener.rewriting()
+        manifest = rewrite_files(manifest, plan.library, fixed, smoke)
+        return {row.cell: row.algorithm for row in manifest.selection}
+
+    held = hold_out_rounds({row.cell: row.algorithm for row in manifest.selection}, measure_round, send_back,
+                           whole=whole)
     manifest = record_verify(manifest, verified, repeats=repeats, second_pass=len(again), settings=settings,
-                             wall_s=time.monotonic() - started, compositions=compositions, held_out=held,
-                             states=states)
+                             wall_s=time.monotonic() - started, compositions=compositions, held_out=held.figures,
+                             states=states, sent_back=held.sent_back, held_out_rounds=held.rounds)
     assert manifest.verify is not None
-    return VerifyReport(manifest, verified, dict(manifest.verify.summary), replaced, len(again), compositions, held,
-                        states)
+    return VerifyReport(manifest, verified, dict(manifest.verify.summary), replaced, len(again), compositions,
+                        held.figures, states, held.sent_back, held.rounds)
