@@ -234,3 +234,21 @@ def test_the_library_is_found_from_the_commands_own_launcher(tmp_path):
     assert _command_library_spec([str(bin_dir / "mpiexec.mpich"), "-n", "2"]) == str(bin_dir / "mpicc.mpich")
     assert _command_library_spec([str(bin_dir / "mpirun"), "-n", "2"]) is None  # no plain mpicc beside it
     assert _command_library_spec([str(bin_dir / "app")]) is None
+
+
+def test_a_bare_launcher_names_no_library_and_debian_s_hydra_is_mpich_s(tmp_path, monkeypatch):
+    """A bare mpiexec is the resolved library's own (issue 58): the mpicc beside PATH's first mpiexec (Debian's
+    alternatives, Open MPI here) is no choice of the user's. /usr/bin/mpiexec.hydra is MPICH's, beside an
+    mpicc the alternatives may point elsewhere."""
+    from tunempi.mpi.discovery import command_library_spec
+
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    for name in ("mpiexec", "mpirun", "mpicc", "mpiexec.hydra", "mpicc.mpich"):
+        (bin_dir / name).write_text("#!/bin/sh\n")
+        (bin_dir / name).chmod(0o755)
+    monkeypatch.setenv("PATH", str(bin_dir))
+    assert command_library_spec(["mpiexec", "-n", "2"]) is None
+    assert command_library_spec(["mpirun", "-n", "2"]) is None
+    assert command_library_spec([str(bin_dir / "mpiexec"), "-n", "2"]) == str(bin_dir / "mpicc")  # a path: its own
+    assert command_library_spec(["mpiexec.hydra", "-n", "2"]) == str(bin_dir / "mpicc.mpich")

@@ -18,7 +18,6 @@ from tunempi.autotune.gain import expected_gain, measured_cells
 from tunempi.autotune.pipeline import AutotuneOutcome, Context, StepRunner
 from tunempi.autotune.plan import TUNE_PART, runs_for
 from tunempi.collectives import DEFAULT_ALGORITHM, check_distributions
-from tunempi.config import resolve
 from tunempi.errors import TunempiError, UsageError
 
 if TYPE_CHECKING:
@@ -124,14 +123,14 @@ class LibrarySteps(StepRunner):
 
     # -- shared -------------------------------------------------------------------------------------
     def library(self, ctx: Context) -> MPILibrary:
-        """--mpi, else the library of the launch line's mpiexec/mpirun, else the default (as compare finds it);
-        after the profile, the library it recorded."""
-        from tunempi.mpi.discovery import command_library_spec, resolve_library
+        """The launch line's library as every command resolves it (mpi.discovery.launch_line_library: a bare
+        mpiexec is the library's own); after the profile, the library it recorded."""
+        from tunempi.mpi.discovery import launch_line_library, resolve_library
 
         if self._library is None:
-            spec = ctx.results.get("profile", {}).get("library") or resolve(ctx.request.mpi, "MPI", None) \
-                or command_library_spec(list(ctx.request.command))
-            self._library = resolve_library(spec)
+            recorded = ctx.results.get("profile", {}).get("library")
+            self._library = resolve_library(recorded) if recorded \
+                else launch_line_library(ctx.request.mpi, ctx.request.command)
         return self._library
 
     @staticmethod

@@ -60,7 +60,7 @@ def compare(
                                         f"TUNEMPI_COMPARE_MIN_RUNS; default {DEFAULT_MIN_RUNS})."),
     max_runs: int | None = typer.Option(None, "--max-runs", help=f"Runs of each arm at most (env "
                                         f"TUNEMPI_COMPARE_MAX_RUNS; default {DEFAULT_MAX_RUNS})."),
-    width: float | None = typer.Option(None, "--width", help=f"Stop once every speedup's 95 %% interval is this "
+    width: float | None = typer.Option(None, "--width", help=f"Stop once every speedup's 95 % interval is this "
                                        f"narrow (high - low; default {DEFAULT_WIDTH})."),
     budget: float | None = typer.Option(None, "--budget", help="Seconds to spend at most (checked between "
                                         "blocks)."),
@@ -68,7 +68,8 @@ def compare(
                                          "the default's first run, at least 60 s)."),
     seed: int = typer.Option(0, "--seed", help="Seed of the shuffled run order."),
     mpi: str | None = typer.Option(None, "--mpi", help="MPI library (default: the tuning directories', else the "
-                                   "library of the command's launcher)."),
+                                   "library of a launcher the command names by its path or vendor's name, else the "
+                                   "embedded MPICH; a bare mpiexec is the library's own)."),
     db: str | None = typer.Option(None, "--db", help="Results database recording every run (env TUNEMPI_DB)."),
     fmt: str = typer.Option("table", "--format", help="table or json."),
     no_record: bool = typer.Option(False, "--no-record", help="Do not write the verdicts into the tuning "

@@ -56,7 +56,8 @@ def profile(
         None, "-o", "--output", help=f"Profile to write (env TUNEMPI_PROFILE_OUT; default {DEFAULT_OUTPUT})."
     ),
     mpi: str | None = typer.Option(
-        None, "--mpi", help=f"MPI library: {SPEC_HELP} (env TUNEMPI_MPI; default the embedded MPICH)."
+        None, "--mpi", help=f"MPI library: {SPEC_HELP} (env TUNEMPI_MPI; default the library of a launcher the command "
+        "names by its path or vendor's name, else the embedded MPICH; a bare mpiexec is the library's own)."
     ),
 ) -> None:
     """Run `-- <command...>` (e.g. `-- mpiexec -n 4 ./app`) with the profiler preloaded into its ranks."""
@@ -66,10 +67,10 @@ def profile(
     if not command:
         raise UsageError("give the command to profile after --, e.g. `tunempi profile -- mpiexec -n 4 ./app`, "
                          "or use `tunempi profile show FILE`")
-    from tunempi.mpi.discovery import resolve_library
+    from tunempi.mpi.discovery import launch_line_library
     from tunempi.profile.run import run_profiled
 
-    library = resolve_library(mpi)
+    library = launch_line_library(mpi, command)
     path = Path(resolve(output, "PROFILE_OUT", DEFAULT_OUTPUT) or DEFAULT_OUTPUT)
     run = run_profiled(command, library, path)
     if not run.written:

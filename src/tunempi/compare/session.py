@@ -34,7 +34,7 @@ from typing import TYPE_CHECKING
 from tunempi import evidence
 from tunempi.compare.results import DEFAULT_TOLERANCE, ResultCheck, ResultUnavailable, difference
 from tunempi.compare.variants import BASELINE, Variant, check_tuning_variants, load_variants
-from tunempi.config import int_setting, resolve, resolve_db
+from tunempi.config import int_setting, resolve_db
 from tunempi.errors import TunempiError, UsageError
 from tunempi.store.comparisons import ComparisonLog, ComparisonRun
 
@@ -187,14 +187,6 @@ class CompareListener:
 
 # -- preparing ---------------------------------------------------------------------------------------
 
-def _command_library(mpi: str | None, command: Sequence[str]) -> MPILibrary | None:
-    """--mpi SPEC, else the library of the command's mpiexec/mpirun, else None (env passed as it is)."""
-    from tunempi.mpi.discovery import command_library_spec, resolve_library
-
-    spec = resolve(mpi, "MPI", None) or command_library_spec(list(command))
-    return resolve_library(spec) if spec else None
-
-
 def application_launch(command: Sequence[str], library: MPILibrary | None, scrub: set[str],
                        cwd: str | None = None) -> Launch:
     """The real launch: the same command line for every arm, the arm's variables passed to the ranks
@@ -256,8 +248,10 @@ def prepare_compare(request: CompareRequest, launch: Launch | None = None) -> Co
     if request.timeout is not None and request.timeout <= 0:
         raise UsageError(f"--timeout must be > 0 seconds, got {request.timeout}")
     library = check_tuning_variants(manifests, request.mpi) if manifests else None
-    if library is None and launch is None:
-        library = _command_library(request.mpi, request.command)
+    if library is None and launch is None:  # the launch line's, as every command resolves it
+        from tunempi.mpi.discovery import launch_line_library
+
+        library = launch_line_library(request.mpi, request.command)
     scrub = {name for variant in variants for name in variant.env}
     baseline = Variant(BASELINE, "the library's default")
     header = {"command": list(request.command), "variants": [[v.name, dict(v.env)] for v in variants],

@@ -22,7 +22,7 @@ import re
 import shutil
 import subprocess
 import sys
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
@@ -530,19 +530,38 @@ def library_for_version_string(version_string: str, spec: str | None = None) -> 
     return (same_version or libraries)[0]
 
 
-def command_library_spec(command: list[str]) -> str | None:
-    """The mpicc beside the MPI launcher the command starts with (same suffix: mpiexec.mpich ->
-    mpicc.mpich), or None when the command does not start with one or no such mpicc exists."""
-    where = shutil.which(command[0]) if command else None
+#: A launcher named only so (no directory, no vendor's suffix): the resolved library's own (launch.own_launcher),
+#: which says nothing of which library that is.
+BARE_LAUNCHERS = frozenset({"mpiexec", "mpirun"})
+
+
+def command_library_spec(command: Sequence[str]) -> str | None:
+    """The mpicc beside the MPI launcher the command names itself, by its path (/opt/x/bin/mpiexec) or by a
+    vendor's name (mpiexec.mpich -> mpicc.mpich), or None: the command starts with no launcher, with a bare
+    `mpiexec`/`mpirun` (whatever PATH has first is no choice of the user's), or no such mpicc exists."""
+    if not command or command[0] in BARE_LAUNCHERS:
+        return None
+    where = shutil.which(command[0])
     if where is None:
         return None
     name = Path(where).name
     base, _, suffix = name.partition(".")
-    if base not in ("mpiexec", "mpirun"):
+    if base not in BARE_LAUNCHERS:
         return None
-    # Hydra's own names (mpiexec.hydra) carry no vendor suffix; Debian's (mpiexec.mpich) do.
-    mpicc_name = "mpicc" if suffix in ("", "hydra") else f"mpicc.{suffix}"
+    # Hydra's own names (mpiexec.hydra) carry no vendor suffix; Debian's (mpiexec.mpich) do. Debian's
+    # mpiexec.hydra is MPICH's, beside an mpicc that the alternatives may point at Open MPI's.
+    names = ("mpicc",) if suffix == "" else ("mpicc.mpich", "mpicc") if suffix == "hydra" else (f"mpicc.{suffix}",)
     for directory in (Path(where).parent, Path(os.path.realpath(where)).parent):
-        if (directory / mpicc_name).exists():
-            return str(directory / mpicc_name)
+        for mpicc_name in names:
+            if (directory / mpicc_name).exists():
+                return str(directory / mpicc_name)
     return None
+
+
+def launch_line_library(mpi: str | None, command: Sequence[str]) -> MPILibrary:
+    """The library a launch line runs, as every command that takes one resolves it (profile, online run,
+    autotune, compare, search): --mpi SPEC, else TUNEMPI_MPI, else the library of the launcher the line
+    names itself (command_library_spec), else the default (the embedded MPICH). A bare `mpiexec` is then that
+    library's own launcher (launch.own_launcher), so the same line means the same library everywhere."""
+    spec = mpi if mpi is not None else env_value("MPI")
+    return resolve_library(spec if spec is not None else command_library_spec(command))

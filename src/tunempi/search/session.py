@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from tunempi.config import int_setting, resolve, resolve_db
+from tunempi.config import directory_setting, int_setting, resolve, resolve_db
 from tunempi.errors import TunempiError, UsageError
 from tunempi.search import make_search, run_search, strategy_class
 from tunempi.search.base import Trial
@@ -139,15 +139,13 @@ def parse_observe(observe: list[str] | None) -> dict[str, re.Pattern[str]]:
 
 def resolve_target(mpi: str | None, command: list[str]) -> Target:
     """--mpi SPEC (or TUNEMPI_MPI, else the library of the command's launcher), or `none`: plain env."""
-    from tunempi.mpi.discovery import adapter_from_info, command_library_spec, library_info, resolve_library
+    from tunempi.mpi.discovery import adapter_from_info, launch_line_library, library_info
     from tunempi.mpi.runtime import RuntimeParameters
 
     spec = resolve(mpi, "MPI", None)
     if spec is not None and spec.strip().lower() == NO_LIBRARY:
         return Target()
-    if spec is None:
-        spec = command_library_spec(command)
-    library = resolve_library(spec)
+    library = launch_line_library(spec, command)
     info = library_info(library)
     adapter = adapter_from_info(info)
     return Target(library, adapter, RuntimeParameters.of(info, adapter))
@@ -189,7 +187,7 @@ def prepare_search(request: SearchRequest, listener: SearchListener | None = Non
         except re.error as exc:
             raise UsageError(f"--metric {request.metric!r} is not a valid regular expression: {exc}") from None
     observed = parse_observe(request.observe)
-    out_dir = Path(resolve(request.out, "SEARCH_OUT", DEFAULT_OUT) or DEFAULT_OUT)
+    out_dir = directory_setting(resolve(request.out, "SEARCH_OUT", DEFAULT_OUT) or DEFAULT_OUT, "--out")
     target = resolve_target(request.mpi, request.command)
     if request.space == "auto":
         if target.runtime is None or target.adapter is None:
