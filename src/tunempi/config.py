@@ -27,6 +27,28 @@ def resolve(flag: str | None, name: str, default: str | None = None) -> str | No
     return env if env is not None else default
 
 
+def not_a_directory(path: str | Path) -> str | None:
+    """Why `path` cannot be (or become) a directory: it, or the nearest of its parents that exists, is a file;
+    None when it can."""
+    candidate = Path(path)
+    for existing in (candidate, *candidate.parents):
+        if existing.exists():
+            if existing.is_dir():
+                return None
+            where = "" if existing == candidate else f" (in {candidate})"
+            return f"{existing}{where} is a file, not a directory"
+    return None
+
+
+def directory_setting(path: str | Path, what: str) -> Path:
+    """A directory option's value however it was resolved (flag, env or default), or a UsageError: a file there
+    otherwise ends the command deep inside in a NotADirectoryError or FileExistsError."""
+    why = not_a_directory(path)
+    if why:
+        raise UsageError(f"{what}: {why}")
+    return Path(path)
+
+
 def int_setting(flag: int | None, env: str, default: int, what: str, minimum: int) -> int:
     """flag > TUNEMPI_<env> > default, as an integer of at least `minimum` (UsageError otherwise)."""
     text = resolve(None if flag is None else str(flag), env, str(default)) or str(default)

@@ -19,6 +19,7 @@ from tunempi.autotune import STEPS, AutotuneListener, AutotuneRequest, run_autot
 from tunempi.autotune.pipeline import DEFAULT_BUDGET_S
 from tunempi.autotune.report import expected_sentence, recorded_expected, tuned_comparison
 from tunempi.autotune.steps import LibrarySteps
+from tunempi.cli.paths import directory_option
 from tunempi.collectives import check_objective
 from tunempi.launch.signals import interrupt_status
 from tunempi.mpi.discovery import SPEC_HELP
@@ -36,7 +37,7 @@ def autotune(
                                "(e.g. 20m), split among the steps the plan picks."),
     out: Path = typer.Option(Path(DEFAULT_OUT), "--out", help="Work directory: the state of finished steps, "
                              "the profile, the tunings, the results database and report.html. Rerunning the "
-                             "same command there continues it."),
+                             "same command there continues it.", callback=directory_option),
     mpi: str | None = typer.Option(None, "--mpi", help=f"MPI library: {SPEC_HELP} (env TUNEMPI_MPI; default: "
                                    "the library of the launch line's mpiexec/mpirun, else the embedded MPICH)."),
     ranks: int | None = typer.Option(None, "--ranks", help="tune: processes on one node (default: the profile's "

@@ -10,6 +10,7 @@ from typing import Annotated
 import typer
 from rich.console import Console
 
+from tunempi.cli.paths import directory_option
 from tunempi.launch.cluster import ClusterStatus, EmulatedCluster
 
 cluster_app = typer.Typer(help="An emulated cluster on this machine: named nodes, a hostfile, optionally Slurm.",
@@ -18,7 +19,7 @@ _out = Console(highlight=False)
 
 DirOption = Annotated[Path | None, typer.Option(
     "--dir", help="State directory (env TUNEMPI_CLUSTER_DIR; default $XDG_STATE_HOME/tunempi/cluster).",
-    show_default=False)]
+    show_default=False, callback=directory_option)]
 
 
 def _show(status: ClusterStatus, cluster: EmulatedCluster) -> None:

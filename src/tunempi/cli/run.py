@@ -10,6 +10,7 @@ from typing import Annotated
 
 import typer
 
+from tunempi.cli.paths import directory_option
 from tunempi.errors import UsageError
 from tunempi.launch import LaunchError, run_in_foreground
 from tunempi.mpi.discovery import SPEC_HELP
@@ -19,7 +20,8 @@ from tunempi.tune.manifest import Manifest
 
 
 def run_command(
-    tuning: Annotated[Path, typer.Option(help="A tuning directory written by `tunempi tune`.")],
+    tuning: Annotated[Path, typer.Option(help="A tuning directory written by `tunempi tune`.",
+                                                  callback=directory_option)],
     command: Annotated[list[str] | None, typer.Argument(help="The command, after --, e.g. -- mpiexec -n 8 ./app")]
     = None,
     mpi: Annotated[str | None, typer.Option("--mpi", help=f"MPI library ({SPEC_HELP}); default: the one the "

@@ -16,6 +16,7 @@ import typer
 from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
+from tunempi.cli.paths import directory_option
 from tunempi.config import int_setting, resolve
 from tunempi.errors import UsageError
 from tunempi.launch.signals import interrupt_status
@@ -55,7 +56,7 @@ def search(
                                       "(default: wall time), e.g. 'Time in seconds = (\\S+)'."),
     seed: int = typer.Option(0, "--seed", help="Seed of the strategy (and of the first simulated seed)."),
     out: str | None = typer.Option(None, "--out", help=f"Directory for the env file and report (env "
-                                   f"TUNEMPI_SEARCH_OUT; default ./{DEFAULT_OUT})."),
+                                   f"TUNEMPI_SEARCH_OUT; default ./{DEFAULT_OUT}).", callback=directory_option),
     simulate: str | None = typer.Option(None, "--simulate", help="Run on a built-in landscape (or 'all') "
                                         "instead of an application."),
     compare: str | None = typer.Option(None, "--compare", help="With --simulate: 'all' or a comma list of "

@@ -10,6 +10,7 @@ from typing import Annotated
 import typer
 
 from tunempi.bench.protocol import MeasureSettings
+from tunempi.cli.paths import directory_option
 from tunempi.collectives import (
     DEFAULT_OBJECTIVE,
     DISTRIBUTIONS,
@@ -36,7 +37,8 @@ from tunempi.units import parse_duration, parse_size
 
 
 def tune_command(
-    out: Annotated[Path, typer.Option(help="Directory for the tuning files and manifest.json.")],
+    out: Annotated[Path, typer.Option(help="Directory for the tuning files and manifest.json.",
+                                          callback=directory_option)],
     mpi: Annotated[str | None, typer.Option("--mpi", help=f"MPI library: {SPEC_HELP} (env TUNEMPI_MPI).")] = None,
     collectives: Annotated[str | None, typer.Option(
         help="Collectives, comma list (default allreduce,bcast,allgather,alltoall; the non-blocking iallreduce, "

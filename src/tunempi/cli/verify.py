@@ -8,6 +8,7 @@ from typing import Annotated
 import typer
 
 from tunempi.bench.protocol import MeasureSettings
+from tunempi.cli.paths import directory_option
 from tunempi.errors import UsageError
 from tunempi.mpi.discovery import SPEC_HELP
 from tunempi.report.console import VerifyProgress, output_console, print_verify_report
@@ -16,7 +17,8 @@ from tunempi.units import parse_duration
 
 
 def verify_command(
-    tuning: Annotated[Path, typer.Option(help="A tuning directory written by `tunempi tune`.")],
+    tuning: Annotated[Path, typer.Option(help="A tuning directory written by `tunempi tune`.",
+                                                  callback=directory_option)],
     repeats: Annotated[int, typer.Option(help="Tuned/default pairs per cell, each repetition in a fresh launch (>= 2).")] = 3,
     time_cap: Annotated[str, typer.Option(help="Measuring time per run at most.")] = "100ms",
     mpi: Annotated[str | None, typer.Option("--mpi", help=f"MPI library ({SPEC_HELP}); default: the "
