@@ -193,6 +193,8 @@ def run_autotune(request: AutotuneRequest, runner: StepRunner, listener: Autotun
     request.check()
     listener = listener or AutotuneListener()
     state = WorkState.open(request.out, request.key(), restart=request.restart)
+    if state.replaced:
+        listener.note(state.replaced)
     outcome = AutotuneOutcome(request.out)
 
     def step(name: str, share_s: float | None = None, *, optional: bool = True,

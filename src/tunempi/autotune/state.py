@@ -4,7 +4,9 @@ A step counts as finished only once its result is in this file, written atomical
 os.replace): a stop signal between the two leaves the previous state, and the step runs again, resuming from
 its own store (tune's and compare's results database, online's state directory, search's journal). The file
 also holds what the command was asked (`key`): the same work directory under another command is refused,
-so a rerun never mixes two applications' steps.
+so a rerun never mixes two applications' steps; unless no step of it had finished (its first step failed:
+a launch line the library refused), when the other command's state is replaced (`replaced` says so), so the
+corrected command needs no --restart.
 """
 
 from __future__ import annotations
@@ -30,11 +32,14 @@ class WorkState:
         self.path = self.directory / STATE_NAME
         self.key: dict[str, Any] = {}
         self.steps: dict[str, dict[str, Any]] = {}
+        #: What `open` replaced: another command's state that had finished no step (None: nothing replaced).
+        self.replaced: str | None = None
 
     @classmethod
     def open(cls, directory: Path | str, key: Mapping[str, Any], *, restart: bool = False) -> WorkState:
         """The state of `directory` for the command described by `key` (created when absent; forgotten with
-        `restart`); UsageError when the directory holds another command's state."""
+        `restart`, or replaced where it is another command's with no step finished); UsageError when the
+        directory holds another command's state with a finished step."""
         state = cls(directory)
         state.key = json.loads(json.dumps(dict(key)))  # as it reads back from the file
         if restart or not state.path.is_file():
@@ -49,6 +54,11 @@ class WorkState:
         if data.get("key") != state.key:
             differs = sorted(k for k in {*state.key, *data.get("key", {})}
                              if state.key.get(k) != data.get("key", {}).get(k))
+            if not data.get("steps"):  # nothing of it to mix with this command's steps
+                state.replaced = (f"{state.path}: another autotune command's state (it differed in "
+                                  f"{', '.join(differs)}), where no step had finished, replaced by this command's")
+                state.save()
+                return state
             raise UsageError(f"{state.directory} holds the work of another autotune command (it differs in "
                              f"{', '.join(differs)}): give another --out, or --restart to start over there")
         state.steps = {str(name): dict(result) for name, result in data.get("steps", {}).items()}
