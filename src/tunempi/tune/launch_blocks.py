@@ -18,7 +18,14 @@ each launch, and a cell's choice must hold across the launches:
   ahead of the default (or all behind it) form a range (what one tuning-file rule covers), decided as one
   by evidence.compare_launches, with the
   variances pooled over the collective's ranges (they were measured in the same launches): the run-to-run
-  noise of this VM (~15 % per run) needs many samples per cell, a range has them.
+  noise of this VM (~15 % per run) needs many samples per cell, a range has them;
+- a range takes its algorithm only where every cell it covers supports it on its own figures (issue 58): its
+  lead is that algorithm, ahead of the default by its own block values, and not slower than the default
+  beyond noise by its block values as measured (evidence.compare_launches on the cell alone, before any spike
+  is smoothed). A cell that fails is left to the default and splits the range; each part is decided again on
+  its own cells, so the figures a range records are those of the cells it covers. miniAMR's allreduce had
+  recursive_doubling written for 6-12 B as "1.47x [1.11, 1.93]" though at 8 B it ran 26.2 us against the
+  default's 16.2.
 
 A cell's outcome: "tuned" (its range's lead decided faster than the default by at least MIN_GAIN), "tie"
 (not decided either way, or faster by less than MIN_GAIN: the library's default is kept, and reported as a
@@ -36,6 +43,7 @@ from __future__ import annotations
 import math
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
+from itertools import groupby
 
 import numpy as np
 
@@ -63,15 +71,26 @@ class CellDecision:
     choice: str
     outcome: str  # one of OUTCOMES
     comparison: Comparison | None = None
+    #: The same contender against the default in this cell alone, across its launches: the cell's own
+    #: figures (`comparison` is its range's, shared by every cell the range covers). None: not measured.
+    own: Comparison | None = None
 
     def evidence(self) -> tuple[float, float, float, int] | None:
         """(speedup, low, high, launches) of `comparison` (the manifest's selection rows keep it), or None."""
-        c = self.comparison
-        return None if c is None else (c.speedup, c.low, c.high, c.pairs)
+        return _figures(self.comparison)
+
+    def own_evidence(self) -> tuple[float, float, float, int] | None:
+        """(speedup, low, high, launches) of `own`, the cell's own figures (autotune's expected gain), or None."""
+        return _figures(self.own)
 
     def to_dict(self) -> dict:
         return {"choice": self.choice, "outcome": self.outcome,
-                "comparison": self.comparison.to_dict() if self.comparison is not None else None}
+                "comparison": self.comparison.to_dict() if self.comparison is not None else None,
+                "own": self.own.to_dict() if self.own is not None else None}
+
+
+def _figures(c: Comparison | None) -> tuple[float, float, float, int] | None:
+    return None if c is None else (c.speedup, c.low, c.high, c.pairs)
 
 
 def contenders(strategy: Strategy, selection: Mapping[Cell, str], margin: float,
@@ -242,27 +261,40 @@ SPIKE = math.log(2.0)
 def despike(values: dict[Cell, dict[str, dict[int, float]]]) -> int:
     """Replace, in place, each block value that is a spike among its neighbours (the next smaller and larger
     measured sizes of its collective and scale, for the same algorithm in the same launch block) by their
-    mean; returns how many. A cell of one launch can read 3x off while every other size of that launch reads
-    the algorithm as the others do (pairwise alltoall at 4 KiB 0.34x in one launch, 1.27x in the next, its
-    neighbours 1.1-1.9x in both): a cell effect of that launch, which split the algorithm's range in two and
-    widened its interval. Noise never reaches SPIKE; a real crossover moves a value past one neighbour only."""
+    mean, where the cell's other launches do not repeat it; returns how many. A cell of one launch can read 3x
+    off while every other size of that launch reads the algorithm as the others do (pairwise alltoall at 4 KiB
+    0.34x in one launch, 1.27x in the next, its neighbours 1.1-1.9x in both): a cell effect of that launch,
+    which split the algorithm's range in two and widened its interval. Noise never reaches SPIKE; a real
+    crossover moves a value past one neighbour only. A dip at one size that most of the cell's launches show is
+    the cell's own figure, not a launch's, and stays (issue 58: MPICH's default allreduce at 8 B was 1.6x
+    faster than recursive_doubling in every launch, between sizes where it was 2x slower: smoothed, the 8 B
+    cell joined their range and the file selected recursive_doubling there). Each value is judged against the
+    values as measured, not against a neighbour already replaced."""
     by_line: dict[tuple, list[Cell]] = {}
     for cell in values:
         by_line.setdefault((cell.collective, cell.scale), []).append(cell)
-    replaced = 0
+    replacements: list[tuple[dict[int, float], int, float]] = []
     for cells in by_line.values():
         cells.sort(key=lambda c: c.msg_bytes)
         for before, cell, after in zip(cells, cells[1:], cells[2:], strict=False):
             for algorithm, blocks in values[cell].items():
-                for block, value in list(blocks.items()):
+                # per block with both neighbours measured: +1 a spike above both, -1 below both, 0 none
+                sides: dict[int, tuple[int, float]] = {}
+                for block, value in blocks.items():
                     left = values[before].get(algorithm, {}).get(block)
                     right = values[after].get(algorithm, {}).get(block)
                     if left is None or right is None:
                         continue
-                    if (value - left > SPIKE and value - right > SPIKE) or (left - value > SPIKE and right - value > SPIKE):
-                        blocks[block] = (left + right) / 2.0
-                        replaced += 1
-    return replaced
+                    side = (1 if value - left > SPIKE and value - right > SPIKE
+                            else -1 if left - value > SPIKE and right - value > SPIKE else 0)
+                    sides[block] = (side, (left + right) / 2.0)
+                for block, (side, mean) in sides.items():
+                    repeated = sum(other == side for b, (other, _) in sides.items() if b != block)
+                    if side and repeated < len(sides) - 1 - repeated:
+                        replacements.append((blocks, block, mean))
+    for blocks, block, mean in replacements:
+        blocks[block] = mean
+    return len(replacements)
 
 
 def ranges_of(cells: list[Cell], leads: Mapping[Cell, str], sizes: list[int]) -> list[list[Cell]]:
@@ -287,7 +319,8 @@ def decide_cells(strategy: Strategy, contested: Mapping[Cell, tuple[str, ...]], 
     lead ahead of the default, or with their leads behind it, form a range, decided as one
     (evidence.compare_launches over the range's cells and the launches all of them have), with the spread
     pooled over the ranges of the collective at that layout; "tuned" needs the range faster than the default by `min_gain`
-    (None: MIN_GAIN)."""
+    (None: MIN_GAIN), and every cell of it not slower than the default beyond noise on its own block values as
+    measured: a cell that is goes to the default, and the rest of the range is decided again in parts."""
     min_gain = MIN_GAIN if min_gain is None else min_gain
     values: dict[Cell, dict[str, dict[int, float]]] = {}
     deciding = {r.launch_block for r in strategy.records if r.launch_block >= 2}
@@ -298,6 +331,7 @@ def decide_cells(strategy: Strategy, contested: Mapping[Cell, tuple[str, ...]], 
     runs = launch_runs(strategy, 2 if len(deciding) >= 2 else 0, keep)
     for cell, algorithms in contested.items():
         values[cell] = {a: block_values(runs.get(cell, {}), a) for a in algorithms[1:]}
+    measured = {cell: {a: dict(blocks) for a, blocks in found.items()} for cell, found in values.items()}
     despike(values)
     means = {cell: {a: float(np.mean(list(v.values()))) if len(v) >= 2 else -math.inf for a, v in found.items()}
              for cell, found in values.items()}
@@ -306,29 +340,49 @@ def decide_cells(strategy: Strategy, contested: Mapping[Cell, tuple[str, ...]], 
     # neighbouring cells whose lead is behind it (the default so far, whichever algorithm trails).
     provisional = {cell: lead if means[cell][lead] > 0 else DEFAULT_ALGORITHM for cell, lead in leads.items()}
     sizes = sorted({cell.msg_bytes for cell in strategy.space.cells})
-    matrices: list[tuple[list[Cell], np.ndarray | None]] = []
-    for cells in ranges_of(list(contested), provisional, sizes):
+
+    def matrix_of(cells: list[Cell]) -> np.ndarray | None:
         blocks = sorted(set.intersection(*(set(values[c][leads[c]]) for c in cells)))
-        matrix = np.array([[values[c][leads[c]][b] for b in blocks] for c in cells]) if blocks else None
-        matrices.append((cells, matrix))
+        return np.array([[values[c][leads[c]][b] for b in blocks] for c in cells]) if blocks else None
+
+    ranges = ranges_of(list(contested), provisional, sizes)
+    matrices = [(cells, matrix_of(cells)) for cells in ranges]
     # pooled over the ranges measured in the same launches, i.e. of one layout: the 4-rank layout's launches
     # (ranks taking turns on 2 cores) spread several times more than the 2-rank one's, and pooled with them
     # its ranges looked decided where verify's own launches of them were not
     spreads = {layout: launch_spread(m for cells, m in matrices if m is not None and _layout(cells[0]) == layout)
                for layout in {_layout(cells[0]) for cells, _ in matrices}}
+
+    def alone(cell: Cell, found: Mapping[Cell, Mapping[str, Mapping[int, float]]]) -> Comparison | None:
+        """The cell's lead against the default on the cell's own block values in `found`."""
+        row = list(found[cell][leads[cell]].values())
+        return compare_launches(row, spread=spreads[_layout(cell)], level=level) if row else None
+
     decisions: dict[Cell, CellDecision] = {}
-    for cells, matrix in matrices:
-        spread = spreads[_layout(cells[0])]
+    pending = list(ranges)
+    while pending:
+        cells = pending.pop()
+        matrix, spread = matrix_of(cells), spreads[_layout(cells[0])]
         comparison = compare_launches(matrix, spread=spread, level=level) if matrix is not None else None
         verdict = comparison.verdict if comparison is not None else "same"
         if verdict == "faster" and min_gain > 0 and matrix is not None:
             # faster than default x (1 + min_gain) with the evidence, not only faster
             verdict = compare_launches(matrix - math.log1p(min_gain), spread=spread, level=level).verdict
             verdict = "faster" if verdict == "faster" else "same"
+        tuned = verdict == "faster" and provisional[cells[0]] != DEFAULT_ALGORITHM
+        # a range's algorithm at every cell it covers, on the cell's own figures: one slower beyond noise by its
+        # values as measured (no spike smoothed) is left to the default and splits the range (module docstring)
+        slower = {c: own for c in cells if tuned and (own := alone(c, measured)) is not None and own.verdict == "slower"}
+        if slower:
+            for cell, own in slower.items():
+                decisions[cell] = CellDecision(cell, DEFAULT_ALGORITHM, "default", own, own)
+            pending += [list(part) for kept, part in groupby(cells, key=lambda c: c not in slower) if kept]
+            continue
         for cell in cells:
-            if verdict == "faster" and provisional[cell] != DEFAULT_ALGORITHM:
-                decisions[cell] = CellDecision(cell, leads[cell], "tuned", comparison)
+            own = alone(cell, values)
+            if tuned:
+                decisions[cell] = CellDecision(cell, leads[cell], "tuned", comparison, own)
             else:
                 decisions[cell] = CellDecision(cell, DEFAULT_ALGORITHM, "default" if verdict == "slower" else "tie",
-                                               comparison)
+                                               comparison, own)
     return decisions
