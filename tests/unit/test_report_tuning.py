@@ -123,3 +123,35 @@ def test_an_assumption_the_user_vouched_for_is_said_where_the_files_are_shown(ma
     counts = dataclasses.replace(manifest, assumes=("same-counts",))
     said = [line for line in summary_lines(counts) if "assumes" in line]
     assert "same count" in said[0] and "--assume-same-counts" in said[0] and "contiguous" not in said[0]
+
+
+EXCLUDED = {"allreduce": {"tree": "tree_type", "ring": "true lower bound 0", "ccl": "CCL"},
+            "bcast": {"scatter_allgather": "contiguous"}, "alltoall": {"brucks": "why"}}
+
+
+def test_what_no_file_can_select_is_one_counted_line_the_report_lists_in_full(manifest: Manifest) -> None:
+    """`make demo` printed one line per collective and library (28 of 222 lines, issue 58): the summary says the
+    count in one line, and `report` lists each algorithm with its reason."""
+    lines = summary_lines(dataclasses.replace(manifest, excluded=EXCLUDED))
+    said = [line for line in lines if "no tuning file can select" in line]
+    assert said == [f"no tuning file can select 5 algorithms of 3 collectives (allreduce 3, alltoall 1, bcast 1; "
+                    f"`tunempi report --tuning {manifest.directory}` lists them with the reasons)"]
+    assert not any("no tuning file can select" in line for line in summary_lines(manifest))
+
+
+def test_tune_progress_says_in_one_line_what_no_file_can_select(tmp_path: Path) -> None:
+    from tunempi.mpi.library import MPILibrary
+    from tunempi.report.console import TuneProgress
+    from tunempi.tune.job import TuneStarted
+    from tunempi.tune.scope import Scale
+
+    library = MPILibrary(vendor="mpich", version="4.3", version_string="fake", device="", prefix=Path("/x"),
+                         mpicc=Path("/x/mpicc"), mpiexec=Path("/x/mpiexec"))
+    console = Console(record=True, width=300)
+    progress = TuneProgress(console)
+    progress.started(TuneStarted(library, ("allreduce",), (Scale(1, 2),), (8, 64), 2, 10, "tunempi", "flat",
+                                 tmp_path / "db", 0, EXCLUDED))
+    progress.close()
+    text = console.export_text()
+    assert text.count("no tuning file can select") == 1
+    assert "no tuning file can select 5 algorithms of 3 collectives (allreduce 3, alltoall 1, bcast 1" in text

@@ -11,7 +11,7 @@ from rich.progress import BarColumn, Progress, TaskID, TaskProgressColumn, TextC
 from rich.status import Status
 
 from tunempi.collectives import is_nonblocking
-from tunempi.report.tuning import composition_line
+from tunempi.report.tuning import composition_line, unselectable_line
 from tunempi.tune.job import (
     CompositionsMeasured,
     CompositionsWritten,
@@ -175,9 +175,9 @@ class TuneProgress:
         if event.distributions:
             self.console.print("  counts: " + ", ".join(f"{c} {d}" for c, d in event.distributions.items())
                                + " (every other collective uniform)")
-        for collective, reasons in event.excluded.items():
-            self.console.print(f"  {collective}: no tuning file can select "
-                               + "; ".join(f"{name} ({why})" for name, why in reasons.items()), soft_wrap=True)
+        unselectable = unselectable_line(event.excluded)
+        if unselectable:
+            self.console.print(f"  {escape(unselectable)}", soft_wrap=True)
         if event.resumed:
             self.console.print(f"resuming: {event.resumed} earlier runs of these points read from the store")
         columns = (TextColumn("{task.description}"), BarColumn(), TaskProgressColumn(),
