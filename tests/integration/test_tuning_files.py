@@ -74,7 +74,7 @@ def write_mpich_files(lib: MPILibrary, directory: Path, small: str, large: str) 
     trees = default_trees(libmpi)
     rule_sets = build_rule_sets(allreduce_table(small, large))
     if small != large:
-        assert rule_sets["allreduce"].blocks[0].rules[0].max_bytes == BOUND
+        assert rule_sets["allreduce"].block_for(2).rules[0].max_bytes == BOUND
     mpir, posix = directory / "mpich-mpir.json", directory / "mpich-posix.json"
     mpir.write_text(write_selection_json(trees["mpir"].tree, rule_sets, restrictions=LEAF_RESTRICTIONS,
                                           known_leaves=known_leaves(libmpi)))

@@ -1,0 +1,95 @@
+"""A tuning acts only where it has evidence (issue 57), read back by the real libraries.
+
+Tuned at 2 ranks, the files each adapter writes (its own `write_tuning_files`, as `tune` writes them) must
+leave every other communicator size to the library: a larger one (4), a non-power-of-two one (5) and
+sub-communicators of both (MPI_Comm_split), while a 2-rank communicator, MPI_COMM_WORLD or a sub-communicator,
+reaches the tuned choice. Which algorithm ran is read from a user-defined reduction (split_allreduce.c: the
+longest vector the library handed to it), compared with the same launch without any file: no timing.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from pathlib import Path
+
+import pytest
+
+from tunempi.launch import run_launch
+from tunempi.mpi.build import build_c
+from tunempi.mpi.discovery import adapter_for, resolve_library
+from tunempi.mpi.library import MPILibrary
+from tunempi.rules import SelectionTable, build_rule_sets
+from tunempi.tune.smoke import launch_command
+
+pytestmark = pytest.mark.mpi
+
+SOURCE = Path(__file__).parent / "c" / "split_allreduce.c"
+# 5000 ints: recursive doubling hands the whole vector to the sum, Open MPI's fixed decision pieces of it,
+# MPICH's shared-memory release_gather its 2048-int cells.
+BYTES = 20000
+COUNT = BYTES // 4
+#: (world size, ranks in the first sub-communicator): sub-communicators of 2 (measured), 3, 1 (not).
+LAYOUTS = ((2, 1), (4, 2), (5, 2))
+_LINE = re.compile(r"^(world|sub color=\d) size=(\d+) count=\d+ max_len=(\d+)$")
+
+Traces = dict[tuple[str, int], int]  # (communicator, its size) -> the longest vector the sum was handed
+
+
+def traces(library: MPILibrary, env: dict[str, str], ranks: int, subsize: int) -> Traces:
+    program = build_c(library, [SOURCE], "split_allreduce")
+    command = launch_command(library, ranks, [str(program), str(BYTES), str(subsize)])
+    done = run_launch(command.argv, command.full_env({**os.environ, **env}), timeout=300)
+    assert done.returncode == 0 and not done.timed_out, done.stderr[-2000:]
+    found = {(m.group(1), int(m.group(2))): int(m.group(3))
+             for m in map(_LINE.match, done.stdout.splitlines()) if m}
+    assert ("world", ranks) in found, done.stdout
+    return found
+
+
+def tuned_at(vendor: str, directory: Path, algorithm: str, measured: tuple[int, ...] = (2,)
+             ) -> tuple[MPILibrary, dict, dict]:
+    """The adapter's own files for a tuning measured at `measured` ranks only; the env without and with them."""
+    library = resolve_library(vendor)
+    adapter = adapter_for(library)
+    table = SelectionTable.from_items(("allreduce", ranks, size, algorithm) for ranks in measured
+                                      for size in (4, 1024, BYTES, 65536))
+    written = adapter.write_tuning_files(build_rule_sets(table), directory)
+    untuned = {**adapter.launch_env(), **adapter.single_node_env()}
+    return library, untuned, {**untuned, **written.activation_env(directory)}
+
+
+ALGORITHM = [  # (vendor, the tuned algorithm, its trace)
+    ("mpich", "recursive_doubling", COUNT),  # the library's own at 2 ranks: release_gather's cells (2048)
+    ("openmpi", "recursive_doubling", COUNT),  # its fixed decision reduces pieces here (2500 at 2 ranks)
+]
+
+
+@pytest.mark.parametrize(("vendor", "algorithm", "trace"), ALGORITHM)
+def test_a_tuning_made_at_two_ranks_leaves_every_other_communicator_to_the_library(
+        vendor: str, algorithm: str, trace: int, tmp_path: Path) -> None:
+    library, untuned, tuned = tuned_at(vendor, tmp_path, algorithm)
+    for ranks, subsize in LAYOUTS:
+        without, under = traces(library, untuned, ranks, subsize), traces(library, tuned, ranks, subsize)
+        assert under.keys() == without.keys()
+        for (communicator, size), seen in under.items():
+            where = f"{vendor}: {communicator} of {size} ranks in a {ranks}-rank job"
+            if size == 2:  # measured: the tuned algorithm, which the library does not pick by itself here
+                assert seen == trace != without[(communicator, size)], where
+            else:  # not measured: exactly what the library does without the file
+                assert seen == without[(communicator, size)], where
+
+
+@pytest.mark.parametrize(("vendor", "algorithm", "trace"), ALGORITHM)
+def test_between_two_measured_sizes_with_one_winner_the_files_interpolate(
+        vendor: str, algorithm: str, trace: int, tmp_path: Path) -> None:
+    """Measured at 2 and 4 ranks with the same winner: 3 ranks takes it too, 5 ranks (above) does not."""
+    library, untuned, tuned = tuned_at(vendor, tmp_path, algorithm, measured=(2, 4))
+    for ranks, subsize in ((4, 3), (5, 2)):
+        without, under = traces(library, untuned, ranks, subsize), traces(library, tuned, ranks, subsize)
+        for (communicator, size), seen in under.items():
+            where = f"{vendor}: {communicator} of {size} ranks in a {ranks}-rank job"
+            if 2 <= size <= 4:
+                assert seen == trace != without[(communicator, size)], where
+            else:
+                assert seen == without[(communicator, size)], where
