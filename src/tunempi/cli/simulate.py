@@ -14,7 +14,8 @@ from tunempi.collectives import check_collective
 from tunempi.config import resolve
 from tunempi.errors import UsageError
 from tunempi.report.console import output_console
-from tunempi.sim import CostModel, ReplayBackend, load_frame, simulate
+from tunempi.sim import EXTENSION_POLICY, POLICIES, CostModel, ReplayBackend, load_frame, simulate
+from tunempi.sim.extend import POLICY_HELP
 from tunempi.strategy import DEFAULT_STRATEGY, STRATEGIES, make_strategy, setting_value
 
 
@@ -47,6 +48,37 @@ def _strategy_params(settings: list[str] | None, names: list[str], space: Any) -
         except (TypeError, ValueError) as exc:
             raise UsageError(f"--param for {name}: {exc}") from None
     return params
+
+
+def _policies(text: str | None, train_max_ranks: int | None) -> list[str]:
+    """`--policy NAME[,NAME...]` or `all` -> policy names, checked (they need `--train-max-ranks`)."""
+    if text is None:
+        return []
+    if train_max_ranks is None:
+        raise UsageError("--policy scores the cells above --train-max-ranks: give --train-max-ranks R")
+    names = list(POLICIES) if text.strip() == "all" else [n.strip() for n in text.split(",") if n.strip()]
+    unknown = [n for n in names if n not in POLICIES]
+    if unknown or not names:
+        raise UsageError(f"unknown policy {', '.join(unknown) or '(none)'}; valid: all, {', '.join(POLICIES)}")
+    return list(dict.fromkeys(names))
+
+
+def _policy_table(summary: dict[str, Any], collective: str) -> Table:
+    first = next(iter(summary["policies"].values()))
+    table = Table(title=f"{collective}: {summary['strategy']} trained on <= {summary['train_max_ranks']} ranks, "
+                        f"{first['cells']} cells above, {summary['seeds']} seeds")
+    for column in ("policy", "mean", "default's", "slower>10%", "worst cell (ranks x bytes)", "worst", "vs default"):
+        table.add_column(column, justify="left" if column in ("policy", "worst cell (ranks x bytes)") else "right")
+    for name, figures in summary["policies"].items():
+        worst = figures["worst"]
+        if worst is None:
+            table.add_row(name, "-", "-", "-", "-", "-", "-")
+            continue
+        chosen = " (the library's)" if name == EXTENSION_POLICY else ""
+        table.add_row(name + chosen, f"{figures['mean']:.3f}", f"{figures['default_mean']:.3f}",
+                      f"{figures['slower_share']:.2f}", f"{worst['ranks']} x {worst['msg_bytes']}",
+                      f"{worst['slowdown']:.3f}", f"{worst['vs_default']:.3f}")
+    return table
 
 
 def _fraction(value: float | None, whole: float) -> str:
@@ -93,6 +125,10 @@ def register(app: typer.Typer) -> None:
         param: Annotated[list[str] | None, typer.Option(
             "--param", help="A strategy setting, STRATEGY.KEY=VALUE (repeatable; VALUE as JSON, else text), "
                             "e.g. tunempi.extrapolation=trend.")] = None,
+        policy: Annotated[str | None, typer.Option(
+            help="Score extension policies above --train-max-ranks beside the library's default: all, or a comma "
+                 f"list of {', '.join(POLICIES)} (the library's: {EXTENSION_POLICY}); scores the cells above "
+                 "--evaluate-above, by default --train-max-ranks.")] = None,
         plot: Annotated[Path | None, typer.Option(help="Write slowdown-vs-cost curves to this PNG.")] = None,
         output_format: Annotated[str, typer.Option("--format", help="table or json.")] = "table",
     ) -> None:
@@ -105,6 +141,9 @@ def register(app: typer.Typer) -> None:
         if not 0 < budget_fraction <= 10:
             raise UsageError(f"--budget-fraction must be in (0, 10], got {budget_fraction}")
         names = _strategies(strategy, compare)
+        policies = _policies(policy, train_max_ranks)
+        if policies and evaluate_above is None and prior_max_ranks is None:
+            evaluate_above = train_max_ranks
         collective_name = check_collective(collective)
         frame = load_frame(path)
         if train_max_ranks is not None and train_max_ranks < int(frame["ranks"].min()):
@@ -128,7 +167,7 @@ def register(app: typer.Typer) -> None:
             summaries, _ = simulate(frame, collective_name, names, seeds=seeds, budget_fraction=budget_fraction,
                                     max_ranks=train_max_ranks, on_run=advance, cost_model=model,
                                     prior_max_ranks=prior_max_ranks, evaluate_above=evaluate_above, jobs=jobs,
-                                    params=params)
+                                    params=params, policies=policies)
         for summary in summaries:
             summary["collective"] = collective_name
             summary["dataset"] = str(path)
@@ -141,6 +180,15 @@ def register(app: typer.Typer) -> None:
             typer.echo(json.dumps(summaries, indent=1))
             return
         out = output_console()
+        if policies:
+            for summary in summaries:
+                out.print(_policy_table(summary, collective_name))
+            for name in policies:
+                out.print(f"{name}: {POLICY_HELP[name]}")
+            out.print("mean: slowdown against the oracle over the cells above (default's: the library's default on "
+                      "the same cells); slower>10%: share of cells (x seeds) over 1.1x the default's; worst: the "
+                      "cell most slower than the default")
+            return
         out.print(_table(summaries, collective_name))
         scope = "" if summaries[0].get("evaluated_above_ranks") is None else \
             f" (cells above {summaries[0]['evaluated_above_ranks']} ranks)"

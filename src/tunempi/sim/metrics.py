@@ -53,6 +53,19 @@ class Oracle:
             chosen[i] = value if np.isfinite(value) else self.worst_us[i]
         return chosen / self.best_us
 
+    def slowdowns_with_default(self, selection: Mapping[Cell, str]) -> np.ndarray:
+        """Like `slowdowns`, but `default` selects the library's own choice (its measured median): how an
+        extension policy is scored. NaN in the cells where the default was not measured."""
+        chosen = self.slowdowns(selection)
+        picks_default = np.array([selection.get(c) == DEFAULT_ALGORITHM for c in self.cells])
+        chosen[picks_default] = self.default_us[picks_default] / self.best_us[picks_default]
+        chosen[~np.isfinite(self.default_us)] = np.nan
+        return chosen
+
+    def default_slowdowns(self) -> np.ndarray:
+        """The library default's slowdown in every cell (NaN where it was not measured)."""
+        return self.default_us / self.best_us
+
     def average_slowdown(self, selection: Mapping[Cell, str]) -> float:
         return float(np.mean(self.slowdowns(selection)))
 

@@ -100,6 +100,15 @@ class ReplayBackend:
                     iterations=self.cost_model.iterations(cell.msg_bytes), launches=0, cost_s=0.0))
         return records
 
+    def default_records(self, max_ranks: int) -> list[MeasurementRecord]:
+        """One run of the library's default at every cell with <= `max_ranks` ranks, free: what tune
+        measures beside the contenders in every cell it decides (an extension policy compares with it)."""
+        return [MeasurementRecord(cell=cell, algorithm=DEFAULT_ALGORITHM,
+                                  latency_us=self._next_run((cell, algorithm), runs),
+                                  iterations=self.cost_model.iterations(cell.msg_bytes), launches=0, cost_s=0.0)
+                for (cell, algorithm), runs in sorted(self._runs.items())
+                if cell.ranks <= max_ranks and algorithm == DEFAULT_ALGORITHM]
+
     def measure(self, requests: Sequence[Request]) -> list[MeasurementRecord]:
         records = []
         for request in requests:

@@ -9,7 +9,7 @@ selection the strategy would hand out having spent at most that much.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ProcessPoolExecutor, as_completed
 from dataclasses import dataclass, field
 from multiprocessing import get_context
@@ -20,10 +20,11 @@ import pandas as pd
 from threadpoolctl import threadpool_limits
 
 from tunempi.sim.cost import CostModel
+from tunempi.sim.extend import Evidence, Prediction, extend
 from tunempi.sim.metrics import Oracle
 from tunempi.sim.replay import ReplayBackend
-from tunempi.space import FeatureSpace
-from tunempi.strategy import import_strategies, make_strategy
+from tunempi.space import Cell, FeatureSpace
+from tunempi.strategy import Strategy, import_strategies, make_strategy
 
 #: Fractions of the exhaustive cost at which the slowdown is reported.
 REPORT_FRACTIONS: tuple[float, ...] = (0.05, 0.1, 0.15, 0.2, 0.3, 0.5, 1.0)
@@ -55,6 +56,9 @@ class Trace:
     #: Process CPU seconds of the whole run, and of drawing its curve (selection + oracle at checkpoints).
     cpu_seconds: float = 0.0
     curve_cpu_seconds: float = 0.0
+    #: Per extension policy (`run_strategy(policies=...)`), its slowdown in every oracle cell above the
+    #: measured scales, the default's own where it names `default` (NaN elsewhere).
+    policy_slowdowns: dict[str, np.ndarray] = field(default_factory=dict)
 
 
 def run_strategy(
@@ -70,9 +74,11 @@ def run_strategy(
     oracle: Oracle | None = None,
     cost_model: CostModel | None = None,
     prior_max_ranks: int | None = None,
+    policies: Sequence[str] = (),
 ) -> Trace:
     """One strategy at one seed. `prior_max_ranks`: the strategy starts with one free run of every point
-    at <= that many ranks (an earlier job's data in the store)."""
+    at <= that many ranks (an earlier job's data in the store). `policies` (with `max_ranks`): extension
+    policies (`sim.extend`) scored above `max_ranks` from what the strategy measured."""
     run_started_cpu = time.process_time()
     backend = ReplayBackend(frame, collective, seed=seed, cost_model=cost_model)
     oracle = oracle or Oracle(backend)
@@ -122,8 +128,71 @@ def run_strategy(
     trace.final_geo = oracle.geometric_slowdown(final)
     trace.cost_s = strategy.spent_s
     trace.launches = strategy.launches
+    if policies and max_ranks is not None:
+        trace.policy_slowdowns = _score_policies(policies, strategy, backend, oracle, max_ranks, final)
     trace.cpu_seconds = time.process_time() - run_started_cpu
     return trace
+
+
+def _prediction(strategy: Strategy, cells: Sequence[Cell]) -> Prediction | None:
+    """The model's log latency (mean, latent std) at `cells`: tunempi's posterior, where its trend
+    extrapolates beyond the measured scales (before its carry rule replaces it). None for other strategies."""
+    from tunempi.strategy.tunempi import TunempiStrategy  # lazily: it brings the numerical libraries
+
+    if not isinstance(strategy, TunempiStrategy) or not strategy.records:
+        return None
+    mean, std, _ = strategy._posterior()  # the model itself, not the carried selection
+    index = {cell: i for i, cell in enumerate(strategy.space.cells)}
+    means, stds = {}, {}
+    for cell in cells:
+        for j, algorithm in enumerate(strategy.space.algorithms):
+            if cell in index and np.isfinite(mean[index[cell], j]) and strategy.usable_mask()[index[cell], j]:
+                means[cell, algorithm] = float(mean[index[cell], j])
+                stds[cell, algorithm] = float(std[index[cell], j])
+    return Prediction(means, stds)
+
+
+def _score_policies(policies: Sequence[str], strategy: Strategy, backend: ReplayBackend, oracle: Oracle,
+                    max_ranks: int, final: Mapping[Cell, str]) -> dict[str, np.ndarray]:
+    """Each policy's slowdowns in the oracle's cells above `max_ranks` (NaN in the others)."""
+    evidence = Evidence.from_records([*strategy.records, *backend.default_records(max_ranks)])
+    above = [c for c in oracle.cells if c.ranks > max_ranks]
+    prediction = _prediction(strategy, above) if {"model", "agree"} & set(policies) else None
+    inside = np.array([c.ranks <= max_ranks for c in oracle.cells])
+    scored = {}
+    for policy in policies:
+        slowdowns = oracle.slowdowns_with_default(
+            extend(policy, evidence, above, prediction=prediction, strategy_choice=final))
+        slowdowns[inside] = np.nan
+        scored[policy] = slowdowns
+    return scored
+
+
+#: A cell counts as slower than the default where the policy's slowdown is above the default's by this factor.
+SLOWER_THAN_DEFAULT = 1.1
+
+
+def policy_figures(slowdowns: Sequence[np.ndarray], oracle: Oracle) -> dict[str, Any]:
+    """One policy over seeds (`slowdowns`: per seed, per oracle cell, NaN where not scored): its mean
+    slowdown against the oracle and the default's on the same cells, the share of (seed, cell) slower than
+    the default by more than 10 %, and the worst cell against the default."""
+    values = np.array(slowdowns)
+    default = np.broadcast_to(oracle.default_slowdowns(), values.shape)
+    scored = np.isfinite(values) & np.isfinite(default)
+    if not scored.any():
+        return {"cells": 0, "mean": None, "default_mean": None, "slower_share": None, "worst": None}
+    ratio = np.where(scored, values / np.where(scored, default, 1.0), -np.inf)
+    seed, i = np.unravel_index(int(np.argmax(ratio)), ratio.shape)
+    cell = oracle.cells[i]
+    return {
+        "cells": int(scored[0].sum()),
+        "mean": float(np.mean([row[ok].mean() for row, ok in zip(values, scored, strict=True)])),
+        "default_mean": float(default[0][scored[0]].mean()),
+        "slower_share": float((values[scored] > SLOWER_THAN_DEFAULT * default[scored]).mean()),
+        "worst": {"ranks": cell.ranks, "nodes": cell.nodes, "msg_bytes": cell.msg_bytes, "seed": int(seed),
+                  "slowdown": float(values[seed, i]), "default_slowdown": float(default[seed, i]),
+                  "vs_default": float(ratio[seed, i])},
+    }
 
 
 def _limit_blas() -> None:
@@ -224,8 +293,12 @@ def simulate(
     prior_max_ranks: int | None = None,
     evaluate_above: int | None = None,
     jobs: int = 1,
+    policies: Sequence[str] = (),
 ) -> tuple[list[dict[str, Any]], dict[str, list[Trace]]]:
     """Run every strategy at seeds 0..seeds-1; returns the summaries and the raw traces.
+
+    `policies` (with `max_ranks`): extension policies (`sim.extend.POLICIES`) scored above `max_ranks`
+    from what each run measured, summarized per policy under the summary's `policies` (`policy_figures`).
 
     `cost_model`: how benchmark seconds are charged (default: one launch per point). `prior_max_ranks`:
     every point at <= R ranks is given for free (warm start). `evaluate_above`: slowdowns, curves and the
@@ -241,7 +314,7 @@ def simulate(
                          max_ranks=max_ranks, resolution=resolution, params=params, on_run=on_run,
                          cost_model=cost_model or CostModel(), prior_max_ranks=prior_max_ranks,
                          evaluate_above=evaluate_above if evaluate_above is not None else prior_max_ranks,
-                         jobs=jobs)
+                         jobs=jobs, policies=policies)
 
 
 def _simulate(
@@ -259,6 +332,7 @@ def _simulate(
     prior_max_ranks: int | None,
     evaluate_above: int | None,
     jobs: int,
+    policies: Sequence[str],
 ) -> tuple[list[dict[str, Any]], dict[str, list[Trace]]]:
     oracle = Oracle(ReplayBackend(frame, collective, seed=0, cost_model=cost_model), above_ranks=evaluate_above)
     # The exhaustive cost of the evaluated cells: after a warm start, of the cells still to tune.
@@ -269,7 +343,7 @@ def _simulate(
     summaries, traces = [], {}
     tasks = [(name, seed) for name in strategies for seed in range(seeds)]
     options: dict[str, Any] = {"budget_s": budget_s, "grid_s": grid_s, "max_ranks": max_ranks, "oracle": oracle,
-               "cost_model": cost_model, "prior_max_ranks": prior_max_ranks}
+               "cost_model": cost_model, "prior_max_ranks": prior_max_ranks, "policies": tuple(policies)}
     done: dict[tuple[str, int], Trace] = {}
     if jobs > 1 and len(tasks) > 1:
         # Runs are independent: one process each (spawned, each limiting its own BLAS threads).
@@ -297,5 +371,8 @@ def _simulate(
             summary["prior_max_ranks"] = prior_max_ranks
         if evaluate_above is not None:
             summary["evaluated_above_ranks"] = evaluate_above
+        if policies and max_ranks is not None:
+            summary["policies"] = {p: policy_figures([t.policy_slowdowns[p] for t in runs], oracle)
+                                   for p in policies}
         summaries.append(summary)
     return summaries, traces
