@@ -24,7 +24,10 @@ smoke-checked again), and verify says so.
 
 The figures verify reports come from launches that did not choose the rules: after the replacements, the
 final files are measured again against the default in `repeats` new launch pairs (`held_out`), so the
-winner's curse of keeping the rules that happened to look best does not inflate them.
+winner's curse of keeping the rules that happened to look best does not inflate them. A held-out cell slower
+beyond noise (`slower_beyond_noise`) goes back too (issue 58: the figures a user is shown must not call a
+shipped rule slower), and the rewritten files get a new held-out round (verify_run.hold_out_rounds); each such
+cell is recorded (`HeldOutSendBack`), sent back or with the reason it could not be.
 
 A composition `tune` wrote at a multi-node layout (tune/compositions.py) is verified the same way: it is
 forced for a whole launch, so each repetition is one launch of the written composition and one of the
