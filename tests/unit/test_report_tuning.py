@@ -155,3 +155,23 @@ def test_tune_progress_says_in_one_line_what_no_file_can_select(tmp_path: Path) 
     text = console.export_text()
     assert text.count("no tuning file can select") == 1
     assert "no tuning file can select 5 algorithms of 3 collectives (allreduce 3, alltoall 1, bcast 1" in text
+
+
+def test_tune_says_why_its_runs_failed_and_where_every_reason_is(tmp_path: Path) -> None:
+    from tunempi.report.console import TuneProgress
+    from tunempi.tune.driver import TuneOutcome
+    from tunempi.tune.job import FAILURES_LOG, TuningStopped, write_failures_log
+
+    reasons = ("allreduce ring 8 B at 4 ranks: failed: exit status 1: MPIR_Allreduce ... invalid count",
+               "allreduce ring 16 B at 4 ranks: failed: exit status 1: MPIR_Allreduce ... invalid count")
+    outcome = TuneOutcome({}, {}, [], "converged", 1.0, 1.0, measured=12, resumed=0, failed=3, launches=10,
+                          failures=reasons)
+    log = write_failures_log(tmp_path / "tuned", outcome)
+    assert log == tmp_path / "tuned" / FAILURES_LOG
+    assert log.read_text().splitlines() == [*reasons, "... and 1 more"]
+    assert write_failures_log(tmp_path / "other", dataclasses.replace(outcome, failed=0, failures=())) is None
+    console = Console(record=True, width=400)
+    TuneProgress(console).stopped(TuningStopped(outcome, log))
+    text = console.export_text()
+    assert "10 engine launches, 3 runs failed" in text
+    assert f"first failed run: {reasons[0]}; every failed run's reason in {log}" in text

@@ -678,3 +678,13 @@ def test_a_cell_its_own_launches_read_slower_beyond_noise_splits_its_range_even_
     assert four.comparison is not rest[0].comparison and all(d.comparison is rest[0].comparison for d in rest)
     assert rest[0].comparison is not None and rest[0].comparison.speedup == pytest.approx(
         math.exp(np.mean([logs[c] for c in cells[2:]])))
+
+
+def test_every_failed_run_says_why_not_only_how_many_failed() -> None:
+    """'10 engine launches, 10 failed' with no word of why (issue 58): each failed run keeps its point, status
+    and the engine's reason, as many as were counted."""
+    outcome = Tuner(spaces((DEFAULT_ALGORITHM, "small", "large", "crash")), FakeRunner(), strategy="exhaustive",
+                    launches=1).run()
+    assert outcome.failed > 0 and len(outcome.failures) == outcome.failed
+    assert all(line.startswith("allreduce crash ") and line.endswith(
+        "at 4 ranks: failed: the engine died: exit status 52") for line in outcome.failures)

@@ -211,7 +211,11 @@ class TuneProgress:
         outcome = event.outcome
         self.console.print(
             f"{outcome.stop_reason}: {outcome.measured} runs measured in {outcome.wall_s:.1f} s "
-            f"(benchmark time {outcome.bench_s:.1f} s, {outcome.launches} engine launches, {outcome.failed} failed)")
+            f"(benchmark time {outcome.bench_s:.1f} s, {outcome.launches} engine launches, {outcome.failed} runs "
+            "failed)")
+        if outcome.failures:  # a count alone says nothing of why (issue 58)
+            where = f"; every failed run's reason in {event.failures_log}" if event.failures_log else ""
+            self.console.print(f"  first failed run: {escape(outcome.failures[0])}{where}", soft_wrap=True)
         if outcome.decisions:
             counts = outcome.outcome_counts()
             launches = max((d.comparison.pairs for d in outcome.decisions.values() if d.comparison), default=1)

@@ -40,6 +40,7 @@ from tunempi.tune.launch_blocks import (
 from tunempi.tune.machine_state import STATE_PAUSE_S, STATE_WAIT_S
 from tunempi.tune.objective import Figures
 from tunempi.tune.runner import ParallelRunner, PointResult
+from tunempi.units import format_size
 
 #: "exhaustive-cost": another round would have made the tune cost more than an exhaustive sweep of the
 #: space; the strategies stopped there, after the points never measured if those were cheaper than a round
@@ -132,6 +133,24 @@ class CurvePoint:
     per_collective: Mapping[str, float] = field(default_factory=dict)
 
 
+#: Failed runs whose reason a tune keeps (a library refusing one algorithm everywhere fails hundreds alike).
+MAX_FAILURE_LINES = 200
+
+
+def failure_line(result: PointResult) -> str:
+    """Why one run failed, in one line: the point, the engine's status and reason (exit status and the library's
+    own error lines), or the wrong results the engine's check counted."""
+    point, outcome = result.point, result.outcome
+    where = f"{point.collective} {point.algorithm} {format_size(point.msg_bytes)} at {result.layout.ranks} ranks"
+    if outcome.ok:
+        why = f"{result.measurement.errors} wrong results (the engine's check of what the call computed)"
+    else:
+        why = f"{outcome.status}: {outcome.reason or 'no reason given'}"
+        if outcome.not_usable:
+            why += " (the library refuses it for this call: not usable here)"
+    return f"{where}{f' ({result.side})' if result.side else ''}: {why}"
+
+
 @dataclass
 class TuneOutcome:
     """What a tuning run produced."""
@@ -158,6 +177,8 @@ class TuneOutcome:
     turns_blocks: int = 0
     #: Deciding blocks made in all (the added ones included; 0: none made).
     deciding_blocks: int = 0
+    #: Why runs failed, one line per failed run in order (at most MAX_FAILURE_LINES): what "N failed" counts.
+    failures: tuple[str, ...] = ()
 
     def outcome_counts(self) -> dict[str, int]:
         """How many decided cells are tuned, ties (the default kept) or the default after all."""
@@ -419,7 +440,7 @@ class Tuner:
             wall_s=self.clock() - started, bench_s=run.bench_s, measured=run.measured, resumed=self.resumed,
             failed=run.failed, launches=self.runner.launches + run.file_launches, model_s=run.model_s, model_wait_s=run.wait_s,
             decisions=dict(self.decisions), state_blocks=run.state_blocks, state_wait_s=run.state_wait_s,
-            turns_blocks=run.turns_blocks, deciding_blocks=run.block - 1,
+            turns_blocks=run.turns_blocks, deciding_blocks=run.block - 1, failures=tuple(run.failures),
         )
 
     def _explore(self, run: _Run, thinker: ThreadPoolExecutor, max_rounds: int | None) -> str:
@@ -598,7 +619,10 @@ class Tuner:
         for result in results:
             run.bench_s += result.wall_s
             run.measured += 1
-            run.failed += not (result.outcome.ok and not result.measurement.errors)
+            if not (result.outcome.ok and not result.measurement.errors):
+                run.failed += 1
+                if len(run.failures) < MAX_FAILURE_LINES:
+                    run.failures.append(failure_line(result))
             record = replace(record_of(result.measurement, cost_s=result.wall_s, launches=result.launches),
                              launch_block=run.block, probe_us=result.probe_us, launch_side=result.side)
             by_collective.setdefault(result.point.collective, []).append(record)
@@ -651,6 +675,7 @@ class _Run:
     bench_s: float = 0.0  # benchmark time spent (sum of point wall times, launches included)
     measured: int = 0
     failed: int = 0
+    failures: list[str] = field(default_factory=list)
     rounds: int = 0
     model_s: float = 0.0  # time the strategies spent choosing points and selecting
     wait_s: float = 0.0  # part of it the loop waited for

@@ -242,6 +242,8 @@ class TuningStopped:
     """The loop ended (converged, timeout, max_rounds or interrupted); files come next unless interrupted."""
 
     outcome: TuneOutcome
+    #: Every failed run's reason (tune.driver.failure_line), where some failed; None where none did.
+    failures_log: Path | None = None
 
 
 @dataclass(frozen=True)
@@ -431,7 +433,7 @@ def run_tune(options: TuneOptions, on_event: OnTuneEvent | None = None) -> TuneR
         runner.close()
         if decider is not None:
             decider.close()
-    emit(TuningStopped(outcome))
+    emit(TuningStopped(outcome, write_failures_log(options.out, outcome)))
     report = TuneReport(None, outcome, plan.spaces)
     if outcome.stop_reason != "interrupted":
         check_evidence(outcome, sum(len(s.cells) for s in plan.spaces.values()))
@@ -491,6 +493,20 @@ def plan_figures(plan: TunePlan, runner: ParallelRunner, store: ResultStore) -> 
     lengths = compute_lengths(cells, store, fingerprint, measure, system=system, run_of=next_run,
                               given={cell: us for cell, (us, _) in application.items()}, sources=sources)
     return Figures(objective, lengths, sources, plan.options.objective_from)
+
+
+FAILURES_LOG = "tune-failures.log"
+
+
+def write_failures_log(out: Path, outcome: TuneOutcome) -> Path | None:
+    """The failed runs' reasons in the tuning directory (one line each), so "N failed" can say why and where."""
+    if not outcome.failures:
+        return None
+    out.mkdir(parents=True, exist_ok=True)
+    path = out / FAILURES_LOG
+    more = outcome.failed - len(outcome.failures)
+    path.write_text("\n".join([*outcome.failures, *([f"... and {more} more"] if more > 0 else [])]) + "\n")
+    return path
 
 
 def write_result(plan: TunePlan, outcome: TuneOutcome, emit: OnTuneEvent = _ignore,
