@@ -4,6 +4,7 @@ the other commands, run for real by tests/integration/test_autotune_mpi.py)."""
 from __future__ import annotations
 
 import json
+import math
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -333,13 +334,14 @@ def test_the_expected_gain_adds_up_what_the_file_changes_at_the_application_s_si
                (mid, "recursive_doubling"): 31.0, (big, "default"): 400.0, (big, "ring"): 200.0,
                (big, "recursive_doubling"): 600.0}
     faster = Comparison(4, 2.0, 1.5, 2.5, 0.01, 0.99, 1.0, 0.0, 0.025, "faster")
-    decisions = {small: CellDecision(small, "recursive_doubling", "tuned", faster),
+    decisions = {small: CellDecision(small, "recursive_doubling", "tuned", faster, faster),
                  big: CellDecision(big, "default", "tie", Comparison(4, 1.9, 0.5, 3.0, 0.3, 0.7, 0.5, 0.5, 0.025,
                                                                       "same"))}
     cells = measured_cells(medians, decisions)
     assert [c["msg_bytes"] for c in cells] == [1024, 4096, 2 << 20]
     assert cells[0]["decision"] == {"choice": "recursive_doubling", "outcome": "tuned", "speedup": 2.0, "low": 1.5,
-                                    "high": 2.5, "launches": 4}
+                                    "high": 2.5, "launches": 4,
+                                    "cell": {"speedup": 2.0, "low": 1.5, "high": 2.5, "launches": 4}}
     selection = {small: "recursive_doubling", mid: "default", big: "default"}
     expected = expected_gain(profile, cells, selection, ["allreduce"])
     assert expected["saved_share"] == pytest.approx(0.05)
@@ -361,6 +363,78 @@ def test_the_expected_gain_adds_up_what_the_file_changes_at_the_application_s_si
     assert below_resolution(1.01, None) and not below_resolution(1.05, None)
     assert below_resolution(1.05, {"low": 0.95, "high": 1.10})
     assert not below_resolution(1.05, {"low": 1.02, "high": 1.10})
+
+
+def test_the_expected_gain_takes_each_called_cell_s_own_figures_and_stays_under_its_ceiling() -> None:
+    """Issue 58: miniAMR's allreduce, 8 B calls 47 % of the run. The file selected recursive_doubling for 6-12 B,
+    decided as one range at 1.47x [1.11, 1.93], yet at 8 B recursive_doubling ran 26.2 us against the default's
+    16.2 (its own figures across launches 0.62x) and only the 12 B cell was 2x faster. The estimate credited the
+    8 B calls with the range's 1.47x: "at most 1.213x faster (every measured algorithm at its best: 1.087x)". Each
+    called cell now counts with its own figures: the 8 B calls lose time, the 12 B ones gain at the cell's own
+    1.99x, and the estimate is below the best any file of these algorithms could give."""
+    from tunempi.autotune.gain import expected_gain, measured_cells
+    from tunempi.evidence import Comparison
+    from tunempi.space import Cell
+    from tunempi.tune.launch_blocks import CellDecision
+
+    profile = _profile([("allreduce", 2, 8, 9.4), ("allreduce", 2, 12, 1.0), ("allreduce", 2, 64, 0.4)])
+    eight, twelve = Cell("allreduce", 2, 2, 1, 8), Cell("allreduce", 2, 2, 1, 12)
+    medians = {(eight, "default"): 16.2, (eight, "recursive_multiplying"): 16.1, (eight, "recursive_doubling"): 26.2,
+               (twelve, "default"): 29.9, (twelve, "recursive_doubling"): 15.0}
+    in_range = Comparison(3, 1.47, 1.11, 1.93, 0.001, 0.999, 1.0, 0.0, 0.025, "faster")
+    decisions = {
+        eight: CellDecision(eight, "recursive_doubling", "tuned", in_range,
+                            Comparison(3, 0.62, 0.55, 0.70, 0.999, 0.001, 0.0, 1.0, 0.025, "slower")),
+        twelve: CellDecision(twelve, "recursive_doubling", "tuned", in_range,
+                             Comparison(3, 1.99, 1.80, 2.20, 0.001, 0.999, 1.0, 0.0, 0.025, "faster"))}
+    cells = measured_cells(medians, decisions)
+    expected = expected_gain(profile, cells, {eight: "recursive_doubling", twelve: "recursive_doubling"},
+                             ["allreduce"])
+    assert expected["speedup"] <= expected["best_speedup"]
+    by_size = {r["measured_size"]: r for r in expected["rows"]}
+    assert (by_size[8]["speedup"], by_size[8]["source"]) == (0.62, "across launches")
+    assert by_size[8]["saved_share"] < 0 and by_size[8]["best_speedup"] == pytest.approx(16.2 / 16.1, abs=1e-4)
+    assert (by_size[12]["speedup"], by_size[12]["best_speedup"]) == (1.99, 1.99)
+    assert expected["saved_share"] == pytest.approx((9.4 * (1 - 1 / 0.62) + 1.4 * (1 - 1 / 1.99)) / 20, abs=1e-5)
+    # a state recorded before the cells' own figures: each cell's own medians, never the range's figure
+    for row in cells:
+        row["decision"].pop("cell")
+    older = expected_gain(profile, cells, {eight: "recursive_doubling", twelve: "recursive_doubling"}, ["allreduce"])
+    assert {r["measured_size"]: r["source"] for r in older["rows"]} == {8: "medians", 12: "medians"}
+    assert older["speedup"] <= older["best_speedup"]
+
+
+def test_the_expected_gain_never_exceeds_every_measured_algorithm_at_its_best() -> None:
+    """The invariant of autotune's expected gain (issue 58), over seeded random cells, decisions and files:
+    whatever the medians, the decisions' range and own figures, and the algorithms the file selects, the
+    expected speedup is at most the every-algorithm-at-its-best bound, row by row and in all."""
+    import random
+
+    from tunempi.autotune.gain import expected_gain, measured_cells
+    from tunempi.evidence import Comparison
+    from tunempi.space import Cell
+    from tunempi.tune.launch_blocks import CellDecision
+
+    rng = random.Random(58)
+    algorithms = ["default", "ring", "recursive_doubling", "recursive_multiplying"]
+    sizes = [4, 8, 12, 16, 24, 32, 64, 128]
+
+    def comparison() -> Comparison:
+        s = math.exp(rng.uniform(-1.0, 1.0))
+        return Comparison(3, s, s / 1.3, s * 1.3, 0.5, 0.5, 0.5, 0.5, 0.025, "same")
+
+    for _ in range(200):
+        cells = [Cell("allreduce", 2, 2, 1, size) for size in sizes]
+        medians = {(c, a): rng.uniform(5.0, 50.0) for c in cells for a in algorithms if rng.random() < 0.8 or
+                   a == "default"}
+        decisions = {c: CellDecision(c, rng.choice(algorithms), rng.choice(["tuned", "tie", "default"]),
+                                     comparison(), comparison() if rng.random() < 0.9 else None)
+                     for c in cells if rng.random() < 0.8}
+        selection = {c: rng.choice(algorithms) for c in cells}
+        profile = _profile([("allreduce", 2, rng.randrange(1, 200), rng.uniform(0.01, 2.0)) for _ in range(6)])
+        expected = expected_gain(profile, measured_cells(medians, decisions), selection, ["allreduce"])
+        assert expected["speedup"] <= expected["best_speedup"]
+        assert all(r["speedup"] <= r["best_speedup"] for r in expected["rows"])
 
 
 def test_the_expected_gain_takes_at_every_size_the_algorithm_the_file_s_rules_select() -> None:

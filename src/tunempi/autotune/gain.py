@@ -1,10 +1,17 @@
 """What the tuning can give the application at most, from tune's own measurements (docs/autotune.md, "Expected
 gain"): every call of the profile to a tuned collective is sent to the measured cell whose rule the written file
-applies at its size, and saves time_s x (1 - 1/s), s the speedup tune measured there across launches for the
-algorithm the file selects (1 where the file keeps the library's default). Summed and divided by the ranks'
-time of the profiled run (Profile.wall_s, the denominator of every share of the profile), Amdahl's law gives
-the application speedup the tuning can deliver at most; the same with the fastest algorithm tune measured in
-every cell (its median) is the most any file of these algorithms could give.
+applies at its size, and saves time_s x (1 - 1/s), s that cell's own speedup for the algorithm the file selects
+(1 where the file keeps the library's default). Summed and divided by the ranks' time of the profiled run
+(Profile.wall_s, the denominator of every share of the profile), Amdahl's law gives the application speedup the
+tuning can deliver at most; the same with the fastest algorithm of every cell is the most any file of these
+algorithms could give.
+
+Both read one figure per (cell, algorithm), `algorithm_speedups`: the cell's own speedup across launches for the
+algorithm tune decided there, the ratio of the medians for every other. So the estimate can never exceed the
+every-algorithm-at-its-best bound (expected_gain asserts it). It did when a cell took its range's figure (issue
+58: miniAMR's 8 B allreduce, 47 % of the run, credited with the 6-12 B range's 1.47x, decided on the 12 B cell,
+while recursive_doubling ran 1.6x slower than the default at 8 B: "at most 1.213x faster (every measured
+algorithm at its best: 1.087x)").
 
 Pure functions over JSON-able rows: the tune step records `measured_cells` (what tune measured per cell, with
 its decision across launches), and the tune and verify steps each compute `expected_gain` against their own
@@ -43,7 +50,7 @@ def measured_cells(medians: Mapping[tuple[Cell, str], float],
                    decisions: Mapping[Cell, CellDecision] | None = None) -> list[dict[str, Any]]:
     """Per cell where tune measured the library's default: its median and every other algorithm's (us, median
     over runs), and tune's decision there across launches (choice, outcome, speedup of the choice against the
-    default with its interval; absent where none was made)."""
+    default with its interval: its range's, and under "cell" the cell's own; absent where none was made)."""
     cells: dict[Cell, dict[str, float]] = {}
     for (cell, algorithm), value in medians.items():
         cells.setdefault(cell, {})[algorithm] = round(float(value), 3)
@@ -59,6 +66,10 @@ def measured_cells(medians: Mapping[tuple[Cell, str], float],
                 speedup, low, high, launches = evidence
                 row["decision"].update(speedup=round(speedup, 4), low=round(low, 4), high=round(high, 4),
                                        launches=launches)
+            if (own := decision.own_evidence()) is not None:
+                speedup, low, high, launches = own
+                row["decision"]["cell"] = {"speedup": round(speedup, 4), "low": round(low, 4),
+                                           "high": round(high, 4), "launches": launches}
         rows.append(row)
     return rows
 
@@ -82,31 +93,39 @@ def applied_cell(size: int, row: Sequence[tuple[int, str]]) -> int:
     return low if math.log(max(size, 1) / max(low, 1)) <= math.log(high / max(size, 1)) else high
 
 
+def algorithm_speedups(cell: Mapping[str, Any] | None) -> dict[str, tuple[float, str]]:
+    """algorithm -> (s, where it comes from) against the default in a measured cell, from the cell's own figures
+    only: the default 1 ("default"); the algorithm tune decided "tuned" there, its speedup across launches in
+    this cell ("across launches": the cell's own, never its range's, which neighbouring cells share); every
+    other algorithm measured there, the ratio of the medians ("medians"). Empty where the cell was not measured
+    with the default."""
+    if cell is None:
+        return {}
+    medians = {a: float(v) for a, v in cell.get("medians", {}).items() if v and float(v) > 0}
+    if DEFAULT_ALGORITHM not in medians:
+        return {}
+    found = {a: (medians[DEFAULT_ALGORITHM] / us, "medians") for a, us in medians.items()}
+    found[DEFAULT_ALGORITHM] = (1.0, "default")
+    decision = cell.get("decision") or {}
+    own = decision.get("cell") or {}
+    if decision.get("outcome") == "tuned" and decision.get("choice") != DEFAULT_ALGORITHM and own.get("speedup"):
+        found[str(decision["choice"])] = (float(own["speedup"]), "across launches")
+    return found
+
+
 def cell_speedup(algorithm: str, cell: Mapping[str, Any] | None) -> tuple[float, str]:
-    """(s, where it comes from) of `algorithm` against the default in a measured cell: tune's speedup across
-    launches where it decided for that algorithm ("across launches"), else the ratio of the medians ("medians"),
-    1 where the file keeps the default ("default") or the cell was not measured ("not measured")."""
+    """(s, where it comes from) of `algorithm` against the default in a measured cell (algorithm_speedups), 1
+    where the file keeps the default ("default") or the cell or the algorithm was not measured ("not
+    measured")."""
     if algorithm == DEFAULT_ALGORITHM:
         return 1.0, "default"
-    if cell is None:
-        return 1.0, "not measured"
-    decision = cell.get("decision") or {}
-    if decision.get("choice") == algorithm and decision.get("outcome") == "tuned" and decision.get("speedup"):
-        return float(decision["speedup"]), "across launches"
-    medians = cell.get("medians", {})
-    if medians.get(algorithm) and medians.get(DEFAULT_ALGORITHM):
-        return float(medians[DEFAULT_ALGORITHM]) / float(medians[algorithm]), "medians"
-    return 1.0, "not measured"
+    return algorithm_speedups(cell).get(algorithm, (1.0, "not measured"))
 
 
 def best_speedup(cell: Mapping[str, Any] | None) -> float:
-    """The fastest measured algorithm's median against the default's in a cell (>= 1: the default counts)."""
-    if cell is None:
-        return 1.0
-    medians = {a: float(v) for a, v in cell.get("medians", {}).items() if v and float(v) > 0}
-    if DEFAULT_ALGORITHM not in medians:
-        return 1.0
-    return max(1.0, medians[DEFAULT_ALGORITHM] / min(medians.values()))
+    """The fastest algorithm of a cell against the default, by the figures cell_speedup reads (>= 1: the default
+    counts), so no algorithm's cell_speedup there exceeds it."""
+    return max((s for s, _ in algorithm_speedups(cell).values()), default=1.0)
 
 
 def _saved(time_s: float, speedup: float) -> float:
@@ -151,6 +170,7 @@ def expected_gain(profile: Profile, cells: Iterable[Mapping[str, Any]], selectio
         speedup, source = cell_speedup(algorithm, found)
         best = best_speedup(found)
         saved, best_saved = _saved(usage.time_s, speedup), _saved(usage.time_s, best)
+        assert saved <= best_saved, f"{key} {algorithm}: {speedup} above the best of the cell, {best}"
         totals["saved"] += saved
         totals["best_saved"] += best_saved
         if algorithm != DEFAULT_ALGORITHM:
@@ -161,6 +181,8 @@ def expected_gain(profile: Profile, cells: Iterable[Mapping[str, Any]], selectio
         entry["time_s"] += usage.time_s
         entry["saved_s"] += saved
     share = {name: (value / wall if wall > 0 else 0.0) for name, value in totals.items()}
+    # the estimate within its ceiling: every cell's figure is one of those its best is the largest of
+    assert share["saved"] <= share["best_saved"], (share["saved"], share["best_saved"])
     rows = sorted(table.values(), key=lambda r: -r["time_s"])[:TABLE_ROWS]
     for r in rows:
         r["share"] = round(r.pop("time_s") / wall, 6) if wall > 0 else 0.0
@@ -190,5 +212,5 @@ def below_resolution(expected: float, compared: Mapping[str, Any] | None) -> boo
     return low <= 1.0 <= high and low <= expected <= high
 
 
-__all__ = ["RESOLVABLE", "amdahl", "applied_cell", "below_resolution", "best_speedup", "cell_speedup",
-           "expected_gain", "measured_cells"]
+__all__ = ["RESOLVABLE", "algorithm_speedups", "amdahl", "applied_cell", "below_resolution", "best_speedup",
+           "cell_speedup", "expected_gain", "measured_cells"]
