@@ -15,6 +15,7 @@ from tunempi.mpi.library import MPILibrary
 from tunempi.mpi.mpich import LEAF_RESTRICTIONS, file_expressible
 from tunempi.mpi.openmpi import NONBLOCKING_FILE, OpenMPIAdapter
 from tunempi.mpi.vendor import Algorithm
+from tunempi.rules import SelectionTable, build_rule_sets
 from tunempi.rules.ruleset import CommBlock, MsgRule, RuleSet
 from tunempi.space import Cell
 from tunempi.tune.files import one_choice_per_scale
@@ -94,6 +95,10 @@ def test_open_mpi_writes_libnbc_values_as_environment_and_refuses_a_choice_by_si
     assert both.env["OMPI_MCA_coll_tuned_use_dynamic_rules"] == "1"
     with pytest.raises(TuningFileError, match="one iallreduce algorithm for every call"):
         adapter.write_tuning_files({"iallreduce": _single("iallreduce", (64, "recursive_doubling"), (None, "binomial"))}, tmp_path)
+    # tune's rule sets stop where the evidence does (issue 57); libnbc's one value cannot: it acts everywhere
+    bounded = build_rule_sets(SelectionTable.from_items([("iallreduce", 2, 8, "binomial"),
+                                                         ("iallreduce", 2, 65536, "binomial")]))
+    assert adapter.write_tuning_files(bounded, tmp_path).env == {"OMPI_MCA_coll_libnbc_iallreduce_algorithm": "2"}
     (tmp_path / NONBLOCKING_FILE).write_text("export OMPI_MCA_coll_libnbc_iallreduce_algorithm=7\n")
     with pytest.raises(UsageError, match="not an algorithm id"):
         adapter.read_back_tuning_file(tmp_path / NONBLOCKING_FILE)

@@ -346,7 +346,9 @@ class OpenMPIAdapter(VendorAdapter):
         parse without a word, so a clean run with it alone proves nothing. The non-blocking collectives
         (coll/libnbc, which no rules file reaches) get their one value each as `OMPI_MCA_coll_libnbc_<coll>_
         algorithm` in the launch environment and in an env file: their rule set must select one algorithm
-        for every size and communicator size (tune.files.one_choice_per_scale makes it so)."""
+        for every size and communicator size it was measured at (tune.files.one_choice_per_scale makes it so);
+        the library's own choice where it was not measured cannot be stated (issue 57): the one value acts
+        at every communicator size (docs/tuning-files.md)."""
         self.check_tuning_file_algorithms(rule_sets)
         blocking = {c: rs for c, rs in rule_sets.items() if c not in NONBLOCKING_TOKENS}
         single: dict[str, str] = {}
@@ -354,6 +356,8 @@ class OpenMPIAdapter(VendorAdapter):
             if collective in blocking:
                 continue
             chosen = set(rule_set.algorithms())
+            if len(chosen) > 1:  # the library's own where nothing was measured: the one value holds there too
+                chosen -= {DEFAULT_ALGORITHM}
             if len(chosen) != 1:
                 raise TuningFileError(f"{self.library.name} takes one {collective} algorithm for every call "
                                       f"(coll/libnbc), not {', '.join(sorted(chosen))} by size")
