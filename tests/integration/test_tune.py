@@ -444,6 +444,8 @@ def test_launches_as_blocks_decide_every_override_across_fresh_launches(tmp_path
         if algorithm != "default":
             assert decision is not None and decision.outcome == "tuned" and decision.choice == algorithm
             assert decision.comparison is not None and decision.comparison.pairs == 2
+            # issue 58: a range takes its algorithm only where the cell's own launches read it ahead of the default
+            assert decision.own is not None and decision.own.speedup > 1.0 and decision.own.verdict != "slower"
         elif decision is not None:
             assert decision.outcome in ("tie", "default")
     assert manifest.run.decided_across == 2
