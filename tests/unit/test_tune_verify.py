@@ -396,6 +396,7 @@ def test_held_out_rounds_are_bounded_and_the_last_round_s_figures_say_what_they_
     report = VerifyReport(None, [], summary([]), replaced=0, held_out=found.figures,  # type: ignore[arg-type]
                           sent_back=found.sent_back, held_out_rounds=found.rounds)
     lines = report.lines()
+    assert lines[0].endswith("; files unchanged by these launches")  # not "unchanged": hold-out rewrote them
     assert any(line.startswith("sent back at hold-out (round 1): allreduce 1KiB at 2 ranks: ring was slower "
                                "(speedup 0.830, 95% CI 0.750..0.900, 3 launches) -> default") for line in lines)
     assert any("round 2" in line and "allreduce 64KiB" in line for line in lines)

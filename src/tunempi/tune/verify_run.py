@@ -138,7 +138,9 @@ class VerifyReport:
             f"{n['geo_mean_speedup_all_cells']:.3f}x); slower beyond noise: {n['slower_beyond_noise_before']} "
             f"-> {n['slower_beyond_noise_after']} after verify ({n['slower_point_estimate_after']} below 1 "
             f"within noise; {self.second_pass_cells} cells got more passes)"
-            + (f"; files rewritten ({self.replaced} rules -> default)" if self.replaced else "; files unchanged"))
+            + (f"; files rewritten ({self.replaced} rules -> default)" if self.replaced else
+               "; files unchanged by these launches" if any(s.sent_back for s in self.sent_back) else
+               "; files unchanged"))
         if self.states.line():
             out.append(self.states.line())
         out += held_out_lines(summary(self.held_out) if self.held_out else None, self.sent_back,
