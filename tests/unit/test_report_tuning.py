@@ -175,3 +175,23 @@ def test_tune_says_why_its_runs_failed_and_where_every_reason_is(tmp_path: Path)
     text = console.export_text()
     assert "10 engine launches, 3 runs failed" in text
     assert f"first failed run: {reasons[0]}; every failed run's reason in {log}" in text
+
+
+def test_tune_counts_the_cells_its_files_select_not_its_decisions(manifest: Manifest) -> None:
+    """IS.B: "3 cells tuned" while every file selected the default (issue 58): the count is the files'."""
+    from tunempi.report.console import TuneProgress
+    from tunempi.tune.job import FilesWritten
+
+    assert manifest.tuned_cells() == 2  # ring and binomial
+    defaults = tuple(dataclasses.replace(row, algorithm="default") for row in manifest.selection)
+    plain = dataclasses.replace(manifest, selection=defaults,
+                                run=dataclasses.replace(manifest.run, decisions={"tuned": 3, "tie": 1}))
+    assert plain.tuned_cells() == 0
+    console = Console(record=True, width=400)
+    TuneProgress(console).written(FilesWritten(plain, plain.directory / "manifest.json"))
+    text = console.export_text()
+    assert "the files select the library's default in all 4 cells" in text
+    assert "tune decided 3 cells for another algorithm across launches; the files hold none of them" in text
+    console = Console(record=True, width=400)
+    TuneProgress(console).written(FilesWritten(manifest, manifest.directory / "manifest.json"))
+    assert "the files select another algorithm than the library's default in 2 of 4 cells" in console.export_text()

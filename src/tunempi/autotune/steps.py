@@ -239,7 +239,7 @@ class LibrarySteps(StepRunner):
         if report.outcome.stop_reason == "interrupted" or report.manifest is None:
             raise KeyboardInterrupt  # the measured points are in the store: the rerun resumes them
         manifest = report.manifest
-        tuned = sum(row.algorithm != DEFAULT_ALGORITHM for row in manifest.selection)
+        tuned = manifest.tuned_cells()  # what the files select (tune's decisions can differ)
         medians = report.outcome.measured_medians()
         at_sizes = at_application_sizes(profile, medians,
                                         {row.cell: row.algorithm for row in manifest.selection},
@@ -266,7 +266,7 @@ class LibrarySteps(StepRunner):
         return {"directory": str(directory),
                 "variant": str(directory) if tuning_sets_something(manifest) else None,
                 "lines": report.lines(), "replaced": report.replaced,
-                "tuned_cells": sum(row.algorithm != DEFAULT_ALGORITHM for row in manifest.selection), **expected}
+                "tuned_cells": manifest.tuned_cells(), **expected}
 
     def online(self, ctx: Context) -> dict[str, Any]:
         from tunempi.collectives import ONLINE_SWITCHABLE

@@ -11,7 +11,7 @@ from rich.progress import BarColumn, Progress, TaskID, TaskProgressColumn, TextC
 from rich.status import Status
 
 from tunempi.collectives import is_nonblocking
-from tunempi.report.tuning import composition_line, unselectable_line
+from tunempi.report.tuning import composition_line, files_select_line, unselectable_line
 from tunempi.tune.job import (
     CompositionsMeasured,
     CompositionsWritten,
@@ -220,7 +220,8 @@ class TuneProgress:
             counts = outcome.outcome_counts()
             launches = max((d.comparison.pairs for d in outcome.decisions.values() if d.comparison), default=1)
             self.console.print(
-                f"decided across {launches} launches: {counts.get('tuned', 0)} cells tuned, {counts.get('tie', 0)} "
+                f"decided across {launches} launches: {counts.get('tuned', 0)} cells for another algorithm, "
+                f"{counts.get('tie', 0)} "
                 f"ties (the library's default kept: no difference that held in every launch), "
                 f"{counts.get('default', 0)} default")
             if outcome.state_blocks:
@@ -250,6 +251,7 @@ class TuneProgress:
                     f"{'<=' + format_size(r.max_bytes) if r.max_bytes is not None else 'above'} {r.algorithm}"
                     for r in block.rules)
                 self.console.print(f"  {collective} [{block.min_ranks}{upto} ranks]: {rules}", soft_wrap=True)
+        self.console.print(files_select_line(manifest), soft_wrap=True)
 
     def _update(self, description: str, *, completed: float | None = None, points: int | None = None) -> None:
         if self.progress is None or self.task is None:

@@ -154,6 +154,22 @@ def figure_heading(manifest: Manifest) -> str:
     return f"; non-blocking collectives by their {manifest.objective}"
 
 
+def files_select_line(manifest: Manifest) -> str:
+    """What the files select, counted from them (Manifest.tuned_cells), and where tune decided otherwise, that its
+    decisions are not all in the files (IS.B: "3 cells tuned" where every file selected the default)."""
+    tuned, cells = manifest.tuned_cells(), len(manifest.selection)
+    line = (f"the files select another algorithm than the library's default in {tuned} of {cells} cells" if tuned
+            else f"the files select the library's default in all {cells} cells")
+    decided = int(manifest.run.decisions.get("tuned", 0))
+    if decided > tuned:
+        held = f"{tuned} of them" if tuned else "none of them"
+        how = (f"; {', '.join(sorted(manifest.one_choice))}: one algorithm {', '.join(sorted(set(manifest.one_choice.values())))} "
+               "where one is no slower than the default at every size" if manifest.one_choice else "")
+        line += (f" (tune decided {decided} cells for another algorithm across launches; the files hold {held}: "
+                 f"the selection as the library's files can hold it{how})")
+    return line
+
+
 def unselectable_line(excluded: Mapping[str, Mapping[str, str]], directory: Path | None = None) -> str | None:
     """What no tuning file can select, counted in one line (one per collective made 28 of the demo's 222 lines);
     `report` lists each algorithm with its reason (`exclusions`)."""

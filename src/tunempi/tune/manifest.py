@@ -49,7 +49,7 @@ from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from tunempi.collectives import DEFAULT_OBJECTIVE, LATENCY_OBJECTIVE
+from tunempi.collectives import DEFAULT_ALGORITHM, DEFAULT_OBJECTIVE, LATENCY_OBJECTIVE
 from tunempi.errors import UsageError
 from tunempi.mpi.library import MPILibrary
 from tunempi.rules import RuleSet
@@ -434,6 +434,11 @@ class Manifest:
             compositions=CompositionsRecord.from_dict(data.get("compositions") or {}),
             applications=tuple(ApplicationCheck.from_dict(a) for a in data.get("applications", ())),
         )
+
+    def tuned_cells(self) -> int:
+        """Cells whose files select an algorithm other than the library's own: the one count every summary
+        gives (tune's decisions across launches can differ: the files hold a selection as the library can)."""
+        return sum(row.algorithm != DEFAULT_ALGORITHM for row in self.selection)
 
     def decided(self) -> dict[Cell, tuple[float, float, float, int] | None]:
         """Tune's decision of each selection cell (SelectionRow.decided), by cell."""
