@@ -523,3 +523,21 @@ def test_online_stops_once_its_share_is_spent_and_fits_the_batch_begun(tmp_path:
     ctx.share_s = 1000.0  # time enough: every planned run, whole batches
     (tmp_path / "online-state").mkdir(exist_ok=True)
     assert steps.online(ctx)["runs"] == 42 and [n for n, _ in state.updates] == [14, 14, 14]
+
+
+def test_the_expected_gain_sentence_says_which_tuning_it_is_about():
+    """After an online-best verdict, 'The tuning changes none of the application's calls' read as if about the
+    tuning compare had just found faster (FT's alltoall, issue 58): the sentence names tune's files, and the
+    other variants compare judged as tunings of their own."""
+    from tunempi.autotune.report import expected_sentence, other_verdicts
+
+    results = {"compare": {"outcome": {"variants": [
+        {"variant": {"name": "tuned"}, "verdict": "same", "comparison": {"speedup": 1.0, "low": 0.99, "high": 1.01}},
+        {"variant": {"name": "online-best"}, "verdict": "faster",
+         "comparison": {"speedup": 1.08, "low": 1.03, "high": 1.12}}]}}}
+    assert other_verdicts(results) == {"online-best": "faster"}
+    said = expected_sentence({**EXPECTED, "changed_share": 0.0}, None, other_verdicts(results))
+    assert said.startswith("From tune's measurements: the calls tune's files change take 0.0% of the ranks' time")
+    assert "The tuning changes" not in said
+    assert ("tune's files change none of the application's calls: there is no gain for an A/B of them to show; "
+            "compare's verdict on online-best (faster) is that tuning's own") in said

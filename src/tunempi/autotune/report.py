@@ -79,11 +79,21 @@ def tuned_comparison(results: Mapping[str, Any]) -> dict[str, Any] | None:
     return None
 
 
-def expected_sentence(expected: Mapping[str, Any], compared: Mapping[str, Any] | None) -> str:
-    """The expected-gain line of the report and of the console summary, with compare's figure beside it."""
+def other_verdicts(results: Mapping[str, Any]) -> dict[str, str]:
+    """compare's verdict on each variant other than tune's files (online best, search): {name: verdict}."""
+    outcome = (results.get("compare") or {}).get("outcome") or {}
+    return {str(v["variant"]["name"]): str(v["verdict"]) for v in outcome.get("variants", [])
+            if v["variant"]["name"] != "tuned"}
+
+
+def expected_sentence(expected: Mapping[str, Any], compared: Mapping[str, Any] | None,
+                      others: Mapping[str, str] | None = None) -> str:
+    """The expected-gain line of the report and of the console summary, with compare's figure beside it. It is
+    about tune's files only; `others` (other_verdicts) are named as tunings of their own, so a verdict on online
+    best does not read as one on these files."""
     from tunempi.autotune.gain import below_resolution
 
-    text = (f"From tune's measurements: the calls the tuning changes take {_share(expected['changed_share'])} of "
+    text = (f"From tune's measurements: the calls tune's files change take {_share(expected['changed_share'])} of "
             f"the ranks' time; at tune's speedups there the application can run at most "
             f"{expected['speedup']:.3f}x faster (every measured algorithm at its best: "
             f"{expected['best_speedup']:.3f}x).")
@@ -96,7 +106,10 @@ def expected_sentence(expected: Mapping[str, Any], compared: Mapping[str, Any] |
                            "the calls the tuning changes (the runs' variation, or what the microbenchmarks do not "
                            "see).")
     if not expected["changed_share"]:
-        text += " The tuning changes none of the application's calls: there is no gain for an A/B to show."
+        text += " tune's files change none of the application's calls: there is no gain for an A/B " + (
+            "of them to show; " + "; ".join(f"compare's verdict on {name} ({verdict}) is that tuning's own"
+                                           for name, verdict in others.items()) + ", not tune's files."
+            if others else "to show.")
     elif below_resolution(most, compared):
         text += " That gain is below what an A/B of the application resolves here: compare cannot tell it from 1x."
     elif compared and float(compared["high"]) < most:
@@ -308,7 +321,8 @@ def write_report(request: AutotuneRequest, outcome: AutotuneOutcome, path: Path)
             body.append(f"<p class='muted'>{e(v['variant']['name'])}: {e(v['verdict'])}: {e(v['reason'])}</p>")
         expected = recorded_expected(results)
         if expected and tuning_compared(verdicts):
-            body.append(f"<p id='expected-vs-compare'>{e(expected_sentence(expected, tuned_comparison(results)))}</p>")
+            body.append(f"<p id='expected-vs-compare'>"
+                        f"{e(expected_sentence(expected, tuned_comparison(results), other_verdicts(results)))}</p>")
         check = compare.get("result_check", "none")
         changed = [v["variant"]["name"] for v in verdicts if v["results"] == "changed"]
         if check == "none":
@@ -361,4 +375,5 @@ def write_report(request: AutotuneRequest, outcome: AutotuneOutcome, path: Path)
     return path
 
 
-__all__ = ["apply_lines", "expected_sentence", "recorded_expected", "tuned_comparison", "write_report"]
+__all__ = ["apply_lines", "expected_sentence", "other_verdicts", "recorded_expected", "tuned_comparison",
+           "write_report"]

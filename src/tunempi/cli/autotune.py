@@ -17,7 +17,7 @@ from rich.rule import Rule
 
 from tunempi.autotune import STEPS, AutotuneListener, AutotuneRequest, run_autotune
 from tunempi.autotune.pipeline import DEFAULT_BUDGET_S
-from tunempi.autotune.report import expected_sentence, recorded_expected, tuned_comparison
+from tunempi.autotune.report import expected_sentence, other_verdicts, recorded_expected, tuned_comparison
 from tunempi.autotune.steps import LibrarySteps
 from tunempi.cli.paths import directory_option
 from tunempi.collectives import check_objective
@@ -91,7 +91,8 @@ def autotune(
         _out.print(f"result check: {escape(compare['result_check'])}")
     expected = recorded_expected(outcome.results)
     if expected:  # what tune's measurements say the tuning can give at most (docs/autotune.md, "Expected gain")
-        _out.print(escape(expected_sentence(expected, tuned_comparison(outcome.results))), soft_wrap=True)
+        _out.print(escape(expected_sentence(expected, tuned_comparison(outcome.results),
+                                            other_verdicts(outcome.results))), soft_wrap=True)
     _out.print(f"report: [bold]{outcome.report}[/]")
     if compare and any(v["verdict"] in ("failed", "wrong results") for v in compare.get("variants", [])):
         raise typer.Exit(3)
