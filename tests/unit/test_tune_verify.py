@@ -460,3 +460,20 @@ def test_the_held_out_send_backs_round_trip_through_the_manifest_record() -> Non
     assert again.held_out_rounds == 2 and [(s.round, s.why_not) for s in again.sent_back] == [(1, ""), (2, "why")]
     assert VerifyRecord.from_dict({"held_out": [cell.to_dict()]}).held_out_rounds == 1  # verified before issue 58
     assert VerifyRecord.from_dict({}).sent_back == ()
+
+
+def test_a_held_out_cell_whose_run_under_the_files_failed_goes_back_like_a_slower_one() -> None:
+    """A crash or a wrong result under the written files at hold-out ships no more than a slowdown does."""
+    from tunempi.tune.verify import VerifiedCell
+    from tunempi.tune.verify_run import VerifyReport, hold_out_rounds
+
+    failed = VerifiedCell(A, "ring", math.nan, 10.0, math.nan, math.nan, math.nan, "failed")
+    kept = VerifiedCell(B, "rd", 8.0, 10.0, 1.25, 1.1, 1.4, "faster", launches=3)
+    ran, measure = scripted_rounds([failed, kept], [kept])
+    found = hold_out_rounds({A: "ring", B: "rd"}, measure, lambda fixed: fixed)
+    assert ran == [1, 2] and found.selection == {A: DEFAULT_ALGORITHM, B: "rd"}
+    assert [(s.cell.cell, s.sent_back) for s in found.sent_back] == [(A, True)]
+    lines = VerifyReport(None, [], summary([]), replaced=0, held_out=found.figures,  # type: ignore[arg-type]
+                         sent_back=found.sent_back, held_out_rounds=found.rounds).lines()
+    assert "sent back at hold-out (round 1): allreduce 1KiB at 2 ranks: ring's run under the files failed " \
+           "-> default" in lines

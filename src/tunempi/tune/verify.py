@@ -350,6 +350,12 @@ def slower_beyond_noise(v: VerifiedCell) -> bool:
     return v.verdict == "slower" or v.own_verdict == "slower"
 
 
+def unfit_to_ship(v: VerifiedCell) -> bool:
+    """What a held-out round must not ship: a cell slower beyond noise, or one whose run under the files
+    failed (a crash or a wrong result there is worse than any slowdown)."""
+    return slower_beyond_noise(v) or v.verdict == "failed"
+
+
 def _back_to_default(v: VerifiedCell) -> bool:
     return goes_back_to_default(v.verdict, v.own_verdict)
 

@@ -60,6 +60,7 @@ from tunempi.tune.verify import (
     needs_more_launches,
     reference_shortfall,
     slower_beyond_noise,
+    unfit_to_ship,
     summary,
     verify_plan,
 )
@@ -212,6 +213,12 @@ def _sent_back_line(s: HeldOutSendBack) -> str:
     """A held-out cell slower beyond noise: sent back (alone, or with the cells its files cannot select apart
     from it), or kept and why."""
     where = f"at hold-out (round {s.round})"
+    if s.cell.verdict == "failed":  # no pair to quote: the tuned run itself failed
+        cell = s.cell.cell
+        failed = (f"{cell.collective} {format_size(cell.msg_bytes)} at {cell.ranks} ranks: "
+                  f"{s.cell.algorithm}'s run under the files failed")
+        return (f"sent back {where}: {failed} -> default" if s.sent_back
+                else f"kept though failed {where}: {failed}: verify could not send it back: {s.why_not}")
     if not s.sent_back:
         return f"kept though slower {where}: {_evidence(s.cell)}: verify could not send it back: {s.why_not}"
     return (f"sent back {where}: {_evidence(s.cell)} -> default"
@@ -509,7 +516,7 @@ def hold_out_rounds(selection: Mapping[Cell, str], measure: Callable[[int], Sequ
                     rounds: int = HOLD_OUT_ROUNDS) -> HeldOutRounds:
     """Held-out rounds on the files as they stand (`selection`): `measure(round)` judges their tuned cells in new
     launch pairs (hold_out); a cell slower beyond noise there (its rule's verdict or its own, the evidence rule,
-    verify.slower_beyond_noise) goes back to the default (`whole`: with its collective, apply_replacements) and
+    verify.slower_beyond_noise) or whose run under the files failed (verify.unfit_to_ship) goes back to the default (`whole`: with its collective, apply_replacements) and
     `rewrite(fixed)` rewrites and smoke-checks the files (rewrite_files), returning what they select then. A
     round that sent something back is followed by a new one, up to `rounds`: the figures reported are then of
     the shipped files in launches that chose nothing. A cell the rewritten files still select, or every cell
@@ -524,10 +531,10 @@ def hold_out_rounds(selection: Mapping[Cell, str], measure: Callable[[int], Sequ
             break  # nothing tuned is left to measure
         figures, measured = list(measure(number)), number
         judged_here = [v for v in figures if v.cell not in cannot]
-        slower = [v for v in judged_here if slower_beyond_noise(v)]
+        slower = [v for v in judged_here if unfit_to_ship(v)]
         if not slower:
             break
-        fixed, judged = apply_replacements(current, judged_here, whole=whole, back=slower_beyond_noise)
+        fixed, judged = apply_replacements(current, judged_here, whole=whole, back=unfit_to_ship)
         try:
             after = dict(rewrite(fixed))
         except TuningFileError as exc:  # the files in place, measured above, stay
