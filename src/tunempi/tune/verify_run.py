@@ -60,8 +60,8 @@ from tunempi.tune.verify import (
     needs_more_launches,
     reference_shortfall,
     slower_beyond_noise,
-    unfit_to_ship,
     summary,
+    unfit_to_ship,
     verify_plan,
 )
 from tunempi.units import format_size
