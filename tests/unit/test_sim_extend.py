@@ -72,6 +72,19 @@ def test_gaining_keeps_a_winner_only_where_it_beats_the_default_by_5_percent_and
     assert _picks("gaining") == ["a", D, D, D]
 
 
+def test_the_tunings_selection_and_estimates_stand_in_where_it_measured_less() -> None:
+    """A strategy measures contenders only: its selection names the winner, its estimate the latency of an
+    algorithm it did not measure; a measured median still wins over an estimate."""
+    top, below = _cell(4, 1024), _cell(2, 1024)
+    medians = {key: v for key, v in _evidence().medians.items() if key not in ((top, "a"), (below, "a"))}
+    # 1024 B: the tuning selected a at 2 and 4 nodes, estimated 2x / 1.25x faster than the measured default.
+    evidence = Evidence(medians, selection={top: "a", below: "a"},
+                        estimates={(top, "a"): 25.5, (below, "a"): 48.0, (top, "b"): 1.0})
+    assert evidence.winner(top) == "a" and evidence.latency(top, "b") == 50  # measured, not the estimate
+    assert _picks("held", evidence)[2] == "a" and _picks("gaining", evidence)[2] == "a"
+    assert _picks("gaining")[2] == D  # measured only: b wins at 4 nodes by 2 %
+
+
 def test_with_one_measured_node_count_held_and_gaining_extend_nothing() -> None:
     """One node's evidence says nothing of how a winner scales across nodes: the library keeps its own."""
     one_node = _evidence(node_counts=(1,))

@@ -9,7 +9,7 @@ the measured scales"); tune and a catalog call `extend(EXTENSION_POLICY, evidenc
 
 A cell of size s at R ranks looks at the measured cells of the same size at the largest measured node
 counts (a rank count on fewer nodes says little about many: the network enters). The winner there is the
-measured algorithm with the lowest median (never `default`).
+tuning's selection, else the measured algorithm with the lowest median (never `default`).
 """
 
 from __future__ import annotations
@@ -58,29 +58,41 @@ class Prediction:
 
 
 class Evidence:
-    """The median latency of every measured (cell, algorithm), `default` included."""
+    """What a tuning knows at its measured scales: the median latency of every measured (cell, algorithm),
+    `default` included; optionally the tuning's own `selection` there (the winner it writes: a strategy
+    measures only the contenders, so its choice can be a model's) and its `estimates` (latency, us) of the
+    algorithms it did not measure in a cell. A measurement always wins over an estimate."""
 
-    def __init__(self, medians: Mapping[tuple[Cell, str], float]) -> None:
+    def __init__(self, medians: Mapping[tuple[Cell, str], float], *, selection: Mapping[Cell, str] | None = None,
+                 estimates: Mapping[tuple[Cell, str], float] | None = None) -> None:
         self.medians = {key: float(v) for key, v in medians.items() if np.isfinite(v) and v > 0}
-        self.cells = sorted({cell for cell, _ in self.medians})
+        self.selection = {c: a for c, a in (selection or {}).items() if a != DEFAULT_ALGORITHM}
+        self.estimates = {key: float(v) for key, v in (estimates or {}).items() if np.isfinite(v) and v > 0}
+        self.cells = sorted({cell for cell, _ in self.medians} | set(self.selection))
         self.node_counts = sorted({cell.nodes for cell in self.cells})
 
     @classmethod
-    def from_records(cls, records: Iterable[MeasurementRecord]) -> Evidence:
+    def from_records(cls, records: Iterable[MeasurementRecord], *, selection: Mapping[Cell, str] | None = None,
+                     estimates: Mapping[tuple[Cell, str], float] | None = None) -> Evidence:
         runs: dict[tuple[Cell, str], list[float]] = {}
         for record in records:
             if record.ok:
                 runs.setdefault((record.cell, record.algorithm), []).append(record.measured_us)
-        return cls({key: float(np.median(values)) for key, values in runs.items()})
+        return cls({key: float(np.median(values)) for key, values in runs.items()}, selection=selection,
+                   estimates=estimates)
 
     @property
     def max_ranks(self) -> int:
         return max((cell.ranks for cell in self.cells), default=0)
 
     def latency(self, cell: Cell, algorithm: str) -> float | None:
-        return self.medians.get((cell, algorithm))
+        measured = self.medians.get((cell, algorithm))
+        return measured if measured is not None else self.estimates.get((cell, algorithm))
 
     def winner(self, cell: Cell) -> str | None:
+        """The tuning's selection in the cell if it has one, else the fastest measured algorithm."""
+        if cell in self.selection:
+            return self.selection[cell]
         measured = [(v, a) for (c, a), v in self.medians.items() if c == cell and a != DEFAULT_ALGORITHM]
         return min(measured)[1] if measured else None
 

@@ -155,7 +155,15 @@ def _prediction(strategy: Strategy, cells: Sequence[Cell]) -> Prediction | None:
 def _score_policies(policies: Sequence[str], strategy: Strategy, backend: ReplayBackend, oracle: Oracle,
                     max_ranks: int, final: Mapping[Cell, str]) -> dict[str, np.ndarray]:
     """Each policy's slowdowns in the oracle's cells above `max_ranks` (NaN in the others)."""
-    evidence = Evidence.from_records([*strategy.records, *backend.default_records(max_ranks)])
+    # The winners are what the strategy would write at its measured scales; their latency where it did not
+    # measure them is its estimate (the default's is always measured: tune measures it in every cell).
+    estimate = np.exp(strategy.estimate_log_latency())
+    estimates = {(cell, algorithm): float(estimate[i, j]) for i, cell in enumerate(strategy.space.cells)
+                 if cell.ranks <= max_ranks for j, algorithm in enumerate(strategy.space.algorithms)
+                 if strategy.usable_mask()[i, j] and np.isfinite(estimate[i, j])}
+    evidence = Evidence.from_records([*strategy.records, *backend.default_records(max_ranks)],
+                                     selection={c: a for c, a in final.items() if c.ranks <= max_ranks},
+                                     estimates=estimates)
     above = [c for c in oracle.cells if c.ranks > max_ranks]
     prediction = _prediction(strategy, above) if {"model", "agree"} & set(policies) else None
     inside = np.array([c.ranks <= max_ranks for c in oracle.cells])
