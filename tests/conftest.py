@@ -7,9 +7,14 @@ import signal
 import sys
 import tempfile
 import time
+from collections.abc import Iterator
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pytest
+
+if TYPE_CHECKING:
+    from tunempi.launch.cluster import EmulatedCluster
 
 # Tests that stop a tunempi command with Ctrl-C (SIGINT) need it to reach the command. A shell without job
 # control starts a background job (`make test &`, `setsid bash -c '...' &`) with SIGINT ignored, every
@@ -146,3 +151,20 @@ def pytest_sessionfinish(session, exitstatus):  # noqa: ARG001 - pytest's hook s
     from tunempi.mpi.shared_memory import remove_left_behind
 
     remove_left_behind(_SESSION_STARTED)
+
+
+def emulated_cluster(directory: Path, nodes: int, slots: int, *, slurm: bool = False) -> Iterator[EmulatedCluster]:
+    """An emulated cluster for a module's tests (`yield from` it in a fixture); skipped without root. Stopped,
+    and checked to leave no process behind, even when a test fails."""
+    from tunempi.launch.cluster import EmulatedCluster
+
+    if os.geteuid() != 0:
+        pytest.skip("emulated nodes need root (unshare --uts gives each node its own host name)")
+    cluster = EmulatedCluster(directory)
+    try:
+        status = cluster.start(nodes, slots=slots, slurm=slurm)
+        assert status.state == "running", status
+        yield cluster
+    finally:
+        cluster.stop()
+        assert cluster.processes({}) == {}, "the cluster left processes behind"

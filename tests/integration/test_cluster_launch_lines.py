@@ -18,7 +18,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from conftest import require_system
+from conftest import emulated_cluster, require_system
 
 from tunempi.launch.cluster import EmulatedCluster
 from tunempi.mpi.build import build_c
@@ -44,15 +44,7 @@ def documented_lines() -> list[str]:
 
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[EmulatedCluster]:
-    if os.geteuid() != 0:
-        pytest.skip("emulated nodes need root (unshare --uts gives each node its own host name)")
-    emulated = EmulatedCluster(tmp_path_factory.mktemp("cluster"))
-    try:
-        assert emulated.start(2, slots=1).state == "running"
-        yield emulated
-    finally:
-        emulated.stop()
-        assert emulated.processes({}) == {}, "the cluster left processes behind"
+    yield from emulated_cluster(tmp_path_factory.mktemp("cluster"), nodes=2, slots=1)
 
 
 @pytest.mark.parametrize("index", range(4), ids=["mpich", "impi", "openmpi-5", "openmpi-4-debian"])
