@@ -29,6 +29,9 @@ if TYPE_CHECKING:
 
 #: The directories and files of a work directory.
 PROFILE = "profile.json"
+#: The profiled run's stdout and stderr (miniAMR's ran to 24,000 lines), and the lines of it a failure shows.
+PROFILE_LOG = "profile-run.log"
+PROFILE_TAIL_LINES = 20
 TUNED = "tuned"
 ONLINE_STATE = "online-state"
 ONLINE_BEST = "online-best"
@@ -156,15 +159,21 @@ class LibrarySteps(StepRunner):
         library = self.library(ctx)
         path = ctx.directory / PROFILE
         build_interposer(library)  # compiled on first use: not part of the run's time
+        log = ctx.directory / PROFILE_LOG
+        log.unlink(missing_ok=True)
+        ctx.listener.note(f"the application's output goes to {log}")
         started = time.monotonic()
-        run = run_profiled(ctx.request.command, library, path)
+        run = run_profiled(ctx.request.command, library, path, log=log)
         run_s = time.monotonic() - started
         if not run.written or run.returncode != 0:
+            lines = log.read_text(errors="replace").splitlines() if log.exists() else []
+            tail = "".join(f"\n  {line}" for line in lines[-PROFILE_TAIL_LINES:])
             raise TunempiError(f"the profiled run failed (exit status {run.returncode}): the application must "
-                               f"reach MPI_Finalize under {library.name} ({library.prefix}); fix the launch line")
+                               f"reach MPI_Finalize under {library.name} ({library.prefix}); fix the launch line. "
+                               f"The end of its output (its whole output is in {log}):{tail or ' (none)'}")
         profile = load_profile(run.output)
         wall = profile.wall_s or 1.0
-        return {"profile": str(run.output), "run_s": round(run_s, 3), "library": library.spec,
+        return {"profile": str(run.output), "log": str(log), "run_s": round(run_s, 3), "library": library.spec,
                 "library_name": library.name, "ranks": profile.header.get("ranks"),
                 "nodes": profile.header.get("nodes"), "elapsed_s": profile.elapsed_s,
                 "mpi_share": profile.mpi_s / wall, "collective_share": profile.collective_s / wall,

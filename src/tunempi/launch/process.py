@@ -404,8 +404,10 @@ def run_in_foreground(
     *,
     cwd: str | os.PathLike[str] | None = None,
     grace_s: float = 5.0,
+    output: str | os.PathLike[str] | None = None,
 ) -> int:
-    """Run a launch that keeps the terminal: stdin, stdout and stderr are this process's, and it stays in
+    """Run a launch that keeps the terminal: stdin, stdout and stderr are this process's (`output`: stdout and
+    stderr go to that file instead, as they come, for a caller whose own output they would drown), and it stays in
     this process group, so a terminal's Ctrl-C reaches the launcher as usual; returns its return code
     (negative: killed by that signal).
 
@@ -418,10 +420,15 @@ def run_in_foreground(
     argv = [str(a) for a in argv]
     launch_id = uuid.uuid4().hex
     mpi_job_starting()
+    log = open(output, "ab") if output is not None else None  # noqa: SIM115 - closed once started
     try:
-        proc = subprocess.Popen(argv, env=_prepare_env(env, launch_id), cwd=cwd)
+        proc = subprocess.Popen(argv, env=_prepare_env(env, launch_id), cwd=cwd, stdout=log,
+                                stderr=subprocess.STDOUT if log is not None else None)
     except OSError as exc:
         raise LaunchError(f"cannot start {argv[0]}: {exc.strerror or exc}") from exc
+    finally:
+        if log is not None:
+            log.close()  # the child has its own descriptor
     _remember(launch_id, proc, own_session=False)
     try:
         return proc.wait()

@@ -38,8 +38,10 @@ def interposer_env(interposer: Path, output: Path, mode: str = "profile") -> dic
     return env
 
 
-def run_profiled(argv: Sequence[str], library: MPILibrary, output: Path | str) -> ProfileRun:
-    """Run `argv` (a launcher command line, or a single program) with the profiling interposer.
+def run_profiled(argv: Sequence[str], library: MPILibrary, output: Path | str,
+                 log: Path | None = None) -> ProfileRun:
+    """Run `argv` (a launcher command line, or a single program) with the profiling interposer. `log`: the
+    application's stdout and stderr go there (autotune's), else to the terminal (`tunempi profile`).
 
     The interposer writes to a temporary name beside `output`; the profile replaces `output` only when the
     command succeeded, so a crashed or failed run never destroys the last good profile.
@@ -61,7 +63,7 @@ def run_profiled(argv: Sequence[str], library: MPILibrary, output: Path | str) -
         # Not launch.run_launch: the application keeps the terminal (stdin for `< input`, output as it
         # comes, uncaptured), and Ctrl-C reaches the launcher in the foreground process group as usual.
         # Stopped (Ctrl-C, SIGTERM, SIGHUP), the whole job is killed and `output` is left as it was.
-        returncode = run_in_foreground(command.argv, command.full_env())
+        returncode = run_in_foreground(command.argv, command.full_env(), output=log)
     except LaunchError as exc:
         partial.unlink(missing_ok=True)
         raise MPIError(str(exc)) from exc
