@@ -308,3 +308,23 @@ def test_a_version_2_database_gains_the_comparison_tables_and_keeps_its_rows(tmp
     conn = sqlite3.connect(path)
     assert conn.execute("SELECT version FROM schema_version").fetchone()[0] == schema_module.SCHEMA_VERSION >= 3
     conn.close()
+
+
+def test_compare_progress_shows_each_run_in_a_log():
+    """Rich's bar draws nothing where stderr is a file: a log of `compare` (or autotune's compare step) showed
+    no progress at all until the end (issue 58). There every run is a line."""
+    import io
+
+    from rich.console import Console
+
+    from tunempi.cli.compare import _Progress
+    from tunempi.store.comparisons import ComparisonRun
+
+    log = io.StringIO()
+    progress = _Progress(Console(file=log, width=200))
+    with progress:
+        progress.ran(ComparisonRun(0, "tuned", 1, "ok", value=12.5, wall_s=12.5), 1, 12)
+        progress.ran(ComparisonRun(0, "default", 0, "failed", reason="exit status 1"), 2, 12)
+    lines = log.getvalue().splitlines()
+    assert "run 1/12: block 1 tuned: ok, 12.5 s" in lines
+    assert any(line.startswith("run 2/12: block 1 default: failed: exit status 1") for line in lines)

@@ -13,6 +13,7 @@ import sys
 from collections.abc import Sequence
 
 import typer
+from rich.console import Console
 from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
@@ -105,9 +106,10 @@ def compare(
 
 
 class _Progress(CompareListener):
-    def __init__(self) -> None:
+    def __init__(self, console: Console | None = None) -> None:
+        self.console = console or _err
         columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn())
-        self.progress = Progress(*columns, console=_err, transient=True)
+        self.progress = Progress(*columns, console=self.console, transient=True)
         self.task = self.progress.add_task("comparing", total=None)
         self.done = 0
         self.comparison_id = ""
@@ -122,11 +124,11 @@ class _Progress(CompareListener):
     def started(self, session: CompareSession, comparison_id: str, resumed: int) -> None:
         self.comparison_id = comparison_id
         arms = ", ".join(v.name for v in session.arms)
-        _err.print(f"comparing {escape(arms)} on `{escape(' '.join(session.command))}`: "
-                   f"{escape(session.describe_metric())}; result check: {escape(session.check.describe())}; "
-                   f"{session.min_runs}..{session.max_runs} runs each")
+        self.console.print(f"comparing {escape(arms)} on `{escape(' '.join(session.command))}`: "
+                           f"{escape(session.describe_metric())}; result check: {escape(session.check.describe())}; "
+                           f"{session.min_runs}..{session.max_runs} runs each")
         if resumed:
-            _err.print(f"continuing comparison {comparison_id}: {resumed} runs already recorded")
+            self.console.print(f"continuing comparison {comparison_id}: {resumed} runs already recorded")
         self.done = resumed
         self.progress.update(self.task, completed=resumed)
 
@@ -135,8 +137,13 @@ class _Progress(CompareListener):
         status = "" if run.ok else f" [red]{run.status}[/]: {escape(run.reason[:100])}"
         self.progress.update(self.task, completed=done, total=planned,
                              description=f"block {run.block + 1} {escape(run.variant)}")
-        if status:
-            _err.print(f"block {run.block + 1} {escape(run.variant)}{status}")
+        if not self.console.is_terminal:  # a log: the bar draws nothing there, so every run is a line
+            took = f", {run.wall_s:.1f} s" if run.wall_s is not None else ""
+            how = f"ok{took}" if run.ok else f"{run.status}: {escape(run.reason[:100])}"
+            self.console.print(f"run {done}/{planned}: block {run.block + 1} {escape(run.variant)}: {how}",
+                               highlight=False)
+        elif status:
+            self.console.print(f"block {run.block + 1} {escape(run.variant)}{status}")
 
     def block_done(self, block: int, verdicts: Sequence[VariantVerdict]) -> None:
         pass
