@@ -64,3 +64,24 @@ def test_a_bare_mpiexec_is_the_same_library_in_profile_autotune_compare_and_sear
     assert launch_line_library(None, line) == mpich
     # a launcher the line names by its path is that library's, in every command alike
     assert launch_line_library(None, [str(openmpi.mpiexec), "-n", "2", "./app"]) == openmpi
+
+
+def test_a_launcher_named_by_its_path_is_that_library_s_in_profile_and_online(tmp_path: Path, monkeypatch) -> None:
+    """No --mpi, the embedded Open MPI's mpirun by its path: profile and online run build their interposer for
+    Open MPI (before, for the default MPICH, whose interposer the Open MPI ranks could not run)."""
+    openmpi = resolve_library("openmpi")
+    program = build_c(openmpi, [SOURCE], "allreduce_loop", werror=True)
+    monkeypatch.chdir(tmp_path)
+    for name in [k for k in os.environ if k.startswith("TUNEMPI_")]:
+        monkeypatch.delenv(name)
+    line = [str(openmpi.mpiexec), "-n", "2", str(program)]
+    runner = CliRunner()
+
+    profiled = runner.invoke(app, ["profile", "-o", "p.json", "--", *line])
+    assert profiled.exit_code == 0, profiled.output[-3000:]
+    assert "Open MPI" in json.loads((tmp_path / "p.json").read_text())["header"]["library"]
+
+    online = runner.invoke(app, ["online", "run", "--state", "state", "--collectives", "allreduce", "--", *line])
+    assert online.exit_code == 0, online.output[-3000:]
+    [record] = (tmp_path / "state" / "runs").glob("batch-*/run-*.json")
+    assert openmpi.version in record.read_text()

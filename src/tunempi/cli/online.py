@@ -149,7 +149,9 @@ def run(
     nonblocking: dict = {}
     if from_profile is not None:
         collectives, mpi, nonblocking = _from_profile(from_profile, collectives, mpi)
-    library = _library(mpi)
+    from tunempi.mpi.discovery import launch_line_library
+
+    library = launch_line_library(mpi, command)  # as every command resolves a launch line's library
     directory = _state_dir(state)
     existing = OnlineState(directory)
     config = existing.config if existing.exists() else OnlineConfig()
