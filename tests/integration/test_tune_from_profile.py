@@ -44,8 +44,12 @@ def test_tune_from_a_profile_with_one_size_per_collective_at_one_layout(tmp_path
     # its reductions pass MPI_SUM and MPI_MAX, every call predefined datatypes: the profile vouches for both
     assert manifest["assumes"] == ["commutative", "contiguous", "same-counts", "true-lb-zero"], tuned.stdout
     said = " ".join(tuned.stdout.split())
-    assert ("the profile vouches for what its calls pass: tuning as with --assume-commutative-ops "
-            "--assume-contiguous-datatypes --assume-same-counts") in said
+    # each flag taken on its own with the calls that vouch for it (issue 58)
+    assert ("tuning as with --assume-commutative-ops: every reduction the profile recorded passed a commutative "
+            "operation (") in said
+    for flag in ("--assume-contiguous-datatypes", "--assume-same-counts"):
+        assert (f"tuning as with {flag}: every collective call the profile recorded passed predefined datatypes "
+                "(") in said
 
     advice = tunempi("advise", "--profile", "a.json", cwd=tmp_path)
     assert advice.returncode == 0, advice.stdout + advice.stderr

@@ -212,3 +212,26 @@ def test_predefined_types_only_where_every_call_s_datatypes_were_seen_and_predef
     assert not load_profile(write(tmp_path, data)).predefined_types_only()
     data["collectives"][2].update(collective="gather", derived_type_calls=0)
     assert not load_profile(write(tmp_path, data)).predefined_types_only()
+
+
+def test_each_vouched_assume_flag_names_the_profile_evidence_for_it(tmp_path: Path) -> None:
+    """autotune added --assume-contiguous-datatypes --assume-same-counts --assume-commutative-ops on its own with
+    no word of why (issue 58): each flag comes with what the profile recorded that vouches for it."""
+    from tunempi.profile.advise import vouched_evidence
+
+    data = sample()
+    assert vouched_evidence(load_profile(write(tmp_path, data))) == {}  # nothing recorded: nothing vouched
+    for row in data["collectives"]:
+        row.update(typed_calls=row["calls"], derived_type_calls=0)
+        if row["collective"] == "allreduce":
+            row.update(op_calls=row["calls"], noncommutative_calls=0)
+    profile = load_profile(write(tmp_path, data))
+    found = vouched_evidence(profile)
+    typed = sum(r.calls for r in profile.collectives if r.collective != "barrier")
+    reductions = sum(r.calls for r in profile.collectives if r.collective == "allreduce")
+    assert set(found) == {"--assume-commutative-ops", "--assume-contiguous-datatypes", "--assume-same-counts"}
+    assert found["--assume-commutative-ops"] == (f"every reduction the profile recorded passed a commutative "
+                                                 f"operation ({reductions} calls of allreduce)")
+    assert found["--assume-same-counts"] == found["--assume-contiguous-datatypes"]
+    assert found["--assume-same-counts"].startswith(f"every collective call the profile recorded passed "
+                                                    f"predefined datatypes ({typed} calls of ")

@@ -200,7 +200,7 @@ class LibrarySteps(StepRunner):
         from tunempi.collectives import DEFAULT_OBJECTIVE
         from tunempi.mpi.discovery import adapter_for
         from tunempi.mpi.restrictions import ASSUME_FLAGS
-        from tunempi.profile.advise import tune_scope
+        from tunempi.profile.advise import tune_scope, vouched_evidence
         from tunempi.profile.nonblocking import (
             application_objective,
             chosen_objective,
@@ -241,6 +241,9 @@ class LibrarySteps(StepRunner):
                               computations=computations,
                               # what the profile's calls vouch for (commutative ops, predefined datatypes)
                               assume=tuple(sorted(set().union(*(ASSUME_FLAGS[f] for f in scope.vouched_flags())))))
+        evidence = vouched_evidence(profile)
+        for flag in scope.vouched_flags():  # taken on its own: say which of the profile's calls vouch for it
+            ctx.listener.note(f"tuning as with {flag}: {evidence.get(flag, 'the profile vouches for it')}")
         shapes = "".join(f", {c} with {d} counts" for c, d in options.distributions.items())
         ctx.listener.note(f"tuning {', '.join(taken)} at the profile's layout and sizes "
                           f"({scope.min_msg}..{scope.max_msg} bytes{shapes}) for at most {timeout:.0f} s")
@@ -258,7 +261,8 @@ class LibrarySteps(StepRunner):
                 "collectives": taken, "cells": len(manifest.selection), "tuned_cells": tuned,
                 "stop_reason": report.outcome.stop_reason, "at_application_sizes": at_sizes,
                 "measured_cells": cells, "expected": expected_of(profile, cells, manifest, taken),
-                "objective": manifest.objective, "objective_from": manifest.objective_from}
+                "objective": manifest.objective, "objective_from": manifest.objective_from,
+                "assumed": {flag: evidence.get(flag, "") for flag in scope.vouched_flags()}}
 
     def verify(self, ctx: Context) -> dict[str, Any]:
         from tunempi.tune.verify_run import run_verify

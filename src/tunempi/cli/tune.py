@@ -118,7 +118,7 @@ def tune_command(
     computations: tuple[ApplicationComputation, ...] = ()
     if from_profile is not None:
         from tunempi.mpi.discovery import adapter_for, library_for_version_string
-        from tunempi.profile.advise import not_tunable, tune_scope
+        from tunempi.profile.advise import not_tunable, tune_scope, vouched_evidence
         from tunempi.profile.reader import load_profile
 
         profile = load_profile(from_profile)
@@ -147,8 +147,10 @@ def tune_command(
         assume_commutative_ops = assume_commutative_ops or "--assume-commutative-ops" in vouched
         assume_contiguous_datatypes = assume_contiguous_datatypes or "--assume-contiguous-datatypes" in vouched
         assume_same_counts = assume_same_counts or "--assume-same-counts" in vouched
-        if vouched:
-            output_console().print(f"the profile vouches for what its calls pass: tuning as with {' '.join(vouched)}")
+        evidence = vouched_evidence(profile)
+        for flag in vouched:  # taken on its own: say which of the profile's calls vouch for it
+            output_console().print(f"tuning as with {flag}: {evidence.get(flag, 'the profile vouches for it')}",
+                                   soft_wrap=True, highlight=False)
     nodes = nodes or 1
     if ranks is None and ppn is None and nodes == 1:
         ranks = 2

@@ -23,7 +23,14 @@ from tunempi.bench.validate import ENGINE_COLLECTIVES
 from tunempi.collectives import ONLINE_SWITCHABLE, VECTOR_COLLECTIVES
 from tunempi.errors import UsageError
 from tunempi.mpi.vendor import ThresholdKnob, VendorAdapter
-from tunempi.profile.reader import COUNT_SHAPES, P2PBucket, Profile, UsageRow, dominant_shape
+from tunempi.profile.reader import (
+    COUNT_SHAPES,
+    CollectiveRecord,
+    P2PBucket,
+    Profile,
+    UsageRow,
+    dominant_shape,
+)
 from tunempi.space.feature import Cell, is_power_of_two, power_of_two_ceil, power_of_two_floor
 from tunempi.store.dataset import DatasetRow
 
@@ -325,6 +332,26 @@ class TuneScope:
         """The tune --assume flags the profile's calls vouch for (mpi/restrictions.ASSUME_FLAGS)."""
         return (("--assume-commutative-ops",) if self.commutative_ops else ()) + (
             ("--assume-contiguous-datatypes", "--assume-same-counts") if self.predefined_types else ())
+
+
+def vouched_evidence(profile: Profile) -> dict[str, str]:
+    """Each tune --assume flag the profile's calls vouch for (TuneScope.vouched_flags) -> what the profile recorded
+    that vouches for it, so a tune that takes the flag on its own can say why."""
+    def calls(rows: Sequence[CollectiveRecord]) -> str:
+        by: dict[str, int] = defaultdict(int)
+        for row in rows:
+            by[row.collective] += row.calls
+        return f"{sum(by.values())} calls of {', '.join(sorted(by))}" if by else "none recorded"
+
+    found: dict[str, str] = {}
+    if profile.commutative_ops_only():
+        found["--assume-commutative-ops"] = ("every reduction the profile recorded passed a commutative operation "
+                                             f"({calls(profile.reduction_rows())})")
+    if profile.predefined_types_only():
+        typed = ("every collective call the profile recorded passed predefined datatypes "
+                 f"({calls(profile.typed_rows())}): contiguous, lower bound 0, counting alike on every rank")
+        found.update({"--assume-contiguous-datatypes": typed, "--assume-same-counts": typed})
+    return found
 
 
 def count_shape_text(collective: str, shapes: Mapping[str, int]) -> str:

@@ -236,10 +236,17 @@ class Profile:
     def commutative_ops_only(self, collectives: Iterable[str] | None = None) -> bool:
         """Every reduction of the profile (of `collectives`, if given) passed a commutative operation, and the
         profile recorded it (a profile from before it did says nothing: False). True where none reduces."""
+        return all(r.op_calls is not None and r.noncommutative_calls == 0 for r in self.reduction_rows(collectives))
+
+    def reduction_rows(self, collectives: Iterable[str] | None = None) -> list[CollectiveRecord]:
+        """The rows of the collectives that reduce (of `collectives`, if given): what commutative_ops_only reads."""
         wanted = None if collectives is None else set(collectives)
-        rows = [r for r in self.collectives if (wanted is None or r.collective in wanted)
+        return [r for r in self.collectives if (wanted is None or r.collective in wanted)
                 and (r.op_calls or r.collective.removeprefix("i") in REDUCTIONS | {"scan", "exscan"})]
-        return all(r.op_calls is not None and r.noncommutative_calls == 0 for r in rows)
+
+    def typed_rows(self) -> list[CollectiveRecord]:
+        """The rows whose datatypes count (every collective but barrier): what predefined_types_only reads."""
+        return [r for r in self.collectives if r.collective.removeprefix("i") != "barrier"]
 
     def predefined_types_only(self) -> bool:
         """Every collective call of the profile passed predefined datatypes only, and the profile saw every
@@ -247,9 +254,8 @@ class Profile:
         (gather, scatter and their v forms), no alltoallw, and a file from before it recorded them says
         nothing (False). Predefined types are contiguous, start at the buffer pointer and count alike on every
         rank: what tune --assume-contiguous-datatypes --assume-same-counts vouch for."""
-        rows = [r for r in self.collectives if r.collective.removeprefix("i") != "barrier"]
         return all(r.collective.removeprefix("i") in FULLY_TYPED and r.typed_calls == r.calls
-                   and r.derived_type_calls == 0 for r in rows)
+                   and r.derived_type_calls == 0 for r in self.typed_rows())
 
     def dominant_shapes(self) -> dict[str, str]:
         """collective -> the shape most of its classified calls had (dominant_shape)."""
