@@ -6,6 +6,7 @@ the command would create shows whether anything was launched.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import shutil
@@ -17,7 +18,8 @@ import pytest
 
 from tunempi.bench.protocol import MeasureSettings
 from tunempi.errors import UsageError
-from tunempi.mpi.discovery import resolve_library
+from tunempi.mpi.discovery import adapter_for, resolve_library
+from tunempi.rules import SelectionTable, build_rule_sets
 from tunempi.tune.apply import check_tuning_files, command_for_library, tuning_library
 from tunempi.tune.job import TuneOptions, run_tune
 from tunempi.tune.manifest import Manifest
@@ -120,3 +122,33 @@ def test_run_refuses_with_exit_2_before_launching(directories: dict[str, Path], 
     intact = tunempi_run(directories["openmpi"], "mpiexec", "-n", "1", "touch", str(marker))
     assert intact.returncode == 0, intact.stderr
     assert marker.exists()
+
+
+def known_tuning(directory: Path, tmp_path: Path) -> Path:
+    """A copy of a real tuning directory whose files select recursive doubling for allreduce at 2 ranks (the
+    adapter's own files; a tiny tune may keep the default everywhere)."""
+    copy = tmp_path / "known"
+    shutil.copytree(directory, copy)
+    manifest = Manifest.load(copy)
+    rule_sets = build_rule_sets(SelectionTable.from_items(
+        ("allreduce", 2, size, "recursive_doubling") for size in (8, 65536)))
+    written = adapter_for(tuning_library(manifest)).write_tuning_files(rule_sets, copy)
+    dataclasses.replace(manifest, rule_sets=rule_sets, files=dict(written.files), env_files=dict(written.env_files),
+                        env=dict(written.env)).save()
+    return copy
+
+
+def test_run_names_the_jobs_layout_and_warns_outside_what_was_measured(directories: dict[str, Path],
+                                                                      tmp_path: Path) -> None:
+    """Issue 57: tuned at 2 ranks on one node; a 3-rank job still runs, told that MPI_COMM_WORLD keeps the
+    library's choice; a 2-rank job is only named."""
+    tuning = known_tuning(directories["mpich"], tmp_path)
+    inside = tunempi_run(tuning, "mpiexec", "-n", "2", "true")
+    assert inside.returncode == 0, inside.stderr
+    assert "tunempi run: the job: 2 ranks on 1 node, 2 per node (-n 2, this machine); the tuning measured 2 ranks " \
+           "on 1 node" in inside.stderr
+    assert "lies outside" not in inside.stderr
+    outside = tunempi_run(tuning, "mpiexec", "-n", "3", "true")
+    assert outside.returncode == 0, outside.stderr
+    assert "tunempi run: warning: 3 ranks lies outside what the tuning measured (2 ranks on 1 node): allreduce run " \
+           "the library's own choice on MPI_COMM_WORLD" in " ".join(outside.stderr.split())

@@ -13,9 +13,10 @@ import typer
 from tunempi.cli.paths import directory_option
 from tunempi.errors import UsageError
 from tunempi.launch import LaunchError, run_in_foreground
-from tunempi.mpi.discovery import SPEC_HELP
+from tunempi.launch.layout import job_layout
+from tunempi.mpi.discovery import SPEC_HELP, adapter_for
 from tunempi.report.tuning import application_warnings, assumption_lines
-from tunempi.tune.apply import check_tuning_files, command_for_library, tuning_library
+from tunempi.tune.apply import check_tuning_files, command_for_library, layout_notes, tuning_library
 from tunempi.tune.manifest import Manifest
 
 
@@ -49,6 +50,12 @@ def run_command(
         return
     if not command:
         raise UsageError("no command given; usage: tunempi run --tuning DIR -- mpiexec -n 8 ./app")
+    # The job's layout against what the tuning measured (issue 57): outside it, it still runs.
+    notes, warnings = layout_notes(manifest, job_layout(command, library), adapter_for(library))
+    for line in notes:
+        print(f"tunempi run: {line}", file=sys.stderr)
+    for line in warnings:
+        print(f"tunempi run: warning: {line}", file=sys.stderr)
     argv, launcher_env = command_for_library(command, library)
     # A child, not exec: stopped (Ctrl-C, SIGTERM, SIGHUP), tunempi kills the whole job, which a launcher
     # left to itself does not always do (docs/launch.md, "Stopping a run").

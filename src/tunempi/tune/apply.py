@@ -15,7 +15,10 @@ from collections.abc import Sequence
 from tunempi.errors import UsageError
 from tunempi.launch import launcher_for_argv, own_launcher
 from tunempi.launch.launchers import OpenMPILauncher, SrunLauncher
+from tunempi.launch.layout import JobLayout
 from tunempi.mpi.library import MPILibrary
+from tunempi.mpi.vendor import VendorAdapter
+from tunempi.rules import DEFAULT_ALGORITHM, INTERPOLATED, LIBRARY
 from tunempi.tune.manifest import Manifest
 
 
@@ -84,3 +87,53 @@ def command_for_library(argv: Sequence[str], library: MPILibrary) -> tuple[list[
     if isinstance(launcher, OpenMPILauncher) and launcher.as_root:
         return argv, dict(OpenMPILauncher.ROOT_ENV)
     return argv, {}
+
+
+def layout_words(ranks: int, nodes: int, ppn: int) -> str:
+    return f"{ranks} ranks on {nodes} node{'s' if nodes != 1 else ''}" + (f" ({ppn} per node)" if nodes > 1 else "")
+
+
+def layout_notes(manifest: Manifest, layout: JobLayout, adapter: VendorAdapter) -> tuple[list[str], list[str]]:
+    """What `run` says of the job's layout against the layouts the tuning measured: (notes, warnings).
+
+    The files act only at the communicator sizes measured, interpolated between two that agree (issue 57):
+    a job outside them still runs, with the library's own choice on MPI_COMM_WORLD, and is told so.
+    """
+    measured = sorted({tuple(scale[:3]) for scale in manifest.scales if len(scale) >= 3})
+    tuned = "; ".join(layout_words(*scale) for scale in measured) or "no layout"
+    notes = [f"the job: {layout.text()}; the tuning measured {tuned}"]
+    tuned_sets = {c: rule_set for c, rule_set in manifest.rule_sets.items()
+                  if set(rule_set.algorithms()) != {DEFAULT_ALGORITHM}}
+    if layout.ranks is None or not tuned_sets:
+        if tuned_sets:
+            notes.append("the launch line does not say how many ranks: the tuned rules act only at the "
+                         "communicator sizes `tunempi report` shows")
+        return notes, []
+    ranks = layout.ranks
+    # what the library cannot bound (Open MPI's libnbc value) acts at every size: said apart below
+    unbounded = sorted(c for c in tuned_sets if not adapter.selects_by_communicator_size(c))
+    basis = {collective: next(c.basis for c in rule_set.coverage() if c.contains(ranks))
+             for collective, rule_set in tuned_sets.items() if collective not in unbounded}
+    warnings: list[str] = []
+    outside = sorted(c for c, how in basis.items() if how == LIBRARY)
+    if outside:
+        own = ("own choice" if adapter.files_keep_library_choice_elsewhere() else
+               "untuned basic logic (this library's files replace its tuned choice at every size of a "
+               "collective they set)")
+        warnings.append(f"{ranks} ranks lies outside what the tuning measured ({tuned}): {', '.join(outside)} "
+                        f"run the library's {own} on MPI_COMM_WORLD; communicators of a measured size keep the "
+                        f"tuned rules")
+    between = sorted(c for c, how in basis.items() if how == INTERPOLATED)
+    if between:
+        notes.append(f"{ranks} ranks lies between measured sizes: {', '.join(between)} take the rules both "
+                     f"neighbours measured alike, the library's own choice where they differ")
+    same_size = [scale for scale in measured if scale[0] == ranks]
+    other_nodes = layout.nodes is not None and all(scale[1] != layout.nodes for scale in same_size)
+    if same_size and other_nodes:
+        warnings.append(f"{ranks} ranks were measured as {'; '.join(layout_words(*s) for s in same_size)}, this "
+                        f"job spans {layout.nodes} node{'s' if layout.nodes != 1 else ''}: the files tell "
+                        f"communicator sizes apart, not layouts, so the rules measured there act here unmeasured")
+    if unbounded and (not same_size or other_nodes):
+        warnings.append(f"{', '.join(unbounded)}: one value for every call and communicator size (the library "
+                        f"cannot bound it), measured only at {tuned}")
+    return notes, warnings

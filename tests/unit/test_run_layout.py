@@ -1,0 +1,67 @@
+"""What `tunempi run` says of a job's layout against the layouts its tuning measured (issue 57)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from tunempi.launch.layout import JobLayout
+from tunempi.mpi.impi import IntelMPIAdapter
+from tunempi.mpi.library import MPILibrary
+from tunempi.mpi.openmpi import OpenMPIAdapter
+from tunempi.mpi.vendor import Algorithm, VendorAdapter
+from tunempi.rules import SelectionTable, build_rule_sets
+from tunempi.tune.apply import layout_notes
+from tunempi.tune.manifest import LibraryRecord, Manifest
+
+CATALOG = {"allreduce": [Algorithm("basic_linear", 1), Algorithm("recursive_doubling", 3)],
+           "bcast": [Algorithm("linear", 1), Algorithm("binomial", 2)],
+           "iallreduce": [Algorithm("recursive_doubling", 1), Algorithm("binomial", 2)]}
+
+
+def adapter(kind: type[VendorAdapter], vendor: str) -> VendorAdapter:
+    prefix = Path("/nonexistent") / vendor
+    library = MPILibrary(vendor=vendor, version="1", version_string="", device="", prefix=prefix,
+                         mpicc=prefix / "bin/mpicc", mpiexec=prefix / "bin/mpiexec")
+    return kind(library, CATALOG, {c: Algorithm("default", 0) for c in CATALOG}, [])
+
+
+def manifest(tmp_path: Path, measured: dict[int, str], scales: tuple[tuple[int, int, int], ...]) -> Manifest:
+    """allreduce measured at `measured` ranks (rank count -> winner), bcast left to the library everywhere."""
+    items = [("allreduce", ranks, size, winner) for ranks, winner in measured.items() for size in (8, 65536)]
+    items += [("bcast", 2, 8, "default"), ("iallreduce", 2, 8, "binomial")]
+    record = LibraryRecord("openmpi-5.0.11", "openmpi", "5.0.11", "fp", "/x", "/x/bin/mpicc")
+    return Manifest(directory=tmp_path, library=record, scales=scales,
+                    rule_sets=build_rule_sets(SelectionTable.from_items(items)))
+
+
+def test_a_job_at_the_measured_layout_is_named_and_not_warned(tmp_path: Path) -> None:
+    notes, warnings = layout_notes(manifest(tmp_path, {2: "recursive_doubling"}, ((2, 1, 2),)),
+                                   JobLayout(2, 1, 2, "-n 2, this machine"), adapter(OpenMPIAdapter, "openmpi"))
+    assert notes == ["the job: 2 ranks on 1 node, 2 per node (-n 2, this machine); the tuning measured 2 ranks on "
+                     "1 node"]
+    assert warnings == []
+
+
+def test_a_larger_job_is_warned_and_what_cannot_be_bounded_is_named(tmp_path: Path) -> None:
+    tuned = manifest(tmp_path, {2: "recursive_doubling"}, ((2, 1, 2),))
+    notes, warnings = layout_notes(tuned, JobLayout(64, 8, 8, "-n 64"), adapter(OpenMPIAdapter, "openmpi"))
+    assert warnings == [
+        "64 ranks lies outside what the tuning measured (2 ranks on 1 node): allreduce run the library's own "
+        "choice on MPI_COMM_WORLD; communicators of a measured size keep the tuned rules",
+        "iallreduce: one value for every call and communicator size (the library cannot bound it), measured "
+        "only at 2 ranks on 1 node"]  # bcast keeps the library's choice everywhere: nothing to say
+    _, intel = layout_notes(tuned, JobLayout(64, 8, 8), adapter(IntelMPIAdapter, "impi"))
+    assert "allreduce run the library's untuned basic logic (this library's files replace" in intel[0]
+
+
+def test_same_size_on_other_nodes_and_between_measured_sizes(tmp_path: Path) -> None:
+    tuned = manifest(tmp_path, {2: "recursive_doubling", 8: "recursive_doubling"}, ((2, 1, 2), (8, 1, 8)))
+    openmpi = adapter(OpenMPIAdapter, "openmpi")
+    notes, warnings = layout_notes(tuned, JobLayout(4, 1, 4), openmpi)
+    assert "4 ranks lies between measured sizes: allreduce take the rules both neighbours measured alike" in notes[1]
+    assert [w.split(":")[0] for w in warnings] == ["iallreduce"]  # not measured at 4: said; allreduce is not
+    _, across = layout_notes(tuned, JobLayout(2, 2, 1), openmpi)
+    assert across[0] == ("2 ranks were measured as 2 ranks on 1 node, this job spans 2 nodes: the files tell "
+                         "communicator sizes apart, not layouts, so the rules measured there act here unmeasured")
+    unknown, nothing = layout_notes(tuned, JobLayout(source="not a launch line"), openmpi)
+    assert "does not say how many ranks" in unknown[1] and nothing == []
