@@ -195,3 +195,16 @@ def test_tune_counts_the_cells_its_files_select_not_its_decisions(manifest: Mani
     console = Console(record=True, width=400)
     TuneProgress(console).written(FilesWritten(manifest, manifest.directory / "manifest.json"))
     assert "the files select another algorithm than the library's default in 2 of 4 cells" in console.export_text()
+
+
+def test_each_rule_shows_its_range_and_how_it_got_it(manifest: Manifest, tmp_path: Path) -> None:
+    """Issue 57: allreduce was measured at 2 ranks, bcast at 4: every other size is the library's own."""
+    console = Console(width=200, record=True)
+    console.print(rules_table(manifest))
+    rows = [" ".join(line.replace("│", " ").split()) for line in console.export_text().splitlines()]
+    assert "allreduce 1..1 library's own (not measured) 1 >= 0B default" in rows
+    assert any(row.startswith("2..2 measured 2 ") for row in rows)
+    assert any(row.startswith("3+ library's own (not measured) 3+") for row in rows)
+    assert any(row.startswith("bcast 1..3 library's own (not measured) 1..3") for row in rows)
+    page = write_html(manifest, {}, tmp_path / "r.html").read_text()
+    assert "<td>measured 4</td>" in page and "<th>evidence</th>" in page

@@ -20,6 +20,7 @@ from pathlib import Path
 from rich.table import Table
 
 from tunempi.collectives import is_nonblocking
+from tunempi.rules import INTERPOLATED, LIBRARY, MEASURED, CommBlock
 from tunempi.tune.manifest import CompositionRecord, Manifest
 from tunempi.units import format_size
 
@@ -77,21 +78,29 @@ def geo_mean(values: Sequence[float]) -> float | None:
     return math.exp(sum(math.log(v) for v in values) / len(values)) if values else None
 
 
+def block_evidence(block: CommBlock) -> str:
+    """How a block's communicator sizes got their rules (issue 57): 'measured 2, interpolated 3, measured 4'."""
+    words = {MEASURED: "measured", INTERPOLATED: "interpolated", LIBRARY: "library's own (not measured)"}
+    return ", ".join(f"{words[c.basis]} {c.text()}" for c in block.coverage())
+
+
 def rules_table(manifest: Manifest) -> Table:
-    """The rule sets as written into the files: per collective and communicator-size block."""
+    """The rule sets as written into the files: per collective and communicator-size block, and how each
+    block's sizes got their rules (measured, interpolated, or the library's own)."""
     table = Table(title=f"{manifest.library.name}: selected algorithms (as written to the files)")
-    for header in ("collective", "ranks", "message sizes", "algorithm"):
+    for header in ("collective", "ranks", "evidence", "message sizes", "algorithm"):
         table.add_column(header)
     for collective, rule_set in sorted(manifest.rule_sets.items()):
         for block in rule_set.blocks:
             ranks = f"{block.min_ranks}+" if block.max_ranks is None else f"{block.min_ranks}..{block.max_ranks}"
+            evidence = block_evidence(block)
             low = 0
             for rule in block.rules:
                 sizes = (f"{format_size(low)}..{format_size(rule.max_bytes)}" if rule.max_bytes is not None
                          else f">= {format_size(low)}")
-                table.add_row(collective, ranks, sizes, rule.algorithm)
+                table.add_row(collective, ranks, evidence, sizes, rule.algorithm)
                 low = (rule.max_bytes or 0) + 1
-                collective = ranks = ""
+                collective = ranks = evidence = ""
     return table
 
 
@@ -562,7 +571,8 @@ def write_html(manifest: Manifest, plots: dict[str, Path], path: Path) -> Path:
 
     body.append("<h2>What was tuned</h2><p>The selection as written to the files: per collective and "
                 "communicator size, the algorithm of each message-size range (grey: the library's own "
-                "choice).</p><table><tr><th>collective</th><th>ranks</th><th>message sizes: algorithm</th></tr>")
+                "choice).</p><table><tr><th>collective</th><th>ranks</th><th>evidence</th>"
+                "<th>message sizes: algorithm</th></tr>")
     for collective, rule_set in sorted(manifest.rule_sets.items()):
         for block in rule_set.blocks:
             ranks = f"{block.min_ranks}+" if block.max_ranks is None else f"{block.min_ranks}..{block.max_ranks}"
@@ -574,7 +584,8 @@ def write_html(manifest: Manifest, plots: dict[str, Path], path: Path) -> Path:
                 chips.append(f"<span class='{kind}'><span class='range'>{e(sizes)}</span> {e(rule.algorithm)}"
                              "</span>")
                 low = (rule.max_bytes or 0) + 1
-            body.append(f"<tr><td>{e(collective)}</td><td>{e(ranks)}</td><td>{''.join(chips)}</td></tr>")
+            body.append(f"<tr><td>{e(collective)}</td><td>{e(ranks)}</td><td>{e(block_evidence(block))}</td>"
+                        f"<td>{''.join(chips)}</td></tr>")
     body.append("</table>")
     files = ", ".join(e(name) for name in manifest.files.values())
     smoke = ", ".join(f"{s.ranks} ranks {'passed' if s.ok else 'FAILED'}" for s in manifest.smoke)
