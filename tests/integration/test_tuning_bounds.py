@@ -93,3 +93,17 @@ def test_between_two_measured_sizes_with_one_winner_the_files_interpolate(
                 assert seen == trace != without[(communicator, size)], where
             else:
                 assert seen == without[(communicator, size)], where
+
+
+def test_intel_mpi_strings_cannot_leave_other_sizes_to_the_library(tmp_path: Path) -> None:
+    """What Intel MPI cannot state (measured on 2021.19, docs/tuning-files.md): its strings are bounded to the
+    measured size (`@2-2`), but a call no condition matches takes the NEAREST condition's preset, neither its
+    tuned choice (unset) nor its basic logic ("0"). Pinned so a release that changes it shows here."""
+    library, untuned, tuned = tuned_at("impi", tmp_path, "preset_3")
+    assert tuned["I_MPI_ADJUST_ALLREDUCE"] == "3:0-2147483647@2-2"
+    everywhere = {**untuned, "I_MPI_ADJUST_ALLREDUCE": "3"}
+    basic = {**untuned, "I_MPI_ADJUST_ALLREDUCE": "0"}
+    under, forced = traces(library, tuned, 5, 2), traces(library, everywhere, 5, 2)
+    assert under == forced  # preset 3 on the 5-rank world and the 3-rank sub-communicator too
+    assert under[("world", 5)] != traces(library, untuned, 5, 2)[("world", 5)]
+    assert under[("world", 5)] != traces(library, basic, 5, 2)[("world", 5)]

@@ -51,7 +51,7 @@ def test_a_larger_job_is_warned_and_what_cannot_be_bounded_is_named(tmp_path: Pa
         "iallreduce: one value for every call and communicator size (the library cannot bound it), measured "
         "only at 2 ranks on 1 node"]  # bcast keeps the library's choice everywhere: nothing to say
     _, intel = layout_notes(tuned, JobLayout(64, 8, 8), adapter(IntelMPIAdapter, "impi"))
-    assert "allreduce run the library's untuned basic logic (this library's files replace" in intel[0]
+    assert "allreduce run what this library's files cannot leave to it: not its own choice but the nearest" in intel[0]
 
 
 def test_same_size_on_other_nodes_and_between_measured_sizes(tmp_path: Path) -> None:

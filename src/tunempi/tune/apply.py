@@ -117,12 +117,11 @@ def layout_notes(manifest: Manifest, layout: JobLayout, adapter: VendorAdapter) 
     warnings: list[str] = []
     outside = sorted(c for c, how in basis.items() if how == LIBRARY)
     if outside:
-        own = ("own choice" if adapter.files_keep_library_choice_elsewhere() else
-               "untuned basic logic (this library's files replace its tuned choice at every size of a "
-               "collective they set)")
+        own = ("the library's own choice" if adapter.files_keep_library_choice_elsewhere() else
+               "what this library's files cannot leave to it: not its own choice but the nearest measured "
+               "size's (docs/tuning-files.md)")
         warnings.append(f"{ranks} ranks lies outside what the tuning measured ({tuned}): {', '.join(outside)} "
-                        f"run the library's {own} on MPI_COMM_WORLD; communicators of a measured size keep the "
-                        f"tuned rules")
+                        f"run {own} on MPI_COMM_WORLD; communicators of a measured size keep the tuned rules")
     between = sorted(c for c, how in basis.items() if how == INTERPOLATED)
     if between:
         notes.append(f"{ranks} ranks lies between measured sizes: {', '.join(between)} take the rules both "
