@@ -2,8 +2,10 @@
 
 `I_MPI_ADJUST_<COLL>="<presetid>:<l>-<m>@<p>-<q>[;<presetid>:<l>-<m>@<p>-<q>...]"` (Intel MPI developer
 reference, I_MPI_ADJUST family): message sizes l..m bytes and communicator sizes p..q, both inclusive.
-The first matching condition wins; a call no condition matches keeps the library's own selection, so
-ranges a rule set leaves to the library's default are simply not written. An unbounded upper end is
+The first matching condition wins; ranges a rule set leaves to the library's default are not written. A
+call no condition matches does NOT keep the library's own selection on 2021.19: it takes the nearest
+condition's preset (measured, issue 57, docs/tuning-files.md "Where a rule acts"); `select_preset` still
+answers None there. An unbounded upper end is
 written as UNBOUNDED (Intel rejects an open range `3:0-`, measured on 2021.19.0).
 
 Message sizes: a rule set's bounds are in OSU's convention (rules.table); Intel's measure per
