@@ -688,3 +688,38 @@ def test_every_failed_run_says_why_not_only_how_many_failed() -> None:
     assert outcome.failed > 0 and len(outcome.failures) == outcome.failed
     assert all(line.startswith("allreduce crash ") and line.endswith(
         "at 4 ranks: failed: the engine died: exit status 52") for line in outcome.failures)
+
+
+class _Clock:
+    """The tune's clock, advanced by what the runner measures (no wall time read)."""
+
+    def __init__(self) -> None:
+        self.now = 0.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+class _TimedRunner(FakeRunner):
+    """FakeRunner whose every point costs `point_cost_s` on the tune's clock; like the launches under files, it
+    finishes whatever it was given (it does not stop at the deadline)."""
+
+    def __init__(self, clock: _Clock, **kwargs) -> None:  # noqa: ANN003
+        super().__init__(point_cost_s=1.0, **kwargs)
+        self.clock = clock
+
+    def run(self, work, on_point=None, settings=None, deadline=None):  # noqa: ANN001
+        results = super().run(work, on_point, settings, deadline)
+        self.clock.now += len(results) * (self.point_cost_s or 0.0)
+        return results
+
+
+def test_a_tune_starts_no_deciding_block_its_time_cannot_hold() -> None:
+    """autotune's tune ran 386 s of a 297 s share (issue 58): a deciding block begun before the deadline ran to
+    its end. Here exploring ends at 168 s and each deciding block costs 112 s: with 300 s, the first block ends at
+    280 s and the second, which would end at 392 s, is not begun."""
+    clock = _Clock()
+    outcome = RealTuner(spaces(), _TimedRunner(clock), strategy="exhaustive", launches=3, clock=clock).run(
+        timeout_s=300.0)
+    assert clock.now <= 300.0
+    assert outcome.deciding_blocks == 1 and outcome.decisions  # what it measured still decides

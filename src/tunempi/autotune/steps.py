@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 
 from tunempi.autotune.gain import expected_gain, measured_cells
 from tunempi.autotune.pipeline import AutotuneOutcome, Context, StepRunner
-from tunempi.autotune.plan import TUNE_PART, runs_for
+from tunempi.autotune.plan import TUNE_PART, next_run_fits, runs_for
 from tunempi.collectives import DEFAULT_ALGORITHM, check_distributions
 from tunempi.errors import TunempiError, UsageError
 
@@ -316,13 +316,13 @@ class LibrarySteps(StepRunner):
             return {"skipped": str(exc), "variant": None}
         done = len(list((directory / "runs").glob("batch-*/run-*.json")))  # runs that ended (a resumed step)
         # Its share bounds it in time as well: the runs were counted from the profiled run's time, and on a
-        # busy machine they take longer. Once the share is spent (and a whole batch is done) the runs of the
-        # batch begun are fitted (a forced update) and online stops there.
+        # busy machine they take longer. Once the next run would end past the share, the runs of the batch
+        # begun are fitted (a forced update) and online stops there.
         deadline = self.clock() + ctx.share_s if ctx.share_s else None
         durations: list[float] = []
         while True:
-            out_of_time = (deadline is not None and self.clock() >= deadline
-                           and done >= state.config.batch_runs and done < runs)
+            typical = float(sorted(durations)[len(durations) // 2]) if durations else run_s
+            out_of_time = not next_run_fits(self.clock(), deadline, typical) and done < runs
             if state.runs_in_batch >= state.config.batch_runs or (out_of_time and state.runs_in_batch > 0):
                 update = update_state(state, force=True)
                 ctx.listener.note(f"online: batch {update.probabilities.batch} from {update.records_used} records")

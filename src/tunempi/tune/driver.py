@@ -532,6 +532,8 @@ class Tuner:
         by_file = {c for c, cells in contested.items()
                    if cells and self.under_files is not None and self.under_files.takes(c)}
 
+        last_block_s = [0.0]  # the last deciding block's time: the next one's cost at least
+
         def deciding_block(only: set[tuple[int, int, int]] | None = None) -> bool:
             """One more deciding block (of the layouts `only`, else all); False when there is nothing to do."""
             def wanted(cell: Cell) -> bool:
@@ -544,6 +546,14 @@ class Tuner:
                      if wanted(cell)}
             if not (requests or files) or run.past_deadline():
                 return False
+            # A block begun runs to its end (the launches under files are not cut at the deadline): begin
+            # none that its time cannot hold (autotune's tune overran its share by a block, issue 58).
+            points = sum(len(r.algorithms) for rs in requests.values() for r in rs) \
+                + sum(len(algorithms) for algorithms in files.values())
+            cost_s = max(last_block_s[0], points * run.bench_s / max(run.measured, 1))
+            if run.deadline is not None and self.clock() + cost_s > run.deadline:
+                return False
+            block_began = self.clock()
             self.runner.relaunch()
             run.block += 1
             if requests:
@@ -553,6 +563,7 @@ class Tuner:
                 results = self.under_files.measure(files, run.block, self._store_result(run), self._next_run)
                 run.file_launches += sum(result.launches for result in results)
                 self._take(run, results)
+            last_block_s[0] = self.clock() - block_began
             return True
 
         for _ in range(self.launches - 1):
