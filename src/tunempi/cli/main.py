@@ -36,6 +36,7 @@ SUBCOMMANDS: dict[str, str] = {
     "compare": "tunempi.cli.compare",
     "autotune": "tunempi.cli.autotune",
     "cluster": "tunempi.cli.cluster",
+    "catalog": "tunempi.cli.catalog",
 }
 
 

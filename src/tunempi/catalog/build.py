@@ -1,0 +1,107 @@
+"""`catalog build`: the catalog as one tuning directory, written as `tune` writes its own.
+
+Every measured cell's choice goes through tune's path (tune/files.py: the adapter's constraints on what a file
+can hold, the rule sets, proven equal to the selection, written and smoke-checked in the real library, then moved
+into place) and a manifest like tune's (tune/manifest.py), so `run`, `report`, `verify` and `compare` take it. The
+rules act only where they have evidence (RuleSet.coverage): each measured communicator size its own block.
+
+What no file can state: a choice per processes-per-node. Every library's files here key on communicator size only
+(rules/, docs/tuning-files.md "Layouts"), so where two layouts of one size measured different winners, one acts
+(SelectionTable.from_scaled: the fullest nodes) and the manifest names the others as `shadowed`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+from tunempi.catalog.store import Catalog, Entry
+from tunempi.collectives import DEFAULT_ALGORITHM
+from tunempi.errors import UsageError
+from tunempi.rules import RuleSet
+from tunempi.space import Cell
+from tunempi.store.results import utc_timestamp
+from tunempi.tune.manifest import Manifest, RunRecord, SelectionRow
+
+CATALOG_STRATEGY = "catalog"
+
+
+@dataclass(frozen=True)
+class Built:
+    manifest: Manifest
+    shadowed: tuple[Entry, ...]  # measured at a ppn whose size another layout's winner decides in the files
+
+
+def acting_entries(entries: tuple[Entry, ...]) -> tuple[list[Entry], list[Entry]]:
+    """(the entries the files can hold, the ones shadowed): per collective, size and message size, the fullest
+    nodes' entry acts (from_scaled's rule without an allocation's ppn); another layout of that size with the same
+    winner is not shadowed (the files do what it measured)."""
+    best: dict[tuple[str, int, int], Entry] = {}
+    for entry in entries:
+        key = (entry.cell.collective, entry.cell.ranks, entry.cell.msg_bytes)
+        if key not in best or entry.cell.ppn > best[key].cell.ppn:
+            best[key] = entry
+    acting = list(best.values())
+    shadowed = [e for e in entries if e not in acting
+                and best[(e.cell.collective, e.cell.ranks, e.cell.msg_bytes)].algorithm != e.algorithm]
+    return acting, shadowed
+
+
+def provenance(entry: Entry) -> dict:
+    """One rule cell's provenance: layout, the tuning it came from, its date, verify's held-out figure."""
+    return {**entry.cell.to_dict(), "algorithm": entry.algorithm, "source": entry.source,
+            "created": entry.created, "held_out": dict(entry.held_out)}
+
+
+def build_tuning(catalog: Catalog, out: Path, *, mpi: str | None = None, smoke: bool = True,
+                 on_writing: Callable[[tuple[int, ...]], None] | None = None) -> Built:
+    """Write the catalog's tuning into `out` (TuningFileError if the library rejects the files; `out` then keeps
+    what it held)."""
+    from tunempi.mpi.discovery import adapter_for
+    from tunempi.tune.apply import tuning_library
+    from tunempi.tune.files import (
+        one_choice_per_scale,
+        rule_sets_for,
+        selection_table,
+        whole_collectives,
+        write_tuning_files,
+    )
+    from tunempi.tune.job import files_fields, one_choice
+
+    if catalog.library is None or not catalog.entries:
+        raise UsageError(f"{catalog.directory} holds no tuning yet: add one with `tunempi catalog add DIR`")
+    out = out.resolve()
+    # The library by the catalog's fingerprint, checked as `run` checks a tuning directory's.
+    library = tuning_library(Manifest(directory=catalog.directory, library=catalog.library), mpi)
+    adapter = adapter_for(library)
+    acting, shadowed = acting_entries(catalog.entries)
+    medians: dict[tuple[Cell, str], float | None] = {}
+    for e in acting:
+        medians[(e.cell, e.algorithm)] = e.median_us
+        medians.setdefault((e.cell, DEFAULT_ALGORITHM), e.default_us)
+    chosen = {e.cell: e.algorithm for e in acting}
+    selection = whole_collectives(one_choice_per_scale(chosen, adapter, medians), adapter, medians)
+    rule_sets: dict[str, RuleSet] = rule_sets_for(selection_table(selection))
+    smoke_ranks = tuple(sorted({cell.ranks for cell in selection}))
+    if on_writing is not None:
+        on_writing(smoke_ranks)
+    written = write_tuning_files(out, library, adapter, rule_sets, smoke_ranks=smoke_ranks, smoke=smoke)
+    by_cell = {e.cell: e for e in acting}
+    manifest = Manifest(
+        directory=out, library=catalog.library, created=utc_timestamp(),
+        collectives=tuple(sorted({c.collective for c in selection})),
+        scales=tuple(sorted({c.scale for c in selection})), sizes=tuple(sorted({c.msg_bytes for c in selection})),
+        strategy=CATALOG_STRATEGY,
+        strategy_params={"catalog": str(catalog.directory.resolve()),
+                         "provenance": [provenance(by_cell[c]) for c in sorted(selection)],
+                         "shadowed": [provenance(e) for e in sorted(shadowed, key=lambda e: e.cell)]},
+        run=RunRecord(stop_reason=CATALOG_STRATEGY),
+        one_choice=one_choice(adapter, sorted({c.collective for c in selection})),
+        selection=tuple(SelectionRow(cell, algorithm, medians.get((cell, algorithm)),
+                                     medians.get((cell, DEFAULT_ALGORITHM)))
+                        for cell, algorithm in sorted(selection.items())),
+        **files_fields(written, rule_sets),
+    )
+    manifest.save()
+    return Built(manifest, tuple(shadowed))

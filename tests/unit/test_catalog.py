@@ -1,0 +1,200 @@
+"""The site catalog's logic (issue 57 part 3): merging tunings of several layouts, refusing what would lose or mix
+evidence (another library build, an unreadable manifest, a measured cell with another winner) with nothing in the
+catalog changed, atomic writes, coverage weighted by node-hours, Slurm's records, the modulefile's quoting."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tunempi.catalog.build import acting_entries
+from tunempi.catalog.coverage import (
+    DEFAULT,
+    INTERPOLATED_LAYOUT,
+    MEASURED_LAYOUT,
+    OTHER_PPN,
+    JobLayout,
+    coverage,
+    read_jobs_csv,
+)
+from tunempi.catalog.jobs import parse_jobcomp, parse_sacct
+from tunempi.catalog.module import modulefile_text, tcl_word
+from tunempi.catalog.store import CATALOG_NAME, Catalog, add_tuning
+from tunempi.errors import UsageError
+from tunempi.space import Cell
+from tunempi.tune.files import rule_sets_for, selection_table
+from tunempi.tune.manifest import LibraryRecord, Manifest, SelectionRow, VerifyRecord
+from tunempi.tune.verify import VerifiedCell
+
+LIBRARY = LibraryRecord("MPICH 5.0.2", "mpich", "5.0.2", "fp-one", "/opt/mpich", "/opt/mpich/bin/mpicc")
+
+
+def tuning(path: Path, rows: dict[tuple[int, int, int, int], str], *, library: LibraryRecord = LIBRARY,
+           collective: str = "allreduce", held_out: dict[tuple[int, int, int, int], float] | None = None) -> Path:
+    """A tuning directory whose manifest selected `rows`: (ranks, nodes, ppn, bytes) -> algorithm."""
+    cells = {key: Cell(collective, *key) for key in rows}
+    verify = None
+    if held_out:
+        verify = VerifyRecord("2026-12-05T10:00:00Z", 3, 0, None, 1.0, {}, held_out=tuple(
+            VerifiedCell(cells[key], rows[key], 1.0, s, s, s * 0.9, s * 1.1, "faster") for key, s in held_out.items()))
+    Manifest(directory=path, library=library, created="2026-12-05T09:00:00Z",
+             selection=tuple(SelectionRow(cells[key], algorithm, 1.0, 1.5) for key, algorithm in rows.items()),
+             verify=verify).save()
+    return path
+
+
+def test_tunings_of_several_layouts_grow_one_catalog_with_each_cells_provenance(tmp_path: Path) -> None:
+    catalog = tmp_path / "catalog"
+    add_tuning(catalog, tuning(tmp_path / "t2", {(2, 1, 2, 8): "recursive_doubling", (2, 1, 2, 4096): "ring"},
+                               held_out={(2, 1, 2, 8): 1.25}))
+    result = add_tuning(catalog, tuning(tmp_path / "t4", {(4, 1, 4, 8): "recursive_multiplying"}))
+    assert result.added == 1
+    loaded = Catalog.load(catalog)
+    assert loaded.library == LIBRARY
+    assert loaded.layouts() == [(2, 1, 2), (4, 1, 4)]
+    held = {e.cell.ranks: e.held_out for e in loaded.entries if e.cell.msg_bytes == 8}
+    assert held[2]["speedup"] == 1.25 and held[2]["verdict"] == "faster" and held[4] == {}
+    assert {e.source for e in loaded.entries} == {str((tmp_path / "t2").resolve()), str((tmp_path / "t4").resolve())}
+    # The same tuning again changes no winner: provenance refreshed, nothing added.
+    again = add_tuning(catalog, tmp_path / "t4")
+    assert (again.added, again.refreshed, again.replaced) == (0, 1, ())
+
+
+def test_a_tuning_of_another_library_build_is_refused_and_the_catalog_kept(tmp_path: Path) -> None:
+    catalog = tmp_path / "catalog"
+    add_tuning(catalog, tuning(tmp_path / "t2", {(2, 1, 2, 8): "ring"}))
+    before = (catalog / CATALOG_NAME).read_bytes()
+    rebuilt = LibraryRecord("MPICH 5.0.2", "mpich", "5.0.2", "fp-two", "/opt/mpich", "/opt/mpich/bin/mpicc")
+    with pytest.raises(UsageError, match="another library build"):
+        add_tuning(catalog, tuning(tmp_path / "other", {(4, 1, 4, 8): "ring"}, library=rebuilt))
+    assert (catalog / CATALOG_NAME).read_bytes() == before
+
+
+def test_a_corrupt_manifest_is_refused_and_the_catalog_kept(tmp_path: Path) -> None:
+    catalog = tmp_path / "catalog"
+    add_tuning(catalog, tuning(tmp_path / "t2", {(2, 1, 2, 8): "ring"}))
+    before = (catalog / CATALOG_NAME).read_bytes()
+    broken = tmp_path / "broken"
+    broken.mkdir()
+    (broken / "manifest.json").write_text('{"kind": "tunempi-tuning", "library": ')
+    with pytest.raises(UsageError, match="not valid JSON"):
+        add_tuning(catalog, broken)
+    assert (catalog / CATALOG_NAME).read_bytes() == before
+
+
+def test_a_layout_measured_again_with_another_winner_is_refused_unless_replace(tmp_path: Path) -> None:
+    catalog = tmp_path / "catalog"
+    add_tuning(catalog, tuning(tmp_path / "a", {(2, 1, 2, 8): "ring", (2, 1, 2, 64): "ring"}))
+    before = (catalog / CATALOG_NAME).read_bytes()
+    other = tuning(tmp_path / "b", {(2, 1, 2, 8): "recursive_doubling", (2, 1, 2, 64): "ring",
+                                    (2, 1, 2, 512): "ring"})
+    with pytest.raises(UsageError, match=r"1 cells already measured with another winner: allreduce 8 B at 2 ranks"):
+        add_tuning(catalog, other)
+    assert (catalog / CATALOG_NAME).read_bytes() == before  # not even the new 512 B cell
+    result = add_tuning(catalog, other, replace_conflicts=True)
+    assert [(o.algorithm, n.algorithm) for o, n in result.replaced] == [("ring", "recursive_doubling")]
+    assert {e.cell.msg_bytes: e.algorithm for e in Catalog.load(catalog).entries} == {
+        8: "recursive_doubling", 64: "ring", 512: "ring"}
+
+
+def test_one_size_at_two_ppn_with_different_winners_is_no_conflict_and_the_fullest_nodes_act(tmp_path: Path) -> None:
+    catalog = tmp_path / "catalog"
+    add_tuning(catalog, tuning(tmp_path / "one-node", {(4, 1, 4, 8): "recursive_doubling"}))
+    add_tuning(catalog, tuning(tmp_path / "two-nodes", {(4, 2, 2, 8): "ring"}))
+    entries = Catalog.load(catalog).entries
+    assert len(entries) == 2
+    acting, shadowed = acting_entries(entries)
+    assert [(e.cell.ppn, e.algorithm) for e in acting] == [(4, "recursive_doubling")]
+    assert [(e.cell.ppn, e.algorithm) for e in shadowed] == [(2, "ring")]
+
+
+def test_a_crash_while_saving_leaves_the_old_catalog_and_no_temporary_file(tmp_path: Path,
+                                                                         monkeypatch: pytest.MonkeyPatch) -> None:
+    catalog = tmp_path / "catalog"
+    add_tuning(catalog, tuning(tmp_path / "t2", {(2, 1, 2, 8): "ring"}))
+    before = (catalog / CATALOG_NAME).read_bytes()
+
+    def crash(src: object, dst: object) -> None:
+        raise OSError("disk full")
+
+    monkeypatch.setattr(os, "replace", crash)
+    with pytest.raises(OSError, match="disk full"):
+        add_tuning(catalog, tuning(tmp_path / "t4", {(4, 1, 4, 8): "ring"}))
+    assert (catalog / CATALOG_NAME).read_bytes() == before
+    assert sorted(p.name for p in catalog.iterdir()) == [CATALOG_NAME]
+
+
+def test_an_unreadable_catalog_is_a_usage_error_not_overwritten(tmp_path: Path) -> None:
+    catalog = tmp_path / "catalog"
+    catalog.mkdir()
+    (catalog / CATALOG_NAME).write_text("[1, 2")
+    with pytest.raises(UsageError, match="not a readable tunempi catalog"):
+        add_tuning(catalog, tuning(tmp_path / "t2", {(2, 1, 2, 8): "ring"}))
+    assert (catalog / CATALOG_NAME).read_text() == "[1, 2"
+
+
+def test_coverage_weights_each_layout_by_node_hours_and_names_the_next_to_tune(tmp_path: Path) -> None:
+    entries = [(Cell("allreduce", 2, 1, 2, 8), "ring"), (Cell("allreduce", 8, 1, 8, 8), "ring"),
+               (Cell("allreduce", 16, 1, 16, 8), "recursive_doubling")]
+    rule_sets = rule_sets_for(selection_table(dict(entries)))
+    measured = [cell.scale for cell, _ in entries]
+    jobs = tmp_path / "jobs.csv"
+    jobs.write_text("nodes,ppn,node_hours,user\n1,2,10,a\n1,4,20,b\n2,4,30,c\n8,32,40,d\n1,12,5,e\n1,2,5,f\n")
+    report = coverage(read_jobs_csv(jobs), measured, rule_sets)
+    bases = {(c.layout.nodes, c.layout.ppn): c.basis for c in report.layouts}
+    # 4 ranks: between 2 and 8 whose winners agree; 8 ranks as 2x4: measured at 1x8; 12: between different
+    # winners; 256: beyond every measured size.
+    assert bases == {(1, 2): MEASURED_LAYOUT, (1, 4): INTERPOLATED_LAYOUT, (2, 4): OTHER_PPN,
+                     (1, 12): DEFAULT, (8, 32): DEFAULT}
+    shares = report.shares()
+    assert shares[MEASURED_LAYOUT] == pytest.approx(15 / 110)  # the two 1x2 rows summed
+    assert shares[DEFAULT] == pytest.approx(45 / 110)
+    assert sum(shares.values()) == pytest.approx(1.0)
+    assert [(c.layout.nodes, c.layout.ppn) for c in report.next_to_tune(2)] == [(8, 32), (2, 4)]
+
+
+def test_a_jobs_csv_without_its_columns_or_with_bad_numbers_is_a_usage_error(tmp_path: Path) -> None:
+    path = tmp_path / "jobs.csv"
+    path.write_text("nodes,node_hours\n1,2\n")
+    with pytest.raises(UsageError, match="missing column.*ppn"):
+        read_jobs_csv(path)
+    path.write_text("nodes,ppn,node_hours\n1,two,3\n")
+    with pytest.raises(UsageError, match=r"jobs.csv:2: .*'two'"):
+        read_jobs_csv(path)
+
+
+def test_slurm_records_become_layouts_with_node_hours() -> None:
+    sacct = "12|2|8|3600\n13|1|4|1800\n14|2|8|1800\n15|0|0|0\n"
+    assert parse_sacct(sacct) == [JobLayout(1, 4, 0.5, 1), JobLayout(2, 4, 3.0, 2)]
+    jobcomp = ("JobId=3 UserId=root(0) GroupId=root(0) Name=hello JobState=COMPLETED Partition=debug "
+               "TimeLimit=UNLIMITED StartTime=2026-12-05T15:10:00 EndTime=2026-12-05T15:40:00 NodeList=n[1-2] "
+               "NodeCnt=2 ProcCnt=4 WorkDir=/tmp ReservationName= Tres=cpu=4,node=2 Account= QOS= WcKey= "
+               "Cluster=unknown SubmitTime=2026-12-05T15:09:59 EligibleTime=2026-12-05T15:09:59 "
+               "DerivedExitCode=0:0 ExitCode=0:0\n")
+    assert parse_jobcomp(jobcomp) == [JobLayout(2, 2, 1.0, 1)]
+
+
+def test_modulefile_values_are_taken_literally_by_tcl() -> None:
+    assert tcl_word("/opt/t/mpich-mpir.json") == "/opt/t/mpich-mpir.json"
+    assert tcl_word("a b$c[d]") == "{a b$c[d]}"
+    assert tcl_word('x{y}\\"$') == '"x\\{y\\}\\\\\\"\\$"'
+    text = modulefile_text({"B": "2", "A": "/p q/f.json"}, what="tunempi tuning /t for MPICH")
+    assert text.splitlines()[0] == "#%Module1.0"
+    assert "setenv A {/p q/f.json}\nsetenv B 2\n" in text
+
+
+def test_catalog_add_of_a_corrupt_manifest_exits_2_with_the_reason(tmp_path: Path) -> None:
+    broken = tmp_path / "broken"
+    broken.mkdir()
+    (broken / "manifest.json").write_text("{")
+    done = subprocess.run([sys.executable, "-m", "tunempi", "catalog", "add", str(broken), "--catalog",
+                           str(tmp_path / "catalog")], capture_output=True, text=True, check=False)
+    assert done.returncode == 2, done.stderr
+    assert "not valid JSON" in done.stderr and "Traceback" not in done.stderr
+    assert not (tmp_path / "catalog" / CATALOG_NAME).exists()
+    assert json.loads((broken / "manifest.json").read_text() + "}") == {}
