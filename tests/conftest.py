@@ -70,6 +70,7 @@ SYSTEM_GROUPS: dict[str, tuple[str, ...]] = {
     "slurm": ("/usr/sbin/slurmd", "/usr/sbin/slurmctld", "/usr/bin/srun"),
     "browser": ("/usr/bin/chromium",),
     "trace": ("/usr/bin/strace",),
+    "modules": ("/usr/bin/modulecmd",),
 }
 
 

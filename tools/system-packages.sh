@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # System packages some tests need (Debian's own MPI builds with Fortran, real applications built on them (HPCC,
-# LAMMPS, Quantum ESPRESSO), Slurm, Chromium, strace). Installed only
+# LAMMPS, Quantum ESPRESSO), Slurm, Chromium, strace,
+# Environment Modules for `catalog module`). Installed only
 # when this runs as root on a Debian-like machine, as CI does; elsewhere the tests that need them skip with
 # a one-line reason (and fail under CI=true: see tests/conftest.py `require_system`).
 # Usage: tools/system-packages.sh STAMP_FILE
@@ -15,6 +16,7 @@ groups=(
   "slurm slurmd slurmctld slurm-client libpmix2 libpmix-dev"
   "browser chromium"
   "trace strace"
+  "modules environment-modules"
 )
 
 packages=()

@@ -1,0 +1,123 @@
+"""`tunempi catalog` end to end with the embedded MPICH (issue 57 part 3): two tunings of two layouts (2 and 4
+ranks on one node, different winners) added through the real command, built into one tuning directory through
+tune's writing and smoke-check path, and that directory read back by the real library: the 2-rank winner on every
+2-rank communicator, the library's own choice at 4 ranks (its measured winner) and at 5 (no evidence). Which
+algorithm ran is read from a user-defined reduction (test_tuning_bounds.traces), no timing."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from conftest import require_system
+from test_tuning_bounds import BYTES, COUNT, traces
+
+from tunempi.collectives import DEFAULT_ALGORITHM
+from tunempi.mpi.discovery import adapter_for, resolve_library
+from tunempi.rules import SelectionTable, build_rule_sets
+from tunempi.space import Cell
+from tunempi.store.results import utc_timestamp
+from tunempi.tune.files import write_tuning_files
+from tunempi.tune.job import files_fields
+from tunempi.tune.manifest import LibraryRecord, Manifest, SelectionRow
+
+pytestmark = pytest.mark.mpi
+
+TUNEMPI = [sys.executable, "-m", "tunempi"]
+SIZES = (4, 1024, BYTES, 65536)
+
+
+def tiny_tuning(directory: Path, ranks: int, algorithm: str) -> Path:
+    """A tuning directory as `tune` leaves one (the adapter's files through tune/files.py, a manifest with
+    selection rows) for one layout of one node whose every size measured `algorithm` fastest."""
+    library = resolve_library("mpich")
+    adapter = adapter_for(library)
+    table = SelectionTable.from_items(("allreduce", ranks, size, algorithm) for size in SIZES)
+    rule_sets = build_rule_sets(table)
+    written = write_tuning_files(directory, library, adapter, rule_sets, smoke=False)
+    Manifest(directory=directory, library=LibraryRecord.of(library), created=utc_timestamp(),
+             collectives=("allreduce",), scales=((ranks, 1, ranks),), sizes=SIZES,
+             selection=tuple(SelectionRow(Cell("allreduce", ranks, 1, ranks, size), algorithm, 1.0, 2.0)
+                             for size in SIZES),
+             **files_fields(written, rule_sets)).save()
+    return directory
+
+
+def tunempi(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([*TUNEMPI, *args], capture_output=True, text=True, env=env, check=False)
+
+
+def test_catalog_add_build_and_the_library_reads_the_built_files_back(tmp_path: Path) -> None:
+    catalog = tmp_path / "catalog"
+    for ranks, algorithm in ((2, "recursive_doubling"), (4, DEFAULT_ALGORITHM)):
+        done = tunempi("catalog", "add", str(tiny_tuning(tmp_path / f"t{ranks}", ranks, algorithm)),
+                       "--catalog", str(catalog))
+        assert done.returncode == 0, done.stderr
+    # Measured again with another winner: refused, exit 2, the catalog as it was.
+    before = (catalog / "catalog.json").read_bytes()
+    other = tunempi("catalog", "add", str(tiny_tuning(tmp_path / "again", 2, "reduce_scatter_allgather")),
+                    "--catalog", str(catalog))
+    assert other.returncode == 2 and "another winner" in other.stderr and "Traceback" not in other.stderr
+    assert (catalog / "catalog.json").read_bytes() == before
+
+    out = tmp_path / "built"
+    built = tunempi("catalog", "build", "--out", str(out), "--catalog", str(catalog))
+    assert built.returncode == 0, built.stderr
+    manifest = Manifest.load(out)
+    assert [s.ok for s in manifest.smoke] == [True, True]  # loaded by MPICH at 2 and 4 ranks before it counted
+    assert manifest.rule_sets["allreduce"].select(2, BYTES) == "recursive_doubling"
+    assert manifest.rule_sets["allreduce"].select(4, BYTES) == DEFAULT_ALGORITHM
+    provenance = manifest.strategy_params["provenance"]
+    assert {(p["ranks"], p["source"]) for p in provenance} == {(2, str((tmp_path / "t2").resolve())),
+                                                               (4, str((tmp_path / "t4").resolve()))}
+
+    # `run` and `report` take it as a tuning directory.
+    printed = tunempi("run", "--tuning", str(out), "--print-env")
+    assert printed.returncode == 0, printed.stderr
+    env = dict(line.removeprefix("export ").split("=", 1) for line in printed.stdout.splitlines())
+    assert Path(env["MPIR_CVAR_COLL_SELECTION_TUNING_JSON_FILE"]).parent == out.resolve()
+    report = tunempi("report", "--tuning", str(out))
+    assert report.returncode == 0, report.stderr
+
+    library = resolve_library("mpich")
+    adapter = adapter_for(library)
+    untuned = {**adapter.launch_env(), **adapter.single_node_env()}
+    tuned = {**untuned, **manifest.activation_env()}
+    for ranks, subsize in ((2, 1), (4, 2), (5, 2)):
+        without, under = traces(library, untuned, ranks, subsize), traces(library, tuned, ranks, subsize)
+        for (communicator, size), seen in under.items():
+            where = f"{communicator} of {size} ranks in a {ranks}-rank job"
+            if size == 2:  # the 2-rank layout's winner
+                assert seen == COUNT != without[(communicator, size)], where
+            else:  # 4 ranks measured the library's own choice; 1, 3, 5 no evidence: the library's own
+                assert seen == without[(communicator, size)], where
+
+
+@pytest.mark.full
+def test_catalog_module_sets_what_run_prints_under_the_real_module_command(tmp_path: Path) -> None:
+    require_system("modules")
+    catalog, out = tmp_path / "catalog", tmp_path / "built"
+    assert tunempi("catalog", "add", str(tiny_tuning(tmp_path / "t2", 2, "recursive_doubling")),
+                   "--catalog", str(catalog)).returncode == 0
+    assert tunempi("catalog", "build", "--out", str(out), "--catalog", str(catalog)).returncode == 0
+    modulefile = tmp_path / "modules" / "tunempi" / "site"
+    done = tunempi("catalog", "module", "--tuning", str(out), "--out", str(modulefile))
+    assert done.returncode == 0, done.stderr
+    printed = tunempi("run", "--tuning", str(out), "--print-env").stdout
+    expected = dict(line.removeprefix("export ").split("=", 1) for line in printed.splitlines())
+    init = "/usr/share/modules/init/bash"
+    names = " ".join(sorted(expected))
+    script = (f"source {init} && module use {modulefile.parents[1]} && module load tunempi/site && "
+              f"for v in {names}; do echo \"$v=${{!v}}\"; done && module unload tunempi/site && "
+              f"echo unloaded=${{{sorted(expected)[0]}:-}}")
+    shown = subprocess.run(["bash", "-c", script], capture_output=True, text=True, check=False,
+                           env={k: v for k, v in os.environ.items() if not k.startswith(("MODULE", "LOADEDMODULES"))})
+    assert shown.returncode == 0, shown.stderr
+    lines = shown.stdout.splitlines()
+    assert dict(line.split("=", 1) for line in lines[:-1]) == expected
+    assert lines[-1] == "unloaded="
+    assert json.loads((out / "manifest.json").read_text())["strategy"] == "catalog"
