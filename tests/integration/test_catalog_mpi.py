@@ -8,12 +8,13 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
-from conftest import require_system
+from conftest import emulated_cluster, require_system
 from test_tuning_bounds import BYTES, COUNT, traces
 
 from tunempi.collectives import DEFAULT_ALGORITHM
@@ -29,6 +30,8 @@ pytestmark = pytest.mark.mpi
 
 TUNEMPI = [sys.executable, "-m", "tunempi"]
 SIZES = (4, 1024, BYTES, 65536)
+#: a coverage table row: nodes, ppn, ranks, node-hours, basis
+ROW = re.compile(r"^\s*(\d+)\s+(\d+)\s+(\d+)\s+[\d.]+\s+(.+)$")
 
 
 def tiny_tuning(directory: Path, ranks: int, algorithm: str) -> Path:
@@ -121,3 +124,27 @@ def test_catalog_module_sets_what_run_prints_under_the_real_module_command(tmp_p
     assert dict(line.split("=", 1) for line in lines[:-1]) == expected
     assert lines[-1] == "unloaded="
     assert json.loads((out / "manifest.json").read_text())["strategy"] == "catalog"
+
+
+@pytest.mark.full
+def test_catalog_coverage_reads_the_private_slurms_records_of_finished_jobs(tmp_path: Path) -> None:
+    """Three finished sbatch jobs of the emulated cluster's Slurm (no slurmdbd: `sacct` refuses, slurmctld's job
+    completion log has them), weighted by node-hours against a catalog measured at 1x2: that layout measured,
+    2x2 (4 ranks) the library's default, and named first to tune next."""
+    require_system("slurm")
+    catalog = tmp_path / "catalog"
+    assert tunempi("catalog", "add", str(tiny_tuning(tmp_path / "t2", 2, "recursive_doubling")),
+                   "--catalog", str(catalog)).returncode == 0
+    for cluster in emulated_cluster(tmp_path / "cluster", nodes=2, slots=2, slurm=True):
+        env = {**os.environ, **cluster.environment()}
+        for spec in (["-N", "2", "--ntasks-per-node=2"], ["-N", "1", "--ntasks-per-node=2"]):
+            done = subprocess.run(["sbatch", "--wait", *spec, "-o", str(tmp_path / "job-%j.out"), "--wrap",
+                                   "sleep 1"], capture_output=True, text=True, env=env, check=False)
+            assert done.returncode == 0, done.stderr
+        refused = tunempi("catalog", "coverage", "--sacct", "--catalog", str(catalog), env=env)
+        assert refused.returncode == 2 and "--jobcomp" in refused.stderr, refused.stderr
+        shown = tunempi("catalog", "coverage", "--jobcomp", str(cluster.jobcomp_log), "--catalog", str(catalog))
+    assert shown.returncode == 0, shown.stderr
+    rows = {m.group(1, 2, 3): m.group(4) for m in map(ROW.match, shown.stdout.splitlines()) if m}
+    assert rows == {("1", "2", "2"): "measured", ("2", "2", "4"): "library default"}
+    assert "worth tuning next: 2x2 (4 ranks" in shown.stdout

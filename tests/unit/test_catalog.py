@@ -169,7 +169,7 @@ def test_a_jobs_csv_without_its_columns_or_with_bad_numbers_is_a_usage_error(tmp
 
 
 def test_slurm_records_become_layouts_with_node_hours() -> None:
-    sacct = "12|2|8|3600\n13|1|4|1800\n14|2|8|1800\n15|0|0|0\n"
+    sacct = "12|2|8|3600\n13|1|4|1800\n14|2|8|1800\n15|0|0|0\n16|2|Unknown|60\n"
     assert parse_sacct(sacct) == [JobLayout(1, 4, 0.5, 1), JobLayout(2, 4, 3.0, 2)]
     jobcomp = ("JobId=3 UserId=root(0) GroupId=root(0) Name=hello JobState=COMPLETED Partition=debug "
                "TimeLimit=UNLIMITED StartTime=2026-12-05T15:10:00 EndTime=2026-12-05T15:40:00 NodeList=n[1-2] "
@@ -177,6 +177,11 @@ def test_slurm_records_become_layouts_with_node_hours() -> None:
                "Cluster=unknown SubmitTime=2026-12-05T15:09:59 EligibleTime=2026-12-05T15:09:59 "
                "DerivedExitCode=0:0 ExitCode=0:0\n")
     assert parse_jobcomp(jobcomp) == [JobLayout(2, 2, 1.0, 1)]
+    # Exclusive nodes: ProcCnt counts every CPU of the nodes, Tres the ones the job asked for (one per task),
+    # as the emulated cluster's slurmctld wrote for `sbatch -N 2 --ntasks-per-node=1`.
+    exclusive = ("JobId=3 JobState=COMPLETED StartTime=2026-12-05T15:08:01 EndTime=2026-12-05T15:08:03 "
+                 "NodeList=n[1-2] NodeCnt=2 ProcCnt=4 Tres=cpu=2,mem=2000M,node=2,billing=2\n")
+    assert parse_jobcomp(exclusive) == [JobLayout(2, 1, 2 * 2 / 3600, 1)]
 
 
 def test_modulefile_values_are_taken_literally_by_tcl() -> None:

@@ -2,9 +2,9 @@
 
 `sacct` needs accounting storage (slurmdbd, or a site's `AccountingStorageType`); a cluster without it (the
 emulated one: `accounting_storage/none`) still writes slurmctld's job completion log when slurm.conf sets
-`JobCompType=jobcomp/filetxt` and `JobCompLoc`: one `Key=value` line per finished job. Both give nodes and
-allocated CPUs, not tasks: ppn is CPUs per node, which is the job's processes per node where it runs one rank
-per allocated core (what `--ntasks-per-node` jobs do).
+`JobCompType=jobcomp/filetxt` and `JobCompLoc` (the emulated cluster does): one `Key=value` line per finished
+job. Both give nodes and the CPUs asked for, not tasks: ppn is CPUs per node, the job's processes per node where
+it runs one rank per CPU (what `--ntasks-per-node` jobs do; not a hybrid job's `--cpus-per-task`).
 """
 
 from __future__ import annotations
@@ -18,9 +18,10 @@ from pathlib import Path
 from tunempi.catalog.coverage import JobLayout, combine
 from tunempi.errors import UsageError
 
-#: sacct's parsable output (-P: '|'-separated, -n: no header, -X: one line per allocation)
+#: sacct's parsable output (-P: '|'-separated, -n: no header, -X: one line per allocation); ReqCPUS, not NCPUS,
+#: which counts every CPU of exclusive nodes (see asked_cpus)
 SACCT_ARGV = ("sacct", "-P", "-n", "-X", "--allusers", "--state=CD,F,TO,CA",
-              "--format=JobID,NNodes,NCPUS,ElapsedRaw")
+              "--format=JobID,NNodes,ReqCPUS,ElapsedRaw")
 
 
 def _layout(nodes: int, cpus: int, seconds: float) -> JobLayout | None:
@@ -30,7 +31,7 @@ def _layout(nodes: int, cpus: int, seconds: float) -> JobLayout | None:
 
 
 def parse_sacct(text: str) -> list[JobLayout]:
-    """`JobID|NNodes|NCPUS|ElapsedRaw` lines -> layouts (rows it cannot read, e.g. a job never started, skipped)."""
+    """`JobID|NNodes|ReqCPUS|ElapsedRaw` lines -> layouts (rows it cannot read, e.g. a job never started, skipped)."""
     jobs = []
     for line in text.splitlines():
         fields = line.strip().split("|")
@@ -49,6 +50,15 @@ def _time(text: str) -> datetime:
     return datetime.fromisoformat(text)
 
 
+def asked_cpus(fields: dict[str, str]) -> int:
+    """The CPUs a job asked for: Tres's cpu= (ProcCnt counts every CPU of exclusive nodes: a 2-node job of one
+    task per node showed ProcCnt=4, Tres cpu=2 on 2-CPU nodes), else ProcCnt."""
+    for item in fields.get("Tres", "").split(","):
+        if item.startswith("cpu="):
+            return int(item.removeprefix("cpu="))
+    return int(fields["ProcCnt"])
+
+
 def parse_jobcomp(text: str) -> list[JobLayout]:
     """slurmctld's jobcomp/filetxt lines (JobId=.. NodeCnt=.. ProcCnt=.. StartTime=.. EndTime=..) -> layouts."""
     jobs = []
@@ -56,7 +66,7 @@ def parse_jobcomp(text: str) -> list[JobLayout]:
         fields = dict(word.split("=", 1) for word in shlex.split(line) if "=" in word)
         try:
             seconds = (_time(fields["EndTime"]) - _time(fields["StartTime"])).total_seconds()
-            job = _layout(int(fields["NodeCnt"]), int(fields["ProcCnt"]), max(seconds, 0.0))
+            job = _layout(int(fields["NodeCnt"]), asked_cpus(fields), max(seconds, 0.0))
         except (KeyError, ValueError):
             continue
         if job is not None:

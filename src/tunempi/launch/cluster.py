@@ -206,6 +206,11 @@ class EmulatedCluster:
     def slurm_conf(self) -> Path:
         return self.dir / "slurm.conf"
 
+    @property
+    def jobcomp_log(self) -> Path:
+        """slurmctld's job completion log: one line per finished job (sacct needs slurmdbd, which is not run)."""
+        return self.dir / "log" / "jobcomp.txt"
+
     def _state(self) -> dict | None:
         try:
             return json.loads(self.state_file.read_text())
@@ -361,6 +366,8 @@ class EmulatedCluster:
             f"SlurmctldLogFile={d}/log/slurmctld.log", f"SlurmdLogFile={d}/log/slurmd-%n.log",
             "ProctrackType=proctrack/linuxproc", "TaskPlugin=task/none",
             "JobAcctGatherType=jobacct_gather/none", "AccountingStorageType=accounting_storage/none",
+            # No slurmdbd, so no sacct: finished jobs go to slurmctld's job completion log (`catalog coverage`).
+            "JobCompType=jobcomp/filetxt", f"JobCompLoc={self.jobcomp_log}",
             "SelectType=select/cons_tres", "SelectTypeParameters=CR_Core",
             "SchedulerType=sched/backfill", "MpiDefault=none", "ReturnToService=2",
             "TopologyPlugin=topology/tree",
