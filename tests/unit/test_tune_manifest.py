@@ -9,6 +9,7 @@ import pytest
 from tunempi.errors import UsageError
 from tunempi.space import Cell
 from tunempi.tune.manifest import KIND, MANIFEST_NAME, Manifest, RunRecord, SelectionRow
+from tunempi.tune.plan import PlanRecord, Prediction
 
 
 def make_manifest(directory: Path) -> Manifest:
@@ -103,3 +104,16 @@ def test_a_rerun_removes_the_files_the_earlier_manifest_listed_and_the_new_one_d
     for kept in ("openmpi.rules", "tuning.env", "notes.txt"):  # still listed, or never listed
         assert (tmp_path / kept).is_file()
     assert (tmp_path.parent / "outside.json").is_file()  # never a path outside the directory
+
+
+def test_the_manifest_keeps_predicted_and_actual_and_an_older_one_loads_without(tmp_path: Path) -> None:
+    manifest = make_manifest(tmp_path)
+    record = PlanRecord(Prediction(10.0, 13, 400), Prediction(12.5, 13, 414), "results store")
+    dataclasses.replace(manifest, plan=record).save()
+    data = json.loads((tmp_path / MANIFEST_NAME).read_text())
+    assert data["plan"]["predicted"] == {"wall_s": 10.0, "launches": 13, "runs": 400}
+    loaded = Manifest.load(tmp_path).plan
+    assert loaded == record and loaded.error("wall_s") == pytest.approx(-0.2)
+    del data["plan"]
+    (tmp_path / MANIFEST_NAME).write_text(json.dumps(data))
+    assert Manifest.load(tmp_path).plan is None

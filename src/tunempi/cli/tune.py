@@ -30,9 +30,11 @@ from tunempi.tune.job import (
     DEFAULT_LAUNCHES,
     TUNE_SETTINGS,
     TuneOptions,
+    plan_tune,
     run_tune,
 )
 from tunempi.tune.objective import ApplicationComputation
+from tunempi.tune.plan import Prediction
 from tunempi.units import parse_duration, parse_size
 
 
@@ -99,6 +101,13 @@ def tune_command(
              "sending 512 ints that others receive as one derived element): let the files select the "
              "algorithms that split a message by element counts (docs/conformance.md). Recorded in the "
              "manifest.")] = False,
+    plan: Annotated[bool, typer.Option(
+        "--plan", help="Print the tune's predicted wall time, engine launches and runs for the layout asked for "
+        "(--nodes, --ppn/--ranks, --collectives, sizes), from this library's runs in the results store (or "
+        "--plan-from's), and launch nothing (docs/tune.md, 'Plan'). --out is not written.")] = False,
+    plan_from: Annotated[Path | None, typer.Option(
+        "--plan-from", help="With --plan: a dataset CSV (e.g. data/ornl-peak.csv.gz) whose latencies give the "
+        "runs' costs instead of the store's.")] = None,
     assume_commutative_ops: Annotated[bool, typer.Option(
         "--assume-commutative-ops", envvar="TUNEMPI_ASSUME_COMMUTATIVE_OPS",
         help="Every MPI_Op the application reduces with is commutative (all predefined ones are): let the files "
@@ -169,13 +178,30 @@ def tune_command(
         distributions={**profile_distributions,
                                             **parse_distributions(",".join(distribution or ()))},
     )
+    if plan_from is not None and not plan:
+        raise UsageError("--plan-from goes with --plan")
+    if plan:
+        planned = plan_tune(options, plan_from)
+        output_console().print(f"plan: {plan_line(planned.predicted)} (costs: {planned.costs_from}; docs/tune.md "
+                               "'Plan')", soft_wrap=True, highlight=False)
+        return
     progress = TuneProgress(output_console())
     try:
         report = run_tune(options, progress)
     finally:
         progress.close()
+    record = report.manifest.plan if report.manifest is not None else None
+    if record is not None and record.actual is not None:
+        errors = ", ".join(f"{name} {e:+.0%}" for name in ("wall_s", "launches", "runs")
+                           if (e := record.error(name)) is not None)
+        output_console().print(f"planned {plan_line(record.predicted)}; took {plan_line(record.actual)} "
+                               f"(error: {errors})", soft_wrap=True, highlight=False)
     if report.outcome.stop_reason == "interrupted":
         sys.exit(130)
+
+
+def plan_line(prediction: Prediction) -> str:
+    return f"{prediction.wall_s:.0f} s, {prediction.launches} engine launches, {prediction.runs} runs"
 
 
 def _profile_objective(profile: Profile, path: Path, collectives: Sequence[str], given: str | None,

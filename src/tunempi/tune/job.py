@@ -78,6 +78,14 @@ from tunempi.tune.objective import (
     capped_computation,
     compute_lengths,
 )
+from tunempi.tune.plan import (
+    SMOKE_S_PER_SIZE,
+    PlanRecord,
+    PointCosts,
+    Prediction,
+    costs_from_measurements,
+    predict,
+)
 from tunempi.tune.runner import LayoutRunner, ParallelRunner, PointResult
 from tunempi.tune.scope import Scale, candidate_algorithms, feature_space, message_sizes, sub_scales
 
@@ -319,8 +327,9 @@ class TunePlan:
     db: Path
 
     @classmethod
-    def of(cls, options: TuneOptions) -> TunePlan:
-        """UsageError for bad options, before anything is launched."""
+    def of(cls, options: TuneOptions, *, planning: bool = False) -> TunePlan:
+        """UsageError for bad options, before anything is launched. `planning` (tune --plan): the allocation
+        asked for need not exist yet (no hosts are looked up)."""
         from tunempi.config import resolve_db
         from tunempi.mpi.discovery import adapter_for, resolve_library
 
@@ -336,8 +345,8 @@ class TunePlan:
             raise UsageError("barrier has no message size to tune; valid here: the other engine collectives")
         scales = sub_scales(nodes=options.nodes, ppn=options.ppn, ranks=options.ranks)
         sizes = message_sizes(options.max_msg, min_msg=options.min_msg)
-        allocation = NodeAllocation.given_or_found(options.hostfile) if options.nodes > 1 else None
-        if options.nodes > 1 and (allocation is None or allocation.nodes < options.nodes):
+        allocation = NodeAllocation.given_or_found(options.hostfile) if options.nodes > 1 and not planning else None
+        if options.nodes > 1 and not planning and (allocation is None or allocation.nodes < options.nodes):
             raise UsageError(f"--nodes {options.nodes} needs an allocation with that many nodes (Slurm, PBS, "
                              "--hostfile or TUNEMPI_HOSTFILE: `tunempi cluster` emulates one)")
         scheduler = scheduling(options.topology, allocation)
@@ -397,6 +406,7 @@ def run_tune(options: TuneOptions, on_event: OnTuneEvent | None = None) -> TuneR
     TuningFileError when the library rejects the written files (the output directory is then untouched).
     """
     emit = on_event or _ignore
+    began = time.monotonic()  # the plan's actual wall time: the whole tune, files and smoke check included
     plan = TunePlan.of(options)
     runner = plan.runner()
     threads = options.model_threads or model_threads(plan.scales)
@@ -408,6 +418,7 @@ def run_tune(options: TuneOptions, on_event: OnTuneEvent | None = None) -> TuneR
     try:
         with ResultStore(plan.db) as store, \
                 (threadpool_limits(limits=threads) if threads > 0 else contextlib.nullcontext()):
+            predicted = predict_tune(plan, store_costs(store, plan))
             figures = plan_figures(plan, runner, store)
             tuner = Tuner(plan.spaces, runner, strategy=options.strategy, seed=options.seed, store=store,
                           fingerprint=plan.library.fingerprint, system=options.system,
@@ -442,7 +453,50 @@ def run_tune(options: TuneOptions, on_event: OnTuneEvent | None = None) -> TuneR
                                        {layout: min(values) for layout, values in probes.items()})
         report.manifest = tune_compositions(plan, report.manifest, emit)
         report.manifest.remove_files_no_longer_listed(earlier)
+        actual = Prediction(time.monotonic() - began, outcome.launches, outcome.measured)
+        report.manifest = dataclasses.replace(report.manifest, plan=dataclasses.replace(predicted, actual=actual))
+        report.manifest.save()
     return report
+
+
+def store_costs(store: ResultStore, plan: TunePlan) -> PointCosts:
+    """What a run of each collective costs, from this library's runs in the results store (tune/plan.py)."""
+    rows = [m for c in plan.collectives for m in store.iter_measurements(
+        library_fingerprint=plan.library.fingerprint, system=plan.options.system, collective=c)]
+    return costs_from_measurements(rows, f"{len(rows)} runs of {plan.library.name} in {plan.db}" if rows
+                                   else f"no runs of {plan.library.name} in {plan.db}: tune/plan.py's latencies")
+
+
+def dataset_costs(path: Path, collectives: Sequence[str]) -> PointCosts:
+    """What a run costs from a dataset's latencies (Peak's CSVs: no iterations; tune/plan.py)."""
+    from tunempi.store.dataset import iter_dataset
+
+    rows = [row for row in iter_dataset(path) if row.collective in collectives]
+    if not rows:
+        raise UsageError(f"{path} has no rows of {', '.join(collectives)}: nothing to predict from")
+    return costs_from_measurements(rows, f"{len(rows)} latencies of {path.name}")
+
+
+def predict_tune(plan: TunePlan, costs: PointCosts) -> PlanRecord:
+    """The tune's predicted wall time, launches and runs (tune/plan.py `predict`), the smoke check's launches
+    added to the wall time."""
+    options = plan.options
+    predicted = predict(plan.spaces, options.settings, costs, launches=options.launches,
+                        allocation_nodes=options.nodes, serial=options.topology == "serial")
+    smoke_s = SMOKE_S_PER_SIZE * len({s.ranks for s in plan.scales}) if options.smoke else 0.0
+    return PlanRecord(dataclasses.replace(predicted, wall_s=predicted.wall_s + smoke_s), costs_from=costs.source)
+
+
+def plan_tune(options: TuneOptions, dataset: Path | None = None) -> PlanRecord:
+    """`tune --plan`: the prediction alone, nothing launched: costs from `dataset` where given, else from the
+    results store (opened, never written)."""
+    plan = TunePlan.of(options, planning=True)
+    if dataset is not None:
+        return predict_tune(plan, dataset_costs(dataset, plan.collectives))
+    if not plan.db.exists():
+        return predict_tune(plan, PointCosts(source=f"no results store at {plan.db}: tune/plan.py's latencies"))
+    with ResultStore(plan.db) as store:
+        return predict_tune(plan, store_costs(store, plan))
 
 
 def earlier_file_names(directory: Path) -> set[str]:

@@ -34,7 +34,9 @@ Keys (version 1):
     choice{collective, chosen, reason, best, best_us, default_us}}], files{role: name}, env_files{VAR: name},
     env{VAR: value}} (compositions measured at the largest multi-node layout; the files activate them),
     applications[{at, command, verdict, reason, results, pairs, speedup, low, high, metric, comparison}] (what
-    `tunempi compare` found on applications run with this directory; `run` warns about a bad newest one).
+    `tunempi compare` found on applications run with this directory; `run` warns about a bad newest one),
+    plan{predicted{wall_s, launches, runs}, actual{...}, costs_from} (tune/plan.py: what tune predicted before
+    it began and what it took; absent or null in manifests written before it: no plan).
 Keys a manifest lacks read as empty (an older manifest without `excluded` loads as excluding nothing, one
 without `compositions` as having measured none).
 """
@@ -56,6 +58,7 @@ from tunempi.rules import RuleSet
 from tunempi.space import Cell
 from tunempi.tune.compositions import CompositionChoice, CompositionResult
 from tunempi.tune.machine_state import StatesMet
+from tunempi.tune.plan import PlanRecord
 from tunempi.tune.verify import HeldOutSendBack, VerifiedCell, VerifiedComposition
 
 if TYPE_CHECKING:
@@ -371,6 +374,8 @@ class Manifest:
     verify: VerifyRecord | None = None
     compositions: CompositionsRecord = field(default_factory=CompositionsRecord)
     applications: tuple[ApplicationCheck, ...] = ()  # `tunempi compare` on applications, oldest first
+    #: tune's plan (tune/plan.py): wall time, launches and runs predicted before it began, and what it took
+    plan: PlanRecord | None = None
 
     # -- reading ------------------------------------------------------------------------------
     @classmethod
@@ -433,6 +438,7 @@ class Manifest:
             verify=VerifyRecord.from_dict(verify) if verify else None,
             compositions=CompositionsRecord.from_dict(data.get("compositions") or {}),
             applications=tuple(ApplicationCheck.from_dict(a) for a in data.get("applications", ())),
+            plan=PlanRecord.from_dict(plan) if (plan := data.get("plan")) else None,
         )
 
     def tuned_cells(self) -> int:
@@ -503,6 +509,7 @@ class Manifest:
             "verify": self.verify.to_dict() if self.verify is not None else None,
             "compositions": self.compositions.to_dict(),
             "applications": [check.to_dict() for check in self.applications],
+            "plan": self.plan.to_dict() if self.plan is not None else None,
         }
 
     def save(self) -> Path:
