@@ -16,8 +16,10 @@ from pathlib import Path
 import pytest
 from conftest import emulated_cluster, require_system
 from test_tuning_bounds import BYTES, COUNT, traces
+from test_tuning_bounds import SOURCE as SPLIT_ALLREDUCE
 
 from tunempi.collectives import DEFAULT_ALGORITHM
+from tunempi.mpi.build import build_c
 from tunempi.mpi.discovery import adapter_for, resolve_library
 from tunempi.rules import SelectionTable, build_rule_sets
 from tunempi.space import Cell
@@ -98,6 +100,17 @@ def test_catalog_add_build_and_the_library_reads_the_built_files_back(tmp_path: 
                 assert seen == COUNT != without[(communicator, size)], where
             else:  # 4 ranks measured the library's own choice; 1, 3, 5 no evidence: the library's own
                 assert seen == without[(communicator, size)], where
+
+    # `verify` and `compare` take it too, and record what they found in its manifest.
+    verified = tunempi("verify", "--tuning", str(out), "--repeats", "2", "--time-cap", "20ms")
+    assert verified.returncode == 0, verified.stderr
+    program = build_c(library, [SPLIT_ALLREDUCE], "split_allreduce")
+    compared = tunempi("compare", "--variant", f"catalog={out}", "--min-runs", "3", "--max-runs", "3",
+                       "--db", str(tmp_path / "compare.sqlite"), "--", "mpiexec", "-n", "2", str(program),
+                       str(BYTES), "1")
+    assert compared.returncode == 0, compared.stderr
+    checked = Manifest.load(out)
+    assert checked.verify is not None and len(checked.applications) == 1
 
 
 @pytest.mark.full

@@ -96,7 +96,7 @@ def build_tuning(catalog: Catalog, out: Path, *, mpi: str | None = None, smoke: 
         strategy_params={"catalog": str(catalog.directory.resolve()),
                          "provenance": [provenance(by_cell[c]) for c in sorted(selection)],
                          "shadowed": [provenance(e) for e in sorted(shadowed, key=lambda e: e.cell)]},
-        run=RunRecord(stop_reason=CATALOG_STRATEGY),
+        run=RunRecord(stop_reason="built from the catalog's tunings"),
         one_choice=one_choice(adapter, sorted({c.collective for c in selection})),
         selection=tuple(SelectionRow(cell, algorithm, medians.get((cell, algorithm)),
                                      medians.get((cell, DEFAULT_ALGORITHM)))
