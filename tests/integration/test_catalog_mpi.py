@@ -161,3 +161,36 @@ def test_catalog_coverage_reads_the_private_slurms_records_of_finished_jobs(tmp_
     rows = {m.group(1, 2, 3): m.group(4) for m in map(ROW.match, shown.stdout.splitlines()) if m}
     assert rows == {("1", "2", "2"): "measured", ("2", "2", "4"): "library default"}
     assert "worth tuning next: 2x2 (4 ranks" in shown.stdout
+
+
+@pytest.mark.full
+def test_real_tunes_of_two_layouts_build_into_one_tuning_with_each_layouts_rules(tmp_path: Path) -> None:
+    """Two real `tune` runs (MPICH, 4 then 2 ranks, test_tune's short options), added and built: at each measured
+    size the built rules are that tune's own, and each cell's provenance names its tuning. A tune at 4 ranks
+    measures its sub-scale 2 as well: where the two tunes' winners at 2 ranks differ (noise decides between
+    near-equal algorithms), the second add is refused until --replace."""
+    from test_tune import options
+
+    from tunempi.tune.job import run_tune
+
+    catalog, out = tmp_path / "catalog", tmp_path / "built"
+    tunings = {}
+    for ranks in (4, 2):
+        report = run_tune(options(tmp_path / f"r{ranks}", "mpich", "allreduce", ranks, 64))
+        assert report.manifest is not None
+        tunings[ranks] = report.manifest
+        done = tunempi("catalog", "add", str(report.manifest.directory), "--catalog", str(catalog))
+        if done.returncode == 2:
+            assert ranks == 2 and "another winner" in done.stderr, done.stderr
+            done = tunempi("catalog", "add", str(report.manifest.directory), "--catalog", str(catalog), "--replace")
+        assert done.returncode == 0, done.stderr
+    built = tunempi("catalog", "build", "--out", str(out), "--catalog", str(catalog))
+    assert built.returncode == 0, built.stderr
+    manifest = Manifest.load(out)
+    for ranks, tuned in tunings.items():
+        for row in tuned.selection:
+            if row.cell.ranks == ranks:
+                assert manifest.rule_sets["allreduce"].select(ranks, row.cell.msg_bytes) == row.algorithm
+    sources = {(p["ranks"], p["source"]) for p in manifest.strategy_params["provenance"]}
+    assert sources == {(ranks, str(tuned.directory.resolve())) for ranks, tuned in tunings.items()}
+    assert [s.ok for s in manifest.smoke] == [True, True]
