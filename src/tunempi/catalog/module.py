@@ -3,11 +3,11 @@
 
 from __future__ import annotations
 
-import os
 import re
-import tempfile
 from collections.abc import Mapping
 from pathlib import Path
+
+from tunempi.catalog.store import write_atomically
 
 #: Tcl words that need no quoting: braces would also do, but a value with a brace or backslash cannot use them
 _PLAIN = re.compile(r"^[A-Za-z0-9_./:=,+@%-]+$")
@@ -31,15 +31,5 @@ def modulefile_text(env: Mapping[str, str], *, what: str) -> str:
 
 
 def write_modulefile(path: Path, text: str) -> Path:
-    """Write atomically: a module command never reads half a file."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    handle, temporary = tempfile.mkstemp(prefix=f".{path.name}-", dir=path.parent)
-    try:
-        with os.fdopen(handle, "w", encoding="utf-8") as out:
-            out.write(text)
-        os.chmod(temporary, 0o644)
-        os.replace(temporary, path)
-    except BaseException:
-        Path(temporary).unlink(missing_ok=True)
-        raise
-    return path
+    """Write atomically (a `module` command never reads half a file), readable by every user."""
+    return write_atomically(path, text)

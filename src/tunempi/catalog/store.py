@@ -96,20 +96,25 @@ class Catalog:
                 "entries": [e.to_dict() for e in sorted(self.entries, key=lambda e: (e.key, e.cell.nodes))]}
 
     def save(self) -> Path:
-        """Write atomically: a temporary file in the same directory renamed over catalog.json."""
-        self.directory.mkdir(parents=True, exist_ok=True)
-        path = self.directory / CATALOG_NAME
-        handle, temporary = tempfile.mkstemp(prefix=".catalog-", suffix=".tmp", dir=self.directory)
-        try:
-            with os.fdopen(handle, "w", encoding="utf-8") as out:
-                out.write(json.dumps(self.to_dict(), indent=1) + "\n")
-                out.flush()
-                os.fsync(out.fileno())
-            os.replace(temporary, path)
-        except BaseException:
-            Path(temporary).unlink(missing_ok=True)
-            raise
-        return path
+        return write_atomically(self.directory / CATALOG_NAME, json.dumps(self.to_dict(), indent=1) + "\n")
+
+
+def write_atomically(path: Path, text: str, mode: int = 0o644) -> Path:
+    """Write `text` to a temporary file beside `path`, flushed to disk, then renamed over it: a reader (or a
+    crash) sees the old file or the new one, never half of one; on failure the temporary file is removed."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    handle, temporary = tempfile.mkstemp(prefix=f".{path.name}-", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(handle, "w", encoding="utf-8") as out:
+            out.write(text)
+            out.flush()
+            os.fsync(out.fileno())
+        os.chmod(temporary, mode)  # mkstemp's 0600 would hide a site's modulefile from its users
+        os.replace(temporary, path)
+    except BaseException:
+        Path(temporary).unlink(missing_ok=True)
+        raise
+    return path
 
 
 @dataclass(frozen=True)
