@@ -24,12 +24,15 @@ def costs(latency_us: float, iterations: int | None, *layouts: tuple[int, int, i
                       engine_start_s=1.0, point_overhead_s=0.01)
 
 
-def test_one_run_costs_its_iterations_at_the_latency_capped_at_the_time_cap() -> None:
+def test_one_run_costs_its_iterations_at_the_latency_and_the_engine_caps_its_warm_up() -> None:
     assert run_s(100.0, 50, SETTINGS, 0.01) == pytest.approx(10 * 100e-6 + 50 * 100e-6 + 0.01)
-    # a slow point stops at the time cap, its warm-up still paid
-    assert run_s(10_000.0, 500, SETTINGS, 0.01) == pytest.approx(10 * 0.01 + 0.1 + 0.01)
-    # a dataset gives no iterations: the typical count, never below min_iters
+    # a slow point: the warm-up stops at its share of the time cap, the stored iterations are what it ran
+    assert run_s(10_000.0, 10, SETTINGS, 0.01) == pytest.approx(0.025 + 10 * 0.01 + 0.01)
+    # a dataset gives no iterations: the typical count, stopped at the time cap, never below min_iters
     assert run_s(1.0, None, SETTINGS, 0.0) == pytest.approx((10 + plan.TYPICAL_ITERATIONS) * 1e-6)
+    assert run_s(1000.0, None, SETTINGS, 0.0) == pytest.approx(0.01 + plan.TYPICAL_ITERATIONS * 1e-3)
+    assert run_s(5000.0, None, SETTINGS, 0.0) == pytest.approx(0.025 + 0.1)  # 60 iterations: past the cap
+    assert run_s(50_000.0, None, SETTINGS, 0.0) == pytest.approx(0.1 + 10 * 0.05)
     # nothing measured: the documented latency, growing with the size
     unknown = PointCosts(point_overhead_s=0.0)
     assert plan.cell_run_s(Cell("allreduce", 2, 1, 2, 1 << 20), unknown, SETTINGS) > \

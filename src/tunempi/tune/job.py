@@ -79,6 +79,7 @@ from tunempi.tune.objective import (
     compute_lengths,
 )
 from tunempi.tune.plan import (
+    FILES_S,
     SMOKE_S_PER_SIZE,
     PlanRecord,
     PointCosts,
@@ -483,7 +484,7 @@ def predict_tune(plan: TunePlan, costs: PointCosts) -> PlanRecord:
     options = plan.options
     predicted = predict(plan.spaces, options.settings, costs, launches=options.launches,
                         allocation_nodes=options.nodes, serial=options.topology == "serial")
-    smoke_s = SMOKE_S_PER_SIZE * len({s.ranks for s in plan.scales}) if options.smoke else 0.0
+    smoke_s = FILES_S + (SMOKE_S_PER_SIZE * len({s.ranks for s in plan.scales}) if options.smoke else 0.0)
     return PlanRecord(dataclasses.replace(predicted, wall_s=predicted.wall_s + smoke_s), costs_from=costs.source)
 
 

@@ -9,7 +9,8 @@ The model (docs/tune.md "Plan"), per layout (one engine per layout, tune/runner.
                       tune/launch_blocks.py `contenders`; tune/driver.py's deciding blocks);
     launches        = EXPLORE_LAUNCHES + (launches - 1): a launch per round and per failed run while exploring,
                       a fresh one per deciding block;
-    one run's time  = (warmup + iterations) x latency, the iterations capped at the time cap, + POINT_OVERHEAD_S
+    one run's time  = warm-up + iterations x latency (each part stopped by the time cap as the engine stops
+                      it, never fewer than min_iters) + POINT_OVERHEAD_S
                       (the request, the engine's state probe, storing the run);
     wall            = launches x ENGINE_START_S + runs x one run's time + MODEL_S_PER_ROUND x rounds, the layouts
                       run one after another (--topology serial) or side by side where the nodes allow it.
@@ -42,15 +43,21 @@ ENGINE_START_S = 0.2
 #: Per run beyond its iterations (request, probe, reply, store write): (bench time - launches x start -
 #: iterations' time) / runs of the same tune, 2.5 ms.
 POINT_OVERHEAD_S = 0.0025
-#: The strategy's model fit per round (tune's wall - bench time over its rounds: 0.34-0.7 s / 5 rounds).
-MODEL_S_PER_ROUND = 0.1
+#: The strategy's model fit per round: (tune's loop wall - its bench time) / rounds, 0.2-0.6 s in the five tunes
+#: of docs/measurements/tune.md "Plan" (load 1-4 on 2 cores).
+MODEL_S_PER_ROUND = 0.35
 #: Runs per exploring round (the same tune: 430 runs in 5 rounds, batches of 32 cells).
 ROUND_RUNS = 100
-#: The smoke check: the written files loaded by the library, a launch per communicator size tuned (tune/smoke.py).
+#: The smoke check: the written files loaded by the library, a launch per communicator size tuned (tune/smoke.py),
+#: and FILES_S for the rest after the loop (rule sets, files, manifest): the whole tune's wall less its loop's was
+#: 1.4-3.9 s in those five tunes.
 SMOKE_S_PER_SIZE = 1.0
+FILES_S = 1.0
 #: A latency where nothing was measured: shared-memory 2-rank MPICH here, 1-3 us at 4 B, about 1 us per KiB.
 UNKNOWN_LATENCY_US = 3.0
 UNKNOWN_BYTES_PER_US = 1000.0
+#: The engine's warm-up ends once it took this share of the time cap (bench/c/engine.c WARMUP_SHARE).
+WARMUP_SHARE = 0.25
 #: Iterations a point takes where no store says (a dataset records latencies only): the median of the
 #: store's runs above (default 82, others 20-63).
 TYPICAL_ITERATIONS = 60
@@ -88,12 +95,16 @@ def unknown_latency_us(msg_bytes: int) -> float:
 
 def run_s(latency_us: float, iterations: int | None, settings: MeasureSettings,
           overhead_s: float = POINT_OVERHEAD_S) -> float:
-    """One run's wall time: warm-up and measured iterations at the latency (the measured part stops at the
-    time cap), plus the per-run overhead."""
-    iters = iterations if iterations is not None else TYPICAL_ITERATIONS
-    iters = max(settings.min_iters, min(settings.max_iters, iters))
-    measured = min(iters * latency_us * 1e-6, settings.time_cap_s)
-    return settings.warmup * latency_us * 1e-6 + measured + overhead_s
+    """One run's wall time: the warm-up (it ends once it took WARMUP_SHARE of the time cap), the measured
+    iterations (the store's count where known, else TYPICAL_ITERATIONS stopped at the time cap; never fewer
+    than min_iters), plus the per-run overhead."""
+    latency_s = latency_us * 1e-6
+    warm = min(settings.warmup * latency_s, max(WARMUP_SHARE * settings.time_cap_s, 2 * latency_s))
+    if iterations is not None:
+        measured = iterations * latency_s
+    else:
+        measured = min(min(TYPICAL_ITERATIONS, settings.max_iters) * latency_s, settings.time_cap_s)
+    return warm + max(measured, settings.min_iters * latency_s) + overhead_s
 
 
 @dataclass(frozen=True)
