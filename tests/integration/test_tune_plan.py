@@ -1,0 +1,50 @@
+"""tune --plan and the plan a real tune records (issue 57 part 4): embedded MPICH, 2 ranks, one collective."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tunempi.bench.protocol import MeasureSettings
+from tunempi.tune.job import TuneOptions, plan_tune, run_tune
+from tunempi.tune.manifest import Manifest
+
+pytestmark = pytest.mark.mpi
+
+FAST = MeasureSettings(warmup=2, min_iters=5, max_iters=50, rel_ci=0.2, time_cap_s=0.01)
+
+
+def test_a_real_tune_records_what_it_planned_and_what_it_took(tmp_path: Path) -> None:
+    options = TuneOptions(out=tmp_path / "tuning", collectives="allreduce", mpi="mpich", ranks=2, max_msg=64,
+                          min_msg=4, timeout_s=60.0, db=tmp_path / "results.sqlite", settings=FAST, launches=2)
+    planned = plan_tune(options)  # no store yet: nothing launched, nothing created
+    assert not options.db.exists() and not options.out.exists()  # type: ignore[union-attr]
+    report = run_tune(options)
+    assert report.manifest is not None
+    record = Manifest.load(options.out).plan
+    assert record is not None and record.actual is not None
+    # the tune planned what --plan printed before it (same store: empty), and its actual is its own run record
+    assert record.predicted.wall_s == pytest.approx(planned.predicted.wall_s, abs=1e-3)  # the manifest rounds
+    assert (record.predicted.launches, record.predicted.runs) == (planned.predicted.launches, planned.predicted.runs)
+    assert record.predicted.runs > 0
+    assert record.actual.launches == report.outcome.launches == report.manifest.run.launches
+    assert record.actual.runs == report.outcome.measured
+    assert record.actual.wall_s >= report.outcome.wall_s > 0  # the whole tune, its loop included
+    # with the store this tune filled, the plan's costs are its runs
+    assert "runs of mpich" in plan_tune(options).costs_from
+
+
+def test_the_plan_command_prints_the_prediction_and_launches_nothing(tmp_path: Path) -> None:
+    out, db = tmp_path / "tuning", tmp_path / "results.sqlite"
+    done = subprocess.run([sys.executable, "-m", "tunempi", "tune", "--plan", "--out", str(out), "--db", str(db),
+                           "--mpi", "mpich", "--ranks", "4", "--collectives", "allreduce", "--max-msg", "1KiB"],
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert "plan: " in done.stdout and "engine launches" in done.stdout and "runs" in done.stdout
+    assert not out.exists() and not db.exists()
+    bad = subprocess.run([sys.executable, "-m", "tunempi", "tune", "--out", str(out), "--plan-from", str(db)],
+                         capture_output=True, text=True, timeout=120)
+    assert bad.returncode == 2 and "--plan-from goes with --plan" in bad.stderr + bad.stdout
