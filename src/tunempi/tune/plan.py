@@ -22,6 +22,7 @@ cell whose collective neither measured takes UNKNOWN_LATENCY_US + msg_bytes / UN
 from __future__ import annotations
 
 import math
+import statistics
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -203,11 +204,5 @@ def costs_from_measurements(rows: Iterable[Any], source: str) -> PointCosts:
         latencies.setdefault(key, []).append(float(latency))
         if getattr(row, "iterations", None):
             iterations.setdefault(key, []).append(int(row.iterations))
-    return PointCosts({k: _median(v) for k, v in latencies.items()},
-                      {k: round(_median([float(i) for i in v])) for k, v in iterations.items()}, source)
-
-
-def _median(values: Sequence[float]) -> float:
-    ordered = sorted(values)
-    mid = len(ordered) // 2
-    return ordered[mid] if len(ordered) % 2 else (ordered[mid - 1] + ordered[mid]) / 2
+    return PointCosts({k: statistics.median(v) for k, v in latencies.items()},
+                      {k: round(statistics.median([float(i) for i in v])) for k, v in iterations.items()}, source)
