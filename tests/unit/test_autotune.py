@@ -293,13 +293,47 @@ def test_the_report_shows_tune_s_decision_across_launches_beside_the_medians() -
             return [UsageRow("alltoallv", 2, 2, 1, 500_000, 328, 1.5, 2)]
 
     big = Cell("alltoallv", 2, 2, 1, 524_288)
-    tie = CellDecision(big, "default", "tie", Comparison(3, 1.1, 0.3, 4.0, 0.3, 0.7, 0.67, 0.33, 0.025, "same"))
+    alone = Comparison(3, 1.1, 0.3, 4.0, 0.3, 0.7, 0.67, 0.33, 0.025, "same")
+    tie = CellDecision(big, "default", "tie", alone, alone)  # a range of this cell alone: its figures its own
     medians = {(big, "default"): 15_776.0, (big, "basic_linear"): 8_662.0}
     (row,) = at_application_sizes(Profile(), medians, {big: "default"}, decisions={big: tie})  # type: ignore[arg-type]
     assert (row["best"], row["chosen"], row["across"], row["launches"]) == ("basic_linear", "default", "tie", 3)
     assert _across(row) == "tie (default kept): 1.10x [0.30, 4.00] over 3 launches"
     assert across_launches(None) == {} and _across({"collective": "bcast"}) == "-"
     assert _across(across_launches(CellDecision(big, "default", "default"))) == "default faster"
+
+
+def test_a_row_at_the_application_s_size_shows_the_cell_s_own_figures_not_its_range_s() -> None:
+    """Issue 58: miniAMR's 8 B allreduce sat in a recursive_doubling range decided at 1.47x [1.11, 1.93], the 12 B
+    cell's figures. The row of the 8 B calls shows the cell's own figures (here a tie at 1.02x); only where the
+    cell has none does it show the range's, and it says so."""
+    from tunempi.autotune.report import _across
+    from tunempi.autotune.steps import across_launches, at_application_sizes
+    from tunempi.evidence import Comparison
+    from tunempi.profile.reader import UsageRow
+    from tunempi.space import Cell
+    from tunempi.tune.launch_blocks import CellDecision
+
+    class Profile:
+        mpi_s = 2.0
+
+        def usage(self) -> list[UsageRow]:
+            return [UsageRow("allreduce", 2, 2, 1, 8, 10_000, 1.0, 2)]
+
+    small = Cell("allreduce", 2, 2, 1, 8)
+    ranged = Comparison(3, 1.47, 1.11, 1.93, 0.01, 0.99, 1.0, 0.0, 0.025, "faster")
+    own = Comparison(3, 1.02, 0.90, 1.15, 0.4, 0.6, 0.67, 0.33, 0.025, "same")
+    decision = CellDecision(small, "recursive_doubling", "tuned", ranged, own)
+    medians = {(small, "default"): 16.2, (small, "recursive_doubling"): 16.0}
+    (row,) = at_application_sizes(Profile(), medians, {small: "recursive_doubling"},  # type: ignore[arg-type]
+                                  decisions={small: decision})
+    assert (row["speedup"], row["low"], row["high"], row["launches"]) == (1.02, 0.9, 1.15, 3)
+    assert row["figures"] == "cell"
+    assert _across(row) == "tuned: 1.02x [0.90, 1.15] over 3 launches"
+    # no figures of the cell's own: the range's, said to be its range's
+    no_own = across_launches(CellDecision(small, "recursive_doubling", "tuned", ranged, None))
+    assert (no_own["speedup"], no_own["figures"]) == (1.47, "range")
+    assert _across(no_own) == "tuned: 1.47x [1.11, 1.93] over 3 launches (its range's: none of this cell's own)"
 
 
 def _profile(records: list[tuple[str, int, int, float]], wall_s: float = 20.0) -> Any:

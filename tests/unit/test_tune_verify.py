@@ -310,10 +310,28 @@ def test_verify_says_which_rule_a_replaced_cell_belongs_to_and_why() -> None:
     assert "tune had" not in first
     # with the manifest's row, the line says what tune's deciding launches had said there
     row = SelectionRow(big, "ring", 20.0, 10.0, decided=(1.081, 1.04, 1.123, 2))
-    tuned_rows = SimpleNamespace(decided=lambda: {row.cell: row.decided})  # Manifest.decided of that one row
-    said = VerifyReport(tuned_rows, verified, summary(verified), replaced=1).lines()[0]  # type: ignore[arg-type]
-    assert "3 launches; tune had 1.081 (1.040..1.123) over 2 launches) -> default" in said
+    said = VerifyReport(SimpleNamespace(selection=(row,)), verified, summary(verified),  # type: ignore[arg-type]
+                        replaced=1).lines()[0]
+    assert ("3 launches; tune had 1.081 (1.040..1.123) over 2 launches for its range (none of this cell's own)) "
+            "-> default") in said
     assert "verified 3 cells in 1 rules" in last and "slower beyond noise: 1 -> 0" in last
+
+
+def test_a_replacement_line_quotes_tune_s_figures_of_the_cell_itself_not_of_its_range() -> None:
+    """Issue 58: tune decides per range, and each cell keeps its own figures. A replaced cell's line quotes what
+    tune had there: the cell's own (1.081x), not its range's (1.47x, another cell's gain); the manifest keeps
+    both through a rewrite and a save."""
+    from tunempi.tune.verify import VerifiedCell
+    from tunempi.tune.verify_run import VerifyReport
+
+    verified = [VerifiedCell(B, "ring", 20.0, 10.0, 0.5, 0.4, 0.6, "slower", replaced=True, own_speedup=0.5,
+                             own_verdict="slower", rule_cells=1, launches=3, rule_from=B.msg_bytes)]
+    row = SelectionRow(B, "ring", 20.0, 10.0, decided=(1.47, 1.11, 1.93, 3), own=(1.081, 1.04, 1.123, 3))
+    assert SelectionRow.from_dict(row.to_dict()) == row
+    said = VerifyReport(SimpleNamespace(selection=(row,)), verified, summary(verified),  # type: ignore[arg-type]
+                        replaced=1).lines()[0]
+    assert "tune had 1.081 (1.040..1.123) over 3 launches at this size) -> default" in said
+    assert "1.470" not in said
 
 
 def test_a_cell_sent_back_with_its_whole_collective_says_so() -> None:

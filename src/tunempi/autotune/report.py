@@ -22,13 +22,16 @@ _VERDICT_TONE = {"faster": "good", "slower": "bad", "failed": "bad", "wrong resu
 
 
 def _across(row: Mapping[str, Any]) -> str:
-    """Tune's decision in the row's cell across launches (autotune.steps.across_launches), or '-'."""
+    """Tune's decision in the row's cell across launches (autotune.steps.across_launches), or '-': the cell's
+    own figures, or its range's, said so (a row recorded before `figures` was: always its range's)."""
     if "across" not in row:
         return "-"
     what = {"tuned": "tuned", "tie": "tie (default kept)", "default": "default faster"}.get(row["across"], row["across"])
     if "speedup" not in row:
         return what
-    return f"{what}: {row['speedup']:.2f}x [{row['low']:.2f}, {row['high']:.2f}] over {row['launches']} launches"
+    whose = "" if row.get("figures", "range") == "cell" else " (its range's: none of this cell's own)"
+    return (f"{what}: {row['speedup']:.2f}x [{row['low']:.2f}, {row['high']:.2f}] over {row['launches']} launches"
+            + whose)
 
 
 def tuning_compared(verdicts: list[dict[str, Any]]) -> bool:

@@ -105,15 +105,18 @@ def observed_run_s(durations: Sequence[float]) -> dict[str, float]:
 
 
 def across_launches(decision: CellDecision | None) -> dict[str, Any]:
-    """{across: outcome (tuned / tie / default), speedup, low, high, launches} of tune's decision in a cell: the
-    chosen algorithm (a tie's or a default's: the contender that came closest) against the default across
-    launches, as a ratio default / contender with its interval; {} where no decision was made there."""
+    """{across: outcome (tuned / tie / default), speedup, low, high, launches, figures} of tune's decision in a
+    cell: the chosen algorithm (a tie's or a default's: the contender that came closest) against the default
+    across launches, as a ratio default / contender with its interval, on the cell's own figures (figures:
+    "cell"; issue 58: its range's are another cell's gain as well) or, where the cell has none, its range's
+    (figures: "range"); {} where no decision was made there."""
     if decision is None:
         return {}
     found: dict[str, Any] = {"across": decision.outcome}
-    if decision.comparison is not None:
-        c = decision.comparison
-        found.update(speedup=round(c.speedup, 4), low=round(c.low, 4), high=round(c.high, 4), launches=c.pairs)
+    c, whose = (decision.own, "cell") if decision.own is not None else (decision.comparison, "range")
+    if c is not None:
+        found.update(speedup=round(c.speedup, 4), low=round(c.low, 4), high=round(c.high, 4), launches=c.pairs,
+                     figures=whose)
     return found
 
 

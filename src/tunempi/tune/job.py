@@ -597,7 +597,8 @@ def write_result(plan: TunePlan, outcome: TuneOutcome, emit: OnTuneEvent = _igno
         one_choice=one_choice(plan.adapter, plan.collectives),
         selection=tuple(
             SelectionRow(cell, algorithm, medians.get((cell, algorithm)), medians.get((cell, DEFAULT_ALGORITHM)),
-                         decided=d.evidence() if (d := outcome.decisions.get(cell)) else None)
+                         decided=d.evidence() if (d := outcome.decisions.get(cell)) else None,
+                         own=d.own_evidence() if d else None)
             for cell, algorithm in sorted(selection.items())),
         training_curve=tuple(CurveRecord(p.wall_s, p.bench_s, p.points, p.convergence, dict(p.per_collective))
                              for p in outcome.curve),

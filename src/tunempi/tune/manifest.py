@@ -81,22 +81,34 @@ class SelectionRow:
     #: tune's decision across launches here (launch_blocks.CellDecision): the chosen algorithm (a tie's: the
     #: contender that came closest) against the default, (speedup, low, high, launches); None if not decided
     decided: tuple[float, float, float, int] | None = None
+    #: the same contender against the default in this cell alone (CellDecision.own): `decided` is its range's,
+    #: shared by every cell the range covers (issue 58); None where the cell has no figures of its own
+    own: tuple[float, float, float, int] | None = None
+
+    def tune_figures(self) -> tuple[tuple[float, float, float, int], str] | None:
+        """Tune's figures for this cell and whose they are: ("cell", its own), or ("range", its range's) where
+        it has none of its own (a directory tuned before they were recorded); None if not decided."""
+        if self.own is not None:
+            return self.own, "cell"
+        return (self.decided, "range") if self.decided is not None else None
 
     def to_dict(self) -> dict[str, Any]:
         data = {**self.cell.to_dict(), "algorithm": self.algorithm, "median_us": self.median_us,
                 "default_us": self.default_us}
-        if self.decided is not None:
-            speedup, low, high, launches = self.decided
-            data["decided"] = {"speedup": round(speedup, 5), "low": round(low, 5), "high": round(high, 5),
-                               "launches": launches}
+        for key, figures in (("decided", self.decided), ("own", self.own)):
+            if figures is not None:
+                speedup, low, high, launches = figures
+                data[key] = {"speedup": round(speedup, 5), "low": round(low, 5), "high": round(high, 5),
+                             "launches": launches}
         return {**data, "replaced_from": self.replaced_from} if self.replaced_from else data
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> SelectionRow:
-        d = data.get("decided")
-        decided = (float(d["speedup"]), float(d["low"]), float(d["high"]), int(d["launches"])) if d else None
+        def figures(d: Mapping[str, Any] | None) -> tuple[float, float, float, int] | None:
+            return (float(d["speedup"]), float(d["low"]), float(d["high"]), int(d["launches"])) if d else None
+
         return cls(Cell.from_dict(data), str(data["algorithm"]), data.get("median_us"), data.get("default_us"),
-                   str(data.get("replaced_from", "")), decided)
+                   str(data.get("replaced_from", "")), figures(data.get("decided")), figures(data.get("own")))
 
 
 @dataclass(frozen=True)

@@ -129,8 +129,9 @@ class VerifyReport:
 
     def lines(self) -> list[str]:
         """What verify found, as plain text: one line per replaced cell, then the summary."""
-        decided = self.manifest.decided() if self.manifest is not None else {}
-        out = [_replacement_line(v, decided.get(v.cell)) for v in self.verified if v.replaced]
+        # tune's figures of each cell: its own, the range's only where it has none (SelectionRow.tune_figures)
+        said = {row.cell: row.tune_figures() for row in self.manifest.selection} if self.manifest is not None else {}
+        out = [_replacement_line(v, said.get(v.cell)) for v in self.verified if v.replaced]
         n = self.summary
         out.append(
             f"verified {n['compared']} cells in {n.get('rules', n['compared'])} rules: geo-mean speedup over default "
@@ -185,11 +186,15 @@ def held_out_lines(numbers: Mapping[str, float | int] | None, sent_back: Sequenc
     return out
 
 
-def _evidence(v: VerifiedCell, decided: tuple[float, float, float, int] | None = None) -> str:
+def _evidence(v: VerifiedCell, tune: tuple[tuple[float, float, float, int], str] | None = None) -> str:
     """'COLL SIZE at N ranks: ALG was VERDICT (speedup, interval, its rule, launches[, what tune had])': a
-    verified cell's evidence as a line of verify's says it (`decided`: the manifest row's)."""
-    tune_said = "" if decided is None else \
-        f"; tune had {decided[0]:.3f} ({decided[1]:.3f}..{decided[2]:.3f}) over {decided[3]} launches"
+    verified cell's evidence as a line of verify's says it (`tune`: the manifest row's tune_figures, the
+    cell's own or, where it has none, its range's, said which)."""
+    tune_said = ""
+    if tune is not None:
+        (speedup, low, high, launches), whose = tune
+        tune_said = (f"; tune had {speedup:.3f} ({low:.3f}..{high:.3f}) over {launches} launches "
+                     + ("at this size" if whose == "cell" else "for its range (none of this cell's own)"))
     own_only = v.own_verdict == "slower" and v.verdict != "slower"
     return (f"{v.cell.collective} {format_size(v.cell.msg_bytes)} at {v.cell.ranks} ranks: "
             + (f"{v.algorithm} was slower on its own (speedup {v.own_speedup:.3f}) in a rule "
@@ -199,12 +204,12 @@ def _evidence(v: VerifiedCell, decided: tuple[float, float, float, int] | None =
             + tune_said + ")")
 
 
-def _replacement_line(v: VerifiedCell, decided: tuple[float, float, float, int] | None = None) -> str:
+def _replacement_line(v: VerifiedCell, tune: tuple[tuple[float, float, float, int], str] | None = None) -> str:
     """Why a cell went back to the default: its rule's evidence, its own, or (a library reading one selection
     per collective, apply_replacements(whole=True)) another rule of its collective; and what tune's deciding
-    launches had said there (`decided`: the manifest row's)."""
+    launches had said there (`tune`: the manifest row's tune_figures)."""
     with_collective = not goes_back_to_default(v.verdict, v.own_verdict)
-    return ("replaced " + _evidence(v, decided)
+    return ("replaced " + _evidence(v, tune)
             + (" -> default with the whole collective (the library reads one selection per collective, and "
                "another rule of it was not faster with evidence)" if with_collective else " -> default"))
 
@@ -398,7 +403,7 @@ def rewrite_files(manifest: Manifest, library: MPILibrary, fixed: Mapping[Cell, 
                      row.median_us if fixed[row.cell] == row.algorithm else row.default_us, row.default_us,
                      # a second rewrite (hold-out's) keeps what an earlier one replaced
             replaced_from=row.algorithm if fixed[row.cell] != row.algorithm else row.replaced_from,
-            decided=row.decided)
+            decided=row.decided, own=row.own)
         for row in manifest.selection))
 
 
