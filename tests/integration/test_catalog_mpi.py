@@ -36,10 +36,10 @@ SIZES = (4, 1024, BYTES, 65536)
 ROW = re.compile(r"^\s*(\d+)\s+(\d+)\s+(\d+)\s+[\d.]+\s+(.+)$")
 
 
-def tiny_tuning(directory: Path, ranks: int, algorithm: str) -> Path:
+def tiny_tuning(directory: Path, ranks: int, algorithm: str, vendor: str = "mpich") -> Path:
     """A tuning directory as `tune` leaves one (the adapter's files through tune/files.py, a manifest with
     selection rows) for one layout of one node whose every size measured `algorithm` fastest."""
-    library = resolve_library("mpich")
+    library = resolve_library(vendor)
     adapter = adapter_for(library)
     table = SelectionTable.from_items(("allreduce", ranks, size, algorithm) for size in SIZES)
     rule_sets = build_rule_sets(table)

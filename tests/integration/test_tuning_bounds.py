@@ -41,10 +41,14 @@ def traces(library: MPILibrary, env: dict[str, str], ranks: int, subsize: int) -
     command = launch_command(library, ranks, [str(program), str(BYTES), str(subsize)])
     done = run_launch(command.argv, command.full_env({**os.environ, **env}), timeout=300)
     assert done.returncode == 0 and not done.timed_out, done.stderr[-2000:]
-    found = {(m.group(1), int(m.group(2))): int(m.group(3))
-             for m in map(_LINE.match, done.stdout.splitlines()) if m}
+    found = trace_lines(done.stdout)
     assert ("world", ranks) in found, done.stdout
     return found
+
+
+def trace_lines(stdout: str) -> Traces:
+    """The traces split_allreduce printed, by (communicator, its size)."""
+    return {(m.group(1), int(m.group(2))): int(m.group(3)) for m in map(_LINE.match, stdout.splitlines()) if m}
 
 
 def tuned_at(vendor: str, directory: Path, algorithm: str, measured: tuple[int, ...] = (2,)

@@ -10,7 +10,7 @@ from tunempi.mpi.library import MPILibrary
 from tunempi.mpi.openmpi import OpenMPIAdapter
 from tunempi.mpi.vendor import Algorithm, VendorAdapter
 from tunempi.rules import SelectionTable, build_rule_sets
-from tunempi.tune.apply import layout_notes
+from tunempi.tune.apply import layout_notes, left_to_library
 from tunempi.tune.manifest import LibraryRecord, Manifest
 
 CATALOG = {"allreduce": [Algorithm("basic_linear", 1), Algorithm("recursive_doubling", 3)],
@@ -51,7 +51,10 @@ def test_a_larger_job_is_warned_and_what_cannot_be_bounded_is_named(tmp_path: Pa
         "iallreduce: one value for every call and communicator size (the library cannot bound it), measured "
         "only at 2 ranks on 1 node"]  # bcast keeps the library's choice everywhere: nothing to say
     _, intel = layout_notes(tuned, JobLayout(64, 8, 8), adapter(IntelMPIAdapter, "impi"))
-    assert "allreduce run what this library's files cannot leave to it: not its own choice but the nearest" in intel[0]
+    assert intel == [  # left out (below), so nothing else is said of them
+        "I_MPI_ADJUST_ALLREDUCE, I_MPI_ADJUST_IALLREDUCE not exported: the job (64 ranks on 8 nodes) lies outside "
+        "the layouts allreduce, iallreduce measured (2 ranks on 1 node), and this library's files cannot leave "
+        "other sizes to it: it keeps its own choice for every call of them in this job, sub-communicators included"]
 
 
 def test_same_size_on_other_nodes_and_between_measured_sizes(tmp_path: Path) -> None:
@@ -65,3 +68,29 @@ def test_same_size_on_other_nodes_and_between_measured_sizes(tmp_path: Path) -> 
                          "communicator sizes apart, not layouts, so the rules measured there act here unmeasured")
     unknown, nothing = layout_notes(tuned, JobLayout(source="not a launch line"), openmpi)
     assert "does not say how many ranks" in unknown[1] and nothing == []
+
+
+def test_intel_mpi_variables_are_left_out_exactly_where_the_job_lies_outside_the_measured_layouts(
+        tmp_path: Path) -> None:
+    """Intel MPI's strings take the nearest condition's preset at a size none matches (test_tuning_bounds), so
+    `run` leaves a collective's variable out of a job outside what its rules measured or interpolated."""
+    intel, openmpi = adapter(IntelMPIAdapter, "impi"), adapter(OpenMPIAdapter, "openmpi")
+    tuned = manifest(tmp_path, {2: "recursive_doubling", 8: "recursive_doubling"}, ((2, 1, 2), (8, 1, 8)))
+    both = {"allreduce": ("I_MPI_ADJUST_ALLREDUCE",), "iallreduce": ("I_MPI_ADJUST_IALLREDUCE",)}
+    assert left_to_library(tuned, JobLayout(2, 1, 2), intel) == {}  # measured: the tuned strings act
+    assert left_to_library(tuned, JobLayout(8, 1, 8), intel) == {"iallreduce": ("I_MPI_ADJUST_IALLREDUCE",)}
+    # between 2 and 8, both of one winner on one node: interpolated; iallreduce was measured at 2 only
+    assert left_to_library(tuned, JobLayout(4, 1, 4), intel) == {"iallreduce": ("I_MPI_ADJUST_IALLREDUCE",)}
+    assert left_to_library(tuned, JobLayout(16, 2, 8), intel) == both  # above the largest measured size
+    assert left_to_library(tuned, JobLayout(1, 1, 1), intel) == both  # below the smallest
+    # a measured (or interpolated) size on more nodes than were measured there is another layout
+    assert left_to_library(tuned, JobLayout(2, 2, 1), intel) == both
+    assert left_to_library(tuned, JobLayout(4, 4, 1), intel) == both
+    assert left_to_library(tuned, JobLayout(2, None, None), intel) == {}  # nodes unknown: the size decides
+    # ranks unknown: not judged, exported as they are, and the note says what that means here
+    assert left_to_library(tuned, JobLayout(source="not a launch line"), intel) == {}
+    notes, _ = layout_notes(tuned, JobLayout(source="not a launch line"), intel)
+    assert "(allreduce, iallreduce: at every size, as the nearest measured one's rules" in notes[1]
+    # MPICH's and Open MPI's files bound themselves: nothing is ever left out for them
+    assert left_to_library(tuned, JobLayout(16, 2, 8), openmpi) == {}
+    assert left_to_library(tuned, JobLayout(2, 2, 1), openmpi) == {}

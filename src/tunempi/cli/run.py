@@ -16,7 +16,13 @@ from tunempi.launch import LaunchError, run_in_foreground
 from tunempi.launch.layout import job_layout
 from tunempi.mpi.discovery import SPEC_HELP, adapter_for
 from tunempi.report.tuning import application_warnings, assumption_lines
-from tunempi.tune.apply import check_tuning_files, command_for_library, layout_notes, tuning_library
+from tunempi.tune.apply import (
+    check_tuning_files,
+    command_for_library,
+    layout_notes,
+    left_to_library,
+    tuning_library,
+)
 from tunempi.tune.manifest import Manifest
 
 
@@ -50,8 +56,13 @@ def run_command(
         return
     if not command:
         raise UsageError("no command given; usage: tunempi run --tuning DIR -- mpiexec -n 8 ./app")
-    # The job's layout against what the tuning measured (issue 57): outside it, it still runs.
-    notes, warnings = layout_notes(manifest, job_layout(command, library), adapter_for(library))
+    # The job's layout against what the tuning measured (issue 57): outside it, it still runs, without the
+    # variables the library cannot bound (Intel MPI's strings), so that it keeps its own choice there.
+    layout, adapter = job_layout(command, library), adapter_for(library)
+    for variables in left_to_library(manifest, layout, adapter).values():
+        for name in variables:
+            env.pop(name, None)
+    notes, warnings = layout_notes(manifest, layout, adapter)
     for line in notes:
         print(f"tunempi run: {line}", file=sys.stderr)
     for line in warnings:

@@ -169,6 +169,12 @@ class IntelMPIAdapter(VendorAdapter):
         # I_MPI_ADJUST_ALLREDUCE="27:3072-6143@1-..." (or "0") 0.57 and 52.9 us: Intel's tuned choice is gone.
         return False
 
+    def unbounded_selection_env(self, collective: str) -> tuple[str, ...]:
+        # Measured (2021.19, test_tuning_bounds): a call no condition of the string matches takes the
+        # nearest condition's preset, so a string's `@p-q` ranges do not bound it; its JSON (I_MPI_TUNING)
+        # replaces the collective's whole tree the same way (docs/tuning-files.md, "Where a rule acts").
+        return (adjust_variable(collective),) if collective in COLLECTIVE_TOKENS else ()
+
     def tuning_file_mechanisms(self) -> list[str]:
         return ["I_MPI_ADJUST"]
 

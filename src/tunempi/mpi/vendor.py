@@ -220,10 +220,17 @@ class VendorAdapter(ABC):
 
     def files_keep_library_choice_elsewhere(self) -> bool:
         """Whether sizes a tuning file leaves to the library keep the library's own (tuned) choice. False
-        where selecting any size of a collective replaces the library's choice at every size (Intel MPI:
-        with I_MPI_ADJUST_<COLL> set, the sizes no condition matches run its untuned basic logic); tune and
+        where selecting any size of a collective replaces the library's choice at every size (Intel MPI: with
+        I_MPI_ADJUST_<COLL> set, a size no condition matches takes the nearest condition's preset); tune and
         verify then select for a collective as a whole (tune.files.whole_collectives)."""
         return True
+
+    def unbounded_selection_env(self, collective: str) -> tuple[str, ...]:
+        """The variables carrying `collective`'s tuned rules where the library cannot leave a communicator
+        size no rule covers to its own choice (Intel MPI: such a call takes the nearest condition's preset).
+        `tunempi run` leaves them out of a job outside the layouts the collective measured, so the library
+        keeps its own choice there (tune.apply.left_to_library). Empty where the files bound themselves."""
+        return ()
 
     def selects_by_size(self, collective: str) -> bool:
         """Whether this library's tuning files can choose `collective`'s algorithm by message size the same

@@ -18,7 +18,7 @@ from tunempi.launch.launchers import OpenMPILauncher, SrunLauncher
 from tunempi.launch.layout import JobLayout
 from tunempi.mpi.library import MPILibrary
 from tunempi.mpi.vendor import VendorAdapter
-from tunempi.rules import DEFAULT_ALGORITHM, INTERPOLATED, LIBRARY
+from tunempi.rules import DEFAULT_ALGORITHM, INTERPOLATED, LIBRARY, RuleSet
 from tunempi.tune.manifest import Manifest
 
 
@@ -93,35 +93,89 @@ def layout_words(ranks: int, nodes: int, ppn: int) -> str:
     return f"{ranks} ranks on {nodes} node{'s' if nodes != 1 else ''}" + (f" ({ppn} per node)" if nodes > 1 else "")
 
 
+def _measured_layouts(manifest: Manifest) -> list[tuple[int, int, int]]:
+    return sorted({(scale[0], scale[1], scale[2]) for scale in manifest.scales if len(scale) >= 3})
+
+
+def _tuned_sets(manifest: Manifest) -> dict[str, RuleSet]:
+    return {c: rule_set for c, rule_set in manifest.rule_sets.items()
+            if set(rule_set.algorithms()) != {DEFAULT_ALGORITHM}}
+
+
+def _nodes_measured_near(measured: Sequence[tuple[int, int, int]], ranks: int) -> list[int]:
+    """Node counts measured at `ranks`, else at the measured sizes just below and above it."""
+    same = [nodes for size, nodes, _ in measured if size == ranks]
+    if same:
+        return same
+    below = max((size for size, _, _ in measured if size < ranks), default=None)
+    above = min((size for size, _, _ in measured if size > ranks), default=None)
+    return [nodes for size, nodes, _ in measured if size in (below, above)]
+
+
+def left_to_library(manifest: Manifest, layout: JobLayout, adapter: VendorAdapter) -> dict[str, tuple[str, ...]]:
+    """collective -> its variables that `run` leaves out of this job: the library's files cannot leave an
+    unmeasured size to its own choice (`VendorAdapter.unbounded_selection_env`, Intel MPI), and the job's
+    layout lies outside what the collective's rules measured or interpolated (issue 57).
+
+    Outside: its rank count gets the library's own choice in the rule set's coverage; or, its node count
+    known, no layout measured at that size (between two measured sizes: at either neighbour) has as few or as
+    many nodes, i.e. it lies beyond the node counts measured there. A line that does not say its ranks is
+    not judged: the files are exported as they are.
+    """
+    if layout.ranks is None:
+        return {}
+    ranks = layout.ranks
+    near = _nodes_measured_near(_measured_layouts(manifest), ranks)
+    off_nodes = layout.nodes is not None and bool(near) and not min(near) <= layout.nodes <= max(near)
+    left: dict[str, tuple[str, ...]] = {}
+    for collective, rule_set in sorted(_tuned_sets(manifest).items()):
+        variables = adapter.unbounded_selection_env(collective)
+        basis = next((c.basis for c in rule_set.coverage() if c.contains(ranks)), LIBRARY)
+        if variables and (basis == LIBRARY or off_nodes):
+            left[collective] = variables
+    return left
+
+
 def layout_notes(manifest: Manifest, layout: JobLayout, adapter: VendorAdapter) -> tuple[list[str], list[str]]:
     """What `run` says of the job's layout against the layouts the tuning measured: (notes, warnings).
 
     The files act only at the communicator sizes measured, interpolated between two that agree (issue 57):
-    a job outside them still runs, with the library's own choice on MPI_COMM_WORLD, and is told so.
+    a job outside them still runs, with the library's own choice on MPI_COMM_WORLD, and is told so. Where
+    the library's files cannot bound themselves, `run` leaves their variables out (`left_to_library`): one
+    line names them.
     """
-    measured = sorted({tuple(scale[:3]) for scale in manifest.scales if len(scale) >= 3})
+    measured = _measured_layouts(manifest)
     tuned = "; ".join(layout_words(*scale) for scale in measured) or "no layout"
     notes = [f"the job: {layout.text()}; the tuning measured {tuned}"]
-    tuned_sets = {c: rule_set for c, rule_set in manifest.rule_sets.items()
-                  if set(rule_set.algorithms()) != {DEFAULT_ALGORITHM}}
+    left = left_to_library(manifest, layout, adapter)
+    tuned_sets = {c: rule_set for c, rule_set in _tuned_sets(manifest).items() if c not in left}
+    warnings: list[str] = []
+    if left:
+        variables = ", ".join(v for names in left.values() for v in names)
+        nodes = layout.nodes
+        job = f"{layout.ranks} ranks" + (f" on {nodes} node{'s' if nodes != 1 else ''}" if nodes is not None else "")
+        warnings.append(f"{variables} not exported: the job ({job}) lies outside the layouts {', '.join(left)} "
+                        f"measured ({tuned}), and this library's files cannot leave other sizes to it: it keeps "
+                        f"its own choice for every call of them in this job, sub-communicators included")
     if layout.ranks is None or not tuned_sets:
         if tuned_sets:
+            unbounded = [c for c in tuned_sets if adapter.unbounded_selection_env(c)]
             notes.append("the launch line does not say how many ranks: the tuned rules act only at the "
-                         "communicator sizes `tunempi report` shows")
-        return notes, []
+                         "communicator sizes `tunempi report` shows" + (
+                             f" ({', '.join(unbounded)}: at every size, as the nearest measured one's rules: "
+                             f"this library cannot bound them; give -n to have them left out off those sizes)"
+                             if unbounded else ""))
+        return notes, warnings
     ranks = layout.ranks
     # what the library cannot bound (Open MPI's libnbc value) acts at every size: said apart below
     unbounded = sorted(c for c in tuned_sets if not adapter.selects_by_communicator_size(c))
     basis = {collective: next(c.basis for c in rule_set.coverage() if c.contains(ranks))
              for collective, rule_set in tuned_sets.items() if collective not in unbounded}
-    warnings: list[str] = []
     outside = sorted(c for c, how in basis.items() if how == LIBRARY)
     if outside:
-        own = ("the library's own choice" if adapter.files_keep_library_choice_elsewhere() else
-               "what this library's files cannot leave to it: not its own choice but the nearest measured "
-               "size's (docs/tuning-files.md)")
         warnings.append(f"{ranks} ranks lies outside what the tuning measured ({tuned}): {', '.join(outside)} "
-                        f"run {own} on MPI_COMM_WORLD; communicators of a measured size keep the tuned rules")
+                        f"run the library's own choice on MPI_COMM_WORLD; communicators of a measured size keep "
+                        f"the tuned rules")
     between = sorted(c for c, how in basis.items() if how == INTERPOLATED)
     if between:
         notes.append(f"{ranks} ranks lies between measured sizes: {', '.join(between)} take the rules both "

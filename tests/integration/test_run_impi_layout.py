@@ -1,0 +1,53 @@
+"""`tunempi run` with an Intel MPI tuning on a job outside the layouts it measured (issue 57).
+
+Intel MPI 2021.19 gives a call that no condition of `I_MPI_ADJUST_<COLL>` matches the NEAREST condition's
+preset (test_tuning_bounds), so the strings cannot leave other communicator sizes to Intel's own choice; `run`
+therefore exports no collective's variable for a job whose layout lies outside what that collective's rules
+measured. Read back by the real library through the real `tunempi run`: which allreduce ran is the trace of a
+user-defined reduction (split_allreduce.c), no timing.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from test_catalog_mpi import tiny_tuning
+from test_tuning_bounds import BYTES, SOURCE, trace_lines, traces
+
+from tunempi.mpi.build import build_c
+from tunempi.mpi.discovery import adapter_for, resolve_library
+
+pytestmark = pytest.mark.mpi
+
+
+def run_under(directory: Path, ranks: int, subsize: int) -> tuple[dict[tuple[str, int], int], str]:
+    library = resolve_library("impi")
+    program = build_c(library, [SOURCE], "split_allreduce")
+    env = {k: v for k, v in os.environ.items() if k != "TUNEMPI_MPI" and not k.startswith("I_MPI_ADJUST_")}
+    done = subprocess.run([sys.executable, "-m", "tunempi", "run", "--tuning", str(directory), "--", "mpiexec",
+                           "-n", str(ranks), str(program), str(BYTES), str(subsize)],
+                          capture_output=True, text=True, env=env, timeout=300, check=False)
+    assert done.returncode == 0, done.stderr[-2000:]
+    return trace_lines(done.stdout), done.stderr
+
+
+def test_run_leaves_a_job_outside_the_measured_layouts_to_intel_mpi(tmp_path: Path) -> None:
+    directory = tiny_tuning(tmp_path / "tuned", 2, "preset_3", vendor="impi")
+    library = resolve_library("impi")
+    untuned = {**adapter_for(library).launch_env(), **adapter_for(library).single_node_env()}
+    forced = {**untuned, "I_MPI_ADJUST_ALLREDUCE": "3"}
+    # At the measured layout the tuned preset runs (Intel's own choice differs there).
+    at_two, said = run_under(directory, 2, 1)
+    assert at_two[("world", 2)] == traces(library, forced, 2, 1)[("world", 2)] != traces(library, untuned, 2, 1)[
+        ("world", 2)]
+    assert "not exported" not in said
+    # Outside it (5 ranks, sub-communicators of 2 and 3), every call runs exactly what Intel runs untuned; before,
+    # the string's nearest condition forced preset 3 on all of them.
+    at_five, said = run_under(directory, 5, 2)
+    assert at_five == traces(library, untuned, 5, 2) != traces(library, forced, 5, 2)
+    lines = [line for line in said.splitlines() if "I_MPI_ADJUST_ALLREDUCE not exported" in line]
+    assert len(lines) == 1 and "5 ranks" in lines[0], said
