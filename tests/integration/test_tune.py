@@ -168,6 +168,42 @@ def test_verify_measures_each_repetition_in_a_fresh_launch_of_a_real_override(tm
 
 
 
+def test_verify_stops_at_its_deadline_between_launch_pairs_and_keeps_what_it_measured(tmp_path: Path) -> None:
+    """Issue 58: autotune's verify was not bounded within tune's share. A real override (forced) verified with 3
+    repetitions and a deadline an injected clock (one tick per reading, a pair taking one) reaches after two
+    launch pairs: verify measures those two (4 launches of 12 planned: 3 pairs and a held-out round of 3), judges
+    the rule on them, begins no further pass, wait or held-out round, says where it stopped, records it in the
+    manifest, and the files it leaves read back in MPICH."""
+    import itertools
+
+    from tunempi.mpi.discovery import resolve_library
+    from tunempi.tune.apply import check_tuning_files
+    from tunempi.tune.verify import DeadlineStop
+    from tunempi.tune.verify_run import rewrite_files
+
+    library = resolve_library("mpich")
+    report = run_tune(options(tmp_path, "mpich", "allreduce", 2, 64))
+    manifest = report.manifest
+    assert manifest is not None
+    override = next(a for a in report.outcome.strategies["allreduce"].space.algorithms if a != "default")
+    rewrite_files(manifest, library, {row.cell: override for row in manifest.selection}, smoke=True).save()
+    ticks = itertools.count()
+    runs = RecordingVerify()
+    verified = run_verify(manifest.directory, repeats=3, settings=FAST, listener=runs, deadline=3.5,
+                          clock=lambda: float(next(ticks)))
+    assert {r.point.run for r in runs.results} == {0, 1}  # two launch pairs, then nothing began
+    final = Manifest.load(manifest.directory)
+    tuned_after = sum(row.algorithm != "default" for row in final.selection)
+    assert verified.stopped == DeadlineStop(launches=4, planned=12, not_held_out=tuned_after)
+    assert final.verify is not None and final.verify.stopped == verified.stopped
+    assert (verified.held_out_rounds, verified.held_out, verified.second_pass_cells) == (0, [], 0)
+    compared = [v for v in verified.verified if v.verdict not in ("default", "failed")]
+    assert compared and all(v.launches == 2 for v in compared)  # judged on what it measured
+    assert verified.stopped.line() in verified.lines()
+    assert "stopped at its deadline after 4 of 12 planned launches" in verified.stopped.line()
+    check_tuning_files(final, library)  # what it leaves, the library reads back
+
+
 def test_a_cell_hold_out_calls_slower_is_sent_back_in_files_the_library_reads_and_measured_again(
         tmp_path: Path) -> None:
     """Issue 58: a held-out cell slower beyond noise goes back to the default through verify's own rewrite (the

@@ -128,8 +128,10 @@ def test_a_run_goes_through_the_planned_steps_and_writes_the_report(tmp_path: Pa
     assert "search" in outcome.skipped and "below 5%" in outcome.skipped["search"]
     assert steps.compared == ["tuned=/w/tuned", "online-best=/w/online-best"]
     # the budget left after the profile (1 s of the 110) is split among tune, online and compare
-    assert steps.shares["profile"] is None and steps.shares["verify"] is None
+    assert steps.shares["profile"] is None
     assert sum(steps.shares[s] or 0.0 for s in ("tune", "online", "compare")) == pytest.approx(109.0, abs=0.01)
+    # verify within tune's share: what tune's step (1 s here) left of it (issue 58)
+    assert steps.shares["verify"] == pytest.approx((steps.shares["tune"] or 0.0) - 1.0)
     state = json.loads((tmp_path / "work" / STATE_NAME).read_text())
     assert list(state["steps"]) == ["profile", "plan", "tune", "verify", "online", "compare"]
     assert state["steps"]["plan"]["steps"] == ["tune", "online", "compare"]
@@ -558,6 +560,46 @@ def test_online_stops_once_its_share_is_spent_and_fits_the_batch_begun(tmp_path:
     ctx.share_s = 1000.0  # time enough: every planned run, whole batches
     (tmp_path / "online-state").mkdir(exist_ok=True)
     assert steps.online(ctx)["runs"] == 42 and [n for n, _ in state.updates] == [14, 14, 14]
+
+
+def test_verify_holds_what_tune_left_of_its_share(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Issue 58: tune and online held their shares, verify did not. autotune's verify gets what tune's step left
+    of tune's share (never below 0), and run_verify a deadline that far past the step's clock (the injected
+    one), so it stops between launch pairs there; where it stopped is in the step's result and its lines."""
+    from types import SimpleNamespace
+
+    import tunempi.tune.verify_run as verify_run
+    from tunempi.autotune.pipeline import AutotuneListener
+    from tunempi.autotune.plan import verify_share
+    from tunempi.autotune.steps import LibrarySteps
+    from tunempi.tune.verify import DeadlineStop
+
+    assert verify_share(100.0, 76.0) == 24.0 and verify_share(100.0, 130.0) == 0.0 and verify_share(None, 5.0) is None
+    seen: dict[str, Any] = {}
+    stop = DeadlineStop(launches=4, planned=12, unverified=2)
+    manifest = SimpleNamespace(selection=(), compositions=SimpleNamespace(chosen=dict), tuned_cells=lambda: 2)
+
+    def run_verify(directory: Path, **kwargs: Any) -> Any:
+        seen.update(kwargs)
+        return SimpleNamespace(manifest=manifest, lines=lambda: [stop.line()], replaced=0, stopped=stop)
+
+    monkeypatch.setattr(verify_run, "run_verify", run_verify)
+    steps = LibrarySteps(clock=lambda: 1000.0)
+    monkeypatch.setattr(steps, "library", lambda ctx: SimpleNamespace(spec="mpich"))
+    notes: list[str] = []
+
+    class Notes(AutotuneListener):
+        def note(self, text: str) -> None:
+            notes.append(text)
+
+    ctx = Context(AutotuneRequest(["app"], tmp_path), tmp_path, {"tune": {"directory": str(tmp_path)}}, 24.0,
+                  Notes())
+    result = steps.verify(ctx)
+    assert seen["deadline"] == 1024.0 and seen["clock"]() == 1000.0
+    assert notes == ["verifying for at most 24 s (what tune left of its share)", "verify " + stop.line()]
+    assert result["stopped"] == stop.to_dict() and "after 4 of 12 planned launches" in result["lines"][0]
+    ctx.share_s = None  # no budget: no deadline
+    assert "stopped" in steps.verify(ctx) and seen["deadline"] is None
 
 
 def test_the_expected_gain_sentence_says_which_tuning_it_is_about():

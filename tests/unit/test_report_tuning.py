@@ -97,6 +97,17 @@ def test_the_cells_hold_out_sent_back_are_shown_with_the_figures_of_the_files_sh
     assert any(line.startswith("verify: held out (round 2: new launches under the files rewritten") for line in lines)
 
 
+def test_report_says_where_verify_stopped_at_its_deadline(manifest: Manifest) -> None:
+    """Issue 58: a verify its deadline stopped (autotune's share) says so in `report` too, as verify said it."""
+    from tunempi.tune.verify import DeadlineStop
+
+    assert manifest.verify is not None
+    stop = DeadlineStop(launches=4, planned=12, not_held_out=3)
+    lines = summary_lines(dataclasses.replace(manifest, verify=dataclasses.replace(manifest.verify, stopped=stop)))
+    assert "verify: " + stop.line() in lines
+    assert not any("stopped at its deadline" in line for line in summary_lines(manifest))
+
+
 def test_tables_summary_plots_and_html(manifest: Manifest, tmp_path: Path) -> None:
     console = Console(width=150, record=True)
     console.print(rules_table(manifest))

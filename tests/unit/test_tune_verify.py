@@ -4,6 +4,7 @@ import json
 import math
 from dataclasses import replace
 from types import SimpleNamespace
+from typing import Any
 
 import numpy as np
 import pytest
@@ -15,6 +16,7 @@ from tunempi.collectives import DEFAULT_ALGORITHM
 from tunempi.space import Cell
 from tunempi.store.results import Measurement
 from tunempi.tune.compositions import DEFAULT, CompositionResult
+from tunempi.tune.driver import layout_of
 from tunempi.tune.manifest import SelectionRow, VerifyRecord
 from tunempi.tune.runner import PointResult
 from tunempi.tune.verify import (
@@ -495,3 +497,72 @@ def test_a_held_out_cell_whose_run_under_the_files_failed_goes_back_like_a_slowe
                          sent_back=found.sent_back, held_out_rounds=found.rounds).lines()
     assert "sent back at hold-out (round 1): allreduce 1KiB at 2 ranks: ring's run under the files failed " \
            "-> default" in lines
+
+
+def test_verify_begins_no_launch_pair_past_its_deadline_and_keeps_what_it_measured(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """Issue 58 (autotune's steps overran their shares): verify's launches stop between pairs at its deadline.
+    Two layouts x 3 repetitions are 6 launch pairs; each takes 10 s on an injected clock and the deadline is
+    at 45 s: the pairs at 0, 10, 20 and 30 s end by it, the next (40 s + 10) would not and does not begin.
+    What was measured is returned, and nothing begins after (no launch is timed here: the clock is the test's)."""
+    import tunempi.tune.verify_run as verify_run
+
+    now = [0.0]
+    calls: list[tuple[int, int]] = []
+
+    def measure_sides(library: Any, adapter: Any, layout: Layout, sides: Any, run: int, *args: Any,
+                      **kwargs: Any) -> list:
+        now[0] += 10.0
+        calls.append((run, layout.ranks))
+        return [(run, layout.ranks)]
+
+    monkeypatch.setattr(verify_run, "measure_sides", measure_sides)
+    selection = {A: "ring", C: "ring", B: DEFAULT_ALGORITHM}  # A at 2 ranks, C at 4
+    deadline = verify_run.VerifyDeadline(45.0, clock=lambda: now[0])
+    deadline.plan(6)
+
+    def measure(runs: range) -> list:
+        return verify_run.measure_under_files(SimpleNamespace(), SimpleNamespace(), {}, selection, runs,
+                                              SimpleNamespace(), deadline=deadline)  # type: ignore[arg-type]
+
+    assert measure(range(3)) == [(0, 2), (0, 4), (1, 2), (1, 4)] == calls
+    assert deadline.stopped and (deadline.launches, deadline.planned) == (8, 12) and now[0] == 40.0
+    assert deadline.short_layouts(selection) == set()  # two pairs of each layout: both judged as ever
+    assert measure(range(3, 6)) == [] and len(calls) == 4  # stopped: no later phase begins a launch
+    # a layout with one pair has no verdict: its cells stay as tune decided them
+    one = verify_run.VerifyDeadline(15.0, clock=lambda: now[0])
+    now[0] = 0.0
+    verify_run.measure_under_files(SimpleNamespace(), SimpleNamespace(), {}, selection, range(3),  # type: ignore[arg-type]
+                                   SimpleNamespace(), deadline=one)  # type: ignore[arg-type]
+    assert one.begun == [(0, layout_of(A))] and one.short_layouts(selection) == {layout_of(A), layout_of(C)}
+    # no deadline: every pair
+    calls.clear()
+    verify_run.measure_under_files(SimpleNamespace(), SimpleNamespace(), {}, selection, range(3),  # type: ignore[arg-type]
+                                   SimpleNamespace(), deadline=verify_run.VerifyDeadline(None))  # type: ignore[arg-type]
+    assert len(calls) == 6
+
+
+def test_where_verify_stopped_at_its_deadline_its_lines_and_manifest_say_so() -> None:
+    """Issue 58: verify stopped by its deadline says how many launches of how many planned it measured, and what
+    it kept unjudged; the manifest's verify section records it. A held-out round its deadline did not let begin
+    ends the rounds: the figures of the round before stand, of the cells the files still select."""
+    from tunempi.tune.verify import DeadlineStop, HeldOutSendBack, VerifiedCell
+    from tunempi.tune.verify_run import VerifyReport, hold_out_rounds
+
+    stop = DeadlineStop(launches=8, planned=24, unverified=3, not_held_out=5)
+    verified = [VerifiedCell(A, "ring", 8.0, 10.0, 1.2, 1.1, 1.3, "faster", own_speedup=1.2, own_verdict="faster",
+                             launches=2)]
+    lines = VerifyReport(None, verified, summary(verified), replaced=0, stopped=stop).lines()  # type: ignore[arg-type]
+    assert ("stopped at its deadline after 8 of 24 planned launches; what it measured is judged and kept; 3 tuned "
+            "cells kept as tune decided, unverified (fewer than 2 launch pairs of their layout measured); 5 tuned "
+            "cells not held out") in lines
+    record = VerifyRecord("t", 3, 0, 0.1, 1.0, summary(verified), stopped=stop)
+    assert VerifyRecord.from_dict(json.loads(json.dumps(record.to_dict()))).stopped == stop
+    assert VerifyRecord.from_dict(replace(record, stopped=None).to_dict()).stopped is None
+    slow = VerifiedCell(A, "ring", 12.0, 10.0, 0.8, 0.7, 0.9, "slower", launches=2)
+    fine = VerifiedCell(B, "ring", 8.0, 10.0, 1.2, 1.1, 1.3, "faster", launches=2)
+    found = hold_out_rounds({A: "ring", B: "ring"}, lambda number: [slow, fine] if number == 1 else None,
+                            lambda fixed: fixed)
+    assert found.rounds == 1 and [v.cell for v in found.figures] == [B]
+    assert [(s.cell.cell, s.sent_back) for s in found.sent_back] == [(A, True)]
+    assert isinstance(found.sent_back[0], HeldOutSendBack)

@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from tunempi.autotune.plan import budget_shares, chosen_steps
+from tunempi.autotune.plan import budget_shares, chosen_steps, verify_share
 from tunempi.autotune.state import WorkState
 from tunempi.errors import TunempiError, UsageError
 
@@ -243,7 +243,7 @@ def run_autotune(request: AutotuneRequest, runner: StepRunner, listener: Autotun
         result = step(name, shares.get(name))
         if name == "tune" and result is not None:
             if result.get("variant"):
-                step("verify")
+                step("verify", verify_share(shares.get(name), float(result.get("seconds", 0.0))))
             else:
                 outcome.skipped["verify"] = ("nothing to verify: " + str(result["skipped"]) if result.get("skipped")
                                              else "nothing to verify: tune kept the library's default everywhere")

@@ -3,7 +3,8 @@
 The plan is `profile.advise.application_plan` (from the profile's time shares): tune (with verify after it),
 online and search where it says they can pay; compare whenever one of them ran. The budget left after the
 profile is split among the picked steps by weight (`WEIGHTS`): each gets `share_s` seconds, passed to its
-own budget option (tune's timeout, online's runs, search's trials, compare's --budget).
+own budget option (tune's timeout, online's runs, search's trials, compare's --budget); verify gets what tune
+left of its share (`verify_share`) as its deadline.
 """
 
 from __future__ import annotations
@@ -34,6 +35,13 @@ def budget_shares(steps: Sequence[str], budget_s: float) -> dict[str, float]:
     if not total:
         return {}
     return {s: max(0.0, budget_s) * WEIGHTS[s] / total for s in weighted}
+
+
+def verify_share(tune_share_s: float | None, tune_seconds: float) -> float | None:
+    """verify's seconds: what tune's step left of its share (tune takes TUNE_PART of it as its timeout and
+    holds it, so a quarter at least unless tune overran), never below 0; run_verify begins no launch pair past
+    it (issue 58: verify was not bounded within tune's share). None: tune had no share."""
+    return None if tune_share_s is None else max(0.0, tune_share_s - tune_seconds)
 
 
 def next_run_fits(now: float, deadline: float | None, run_s: float) -> bool:

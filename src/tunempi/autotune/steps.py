@@ -121,7 +121,8 @@ def across_launches(decision: CellDecision | None) -> dict[str, Any]:
 
 
 class LibrarySteps(StepRunner):
-    """The steps as tunempi's library calls. `clock`: what online's share is timed with (tests pass theirs)."""
+    """The steps as tunempi's library calls. `clock`: what online's and verify's shares are timed with (tests
+    pass theirs)."""
 
     def __init__(self, clock: Callable[[], float] = time.monotonic) -> None:
         self._library: MPILibrary | None = None
@@ -271,8 +272,15 @@ class LibrarySteps(StepRunner):
         from tunempi.tune.verify_run import run_verify
 
         directory = Path(ctx.results["tune"]["directory"])
+        # within what tune left of its share: no launch pair begins that would end past it (issue 58)
+        deadline = self.clock() + ctx.share_s if ctx.share_s is not None else None
+        if deadline is not None:
+            ctx.listener.note(f"verifying for at most {ctx.share_s:.0f} s (what tune left of its share)")
         report = run_verify(directory, repeats=VERIFY_REPEATS, mpi=self.library(ctx).spec,
-                            listener=ctx.listener.verify_listener(), hostfile=ctx.request.hostfile)
+                            listener=ctx.listener.verify_listener(), hostfile=ctx.request.hostfile,
+                            deadline=deadline, clock=self.clock)
+        if report.stopped is not None:  # in the terminal too, not only in the report's verify lines
+            ctx.listener.note("verify " + report.stopped.line())
         manifest = report.manifest
         tuned = ctx.results["tune"]
         # what the files verify left can save, at tune's measurements (a rule verify sent back saves nothing)
@@ -282,7 +290,8 @@ class LibrarySteps(StepRunner):
         return {"directory": str(directory),
                 "variant": str(directory) if tuning_sets_something(manifest) else None,
                 "lines": report.lines(), "replaced": report.replaced,
-                "tuned_cells": manifest.tuned_cells(), **expected}
+                "tuned_cells": manifest.tuned_cells(), **expected,
+                **({"stopped": report.stopped.to_dict()} if report.stopped is not None else {})}
 
     def online(self, ctx: Context) -> dict[str, Any]:
         from tunempi.collectives import ONLINE_SWITCHABLE

@@ -222,6 +222,8 @@ def summary_lines(manifest: Manifest) -> list[str]:
             f"{s['faster_beyond_noise']} faster beyond noise, slower beyond noise {s['slower_beyond_noise_before']}"
             f" -> {s['slower_beyond_noise_after']} (replaced {s['replaced']}; "
             f"{s.get('slower_point_estimate_after', '?')} below 1 within noise)")
+        if verify.stopped is not None:  # at its deadline (autotune's share): what it did not measure
+            lines.append("verify: " + verify.stopped.line())
         from tunempi.tune.verify_run import held_out_lines
 
         # the held-out figures of the files as shipped, and every cell hold-out sent back or could not

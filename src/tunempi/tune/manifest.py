@@ -29,7 +29,8 @@ Keys (version 1):
     summary, cells[VerifiedCell.to_dict()], compositions[VerifiedComposition.to_dict()], held_out[...],
     held_out_summary, states{reference_pairs, other_pairs, mixed_pairs, slowest_ratio}, held_out_rounds,
     sent_back[{VerifiedCell.to_dict(), round, why_not}] (held-out cells slower beyond noise: sent back, or why
-    not)}),
+    not), stopped?{launches, planned, unverified, compositions_unverified, not_held_out} (where a deadline
+    stopped it: autotune's share)}),
     compositions{margin, sizes, collectives[{collective, layout[ranks, nodes, ppn], results[CompositionResult],
     choice{collective, chosen, reason, best, best_us, default_us}}], files{role: name}, env_files{VAR: name},
     env{VAR: value}} (compositions measured at the largest multi-node layout; the files activate them),
@@ -59,7 +60,7 @@ from tunempi.space import Cell
 from tunempi.tune.compositions import CompositionChoice, CompositionResult
 from tunempi.tune.machine_state import StatesMet
 from tunempi.tune.plan import PlanRecord
-from tunempi.tune.verify import HeldOutSendBack, VerifiedCell, VerifiedComposition
+from tunempi.tune.verify import DeadlineStop, HeldOutSendBack, VerifiedCell, VerifiedComposition
 
 if TYPE_CHECKING:
     from tunempi.tune.objective import Figures
@@ -231,6 +232,9 @@ class VerifyRecord:
     #: The cells held-out launches found slower beyond noise (and those that went back with them), each sent
     #: back to the default or with the reason verify could not (issue 58).
     sent_back: tuple[HeldOutSendBack, ...] = ()
+    #: Where verify stopped at its deadline (issue 58: autotune bounds it by tune's share); None: it measured
+    #: all it planned.
+    stopped: DeadlineStop | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return {"verified_at": self.verified_at, "repeats": self.repeats, "second_pass_cells": self.second_pass_cells,
@@ -239,7 +243,8 @@ class VerifyRecord:
                 "compositions": [c.to_dict() for c in self.compositions],
                 "held_out": [cell.to_dict() for cell in self.held_out],
                 "held_out_summary": dict(self.held_out_summary), "states": self.states.to_dict(),
-                "held_out_rounds": self.held_out_rounds, "sent_back": [s.to_dict() for s in self.sent_back]}
+                "held_out_rounds": self.held_out_rounds, "sent_back": [s.to_dict() for s in self.sent_back],
+                **({"stopped": self.stopped.to_dict()} if self.stopped is not None else {})}
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> VerifyRecord:
@@ -251,7 +256,8 @@ class VerifyRecord:
                    dict(data.get("held_out_summary", {})), StatesMet.from_dict(data.get("states") or {}),
                    # verified before issue 58: one round where there were held-out figures
                    int(data.get("held_out_rounds", 1 if data.get("held_out") else 0)),
-                   tuple(HeldOutSendBack.from_dict(s) for s in data.get("sent_back", [])))
+                   tuple(HeldOutSendBack.from_dict(s) for s in data.get("sent_back", [])),
+                   DeadlineStop.from_dict(data["stopped"]) if data.get("stopped") else None)
 
 
 @dataclass(frozen=True)

@@ -135,6 +135,35 @@ class HeldOutSendBack:
         return cls(VerifiedCell.from_dict(data), int(data.get("round", 1)), str(data.get("why_not", "")))
 
 
+@dataclass(frozen=True)
+class DeadlineStop:
+    """Where verify stopped at its deadline: `launches` measured of `planned`; the tuned cells it kept as tune
+    decided them, unjudged (fewer than two launch pairs of their layout measured: a verdict needs two), the
+    written compositions likewise, and the tuned cells the held-out launches did not reach."""
+
+    launches: int
+    planned: int
+    unverified: int = 0
+    compositions_unverified: int = 0
+    not_held_out: int = 0
+
+    def to_dict(self) -> dict[str, int]:
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, int]) -> DeadlineStop:
+        return cls(**{f.name: int(data.get(f.name, 0)) for f in dataclasses.fields(cls)})
+
+    def line(self) -> str:
+        kept = [f"{n} tuned cell{'' if n == 1 else 's'} kept as tune decided, unverified (fewer than 2 launch pairs "
+                f"of their layout measured)" if (n := self.unverified) else "",
+                f"{n} composition{'' if n == 1 else 's'} kept unverified" if (n := self.compositions_unverified)
+                else "",
+                f"{n} tuned cell{'' if n == 1 else 's'} not held out" if (n := self.not_held_out) else ""]
+        return (f"stopped at its deadline after {self.launches} of {self.planned} planned launches; what it measured "
+                "is judged and kept" + "".join(f"; {k}" for k in kept if k))
+
+
 def verify_plan(selection: Mapping[Cell, str], repeats: int, *, first_run: int = 0) -> dict[Layout, list[BenchPoint]]:
     """Per layout: tuned and default points of every non-default cell, interleaved, order alternating per
     repetition (evidence.pair_order); the point's `run` is the repetition, which is measured in a launch of

@@ -48,6 +48,7 @@ from tunempi.tune.manifest import CompositionsRecord, Manifest, SelectionRow, Ve
 from tunempi.tune.objective import Figures
 from tunempi.tune.runner import PointResult
 from tunempi.tune.verify import (
+    DeadlineStop,
     HeldOutSendBack,
     VerifiedCell,
     VerifiedComposition,
@@ -113,6 +114,57 @@ class VerifyListener:
         measures another pair there (machine_state)."""
 
 
+class VerifyDeadline:
+    """verify's end in time (autotune gives it what is left of tune's share, issue 58): a launch pair (a launch
+    under the files and one without) begins only where it would end by `at`, a pair taking as long as the
+    mean of those measured so far (the first begins while time is left); once one would not, verify begins
+    no more launches (`stopped`) and judges what it measured. `at` None: no deadline. `clock`: what the time
+    is read from (tests pass theirs). Counts launches measured and planned, and each pair begun."""
+
+    def __init__(self, at: float | None = None, clock: Callable[[], float] = time.monotonic) -> None:
+        self.at, self.clock = at, clock
+        self.launches = 0
+        self.planned = 0
+        self.stopped = False
+        #: (run, layout) of every launch pair begun, in order
+        self.begun: list[tuple[int, Layout]] = []
+        #: tuned cells the held-out launches did not reach (hold_out)
+        self.not_held_out = 0
+        self._pair_s: list[float] = []
+        self._started: float | None = None
+
+    def plan(self, pairs: int) -> None:
+        """`pairs` more launch pairs are planned."""
+        self.planned += 2 * pairs
+
+    def begin(self, run: int, layout: Layout) -> bool:
+        """Whether the launch pair of `run` at `layout` may begin (it then must be `end`ed)."""
+        if self.stopped:
+            return False
+        now = self.clock()
+        typical = sum(self._pair_s) / len(self._pair_s) if self._pair_s else 0.0
+        if self.at is not None and (now + typical > self.at if self._pair_s else now >= self.at):
+            self.stopped = True
+            return False
+        self._started = now
+        self.begun.append((run, layout))
+        return True
+
+    def end(self) -> None:
+        assert self._started is not None
+        self._pair_s.append(self.clock() - self._started)
+        self.launches += 2
+        self._started = None
+
+    def short_layouts(self, selection: Mapping[Cell, str], mark: int = 0) -> set[Layout]:
+        """The layouts of `selection`'s tuned cells with fewer than two launch pairs begun since `mark` (a length
+        of `begun`): a verdict needs two."""
+        counts: dict[Layout, int] = {}
+        for _, layout in self.begun[mark:]:
+            counts[layout] = counts.get(layout, 0) + 1
+        return {layout for layout in tuned_layouts(selection) if counts.get(layout, 0) < 2}
+
+
 @dataclass
 class VerifyReport:
     manifest: Manifest
@@ -126,6 +178,8 @@ class VerifyReport:
     #: held-out cells slower beyond noise, sent back or not (hold_out_rounds), and the rounds measured
     sent_back: list[HeldOutSendBack] = dataclasses.field(default_factory=list)
     held_out_rounds: int = 1
+    #: where verify stopped at its deadline (None: it measured all it planned)
+    stopped: DeadlineStop | None = None
 
     def lines(self) -> list[str]:
         """What verify found, as plain text: one line per replaced cell, then the summary."""
@@ -143,6 +197,8 @@ class VerifyReport:
             + (f"; files rewritten ({self.replaced} rules -> default)" if self.replaced else
                "; files unchanged by these launches" if any(s.sent_back for s in self.sent_back) else
                "; files unchanged"))
+        if self.stopped is not None:
+            out.append(self.stopped.line())
         if self.states.line():
             out.append(self.states.line())
         out += held_out_lines(summary(self.held_out) if self.held_out else None, self.sent_back,
@@ -251,12 +307,13 @@ def plan_verify(directory: Path, *, repeats: int, mpi: str | None = None) -> Ver
 
 
 def measure_pairs(plan: VerifyPlan, settings: MeasureSettings, listener: VerifyListener,
-                  hostfile: Path | None = None) -> tuple[list[PointResult], list[Cell]]:
+                  hostfile: Path | None = None, deadline: VerifyDeadline | None = None
+                  ) -> tuple[list[PointResult], list[Cell]]:
     """The planned repetitions under the files against the default (`measure_under_files`: a pair of
     launches each), then more passes for the rules left undecided with a promising estimate
     (`more_passes`: a rule stays only with the evidence that it is faster). Returns every result and the
     cells that got more passes. The launches run one after the other: each is a side measured alone, as the
-    application's launch will be."""
+    application's launch will be. With a `deadline`, no launch pair begins past it (VerifyDeadline)."""
     from tunempi.mpi.discovery import adapter_for
 
     adapter = adapter_for(plan.library)
@@ -270,14 +327,24 @@ def measure_pairs(plan: VerifyPlan, settings: MeasureSettings, listener: VerifyL
         listener.measured(result, progress["done"], progress["total"])
 
     def measure(selection: Mapping[Cell, str], runs: Sequence[int]) -> list[PointResult]:
+        if deadline is not None:
+            deadline.plan(len(runs) * len(tuned_layouts(selection)))
         return measure_under_files(plan.library, adapter, file_env, selection, runs, settings, on_point, allocation,
                                    plan.manifest.system, distributions=plan.manifest.distributions,
-                                   figures=plan.manifest.figures())
+                                   figures=plan.manifest.figures(), deadline=deadline)
+
+    def stopped() -> bool:
+        return deadline is not None and deadline.stopped
 
     results = measure(plan.selection, range(plan.repeats))
-    results += wait_for_reference_state(plan, results, measure, listener, progress)
-    added, again = more_passes(plan, results, measure, progress)
+    results += wait_for_reference_state(plan, results, measure, listener, progress, stopped=stopped)
+    added, again = more_passes(plan, results, measure, progress, stopped=stopped)
     return results + added, again
+
+
+def tuned_layouts(selection: Mapping[Cell, str]) -> set[Layout]:
+    """The layouts of the tuned cells of `selection`: one launch pair each per repetition."""
+    return {layout_of(cell) for cell, algorithm in selection.items() if algorithm != DEFAULT_ALGORITHM}
 
 
 #: At most this many passes of `repeats` launch pairs each (the first included): an undecided rule with a
@@ -290,15 +357,18 @@ MAX_PASSES = 4
 
 def more_passes(plan: VerifyPlan, results: Sequence[PointResult],
                 measure: Callable[[Mapping[Cell, str], Sequence[int]], list[PointResult]],
-                progress: dict[str, int], *, max_passes: int = MAX_PASSES) -> tuple[list[PointResult], list[Cell]]:
+                progress: dict[str, int], *, max_passes: int = MAX_PASSES,
+                stopped: Callable[[], bool] = lambda: False) -> tuple[list[PointResult], list[Cell]]:
     """Passes of `plan.repeats` new launch pairs (new run numbers) for the rules still undecided with a
     promising estimate, or judged below the interval tune decided them on (verify.needs_more_launches, on every
     result so far), until none is or `max_passes` passes are done. Returns the added results and every cell
-    measured again."""
+    measured again. No pass begins once `stopped()` (verify's deadline)."""
     added: list[PointResult] = []
     again: list[Cell] = []
     decided = plan.manifest.decided()
     for number in range(1, max_passes):
+        if stopped():
+            break
         undecided = needs_more_launches(evaluate(plan.selection, [*results, *added],
                                                  reference_us=plan.manifest.machine_probe_us), decided=decided)
         if not undecided:
@@ -320,7 +390,8 @@ def wait_for_reference_state(plan: VerifyPlan, results: Sequence[PointResult],
                              listener: VerifyListener, progress: dict[str, int], *,
                              wait_s: float = STATE_WAIT_S, pause_s: float = STATE_PAUSE_S,
                              clock: Callable[[], float] = time.monotonic,
-                             sleep: Callable[[float], None] = time.sleep) -> list[PointResult]:
+                             sleep: Callable[[float], None] = time.sleep,
+                             stopped: Callable[[], bool] = lambda: False) -> list[PointResult]:
     """Where fewer of a layout's launch pairs than the repetitions asked for (two at least) met the machine in
     its reference state (the fastest probe of tune's and verify's launches there: machine_state), another pair
     is measured at that layout after a pause, until that many have or `wait_s` has passed; a rule is then judged on those (verify.py
@@ -333,7 +404,7 @@ def wait_for_reference_state(plan: VerifyPlan, results: Sequence[PointResult],
         # of freedom) came back "same" at 0.2x-6x and was sent back, though tune and the next verify kept it
         _, met, short = reference_shortfall(plan.selection, [*results, *added], plan.manifest.machine_probe_us,
                                             needed=max(2, plan.repeats))
-        if not short or clock() - started >= wait_s:
+        if not short or clock() - started >= wait_s or stopped():  # stopped: at verify's deadline
             return added
         listener.waiting_for_state(len(short), clock() - started)
         sleep(pause_s)
@@ -354,7 +425,7 @@ def measure_under_files(library: MPILibrary, adapter: VendorAdapter, file_env: M
                         on_point: Callable[[PointResult], None] = lambda _: None,
                         allocation: NodeAllocation | None = None, system: str = "",
                         distributions: Mapping[str, str] | None = None,
-                        figures: Figures | None = None) -> list[PointResult]:
+                        figures: Figures | None = None, deadline: VerifyDeadline | None = None) -> list[PointResult]:
     """What the written files do, as the application's launch will see it: for every repetition in `runs`
     and every layout of a tuned cell, one launch under the files (`file_env`) and one without them (the
     library's default), in alternating order, each measuring every tuned cell of the layout with nothing
@@ -362,7 +433,9 @@ def measure_under_files(library: MPILibrary, adapter: VendorAdapter, file_env: M
     algorithm, one of the other launch `default`, and the point's `run` is the repetition: `evaluate` pairs
     them per launch pair (issue 39: a figure switched inside one launch did not predict the file's). A vector
     collective's blocks are measured as tune measured them (`distributions`, the manifest's), and a non-blocking
-    collective for tune's objective (`figures`, the manifest's: for time, each cell's computation)."""
+    collective for tune's objective (`figures`, the manifest's: for time, each cell's computation). With a
+    `deadline`, a pair begins only where VerifyDeadline lets it: at the deadline the launches stop between
+    pairs and the results so far are returned."""
     by_layout: dict[Layout, list[Cell]] = {}
     for cell in sorted(c for c, a in selection.items() if a != DEFAULT_ALGORITHM):
         by_layout.setdefault(layout_of(cell), []).append(cell)
@@ -373,9 +446,13 @@ def measure_under_files(library: MPILibrary, adapter: VendorAdapter, file_env: M
             hosts = allocation.first(layout.nodes) if allocation is not None and layout.nodes > 1 else None
             tuned = LaunchSide("tuned", {cell: selection[cell] for cell in cells}, file_env)
             default = LaunchSide(DEFAULT_ALGORITHM, dict.fromkeys(cells, DEFAULT_ALGORITHM), {})
+            if deadline is not None and not deadline.begin(run, layout):
+                return results
             results += measure_sides(library, adapter, layout, evidence.pair_order(tuned, default, run), run,
                                      settings, on_point, hosts, system, next_id=lambda: next(counter),
                                      distributions=distributions, figures=figures, repeats=RUNS_PER_LAUNCH)
+            if deadline is not None:
+                deadline.end()
     return results
 
 
@@ -408,12 +485,15 @@ def rewrite_files(manifest: Manifest, library: MPILibrary, fixed: Mapping[Cell, 
 
 
 def verify_compositions(plan: VerifyPlan, adapter: VendorAdapter, settings: MeasureSettings,
-                        listener: VerifyListener, hostfile: Path | None = None) -> list[VerifiedComposition]:
+                        listener: VerifyListener, hostfile: Path | None = None,
+                        deadline: VerifyDeadline | None = None) -> tuple[list[VerifiedComposition], int]:
     """Each written composition against the library's default at the layout it was chosen at: `repeats`
-    repetitions of one launch each, order alternating (evidence.pair_order), at the composition sizes."""
+    repetitions of one launch each, order alternating (evidence.pair_order), at the composition sizes. With a
+    `deadline`, no repetition begins past it, and a composition with fewer than two is not judged (it stays).
+    Returns the judged ones and how many were not."""
     chosen = plan.manifest.compositions.chosen()
     if not chosen:
-        return []
+        return [], 0
     allocation = NodeAllocation.given_or_found(hostfile)
     layouts = {r.collective: r.layout for r in plan.manifest.compositions.collectives}
     sizes = plan.manifest.compositions.sizes
@@ -424,14 +504,20 @@ def verify_compositions(plan: VerifyPlan, adapter: VendorAdapter, settings: Meas
             raise UsageError(f"the {composition} composition of {collective} was chosen at {nodes} nodes: verify "
                              "needs an allocation of that many (Slurm, PBS, --hostfile or TUNEMPI_HOSTFILE)")
         repetitions: list[list[CompositionResult]] = []
+        layout = Layout(ranks=ranks, nodes=nodes, ppn=ppn)
         for repetition in range(plan.repeats):
+            if deadline is not None and not deadline.begin(repetition, layout):
+                break
             repetitions.append(measure_compositions(
-                plan.library, adapter, Layout(ranks=ranks, nodes=nodes, ppn=ppn), collective, sizes,
+                plan.library, adapter, layout, collective, sizes,
                 settings=settings, allocation=allocation.first(nodes),
                 names=evidence.pair_order(composition, DEFAULT, repetition)))
+            if deadline is not None:
+                deadline.end()
             listener.composition_measured(collective, composition, repetition + 1, plan.repeats)
-        verified.append(evaluate_composition(collective, composition, (ranks, nodes, ppn), repetitions))
-    return verified
+        if len(repetitions) >= 2 or deadline is None or not deadline.stopped:
+            verified.append(evaluate_composition(collective, composition, (ranks, nodes, ppn), repetitions))
+    return verified, len(chosen) - len(verified)
 
 
 def drop_compositions(manifest: Manifest, library: MPILibrary, adapter: VendorAdapter, drop: set[str]) -> Manifest:
@@ -461,10 +547,12 @@ def drop_compositions(manifest: Manifest, library: MPILibrary, adapter: VendorAd
 
 
 def hold_out(manifest: Manifest, library: MPILibrary, *, repeats: int, first_run: int, settings: MeasureSettings,
-             listener: VerifyListener, hostfile: Path | None = None) -> list[VerifiedCell]:
+             listener: VerifyListener, hostfile: Path | None = None,
+             deadline: VerifyDeadline | None = None) -> list[VerifiedCell]:
     """The final files' tuned cells against the default in `repeats` new launch pairs, judged as verify
     judges (`evaluate`), decided on nothing: the figures to report (issue 39: the rules kept are those
-    that looked best, so the launches that kept them overstate them)."""
+    that looked best, so the launches that kept them overstate them). Stopped at its `deadline`, the cells
+    of a layout with fewer than two of those pairs are not judged (VerifyDeadline.not_held_out counts them)."""
     from tunempi.mpi.discovery import adapter_for
 
     final = {row.cell: row.algorithm for row in manifest.selection}
@@ -481,10 +569,15 @@ def hold_out(manifest: Manifest, library: MPILibrary, *, repeats: int, first_run
         done["n"] += 1
         listener.measured(result, done["n"], total)
 
+    mark = len(deadline.begun) if deadline is not None else 0
     results = measure_under_files(library, adapter_for(library), manifest.activation_env(), final,
                                   range(first_run, first_run + repeats), settings, on_point, allocation,
                                   manifest.system, distributions=manifest.distributions,
-                                  figures=manifest.figures())
+                                  figures=manifest.figures(), deadline=deadline)
+    if deadline is not None and deadline.stopped:
+        short = deadline.short_layouts(final, mark)
+        deadline.not_held_out = sum(layout_of(cell) in short for cell in tuned)
+        final = {c: a for c, a in final.items() if a == DEFAULT_ALGORITHM or layout_of(c) not in short}
     return [v for v in evaluate(final, results, reference_us=manifest.machine_probe_us)
             if v.algorithm != DEFAULT_ALGORITHM]
 
@@ -516,7 +609,7 @@ def excluded_from_figures(sent_back: Sequence[HeldOutSendBack], rounds: int) -> 
     return sum(s.sent_back and s.round == rounds for s in sent_back)
 
 
-def hold_out_rounds(selection: Mapping[Cell, str], measure: Callable[[int], Sequence[VerifiedCell]],
+def hold_out_rounds(selection: Mapping[Cell, str], measure: Callable[[int], Sequence[VerifiedCell] | None],
                     rewrite: Callable[[dict[Cell, str]], Mapping[Cell, str]], *, whole: bool = False,
                     rounds: int = HOLD_OUT_ROUNDS) -> HeldOutRounds:
     """Held-out rounds on the files as they stand (`selection`): `measure(round)` judges their tuned cells in new
@@ -525,7 +618,8 @@ def hold_out_rounds(selection: Mapping[Cell, str], measure: Callable[[int], Sequ
     `rewrite(fixed)` rewrites and smoke-checks the files (rewrite_files), returning what they select then. A
     round that sent something back is followed by a new one, up to `rounds`: the figures reported are then of
     the shipped files in launches that chose nothing. A cell the rewritten files still select, or every cell
-    when the library rejects them (TuningFileError: the files in place stay), is kept, with the reason."""
+    when the library rejects them (TuningFileError: the files in place stay), is kept, with the reason.
+    `measure` returns None where no round begins (verify's deadline): the rounds end there."""
     current = dict(selection)
     sent_back: list[HeldOutSendBack] = []
     cannot: set[Cell] = set()
@@ -534,7 +628,11 @@ def hold_out_rounds(selection: Mapping[Cell, str], measure: Callable[[int], Sequ
     for number in range(1, rounds + 1):
         if all(a == DEFAULT_ALGORITHM for a in current.values()):
             break  # nothing tuned is left to measure
-        figures, measured = list(measure(number)), number
+        found = measure(number)
+        if found is None:  # at verify's deadline: the last round's figures stand, of the cells still selected
+            figures = [v for v in figures if current.get(v.cell) == v.algorithm]
+            break
+        figures, measured = list(found), number
         judged_here = [v for v in figures if v.cell not in cannot]
         slower = [v for v in judged_here if unfit_to_ship(v)]
         if not slower:
@@ -564,7 +662,8 @@ def record_verify(manifest: Manifest, verified: Sequence[VerifiedCell], *, repea
                   settings: MeasureSettings, wall_s: float,
                   compositions: Sequence[VerifiedComposition] = (),
                   held_out: Sequence[VerifiedCell] = (), states: StatesMet | None = None,
-                  sent_back: Sequence[HeldOutSendBack] = (), held_out_rounds: int = 1) -> Manifest:
+                  sent_back: Sequence[HeldOutSendBack] = (), held_out_rounds: int = 1,
+                  stopped: DeadlineStop | None = None) -> Manifest:
     """The manifest with its `verify` section (every cell, every written composition, the held-out figures
     and what hold-out sent back, the summaries), saved."""
     manifest = dataclasses.replace(manifest, verify=VerifyRecord(
@@ -572,35 +671,51 @@ def record_verify(manifest: Manifest, verified: Sequence[VerifiedCell], *, repea
         time_cap_s=settings.time_cap_s, wall_s=wall_s, summary=summary(verified), cells=tuple(verified),
         compositions=tuple(compositions), held_out=tuple(held_out),
         held_out_summary=summary(held_out) if held_out else {}, states=states or StatesMet(),
-        held_out_rounds=held_out_rounds, sent_back=tuple(sent_back)))
+        held_out_rounds=held_out_rounds, sent_back=tuple(sent_back), stopped=stopped))
     manifest.save()
     return manifest
 
 
 def run_verify(directory: Path, *, repeats: int = 3, settings: MeasureSettings = VERIFY_SETTINGS,
                mpi: str | None = None, smoke: bool = True,
-               listener: VerifyListener | None = None, hostfile: Path | None = None) -> VerifyReport:
+               listener: VerifyListener | None = None, hostfile: Path | None = None,
+               deadline: float | None = None, clock: Callable[[], float] = time.monotonic) -> VerifyReport:
     """Tuned against default, interleaved per layout; rules slower than the default (beyond noise, or
     by the estimate) go back to default and the files are rewritten (smoke-checked). Written compositions
     likewise, each launch against one of the default; a slower one is dropped. Then the held-out rounds
     (hold_out_rounds): a cell they find slower beyond noise goes back too. The manifest's `verify` section
-    records every cell and composition, the held-out figures and what hold-out sent back."""
+    records every cell and composition, the held-out figures and what hold-out sent back.
+
+    `deadline` (by `clock`; autotune: the end of tune's share): no launch pair begins that would end past it
+    (VerifyDeadline). Stopped there, verify judges what it measured: a layout's tuned cells with two launch
+    pairs or more as ever, the others kept as tune decided them, unjudged; the report and the manifest say
+    where it stopped (DeadlineStop)."""
     listener = listener or VerifyListener()
     started = time.monotonic()
     plan = plan_verify(directory, repeats=repeats, mpi=mpi)
+    bound = VerifyDeadline(deadline, clock)
+    # planned beside the first pass (measure_pairs plans it, and each pass it adds): one held-out round and
+    # the compositions' repetitions
+    bound.plan(repeats * (len(tuned_layouts(plan.selection)) + len(plan.manifest.compositions.chosen())))
     listener.started(plan)
-    results, again = measure_pairs(plan, settings, listener, hostfile)
+    results, again = measure_pairs(plan, settings, listener, hostfile, bound)
     whole = not manifest_adapter(plan.manifest, plan.library).files_keep_library_choice_elsewhere()
-    judged, states = evaluate_states(plan.selection, results, reference_us=plan.manifest.machine_probe_us)
+    # at the deadline, a layout with fewer than two launch pairs has no verdict: its cells stay as tune decided
+    short = bound.short_layouts(plan.selection) if bound.stopped else set()
+    unverified = sum(layout_of(c) in short for c, a in plan.selection.items() if a != DEFAULT_ALGORITHM)
+    judged, states = evaluate_states({c: a for c, a in plan.selection.items() if layout_of(c) not in short},
+                                     results, reference_us=plan.manifest.machine_probe_us)
     fixed, verified = apply_replacements(plan.selection, judged, whole=whole)
     replaced = sum(v.replaced for v in verified)
     manifest = plan.manifest
     if replaced:
         listener.rewriting()
         manifest = rewrite_files(manifest, plan.library, fixed, smoke)
+    unjudged_compositions = 0
     if plan.manifest.compositions.chosen():
         adapter = manifest_adapter(manifest, plan.library)
-        compositions = verify_compositions(plan, adapter, settings, listener, hostfile)
+        compositions, unjudged_compositions = verify_compositions(plan, adapter, settings, listener, hostfile,
+                                                                  bound)
         drop = compositions_to_drop(compositions, applies_to_all=adapter.composition_applies_to_all())
         compositions = [dataclasses.replace(v, dropped=v.collective in drop) for v in compositions]
         if drop:
@@ -608,10 +723,21 @@ def run_verify(directory: Path, *, repeats: int = 3, settings: MeasureSettings =
     else:
         compositions = []
 
-    def measure_round(number: int) -> list[VerifiedCell]:
+    def measure_round(number: int) -> list[VerifiedCell] | None:
+        if bound.stopped:  # at the deadline: no round begins
+            if number == 1:
+                bound.not_held_out = sum(a != DEFAULT_ALGORITHM for a in current_selection().values())
+            return None
+        if number > 1:
+            bound.plan(repeats * len(tuned_layouts(current_selection())))
+        mark = len(bound.begun)
         # each round's launches numbered after the passes' and the rounds' before it
-        return hold_out(manifest, plan.library, repeats=repeats, first_run=(MAX_PASSES + number - 1) * repeats,
-                        settings=settings, listener=listener, hostfile=hostfile)
+        found = hold_out(manifest, plan.library, repeats=repeats, first_run=(MAX_PASSES + number - 1) * repeats,
+                         settings=settings, listener=listener, hostfile=hostfile, deadline=bound)
+        return None if bound.stopped and len(bound.begun) == mark else found  # none of its launches began
+
+    def current_selection() -> dict[Cell, str]:
+        return {row.cell: row.algorithm for row in manifest.selection}
 
     def send_back(fixed: dict[Cell, str]) -> dict[Cell, str]:
         nonlocal manifest
@@ -619,11 +745,12 @@ def run_verify(directory: Path, *, repeats: int = 3, settings: MeasureSettings =
         manifest = rewrite_files(manifest, plan.library, fixed, smoke)
         return {row.cell: row.algorithm for row in manifest.selection}
 
-    held = hold_out_rounds({row.cell: row.algorithm for row in manifest.selection}, measure_round, send_back,
-                           whole=whole)
+    held = hold_out_rounds(current_selection(), measure_round, send_back, whole=whole)
+    stopped = DeadlineStop(bound.launches, bound.planned, unverified, unjudged_compositions,
+                           bound.not_held_out) if bound.stopped else None
     manifest = record_verify(manifest, verified, repeats=repeats, second_pass=len(again), settings=settings,
                              wall_s=time.monotonic() - started, compositions=compositions, held_out=held.figures,
-                             states=states, sent_back=held.sent_back, held_out_rounds=held.rounds)
+                             states=states, sent_back=held.sent_back, held_out_rounds=held.rounds, stopped=stopped)
     assert manifest.verify is not None
     return VerifyReport(manifest, verified, dict(manifest.verify.summary), replaced, len(again), compositions,
-                        held.figures, states, held.sent_back, held.rounds)
+                        held.figures, states, held.sent_back, held.rounds, stopped)
