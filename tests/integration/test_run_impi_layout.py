@@ -18,6 +18,8 @@ import pytest
 from test_catalog_mpi import tiny_tuning
 from test_tuning_bounds import BYTES, SOURCE, trace_lines, traces
 
+from tunempi.compare.session import CompareRequest, RunOutcome, prepare_compare
+from tunempi.compare.variants import Variant
 from tunempi.mpi.build import build_c
 from tunempi.mpi.discovery import adapter_for, resolve_library
 
@@ -51,3 +53,26 @@ def test_run_leaves_a_job_outside_the_measured_layouts_to_intel_mpi(tmp_path: Pa
     assert at_five == traces(library, untuned, 5, 2) != traces(library, forced, 5, 2)
     lines = [line for line in said.splitlines() if "I_MPI_ADJUST_ALLREDUCE not exported" in line]
     assert len(lines) == 1 and "5 ranks" in lines[0], said
+
+
+def test_compare_applies_an_intel_mpi_tuning_as_run_does(tmp_path: Path) -> None:
+    """compare measures what `run` would apply: at the measured layout the strings, outside it nothing of the
+    tuning, which leaves nothing to compare (exit 2, said, nothing launched)."""
+    directory = tiny_tuning(tmp_path / "tuned", 2, "preset_3", vendor="impi")
+    program = build_c(resolve_library("impi"), [SOURCE], "split_allreduce")
+
+    def launch(variant: Variant, timeout: float | None) -> RunOutcome:
+        raise AssertionError("prepare_compare launches nothing")
+
+    inside = prepare_compare(CompareRequest(["mpiexec", "-n", "2", str(program), str(BYTES), "1"],
+                                            [f"tuned={directory}"]), launch)
+    assert dict(inside.variants[0].env) == {"I_MPI_ADJUST_ALLREDUCE": "3:0-2147483647@2-2"} and not inside.notes
+    env = {k: v for k, v in os.environ.items() if k != "TUNEMPI_MPI"}
+    done = subprocess.run([sys.executable, "-m", "tunempi", "compare", "--variant", f"tuned={directory}",
+                           "--no-record", "--db", str(tmp_path / "db.sqlite"), "--", "mpiexec", "-n", "5",
+                           str(program), str(BYTES), "2"], capture_output=True, text=True, env=env, timeout=300,
+                          check=False)
+    said = " ".join(done.stderr.split())  # the console wraps its lines
+    assert done.returncode == 2 and "Traceback" not in said, said
+    assert "I_MPI_ADJUST_ALLREDUCE not exported: the job (5 ranks on 1 node)" in said
+    assert "nothing to compare" in said and not (tmp_path / "db.sqlite").exists()

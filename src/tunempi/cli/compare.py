@@ -127,6 +127,8 @@ class _Progress(CompareListener):
         self.console.print(f"comparing {escape(arms)} on `{escape(' '.join(session.command))}`: "
                            f"{escape(session.describe_metric())}; result check: {escape(session.check.describe())}; "
                            f"{session.min_runs}..{session.max_runs} runs each")
+        for line in session.notes:
+            self.console.print(f"warning: {escape(line)}")
         if resumed:
             self.console.print(f"continuing comparison {comparison_id}: {resumed} runs already recorded")
         self.done = resumed

@@ -33,7 +33,7 @@ from typing import TYPE_CHECKING
 
 from tunempi import evidence
 from tunempi.compare.results import DEFAULT_TOLERANCE, ResultCheck, ResultUnavailable, difference
-from tunempi.compare.variants import BASELINE, Variant, check_tuning_variants, load_variants
+from tunempi.compare.variants import BASELINE, Variant, as_run_applies, check_tuning_variants, load_variants
 from tunempi.config import int_setting, resolve_db
 from tunempi.errors import TunempiError, UsageError
 from tunempi.store.comparisons import ComparisonLog, ComparisonRun
@@ -118,6 +118,8 @@ class CompareSession:
     launch: Launch
     header: dict = field(default_factory=dict)
     restart: bool = False
+    #: what was left out of a variant as `tunempi run` leaves it (compare.variants.as_run_applies)
+    notes: tuple[str, ...] = ()
 
     @property
     def arms(self) -> list[Variant]:
@@ -252,17 +254,24 @@ def prepare_compare(request: CompareRequest, launch: Launch | None = None) -> Co
         from tunempi.mpi.discovery import launch_line_library
 
         library = launch_line_library(request.mpi, request.command)
+    # scrubbed from every arm before any is left out: the caller's environment must not bring one back
     scrub = {name for variant in variants for name in variant.env}
+    by_name = {v.name: m for v, m in zip([v for v in variants if v.tuning_dir is not None], manifests, strict=True)}
+    notes: list[str] = []
+    if library is not None:  # each tuning as `tunempi run` would apply it to this job (issue 57)
+        applied = [as_run_applies(v, by_name.get(v.name), request.command, library) for v in variants]
+        variants = [variant for variant, _ in applied]
+        notes = [line for _, line in applied if line]
     baseline = Variant(BASELINE, "the library's default")
     header = {"command": list(request.command), "variants": [[v.name, dict(v.env)] for v in variants],
               "metric": request.metric, "higher_is_better": request.higher_is_better,
               "results": list(check.patterns), "result_command": check.command, "tolerance": check.tolerance,
               "seed": request.seed, "library": library.fingerprint if library is not None else ""}
-    by_name = {v.name: m for v, m in zip([v for v in variants if v.tuning_dir is not None], manifests, strict=True)}
     return CompareSession(
         list(request.command), baseline, variants, library, by_name, pattern, request.higher_is_better, check,
         min_runs, max_runs, width, request.budget_s, request.timeout, request.seed, resolve_db(request.db),
-        request.record, launch or application_launch(request.command, library, scrub), header, request.restart)
+        request.record, launch or application_launch(request.command, library, scrub), header, request.restart,
+        tuple(notes))
 
 
 # -- deciding from the recorded runs ------------------------------------------------------------------

@@ -15,7 +15,7 @@ from __future__ import annotations
 import re
 import shlex
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from types import MappingProxyType
 from typing import TYPE_CHECKING
@@ -153,3 +153,24 @@ def check_tuning_variants(manifests: Sequence[Manifest], mpi: str | None) -> MPI
                              f"{library.name}: one application run uses one library; compare them separately")
         library = found
     return library
+
+
+def as_run_applies(variant: Variant, manifest: Manifest | None, command: Sequence[str], library: MPILibrary
+                   ) -> tuple[Variant, str]:
+    """`variant` without the variables `tunempi run` would leave out of this job (a library whose files cannot
+    leave unmeasured sizes to it, outside the layouts they measured: tune.apply.left_to_library), so that
+    compare measures what run applies, and the line that says so ('' where nothing is left out). UsageError
+    where nothing would be left: the job would run untuned."""
+    if manifest is None:
+        return variant, ""
+    from tunempi.tune.apply import command_left_to_library
+
+    left, line = command_left_to_library(manifest, command, library)
+    dropped = {name for names in left.values() for name in names}
+    if not dropped & set(variant.env):
+        return variant, ""
+    env = {name: value for name, value in variant.env.items() if name not in dropped}
+    if not env:
+        raise UsageError(f"variant {variant.name}: {line}; `tunempi run` would run this job with none of the "
+                         f"tuning's variables, so there is nothing to compare with the default")
+    return replace(variant, env=env), f"variant {variant.name}: {line}"

@@ -15,7 +15,7 @@ from collections.abc import Sequence
 from tunempi.errors import UsageError
 from tunempi.launch import launcher_for_argv, own_launcher
 from tunempi.launch.launchers import OpenMPILauncher, SrunLauncher
-from tunempi.launch.layout import JobLayout
+from tunempi.launch.layout import JobLayout, job_layout
 from tunempi.mpi.library import MPILibrary
 from tunempi.mpi.vendor import VendorAdapter
 from tunempi.rules import DEFAULT_ALGORITHM, INTERPOLATED, LIBRARY, RuleSet
@@ -136,6 +136,28 @@ def left_to_library(manifest: Manifest, layout: JobLayout, adapter: VendorAdapte
     return left
 
 
+def left_out_line(manifest: Manifest, layout: JobLayout, left: dict[str, tuple[str, ...]]) -> str:
+    """The one line that says which variables `left_to_library` left out of the job, and why."""
+    variables = ", ".join(v for names in left.values() for v in names)
+    tuned = "; ".join(layout_words(*scale) for scale in _measured_layouts(manifest)) or "no layout"
+    nodes = layout.nodes
+    job = f"{layout.ranks} ranks" + (f" on {nodes} node{'s' if nodes != 1 else ''}" if nodes is not None else "")
+    return (f"{variables} not exported: the job ({job}) lies outside the layouts {', '.join(left)} measured "
+            f"({tuned}), and this library's files cannot leave other sizes to it: it keeps its own choice for "
+            f"every call of them in this job, sub-communicators included")
+
+
+def command_left_to_library(manifest: Manifest, command: Sequence[str], library: MPILibrary
+                            ) -> tuple[dict[str, tuple[str, ...]], str]:
+    """`left_to_library` for a launch line (compare applies a tuning as `run` does), with its line ('' where
+    nothing is left out)."""
+    from tunempi.mpi.discovery import adapter_for
+
+    layout = job_layout(command, library)
+    left = left_to_library(manifest, layout, adapter_for(library))
+    return left, left_out_line(manifest, layout, left) if left else ""
+
+
 def layout_notes(manifest: Manifest, layout: JobLayout, adapter: VendorAdapter) -> tuple[list[str], list[str]]:
     """What `run` says of the job's layout against the layouts the tuning measured: (notes, warnings).
 
@@ -151,12 +173,7 @@ def layout_notes(manifest: Manifest, layout: JobLayout, adapter: VendorAdapter) 
     tuned_sets = {c: rule_set for c, rule_set in _tuned_sets(manifest).items() if c not in left}
     warnings: list[str] = []
     if left:
-        variables = ", ".join(v for names in left.values() for v in names)
-        nodes = layout.nodes
-        job = f"{layout.ranks} ranks" + (f" on {nodes} node{'s' if nodes != 1 else ''}" if nodes is not None else "")
-        warnings.append(f"{variables} not exported: the job ({job}) lies outside the layouts {', '.join(left)} "
-                        f"measured ({tuned}), and this library's files cannot leave other sizes to it: it keeps "
-                        f"its own choice for every call of them in this job, sub-communicators included")
+        warnings.append(left_out_line(manifest, layout, left))
     if layout.ranks is None or not tuned_sets:
         if tuned_sets:
             unbounded = [c for c in tuned_sets if adapter.unbounded_selection_env(c)]
