@@ -102,6 +102,38 @@ def test_between_two_measured_sizes_only_their_common_winner_is_interpolated() -
     assert written["coverage"] == [[3, 7, INTERPOLATED]] and RuleSet.from_dict(rule_set.to_dict()) == rule_set
 
 
+
+def test_an_extension_acts_above_the_largest_measured_size_and_says_which_policy() -> None:
+    """Issue 57 part 2: above the largest measured size the policy's picks (the library's own where it names
+    the default), coverage `extended` with the policy's name, kept through the manifest's dict; before, every
+    size above was the library's whatever the policy said."""
+    from tunempi.rules.ruleset import EXTENDED, Extension
+
+    items = [("bcast", ranks, size, "binomial") for ranks in (64, 128) for size in (8, 1024, 65536)]
+    extension = Extension("gaining", ((8, "binomial"), (1024, DEFAULT_ALGORITHM), (65536, "binomial")))
+    rule_set = build_rule_set(SelectionTable.from_items(items), "bcast", extension)
+    assert [rule_set.select(512, size) for size in (8, 1024, 65536)] == ["binomial", DEFAULT_ALGORITHM, "binomial"]
+    assert rule_set.select(128, 1024) == "binomial"  # the measured size keeps its own rules
+    assert [(c.min_ranks, c.max_ranks, c.basis, c.policy) for c in rule_set.coverage()] == [
+        (1, 63, LIBRARY, ""), (64, 64, MEASURED, ""), (65, 127, INTERPOLATED, ""), (128, 128, MEASURED, ""),
+        (129, None, EXTENDED, "gaining")]
+    written = rule_set.to_dict()
+    assert written["blocks"][-1]["extended_by"] == "gaining" and "extended_by" not in written["blocks"][0]
+    assert RuleSet.from_dict(written) == rule_set
+
+
+def test_an_extension_with_the_rules_of_the_largest_size_still_is_its_own_block() -> None:
+    """Extended rules equal to the largest measured size's are not merged into its block (which would read
+    as interpolated), and an extension that names only the default leaves the sizes above to the library."""
+    from tunempi.rules.ruleset import EXTENDED, Extension
+
+    table = SelectionTable.from_items([("allreduce", 8, 8, "ring"), ("allreduce", 16, 8, "ring")])
+    same = build_rule_set(table, "allreduce", Extension("gaining", ((8, "ring"),)))
+    assert [(c.min_ranks, c.max_ranks, c.basis) for c in same.coverage()][-1] == (17, None, EXTENDED)
+    none = build_rule_set(table, "allreduce", Extension("gaining", ((8, DEFAULT_ALGORITHM),)))
+    assert none == build_rule_set(table, "allreduce") and none.select(1000, 8) == DEFAULT_ALGORITHM
+    assert [(c.min_ranks, c.max_ranks, c.basis) for c in none.coverage()][-1] == (17, None, LIBRARY)
+
 def random_table(rng: random.Random) -> SelectionTable:
     """Power-of-two and in-between sizes, several layouts, choices with runs (so merging matters)."""
     items = []

@@ -26,7 +26,9 @@ A rule acts only where it has evidence (issue 57): a measured communicator size 
 sizes between two measured ones get a rule only where both neighbours measured the same winner for that
 message range (interpolated), the library's own choice elsewhere; sizes below the smallest and above the
 largest measured one keep the library's own choice (`DEFAULT_ALGORITHM`). `RuleSet.coverage` says, per
-range of communicator sizes, which of the three it is.
+range of communicator sizes, which it is, or `extended`: above the largest measured size, an `Extension`'s
+rules (issue 57 part 2: tune/files.py derives them by the extension policy, `sim.extend.EXTENSION_POLICY`,
+from its measurements; this package holds only their result and the policy's name).
 """
 
 from __future__ import annotations
@@ -35,7 +37,7 @@ import math
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
-from tunempi.collectives import DEFAULT_ALGORITHM  # noqa: F401 (part of the rule-set vocabulary)
+from tunempi.collectives import DEFAULT_ALGORITHM
 from tunempi.errors import UsageError
 from tunempi.rules.table import SelectionTable
 
@@ -87,6 +89,8 @@ class CommBlock:
     max_ranks: int | None
     rules: tuple[MsgRule, ...]
     measured_ranks: tuple[int, ...] = ()
+    #: The extension policy that named this block's rules above the largest measured size ("": none).
+    extended_by: str = ""
 
     def select(self, msg_bytes: int) -> str:
         return select_rule(self.rules, msg_bytes)
@@ -97,31 +101,35 @@ class CommBlock:
 
     def coverage(self) -> list[Coverage]:
         """This block's sizes as ranges, each measured, interpolated or the library's own."""
-        other = LIBRARY if self.library_only() else INTERPOLATED
+        other = LIBRARY if self.library_only() else EXTENDED if self.extended_by else INTERPOLATED
+        policy = self.extended_by if other == EXTENDED else ""
         ranges: list[Coverage] = []
         start = self.min_ranks
         for ranks in sorted(set(self.measured_ranks)):
             if ranks > start:
-                ranges.append(Coverage(start, ranks - 1, other))
+                ranges.append(Coverage(start, ranks - 1, other, policy))
             ranges.append(Coverage(ranks, ranks, MEASURED))
             start = ranks + 1
         if self.max_ranks is None or start <= self.max_ranks:
-            ranges.append(Coverage(start, self.max_ranks, other))
+            ranges.append(Coverage(start, self.max_ranks, other, policy))
         return ranges
 
 
 #: How a range of communicator sizes got its rules (`RuleSet.coverage`).
 MEASURED, INTERPOLATED, LIBRARY = "measured", "interpolated", "library"
+EXTENDED = "extended"
 
 
 @dataclass(frozen=True)
 class Coverage:
     """Communicator sizes min_ranks..max_ranks (None: unbounded) and how their rules were made: `measured`
-    there, `interpolated` between two measured sizes whose winners agree, or left to the `library`."""
+    there, `interpolated` between two measured sizes whose winners agree, `extended` above the largest
+    measured size by the extension `policy`, or left to the `library`."""
 
     min_ranks: int
     max_ranks: int | None
     basis: str
+    policy: str = ""
 
     def contains(self, ranks: int) -> bool:
         return self.min_ranks <= ranks and (self.max_ranks is None or ranks <= self.max_ranks)
@@ -198,7 +206,7 @@ class RuleSet:
         for item in (c for block in self.blocks for c in block.coverage()):
             last = merged[-1] if merged else None
             if last is not None and last.basis == item.basis and item.basis != MEASURED:
-                merged[-1] = Coverage(last.min_ranks, item.max_ranks, item.basis)
+                merged[-1] = Coverage(last.min_ranks, item.max_ranks, item.basis, item.policy)
             else:
                 merged.append(item)
         return merged
@@ -221,6 +229,8 @@ class RuleSet:
                     "measured_ranks": list(block.measured_ranks),
                     # derived, for a reader of the manifest (from_dict ignores it)
                     "coverage": [[c.min_ranks, c.max_ranks, c.basis] for c in block.coverage()],
+                    # only where a policy extended the block: other manifests stay as they were
+                    **({"extended_by": block.extended_by} if block.extended_by else {}),
                     "rules": [{"max_bytes": r.max_bytes, "algorithm": r.algorithm} for r in block.rules],
                 }
                 for block in self.blocks
@@ -236,6 +246,7 @@ class RuleSet:
                     min_ranks=int(block["min_ranks"]),
                     max_ranks=None if block["max_ranks"] is None else int(block["max_ranks"]),
                     measured_ranks=tuple(int(r) for r in block.get("measured_ranks", ())),
+                    extended_by=str(block.get("extended_by", "")),
                     rules=tuple(
                         MsgRule(None if r["max_bytes"] is None else int(r["max_bytes"]), r["algorithm"])
                         for r in block["rules"]
@@ -278,10 +289,25 @@ def between_rows(lower: tuple[MsgRule, ...], upper: tuple[MsgRule, ...]) -> tupl
     return tuple(rules)
 
 
-def build_rule_set(table: SelectionTable, collective: str) -> RuleSet:
+@dataclass(frozen=True)
+class Extension:
+    """What an extension policy names above the largest measured communicator size of one collective:
+    (msg_bytes, algorithm) at the message sizes measured there, `DEFAULT_ALGORITHM` where it leaves the
+    library's choice. tune/files.py derives it; this package knows no policy."""
+
+    policy: str
+    row: tuple[tuple[int, str], ...]
+
+    def acts(self) -> bool:
+        """True where it names some algorithm (else the sizes above stay the library's own)."""
+        return any(algorithm != DEFAULT_ALGORITHM for _, algorithm in self.row)
+
+
+def build_rule_set(table: SelectionTable, collective: str, extension: Extension | None = None) -> RuleSet:
     """The minimal complete rule set that reproduces `table` for one collective at every measured point,
     and acts nowhere else without evidence: interpolated between measured communicator sizes where both
-    neighbours agree, the library's own choice below, above and wherever they disagree."""
+    neighbours agree, the library's own choice below, above and wherever they disagree; above the largest
+    measured size, `extension`'s rules where it names some algorithm (coverage `extended`)."""
     sizes = table.comm_sizes(collective)
     if not sizes:
         raise UsageError(f"the selection table has no points for {collective}; it has {table.collectives()}")
@@ -291,13 +317,15 @@ def build_rule_set(table: SelectionTable, collective: str) -> RuleSet:
         spans.append(CommBlock(1, sizes[0] - 1, LIBRARY_RULES))
     for ranks, following in zip(sizes, [*sizes[1:], None], strict=True):
         spans.append(CommBlock(ranks, ranks, rows[ranks], (ranks,)))
-        if following is None:
+        if following is None and extension is not None and extension.acts():
+            spans.append(CommBlock(ranks + 1, None, compress_row(extension.row), extended_by=extension.policy))
+        elif following is None:
             spans.append(CommBlock(ranks + 1, None, LIBRARY_RULES))
         elif following > ranks + 1:
             spans.append(CommBlock(ranks + 1, following - 1, between_rows(rows[ranks], rows[following])))
     blocks: list[CommBlock] = []
     for span in spans:  # minimal: neighbours with the same rules share one block
-        if blocks and blocks[-1].rules == span.rules:
+        if blocks and blocks[-1].rules == span.rules and not span.extended_by:
             last = blocks[-1]
             blocks[-1] = CommBlock(last.min_ranks, span.max_ranks, last.rules,
                                    last.measured_ranks + span.measured_ranks)
@@ -306,9 +334,11 @@ def build_rule_set(table: SelectionTable, collective: str) -> RuleSet:
     return RuleSet(collective, tuple(blocks))
 
 
-def build_rule_sets(table: SelectionTable) -> dict[str, RuleSet]:
-    """One rule set per collective in the table."""
-    return {collective: build_rule_set(table, collective) for collective in table.collectives()}
+def build_rule_sets(table: SelectionTable, extensions: Mapping[str, Extension] | None = None) -> dict[str, RuleSet]:
+    """One rule set per collective in the table; `extensions`: per collective, its rules above the largest
+    measured size."""
+    return {collective: build_rule_set(table, collective, (extensions or {}).get(collective))
+            for collective in table.collectives()}
 
 
 @dataclass(frozen=True)
