@@ -113,6 +113,47 @@ def test_catalog_add_build_and_the_library_reads_the_built_files_back(tmp_path: 
     assert checked.verify is not None and len(checked.applications) == 1
 
 
+def test_catalog_add_of_a_real_tunes_results_store(tmp_path: Path) -> None:
+    """A real MPICH tune (2 ranks, allreduce up to 64 B) into a results store, then `catalog add STORE`: an entry
+    per measured cell at the tune's layouts, each override backed by the store's runs (faster than the default
+    there), the store as provenance; built and smoke-checked in MPICH. The same store refused for another build
+    (--mpi openmpi into an empty catalog; a catalog of another build), the catalog kept byte for byte."""
+    from test_tune import options
+
+    from tunempi.catalog.store import Catalog
+    from tunempi.store.results import Measurement, ResultStore
+    from tunempi.tune.job import run_tune
+
+    report = run_tune(options(tmp_path, "mpich", "allreduce", 2, 64))
+    assert report.manifest is not None
+    db, catalog = tmp_path / "results.sqlite", tmp_path / "catalog"
+    refused = tunempi("catalog", "add", str(db), "--mpi", "openmpi", "--catalog", str(catalog))
+    assert refused.returncode == 2 and "another library build" in refused.stderr, refused.stderr
+    assert not (catalog / "catalog.json").exists()
+
+    done = tunempi("catalog", "add", str(db), "--catalog", str(catalog))
+    assert done.returncode == 0, done.stderr
+    entries = Catalog.load(catalog).entries
+    assert {e.cell for e in entries} == {row.cell for row in report.manifest.selection}
+    assert {e.source for e in entries} == {str(db.resolve())}
+    for entry in entries:
+        assert entry.default_us is not None and entry.median_us is not None
+        assert entry.algorithm == DEFAULT_ALGORITHM or entry.median_us < entry.default_us, entry
+    built = tunempi("catalog", "build", "--out", str(tmp_path / "built"), "--catalog", str(catalog))
+    assert built.returncode == 0, built.stderr
+    assert [s.ok for s in Manifest.load(tmp_path / "built").smoke] == [True]
+
+    # A store of another build (its runs copied under another fingerprint) into this catalog: refused.
+    other = tmp_path / "other.sqlite"
+    with ResultStore(db) as store, ResultStore(other) as copy:
+        copy.add_many(Measurement(**{**{f: getattr(m, f) for f in m.__dataclass_fields__},
+                                     "library_fingerprint": "another-build"}) for m in store)
+    before = (catalog / "catalog.json").read_bytes()
+    refused = tunempi("catalog", "add", str(other), "--catalog", str(catalog))
+    assert refused.returncode == 2 and "another library build" in refused.stderr, refused.stderr
+    assert "Traceback" not in refused.stderr and (catalog / "catalog.json").read_bytes() == before
+
+
 @pytest.mark.full
 def test_catalog_module_sets_what_run_prints_under_the_real_module_command(tmp_path: Path) -> None:
     require_system("modules")

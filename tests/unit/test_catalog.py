@@ -8,6 +8,7 @@ import json
 import os
 import subprocess
 import sys
+import threading
 from pathlib import Path
 
 import pytest
@@ -24,10 +25,13 @@ from tunempi.catalog.coverage import (
 )
 from tunempi.catalog.jobs import parse_jobcomp, parse_sacct
 from tunempi.catalog.module import modulefile_text, tcl_word
-from tunempi.catalog.store import CATALOG_NAME, Catalog, add_tuning
+from tunempi.catalog.store import CATALOG_NAME, LOCK_NAME, Catalog, add_store, add_stored_runs, add_tuning
 from tunempi.errors import UsageError
+from tunempi.mpi.vendor import FileAlgorithms
 from tunempi.space import Cell
+from tunempi.store.results import Measurement, ResultStore
 from tunempi.tune.files import rule_sets_for, selection_table
+from tunempi.tune.job import selection_from_store
 from tunempi.tune.manifest import LibraryRecord, Manifest, SelectionRow, VerifyRecord
 from tunempi.tune.verify import VerifiedCell
 
@@ -126,7 +130,7 @@ def test_a_crash_while_saving_leaves_the_old_catalog_and_no_temporary_file(tmp_p
     with pytest.raises(OSError, match="disk full"):
         add_tuning(catalog, tuning(tmp_path / "t4", {(4, 1, 4, 8): "ring"}))
     assert (catalog / CATALOG_NAME).read_bytes() == before
-    assert sorted(p.name for p in catalog.iterdir()) == [CATALOG_NAME]
+    assert sorted(p.name for p in catalog.iterdir()) == [LOCK_NAME, CATALOG_NAME]
 
 
 def test_an_unreadable_catalog_is_a_usage_error_not_overwritten(tmp_path: Path) -> None:
@@ -203,3 +207,131 @@ def test_catalog_add_of_a_corrupt_manifest_exits_2_with_the_reason(tmp_path: Pat
     assert "not valid JSON" in done.stderr and "Traceback" not in done.stderr
     assert not (tmp_path / "catalog" / CATALOG_NAME).exists()
     assert json.loads((broken / "manifest.json").read_text() + "}") == {}
+
+
+# -- catalog add from a results store (tune's selection from its runs) ------------------------------------------
+
+
+class FakeAdapter:
+    """What selection_from_store asks a library's adapter: its collectives, what a file can select, and that the
+    files choose by size and communicator size and keep the library's choice elsewhere (MPICH's answers)."""
+
+    def collectives(self) -> list[str]:
+        return ["allreduce"]
+
+    def tuning_file_algorithms(self, collective: str) -> FileAlgorithms:
+        return FileAlgorithms(collective, ("recursive_doubling", "ring"))
+
+    def tuning_file_exclusion(self, collective: str, algorithm: str) -> str | None:
+        return None
+
+    def files_keep_library_choice_elsewhere(self) -> bool:
+        return True
+
+    def selects_by_size(self, collective: str) -> bool:
+        return True
+
+    def selects_by_communicator_size(self, collective: str) -> bool:
+        return True
+
+
+def stored_runs(db: Path, us: dict[tuple[int, int, str], float], *, fingerprint: str = "fp-one") -> Path:
+    """A results store with three runs of each (ranks, bytes, algorithm) -> median us, one node."""
+    with ResultStore(db) as store:
+        store.add_many(Measurement(fingerprint, "mpich-5.0.2", "allreduce", algorithm, ranks, size, run=run,
+                                   median_us=value * (1 + 0.01 * run), timestamp=f"2026-12-05T1{run}:00:00Z")
+                       for (ranks, size, algorithm), value in us.items() for run in range(3))
+    return db
+
+
+def test_selection_from_store_decides_each_measured_cell_as_tune_does() -> None:
+    us = {(2, 8, "default"): 20.0, (2, 8, "ring"): 10.0, (2, 8, "recursive_doubling"): 15.0,
+          (2, 1024, "default"): 30.0, (2, 1024, "ring"): 45.0,
+          (4, 8, "default"): 20.0, (4, 8, "ring"): 19.8,  # 1 % faster: within tune's margin, the default kept
+          (4, 64, "ring"): 5.0}  # no run of the default: no evidence, no entry
+    with ResultStore(":memory:") as store:
+        store.add_many(Measurement("fp-one", "mpich-5.0.2", "allreduce", algorithm, ranks, size, run=run,
+                                   median_us=value, timestamp=f"2026-12-05T1{run}:00:00Z")
+                       for (ranks, size, algorithm), value in us.items() for run in range(2))
+        store.add(Measurement("fp-two", "mpich-5.0.2", "allreduce", "ring", 2, 1024, median_us=1.0))  # other build
+        stored = selection_from_store(store, "fp-one", FakeAdapter())  # type: ignore[arg-type]
+    assert {(c.ranks, c.msg_bytes): a for c, a in stored.selection.items()} == {
+        (2, 8): "ring", (2, 1024): "default", (4, 8): "default"}
+    assert stored.medians[(Cell("allreduce", 2, 1, 2, 8), "ring")] == 10.0
+    assert stored.newest == "2026-12-05T11:00:00Z"
+
+
+def test_catalog_add_of_a_store_adds_its_cells_with_the_store_as_provenance(tmp_path: Path) -> None:
+    db = stored_runs(tmp_path / "results.sqlite", {(2, 8, "default"): 20.0, (2, 8, "ring"): 10.0})
+    result = add_stored_runs(tmp_path / "catalog", db, LIBRARY, FakeAdapter())  # type: ignore[arg-type]
+    assert result.added == 1
+    (entry,) = Catalog.load(tmp_path / "catalog").entries
+    assert (entry.algorithm, entry.source, entry.created) == ("ring", str(db.resolve()), "2026-12-05T12:00:00Z")
+    assert (entry.median_us, entry.default_us) == (10.1, 20.2)
+
+
+def test_a_corrupt_empty_missing_or_other_builds_store_is_refused_and_the_catalog_kept(tmp_path: Path) -> None:
+    catalog = tmp_path / "catalog"
+    add_tuning(catalog, tuning(tmp_path / "t2", {(2, 1, 2, 8): "ring"}))
+    before = (catalog / CATALOG_NAME).read_bytes()
+    corrupt = tmp_path / "corrupt.sqlite"
+    corrupt.write_bytes(b"SQLite format 3\x00" + b"\x17" * 200)
+    empty = tmp_path / "empty.sqlite"
+    ResultStore(empty).close()
+    other = stored_runs(tmp_path / "other.sqlite", {(4, 8, "default"): 2.0, (4, 8, "ring"): 1.0}, fingerprint="fp-two")
+    for db, message in ((corrupt, "not a readable tunempi results store"), (empty, "holds no measurements"),
+                        (tmp_path / "absent.sqlite", "no results store at"),
+                        (other, r"holds no runs of MPICH 5.0.2 \(fp-one\).*another library build")):
+        with pytest.raises(UsageError, match=message):
+            add_store(catalog, db)
+        with pytest.raises(UsageError, match=message):  # the build known: the same refusals
+            add_stored_runs(catalog, db, LIBRARY, FakeAdapter())  # type: ignore[arg-type]
+        assert (catalog / CATALOG_NAME).read_bytes() == before
+    assert not (tmp_path / "absent.sqlite").exists()
+
+
+def test_catalog_add_of_a_corrupt_store_exits_2_with_the_reason(tmp_path: Path) -> None:
+    corrupt = tmp_path / "results.sqlite"
+    corrupt.write_bytes(b"not a database at all" * 40)
+    done = subprocess.run([sys.executable, "-m", "tunempi", "catalog", "add", str(corrupt), "--catalog",
+                           str(tmp_path / "catalog")], capture_output=True, text=True, check=False)
+    assert done.returncode == 2, done.stderr
+    assert "not a readable tunempi results store" in done.stderr and "Traceback" not in done.stderr
+    assert not (tmp_path / "catalog" / CATALOG_NAME).exists()
+
+
+def test_concurrent_adds_each_keep_the_others_entries(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Two adds at once: the first, having read the catalog, lets the second start and waits until that one has
+    read it too (no lock) or is waiting for the lock (the lock's on_busy): both entries must be in the end."""
+    catalog = tmp_path / "catalog"
+    t2 = tuning(tmp_path / "t2", {(2, 1, 2, 8): "ring"})
+    t4 = tuning(tmp_path / "t4", {(4, 1, 4, 8): "ring"})
+    second_read_or_waits = threading.Event()
+    real_load = Catalog.load.__func__  # type: ignore[attr-defined]
+    loads: list[str] = []
+    errors: list[BaseException] = []
+
+    def second() -> None:
+        try:
+            add_tuning(catalog, t4, on_busy=lambda lock: second_read_or_waits.set())
+        except BaseException as exc:  # reported by the main thread
+            errors.append(exc)
+            second_read_or_waits.set()
+
+    worker = threading.Thread(target=second)
+
+    def load(cls: type[Catalog], directory: str | Path) -> Catalog:
+        found = real_load(cls, directory)
+        loads.append(threading.current_thread().name)
+        if len(loads) == 1:  # the first add has read the catalog: the second one starts now
+            worker.start()
+            assert second_read_or_waits.wait(timeout=60)
+        else:
+            second_read_or_waits.set()
+        return found
+
+    monkeypatch.setattr(Catalog, "load", classmethod(load))
+    add_tuning(catalog, t2)
+    worker.join(timeout=60)
+    assert not errors and not worker.is_alive()
+    assert Catalog.load(catalog).layouts() == [(2, 1, 2), (4, 1, 4)]

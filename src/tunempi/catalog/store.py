@@ -6,24 +6,34 @@ tuning directory, its date, verify's held-out figure for the cell). `add` reads 
 (tune/manifest.py), refuses a tuning of another build, a manifest it cannot read, and a cell of a layout already
 measured with another winner (communicator size and ppn alike; `replace` lets the newer one win), and writes the
 whole catalog atomically (a temporary file renamed over it): a refusal or a crash leaves the catalog as it was.
+`add_store` takes a results store instead: tune's selection from its runs of one build (tune/job.py
+`selection_from_store`). Every add reads, merges and writes under an exclusive lock on `.catalog.lock` in the
+catalog directory, so concurrent adds (a campaign's batch jobs) each see the others' entries and lose none.
 """
 
 from __future__ import annotations
 
+import fcntl
 import json
 import os
+import sqlite3
 import tempfile
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
+from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
+from tunempi.collectives import DEFAULT_ALGORITHM
 from tunempi.config import data_dir, directory_setting, resolve
-from tunempi.errors import UsageError
+from tunempi.errors import TunempiError, UsageError
+from tunempi.mpi.vendor import VendorAdapter
 from tunempi.space import Cell
+from tunempi.store.results import ResultStore
 from tunempi.tune.manifest import LibraryRecord, Manifest
 
 CATALOG_NAME = "catalog.json"
+LOCK_NAME = ".catalog.lock"
 KIND = "tunempi-catalog"
 VERSION = 1
 
@@ -41,7 +51,7 @@ class Entry:
 
     cell: Cell
     algorithm: str
-    source: str  # the tuning directory it was added from
+    source: str  # the tuning directory (or results store) it was added from
     created: str  # when that tuning was made
     median_us: float | None = None
     default_us: float | None = None
@@ -137,18 +147,18 @@ def entries_of(manifest: Manifest) -> list[Entry]:
                   held.get(row.cell, {})) for row in manifest.selection]
 
 
-def merge(catalog: Catalog, library: LibraryRecord, new: Iterable[Entry], *, replace_conflicts: bool = False
-          ) -> Added:
+def merge(catalog: Catalog, library: LibraryRecord, new: Iterable[Entry], *, replace_conflicts: bool = False,
+          what: str = "tuning") -> Added:
     """The catalog with `new` entries in it. UsageError (nothing changed) for another library build, or a
     layout measured again with another winner unless `replace_conflicts`."""
     if catalog.library is not None and catalog.library.fingerprint != library.fingerprint:
         raise UsageError(
             f"{catalog.directory} is the catalog of {catalog.library.name} ({catalog.library.fingerprint}); this "
-            f"tuning is of {library.name} ({library.fingerprint}), another library build: add it to that build's "
+            f"{what} is of {library.name} ({library.fingerprint}), another library build: add it to that build's "
             "catalog (--catalog DIR)")
     new = list(new)
     if not new:
-        raise UsageError("the tuning has no selection rows: nothing to add")
+        raise UsageError(f"the {what} has no measured cells to add: nothing added")
     by_key = {e.key: e for e in catalog.entries}
     conflicts = [(by_key[e.key], e) for e in new if e.key in by_key and by_key[e.key].algorithm != e.algorithm]
     if conflicts and not replace_conflicts:
@@ -166,12 +176,101 @@ def merge(catalog: Catalog, library: LibraryRecord, new: Iterable[Entry], *, rep
                  added, tuple(conflicts), refreshed)
 
 
-def add_tuning(catalog_directory: Path, tuning: Path, *, replace_conflicts: bool = False) -> Added:
+@contextmanager
+def catalog_lock(directory: Path, on_busy: Callable[[Path], None] | None = None) -> Iterator[None]:
+    """An exclusive lock on the catalog for one read-merge-write (flock on `.catalog.lock`: released when the
+    process ends, however it ends; NFS carries it as a POSIX lock). `on_busy(lock)` is called once if another
+    add holds it, before this one waits its turn."""
+    directory.mkdir(parents=True, exist_ok=True)
+    lock = directory / LOCK_NAME
+    with open(lock, "a+", encoding="utf-8") as handle:
+        try:
+            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            if on_busy is not None:
+                on_busy(lock)
+            fcntl.flock(handle, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)
+
+
+def add_entries(catalog_directory: Path, library: LibraryRecord, entries: list[Entry], *,
+                replace_conflicts: bool = False, what: str = "tuning",
+                on_busy: Callable[[Path], None] | None = None) -> Added:
+    """Merge `entries` into the catalog and save it, all under the catalog's lock (no concurrent add lost)."""
+    with catalog_lock(catalog_directory, on_busy):
+        result = merge(Catalog.load(catalog_directory), library, entries, replace_conflicts=replace_conflicts,
+                       what=what)
+        result.catalog.save()
+    return result
+
+
+def add_tuning(catalog_directory: Path, tuning: Path, *, replace_conflicts: bool = False,
+               on_busy: Callable[[Path], None] | None = None) -> Added:
     """`catalog add`: a tuning directory's measured cells into the catalog, saved atomically."""
     manifest = Manifest.load(tuning)  # a corrupt manifest is a UsageError, before the catalog is touched
     if not manifest.library.fingerprint:
         raise UsageError(f"{tuning}: its manifest names no library fingerprint; tune it again")
+    return add_entries(catalog_directory, manifest.library, entries_of(manifest), replace_conflicts=replace_conflicts,
+                       on_busy=on_busy)
+
+
+def store_libraries(db: Path) -> list[tuple[str, str]]:
+    """(fingerprint, name) of every library build with runs in the results store at `db`; UsageError for a
+    missing, unreadable or empty store (opened through ResultStore, which never creates one here)."""
+    if not db.is_file():
+        raise UsageError(f"no results store at {db}")
+    try:
+        with ResultStore(db) as store:
+            found = store.libraries()
+    except (TunempiError, sqlite3.DatabaseError) as exc:
+        raise UsageError(f"{db} is not a readable tunempi results store ({exc}); nothing was added") from None
+    if not found:
+        raise UsageError(f"{db} holds no measurements: nothing to add")
+    return found
+
+
+def check_store_build(db: Path, fingerprint: str, name: str, found: list[tuple[str, str]]) -> None:
+    """UsageError unless the store at `db` (its libraries `found`) has runs of the build `fingerprint`."""
+    if fingerprint not in {fp for fp, _ in found}:
+        held = ", ".join(f"{n} ({fp})" for fp, n in found)
+        raise UsageError(f"{db} holds no runs of {name} ({fingerprint}), only of {held}: another library build; "
+                         "add it to that build's catalog (--catalog DIR), or give --mpi with the build it holds")
+
+
+def add_stored_runs(catalog_directory: Path, db: Path, library: LibraryRecord, adapter: VendorAdapter, *,
+                    system: str = "", replace_conflicts: bool = False,
+                    on_busy: Callable[[Path], None] | None = None) -> Added:
+    """`catalog add STORE` once the build is known: tune's selection from the store's runs of `library`
+    (tune/job.py `selection_from_store`) as entries whose source is the store, dated by its newest run."""
+    from tunempi.tune.job import selection_from_store
+
+    check_store_build(db, library.fingerprint, library.name, store_libraries(db))
+    with ResultStore(db) as store:
+        stored = selection_from_store(store, library.fingerprint, adapter, system=system)
+    source = str(db.resolve())
+    entries = [Entry(cell, algorithm, source, stored.newest, stored.medians.get((cell, algorithm)),
+                     stored.medians.get((cell, DEFAULT_ALGORITHM))) for cell, algorithm in sorted(stored.selection.items())]
+    return add_entries(catalog_directory, library, entries, replace_conflicts=replace_conflicts,
+                       what="results store", on_busy=on_busy)
+
+
+def add_store(catalog_directory: Path, db: Path, *, mpi: str | None = None, system: str = "",
+              replace_conflicts: bool = False, on_busy: Callable[[Path], None] | None = None) -> Added:
+    """`catalog add STORE`: the build is the catalog's (refused if the store has no runs of it), or for an empty
+    catalog `--mpi`'s (default: the default library), which must have runs in the store."""
+    from tunempi.mpi.discovery import adapter_for, resolve_library
+    from tunempi.tune.apply import tuning_library
+
+    found = store_libraries(db)
     catalog = Catalog.load(catalog_directory)
-    result = merge(catalog, manifest.library, entries_of(manifest), replace_conflicts=replace_conflicts)
-    result.catalog.save()
-    return result
+    if catalog.library is not None:
+        check_store_build(db, catalog.library.fingerprint, catalog.library.name, found)
+        library = tuning_library(Manifest(directory=catalog.directory, library=catalog.library), mpi)
+    else:
+        library = resolve_library(mpi)
+        check_store_build(db, library.fingerprint, library.name, found)
+    return add_stored_runs(catalog_directory, db, LibraryRecord.of(library), adapter_for(library), system=system,
+                           replace_conflicts=replace_conflicts, on_busy=on_busy)

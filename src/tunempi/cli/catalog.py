@@ -23,17 +23,35 @@ CatalogOption = Annotated[Path | None, typer.Option(
 
 @catalog_app.command("add")
 def add_command(
-    tuning: Annotated[Path, typer.Argument(help="A tuning directory written by `tunempi tune` (and verify).")],
+    source: Annotated[Path, typer.Argument(help="A tuning directory written by `tunempi tune` (and verify), or a "
+                                                "results store (the SQLite file tune and bench write, --db).")],
     catalog: CatalogOption = None,
     replace: Annotated[bool, typer.Option(help="Let this tuning's winners replace cells the catalog measured "
                                                "with another winner (default: refuse).")] = False,
+    mpi: Annotated[str | None, typer.Option("--mpi", help=f"A store only: the library build whose runs to add "
+                                            f"({SPEC_HELP}); default: the catalog's, else the default library.")]
+    = None,
+    system: Annotated[str, typer.Option(help="A store only: the system name its runs were stored under "
+                                             "(tune --system).")] = "",
 ) -> None:
-    """Add a tuning directory's measured cells to the catalog (refused, nothing changed: another library build,
-    an unreadable manifest, a measured cell with another winner without --replace)."""
-    from tunempi.catalog.store import add_tuning, catalog_dir
+    """Add a tuning directory's measured cells, or tune's selection from a results store's runs of one library
+    build, to the catalog (refused, nothing changed: another library build, an unreadable manifest or store, an
+    empty store, a measured cell with another winner without --replace)."""
+    from tunempi.catalog.store import add_store, add_tuning, catalog_dir
 
     directory = catalog_dir(catalog)
-    result = add_tuning(directory, tuning, replace_conflicts=replace)
+
+    def busy(lock: Path) -> None:
+        _out.print(f"another catalog add holds {lock}: waiting for it")
+
+    if not source.exists():
+        raise UsageError(f"{source}: no such tuning directory or results store")
+    if source.is_dir():
+        if mpi is not None or system:
+            raise UsageError("--mpi and --system are for a results store; a tuning directory names its library")
+        result = add_tuning(directory, source, replace_conflicts=replace, on_busy=busy)
+    else:
+        result = add_store(directory, source, mpi=mpi, system=system, replace_conflicts=replace, on_busy=busy)
     library = result.catalog.library
     _out.print(f"catalog {directory} ({library.name if library else '?'}): {result.added} cells added, "
                f"{result.refreshed} measured again with the same winner, {len(result.replaced)} replaced; "

@@ -25,6 +25,7 @@ from tunempi.bench.sweep import BenchPoint
 from tunempi.bench.validate import check_engine_collective
 from tunempi.collectives import (
     DEFAULT_ALGORITHM,
+    DEFAULT_DISTRIBUTION,
     DEFAULT_OBJECTIVE,
     LATENCY_OBJECTIVE,
     check_distributions,
@@ -41,7 +42,7 @@ from tunempi.mpi.vendor import FileAlgorithms, VendorAdapter
 from tunempi.rules import RuleSet
 from tunempi.space import Cell, FeatureSpace
 from tunempi.store.results import Measurement, ResultStore, utc_timestamp
-from tunempi.strategy import DEFAULT_STRATEGY, STRATEGIES, import_strategies
+from tunempi.strategy import DEFAULT_STRATEGY, STRATEGIES, import_strategies, make_strategy
 from tunempi.tune.compositions import (
     COMPOSITION_MARGIN,
     CompositionResult,
@@ -49,7 +50,16 @@ from tunempi.tune.compositions import (
     measure_compositions,
     write_composition_choices,
 )
-from tunempi.tune.driver import DEFAULT_LAUNCHES, CurvePoint, TuneOutcome, Tuner, check_evidence
+from tunempi.tune.driver import (
+    DEFAULT_LAUNCHES,
+    DEFAULT_MARGIN,
+    CurvePoint,
+    TuneOutcome,
+    Tuner,
+    check_evidence,
+    prefer_default,
+    records_from_store,
+)
 from tunempi.tune.file_launches import FileDecider
 from tunempi.tune.files import (
     WrittenFiles,
@@ -606,6 +616,64 @@ def write_result(plan: TunePlan, outcome: TuneOutcome, emit: OnTuneEvent = _igno
     )
     emit(FilesWritten(manifest, manifest.save()))
     return manifest
+
+
+#: The strategy a results store's runs are decided with, nothing measured (`selection_from_store`): its estimate
+#: at a measured cell is that cell's own runs (strategy/forest_selection.measured_then_model), not a model's.
+STORED_STRATEGY = "exhaustive"
+
+
+@dataclass(frozen=True)
+class StoredSelection:
+    """tune's selection from runs already in a results store (`selection_from_store`)."""
+
+    selection: dict[Cell, str]  # only cells with runs of the default; an override only with runs of its own
+    medians: dict[tuple[Cell, str], float]  # (cell, algorithm) -> median over its runs' medians
+    runs: int  # the store's runs it was decided from
+    newest: str  # the newest of those runs' timestamps
+
+
+def selection_from_store(store: ResultStore, fingerprint: str, adapter: VendorAdapter, *,
+                         system: str = "") -> StoredSelection:
+    """The selection `tune` would write from the runs the store holds for one library build, without measuring
+    (`catalog add STORE`): every blocking collective measured with uniform counts, at every layout and size with
+    runs of the library's default, its spaces as tune builds them (the algorithms a file can select), read back
+    as a resumed tune reads them (`records_from_store`), each cell's fastest by its runs kept only where it beats
+    the default by tune's margin (`prefer_default`), then what the files can hold (as `write_result`). A store
+    keeps no launch identity, so no cell is decided across launches (tune's `--launches 1`); verify judges the
+    built files. Non-blocking collectives are left out: their points depend on an objective and computation."""
+    scales: dict[str, set[tuple[int, int]]] = {}
+    sizes: dict[str, set[int]] = {}
+    for m in store.iter_measurements(library_fingerprint=fingerprint, system=system, status="ok",
+                                     algorithm=DEFAULT_ALGORITHM, distribution=DEFAULT_DISTRIBUTION,
+                                     objective=LATENCY_OBJECTIVE):
+        if is_nonblocking(m.collective) or m.collective not in adapter.collectives() or m.ranks != m.nodes * m.ppn:
+            continue
+        scales.setdefault(m.collective, set()).add((m.nodes, m.ppn))
+        sizes.setdefault(m.collective, set()).add(m.msg_bytes)
+
+    def selectable(collective: str) -> tuple[str, ...]:
+        return adapter.tuning_file_algorithms(collective).selectable
+
+    spaces = {c: build_spaces([c], [Scale(n, p) for n, p in sorted(scales[c])], sorted(sizes[c]), selectable)[c]
+              for c in sorted(scales)}
+    records, _ = records_from_store(store, fingerprint, spaces, system=system)
+    strategies = {c: make_strategy(STORED_STRATEGY, space, seed=0, records=records[c]) for c, space in spaces.items()}
+    chosen: dict[Cell, str] = {}
+    for strategy in strategies.values():
+        chosen.update(prefer_default(strategy, strategy.select(), DEFAULT_MARGIN))
+    runs = sum(len(s.records) for s in strategies.values())
+    medians = TuneOutcome(chosen, dict(strategies), [], "store", 0.0, 0.0, 0, runs, 0, 0).measured_medians()
+    # a winner without runs of its own in the cell is a model's guess: tune's confirmation round would measure
+    # it; nothing is measured here, so the library's default (measured) stays
+    measured = {cell: a if (cell, a) in medians else DEFAULT_ALGORITHM for cell, a in chosen.items()
+                if (cell, DEFAULT_ALGORITHM) in medians}
+    selection = whole_collectives(one_choice_per_scale(measured, adapter, medians), adapter, medians)
+    newest = ""
+    for m in store.iter_measurements(library_fingerprint=fingerprint, system=system, collective=list(spaces),
+                                     status="ok"):
+        newest = max(newest, m.timestamp)
+    return StoredSelection(selection, medians, runs, newest)
 
 
 # -- compositions: at the largest multi-node layout, after the algorithm files ----------------------------
