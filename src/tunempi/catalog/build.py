@@ -61,6 +61,7 @@ def build_tuning(catalog: Catalog, out: Path, *, mpi: str | None = None, smoke: 
     from tunempi.mpi.discovery import adapter_for
     from tunempi.tune.apply import tuning_library
     from tunempi.tune.files import (
+        extensions_for,
         one_choice_per_scale,
         rule_sets_for,
         selection_table,
@@ -82,7 +83,9 @@ def build_tuning(catalog: Catalog, out: Path, *, mpi: str | None = None, smoke: 
         medians.setdefault((e.cell, DEFAULT_ALGORITHM), e.default_us)
     chosen = {e.cell: e.algorithm for e in acting}
     selection = whole_collectives(one_choice_per_scale(chosen, adapter, medians), adapter, medians)
-    rule_sets: dict[str, RuleSet] = rule_sets_for(selection_table(selection))
+    # above the largest size the catalog measured: what the extension policy keeps, as tune does
+    rule_sets: dict[str, RuleSet] = rule_sets_for(selection_table(selection),
+                                                  extensions_for(selection, medians, adapter))
     smoke_ranks = tuple(sorted({cell.ranks for cell in selection}))
     if on_writing is not None:
         on_writing(smoke_ranks)

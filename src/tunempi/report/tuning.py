@@ -21,6 +21,7 @@ from rich.table import Table
 
 from tunempi.collectives import is_nonblocking
 from tunempi.rules import INTERPOLATED, LIBRARY, MEASURED, CommBlock
+from tunempi.rules.ruleset import EXTENDED
 from tunempi.tune.manifest import CompositionRecord, Manifest
 from tunempi.units import format_size
 
@@ -79,9 +80,11 @@ def geo_mean(values: Sequence[float]) -> float | None:
 
 
 def block_evidence(block: CommBlock) -> str:
-    """How a block's communicator sizes got their rules (issue 57): 'measured 2, interpolated 3, measured 4'."""
+    """How a block's communicator sizes got their rules (issue 57): 'measured 2, interpolated 3, measured 4',
+    'extended by policy gaining 9+' above the largest measured size."""
     words = {MEASURED: "measured", INTERPOLATED: "interpolated", LIBRARY: "library's own (not measured)"}
-    return ", ".join(f"{words[c.basis]} {c.text()}" for c in block.coverage())
+    return ", ".join(f"{f'extended by policy {c.policy}' if c.basis == EXTENDED else words[c.basis]} {c.text()}"
+                     for c in block.coverage())
 
 
 def rules_table(manifest: Manifest) -> Table:

@@ -29,6 +29,7 @@ from tunempi.rules import (
     build_rule_sets,
     check_equivalent,
 )
+from tunempi.rules.ruleset import Extension
 from tunempi.space import Cell
 from tunempi.tune.manifest import SmokeRecord
 from tunempi.tune.smoke import PROBE_COLLECTIVES, probe_points, smoke_check
@@ -36,7 +37,8 @@ from tunempi.writers.env_file import write_env_file
 
 ENV_FILE = "tuning.env"
 
-__all__ = ["ENV_FILE", "SmokeRecord", "TuningFileError", "WrittenFiles", "rule_sets_for", "selection_table",
+__all__ = ["ENV_FILE", "SmokeRecord", "TuningFileError", "WrittenFiles", "extensions_for", "rule_sets_for",
+           "selection_table",
            "one_choice_per_scale", "smoke_points", "whole_collectives", "write_tuning_files"]
 
 
@@ -138,9 +140,43 @@ def selection_table(selection: Mapping[Cell, str], *, preferred_ppn: int | None 
     )
 
 
-def rule_sets_for(table: SelectionTable) -> dict[str, RuleSet]:
-    """Minimal, complete rule sets; proven to pick the table's algorithm at every table point."""
-    rule_sets = build_rule_sets(table)
+def extensions_for(selection: Mapping[Cell, str], medians: Mapping[tuple[Cell, str], float | None],
+                   adapter: VendorAdapter, policy: str | None = None) -> dict[str, Extension]:
+    """Per collective, what the extension policy (`sim.extend.EXTENSION_POLICY` unless `policy`) names above
+    its largest measured communicator size (issue 57 part 2), from the selection and the medians measured
+    (the default's included): a winner only where the policy keeps it, the library's choice elsewhere. With
+    one measured node count `gaining` names the default everywhere (nothing above is extended). None for a
+    collective whose files cannot hold a choice by message size and communicator size, nor where the files
+    replace the library's choice at every size (Intel MPI): there the sizes above stay the library's own."""
+    from tunempi.sim.extend import EXTENSION_POLICY, Evidence, extend  # lazily: sim brings numpy
+
+    policy = policy or EXTENSION_POLICY
+    if not adapter.files_keep_library_choice_elsewhere():
+        return {}
+    extensions: dict[str, Extension] = {}
+    for collective in sorted({cell.collective for cell in selection}):
+        if not adapter.selects_by_size(collective) or not adapter.selects_by_communicator_size(collective):
+            continue
+        cells = [cell for cell in selection if cell.collective == collective]
+        # Only the selection's and the default's medians: an algorithm tune did not select at a measured
+        # size (no evidence across launches) is not carried beyond it, and a catalog holds just these two.
+        evidence = Evidence({(cell, a): us for cell in cells for a in {selection[cell], DEFAULT_ALGORITHM}
+                             if (us := medians.get((cell, a))) is not None},
+                            selection={cell: selection[cell] for cell in cells})
+        top = max(cells, key=lambda cell: (cell.ranks, cell.nodes))
+        # The policy reads only the measured cells of the same message size; the target's layout beyond them
+        # (twice the largest) names no size the rules are bound to: they act at every size above.
+        beyond = [Cell(collective, top.ranks * 2, top.nodes * 2, top.ppn, size)
+                  for size in sorted({cell.msg_bytes for cell in cells if cell.ranks == top.ranks})]
+        picks = extend(policy, evidence, beyond)
+        extensions[collective] = Extension(policy, tuple((cell.msg_bytes, picks[cell]) for cell in beyond))
+    return extensions
+
+
+def rule_sets_for(table: SelectionTable, extensions: Mapping[str, Extension] | None = None) -> dict[str, RuleSet]:
+    """Minimal, complete rule sets; proven to pick the table's algorithm at every table point. `extensions`
+    (extensions_for): the rules above each collective's largest measured size."""
+    rule_sets = build_rule_sets(table, extensions)
     check_equivalent(table, rule_sets)
     return rule_sets
 

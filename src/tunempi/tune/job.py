@@ -63,6 +63,7 @@ from tunempi.tune.driver import (
 from tunempi.tune.file_launches import FileDecider
 from tunempi.tune.files import (
     WrittenFiles,
+    extensions_for,
     one_choice_per_scale,
     rule_sets_for,
     selection_table,
@@ -583,7 +584,9 @@ def write_result(plan: TunePlan, outcome: TuneOutcome, emit: OnTuneEvent = _igno
     medians = outcome.measured_medians()
     selection = whole_collectives(one_choice_per_scale(outcome.selection, plan.adapter, medians), plan.adapter,
                                   medians)
-    rule_sets = rule_sets_for(selection_table(selection, preferred_ppn=preferred_ppn))
+    # above the largest measured size: what the extension policy keeps (the library's own elsewhere)
+    rule_sets = rule_sets_for(selection_table(selection, preferred_ppn=preferred_ppn),
+                              extensions_for(selection, medians, plan.adapter))
     smoke_ranks = tuple(sorted({s.ranks for s in plan.scales}))
     emit(WritingFiles(smoke_ranks))
     written = write_tuning_files(options.out, library, plan.adapter, rule_sets, smoke_ranks=smoke_ranks,

@@ -1,0 +1,102 @@
+"""Rules above a tuning's largest measured communicator size follow the extension policy (issue 57 part 2).
+
+The adapter here is a stand-in for what tune/files.py asks of a library's files (a unit test of the layer
+above mpi/); the rules, the table and the policy are the real ones.
+"""
+
+from __future__ import annotations
+
+from tunempi.collectives import DEFAULT_ALGORITHM
+from tunempi.rules.ruleset import EXTENDED, LIBRARY
+from tunempi.sim.extend import EXTENSION_POLICY
+from tunempi.space import Cell
+from tunempi.tune.files import extensions_for, rule_sets_for, selection_table
+
+
+class Files:
+    """What extensions_for asks of a library's files: here, files that bound themselves (MPICH, Open MPI)."""
+
+    def __init__(self, keeps_library_choice: bool = True) -> None:
+        self.keeps_library_choice = keeps_library_choice
+
+    def files_keep_library_choice_elsewhere(self) -> bool:
+        return self.keeps_library_choice
+
+    def selects_by_size(self, collective: str) -> bool:
+        return collective != "alltoallv"
+
+    def selects_by_communicator_size(self, collective: str) -> bool:
+        return True
+
+
+def tuned(collective: str, layouts: list[tuple[int, int]], us: dict[tuple[int, int], tuple[float, float]],
+          algorithm: str = "binomial") -> tuple[dict[Cell, str], dict[tuple[Cell, str], float | None]]:
+    """A tune's selection and medians: at each (nodes, ppn) layout and message size, `algorithm` selected, with
+    (its median, the default's) from `us[(nodes, msg_bytes)]`."""
+    selection: dict[Cell, str] = {}
+    medians: dict[tuple[Cell, str], float | None] = {}
+    for nodes, ppn in layouts:
+        for msg_bytes in (8, 1024):
+            cell = Cell(collective, nodes * ppn, nodes, ppn, msg_bytes)
+            selection[cell] = algorithm
+            medians[cell, algorithm], medians[cell, DEFAULT_ALGORITHM] = us[nodes, msg_bytes]
+    return selection, medians
+
+
+def test_measured_at_two_node_counts_the_sizes_above_follow_the_policy_and_say_so() -> None:
+    """binomial beats the default by 1.5x then 2x at 8 B (kept above 8 ranks), by 2x then 1.2x at 1 KiB (its
+    gain shrinks: the library's own above). Before, every size above 8 ranks was the library's."""
+    selection, medians = tuned("bcast", [(2, 2), (4, 2)], {
+        (2, 8): (10.0, 15.0), (4, 8): (10.0, 20.0), (2, 1024): (10.0, 20.0), (4, 1024): (10.0, 12.0)})
+    extensions = extensions_for(selection, medians, Files())  # type: ignore[arg-type]
+    assert extensions["bcast"].policy == EXTENSION_POLICY
+    rule_set = rule_sets_for(selection_table(selection), extensions)["bcast"]
+    for ranks in (9, 16, 512):
+        assert (rule_set.select(ranks, 8), rule_set.select(ranks, 1024)) == ("binomial", DEFAULT_ALGORITHM)
+    assert rule_set.select(8, 1024) == "binomial"  # the measured size keeps what it measured
+    above = rule_set.coverage()[-1]
+    assert (above.min_ranks, above.max_ranks, above.basis, above.policy) == (9, None, EXTENDED, EXTENSION_POLICY)
+
+
+def test_measured_on_one_node_every_larger_communicator_keeps_the_library_choice() -> None:
+    """Issue 57 part 1 holds with the policy on: several sizes on one node are one node count, so the policy
+    extends nothing, however large the gains measured there."""
+    selection, medians = tuned("bcast", [(1, 2), (1, 4)], {
+        (1, 8): (10.0, 40.0), (1, 1024): (10.0, 40.0)})
+    rule_set = rule_sets_for(selection_table(selection),
+                             extensions_for(selection, medians, Files()))["bcast"]  # type: ignore[arg-type]
+    assert rule_set.select(5, 8) == rule_set.select(64, 1024) == DEFAULT_ALGORITHM
+    assert rule_set.coverage()[-1].basis == LIBRARY
+
+
+def test_where_the_files_cannot_hold_it_nothing_is_extended() -> None:
+    """A collective chosen per communicator size only (alltoallv), and a library whose files replace its own
+    choice at every size (Intel MPI), keep the library's choice above what they measured."""
+    us = {(2, 8): (10.0, 15.0), (4, 8): (10.0, 20.0), (2, 1024): (10.0, 15.0), (4, 1024): (10.0, 20.0)}
+    selection, medians = tuned("alltoallv", [(2, 2), (4, 2)], us, algorithm="pairwise")
+    assert extensions_for(selection, medians, Files()) == {}  # type: ignore[arg-type]
+    selection, medians = tuned("bcast", [(2, 2), (4, 2)], us)
+    assert extensions_for(selection, medians, Files(keeps_library_choice=False)) == {}  # type: ignore[arg-type]
+    assert set(extensions_for(selection, medians, Files())) == {"bcast"}  # type: ignore[arg-type]
+
+
+def test_a_cell_the_tune_left_to_the_default_is_not_extended_whatever_its_medians() -> None:
+    """Only the selection is carried beyond the measured sizes: where tune kept the default (no evidence across
+    launches), a faster median of another algorithm there extends nothing."""
+    selection, medians = tuned("bcast", [(2, 2), (4, 2)], {
+        (2, 8): (10.0, 15.0), (4, 8): (10.0, 20.0), (2, 1024): (10.0, 15.0), (4, 1024): (10.0, 20.0)})
+    top = Cell("bcast", 8, 4, 2, 8)
+    selection[top] = DEFAULT_ALGORITHM  # binomial's median there stays in the medians
+    extensions = extensions_for(selection, medians, Files())  # type: ignore[arg-type]
+    assert dict(extensions["bcast"].row) == {8: DEFAULT_ALGORITHM, 1024: "binomial"}
+
+
+def test_report_says_which_policy_extended_a_block() -> None:
+    """report's evidence column for the sizes above the largest measured one (it had no word for them)."""
+    from tunempi.report.tuning import block_evidence
+
+    selection, medians = tuned("bcast", [(2, 2), (4, 2)], {
+        (2, 8): (10.0, 15.0), (4, 8): (10.0, 20.0), (2, 1024): (10.0, 20.0), (4, 1024): (10.0, 12.0)})
+    rule_set = rule_sets_for(selection_table(selection),
+                             extensions_for(selection, medians, Files()))["bcast"]  # type: ignore[arg-type]
+    assert block_evidence(rule_set.blocks[-1]) == f"extended by policy {EXTENSION_POLICY} 9+"
