@@ -5,8 +5,10 @@ can hold, the rule sets, proven equal to the selection, written and smoke-checke
 into place) and a manifest like tune's (tune/manifest.py), so `run`, `report`, `verify` and `compare` take it. The
 rules act only where they have evidence (RuleSet.coverage): each measured communicator size its own block.
 
-What no file can state: a choice per processes-per-node. Every library's files here key on communicator size only
-(rules/, docs/tuning-files.md "Layouts"), so where two layouts of one size measured different winners, one acts
+Layouts of one size: where two layouts of one communicator size (2 ranks as 1 node x 2 and as 2 nodes x 1)
+measured different winners, a library whose files key on processes per node (adapter.selects_by_ppn: MPICH's
+`comm_avg_ppn<=N`) gets each layout's own rules, and a ppn nobody measured at that size keeps the library's choice.
+Open MPI's and Intel MPI's files key on communicator size only (docs/tuning-files.md "Layouts"): there one acts
 (SelectionTable.from_scaled: the fullest nodes) and the manifest names the others as `shadowed`.
 """
 
@@ -33,10 +35,13 @@ class Built:
     shadowed: tuple[Entry, ...]  # measured at a ppn whose size another layout's winner decides in the files
 
 
-def acting_entries(entries: tuple[Entry, ...]) -> tuple[list[Entry], list[Entry]]:
+def acting_entries(entries: tuple[Entry, ...], *, by_ppn: bool = False) -> tuple[list[Entry], list[Entry]]:
     """(the entries the files can hold, the ones shadowed): per collective, size and message size, the fullest
     nodes' entry acts (from_scaled's rule without an allocation's ppn); another layout of that size with the same
-    winner is not shadowed (the files do what it measured)."""
+    winner is not shadowed (the files do what it measured). With `by_ppn` (files keyed on processes per node)
+    every entry acts: layouts of one size with different winners keep their own rules."""
+    if by_ppn:
+        return list(entries), []
     best: dict[tuple[str, int, int], Entry] = {}
     for entry in entries:
         key = (entry.cell.collective, entry.cell.ranks, entry.cell.msg_bytes)
@@ -76,7 +81,8 @@ def build_tuning(catalog: Catalog, out: Path, *, mpi: str | None = None, smoke: 
     # The library by the catalog's fingerprint, checked as `run` checks a tuning directory's.
     library = tuning_library(Manifest(directory=catalog.directory, library=catalog.library), mpi)
     adapter = adapter_for(library)
-    acting, shadowed = acting_entries(catalog.entries)
+    by_ppn = adapter.selects_by_ppn()
+    acting, shadowed = acting_entries(catalog.entries, by_ppn=by_ppn)
     medians: dict[tuple[Cell, str], float | None] = {}
     for e in acting:
         medians[(e.cell, e.algorithm)] = e.median_us
@@ -84,7 +90,7 @@ def build_tuning(catalog: Catalog, out: Path, *, mpi: str | None = None, smoke: 
     chosen = {e.cell: e.algorithm for e in acting}
     selection = whole_collectives(one_choice_per_scale(chosen, adapter, medians), adapter, medians)
     # above the largest size the catalog measured: what the extension policy keeps, as tune does
-    rule_sets: dict[str, RuleSet] = rule_sets_for(selection_table(selection),
+    rule_sets: dict[str, RuleSet] = rule_sets_for(selection_table(selection, by_ppn=by_ppn),
                                                   extensions_for(selection, medians, adapter))
     smoke_ranks = tuple(sorted({cell.ranks for cell in selection}))
     if on_writing is not None:

@@ -547,6 +547,11 @@ class MpichAdapter(VendorAdapter):
             env_files.update(dict.fromkeys(self.tuning_file_env(cvar, name), name))
         return TuningFiles(files={f"mpich-{level}": name for level, name in written.items()}, env_files=env_files)
 
+    def selects_by_ppn(self) -> bool:
+        """`comm_avg_ppn<=N` keys (csel.c, parsed by 4.0.2 and 5.0.2): each measured layout of a size its own
+        rules, an unmeasured ppn the library's own choice (writers.selection_json._ppn_subtree)."""
+        return True
+
     def default_choice(self, collective: str, msg_bytes: int, ranks: int, nodes: int) -> str | None:
         """Evaluates the library's built-in selection trees (default_trees) the way MPICH walks them.
 
@@ -560,7 +565,8 @@ class MpichAdapter(VendorAdapter):
             type_size = 4 if collective in ("allreduce", "reduce", "reduce_scatter", "reduce_scatter_block") else 1
             if msg_bytes % type_size:
                 type_size = 1
-            call = MpichCall.from_osu(collective, msg_bytes, ranks, type_size=type_size, hierarchical=nodes > 1)
+            call = MpichCall.from_osu(collective, msg_bytes, ranks, type_size=type_size, hierarchical=nodes > 1,
+                                      nodes=nodes)
             if nodes == 1 and "posix" in trees:
                 leaf = select_mpich(trees["posix"], call)
                 if leaf:

@@ -31,6 +31,7 @@ import subprocess
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from tunempi.errors import MPIError, UsageError
 from tunempi.mpi.library import MPILibrary
@@ -152,6 +153,7 @@ class MpichCall:
     sendbuf_inplace: bool = False
     hierarchical: bool = False  # comm_hierarchy=parent: the communicator spans several nodes
     multi_threaded: bool = False
+    nodes: int = 1  # the nodes the communicator spans (comm_avg_ppn); 0: it has no node information
 
     def avg_msg_size(self) -> int:
         if self.collective not in ("allreduce", "bcast", "reduce", "alltoall"):
@@ -171,7 +173,7 @@ class MpichCall:
         return self.count * self.comm_size if self.collective == "reduce_scatter" else self.count
 
     @classmethod
-    def from_osu(cls, collective: str, msg_bytes: int, comm_size: int, type_size: int = 1, **flags: bool) -> MpichCall:
+    def from_osu(cls, collective: str, msg_bytes: int, comm_size: int, type_size: int = 1, **flags: Any) -> MpichCall:
         """The call an OSU benchmark makes for `msg_bytes` (per-rank buffer or per-destination block)."""
         if msg_bytes % type_size:
             raise UsageError(f"{msg_bytes} B is not a whole number of {type_size}-byte elements")
@@ -195,6 +197,9 @@ def _matches(key: str, call: MpichCall) -> bool:
         ("total_msg_size<=", lambda v: call.total_msg_size() <= v),
         ("total_msg_size<", lambda v: call.total_msg_size() < v),
         ("count<=", lambda v: call.mpich_count() <= v),
+        # csel.c: false on a communicator without node information, else size <= N x its nodes
+        ("comm_avg_ppn<=", lambda v: call.nodes > 0 and call.comm_size <= v * call.nodes),
+        ("comm_avg_ppn<", lambda v: call.nodes > 0 and call.comm_size < v * call.nodes),
     ):
         if key.startswith(prefix):
             return test(int(key[len(prefix):]))

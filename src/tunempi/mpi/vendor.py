@@ -250,6 +250,13 @@ class VendorAdapter(ABC):
         the collective's cells (tune.files.one_choice_per_scale)."""
         return True
 
+    def selects_by_ppn(self) -> bool:
+        """Whether this library's tuning files can give two layouts of one communicator size (2 nodes x 1 and 1
+        node x 2) their own rules: MPICH's `comm_avg_ppn<=N` keys. Where not (Open MPI's sections and Intel MPI's
+        `@p-q` ranges key on communicator size only), layouts of one size share one rule
+        (rules.SelectionTable.from_scaled)."""
+        return False
+
     def ignored_by_library(self, output: str) -> list[str]:
         """The selections a run's output says the library ignored (e.g. an id it does not know): a tuning
         whose launch prints any is rejected by the smoke check. Empty where the library says nothing."""

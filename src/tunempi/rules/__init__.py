@@ -11,6 +11,7 @@ from tunempi.rules.ruleset import (
     Coverage,
     Mismatch,
     MsgRule,
+    PpnRules,
     RuleSet,
     between_rows,
     boundary,
@@ -26,7 +27,7 @@ from tunempi.rules.table import ScaledChoice, SelectionTable
 
 __all__ = [
     "DEFAULT_ALGORITHM", "INTERPOLATED", "LIBRARY", "MEASURED", "CommBlock", "Coverage", "Mismatch", "MsgRule",
-    "RuleSet", "ScaledChoice", "SelectionTable", "between_rows", "boundary",
+    "PpnRules", "RuleSet", "ScaledChoice", "SelectionTable", "between_rows", "boundary",
     "build_rule_set", "build_rule_sets", "check_equivalent", "compress_row", "find_mismatches",
     "is_grid_size", "ranges_text",
 ]

@@ -29,10 +29,16 @@ largest measured one keep the library's own choice (`DEFAULT_ALGORITHM`). `RuleS
 range of communicator sizes, which it is, or `extended`: above the largest measured size, an `Extension`'s
 rules (issue 57 part 2: tune/files.py derives them by the extension policy, `sim.extend.EXTENSION_POLICY`,
 from its measurements; this package holds only their result and the policy's name).
+
+Processes per node: where the table keeps a size's layouts apart (SelectionTable.by_ppn: they measured
+different winners, and the library can key on ppn), that size's block holds each layout's own rules
+(`CommBlock.by_ppn`) and its `rules` are the library's own choice, for every ppn nobody measured there. Its
+neighbours interpolate towards it only where all of its layouts agree.
 """
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
@@ -77,27 +83,47 @@ class MsgRule:
 
 
 @dataclass(frozen=True)
+class PpnRules:
+    """The rules of one measured layout of a block's size: communicators of `ppn` processes per node."""
+
+    ppn: int
+    rules: tuple[MsgRule, ...]
+
+
+@dataclass(frozen=True)
 class CommBlock:
     """Rules for communicator sizes min_ranks..max_ranks inclusive (max_ranks None: no upper bound).
 
     `measured_ranks` are the table's communicator sizes this block was built from: writers that must
     scale a bound by the communicator size (total-bytes semantics) are exact at these sizes. The block's
     other sizes are interpolated (some rule is not the library's default) or the library's own (all are).
+
+    `by_ppn` (one measured size only): each measured layout's own rules, by processes per node, in increasing
+    ppn; `rules` then act at every other ppn (the library's own choice, as build_rule_set makes them).
     """
 
     min_ranks: int
     max_ranks: int | None
     rules: tuple[MsgRule, ...]
     measured_ranks: tuple[int, ...] = ()
+    by_ppn: tuple[PpnRules, ...] = ()
     #: The extension policy that named this block's rules above the largest measured size ("": none).
     extended_by: str = ""
 
-    def select(self, msg_bytes: int) -> str:
-        return select_rule(self.rules, msg_bytes)
+    def rules_at(self, ppn: int | None = None) -> tuple[MsgRule, ...]:
+        """The rules a communicator of `ppn` processes per node takes (None: not known, the block's `rules`)."""
+        return next((variant.rules for variant in self.by_ppn if variant.ppn == ppn), self.rules)
+
+    def select(self, msg_bytes: int, ppn: int | None = None) -> str:
+        return select_rule(self.rules_at(ppn), msg_bytes)
+
+    def all_rules(self) -> tuple[tuple[MsgRule, ...], ...]:
+        """The block's rules and each layout's own."""
+        return (self.rules, *(variant.rules for variant in self.by_ppn))
 
     def library_only(self) -> bool:
         """True where every rule leaves the choice to the library."""
-        return all(rule.algorithm == DEFAULT_ALGORITHM for rule in self.rules)
+        return all(rule.algorithm == DEFAULT_ALGORITHM for rules in self.all_rules() for rule in rules)
 
     def coverage(self) -> list[Coverage]:
         """This block's sizes as ranges, each measured, interpolated or the library's own."""
@@ -180,12 +206,19 @@ class RuleSet:
         for block in self.blocks:
             if block.max_ranks is not None and block.max_ranks < block.min_ranks:
                 raise UsageError(f"{where}: empty block {block.min_ranks}..{block.max_ranks}")
-            if not block.rules or block.rules[-1].max_bytes is not None:
-                raise UsageError(f"{where}: block from {block.min_ranks} ranks must end with an unbounded rule")
-            bounds = [rule.max_bytes for rule in block.rules[:-1]]
-            numeric = [bound for bound in bounds if bound is not None and bound >= 0]
-            if len(numeric) != len(bounds) or numeric != sorted(set(numeric)):
-                raise UsageError(f"{where}: message bounds must increase strictly: {bounds}")
+            if block.by_ppn:
+                ppns = [variant.ppn for variant in block.by_ppn]
+                if block.max_ranks != block.min_ranks or ppns != sorted(set(ppns)) or any(
+                        ppn < 1 or block.min_ranks % ppn for ppn in ppns):
+                    raise UsageError(f"{where}: rules by processes per node {ppns} need one communicator size they "
+                                     f"divide, in increasing order, not {block.min_ranks}..{block.max_ranks}")
+            for rules in block.all_rules():
+                if not rules or rules[-1].max_bytes is not None:
+                    raise UsageError(f"{where}: block from {block.min_ranks} ranks must end with an unbounded rule")
+                bounds = [rule.max_bytes for rule in rules[:-1]]
+                numeric = [bound for bound in bounds if bound is not None and bound >= 0]
+                if len(numeric) != len(bounds) or numeric != sorted(set(numeric)):
+                    raise UsageError(f"{where}: message bounds must increase strictly: {bounds}")
 
     def block_for(self, ranks: int) -> CommBlock:
         for block in self.blocks:
@@ -193,12 +226,21 @@ class RuleSet:
                 return block
         raise AssertionError("unreachable: the last block is unbounded")
 
-    def select(self, ranks: int, msg_bytes: int) -> str:
-        """The algorithm the rule set picks (OSU-convention bytes)."""
-        return self.block_for(ranks).select(msg_bytes)
+    def select(self, ranks: int, msg_bytes: int, ppn: int | None = None) -> str:
+        """The algorithm the rule set picks (OSU-convention bytes) on a communicator of `ranks` ranks, `ppn` of
+        them per node (None: not known; a size keyed on ppn then gives the rules of a ppn nobody measured)."""
+        return self.block_for(ranks).select(msg_bytes, ppn)
 
     def algorithms(self) -> list[str]:
-        return sorted({rule.algorithm for block in self.blocks for rule in block.rules})
+        return sorted({rule.algorithm for block in self.blocks for rules in block.all_rules() for rule in rules})
+
+    def keys_on_ppn(self) -> bool:
+        """Whether some size's layouts keep their own rules (a file must then key on processes per node)."""
+        return any(block.by_ppn for block in self.blocks)
+
+    def measured_ppns(self, ranks: int) -> tuple[int, ...]:
+        """The processes per node whose own rules act at `ranks` (empty: its rules act at every ppn)."""
+        return tuple(variant.ppn for variant in self.block_for(ranks).by_ppn)
 
     def coverage(self) -> list[Coverage]:
         """Every communicator size from 1 up, as ranges: measured, interpolated or the library's own."""
@@ -231,7 +273,10 @@ class RuleSet:
                     "coverage": [[c.min_ranks, c.max_ranks, c.basis] for c in block.coverage()],
                     # only where a policy extended the block: other manifests stay as they were
                     **({"extended_by": block.extended_by} if block.extended_by else {}),
-                    "rules": [{"max_bytes": r.max_bytes, "algorithm": r.algorithm} for r in block.rules],
+                    "rules": _rules_dict(block.rules),
+                    # only where layouts of the size are kept apart: other manifests stay as they were
+                    **({"by_ppn": [{"ppn": v.ppn, "rules": _rules_dict(v.rules)} for v in block.by_ppn]}
+                       if block.by_ppn else {}),
                 }
                 for block in self.blocks
             ],
@@ -247,14 +292,20 @@ class RuleSet:
                     max_ranks=None if block["max_ranks"] is None else int(block["max_ranks"]),
                     measured_ranks=tuple(int(r) for r in block.get("measured_ranks", ())),
                     extended_by=str(block.get("extended_by", "")),
-                    rules=tuple(
-                        MsgRule(None if r["max_bytes"] is None else int(r["max_bytes"]), r["algorithm"])
-                        for r in block["rules"]
-                    ),
+                    rules=_rules_from(block["rules"]),
+                    by_ppn=tuple(PpnRules(int(v["ppn"]), _rules_from(v["rules"])) for v in block.get("by_ppn", ())),
                 )
                 for block in data["blocks"]
             ),
         )
+
+
+def _rules_dict(rules: tuple[MsgRule, ...]) -> list[dict]:
+    return [{"max_bytes": r.max_bytes, "algorithm": r.algorithm} for r in rules]
+
+
+def _rules_from(data: Iterable[Mapping]) -> tuple[MsgRule, ...]:
+    return tuple(MsgRule(None if r["max_bytes"] is None else int(r["max_bytes"]), r["algorithm"]) for r in data)
 
 
 def compress_row(row: Iterable[tuple[int, str]]) -> tuple[MsgRule, ...]:
@@ -311,12 +362,20 @@ def build_rule_set(table: SelectionTable, collective: str, extension: Extension 
     sizes = table.comm_sizes(collective)
     if not sizes:
         raise UsageError(f"the selection table has no points for {collective}; it has {table.collectives()}")
-    rows = {ranks: compress_row(table.row(collective, ranks)) for ranks in sizes}
+    # A size whose layouts are kept apart: each layout's own rules, the library's at every other ppn; towards
+    # its neighbours it counts with the rules all of its layouts agree on.
+    layouts = {ranks: tuple(PpnRules(ppn, compress_row(table.row(collective, ranks, ppn)))
+                            for ppn in table.ppns(collective, ranks)) for ranks in sizes}
+    rows = {ranks: compress_row(table.row(collective, ranks)) if not layouts[ranks]
+            else functools.reduce(between_rows, (v.rules for v in layouts[ranks])) for ranks in sizes}
     spans: list[CommBlock] = []
     if sizes[0] > 1:
         spans.append(CommBlock(1, sizes[0] - 1, LIBRARY_RULES))
     for ranks, following in zip(sizes, [*sizes[1:], None], strict=True):
-        spans.append(CommBlock(ranks, ranks, rows[ranks], (ranks,)))
+        if layouts[ranks]:
+            spans.append(CommBlock(ranks, ranks, LIBRARY_RULES, (ranks,), by_ppn=layouts[ranks]))
+        else:
+            spans.append(CommBlock(ranks, ranks, rows[ranks], (ranks,)))
         if following is None and extension is not None and extension.acts():
             spans.append(CommBlock(ranks + 1, None, compress_row(extension.row), extended_by=extension.policy))
         elif following is None:
@@ -324,8 +383,8 @@ def build_rule_set(table: SelectionTable, collective: str, extension: Extension 
         elif following > ranks + 1:
             spans.append(CommBlock(ranks + 1, following - 1, between_rows(rows[ranks], rows[following])))
     blocks: list[CommBlock] = []
-    for span in spans:  # minimal: neighbours with the same rules share one block
-        if blocks and blocks[-1].rules == span.rules and not span.extended_by:
+    for span in spans:  # minimal: neighbours with the same rules share one block (a block keyed on ppn: none)
+        if blocks and blocks[-1].rules == span.rules and not span.extended_by and not blocks[-1].by_ppn and not span.by_ppn:
             last = blocks[-1]
             blocks[-1] = CommBlock(last.min_ranks, span.max_ranks, last.rules,
                                    last.measured_ranks + span.measured_ranks)
@@ -348,16 +407,18 @@ class Mismatch:
     msg_bytes: int
     table_choice: str
     rule_choice: str | None
+    ppn: int | None = None  # a layout's own point (SelectionTable.by_ppn)
 
 
 def find_mismatches(table: SelectionTable, rule_sets: Mapping[str, RuleSet]) -> list[Mismatch]:
     """Every table point where the rule sets pick something else than the table (empty: equivalent)."""
     mismatches = []
-    for collective, ranks, msg_bytes, algorithm in table:
+    points = [(c, r, None, m, a) for c, r, m, a in table]
+    for collective, ranks, ppn, msg_bytes, algorithm in [*points, *table.layout_points()]:
         rule_set = rule_sets.get(collective)
-        chosen = rule_set.select(ranks, msg_bytes) if rule_set is not None else None
+        chosen = rule_set.select(ranks, msg_bytes, ppn) if rule_set is not None else None
         if chosen != algorithm:
-            mismatches.append(Mismatch(collective, ranks, msg_bytes, algorithm, chosen))
+            mismatches.append(Mismatch(collective, ranks, msg_bytes, algorithm, chosen, ppn))
     return mismatches
 
 
@@ -366,7 +427,8 @@ def check_equivalent(table: SelectionTable, rule_sets: Mapping[str, RuleSet]) ->
     mismatches = find_mismatches(table, rule_sets)
     if mismatches:
         shown = "; ".join(
-            f"{m.collective} {m.ranks} ranks {m.msg_bytes} B: table {m.table_choice}, rules {m.rule_choice}"
+            f"{m.collective} {m.ranks} ranks{'' if m.ppn is None else f' ({m.ppn} per node)'} {m.msg_bytes} B: "
+            f"table {m.table_choice}, rules {m.rule_choice}"
             for m in mismatches[:5]
         )
         raise UsageError(f"rule set disagrees with the table at {len(mismatches)} point(s): {shown}")

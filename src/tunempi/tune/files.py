@@ -132,11 +132,13 @@ def one_choice_per_scale(selection: Mapping[Cell, str], adapter: VendorAdapter,
     return fixed
 
 
-def selection_table(selection: Mapping[Cell, str], *, preferred_ppn: int | None = None) -> SelectionTable:
-    """The strategy's cell -> algorithm map as a rules table (layouts of one size agree, see from_scaled)."""
+def selection_table(selection: Mapping[Cell, str], *, preferred_ppn: int | None = None,
+                    by_ppn: bool = False) -> SelectionTable:
+    """The strategy's cell -> algorithm map as a rules table (layouts of one size agree, see from_scaled; with
+    `by_ppn`, adapter.selects_by_ppn(), layouts of one size with different winners keep their own)."""
     return SelectionTable.from_scaled(
         (ScaledChoice(c.collective, c.nodes, c.ppn, c.msg_bytes, algorithm) for c, algorithm in selection.items()),
-        preferred_ppn=preferred_ppn,
+        preferred_ppn=preferred_ppn, by_ppn=by_ppn,
     )
 
 

@@ -57,14 +57,13 @@ def probe_points(rule_set: RuleSet, *, element: int = 4, max_bytes: int = 1 << 2
     if rule_set.collective not in PROBE_COLLECTIVES:
         return []
     points = {element}
-    for block in rule_set.blocks:
-        for rule in block.rules:
-            if rule.max_bytes is None:
-                continue
-            below = rule.max_bytes - rule.max_bytes % element
-            for size in (below, below + element):
-                if 0 < size <= max_bytes:
-                    points.add(size)
+    for rule in (rule for block in rule_set.blocks for rules in block.all_rules() for rule in rules):
+        if rule.max_bytes is None:
+            continue
+        below = rule.max_bytes - rule.max_bytes % element
+        for size in (below, below + element):
+            if 0 < size <= max_bytes:
+                points.add(size)
     return sorted(points)
 
 

@@ -115,6 +115,9 @@ def rule_sections(rule_set: RuleSet, algorithm_ids: Mapping[str, int]) -> list[C
     """The communicator-size sections for one collective, in increasing numeric order."""
     if rule_set.collective not in COLLECTIVE_IDS or rule_set.collective not in MSG_SEMANTICS:
         raise UsageError(f"Open MPI rules files cannot tune {rule_set.collective}")
+    if rule_set.keys_on_ppn():
+        raise UsageError(f"{rule_set.collective}: Open MPI rules files key on communicator size only, not on "
+                         "processes per node; give layouts of one size one rule")
     sections: list[CommSizeSection] = []
     for block in rule_set.blocks:
         sections.extend(_block_sections(rule_set.collective, block, algorithm_ids))

@@ -49,6 +49,9 @@ def conditions_for(rule_set: RuleSet, presets: Mapping[str, int]) -> list[Condit
 
     presets: algorithm name -> Intel's preset id (TuningFileError for a name it lacks).
     """
+    if rule_set.keys_on_ppn():
+        raise TuningFileError(f"{rule_set.collective}: I_MPI_ADJUST_<COLL> strings key on communicator size only, "
+                              "not on processes per node; give layouts of one size one rule")
     conditions: list[Condition] = []
     for block in rule_set.blocks:
         max_ranks = UNBOUNDED if block.max_ranks is None else block.max_ranks

@@ -27,6 +27,9 @@ src/mpi/coll/coll_algorithms.txt of MPICH's repository; checked against the embe
   defined); total key = OSU bytes x comm size for allgather/gather/scatter/alltoallv, = OSU bytes for
   reduce_scatter(_block) (OSU's size there is the per-rank send buffer). gatherv and scatterv have
   neither key (csel.c asserts on both): a file selects one algorithm per communicator size for them.
+* `comm_avg_ppn<=N` (csel.c, 4.x and 5.0): true when the communicator knows its nodes and comm size <= N x
+  its nodes; a communicator without node information (MPICH's internal node sub-communicators) fails it.
+  Written only for a size whose layouts keep their own rules (CommBlock.by_ppn, `_ppn_subtree`).
 * `count<pow2` is true when count < the largest power of two <= comm size (get_count: count for
   bcast/allreduce/reduce, recvcount for allgather, sum(recvcounts) for reduce_scatter).
 * Leaves are `algorithm=MPIR_<Coll>_intra_<name>` (`MPIR_<Coll>_allcomm_nb` for `nb`; every gatherv and
@@ -196,8 +199,34 @@ def _message_subtree(collective: str, rules: tuple[MsgRule, ...], ranks: int, le
     return subtree
 
 
+def _ppn_subtree(collective: str, block: CommBlock, leaf: LeafFactory) -> dict:
+    """One measured size whose layouts keep their own rules: a `comm_avg_ppn<=N` level.
+
+    csel.c (MPICH 4.x and 5.0): `comm_avg_ppn<=N` holds when the communicator knows its nodes (every user
+    communicator; not MPICH's internal node and node-roots sub-communicators) and size <= N x the nodes it
+    spans, i.e. ceil(size / nodes) <= N. Keys are tried in order, so each measured ppn is matched exactly:
+    `<=p-1` (the library's own) before `<=p` (the layout's rules); an any-key closes with the block's rules (the
+    library's own) for every other ppn and for a communicator without node information. That key is
+    `comm_size=any`: 5.0 takes any `...=any`, but 4.x's parser knows only five (comm_size, count, avg_msg_size,
+    total_msg_size, comm_hierarchy) and asserts on `comm_avg_ppn=any` (measured on Debian's 4.0.2).
+    """
+    ranks = block.measured_ranks[-1] if block.measured_ranks else block.min_ranks
+    subtree: dict = {}
+    below = 0
+    for variant in block.by_ppn:
+        if variant.ppn - 1 > below:
+            subtree[f"comm_avg_ppn<={variant.ppn - 1}"] = _message_subtree(collective, block.rules, ranks, leaf)
+        subtree[f"comm_avg_ppn<={variant.ppn}"] = _message_subtree(collective, variant.rules, ranks, leaf)
+        below = variant.ppn
+    subtree["comm_size=any"] = _message_subtree(collective, block.rules, ranks, leaf)
+    return subtree
+
+
 def _block_subtree(collective: str, block: CommBlock, leaf: LeafFactory) -> dict:
-    """Message rules of one block; split by measured comm size where bounds scale with it."""
+    """Message rules of one block; split by measured comm size where bounds scale with it, by processes per
+    node where the block's layouts keep their own rules."""
+    if block.by_ppn:
+        return _ppn_subtree(collective, block, leaf)
     _, scaled = MSG_SEMANTICS[collective]
     measured = block.measured_ranks or (block.min_ranks,)
     if not scaled or len(block.rules) == 1 or len(measured) == 1:
