@@ -21,6 +21,7 @@ from tunempi.mpi.build import build_c
 from tunempi.mpi.discovery import adapter_for, resolve_library
 from tunempi.mpi.library import MPILibrary
 from tunempi.rules import SelectionTable, build_rule_sets
+from tunempi.rules.ruleset import Extension
 from tunempi.tune.smoke import launch_command
 
 pytestmark = pytest.mark.mpi
@@ -52,14 +53,16 @@ def trace_lines(stdout: str) -> Traces:
     return {(m.group(1), int(m.group(2))): int(m.group(3)) for m in map(_LINE.match, stdout.splitlines()) if m}
 
 
-def tuned_at(vendor: str, directory: Path, algorithm: str, measured: tuple[int, ...] = (2,)
-             ) -> tuple[MPILibrary, dict, dict]:
-    """The adapter's own files for a tuning measured at `measured` ranks only; the env without and with them."""
+def tuned_at(vendor: str, directory: Path, algorithm: str, measured: tuple[int, ...] = (2,),
+             extended_by: str | None = None) -> tuple[MPILibrary, dict, dict]:
+    """The adapter's own files for a tuning measured at `measured` ranks only (with `extended_by`, an extension
+    policy naming `algorithm` above them at every size); the env without and with them."""
     library = resolve_library(vendor)
     adapter = adapter_for(library)
-    table = SelectionTable.from_items(("allreduce", ranks, size, algorithm) for ranks in measured
-                                      for size in (4, 1024, BYTES, 65536))
-    written = adapter.write_tuning_files(build_rule_sets(table), directory)
+    sizes = (4, 1024, BYTES, 65536)
+    table = SelectionTable.from_items(("allreduce", ranks, size, algorithm) for ranks in measured for size in sizes)
+    extensions = {"allreduce": Extension(extended_by, tuple((size, algorithm) for size in sizes))} if extended_by else {}
+    written = adapter.write_tuning_files(build_rule_sets(table, extensions), directory)
     untuned = {**adapter.launch_env(), **adapter.single_node_env()}
     return library, untuned, {**untuned, **written.activation_env(directory)}
 
@@ -100,6 +103,25 @@ def test_between_two_measured_sizes_with_one_winner_the_files_interpolate(
                 assert seen == without[(communicator, size)], where
 
 
+
+@pytest.mark.parametrize(("vendor", "algorithm", "trace"), ALGORITHM)
+def test_rules_an_extension_policy_names_act_above_the_largest_measured_size(
+        vendor: str, algorithm: str, trace: int, tmp_path: Path) -> None:
+    """Issue 57 part 2: measured at 2 ranks, with the policy's rules above (as tune writes them where the policy
+    keeps a winner): the 4- and 5-rank worlds and the 3-rank sub-communicator take them, read by the library;
+    the 1-rank sub-communicator, below what was measured, keeps the library's own choice."""
+    library, untuned, tuned = tuned_at(vendor, tmp_path, algorithm, extended_by="gaining")
+    for ranks, subsize in LAYOUTS:
+        without, under = traces(library, untuned, ranks, subsize), traces(library, tuned, ranks, subsize)
+        for (communicator, size), seen in under.items():
+            where = f"{vendor}: {communicator} of {size} ranks in a {ranks}-rank job"
+            if size >= 2:
+                assert seen == trace, where
+                if size != 2:  # what the library does not pick there by itself
+                    assert seen != without[(communicator, size)], where
+            else:
+                assert seen == without[(communicator, size)], where
+
 def test_intel_mpi_strings_cannot_leave_other_sizes_to_the_library(tmp_path: Path) -> None:
     """What Intel MPI cannot state (measured on 2021.19, docs/tuning-files.md): its strings are bounded to the
     measured size (`@2-2`), but a call no condition matches takes the NEAREST condition's preset, neither its
@@ -138,3 +160,25 @@ def test_intel_mpi_json_tuning_replaces_a_collectives_whole_tree(tmp_path: Path)
         assert bounded[("world", 5)] == basic[("world", 5)] != without[("world", 5)]
         assert bounded[("sub color=1", 3)] == basic[("sub color=1", 3)] != forced[("sub color=1", 3)]
     assert traces(library, json_env("other", {"2": {"BCAST=3": {}}}, "Bcast"), 5, 2) == without
+
+
+def test_verify_rewriting_the_files_keeps_the_extension_policys_rules(tmp_path: Path) -> None:
+    """A tuning measured at 2 and 4 emulated nodes x 2 whose winner gains more at 4 nodes: the sizes above 8
+    ranks are extended. verify's rewrite (a replacement elsewhere) rebuilt the rules from the selection alone and
+    dropped them: the extended sizes went back to the library's own. It keeps them, from the manifest's medians."""
+    from tunempi.rules.ruleset import EXTENDED
+    from tunempi.space import Cell
+    from tunempi.tune.manifest import LibraryRecord, Manifest, SelectionRow
+    from tunempi.tune.verify_run import rewrite_files
+
+    library = resolve_library("mpich")
+    medians = {4: (10.0, 15.0), 8: (10.0, 20.0)}  # (binomial, the default) at 8 B
+    rows = [SelectionRow(Cell("bcast", ranks, ranks // 2, 2, 8), "binomial", *medians[ranks]) for ranks in (4, 8)]
+    rows += [SelectionRow(Cell("bcast", ranks, ranks // 2, 2, 1024), "binomial", 10.0, 11.0) for ranks in (4, 8)]
+    manifest = Manifest(directory=tmp_path, library=LibraryRecord.of(library), selection=tuple(rows))
+    # verify sends the 4-rank 1 KiB rule back to the default; 8 B keeps its rule and its extension
+    fixed = {row.cell: row.algorithm for row in rows} | {rows[2].cell: "default"}
+    rewritten = rewrite_files(manifest, library, fixed, smoke=False)
+    rule_set = rewritten.rule_sets["bcast"]
+    assert rule_set.select(4, 1024) == "default" and rule_set.select(16, 8) == "binomial"
+    assert rule_set.coverage()[-1].basis == EXTENDED

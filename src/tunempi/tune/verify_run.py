@@ -37,6 +37,7 @@ from tunempi.tune.compositions import (
 from tunempi.tune.driver import layout_of
 from tunempi.tune.file_launches import RUNS_PER_LAUNCH, LaunchSide, measure_sides
 from tunempi.tune.files import (
+    extensions_for,
     one_choice_per_scale,
     rule_sets_for,
     selection_table,
@@ -472,7 +473,15 @@ def rewrite_files(manifest: Manifest, library: MPILibrary, fixed: Mapping[Cell, 
     adapter = manifest_adapter(manifest, library)
     # A replacement may leave a collective that cannot be written as it is.
     fixed = whole_collectives(one_choice_per_scale(fixed, adapter), adapter)
-    rule_sets = rule_sets_for(selection_table(fixed, preferred_ppn=manifest.preferred_ppn))
+    # the extension policy above the largest measured size again, from tune's medians: a replaced cell's
+    # algorithm is the default there, so a rule verify sent back is not carried beyond it either
+    medians: dict[tuple[Cell, str], float | None] = {}
+    for row in manifest.selection:
+        if not row.replaced_from:  # a replaced row's median is the default's
+            medians[row.cell, row.algorithm] = row.median_us
+        medians[row.cell, DEFAULT_ALGORITHM] = row.default_us
+    rule_sets = rule_sets_for(selection_table(fixed, preferred_ppn=manifest.preferred_ppn),
+                              extensions_for(fixed, medians, adapter))
     written = write_tuning_files(manifest.directory, library, adapter, rule_sets,
                                  smoke_ranks=sorted({cell.ranks for cell in fixed}), smoke=smoke)
     return dataclasses.replace(manifest, **files_fields(written, rule_sets), selection=tuple(
