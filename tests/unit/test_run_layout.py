@@ -94,3 +94,29 @@ def test_intel_mpi_variables_are_left_out_exactly_where_the_job_lies_outside_the
     # MPICH's and Open MPI's files bound themselves: nothing is ever left out for them
     assert left_to_library(tuned, JobLayout(16, 2, 8), openmpi) == {}
     assert left_to_library(tuned, JobLayout(2, 2, 1), openmpi) == {}
+
+
+def test_a_size_keyed_on_processes_per_node_says_which_layout_takes_its_rules(tmp_path: Path) -> None:
+    """MPICH's files key 2 ranks on ppn where 1x2 and 2x1 measured different winners (issue 57): a job at either
+    layout is not warned; 4 ranks measured as 1x4 and 4x1 with different winners, a 2x2 job (ppn 2, not measured)
+    is told the library keeps its choice, not that the rules act unmeasured; 4 ranks on 3 nodes averages 2 per
+    node as MPICH counts (ceil), likewise."""
+    from tunempi.mpi.mpich import MpichAdapter
+    from tunempi.rules import ScaledChoice
+
+    layouts = {(1, 2): "recursive_doubling", (2, 1): "ring", (1, 4): "recursive_doubling", (4, 1): "ring"}
+    choices = [ScaledChoice("allreduce", nodes, ppn, size, algorithm)
+               for (nodes, ppn), algorithm in layouts.items() for size in (8, 65536)]
+    record = LibraryRecord("mpich-5.0.2", "mpich", "5.0.2", "fp", "/x", "/x/bin/mpicc")
+    tuned = Manifest(directory=tmp_path, library=record,
+                     scales=tuple((n * p, n, p) for n, p in layouts),
+                     rule_sets=build_rule_sets(SelectionTable.from_scaled(choices, by_ppn=True)))
+    mpich = adapter(MpichAdapter, "mpich")
+    for job in (JobLayout(2, 1, 2), JobLayout(2, 2, 1), JobLayout(4, 4, 1)):
+        assert layout_notes(tuned, job, mpich)[1] == [], job
+    for job in (JobLayout(4, 2, 2), JobLayout(4, 3, None)):
+        notes, warnings = layout_notes(tuned, job, mpich)
+        assert warnings == [f"4 ranks were measured as 4 ranks on 1 node; 4 ranks on 4 nodes (1 per node), this "
+                            f"job spans "
+                            f"{job.nodes} nodes (2 per node): allreduce key this size on processes per node and "
+                            "run the library's own choice at a ppn not measured"], job

@@ -199,10 +199,26 @@ def layout_notes(manifest: Manifest, layout: JobLayout, adapter: VendorAdapter) 
                      f"neighbours measured alike, the library's own choice where they differ")
     same_size = [scale for scale in measured if scale[0] == ranks]
     other_nodes = layout.nodes is not None and all(scale[1] != layout.nodes for scale in same_size)
-    if same_size and other_nodes:
-        warnings.append(f"{ranks} ranks were measured as {'; '.join(layout_words(*s) for s in same_size)}, this "
-                        f"job spans {layout.nodes} node{'s' if layout.nodes != 1 else ''}: the files tell "
-                        f"communicator sizes apart, not layouts, so the rules measured there act here unmeasured")
+    # MPICH's files key a size on processes per node where its layouts measured different winners
+    # (comm_avg_ppn<=N: ceil(ranks / nodes) <= N); a ppn not measured there gets the library's own choice
+    by_ppn = {c: rule_set.measured_ppns(ranks) for c, rule_set in tuned_sets.items()
+              if c not in unbounded and rule_set.measured_ppns(ranks)}
+    if same_size and other_nodes and layout.nodes:
+        ppn = -(-ranks // layout.nodes)
+        spans = f"this job spans {layout.nodes} node{'s' if layout.nodes != 1 else ''}"
+        measured_as = '; '.join(layout_words(*s) for s in same_size)
+        own = sorted(c for c, ppns in by_ppn.items() if ppn in ppns)
+        if own:
+            notes.append(f"{ranks} ranks on {layout.nodes} nodes average {ppn} per node: {', '.join(own)} take the "
+                         f"rules measured at {ppn} per node")
+        left_alone = sorted(c for c, ppns in by_ppn.items() if ppn not in ppns)
+        if left_alone:
+            warnings.append(f"{ranks} ranks were measured as {measured_as}, {spans} ({ppn} per node): "
+                            f"{', '.join(left_alone)} key this size on processes per node and run the library's "
+                            "own choice at a ppn not measured")
+        if not by_ppn or set(tuned_sets) - set(by_ppn) - set(unbounded):
+            warnings.append(f"{ranks} ranks were measured as {measured_as}, {spans}: the files tell "
+                            f"communicator sizes apart, not layouts, so the rules measured there act here unmeasured")
     if unbounded and (not same_size or other_nodes):
         warnings.append(f"{', '.join(unbounded)}: one value for every call and communicator size (the library "
                         f"cannot bound it), measured only at {tuned}")
