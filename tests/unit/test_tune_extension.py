@@ -6,6 +6,8 @@ above mpi/); the rules, the table and the policy are the real ones.
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from tunempi.collectives import DEFAULT_ALGORITHM
 from tunempi.rules.ruleset import EXTENDED, LIBRARY
 from tunempi.sim.extend import EXTENSION_POLICY
@@ -100,3 +102,32 @@ def test_report_says_which_policy_extended_a_block() -> None:
     rule_set = rule_sets_for(selection_table(selection),
                              extensions_for(selection, medians, Files()))["bcast"]  # type: ignore[arg-type]
     assert block_evidence(rule_set.blocks[-1]) == f"extended by policy {EXTENSION_POLICY} 9+"
+
+
+def test_run_warns_that_a_job_above_the_measured_sizes_takes_the_policys_rules(tmp_path: Path) -> None:
+    """`tunempi run` for a job above the largest measured size: the extended collectives are named with their
+    policy (before, an extended size drew no word: only the library's own sizes were called outside)."""
+    from tunempi.launch.layout import JobLayout
+    from tunempi.mpi.library import MPILibrary
+    from tunempi.mpi.openmpi import OpenMPIAdapter
+    from tunempi.mpi.vendor import Algorithm
+    from tunempi.tune.apply import layout_notes
+    from tunempi.tune.manifest import LibraryRecord, Manifest
+
+    selection, medians = tuned("bcast", [(2, 2), (4, 2)], {
+        (2, 8): (10.0, 15.0), (4, 8): (10.0, 20.0), (2, 1024): (10.0, 20.0), (4, 1024): (10.0, 12.0)})
+    rule_sets = rule_sets_for(selection_table(selection),
+                              extensions_for(selection, medians, Files()))  # type: ignore[arg-type]
+    record = LibraryRecord("openmpi-5.0.11", "openmpi", "5.0.11", "fp", "/x", "/x/bin/mpicc")
+    manifest = Manifest(directory=tmp_path, library=record, scales=((4, 2, 2), (8, 4, 2)), rule_sets=rule_sets)
+    prefix = Path("/nonexistent/openmpi")
+    library = MPILibrary(vendor="openmpi", version="1", version_string="", device="", prefix=prefix,
+                         mpicc=prefix / "bin/mpicc", mpiexec=prefix / "bin/mpiexec")
+    catalog = {"bcast": [Algorithm("linear", 1), Algorithm("binomial", 2)]}
+    adapter = OpenMPIAdapter(library, catalog, {"bcast": Algorithm("default", 0)}, [])
+    _, warnings = layout_notes(manifest, JobLayout(64, 8, 8, "-n 64"), adapter)
+    assert warnings == [
+        "64 ranks lies above what the tuning measured (4 ranks on 2 nodes (2 per node); 8 ranks on 4 nodes (2 per "
+        "node)): bcast take the "
+        f"rules the extension policy {EXTENSION_POLICY} kept from the largest measured sizes, the library's own "
+        "choice where it kept none"]

@@ -19,6 +19,7 @@ from tunempi.launch.layout import JobLayout, job_layout
 from tunempi.mpi.library import MPILibrary
 from tunempi.mpi.vendor import VendorAdapter
 from tunempi.rules import DEFAULT_ALGORITHM, INTERPOLATED, LIBRARY, RuleSet
+from tunempi.rules.ruleset import EXTENDED
 from tunempi.tune.manifest import Manifest
 
 
@@ -197,6 +198,14 @@ def layout_notes(manifest: Manifest, layout: JobLayout, adapter: VendorAdapter) 
     if between:
         notes.append(f"{ranks} ranks lies between measured sizes: {', '.join(between)} take the rules both "
                      f"neighbours measured alike, the library's own choice where they differ")
+    # above the largest measured size, an extension policy's rules (issue 57 part 2): outside what was measured
+    extended = {c: next(r.policy for r in tuned_sets[c].coverage() if r.contains(ranks))
+                for c, how in basis.items() if how == EXTENDED}
+    for policy in sorted(set(extended.values())):
+        named = sorted(c for c, p in extended.items() if p == policy)
+        warnings.append(f"{ranks} ranks lies above what the tuning measured ({tuned}): {', '.join(named)} take "
+                        f"the rules the extension policy {policy} kept from the largest measured sizes, the "
+                        f"library's own choice where it kept none")
     same_size = [scale for scale in measured if scale[0] == ranks]
     other_nodes = layout.nodes is not None and all(scale[1] != layout.nodes for scale in same_size)
     # MPICH's files key a size on processes per node where its layouts measured different winners
