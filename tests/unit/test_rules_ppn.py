@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 
 from tunempi.catalog.build import acting_entries
+from tunempi.catalog.coverage import DEFAULT, MEASURED_LAYOUT, OTHER_PPN, JobLayout, classify
 from tunempi.catalog.store import Entry
 from tunempi.collectives import DEFAULT_ALGORITHM
 from tunempi.errors import TuningFileError, UsageError
@@ -143,3 +144,14 @@ def test_the_catalog_keeps_both_layouts_where_the_files_key_on_ppn() -> None:
     rule_set = rule_sets_for(selection_table({e.cell: e.algorithm for e in acting}, by_ppn=True))["allreduce"]
     assert [rule_set.select(2, 20000, ppn) for ppn in (1, 2)] == [RING, RD]
     assert len(acting_entries(entries)[1]) == len(SIZES)  # Open MPI, Intel MPI: as before
+
+
+def test_coverage_counts_an_unmeasured_ppn_of_a_size_keyed_on_ppn_as_the_librarys_default() -> None:
+    """4 ranks measured as 1x4 and 4x1 with different winners: in MPICH's files a 2x2 job takes the library's own
+    choice (before: 'measured at another ppn', as if the files acted there); without ppn keys it still does."""
+    choices = layouts((1, 4, RSA), (4, 1, RD))
+    measured = [(4, 1, 4), (4, 4, 1)]
+    keyed = build_rule_sets(SelectionTable.from_scaled(choices, by_ppn=True))
+    assert classify(JobLayout(2, 2, 1.0), measured, keyed) == DEFAULT
+    assert classify(JobLayout(4, 1, 1.0), measured, keyed) == MEASURED_LAYOUT
+    assert classify(JobLayout(2, 2, 1.0), measured, build_rule_sets(SelectionTable.from_scaled(choices))) == OTHER_PPN

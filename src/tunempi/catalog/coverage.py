@@ -1,7 +1,9 @@
 """`catalog coverage`: how much of the site's work the catalog's rules reach, weighted by node-hours.
 
 Each job layout (nodes, ppn) is one of: `measured` (the catalog measured that very layout), `measured at
-another ppn` (its communicator size was measured at another ppn: the files act there, keyed by size), `interpolated`
+another ppn` (its communicator size was measured at another ppn: the files act there, keyed by size; not where the
+rule sets key that size on ppn, MPICH's where its layouts measured different winners: there it is the library's
+default), `interpolated`
 (between two measured sizes whose winners agree, RuleSet.coverage), or `library default` (the files leave it to
 the library). The layouts worth tuning next are the default and other-ppn ones with the most node-hours.
 """
@@ -95,7 +97,12 @@ def classify(job: JobLayout, measured_layouts: Iterable[tuple[int, int, int]],
     """How the built rules reach the job's communicator (MPI_COMM_WORLD: nodes x ppn ranks)."""
     if (job.ranks, job.nodes, job.ppn) in set(measured_layouts):
         return MEASURED_LAYOUT
-    bases = {c.basis for rule_set in rule_sets.values() for c in rule_set.coverage() if c.contains(job.ranks)}
+    bases: set[str] = set()
+    for rule_set in rule_sets.values():
+        ppns = rule_set.measured_ppns(job.ranks)
+        if ppns and job.ppn not in ppns:
+            continue  # a size the files key on ppn (MPICH): the library's own choice at a ppn not measured
+        bases |= {c.basis for c in rule_set.coverage() if c.contains(job.ranks)}
     if MEASURED in bases:
         return OTHER_PPN
     return INTERPOLATED_LAYOUT if INTERPOLATED in bases else DEFAULT
