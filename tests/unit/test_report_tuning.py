@@ -219,3 +219,21 @@ def test_each_rule_shows_its_range_and_how_it_got_it(manifest: Manifest, tmp_pat
     assert any(row.startswith("bcast 1..3 library's own (not measured) 1..3") for row in rows)
     page = write_html(manifest, {}, tmp_path / "r.html").read_text()
     assert "<td>measured 4</td>" in page and "<th>evidence</th>" in page
+
+
+def test_a_size_keyed_on_processes_per_node_shows_each_layouts_rules(manifest: Manifest, tmp_path: Path) -> None:
+    """Issue 57: MPICH's files give 1x2 and 2x1 their own rules, every other ppn the library's own; the report shows
+    the three rows (before, one row of the block's fallback: 'default', as if nothing were tuned at 2 ranks)."""
+    from tunempi.rules import ScaledChoice
+
+    choices = [ScaledChoice("allreduce", nodes, ppn, size, algorithm) for nodes, ppn, algorithm in
+               ((1, 2, "recursive_doubling"), (2, 1, "ring")) for size in (8, 65536)]
+    keyed = dataclasses.replace(manifest, rule_sets=build_rule_sets(SelectionTable.from_scaled(choices, by_ppn=True)))
+    console = Console(width=200, record=True)
+    console.print(rules_table(keyed))
+    rows = [" ".join(line.replace("│", " ").split()) for line in console.export_text().splitlines()]
+    assert "2..2 at 1 per node measured 2 >= 0B ring" in rows
+    assert "2..2 at 2 per node measured 2 >= 0B recursive_doubling" in rows
+    assert "2..2 at other ppn library's own >= 0B default" in rows
+    page = write_html(keyed, {}, tmp_path / "r.html").read_text()
+    assert "<td>2..2 at 1 per node</td><td>measured 2</td>" in page and "2..2 at other ppn" in page

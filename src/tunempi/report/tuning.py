@@ -95,16 +95,25 @@ def rules_table(manifest: Manifest) -> Table:
         table.add_column(header)
     for collective, rule_set in sorted(manifest.rule_sets.items()):
         for block in rule_set.blocks:
-            ranks = f"{block.min_ranks}+" if block.max_ranks is None else f"{block.min_ranks}..{block.max_ranks}"
-            evidence = block_evidence(block)
-            low = 0
-            for rule in block.rules:
-                sizes = (f"{format_size(low)}..{format_size(rule.max_bytes)}" if rule.max_bytes is not None
-                         else f">= {format_size(low)}")
-                table.add_row(collective, ranks, evidence, sizes, rule.algorithm)
-                low = (rule.max_bytes or 0) + 1
-                collective = ranks = evidence = ""
+            for ppn, rules in block.rules_by_ppn():
+                ranks = f"{block.min_ranks}+" if block.max_ranks is None else f"{block.min_ranks}..{block.max_ranks}"
+                ranks += ppn_words(block, ppn)
+                evidence = block_evidence(block) if ppn is not None or not block.by_ppn else "library's own"
+                low = 0
+                for rule in rules:
+                    sizes = (f"{format_size(low)}..{format_size(rule.max_bytes)}" if rule.max_bytes is not None
+                             else f">= {format_size(low)}")
+                    table.add_row(collective, ranks, evidence, sizes, rule.algorithm)
+                    low = (rule.max_bytes or 0) + 1
+                    collective = ranks = evidence = ""
     return table
+
+
+def ppn_words(block: CommBlock, ppn: int | None) -> str:
+    """' at 2 per node' / ' at other ppn' where the block keys on processes per node (MPICH), else ''."""
+    if not block.by_ppn:
+        return ""
+    return f" at {ppn} per node" if ppn is not None else " at other ppn"
 
 
 def speedup_table(manifest: Manifest) -> Table:
@@ -580,17 +589,20 @@ def write_html(manifest: Manifest, plots: dict[str, Path], path: Path) -> Path:
                 "<th>message sizes: algorithm</th></tr>")
     for collective, rule_set in sorted(manifest.rule_sets.items()):
         for block in rule_set.blocks:
-            ranks = f"{block.min_ranks}+" if block.max_ranks is None else f"{block.min_ranks}..{block.max_ranks}"
-            low, chips = 0, []
-            for rule in block.rules:
-                sizes = (f"{format_size(low)}-{format_size(rule.max_bytes)}" if rule.max_bytes is not None
-                         else f"{format_size(low)}+")
-                kind = "chip default" if rule.algorithm == "default" else "chip"
-                chips.append(f"<span class='{kind}'><span class='range'>{e(sizes)}</span> {e(rule.algorithm)}"
-                             "</span>")
-                low = (rule.max_bytes or 0) + 1
-            body.append(f"<tr><td>{e(collective)}</td><td>{e(ranks)}</td><td>{e(block_evidence(block))}</td>"
-                        f"<td>{''.join(chips)}</td></tr>")
+            for ppn, rules in block.rules_by_ppn():
+                ranks = f"{block.min_ranks}+" if block.max_ranks is None else f"{block.min_ranks}..{block.max_ranks}"
+                ranks += ppn_words(block, ppn)
+                evidence = block_evidence(block) if ppn is not None or not block.by_ppn else "library's own"
+                low, chips = 0, []
+                for rule in rules:
+                    sizes = (f"{format_size(low)}-{format_size(rule.max_bytes)}" if rule.max_bytes is not None
+                             else f"{format_size(low)}+")
+                    kind = "chip default" if rule.algorithm == "default" else "chip"
+                    chips.append(f"<span class='{kind}'><span class='range'>{e(sizes)}</span> {e(rule.algorithm)}"
+                                 "</span>")
+                    low = (rule.max_bytes or 0) + 1
+                body.append(f"<tr><td>{e(collective)}</td><td>{e(ranks)}</td><td>{e(evidence)}</td>"
+                            f"<td>{''.join(chips)}</td></tr>")
     body.append("</table>")
     files = ", ".join(e(name) for name in manifest.files.values())
     smoke = ", ".join(f"{s.ranks} ranks {'passed' if s.ok else 'FAILED'}" for s in manifest.smoke)

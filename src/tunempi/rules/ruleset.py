@@ -121,6 +121,11 @@ class CommBlock:
         """The block's rules and each layout's own."""
         return (self.rules, *(variant.rules for variant in self.by_ppn))
 
+    def rules_by_ppn(self) -> list[tuple[int | None, tuple[MsgRule, ...]]]:
+        """(ppn, rules) of each measured layout, then (None, the rules at every other ppn); just (None, rules)
+        where the block does not key on ppn. For showing a block as the files hold it."""
+        return [*((variant.ppn, variant.rules) for variant in self.by_ppn), (None, self.rules)]
+
     def library_only(self) -> bool:
         """True where every rule leaves the choice to the library."""
         return all(rule.algorithm == DEFAULT_ALGORITHM for rules in self.all_rules() for rule in rules)
