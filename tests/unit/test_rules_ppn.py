@@ -21,6 +21,7 @@ from tunempi.collectives import DEFAULT_ALGORITHM
 from tunempi.errors import TuningFileError, UsageError
 from tunempi.mpi.mpich import LEAF_RESTRICTIONS
 from tunempi.mpi.mpich_selection import MpichCall, select_mpich
+from tunempi.mpi.vendor import VendorAdapter
 from tunempi.rules import INTERPOLATED, MEASURED, RuleSet, ScaledChoice, SelectionTable, build_rule_sets
 from tunempi.space import Cell
 from tunempi.tune.files import rule_sets_for, selection_table
@@ -155,3 +156,32 @@ def test_coverage_counts_an_unmeasured_ppn_of_a_size_keyed_on_ppn_as_the_library
     assert classify(JobLayout(2, 2, 1.0), measured, keyed) == DEFAULT
     assert classify(JobLayout(4, 1, 1.0), measured, keyed) == MEASURED_LAYOUT
     assert classify(JobLayout(2, 2, 1.0), measured, build_rule_sets(SelectionTable.from_scaled(choices))) == OTHER_PPN
+
+
+def stub(kind: type[VendorAdapter]) -> VendorAdapter:
+    """An adapter of `kind` over a library that is not installed (its rule-set capabilities only)."""
+    from tunempi.mpi.library import MPILibrary
+    from tunempi.mpi.vendor import Algorithm
+
+    prefix = Path("/nonexistent")
+    library = MPILibrary(vendor="x", version="1", version_string="", device="", prefix=prefix,
+                         mpicc=prefix / "bin/mpicc", mpiexec=prefix / "bin/mpiexec")
+    catalog = {"allreduce": [Algorithm(RD, 1), Algorithm(RING, 2)]}
+    return kind(library, catalog, {"allreduce": Algorithm(DEFAULT_ALGORITHM, 0)}, [])
+
+
+def test_tune_verify_and_catalog_write_the_same_rule_sets_keyed_on_ppn_where_the_library_can() -> None:
+    """files_rule_sets (tune's write_result, verify's rewrite, catalog build): a 2x2 allocation's sub-scales 1x2
+    and 2x1 with different winners keep their own rules for MPICH (before, tune kept the allocation's ppn's only:
+    2x1 ran 1x2's winner), collapsed to the allocation's ppn for Open MPI as before."""
+    from tunempi.mpi.mpich import MpichAdapter
+    from tunempi.mpi.openmpi import OpenMPIAdapter
+    from tunempi.tune.files import files_rule_sets
+
+    selection = {Cell("allreduce", 2, nodes, ppn, size): algorithm
+                 for nodes, ppn, algorithm in ((1, 2, RD), (2, 1, RING)) for size in SIZES}
+    medians = {(cell, algorithm): 1.0 for cell, algorithm in selection.items()}
+    mpich = files_rule_sets(selection, stub(MpichAdapter), medians, preferred_ppn=2)["allreduce"]
+    assert [mpich.select(2, 20000, ppn) for ppn in (1, 2, None)] == [RING, RD, DEFAULT_ALGORITHM]
+    openmpi = files_rule_sets(selection, stub(OpenMPIAdapter), medians, preferred_ppn=2)["allreduce"]
+    assert [openmpi.select(2, 20000, ppn) for ppn in (1, 2)] == [RD, RD] and not openmpi.keys_on_ppn()

@@ -66,10 +66,8 @@ def build_tuning(catalog: Catalog, out: Path, *, mpi: str | None = None, smoke: 
     from tunempi.mpi.discovery import adapter_for
     from tunempi.tune.apply import tuning_library
     from tunempi.tune.files import (
-        extensions_for,
+        files_rule_sets,
         one_choice_per_scale,
-        rule_sets_for,
-        selection_table,
         whole_collectives,
         write_tuning_files,
     )
@@ -90,8 +88,7 @@ def build_tuning(catalog: Catalog, out: Path, *, mpi: str | None = None, smoke: 
     chosen = {e.cell: e.algorithm for e in acting}
     selection = whole_collectives(one_choice_per_scale(chosen, adapter, medians), adapter, medians)
     # above the largest size the catalog measured: what the extension policy keeps, as tune does
-    rule_sets: dict[str, RuleSet] = rule_sets_for(selection_table(selection, by_ppn=by_ppn),
-                                                  extensions_for(selection, medians, adapter))
+    rule_sets: dict[str, RuleSet] = files_rule_sets(selection, adapter, medians)
     smoke_ranks = tuple(sorted({cell.ranks for cell in selection}))
     if on_writing is not None:
         on_writing(smoke_ranks)

@@ -37,7 +37,8 @@ from tunempi.writers.env_file import write_env_file
 
 ENV_FILE = "tuning.env"
 
-__all__ = ["ENV_FILE", "SmokeRecord", "TuningFileError", "WrittenFiles", "extensions_for", "rule_sets_for",
+__all__ = ["ENV_FILE", "SmokeRecord", "TuningFileError", "WrittenFiles", "extensions_for", "files_rule_sets",
+           "rule_sets_for",
            "selection_table",
            "one_choice_per_scale", "smoke_points", "whole_collectives", "write_tuning_files"]
 
@@ -181,6 +182,17 @@ def rule_sets_for(table: SelectionTable, extensions: Mapping[str, Extension] | N
     rule_sets = build_rule_sets(table, extensions)
     check_equivalent(table, rule_sets)
     return rule_sets
+
+
+def files_rule_sets(selection: Mapping[Cell, str], adapter: VendorAdapter,
+                    medians: Mapping[tuple[Cell, str], float | None], *, preferred_ppn: int | None = None
+                    ) -> dict[str, RuleSet]:
+    """The rule sets a selection's files hold, as tune, verify's rewrite and catalog build write them: layouts of
+    one size with different winners kept apart where the library's files key on processes per node
+    (adapter.selects_by_ppn: MPICH), else collapsed (`preferred_ppn`, else the fullest nodes); above the largest
+    measured size what the extension policy keeps (extensions_for)."""
+    table = selection_table(selection, preferred_ppn=preferred_ppn, by_ppn=adapter.selects_by_ppn())
+    return rule_sets_for(table, extensions_for(selection, medians, adapter))
 
 
 def smoke_points(rule_sets: Mapping[str, RuleSet]) -> list[tuple[str, int]]:

@@ -63,10 +63,8 @@ from tunempi.tune.driver import (
 from tunempi.tune.file_launches import FileDecider
 from tunempi.tune.files import (
     WrittenFiles,
-    extensions_for,
+    files_rule_sets,
     one_choice_per_scale,
-    rule_sets_for,
-    selection_table,
     whole_collectives,
     write_tuning_files,
 )
@@ -585,8 +583,7 @@ def write_result(plan: TunePlan, outcome: TuneOutcome, emit: OnTuneEvent = _igno
     selection = whole_collectives(one_choice_per_scale(outcome.selection, plan.adapter, medians), plan.adapter,
                                   medians)
     # above the largest measured size: what the extension policy keeps (the library's own elsewhere)
-    rule_sets = rule_sets_for(selection_table(selection, preferred_ppn=preferred_ppn),
-                              extensions_for(selection, medians, plan.adapter))
+    rule_sets = files_rule_sets(selection, plan.adapter, medians, preferred_ppn=preferred_ppn)
     smoke_ranks = tuple(sorted({s.ranks for s in plan.scales}))
     emit(WritingFiles(smoke_ranks))
     written = write_tuning_files(options.out, library, plan.adapter, rule_sets, smoke_ranks=smoke_ranks,

@@ -37,10 +37,8 @@ from tunempi.tune.compositions import (
 from tunempi.tune.driver import layout_of
 from tunempi.tune.file_launches import RUNS_PER_LAUNCH, LaunchSide, measure_sides
 from tunempi.tune.files import (
-    extensions_for,
+    files_rule_sets,
     one_choice_per_scale,
-    rule_sets_for,
-    selection_table,
     whole_collectives,
     write_tuning_files,
 )
@@ -480,8 +478,7 @@ def rewrite_files(manifest: Manifest, library: MPILibrary, fixed: Mapping[Cell, 
         if not row.replaced_from:  # a replaced row's median is the default's
             medians[row.cell, row.algorithm] = row.median_us
         medians[row.cell, DEFAULT_ALGORITHM] = row.default_us
-    rule_sets = rule_sets_for(selection_table(fixed, preferred_ppn=manifest.preferred_ppn),
-                              extensions_for(fixed, medians, adapter))
+    rule_sets = files_rule_sets(fixed, adapter, medians, preferred_ppn=manifest.preferred_ppn)
     written = write_tuning_files(manifest.directory, library, adapter, rule_sets,
                                  smoke_ranks=sorted({cell.ranks for cell in fixed}), smoke=smoke)
     return dataclasses.replace(manifest, **files_fields(written, rule_sets), selection=tuple(
