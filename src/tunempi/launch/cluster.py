@@ -56,7 +56,11 @@ from tunempi.launch.process import (
 #: as the old name of its `sm` (measured, 5.0.11).
 #: libfabric (Intel MPI's fabric, MPICH's OFI netmod): its tcp provider, or Intel MPI picks a shared-memory path
 #: between emulated nodes too (2 nodes x 1, 4-byte allreduce: 27.5 us without, 72.5 us with tcp; measured).
+#: Hydra's interface lo for a launch given no hosts inside a batch script, which runs "on" an emulated node whose
+#: name resolves nowhere: without it MPICH's mpiexec -n 2 inside `sbatch -N 1` (or a smoke check inside
+#: `sbatch -N 2`) hung until killed (measured); launches given the hosts say -iface lo themselves.
 LOOPBACK_NETWORK_ENV: Mapping[str, str] = {
+    "HYDRA_IFACE": "lo",
     "UCX_TLS": "tcp",
     "FI_PROVIDER": "tcp",
     "OMPI_MCA_pml": "ob1",
