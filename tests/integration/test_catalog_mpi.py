@@ -204,6 +204,37 @@ def test_catalog_coverage_reads_the_private_slurms_records_of_finished_jobs(tmp_
     assert "worth tuning next: 2x2 (4 ranks" in shown.stdout
 
 
+def test_a_campaign_job_on_the_private_slurm_tunes_verifies_and_adds_its_layout(tmp_path: Path) -> None:
+    """`catalog campaign` over a site whose jobs ran at 1x2, with an empty catalog: coverage names 1x2, one batch
+    job on the emulated cluster's Slurm tunes it (MPICH, allreduce up to 64 B), verifies and adds it. Waited for
+    by its end (sbatch --wait), then read: the catalog's entries are that tuning's, with verify's figures, and
+    slurmctld recorded the job as completed."""
+    from tunempi.catalog.store import Catalog
+
+    require_system("slurm")
+    catalog, work = tmp_path / "catalog", tmp_path / "work"
+    jobs = tmp_path / "jobs.csv"
+    jobs.write_text("nodes,ppn,node_hours\n1,2,10\n")
+    for cluster in emulated_cluster(tmp_path / "cluster", nodes=1, slots=2, slurm=True):
+        env = {**os.environ, **cluster.environment()}
+        done = tunempi("catalog", "campaign", "--jobs", str(jobs), "--catalog", str(catalog), "--work", str(work),
+                       "--top", "1", "--mpi", "mpich", "--db", str(tmp_path / "results.sqlite"),
+                       "--tune-args", "--collectives allreduce --max-msg 64 --time-cap 20ms --timeout 60s --launches 1",
+                       "--verify-args", "--repeats 2 --time-cap 20ms", "--wait", env=env)
+        records = cluster.jobcomp_log.read_text()
+    outputs = "".join(p.read_text() for p in (work / "1x2").glob("slurm-*.out"))
+    assert done.returncode == 0, done.stdout + done.stderr + outputs
+    assert "1x2: job " in done.stdout and " done" in done.stdout
+    assert "Name=tunempi-1x2" in records and "JobState=COMPLETED" in records
+    tuned = Manifest.load(work / "1x2" / "tuning")
+    assert tuned.verify is not None
+    entries = Catalog.load(catalog).entries
+    assert {(e.cell, e.algorithm) for e in entries} == {(row.cell, row.algorithm) for row in tuned.selection}
+    assert {e.source for e in entries} == {str((work / "1x2" / "tuning").resolve())}
+    # verify's held-out figure on each cell it held out (none where the tune kept the library's default everywhere)
+    assert {e.cell for e in entries if e.held_out} == {v.cell for v in tuned.verify.held_out}
+
+
 @pytest.mark.full
 def test_real_tunes_of_two_layouts_build_into_one_tuning_with_each_layouts_rules(tmp_path: Path) -> None:
     """Two real `tune` runs (MPICH, 4 then 2 ranks, test_tune's short options), added and built: at each measured

@@ -1,9 +1,9 @@
-"""`tunempi catalog add|build|coverage|module`: a site catalog of one library build's tunings (docs/catalog.md)."""
+"""`tunempi catalog add|build|coverage|campaign|module`: a site catalog of one library build's tunings (docs/catalog.md)."""
 
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 from rich.console import Console
@@ -11,6 +11,11 @@ from rich.console import Console
 from tunempi.cli.paths import directory_option
 from tunempi.errors import UsageError
 from tunempi.mpi.discovery import SPEC_HELP
+
+if TYPE_CHECKING:
+    from tunempi.catalog.campaign import CampaignJob
+    from tunempi.catalog.coverage import CoverageReport
+    from tunempi.catalog.store import Catalog
 
 catalog_app = typer.Typer(help="A site catalog: tunings of many layouts of one library build, built into one.",
                           no_args_is_help=True)
@@ -86,18 +91,16 @@ def build_command(
                    "the fullest nodes' winner acts")
 
 
-@catalog_app.command("coverage")
-def coverage_command(
-    catalog: CatalogOption = None,
-    jobs: Annotated[Path | None, typer.Option(help="CSV of the site's jobs: nodes, ppn, node_hours.")] = None,
-    sacct: Annotated[bool, typer.Option(help="Read finished jobs from Slurm's `sacct` (needs accounting "
-                                             "storage).")] = False,
-    jobcomp: Annotated[Path | None, typer.Option(help="Read finished jobs from slurmctld's job completion log "
-                                                      "(JobCompType=jobcomp/filetxt), for Slurm without sacct.")]
-    = None,
-    top: Annotated[int, typer.Option(help="How many layouts to name as worth tuning next.")] = 5,
-) -> None:
-    """Each job layout measured, interpolated or left to the library's default, weighted by node-hours."""
+JobsOption = Annotated[Path | None, typer.Option(help="CSV of the site's jobs: nodes, ppn, node_hours.")]
+SacctOption = Annotated[bool, typer.Option(help="Read finished jobs from Slurm's `sacct` (needs accounting "
+                                                "storage).")]
+JobcompOption = Annotated[Path | None, typer.Option(help="Read finished jobs from slurmctld's job completion log "
+                                                         "(JobCompType=jobcomp/filetxt), for Slurm without sacct.")]
+
+
+def site_coverage(catalog: Path | None, jobs: Path | None, sacct: bool, jobcomp: Path | None
+                  ) -> tuple[Catalog, CoverageReport]:
+    """The catalog and the coverage of the site's job layouts (from exactly one of the three sources)."""
     from tunempi.catalog.build import acting_entries
     from tunempi.catalog.coverage import coverage, read_jobs_csv
     from tunempi.catalog.jobs import read_jobcomp, read_sacct
@@ -112,7 +115,19 @@ def coverage_command(
         raise UsageError("no finished jobs found in the records given")
     acting, _ = acting_entries(found.entries)
     rule_sets = rule_sets_for(selection_table({e.cell: e.algorithm for e in acting})) if acting else {}
-    report = coverage(layouts, found.layouts(), rule_sets)
+    return found, coverage(layouts, found.layouts(), rule_sets)
+
+
+@catalog_app.command("coverage")
+def coverage_command(
+    catalog: CatalogOption = None,
+    jobs: JobsOption = None,
+    sacct: SacctOption = False,
+    jobcomp: JobcompOption = None,
+    top: Annotated[int, typer.Option(help="How many layouts to name as worth tuning next.")] = 5,
+) -> None:
+    """Each job layout measured, interpolated or left to the library's default, weighted by node-hours."""
+    found, report = site_coverage(catalog, jobs, sacct, jobcomp)
     total = sum(c.layout.node_hours for c in report.layouts)
     _out.print(f"{len(report.layouts)} job layouts, {total:.1f} node-hours; catalog layouts "
                f"{', '.join(f'{n}x{p}' for _, n, p in found.layouts()) or 'none'}")
@@ -124,6 +139,90 @@ def coverage_command(
     for item in report.next_to_tune(top):
         _out.print(f"worth tuning next: {item.layout.nodes}x{item.layout.ppn} ({item.layout.ranks} ranks, "
                    f"{item.layout.node_hours:.2f} node-hours, now {item.basis})")
+
+
+@catalog_app.command("campaign")
+def campaign_command(
+    work: Annotated[Path, typer.Option(help="Directory of the jobs: WORK/NxP holds a layout's script, Slurm's "
+                                            "output and its tuning.", callback=directory_option)],
+    catalog: CatalogOption = None,
+    jobs: JobsOption = None,
+    sacct: SacctOption = False,
+    jobcomp: JobcompOption = None,
+    top: Annotated[int, typer.Option(help="How many of the layouts worth tuning next to submit.")] = 5,
+    mpi: Annotated[str | None, typer.Option("--mpi", help=f"MPI library ({SPEC_HELP}) the jobs tune; default: "
+                                            "tune's.")] = None,
+    db: Annotated[Path | None, typer.Option(help="Results database the jobs' tunes write (default: "
+                                                 "$TUNEMPI_DB in the job, else a per-user file).")] = None,
+    tune_args: Annotated[str, typer.Option(help="More options for each job's `tunempi tune`, as one shell string "
+                                                "(e.g. '--collectives allreduce,bcast --timeout 20m').")] = "",
+    verify_args: Annotated[str, typer.Option(help="More options for each job's `tunempi verify`, as one shell "
+                                                  "string (e.g. '--repeats 4').")] = "",
+    sbatch_option: Annotated[list[str] | None, typer.Option(
+        "--sbatch-option", help="An #SBATCH line for every job (repeatable), e.g. --sbatch-option=--time=1:00:00 "
+        "--sbatch-option=--partition=batch.")] = None,
+    replace: Annotated[bool, typer.Option(help="Each job's `catalog add --replace`.")] = False,
+    dry_run: Annotated[bool, typer.Option("--dry-run", help="Print the batch scripts; submit nothing.")] = False,
+    wait: Annotated[bool, typer.Option(help="Wait for every job to end (sbatch --wait); exit 1 if one "
+                                            "failed.")] = False,
+) -> None:
+    """Submit the layouts `catalog coverage` names as worth tuning next as Slurm batch jobs, each running tune,
+    verify and catalog add into this catalog (docs/catalog.md, 'campaign')."""
+    from tunempi.catalog.campaign import TUNE_SET, VERIFY_SET, batch_script, split_args, submit
+    from tunempi.catalog.store import catalog_dir
+
+    tune_argv = split_args(tune_args, "--tune-args", TUNE_SET)
+    verify_argv = split_args(verify_args, "--verify-args", VERIFY_SET)
+    found, report = site_coverage(catalog, jobs, sacct, jobcomp)
+    layouts = [item.layout for item in report.next_to_tune(top)]
+    if not layouts:
+        _out.print("every job layout is measured or interpolated by the catalog: nothing to tune")
+        return
+    made = [batch_script(layout, work=work, catalog=catalog_dir(catalog), tune_args=tune_argv,
+                         verify_args=verify_argv, mpi=mpi, db=db, replace=replace, sbatch_options=sbatch_option or ())
+            for layout in layouts]
+    check_command_args(made[0], tune_argv, verify_argv)
+    if dry_run:
+        for job in made:
+            _out.print(f"# {job.script_path}", soft_wrap=True)
+            _out.print(job.script, end="", soft_wrap=True, markup=False)
+        return
+    failed = 0
+    for done in submit(made, wait=wait):
+        if not done.job_id:
+            failed += 1
+            _out.print(f"{done.job.name}: sbatch refused {done.job.script_path} (exit {done.returncode}): "
+                       f"{done.message}", markup=False)
+        elif done.returncode is None:
+            _out.print(f"{done.job.name}: submitted job {done.job_id} ({done.job.script_path})")
+        else:
+            failed += done.returncode != 0
+            _out.print(f"{done.job.name}: job {done.job_id} "
+                       f"{'done' if done.returncode == 0 else f'failed (exit {done.returncode})'}: see "
+                       f"{done.job.directory}/slurm-{done.job_id}.out")
+    if failed:
+        raise typer.Exit(1)
+
+
+def check_command_args(job: CampaignJob, tune_argv: list[str], verify_argv: list[str]) -> None:
+    """UsageError unless `tunempi tune` and `verify` parse the options a job gives them (nothing is run): a typo
+    found now, not in every batch job."""
+    import typer.main
+
+    from tunempi.catalog.campaign import layout_args
+    from tunempi.cli.tune import tune_command
+    from tunempi.cli.verify import verify_command
+
+    tuning = str(job.directory / "tuning")
+    for name, function, argv in (("tune", tune_command, ["--out", tuning, *layout_args(job.layout), *tune_argv]),
+                                 ("verify", verify_command, ["--tuning", tuning, *verify_argv])):
+        app = typer.Typer(add_completion=False)
+        app.command(name)(function)
+        try:  # an app of one command is that command
+            typer.main.get_command(app).make_context(name, argv)
+        except Exception as exc:  # click's parse errors; their message says what is wrong
+            message = exc.format_message() if hasattr(exc, "format_message") else str(exc)
+            raise UsageError(f"--{name}-args: `tunempi {name}` would refuse it: {message}") from None
 
 
 @catalog_app.command("module")
