@@ -351,7 +351,7 @@ def test_tune_verify_run_intel_mpi_2x1_with_a_hostfile(cluster: EmulatedCluster,
 
 
 def test_a_tune_that_measures_nothing_fails_and_writes_nothing(cluster: EmulatedCluster, tmp_path: Path) -> None:
-    """Every engine launch fails (an agent that cannot start anything): exit 1, a message, no file."""
+    """Every engine launch fails (an agent that cannot start anything): exit 1, a message, no tuning file."""
     env = {k: v for k, v in _env(cluster).items() if not k.startswith("SLURM_")}
     env.update(TUNEMPI_DB=str(tmp_path / "results.sqlite"), TUNEMPI_LAUNCH_AGENT="/bin/false")
     out = tmp_path / "tuned"
@@ -359,4 +359,8 @@ def test_a_tune_that_measures_nothing_fails_and_writes_nothing(cluster: Emulated
                     "--max-msg", "64", "--timeout", "60s", "--out", str(out), env=env)
     assert done.returncode == 1, done.stdout + done.stderr
     assert "measured too little" in done.stdout + done.stderr
-    assert not (out / "manifest.json").exists() and not any(out.glob("*")) if out.exists() else True
+    # no tuning file: only the failed runs' reasons, one line per run, where the closing line points
+    assert sorted(p.name for p in out.glob("*")) == ["tune-failures.log"]
+    reasons = (out / "tune-failures.log").read_text().splitlines()
+    assert len(reasons) == 18 and all("failed" in line for line in reasons), reasons
+    assert "tune-failures.log" in done.stdout + done.stderr
