@@ -36,17 +36,18 @@ SIZES = (4, 1024, BYTES, 65536)
 ROW = re.compile(r"^\s*(\d+)\s+(\d+)\s+(\d+)\s+[\d.]+\s+(.+)$")
 
 
-def tiny_tuning(directory: Path, ranks: int, algorithm: str, vendor: str = "mpich") -> Path:
+def tiny_tuning(directory: Path, ranks: int, algorithm: str, vendor: str = "mpich", nodes: int = 1) -> Path:
     """A tuning directory as `tune` leaves one (the adapter's files through tune/files.py, a manifest with
-    selection rows) for one layout of one node whose every size measured `algorithm` fastest."""
+    selection rows) for one layout (`nodes` x ranks/nodes) whose every size measured `algorithm` fastest."""
     library = resolve_library(vendor)
     adapter = adapter_for(library)
     table = SelectionTable.from_items(("allreduce", ranks, size, algorithm) for size in SIZES)
     rule_sets = build_rule_sets(table)
     written = write_tuning_files(directory, library, adapter, rule_sets, smoke=False)
+    ppn = ranks // nodes
     Manifest(directory=directory, library=LibraryRecord.of(library), created=utc_timestamp(),
-             collectives=("allreduce",), scales=((ranks, 1, ranks),), sizes=SIZES,
-             selection=tuple(SelectionRow(Cell("allreduce", ranks, 1, ranks, size), algorithm, 1.0, 2.0)
+             collectives=("allreduce",), scales=((ranks, nodes, ppn),), sizes=SIZES,
+             selection=tuple(SelectionRow(Cell("allreduce", ranks, nodes, ppn, size), algorithm, 1.0, 2.0)
                              for size in SIZES),
              **files_fields(written, rule_sets)).save()
     return directory
@@ -181,6 +182,29 @@ def test_catalog_module_sets_what_run_prints_under_the_real_module_command(tmp_p
 
 
 @pytest.mark.full
+def test_catalog_coverage_classifies_jobs_by_the_files_catalog_build_writes(tmp_path: Path) -> None:
+    """4 ranks measured as 1x4 and 4x1 with different winners (MPICH): the built files key that size on processes
+    per node, so a 2x2 job is the library's default in `coverage` as in the files (before, coverage built its
+    own rule sets without ppn levels: 'measured at another ppn'), 1x4 and 4x1 measured."""
+    catalog, out = tmp_path / "catalog", tmp_path / "built"
+    for nodes, algorithm in ((1, "recursive_doubling"), (4, "reduce_scatter_allgather")):
+        done = tunempi("catalog", "add", str(tiny_tuning(tmp_path / f"t{nodes}", 4, algorithm, nodes=nodes)),
+                       "--catalog", str(catalog))
+        assert done.returncode == 0, done.stderr
+    jobs = tmp_path / "jobs.csv"
+    jobs.write_text("nodes,ppn,node_hours\n1,4,10\n4,1,20\n2,2,30\n")
+    shown = tunempi("catalog", "coverage", "--jobs", str(jobs), "--catalog", str(catalog))
+    assert shown.returncode == 0, shown.stderr
+    rows = {m.group(1, 2): m.group(4) for m in map(ROW.match, shown.stdout.splitlines()) if m}
+    assert rows == {("1", "4"): "measured", ("4", "1"): "measured", ("2", "2"): "library default"}
+    assert "worth tuning next: 2x2 (4 ranks" in shown.stdout
+    built = tunempi("catalog", "build", "--out", str(out), "--catalog", str(catalog), "--no-smoke")
+    assert built.returncode == 0, built.stderr
+    rule_set = Manifest.load(out).rule_sets["allreduce"]
+    assert [rule_set.select(4, BYTES, ppn) for ppn in (4, 1, 2)] == [
+        "recursive_doubling", "reduce_scatter_allgather", DEFAULT_ALGORITHM]
+
+
 def test_catalog_coverage_reads_the_private_slurms_records_of_finished_jobs(tmp_path: Path) -> None:
     """Three finished sbatch jobs of the emulated cluster's Slurm (no slurmdbd: `sacct` refuses, slurmctld's job
     completion log has them), weighted by node-hours against a catalog measured at 1x2: that layout measured,

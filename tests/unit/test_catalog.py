@@ -335,3 +335,74 @@ def test_concurrent_adds_each_keep_the_others_entries(tmp_path: Path, monkeypatc
     worker.join(timeout=60)
     assert not errors and not worker.is_alive()
     assert Catalog.load(catalog).layouts() == [(2, 1, 2), (4, 1, 4)]
+
+
+# -- coverage from the rule sets catalog build writes (issue 57) ------------------------------------------------
+
+
+def stub_library(monkeypatch: pytest.MonkeyPatch, kind: str = "mpich") -> None:
+    """The catalog's library taken as found, its adapter an MPICH or Open MPI one over no installed library
+    (its rule-set capabilities only: what the files can hold)."""
+    from test_rules_ppn import stub
+
+    from tunempi.mpi.mpich import MpichAdapter
+    from tunempi.mpi.openmpi import OpenMPIAdapter
+
+    adapter = stub(MpichAdapter if kind == "mpich" else OpenMPIAdapter)
+    monkeypatch.setattr("tunempi.tune.apply.tuning_library", lambda manifest, mpi=None: adapter.library)
+    monkeypatch.setattr("tunempi.mpi.discovery.adapter_for", lambda library: adapter)
+
+
+def catalog_cli(*args: str) -> str:
+    """`tunempi catalog ARGS` in-process (a stubbed library holds): its output; exit 0 checked."""
+    from typer.testing import CliRunner
+
+    from tunempi.cli.main import build_app
+
+    result = CliRunner().invoke(build_app("catalog"), ["catalog", *args], terminal_width=200)
+    assert result.exit_code == 0, result.output
+    return result.output
+
+
+def coverage_cli(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, kind: str, rows: dict, jobs_csv: str) -> dict:
+    """`catalog coverage --jobs` over a catalog of `rows` ((ranks, nodes, ppn, bytes) -> algorithm), the library
+    an MPICH or Open MPI one (stub_library): (nodes, ppn) -> basis."""
+    stub_library(monkeypatch, kind)
+    catalog = tmp_path / "catalog"
+    add_tuning(catalog, tuning(tmp_path / "t", rows))
+    jobs = tmp_path / "jobs.csv"
+    jobs.write_text(jobs_csv)
+    output = catalog_cli("coverage", "--jobs", str(jobs), "--catalog", str(catalog))
+    rows_shown = [line.split(maxsplit=4) for line in output.splitlines() if line[:6].strip().isdigit()]
+    return {(int(nodes), int(ppn)): basis for nodes, ppn, _, _, basis in rows_shown}
+
+
+def test_coverage_classifies_a_job_by_the_rule_sets_catalog_build_writes(tmp_path: Path,
+                                                                         monkeypatch: pytest.MonkeyPatch) -> None:
+    """4 ranks measured as 1x4 and 4x1 with different winners, a job at 2x2: MPICH's built files key that size on
+    ppn and leave 2x2 to the library (before, coverage built its rule sets without ppn levels and called it
+    'measured at another ppn'); Open MPI's files act there with the fullest nodes' winner, and on 4x1 too, whose
+    own winner they do not hold (before: 'measured')."""
+    rows = {(4, 1, 4, size): "ring" for size in (8, 4096)}
+    rows |= {(4, 4, 1, size): "recursive_doubling" for size in (8, 4096)}
+    jobs = "nodes,ppn,node_hours\n1,4,10\n4,1,20\n2,2,30\n"
+    assert coverage_cli(tmp_path / "mpich", monkeypatch, "mpich", rows, jobs) == {
+        (1, 4): MEASURED_LAYOUT, (4, 1): MEASURED_LAYOUT, (2, 2): DEFAULT}
+    assert coverage_cli(tmp_path / "openmpi", monkeypatch, "openmpi", rows, jobs) == {
+        (1, 4): MEASURED_LAYOUT, (4, 1): OTHER_PPN, (2, 2): OTHER_PPN}
+
+
+def test_coverage_calls_a_layout_above_the_measured_sizes_extended_where_the_policys_rules_act() -> None:
+    """catalog build writes the extension policy's rules above the largest measured size (issue 57 part 2): a job
+    there runs them, so it is 'extended' (before: 'library default'), still worth tuning next."""
+    from tunempi.catalog.coverage import EXTENDED_LAYOUT
+    from tunempi.rules.ruleset import Extension
+
+    selection = {Cell("allreduce", ranks, 1, ranks, 8): "ring" for ranks in (2, 4)}
+    extended = rule_sets_for(selection_table(selection), {"allreduce": Extension("gaining", ((8, "ring"),))})
+    jobs = [JobLayout(1, 4, 1.0), JobLayout(2, 4, 5.0)]
+    report = coverage(jobs, [(4, 1, 4)], extended)
+    assert {c.layout.ranks: c.basis for c in report.layouts} == {4: MEASURED_LAYOUT, 8: EXTENDED_LAYOUT}
+    assert [c.layout.ranks for c in report.next_to_tune()] == [8]
+    none = rule_sets_for(selection_table(selection), {"allreduce": Extension("gaining", ((8, "default"),))})
+    assert coverage(jobs, [(4, 1, 4)], none).layouts[1].basis == DEFAULT

@@ -11,7 +11,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from test_catalog import tuning
+from test_catalog import catalog_cli, stub_library, tuning
 
 from tunempi.catalog.campaign import TUNE_SET, batch_script, split_args, submit
 from tunempi.catalog.coverage import JobLayout
@@ -63,19 +63,20 @@ def tunempi(*args: str, env: dict[str, str] | None = None) -> subprocess.Complet
                           env=env)
 
 
-def test_dry_run_prints_the_scripts_of_the_layouts_worth_tuning_next_and_submits_nothing(tmp_path: Path) -> None:
+def test_dry_run_prints_the_scripts_of_the_layouts_worth_tuning_next_and_submits_nothing(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    stub_library(monkeypatch)  # coverage asks the catalog's library what its files hold
     catalog, work = tmp_path / "catalog", tmp_path / "work"
     add_tuning(catalog, tuning(tmp_path / "t2", {(2, 1, 2, 8): "ring"}))  # 1x2 measured: not worth tuning again
     jobs = tmp_path / "jobs.csv"
     jobs.write_text("nodes,ppn,node_hours\n1,2,100\n2,2,30\n4,8,50\n1,16,1\n")
-    done = tunempi("catalog", "campaign", "--jobs", str(jobs), "--catalog", str(catalog), "--work", str(work),
-                   "--top", "2", "--tune-args", "--collectives allreduce --launches 2", "--dry-run")
-    assert done.returncode == 0, done.stderr
-    shown = [line for line in done.stdout.splitlines() if line.startswith("#SBATCH --nodes=")
+    output = catalog_cli("campaign", "--jobs", str(jobs), "--catalog", str(catalog), "--work", str(work),
+                         "--top", "2", "--tune-args", "--collectives allreduce --launches 2", "--dry-run")
+    shown = [line for line in output.splitlines() if line.startswith("#SBATCH --nodes=")
              or line.startswith("#SBATCH --ntasks-per-node=")]
     assert shown == ["#SBATCH --nodes=4", "#SBATCH --ntasks-per-node=8", "#SBATCH --nodes=2",
                      "#SBATCH --ntasks-per-node=2"]  # most node-hours first
-    assert "--launches 2" in done.stdout and f"--catalog {catalog.resolve()}" in done.stdout
+    assert "--launches 2" in output and f"--catalog {catalog.resolve()}" in output
     assert not work.exists()
 
 

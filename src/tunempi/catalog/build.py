@@ -17,6 +17,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from tunempi.catalog.store import Catalog, Entry
 from tunempi.collectives import DEFAULT_ALGORITHM
@@ -25,6 +26,10 @@ from tunempi.rules import RuleSet
 from tunempi.space import Cell
 from tunempi.store.results import utc_timestamp
 from tunempi.tune.manifest import Manifest, RunRecord, SelectionRow
+
+if TYPE_CHECKING:
+    from tunempi.mpi.library import MPILibrary
+    from tunempi.mpi.vendor import VendorAdapter
 
 CATALOG_STRATEGY = "catalog"
 
@@ -59,41 +64,73 @@ def provenance(entry: Entry) -> dict:
             "created": entry.created, "held_out": dict(entry.held_out)}
 
 
-def build_tuning(catalog: Catalog, out: Path, *, mpi: str | None = None, smoke: bool = True,
-                 on_writing: Callable[[tuple[int, ...]], None] | None = None) -> Built:
-    """Write the catalog's tuning into `out` (TuningFileError if the library rejects the files; `out` then keeps
-    what it held)."""
-    from tunempi.mpi.discovery import adapter_for
-    from tunempi.tune.apply import tuning_library
-    from tunempi.tune.files import (
-        files_rule_sets,
-        one_choice_per_scale,
-        whole_collectives,
-        write_tuning_files,
-    )
-    from tunempi.tune.job import files_fields, one_choice
+@dataclass(frozen=True)
+class CatalogRules:
+    """What the files `catalog build` writes hold, before anything is written: `coverage` classifies the site's
+    jobs by these very rule sets (one path, so it cannot call a layout covered that the files leave to the
+    library, nor the reverse)."""
 
-    if catalog.library is None or not catalog.entries:
-        raise UsageError(f"{catalog.directory} holds no tuning yet: add one with `tunempi catalog add DIR`")
-    out = out.resolve()
-    # The library by the catalog's fingerprint, checked as `run` checks a tuning directory's.
-    library = tuning_library(Manifest(directory=catalog.directory, library=catalog.library), mpi)
-    adapter = adapter_for(library)
-    by_ppn = adapter.selects_by_ppn()
-    acting, shadowed = acting_entries(catalog.entries, by_ppn=by_ppn)
+    selection: dict[Cell, str]
+    medians: dict[tuple[Cell, str], float | None]
+    rule_sets: dict[str, RuleSet]
+    acting: tuple[Entry, ...]
+    shadowed: tuple[Entry, ...]  # measured at a ppn whose size another layout's winner decides in the files
+
+    def measured_layouts(self) -> list[tuple[int, int, int]]:
+        """(ranks, nodes, ppn) of the layouts whose measured winners the files hold: not one with a shadowed
+        cell (the files act there with another layout's winner)."""
+        shadowed = {e.cell.scale for e in self.shadowed}
+        return sorted({e.cell.scale for e in self.acting} - shadowed)
+
+
+def catalog_rules(entries: tuple[Entry, ...], adapter: VendorAdapter) -> CatalogRules:
+    """The catalog's entries as the library's files can hold them, through tune's path (tune/files.py): the
+    acting entries (each layout's own where the files key on ppn), what a file can select
+    (`one_choice_per_scale`, `whole_collectives`), and the rule sets (`files_rule_sets`: ppn levels where the
+    library has them, the extension policy above the largest measured size)."""
+    from tunempi.tune.files import files_rule_sets, one_choice_per_scale, whole_collectives
+
+    acting, shadowed = acting_entries(entries, by_ppn=adapter.selects_by_ppn())
     medians: dict[tuple[Cell, str], float | None] = {}
     for e in acting:
         medians[(e.cell, e.algorithm)] = e.median_us
         medians.setdefault((e.cell, DEFAULT_ALGORITHM), e.default_us)
     chosen = {e.cell: e.algorithm for e in acting}
     selection = whole_collectives(one_choice_per_scale(chosen, adapter, medians), adapter, medians)
-    # above the largest size the catalog measured: what the extension policy keeps, as tune does
-    rule_sets: dict[str, RuleSet] = files_rule_sets(selection, adapter, medians)
+    return CatalogRules(selection, medians, files_rule_sets(selection, adapter, medians), tuple(acting),
+                        tuple(shadowed))
+
+
+def catalog_library(catalog: Catalog, mpi: str | None = None) -> tuple[MPILibrary, VendorAdapter]:
+    """The library of the catalog's fingerprint (`mpi` if given, which must be that build), as `run` checks a
+    tuning directory's, and its adapter."""
+    from tunempi.mpi.discovery import adapter_for
+    from tunempi.tune.apply import tuning_library
+
+    if catalog.library is None:
+        raise UsageError(f"{catalog.directory} holds no tuning yet: add one with `tunempi catalog add DIR`")
+    library = tuning_library(Manifest(directory=catalog.directory, library=catalog.library), mpi)
+    return library, adapter_for(library)
+
+
+def build_tuning(catalog: Catalog, out: Path, *, mpi: str | None = None, smoke: bool = True,
+                 on_writing: Callable[[tuple[int, ...]], None] | None = None) -> Built:
+    """Write the catalog's tuning into `out` (TuningFileError if the library rejects the files; `out` then keeps
+    what it held)."""
+    from tunempi.tune.files import write_tuning_files
+    from tunempi.tune.job import files_fields, one_choice
+
+    if catalog.library is None or not catalog.entries:
+        raise UsageError(f"{catalog.directory} holds no tuning yet: add one with `tunempi catalog add DIR`")
+    out = out.resolve()
+    library, adapter = catalog_library(catalog, mpi)
+    rules = catalog_rules(catalog.entries, adapter)
+    selection, medians, rule_sets = rules.selection, rules.medians, rules.rule_sets
     smoke_ranks = tuple(sorted({cell.ranks for cell in selection}))
     if on_writing is not None:
         on_writing(smoke_ranks)
     written = write_tuning_files(out, library, adapter, rule_sets, smoke_ranks=smoke_ranks, smoke=smoke)
-    by_cell = {e.cell: e for e in acting}
+    by_cell = {e.cell: e for e in rules.acting}
     manifest = Manifest(
         directory=out, library=catalog.library, created=utc_timestamp(),
         collectives=tuple(sorted({c.collective for c in selection})),
@@ -101,7 +138,7 @@ def build_tuning(catalog: Catalog, out: Path, *, mpi: str | None = None, smoke: 
         strategy=CATALOG_STRATEGY,
         strategy_params={"catalog": str(catalog.directory.resolve()),
                          "provenance": [provenance(by_cell[c]) for c in sorted(selection)],
-                         "shadowed": [provenance(e) for e in sorted(shadowed, key=lambda e: e.cell)]},
+                         "shadowed": [provenance(e) for e in sorted(rules.shadowed, key=lambda e: e.cell)]},
         run=RunRecord(stop_reason="built from the catalog's tunings"),
         one_choice=one_choice(adapter, sorted({c.collective for c in selection})),
         selection=tuple(SelectionRow(cell, algorithm, medians.get((cell, algorithm)),
@@ -110,4 +147,4 @@ def build_tuning(catalog: Catalog, out: Path, *, mpi: str | None = None, smoke: 
         **files_fields(written, rule_sets),
     )
     manifest.save()
-    return Built(manifest, tuple(shadowed))
+    return Built(manifest, rules.shadowed)

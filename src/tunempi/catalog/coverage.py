@@ -1,11 +1,14 @@
 """`catalog coverage`: how much of the site's work the catalog's rules reach, weighted by node-hours.
 
-Each job layout (nodes, ppn) is one of: `measured` (the catalog measured that very layout), `measured at
-another ppn` (its communicator size was measured at another ppn: the files act there, keyed by size; not where the
-rule sets key that size on ppn, MPICH's where its layouts measured different winners: there it is the library's
-default), `interpolated`
-(between two measured sizes whose winners agree, RuleSet.coverage), or `library default` (the files leave it to
-the library). The layouts worth tuning next are the default and other-ppn ones with the most node-hours.
+Each job layout (nodes, ppn) is classified by the rule sets `catalog build` writes for the catalog
+(build.catalog_rules, for the catalog's library: its files key on processes per node or not), as one of:
+`measured` (the catalog measured that very layout and the files hold its winners), `measured at another ppn`
+(its communicator size was measured at another ppn, or this layout's winners are shadowed there: the size-keyed
+files act on another layout's evidence; not where the rule sets key that size on ppn, MPICH's where its layouts
+measured different winners: there a ppn nobody measured is the library's default), `interpolated` (between two
+measured sizes whose winners agree, RuleSet.coverage), `extended` (above the largest measured size, where the
+extension policy's rules act), or `library default` (the files leave it to the library). The layouts worth tuning
+next are those without measured evidence of their own with the most node-hours.
 """
 
 from __future__ import annotations
@@ -14,13 +17,18 @@ import csv
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from tunempi.errors import UsageError
 from tunempi.rules import INTERPOLATED, MEASURED, RuleSet
+from tunempi.rules.ruleset import EXTENDED
 
-MEASURED_LAYOUT, OTHER_PPN, INTERPOLATED_LAYOUT, DEFAULT = (
-    "measured", "measured at another ppn", "interpolated", "library default")
-BASES = (MEASURED_LAYOUT, OTHER_PPN, INTERPOLATED_LAYOUT, DEFAULT)
+if TYPE_CHECKING:
+    from tunempi.catalog.store import Catalog
+
+MEASURED_LAYOUT, OTHER_PPN, INTERPOLATED_LAYOUT, EXTENDED_LAYOUT, DEFAULT = (
+    "measured", "measured at another ppn", "interpolated", "extended", "library default")
+BASES = (MEASURED_LAYOUT, OTHER_PPN, INTERPOLATED_LAYOUT, EXTENDED_LAYOUT, DEFAULT)
 JOB_COLUMNS = ("nodes", "ppn", "node_hours")
 
 
@@ -105,10 +113,24 @@ def classify(job: JobLayout, measured_layouts: Iterable[tuple[int, int, int]],
         bases |= {c.basis for c in rule_set.coverage() if c.contains(job.ranks)}
     if MEASURED in bases:
         return OTHER_PPN
-    return INTERPOLATED_LAYOUT if INTERPOLATED in bases else DEFAULT
+    if INTERPOLATED in bases:
+        return INTERPOLATED_LAYOUT
+    return EXTENDED_LAYOUT if EXTENDED in bases else DEFAULT
 
 
 def coverage(jobs: Iterable[JobLayout], measured_layouts: Iterable[tuple[int, int, int]],
              rule_sets: Mapping[str, RuleSet]) -> CoverageReport:
     measured = list(measured_layouts)
     return CoverageReport(tuple(LayoutCoverage(job, classify(job, measured, rule_sets)) for job in combine(jobs)))
+
+
+def catalog_coverage(catalog: Catalog, jobs: Iterable[JobLayout], *, mpi: str | None = None) -> CoverageReport:
+    """The coverage of `jobs` by the files `catalog build` would write for `catalog` (its library, `mpi` if given,
+    must be usable here: whether its files key on processes per node decides what they hold)."""
+    from tunempi.catalog.build import catalog_library, catalog_rules
+
+    if not catalog.entries:
+        return coverage(jobs, [], {})
+    _, adapter = catalog_library(catalog, mpi)
+    rules = catalog_rules(catalog.entries, adapter)
+    return coverage(jobs, rules.measured_layouts(), rules.rule_sets)

@@ -98,14 +98,13 @@ JobcompOption = Annotated[Path | None, typer.Option(help="Read finished jobs fro
                                                          "(JobCompType=jobcomp/filetxt), for Slurm without sacct.")]
 
 
-def site_coverage(catalog: Path | None, jobs: Path | None, sacct: bool, jobcomp: Path | None
-                  ) -> tuple[Catalog, CoverageReport]:
-    """The catalog and the coverage of the site's job layouts (from exactly one of the three sources)."""
-    from tunempi.catalog.build import acting_entries
-    from tunempi.catalog.coverage import coverage, read_jobs_csv
+def site_coverage(catalog: Path | None, jobs: Path | None, sacct: bool, jobcomp: Path | None,
+                  mpi: str | None = None) -> tuple[Catalog, CoverageReport]:
+    """The catalog and the coverage of the site's job layouts (from exactly one of the three sources) by the
+    rule sets `catalog build` writes for it."""
+    from tunempi.catalog.coverage import catalog_coverage, read_jobs_csv
     from tunempi.catalog.jobs import read_jobcomp, read_sacct
     from tunempi.catalog.store import Catalog, catalog_dir
-    from tunempi.tune.files import rule_sets_for, selection_table
 
     if sum((jobs is not None, sacct, jobcomp is not None)) != 1:
         raise UsageError("give exactly one of --jobs FILE.csv, --sacct, --jobcomp FILE")
@@ -113,9 +112,7 @@ def site_coverage(catalog: Path | None, jobs: Path | None, sacct: bool, jobcomp:
     layouts = read_jobs_csv(jobs) if jobs is not None else read_jobcomp(jobcomp) if jobcomp else read_sacct()
     if not layouts:
         raise UsageError("no finished jobs found in the records given")
-    acting, _ = acting_entries(found.entries)
-    rule_sets = rule_sets_for(selection_table({e.cell: e.algorithm for e in acting})) if acting else {}
-    return found, coverage(layouts, found.layouts(), rule_sets)
+    return found, catalog_coverage(found, layouts, mpi=mpi)
 
 
 @catalog_app.command("coverage")
@@ -125,9 +122,13 @@ def coverage_command(
     sacct: SacctOption = False,
     jobcomp: JobcompOption = None,
     top: Annotated[int, typer.Option(help="How many layouts to name as worth tuning next.")] = 5,
+    mpi: Annotated[str | None, typer.Option("--mpi", help=f"MPI library ({SPEC_HELP}); default: the catalog's. "
+                                            "It must be that build: its files decide what the rules reach.")]
+    = None,
 ) -> None:
-    """Each job layout measured, interpolated or left to the library's default, weighted by node-hours."""
-    found, report = site_coverage(catalog, jobs, sacct, jobcomp)
+    """Each job layout measured, interpolated, extended or left to the library's default by the files `catalog
+    build` writes, weighted by node-hours."""
+    found, report = site_coverage(catalog, jobs, sacct, jobcomp, mpi)
     total = sum(c.layout.node_hours for c in report.layouts)
     _out.print(f"{len(report.layouts)} job layouts, {total:.1f} node-hours; catalog layouts "
                f"{', '.join(f'{n}x{p}' for _, n, p in found.layouts()) or 'none'}")
@@ -173,7 +174,8 @@ def campaign_command(
 
     tune_argv = split_args(tune_args, "--tune-args", TUNE_SET)
     verify_argv = split_args(verify_args, "--verify-args", VERIFY_SET)
-    found, report = site_coverage(catalog, jobs, sacct, jobcomp)
+    # the catalog's own build unless --mpi names one (then it must be that build: its adds would refuse another)
+    found, report = site_coverage(catalog, jobs, sacct, jobcomp, mpi)
     layouts = [item.layout for item in report.next_to_tune(top)]
     if not layouts:
         _out.print("every job layout is measured or interpolated by the catalog: nothing to tune")
