@@ -182,6 +182,31 @@ def test_catalog_module_sets_what_run_prints_under_the_real_module_command(tmp_p
 
 
 @pytest.mark.full
+def test_catalog_module_never_sets_intel_mpis_strings_and_sets_mpichs_and_open_mpis_files(tmp_path: Path) -> None:
+    """A module is loaded before a job's layout is known. Intel MPI's I_MPI_ADJUST_<COLL> act at every size (the
+    nearest condition's preset), so `catalog module` leaves them to `tunempi run` (which sets them only for a job
+    in the measured layouts): here nothing else is left to set, so it refuses in one line, exit 2, no file
+    written (before: a module forcing the 2-rank preset on every job). MPICH's and Open MPI's files bound
+    themselves (comm_size and ppn keys, comm size sections): their module sets what `run --print-env` prints."""
+    env = {k: v for k, v in os.environ.items() if k != "TUNEMPI_MPI"}
+    intel = tmp_path / "modules" / "impi"
+    done = tunempi("catalog", "module", "--tuning", str(tiny_tuning(tmp_path / "impi", 2, "preset_3", vendor="impi")),
+                   "--out", str(intel), env=env)
+    said = " ".join(done.stderr.split())  # the console wraps its lines
+    assert done.returncode == 2 and "Traceback" not in done.stderr, done.stderr
+    assert "I_MPI_ADJUST_ALLREDUCE" in said and "tunempi run --tuning" in said and "2 ranks on 1 node" in said, said
+    assert not intel.exists()
+    for vendor, algorithm in (("mpich", "recursive_doubling"), ("openmpi", "recursive_doubling")):
+        directory = tiny_tuning(tmp_path / vendor, 2, algorithm, vendor=vendor)
+        modulefile = tmp_path / "modules" / vendor
+        done = tunempi("catalog", "module", "--tuning", str(directory), "--out", str(modulefile), env=env)
+        assert done.returncode == 0, done.stderr
+        printed = tunempi("run", "--tuning", str(directory), "--print-env", env=env)
+        exported = {line.removeprefix("export ").split("=", 1)[0] for line in printed.stdout.splitlines()}
+        set_by_module = {line.split()[1] for line in modulefile.read_text().splitlines() if line.startswith("setenv ")}
+        assert set_by_module == exported and exported, (vendor, exported)
+
+
 def test_catalog_coverage_classifies_jobs_by_the_files_catalog_build_writes(tmp_path: Path) -> None:
     """4 ranks measured as 1x4 and 4x1 with different winners (MPICH): the built files key that size on processes
     per node, so a 2x2 job is the library's default in `coverage` as in the files (before, coverage built its

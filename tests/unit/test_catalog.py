@@ -406,3 +406,29 @@ def test_coverage_calls_a_layout_above_the_measured_sizes_extended_where_the_pol
     assert [c.layout.ranks for c in report.next_to_tune()] == [8]
     none = rule_sets_for(selection_table(selection), {"allreduce": Extension("gaining", ((8, "default"),))})
     assert coverage(jobs, [(4, 1, 4)], none).layouts[1].basis == DEFAULT
+
+
+def test_a_module_leaves_out_the_variables_a_library_cannot_bound_and_says_so() -> None:
+    """A module is loaded before a job's layout is known: variables whose rules act at every communicator size
+    (adapter.unbounded_selection_env, Intel MPI's strings) stay out of it, named in one comment line pointing to
+    `tunempi run`; the rest (files that bound themselves) are set (before: every variable `run --print-env`
+    prints)."""
+    from tunempi.catalog.module import left_out_text, module_env
+    from tunempi.rules import RuleSet
+
+    class Unbounding:
+        def unbounded_selection_env(self, collective: str) -> tuple[str, ...]:
+            return (f"X_ADJUST_{collective.upper()}",) if collective == "allreduce" else ()
+
+    rule_sets = {c: RuleSet.from_dict({"collective": c, "blocks": [
+        {"min_ranks": 1, "max_ranks": None, "rules": [{"max_bytes": None, "algorithm": "ring"}]}]})
+        for c in ("allreduce", "bcast")}
+    manifest = Manifest(directory=Path("/t"), library=LIBRARY, scales=((2, 1, 2), (4, 2, 2)), rule_sets=rule_sets,
+                        env={"X_ADJUST_ALLREDUCE": "3:0-10@2-2", "X_BCAST_FILE_DIR": "on"})
+    env, left = module_env(manifest, Unbounding())  # type: ignore[arg-type]
+    assert env == {"X_BCAST_FILE_DIR": "on"} and left == ("X_ADJUST_ALLREDUCE",)
+    note = left_out_text(manifest, left)
+    assert "X_ADJUST_ALLREDUCE is left out" in note and "tunempi run --tuning /t" in note
+    assert "(2 ranks on 1 node; 4 ranks on 2 nodes (2 per node))" in note
+    text = modulefile_text(env, what="w", notes=[note])
+    assert "setenv X_BCAST_FILE_DIR on\n" in text and "setenv X_ADJUST" not in text and f"## {note}\n" in text

@@ -1,13 +1,20 @@
 """`catalog module`: a Tcl modulefile (Environment Modules and Lmod read it alike) that sets what
-`tunempi run --print-env` prints for a tuning directory: the variables that make the library load its files."""
+`tunempi run --print-env` prints for a tuning directory, the variables that make the library load its files,
+less those a module cannot bound (`module_env`)."""
 
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from tunempi.catalog.store import write_atomically
+from tunempi.tune.apply import layout_words
+
+if TYPE_CHECKING:
+    from tunempi.mpi.vendor import VendorAdapter
+    from tunempi.tune.manifest import Manifest
 
 #: Tcl words that need no quoting: braces would also do, but a value with a brace or backslash cannot use them
 _PLAIN = re.compile(r"^[A-Za-z0-9_./:=,+@%-]+$")
@@ -22,10 +29,34 @@ def tcl_word(value: str) -> str:
     return '"' + re.sub(r'([\\"$\[\]{}])', r"\\\1", value) + '"'
 
 
-def modulefile_text(env: Mapping[str, str], *, what: str) -> str:
-    """The modulefile: a whatis line and one setenv per variable (unloading unsets them: module's own undo)."""
+def module_env(manifest: Manifest, adapter: VendorAdapter) -> tuple[dict[str, str], tuple[str, ...]]:
+    """(the variables the module sets, the names it leaves out): `run --print-env`'s less every variable whose
+    rules act at communicator sizes no rule states (adapter.unbounded_selection_env: Intel MPI's strings take
+    the nearest condition's preset). `run` leaves those out of a job outside the measured layouts
+    (tune.apply.left_to_library); a module is loaded before any job's layout is known, so it cannot, and set
+    there they would replace the library's own choice without evidence."""
+    env = manifest.activation_env()
+    unbounded = {name for collective in manifest.rule_sets for name in adapter.unbounded_selection_env(collective)}
+    return {name: value for name, value in env.items() if name not in unbounded}, tuple(sorted(set(env) & unbounded))
+
+
+def left_out_text(manifest: Manifest, left: Iterable[str]) -> str:
+    """One line on what `module_env` left out, why, and what sets it instead."""
+    measured = "; ".join(layout_words(*scale[:3]) for scale in sorted(manifest.scales) if len(scale) >= 3)
+    names = list(left)
+    them = "it" if len(names) == 1 else "them"
+    return (f"{', '.join(names)} {'is' if len(names) == 1 else 'are'} left out of the module: this library "
+            f"applies {them} at every communicator size (one no rule states takes the nearest rule's), and a "
+            f"module is loaded before a job's layout is known; `tunempi run --tuning {manifest.directory.resolve()}"
+            f" -- ...` sets {them} for a job within the layouts measured ({measured or 'none recorded'}) and "
+            f"leaves every other job to the library")
+
+
+def modulefile_text(env: Mapping[str, str], *, what: str, notes: Iterable[str] = ()) -> str:
+    """The modulefile: a whatis line, `notes` as comments and one setenv per variable (unloading unsets them:
+    module's own undo)."""
     lines = ["#%Module1.0", f"## {what}", "## written by `tunempi catalog module`: load it where jobs start",
-             f"module-whatis {tcl_word(what)}"]
+             *(f"## {note}" for note in notes), f"module-whatis {tcl_word(what)}"]
     lines += [f"setenv {name} {tcl_word(value)}" for name, value in sorted(env.items())]
     return "\n".join(lines) + "\n"
 

@@ -235,19 +235,26 @@ def module_command(
     mpi: Annotated[str | None, typer.Option("--mpi", help=f"MPI library ({SPEC_HELP}); default: the "
                                             "tuning's.")] = None,
 ) -> None:
-    """Write a Tcl modulefile (Environment Modules, Lmod) setting what `tunempi run --print-env` prints."""
-    from tunempi.catalog.module import modulefile_text, write_modulefile
+    """Write a Tcl modulefile (Environment Modules, Lmod) setting what `tunempi run --print-env` prints, less the
+    variables a module cannot bound to the layouts measured (Intel MPI's I_MPI_ADJUST_<COLL>: `tunempi run`
+    sets those per job)."""
+    from tunempi.catalog.module import left_out_text, module_env, modulefile_text, write_modulefile
+    from tunempi.mpi.discovery import adapter_for
     from tunempi.tune.apply import check_tuning_files, tuning_library
     from tunempi.tune.manifest import Manifest
 
     manifest = Manifest.load(tuning)
     library = tuning_library(manifest, mpi)
     check_tuning_files(manifest, library)
-    env = manifest.activation_env()
+    env, left = module_env(manifest, adapter_for(library))
     if not env:
-        raise UsageError(f"{tuning}: its manifest activates no variables: nothing for a module to set")
+        raise UsageError(f"{tuning}: no module written, it would set nothing: " + (
+            left_out_text(manifest, left) if left else "its manifest activates no variables"))
+    notes = [left_out_text(manifest, left)] if left else []
     path = write_modulefile(out, modulefile_text(
-        env, what=f"tunempi tuning {manifest.directory.resolve()} for {library.name}"))
+        env, what=f"tunempi tuning {manifest.directory.resolve()} for {library.name}", notes=notes))
+    for note in notes:
+        _out.print(note, markup=False)
     _out.print(f"wrote {path}: {len(env)} variables; `module use {path.parent}` then `module load {path.name}`")
 
 
