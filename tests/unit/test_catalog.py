@@ -432,3 +432,26 @@ def test_a_module_leaves_out_the_variables_a_library_cannot_bound_and_says_so() 
     assert "(2 ranks on 1 node; 4 ranks on 2 nodes (2 per node))" in note
     text = modulefile_text(env, what="w", notes=[note])
     assert "setenv X_BCAST_FILE_DIR on\n" in text and "setenv X_ADJUST" not in text and f"## {note}\n" in text
+
+
+def test_a_modulefile_that_cannot_be_written_is_a_usage_error_naming_the_path(tmp_path: Path) -> None:
+    """`catalog module --out` a directory, or below a file: one line, exit 2 (before: a traceback)."""
+    from tunempi.catalog.module import write_modulefile
+
+    with pytest.raises(UsageError, match=r"is a directory: name the modulefile inside it, e\.g\. .*/site"):
+        write_modulefile(tmp_path, "#%Module1.0\n")
+    (tmp_path / "file").write_text("")
+    with pytest.raises(UsageError, match=r"cannot create .*/file: .*/file is a file, not a directory"):
+        write_modulefile(tmp_path / "file" / "site", "#%Module1.0\n")
+    assert [p.name for p in tmp_path.iterdir()] == ["file"]
+
+
+def test_coverage_and_campaign_refuse_a_top_below_one_in_one_line(tmp_path: Path) -> None:
+    """Before, --top 0 named nothing and a campaign said every layout was measured: nothing to tune."""
+    jobs = tmp_path / "jobs.csv"
+    jobs.write_text("nodes,ppn,node_hours\n1,2,3\n")
+    for command in (["coverage"], ["campaign", "--work", str(tmp_path / "w"), "--dry-run"]):
+        done = subprocess.run([sys.executable, "-m", "tunempi", "catalog", *command, "--jobs", str(jobs), "--top",
+                               "0", "--catalog", str(tmp_path / "c")], capture_output=True, text=True, check=False)
+        assert done.returncode == 2 and done.stderr.strip() == (
+            "error: --top must be at least 1 (the layouts to name as worth tuning next), got 0"), done.stderr

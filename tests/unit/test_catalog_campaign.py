@@ -123,3 +123,21 @@ esac
     monkeypatch.setenv("PATH", str(tmp_path / "nowhere"))
     with pytest.raises(UsageError, match="sbatch not found"):
         submit(jobs)
+
+
+def test_a_work_directory_that_cannot_be_written_submits_nothing(tmp_path: Path,
+                                                                monkeypatch: pytest.MonkeyPatch) -> None:
+    """WORK below a file: one line, exit 2, and no sbatch run (before: a traceback, after earlier layouts' jobs
+    had been submitted)."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    log = tmp_path / "sbatch.log"
+    (bin_dir / "sbatch").write_text(f"#!/bin/bash\necho \"$@\" >> {log}\necho 42\n")
+    (bin_dir / "sbatch").chmod(0o755)
+    monkeypatch.setenv("PATH", f"{bin_dir}{os.pathsep}{os.environ['PATH']}")
+    (tmp_path / "file").write_text("")
+    jobs = [batch_script(JobLayout(n, p, 1.0), work=tmp_path / "file" / "w", catalog=tmp_path / "c")
+            for n, p in ((1, 2), (2, 2))]
+    with pytest.raises(UsageError, match=r"cannot create .*/file/w/1x2: .*/file is a file, not a directory"):
+        submit(jobs)
+    assert not log.exists()

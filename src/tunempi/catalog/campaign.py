@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from tunempi.catalog.coverage import JobLayout
+from tunempi.catalog.store import make_directory
 from tunempi.errors import UsageError
 
 #: Options the campaign sets itself per job (the layout, where the tuning goes): not in --tune-args/--verify-args.
@@ -101,11 +102,15 @@ def submit(jobs: Sequence[CampaignJob], *, wait: bool = False, sbatch: str = "sb
     sbatch --wait returns when its job ends, with the job's exit status; the jobs still run side by side."""
     if shutil.which(sbatch) is None:
         raise UsageError(f"{sbatch} not found: a campaign submits Slurm batch jobs (--dry-run prints them)")
+    for job in jobs:  # every script written before any is submitted: a WORK that cannot be written submits none
+        make_directory(job.directory)
+        try:
+            job.script_path.write_text(job.script, encoding="utf-8")
+            job.script_path.chmod(0o755)
+        except OSError as exc:
+            raise UsageError(f"cannot write {job.script_path}: {exc.strerror or exc}") from None
     started = []
     for job in jobs:
-        job.directory.mkdir(parents=True, exist_ok=True)
-        job.script_path.write_text(job.script, encoding="utf-8")
-        job.script_path.chmod(0o755)
         argv = [sbatch, "--parsable", *(["--wait"] if wait else []), str(job.script_path)]
         started.append((job, subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)))
     submitted = []

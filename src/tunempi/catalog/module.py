@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from tunempi.catalog.store import write_atomically
+from tunempi.errors import UsageError
 from tunempi.tune.apply import layout_words
 
 if TYPE_CHECKING:
@@ -62,5 +63,11 @@ def modulefile_text(env: Mapping[str, str], *, what: str, notes: Iterable[str] =
 
 
 def write_modulefile(path: Path, text: str) -> Path:
-    """Write atomically (a `module` command never reads half a file), readable by every user."""
-    return write_atomically(path, text)
+    """Write atomically (a `module` command never reads half a file), readable by every user; UsageError where
+    it cannot be written."""
+    if path.is_dir():
+        raise UsageError(f"{path} is a directory: name the modulefile inside it, e.g. {path / 'site'}")
+    try:
+        return write_atomically(path, text)
+    except OSError as exc:
+        raise UsageError(f"cannot write {path}: {exc.strerror or exc}") from None

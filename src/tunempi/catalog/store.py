@@ -109,10 +109,23 @@ class Catalog:
         return write_atomically(self.directory / CATALOG_NAME, json.dumps(self.to_dict(), indent=1) + "\n")
 
 
+def make_directory(directory: Path) -> Path:
+    """`directory` made with its parents; UsageError saying why where it cannot be (a file in the way, no
+    permission): a path given on the command line is bad input, not a crash."""
+    blocking = next((p for p in (directory, *directory.parents) if p.exists() and not p.is_dir()), None)
+    if blocking is not None:
+        raise UsageError(f"cannot create {directory}: {blocking} is a file, not a directory")
+    try:
+        directory.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise UsageError(f"cannot create {directory}: {exc.strerror or exc}") from None
+    return directory
+
+
 def write_atomically(path: Path, text: str, mode: int = 0o644) -> Path:
     """Write `text` to a temporary file beside `path`, flushed to disk, then renamed over it: a reader (or a
     crash) sees the old file or the new one, never half of one; on failure the temporary file is removed."""
-    path.parent.mkdir(parents=True, exist_ok=True)
+    make_directory(path.parent)
     handle, temporary = tempfile.mkstemp(prefix=f".{path.name}-", suffix=".tmp", dir=path.parent)
     try:
         with os.fdopen(handle, "w", encoding="utf-8") as out:
@@ -181,7 +194,7 @@ def catalog_lock(directory: Path, on_busy: Callable[[Path], None] | None = None)
     """An exclusive lock on the catalog for one read-merge-write (flock on `.catalog.lock`: released when the
     process ends, however it ends; NFS carries it as a POSIX lock). `on_busy(lock)` is called once if another
     add holds it, before this one waits its turn."""
-    directory.mkdir(parents=True, exist_ok=True)
+    make_directory(directory)
     lock = directory / LOCK_NAME
     with open(lock, "a+", encoding="utf-8") as handle:
         try:

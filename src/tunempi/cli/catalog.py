@@ -99,15 +99,17 @@ JobcompOption = Annotated[Path | None, typer.Option(help="Read finished jobs fro
 
 
 def site_coverage(catalog: Path | None, jobs: Path | None, sacct: bool, jobcomp: Path | None,
-                  mpi: str | None = None) -> tuple[Catalog, CoverageReport]:
+                  mpi: str | None, top: int) -> tuple[Catalog, CoverageReport]:
     """The catalog and the coverage of the site's job layouts (from exactly one of the three sources) by the
-    rule sets `catalog build` writes for it."""
+    rule sets `catalog build` writes for it; `top` (how many to name next) checked with the rest."""
     from tunempi.catalog.coverage import catalog_coverage, read_jobs_csv
     from tunempi.catalog.jobs import read_jobcomp, read_sacct
     from tunempi.catalog.store import Catalog, catalog_dir
 
     if sum((jobs is not None, sacct, jobcomp is not None)) != 1:
         raise UsageError("give exactly one of --jobs FILE.csv, --sacct, --jobcomp FILE")
+    if top < 1:
+        raise UsageError(f"--top must be at least 1 (the layouts to name as worth tuning next), got {top}")
     found = Catalog.load(catalog_dir(catalog))
     layouts = read_jobs_csv(jobs) if jobs is not None else read_jobcomp(jobcomp) if jobcomp else read_sacct()
     if not layouts:
@@ -128,7 +130,7 @@ def coverage_command(
 ) -> None:
     """Each job layout measured, interpolated, extended or left to the library's default by the files `catalog
     build` writes, weighted by node-hours."""
-    found, report = site_coverage(catalog, jobs, sacct, jobcomp, mpi)
+    found, report = site_coverage(catalog, jobs, sacct, jobcomp, mpi, top)
     total = sum(c.layout.node_hours for c in report.layouts)
     _out.print(f"{len(report.layouts)} job layouts, {total:.1f} node-hours; catalog layouts "
                f"{', '.join(f'{n}x{p}' for _, n, p in found.layouts()) or 'none'}")
@@ -151,8 +153,9 @@ def campaign_command(
     sacct: SacctOption = False,
     jobcomp: JobcompOption = None,
     top: Annotated[int, typer.Option(help="How many of the layouts worth tuning next to submit.")] = 5,
-    mpi: Annotated[str | None, typer.Option("--mpi", help=f"MPI library ({SPEC_HELP}) the jobs tune; default: "
-                                            "tune's.")] = None,
+    mpi: Annotated[str | None, typer.Option("--mpi", help=f"MPI library ({SPEC_HELP}) the jobs tune, and whose "
+                                            "files coverage reads (it must be the catalog's build); default: tune's "
+                                            "for the jobs, the catalog's for coverage.")] = None,
     db: Annotated[Path | None, typer.Option(help="Results database the jobs' tunes write (default: "
                                                  "$TUNEMPI_DB in the job, else a per-user file).")] = None,
     tune_args: Annotated[str, typer.Option(help="More options for each job's `tunempi tune`, as one shell string "
@@ -175,7 +178,7 @@ def campaign_command(
     tune_argv = split_args(tune_args, "--tune-args", TUNE_SET)
     verify_argv = split_args(verify_args, "--verify-args", VERIFY_SET)
     # the catalog's own build unless --mpi names one (then it must be that build: its adds would refuse another)
-    found, report = site_coverage(catalog, jobs, sacct, jobcomp, mpi)
+    found, report = site_coverage(catalog, jobs, sacct, jobcomp, mpi, top)
     layouts = [item.layout for item in report.next_to_tune(top)]
     if not layouts:
         _out.print("every job layout is measured or interpolated by the catalog: nothing to tune")
