@@ -1,22 +1,27 @@
 """tune --plan at Peak's 512 ranks, checked by replay (issue 57 part 4).
 
-The plan (tune/plan.py) predicts the exploring runs and their seconds from the dataset's latencies; the replay
-runs tune's own strategy (its live parameters) against the dataset's 512-rank cells, as `simulate` does, with a
-budget of the exhaustive sweep (where tune's guard ends it) and the engine's cost per run (a launch per layout,
-the plan's iterations per point), and counts what it measured. Prints both and the error. No MPI, no launch.
+The plan (tune/plan.py) predicts the exploring runs and their seconds by replaying tune's own strategy (its live
+parameters, tune's guard; the median of its seeds 0..REPLAY_SEEDS-1) on the dataset's runs of every point (`replayed_exploration`). The
+check replays the same loop (`plan.replay_exploration`, one copy) on the dataset's 512-rank cells with other
+seeds (REPLAY_SEEDS.., N of them: other draws of the repeated runs and of the strategy), each run priced as the plan prices it
+(`plan.priced_runs`: the engine stopped at the time cap), and prints both, the error, and what the constant
+(EXPLORE_RUNS_PER_POINT x points) would have said. The library's default is a candidate, as in tune. No MPI, no
+launch.
 """
 
 from __future__ import annotations
 
 import argparse
+import functools
 
 import numpy as np
 
 from tunempi.bench.protocol import MeasureSettings
+from tunempi.collectives import DEFAULT_ALGORITHM
 from tunempi.sim.cost import CostModel
 from tunempi.sim.replay import ReplayBackend, load_frame
+from tunempi.space import FeatureSpace
 from tunempi.store.dataset import read_dataset
-from tunempi.strategy import import_strategies, make_strategy
 from tunempi.tune import plan
 from tunempi.tune.job import LIVE_STRATEGY_PARAMS, TUNE_SETTINGS
 
@@ -28,39 +33,35 @@ def main() -> None:
     parser.add_argument("--collectives", default="allreduce,bcast,allgather,alltoall")
     parser.add_argument("--seeds", type=int, default=3)
     args = parser.parse_args()
-    import_strategies("tunempi")
     frame = load_frame(args.dataset)
     frame = frame[frame["ranks"] == args.ranks]
     settings: MeasureSettings = TUNE_SETTINGS
-    costs = plan.costs_from_measurements(read_dataset(args.dataset), args.dataset)
-    engine = CostModel(launch_overhead_s=plan.ENGINE_START_S, launch_per="layout",
-                       small_iterations=plan.TYPICAL_ITERATIONS, small_warmup=settings.warmup,
-                       large_iterations=plan.TYPICAL_ITERATIONS, large_warmup=settings.warmup)
-    print(f"{'collective':<11} {'points':>6} {'planned runs':>12} {'replayed runs':>13} {'error':>6} "
-          f"{'planned s':>9} {'replayed s':>10} {'error':>6}")
+    params = LIVE_STRATEGY_PARAMS["tunempi"]
+    rows = [row for row in read_dataset(args.dataset) if row.ranks == args.ranks]
+    print(f"{'collective':<11} {'points':>6} {'constant':>8} {'planned runs':>12} {'replayed runs':>13} "
+          f"{'error':>6} {'planned s':>9} {'replayed s':>10} {'error':>6}")
     for collective in args.collectives.split(","):
-        space = ReplayBackend(frame, collective).space()
-        points = sum(len(space.algorithms) - len(space.unavailable.get(c, ())) for c in space.cells)
-        planned_runs = plan.EXPLORE_RUNS_PER_POINT * points
-        run_s = np.mean([plan.cell_run_s(cell, costs, settings) - costs.point_overhead_s for cell in space.cells])
-        planned_s = plan.ENGINE_START_S + planned_runs * run_s
-        budget = ReplayBackend(frame, collective, cost_model=engine)
-        exhaustive = sum(engine.run_seconds(c.msg_bytes, float(np.median(values)))
-                         for c in space.cells for a in space.algorithms
-                         if (values := budget.runs(c, a)) is not None)
+        data = ReplayBackend(frame, collective).space()
+        space = FeatureSpace(collective, data.cells, (DEFAULT_ALGORITHM, *data.algorithms), data.unavailable)
+        points = sum(len(space.candidates(c)) for c in space.cells)
+        costs = plan.costs_from_measurements([r for r in rows if r.collective == collective], args.dataset)
+        planned = plan.replayed_exploration({collective: space}, costs, settings, strategy="tunempi",
+                                            params=params, seed=0)
+        planned_runs, planned_s = (float(sum(v)) for v in zip(*planned[collective].values(), strict=True))
         runs, seconds = [], []
-        for seed in range(args.seeds):
-            backend = ReplayBackend(frame, collective, seed=seed, cost_model=engine)
-            strategy = make_strategy("tunempi", space, seed=seed, budget_s=exhaustive,
-                                     **LIVE_STRATEGY_PARAMS["tunempi"])
-            while requests := strategy.ask():
-                strategy.tell(backend.measure(requests))
-            runs.append(len(strategy.records))
-            seconds.append(strategy.spent_s)
+        for seed in range(plan.REPLAY_SEEDS, plan.REPLAY_SEEDS + args.seeds):
+            backend = ReplayBackend(frame, collective, seed=seed, cost_model=CostModel(launch_per="layout"),
+                                    measure_default=True)
+            records = plan.replay_exploration(
+                {collective: space}, {collective: functools.partial(plan.priced_runs, backend, costs, settings)},
+                strategy="tunempi", params=params, seed=seed)[collective]
+            (count, spent), = plan.explored_by_layout(records, costs).values()
+            runs.append(count)
+            seconds.append(spent)
         replayed_runs, replayed_s = float(np.mean(runs)), float(np.mean(seconds))
-        print(f"{collective:<11} {points:>6} {planned_runs:>12.0f} {replayed_runs:>13.0f} "
-              f"{(planned_runs - replayed_runs) / replayed_runs:>+6.0%} {planned_s:>9.1f} {replayed_s:>10.1f} "
-              f"{(planned_s - replayed_s) / replayed_s:>+6.0%}")
+        print(f"{collective:<11} {points:>6} {plan.EXPLORE_RUNS_PER_POINT * points:>8.0f} {planned_runs:>12.0f} "
+              f"{replayed_runs:>13.0f} {(planned_runs - replayed_runs) / replayed_runs:>+6.0%} {planned_s:>9.1f} "
+              f"{replayed_s:>10.1f} {(planned_s - replayed_s) / replayed_s:>+6.0%}  (seeds: {runs} runs)")
 
 
 if __name__ == "__main__":

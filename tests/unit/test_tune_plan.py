@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import math
+
 import pytest
 
 from tunempi.bench.protocol import MeasureSettings
 from tunempi.space import Cell, FeatureSpace
 from tunempi.store.dataset import DatasetRow
+from tunempi.strategy import MeasurementRecord
 from tunempi.tune import plan
 from tunempi.tune.plan import PointCosts, costs_from_measurements, predict, run_s
 
@@ -77,3 +80,65 @@ def test_costs_come_from_the_nearest_stored_size_at_the_layout_and_a_dataset_giv
     spaces = {"allreduce": space(2)}
     assert predict(spaces, SETTINGS, costs(500.0, 50, (2, 1, 2)), launches=4).wall_s > \
         predict(spaces, SETTINGS, costs(100.0, 50, (2, 1, 2)), launches=4).wall_s
+
+
+# --- the exploring runs replayed (issue 57 part 4): tune's own strategy on a latency for every point ---
+
+REPLAY_SIZES = tuple(4 << i for i in range(16))
+#: how much slower than the default each algorithm is, at every size: one clear winner (a0)
+SLOWDOWN = {"default": 1.0, "a0": 0.5, "a1": 3.0, "a2": 4.0, "a3": 5.0, "a4": 6.0}
+LIVE = {"batch_size": 32, "regret_tolerance": 0.05, "max_repeats": 1, "contention": 0.3}  # job.LIVE_STRATEGY_PARAMS
+
+
+def replay_space() -> FeatureSpace:
+    return FeatureSpace("allreduce", tuple(Cell("allreduce", 4, 1, 4, s) for s in REPLAY_SIZES), tuple(SLOWDOWN))
+
+
+def replay_costs(base_us: float = 100.0, leave_out: str | None = None) -> PointCosts:
+    """Three runs of every point (1 % apart), slower algorithms by SLOWDOWN; `leave_out`: an algorithm never run."""
+    runs = {((4, 1, 4), "allreduce", s, a): tuple((base_us + s / 100) * f * (1 + 0.01 * k) for k in range(3))
+            for s in REPLAY_SIZES for a, f in SLOWDOWN.items() if a != leave_out}
+    return PointCosts({}, {}, "table", runs_us=runs)
+
+
+def test_where_every_point_has_latencies_the_strategy_replayed_on_them_gives_the_exploring_runs() -> None:
+    spaces = {"allreduce": replay_space()}
+    points = len(REPLAY_SIZES) * len(SLOWDOWN)
+    constant = predict(spaces, SETTINGS, replay_costs(leave_out="a4"), launches=1, strategy="tunempi",
+                       strategy_params=LIVE)
+    assert constant.runs == round(plan.EXPLORE_RUNS_PER_POINT * points)  # an algorithm never run: the constant
+    replayed = predict(spaces, SETTINGS, replay_costs(), launches=1, strategy="tunempi", strategy_params=LIVE)
+    # one clear winner: the strategy stops on its own long before it measured every point
+    assert 0 < replayed.runs < points / 2 < constant.runs
+    # seeded: the same plan twice; its seconds are the replayed runs' own (each at its algorithm's latency)
+    assert predict(spaces, SETTINGS, replay_costs(), launches=1, strategy="tunempi", strategy_params=LIVE) == replayed
+    explored = plan.replayed_exploration(spaces, replay_costs(), SETTINGS, strategy="tunempi", params=LIVE)
+    runs, seconds = explored["allreduce"][(4, 1, 4)]
+    assert runs == replayed.runs
+    assert replayed.wall_s == pytest.approx(plan.EXPLORE_LAUNCHES * plan.ENGINE_START_S + seconds
+                                            + math.ceil(runs / plan.ROUND_RUNS) * plan.MODEL_S_PER_ROUND)
+
+
+def test_the_replay_ends_where_tunes_guard_would_and_measures_the_rest_of_cheap_points() -> None:
+    # points of microseconds, a model round of seconds: after its first round another would cost more than
+    # measuring every point once, and the rest costs less than a round: every point once, as tune does
+    spaces = {"allreduce": replay_space()}
+    records = plan.replay_exploration(spaces, {"allreduce": lambda requests: [
+        MeasurementRecord(r.cell, a, 1.0, launches=0, cost_s=1e-4) for r in requests for a in r.algorithms]},
+        strategy="tunempi", params=LIVE, seed=0, model_s_per_round=1.0)
+    measured = {(record.cell, record.algorithm) for record in records["allreduce"]}
+    assert len(records["allreduce"]) == len(measured) == len(REPLAY_SIZES) * len(SLOWDOWN)
+
+
+def test_a_point_whose_runs_failed_fails_in_the_replay_and_a_missing_size_takes_the_nearest() -> None:
+    costs = costs_from_measurements([
+        DatasetRow("here", "mpich", "allreduce", "ring", 2, 1, 2, 8, 0, 5.0),
+        DatasetRow("here", "mpich", "allreduce", "ring", 2, 1, 2, 8, 1, 7.0),
+        DatasetRow("here", "mpich", "allreduce", "default", 2, 1, 2, 8, 0, 3.0),
+        DatasetRow("here", "mpich", "allreduce", "smp", 2, 1, 2, 8, 0, 0.0)], "rows")
+    cells = (Cell("allreduce", 2, 1, 2, 8), Cell("allreduce", 2, 1, 2, 16))
+    table = plan.point_runs(FeatureSpace("allreduce", cells, ("default", "ring", "smp")), costs)
+    assert table == {(cells[0], "default"): (3.0,), (cells[0], "ring"): (5.0, 7.0),
+                     (cells[1], "default"): (3.0,), (cells[1], "ring"): (5.0, 7.0)}  # smp: failed, no runs
+    # an algorithm never run at the layout: no table (the plan takes the constant)
+    assert plan.point_runs(FeatureSpace("allreduce", cells, ("default", "ring", "bruck")), costs) is None

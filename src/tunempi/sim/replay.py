@@ -38,13 +38,16 @@ class ReplayBackend:
     """The benchmark engine, replayed from a dataset for one collective."""
 
     def __init__(self, frame: pd.DataFrame, collective: str, *, seed: int = 0,
-                 cost_model: CostModel | None = None) -> None:
+                 cost_model: CostModel | None = None, measure_default: bool = False) -> None:
         collective = check_collective(collective)
         data = frame[(frame["collective"] == collective) & frame["latency_us"].notna() & (frame["latency_us"] > 0)]
         if data.empty:
             present = sorted(frame["collective"].unique())
             raise UsageError(f"no {collective} rows in the dataset; it has: {', '.join(present)}")
         self.collective = collective
+        # The library's default measured like any algorithm (tune --plan's replay: a live tune's candidate);
+        # else a request for it fails, as `simulate`'s spaces leave it out.
+        self.measure_default = measure_default
         self.cost_model = cost_model or CostModel()
         self.rng = np.random.default_rng(seed)
         self._runs: dict[tuple[Cell, str], np.ndarray] = {}
@@ -118,8 +121,9 @@ class ReplayBackend:
             for algorithm in request.algorithms:
                 for _ in range(request.repeats):
                     runs = self._runs.get((request.cell, algorithm))
-                    latency = None if runs is None or algorithm == DEFAULT_ALGORITHM else self._next_run(
-                        (request.cell, algorithm), runs)
+                    latency: float | None = None
+                    if runs is not None and (algorithm != DEFAULT_ALGORITHM or self.measure_default):
+                        latency = self._next_run((request.cell, algorithm), runs)
                     launches = self._launches_for(request.cell)
                     records.append(MeasurementRecord(
                         cell=request.cell, algorithm=algorithm, latency_us=latency,

@@ -40,6 +40,12 @@ OnPoint = Callable[[PointResult], None]
 RunOf = Callable[[Cell, str], int]
 
 
+def decided_under_files(adapter: VendorAdapter, collective: str) -> bool:
+    """Whether tune's deciding launches measure the collective under files (FileDecider) rather than switched
+    at run time: a file must select it by size, and not a non-blocking one."""
+    return adapter.selects_by_size(collective) and not is_nonblocking(collective)
+
+
 @dataclass(frozen=True)
 class LaunchSide:
     """One launch of a layout: the cells it measures, each recorded under `labels[cell]` (the algorithm the
@@ -114,7 +120,7 @@ class FileDecider:
         self._ids = itertools.count(1)
 
     def takes(self, collective: str) -> bool:
-        return self.adapter.selects_by_size(collective) and not is_nonblocking(collective)
+        return decided_under_files(self.adapter, collective)
 
     def sides(self, layout: Layout, contested: Mapping[Cell, Sequence[str]]) -> list[LaunchSide]:
         """The launches one deciding block makes at `layout`: the default's, then one per contender rank."""

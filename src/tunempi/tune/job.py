@@ -60,7 +60,7 @@ from tunempi.tune.driver import (
     prefer_default,
     records_from_store,
 )
-from tunempi.tune.file_launches import FileDecider
+from tunempi.tune.file_launches import RUNS_PER_LAUNCH, FileDecider, decided_under_files
 from tunempi.tune.files import (
     WrittenFiles,
     files_rule_sets,
@@ -95,6 +95,7 @@ from tunempi.tune.plan import (
     Prediction,
     costs_from_measurements,
     predict,
+    replayable,
 )
 from tunempi.tune.runner import LayoutRunner, ParallelRunner, PointResult
 from tunempi.tune.scope import Scale, candidate_algorithms, feature_space, message_sizes, sub_scales
@@ -428,7 +429,7 @@ def run_tune(options: TuneOptions, on_event: OnTuneEvent | None = None) -> TuneR
     try:
         with ResultStore(plan.db) as store, \
                 (threadpool_limits(limits=threads) if threads > 0 else contextlib.nullcontext()):
-            predicted = predict_tune(plan, store_costs(store, plan))
+            costs = store_costs(store, plan)  # the plan's costs as the store is before the tune
             figures = plan_figures(plan, runner, store)
             tuner = Tuner(plan.spaces, runner, strategy=options.strategy, seed=options.seed, store=store,
                           fingerprint=plan.library.fingerprint, system=options.system,
@@ -464,6 +465,8 @@ def run_tune(options: TuneOptions, on_event: OnTuneEvent | None = None) -> TuneR
         report.manifest = tune_compositions(plan, report.manifest, emit)
         report.manifest.remove_files_no_longer_listed(earlier)
         actual = Prediction(time.monotonic() - began, outcome.launches, outcome.measured)
+        # predicted after the clock stopped: the strategy's replay (tune/plan.py) takes seconds of its own
+        predicted = predict_tune(plan, costs)
         report.manifest = dataclasses.replace(report.manifest, plan=dataclasses.replace(predicted, actual=actual))
         report.manifest.save()
     return report
@@ -492,9 +495,14 @@ def predict_tune(plan: TunePlan, costs: PointCosts) -> PlanRecord:
     added to the wall time."""
     options = plan.options
     predicted = predict(plan.spaces, options.settings, costs, launches=options.launches,
-                        allocation_nodes=options.nodes, serial=options.topology == "serial")
+                        allocation_nodes=options.nodes, serial=options.topology == "serial",
+                        strategy=options.strategy, strategy_params=plan.strategy_params, seed=options.seed,
+                        runs_per_block={c: RUNS_PER_LAUNCH if decided_under_files(plan.adapter, c) else 1
+                                        for c in plan.collectives})
     smoke_s = FILES_S + (SMOKE_S_PER_SIZE * len({s.ranks for s in plan.scales}) if options.smoke else 0.0)
-    return PlanRecord(dataclasses.replace(predicted, wall_s=predicted.wall_s + smoke_s), costs_from=costs.source)
+    replayed = replayable(plan.spaces, costs)
+    source = costs.source + (f"; exploring replayed on them: {', '.join(replayed)}" if replayed else "")
+    return PlanRecord(dataclasses.replace(predicted, wall_s=predicted.wall_s + smoke_s), costs_from=source)
 
 
 def plan_tune(options: TuneOptions, dataset: Path | None = None) -> PlanRecord:

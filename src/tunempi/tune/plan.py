@@ -2,11 +2,16 @@
 predicted from the layout asked for and what one point of it costs, without launching anything.
 
 The model (docs/tune.md "Plan"), per layout (one engine per layout, tune/runner.py):
-    exploring runs  = EXPLORE_RUNS_PER_POINT x the exhaustive points (cells x candidate algorithms): the guard
-                      (tune/guard.py) ends the exploration near the cost of measuring every point once, and the
-                      strategy measures where it is unsure again;
+    exploring runs  = where the costs have a latency for every point of a collective's space (the store
+                      measured the layout, or a dataset): tune's own strategy replayed on them
+                      (`replay_exploration`: its live parameters, seeded, the guard of tune/guard.py, the model's
+                      rounds at MODEL_S_PER_ROUND), its runs and their seconds per layout; else
+                      EXPLORE_RUNS_PER_POINT x the exhaustive points (cells x candidate algorithms): the guard
+                      ends the exploration near the cost of measuring every point once, and the strategy
+                      measures where it is unsure again;
     deciding runs   = (launches - 1) deciding blocks x cells x CONTENDERS (the default and the closest other,
-                      tune/launch_blocks.py `contenders`; tune/driver.py's deciding blocks);
+                      tune/launch_blocks.py `contenders`; tune/driver.py's deciding blocks) x each one's runs
+                      per block (file_launches.RUNS_PER_LAUNCH, 3, where the block measures under files);
     launches        = EXPLORE_LAUNCHES + (launches - 1): a launch per round and per failed run while exploring,
                       a fresh one per deciding block;
     one run's time  = warm-up + iterations x latency (each part stopped by the time cap as the engine stops
@@ -21,18 +26,28 @@ cell whose collective neither measured takes UNKNOWN_LATENCY_US + msg_bytes / UN
 
 from __future__ import annotations
 
+import dataclasses
+import functools
 import math
 import statistics
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from tunempi.bench.protocol import MeasureSettings
-from tunempi.space import Cell, FeatureSpace
+import pandas as pd
 
-#: Runs of the exploring phase per exhaustive point. Measured: MPICH 2 ranks, allreduce 16 sizes, 112 points,
-#: 318 exploring runs (2.8; docs/measurements/tune.md "Plan").
-EXPLORE_RUNS_PER_POINT = 2.8
+from tunempi.bench.protocol import MeasureSettings
+from tunempi.collectives import DEFAULT_ALGORITHM
+from tunempi.sim.cost import CostModel
+from tunempi.sim.replay import ReplayBackend
+from tunempi.space import Cell, FeatureSpace
+from tunempi.strategy import MeasurementRecord, Request, import_strategies, make_strategy
+from tunempi.tune.guard import CONTINUE, MEASURE_THE_REST, estimate_exhaustive
+
+#: Runs of the exploring phase per exhaustive point where the costs cannot replay the strategy: round 1 of
+#: docs/measurements/tune.md "Plan" (five small tunes): their runs less the deciding blocks' (3 runs of each
+#: contender per cell and block under files), 1347 over 1300 exhaustive points (0.56-1.86 per tune).
+EXPLORE_RUNS_PER_POINT = 1.0
 #: Algorithms measured per cell in each deciding block: the default and one contender (launch_blocks.contenders
 #: adds a second only where the strategy puts two ahead of the default by the margin).
 CONTENDERS = 2
@@ -47,6 +62,8 @@ POINT_OVERHEAD_S = 0.0025
 #: The strategy's model fit per round: (tune's loop wall - its bench time) / rounds, 0.2-0.6 s in the five tunes
 #: of docs/measurements/tune.md "Plan" (load 1-4 on 2 cores).
 MODEL_S_PER_ROUND = 0.35
+#: Replays of the strategy per plan (seeds from the tune's): the plan takes the median one's runs.
+REPLAY_SEEDS = 3
 #: Runs per exploring round (the same tune: 430 runs in 5 rounds, batches of 32 cells).
 ROUND_RUNS = 100
 #: The smoke check: the written files loaded by the library, a launch per communicator size tuned (tune/smoke.py),
@@ -64,13 +81,21 @@ WARMUP_SHARE = 0.25
 TYPICAL_ITERATIONS = 60
 
 
+Key = tuple[tuple[int, int, int], str, int]  # (layout, collective, message size)
+PointKey = tuple[tuple[int, int, int], str, int, str]  # ... and the algorithm
+
+
 @dataclass(frozen=True)
 class PointCosts:
-    """What a run of one point costs: its latency and iterations (None: not known), where they came from."""
+    """What a run of one point costs: its latency and iterations (None: not known), where they came from;
+    per algorithm, each point's runs (`runs_us`) and the points whose every run failed (`failed`): what the
+    strategy's replay measures."""
 
-    latency_us: Mapping[tuple[tuple[int, int, int], str, int], float] = field(default_factory=dict)
-    iterations: Mapping[tuple[tuple[int, int, int], str, int], int] = field(default_factory=dict)
+    latency_us: Mapping[Key, float] = field(default_factory=dict)
+    iterations: Mapping[Key, int] = field(default_factory=dict)
     source: str = "none"
+    runs_us: Mapping[PointKey, tuple[float, ...]] = field(default_factory=dict)
+    failed: frozenset[PointKey] = frozenset()
     engine_start_s: float = ENGINE_START_S
     point_overhead_s: float = POINT_OVERHEAD_S
 
@@ -101,8 +126,8 @@ def run_s(latency_us: float, iterations: int | None, settings: MeasureSettings,
     than min_iters), plus the per-run overhead."""
     latency_s = latency_us * 1e-6
     warm = min(settings.warmup * latency_s, max(WARMUP_SHARE * settings.time_cap_s, 2 * latency_s))
-    if iterations is not None:
-        measured = iterations * latency_s
+    if iterations is not None:  # what it ran, stopped at the time cap (a slower algorithm than the store's median)
+        measured = min(iterations * latency_s, settings.time_cap_s)
     else:
         measured = min(min(TYPICAL_ITERATIONS, settings.max_iters) * latency_s, settings.time_cap_s)
     return warm + max(measured, settings.min_iters * latency_s) + overhead_s
@@ -167,24 +192,155 @@ def cell_run_s(cell: Cell, costs: PointCosts, settings: MeasureSettings) -> floa
                  costs.point_overhead_s)
 
 
+Measure = Callable[[Sequence[Request]], list[MeasurementRecord]]
+Layout = tuple[int, int, int]
+
+
+def replay_exploration(spaces: Mapping[str, FeatureSpace], measure: Mapping[str, Measure], *, strategy: str,
+                       params: Mapping[str, object], seed: int,
+                       model_s_per_round: float = MODEL_S_PER_ROUND) -> dict[str, list[MeasurementRecord]]:
+    """Tune's exploring phase without an engine: a strategy per collective (as tune/driver.py makes them) asked
+    and told in rounds, `measure` answering, until they all stop or tune's guard would end the tune (another
+    round would cost more than the exhaustive sweep: tune/guard.py, the rest measured where that is cheaper;
+    a round's time is its runs' `cost_s` plus `model_s_per_round` for the model). Each collective's records."""
+    import_strategies(strategy)
+    strategies = {c: make_strategy(strategy, space, seed=seed, **params) for c, space in spaces.items()}
+
+    def measure_round(requests: Mapping[str, Sequence[Request]]) -> float:
+        spent = 0.0
+        for collective, batch in requests.items():
+            if batch:
+                records = measure[collective](batch)
+                strategies[collective].tell(records)
+                spent += sum(record.cost_s for record in records)
+        return spent
+
+    spent_s = 0.0
+    while True:
+        requests = {c: s.ask() for c, s in strategies.items() if not s.finished}
+        if not any(requests.values()):
+            break
+        round_s = model_s_per_round + measure_round(requests)
+        spent_s += round_s
+        estimate = estimate_exhaustive(strategies)
+        decision = estimate.decide(spent_s, round_s) if estimate is not None else CONTINUE
+        if decision == CONTINUE:
+            continue
+        if decision == MEASURE_THE_REST and estimate is not None:
+            measure_round(estimate.remaining)
+        break
+    return {c: list(s.records) for c, s in strategies.items()}
+
+
+def point_runs(space: FeatureSpace, costs: PointCosts) -> dict[tuple[Cell, str], tuple[float, ...]] | None:
+    """Every usable point's runs for the replay: the point's own, else that algorithm's at the nearest message
+    size recorded at the cell's layout (none where its runs failed there: it fails in the replay too); None
+    where an algorithm was never recorded at a cell's layout (the plan then takes EXPLORE_RUNS_PER_POINT)."""
+    sizes: dict[tuple[Layout, str], list[int]] = {}
+    for layout, collective, size, algorithm in [*costs.runs_us, *costs.failed]:
+        if collective == space.collective:
+            sizes.setdefault((layout, algorithm), []).append(size)
+    table: dict[tuple[Cell, str], tuple[float, ...]] = {}
+    for cell in space.cells:
+        for algorithm in space.candidates(cell):
+            recorded = sizes.get((cell.scale, algorithm))
+            if not recorded:
+                return None
+            size = min(recorded, key=lambda s: (abs(math.log2(max(s, 1)) - math.log2(max(cell.msg_bytes, 1))), s))
+            runs = costs.runs_us.get((cell.scale, space.collective, size, algorithm))
+            if runs:
+                table[(cell, algorithm)] = runs
+    return table
+
+
+def replayable(spaces: Mapping[str, FeatureSpace],
+               costs: PointCosts) -> dict[str, dict[tuple[Cell, str], tuple[float, ...]]]:
+    """The collectives whose every point has runs in `costs` (`point_runs`), with them: what the plan replays."""
+    tables = {collective: point_runs(space, costs) for collective, space in spaces.items()}
+    return {c: table for c, table in tables.items()
+            if table and any(algorithm != DEFAULT_ALGORITHM for _, algorithm in table)}
+
+
+def priced_runs(backend: ReplayBackend, costs: PointCosts, settings: MeasureSettings,
+                requests: Sequence[Request]) -> list[MeasurementRecord]:
+    """The replay's runs with the plan's cost of each; a failed run kills the engine: it costs a relaunch (as
+    in tune, where those relaunches make the guard's exhaustive sweep dear)."""
+    return [dataclasses.replace(r, cost_s=run_s(r.latency_us, costs.nearest(r.cell)[1], settings,
+                                                costs.point_overhead_s)
+                                if r.latency_us is not None and r.ok else costs.point_overhead_s + costs.engine_start_s)
+            for r in backend.measure(requests)]
+
+
+def replayed_exploration(spaces: Mapping[str, FeatureSpace], costs: PointCosts, settings: MeasureSettings, *,
+                         strategy: str, params: Mapping[str, object],
+                         seed: int = 0) -> dict[str, dict[Layout, tuple[int, float]]]:
+    """The exploring runs and their seconds per layout, of each collective whose every point has runs in
+    `costs` (`replayable`), by replaying tune's strategy on those runs (`replay_exploration`: the runs drawn in
+    a seeded order, a run's seconds the plan's `run_s` at its latency), REPLAY_SEEDS times from `seed`: the
+    replay of the median run count (one seed can tip the guard into measuring every cheap point left: Peak's
+    alltoall, 105 runs at one seed, 51-54 at three others); the other collectives are left out."""
+    tables = replayable(spaces, costs)
+    if not tables:
+        return {}
+    frames = {collective: pd.DataFrame(
+        [(collective, algorithm, cell.ranks, cell.nodes, cell.ppn, cell.msg_bytes, i, latency)
+         for (cell, algorithm), runs in table.items() for i, latency in enumerate(runs)],
+        columns=["collective", "algorithm", "ranks", "nodes", "ppn", "msg_bytes", "run", "latency_us"])
+        for collective, table in tables.items()}
+    replays = []
+    for replay_seed in range(seed, seed + REPLAY_SEEDS):
+        measure: dict[str, Measure] = {
+            collective: functools.partial(priced_runs, ReplayBackend(
+                frame, collective, seed=replay_seed, cost_model=CostModel(launch_per="layout"), measure_default=True),
+                costs, settings)
+            for collective, frame in frames.items()}
+        replays.append(replay_exploration({c: spaces[c] for c in tables}, measure, strategy=strategy, params=params,
+                                          seed=replay_seed))
+    replays.sort(key=lambda records: sum(len(r) for r in records.values()))
+    return {collective: explored_by_layout(recs, costs) for collective, recs in replays[len(replays) // 2].items()}
+
+
+def explored_by_layout(records: Iterable[MeasurementRecord], costs: PointCosts) -> dict[Layout, tuple[int, float]]:
+    """The replay's runs and their seconds per layout (priced by `priced_runs`), less the failed runs'
+    relaunches: those are the layout's launches (EXPLORE_LAUNCHES), counted there."""
+    layouts: dict[Layout, tuple[int, float]] = {}
+    for record in records:
+        runs, seconds = layouts.get(record.cell.scale, (0, 0.0))
+        relaunch = 0.0 if record.ok else costs.engine_start_s
+        layouts[record.cell.scale] = (runs + 1, seconds + record.cost_s - relaunch)
+    return layouts
+
+
 def predict(spaces: Mapping[str, FeatureSpace], settings: MeasureSettings, costs: PointCosts, *,
-            launches: int, allocation_nodes: int = 1, serial: bool = True) -> Prediction:
-    """The tune's wall time, launches and runs for these spaces (the model in the module's docstring)."""
-    per_layout: dict[tuple[int, int, int], list[tuple[Cell, int]]] = {}
+            launches: int, allocation_nodes: int = 1, serial: bool = True, strategy: str | None = None,
+            strategy_params: Mapping[str, object] | None = None, seed: int = 0,
+            runs_per_block: Mapping[str, int] | None = None) -> Prediction:
+    """The tune's wall time, launches and runs for these spaces (the model in the module's docstring); with
+    `strategy`, the exploring runs of a collective whose every point the costs have come from its replay.
+    `runs_per_block`: each contender's runs per cell in a deciding block, per collective (1 where not given;
+    file_launches.RUNS_PER_LAUNCH for a collective decided under files)."""
+    replayed = replayed_exploration(spaces, costs, settings, strategy=strategy, params=strategy_params or {},
+                                    seed=seed) if strategy else {}
+    per_layout: dict[Layout, list[tuple[Cell, int]]] = {}
     for space in spaces.values():
         for cell in space.cells:
             per_layout.setdefault((cell.ranks, cell.nodes, cell.ppn), []).append((cell, len(space.algorithms)))
     blocks = max(launches, 1) - 1
     total_runs = total_launches = 0
     layout_s: list[tuple[int, float]] = []
-    for (_, nodes, _), cells in sorted(per_layout.items()):
-        exploring = EXPLORE_RUNS_PER_POINT * sum(algorithms for _, algorithms in cells)
-        deciding = blocks * CONTENDERS * len(cells)
+    for layout, cells in sorted(per_layout.items()):
+        nodes = layout[1]
+        replay = [by_layout.get(layout, (0, 0.0)) for by_layout in replayed.values()]
+        constant = EXPLORE_RUNS_PER_POINT * sum(algorithms for cell, algorithms in cells
+                                                if cell.collective not in replayed)
+        exploring = constant + sum(runs for runs, _ in replay)
+        deciding = blocks * CONTENDERS * sum((runs_per_block or {}).get(cell.collective, 1) for cell, _ in cells)
         runs = exploring + deciding
         cell_s = sum(cell_run_s(cell, costs, settings) for cell, _ in cells) / len(cells)
         layout_launches = EXPLORE_LAUNCHES + blocks
         rounds = math.ceil(exploring / ROUND_RUNS)
-        seconds = layout_launches * costs.engine_start_s + runs * cell_s + rounds * MODEL_S_PER_ROUND
+        seconds = (layout_launches * costs.engine_start_s + (constant + deciding) * cell_s
+                   + sum(s for _, s in replay) + rounds * MODEL_S_PER_ROUND)
         layout_s.append((nodes, seconds))
         total_runs += round(runs)
         total_launches += layout_launches
@@ -194,15 +350,21 @@ def predict(spaces: Mapping[str, FeatureSpace], settings: MeasureSettings, costs
 def costs_from_measurements(rows: Iterable[Any], source: str) -> PointCosts:
     """PointCosts from stored runs or dataset rows (anything with collective, ranks, nodes, ppn, msg_bytes and
     a latency: `mean_us`/`median_us` or `latency_us`; `iterations` where recorded): the median per key."""
-    latencies: dict[tuple[tuple[int, int, int], str, int], list[float]] = {}
-    iterations: dict[tuple[tuple[int, int, int], str, int], list[int]] = {}
+    latencies: dict[Key, list[float]] = {}
+    iterations: dict[Key, list[int]] = {}
+    runs: dict[PointKey, list[float]] = {}
+    failed: set[PointKey] = set()
     for row in rows:
         latency = getattr(row, "mean_us", None) or getattr(row, "latency_us", None)
-        if getattr(row, "status", "ok") != "ok" or not latency:
-            continue
         key = ((int(row.ranks), int(row.nodes), int(row.ppn)), str(row.collective), int(row.msg_bytes))
+        point = (*key, str(row.algorithm))
+        if getattr(row, "status", "ok") != "ok" or not latency:
+            failed.add(point)
+            continue
         latencies.setdefault(key, []).append(float(latency))
+        runs.setdefault(point, []).append(float(latency))
         if getattr(row, "iterations", None):
             iterations.setdefault(key, []).append(int(row.iterations))
     return PointCosts({k: statistics.median(v) for k, v in latencies.items()},
-                      {k: round(statistics.median([float(i) for i in v])) for k, v in iterations.items()}, source)
+                      {k: round(statistics.median([float(i) for i in v])) for k, v in iterations.items()}, source,
+                      runs_us={k: tuple(v) for k, v in runs.items()}, failed=frozenset(failed - set(runs)))
