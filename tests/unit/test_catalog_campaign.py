@@ -141,3 +141,22 @@ def test_a_work_directory_that_cannot_be_written_submits_nothing(tmp_path: Path,
     with pytest.raises(UsageError, match=r"cannot create .*/file/w/1x2: .*/file is a file, not a directory"):
         submit(jobs)
     assert not log.exists()
+
+
+def test_every_job_tunes_the_catalogs_build_unless_mpi_names_one(tmp_path: Path,
+                                                                 monkeypatch: pytest.MonkeyPatch) -> None:
+    """Without --mpi the scripts name the catalog's build (its library's mpicc, as coverage resolves it), not tune's
+    default library: a catalog of another build (Debian's MPICH) would refuse every job's `catalog add` (before:
+    no --mpi in the scripts). A --mpi given is passed as it is (it must be that build: coverage checks)."""
+    stub_library(monkeypatch)  # the catalog's build: a library whose mpicc is /nonexistent/bin/mpicc
+    catalog = tmp_path / "catalog"
+    add_tuning(catalog, tuning(tmp_path / "t2", {(2, 1, 2, 8): "ring"}))
+    jobs = tmp_path / "jobs.csv"
+    jobs.write_text("nodes,ppn,node_hours\n2,2,30\n1,4,5\n")
+    for given, expected in (((), "/nonexistent/bin/mpicc"), (("--mpi", "/usr/bin/mpicc.x"), "/usr/bin/mpicc.x")):
+        output = catalog_cli("campaign", "--jobs", str(jobs), "--catalog", str(catalog), "--work",
+                             str(tmp_path / "work"), *given, "--dry-run")
+        ran = [command for command in commands(output) if command[2:3] == ["tunempi"]]
+        assert [command[3] for command in ran] == ["tune", "verify", "catalog"] * 2, output
+        for command in ran[:2] + ran[3:5]:  # tune and verify of both jobs; catalog add takes the tuning's build
+            assert command[command.index("--mpi") + 1] == expected, command

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from tunempi.catalog.coverage import JobLayout
-from tunempi.catalog.store import make_directory
+from tunempi.catalog.store import Catalog, make_directory
 from tunempi.errors import UsageError
 
 #: Options the campaign sets itself per job (the layout, where the tuning goes): not in --tune-args/--verify-args.
@@ -62,6 +62,19 @@ def split_args(text: str, option: str, reserved: Sequence[str]) -> list[str]:
     if taken:
         raise UsageError(f"{option} gives {', '.join(taken)}, which the campaign sets for each layout")
     return args
+
+
+def jobs_library(catalog: Catalog, mpi: str | None = None) -> str | None:
+    """The `--mpi` every job's tune and verify take: `mpi` as given, else the catalog's build (its library's
+    mpicc, found as `catalog coverage` finds it). Left to tune's default library, a catalog of another build
+    (Debian's MPICH beside the embedded one) would refuse every job's `catalog add`. None for a catalog with
+    no tuning yet: its first add sets its build."""
+    from tunempi.catalog.build import catalog_library
+
+    if mpi is not None or catalog.library is None:
+        return mpi
+    library, _ = catalog_library(catalog)
+    return str(library.mpicc)
 
 
 def layout_args(layout: JobLayout) -> list[str]:

@@ -154,8 +154,9 @@ def campaign_command(
     jobcomp: JobcompOption = None,
     top: Annotated[int, typer.Option(help="How many of the layouts worth tuning next to submit.")] = 5,
     mpi: Annotated[str | None, typer.Option("--mpi", help=f"MPI library ({SPEC_HELP}) the jobs tune, and whose "
-                                            "files coverage reads (it must be the catalog's build); default: tune's "
-                                            "for the jobs, the catalog's for coverage.")] = None,
+                                            "files coverage reads (it must be the catalog's build); default: the "
+                                            "catalog's (its mpicc in every script), tune's for an empty "
+                                            "catalog.")] = None,
     db: Annotated[Path | None, typer.Option(help="Results database the jobs' tunes write (default: "
                                                  "$TUNEMPI_DB in the job, else a per-user file).")] = None,
     tune_args: Annotated[str, typer.Option(help="More options for each job's `tunempi tune`, as one shell string "
@@ -172,7 +173,7 @@ def campaign_command(
 ) -> None:
     """Submit the layouts `catalog coverage` names as worth tuning next as Slurm batch jobs, each running tune,
     verify and catalog add into this catalog (docs/catalog.md, 'campaign')."""
-    from tunempi.catalog.campaign import TUNE_SET, VERIFY_SET, batch_script, split_args, submit
+    from tunempi.catalog.campaign import TUNE_SET, VERIFY_SET, batch_script, jobs_library, split_args, submit
     from tunempi.catalog.store import catalog_dir
 
     tune_argv = split_args(tune_args, "--tune-args", TUNE_SET)
@@ -183,8 +184,9 @@ def campaign_command(
     if not layouts:
         _out.print("every job layout is measured or interpolated by the catalog: nothing to tune")
         return
+    library = jobs_library(found, mpi)  # the catalog's build, not tune's default library
     made = [batch_script(layout, work=work, catalog=catalog_dir(catalog), tune_args=tune_argv,
-                         verify_args=verify_argv, mpi=mpi, db=db, replace=replace, sbatch_options=sbatch_option or ())
+                         verify_args=verify_argv, mpi=library, db=db, replace=replace, sbatch_options=sbatch_option or ())
             for layout in layouts]
     check_command_args(made[0], tune_argv, verify_argv)
     if dry_run:
