@@ -36,18 +36,20 @@ SIZES = (4, 1024, BYTES, 65536)
 ROW = re.compile(r"^\s*(\d+)\s+(\d+)\s+(\d+)\s+[\d.]+\s+(.+)$")
 
 
-def tiny_tuning(directory: Path, ranks: int, algorithm: str, vendor: str = "mpich", nodes: int = 1) -> Path:
+def tiny_tuning(directory: Path, ranks: int, algorithm: str, vendor: str = "mpich", nodes: int = 1,
+                collective: str = "allreduce", assumes: tuple[str, ...] = ()) -> Path:
     """A tuning directory as `tune` leaves one (the adapter's files through tune/files.py, a manifest with
-    selection rows) for one layout (`nodes` x ranks/nodes) whose every size measured `algorithm` fastest."""
+    selection rows) for one layout (`nodes` x ranks/nodes) whose every size measured `algorithm` fastest for
+    `collective` (`assumes`: the requirements the user vouched for, as tune's --assume-* flags)."""
     library = resolve_library(vendor)
-    adapter = adapter_for(library)
-    table = SelectionTable.from_items(("allreduce", ranks, size, algorithm) for size in SIZES)
+    adapter = adapter_for(library).assuming(assumes)
+    table = SelectionTable.from_items((collective, ranks, size, algorithm) for size in SIZES)
     rule_sets = build_rule_sets(table)
     written = write_tuning_files(directory, library, adapter, rule_sets, smoke=False)
     ppn = ranks // nodes
     Manifest(directory=directory, library=LibraryRecord.of(library), created=utc_timestamp(),
-             collectives=("allreduce",), scales=((ranks, nodes, ppn),), sizes=SIZES,
-             selection=tuple(SelectionRow(Cell("allreduce", ranks, nodes, ppn, size), algorithm, 1.0, 2.0)
+             collectives=(collective,), scales=((ranks, nodes, ppn),), sizes=SIZES, assumes=assumes,
+             selection=tuple(SelectionRow(Cell(collective, ranks, nodes, ppn, size), algorithm, 1.0, 2.0)
                              for size in SIZES),
              **files_fields(written, rule_sets)).save()
     return directory

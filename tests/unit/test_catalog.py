@@ -434,6 +434,29 @@ def test_a_module_leaves_out_the_variables_a_library_cannot_bound_and_says_so() 
     assert "setenv X_BCAST_FILE_DIR on\n" in text and "setenv X_ADJUST" not in text and f"## {note}\n" in text
 
 
+def test_a_module_of_an_open_mpi_tuning_leaves_out_libnbcs_one_value_and_keeps_the_rules_file() -> None:
+    """Open MPI's coll/libnbc takes one value per non-blocking collective at every communicator size, so a module
+    (loaded before a job's layout is known) leaves it out like Intel's strings (before: set, acting on every job);
+    the dynamic rules file's variables, which bound themselves, are set."""
+    from test_rules_ppn import stub
+
+    from tunempi.catalog.module import left_out_text, module_env
+    from tunempi.mpi.openmpi import OpenMPIAdapter
+    from tunempi.rules import RuleSet
+
+    rule_sets = {c: RuleSet.from_dict({"collective": c, "blocks": [
+        {"min_ranks": 1, "max_ranks": None, "rules": [{"max_bytes": None, "algorithm": "ring"}]}]})
+        for c in ("allreduce", "iallreduce")}
+    rules_env = {"OMPI_MCA_coll_tuned_use_dynamic_rules": "1"}
+    manifest = Manifest(directory=Path("/t"), library=LIBRARY, scales=((2, 1, 2),), rule_sets=rule_sets,
+                        env={**rules_env, "OMPI_MCA_coll_libnbc_iallreduce_algorithm": "1"},
+                        env_files={"OMPI_MCA_coll_tuned_dynamic_rules_filename": "openmpi.rules"})
+    env, left = module_env(manifest, stub(OpenMPIAdapter))
+    assert env == {**rules_env, "OMPI_MCA_coll_tuned_dynamic_rules_filename": str(Path("/t/openmpi.rules").resolve())}
+    assert left == ("OMPI_MCA_coll_libnbc_iallreduce_algorithm",)
+    assert "applies it at every communicator size, measured or not" in left_out_text(manifest, left)
+
+
 def test_a_modulefile_that_cannot_be_written_is_a_usage_error_naming_the_path(tmp_path: Path) -> None:
     """`catalog module --out` a directory, or below a file: one line, exit 2 (before: a traceback)."""
     from tunempi.catalog.module import write_modulefile

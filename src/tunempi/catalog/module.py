@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING
 
 from tunempi.catalog.store import write_atomically
 from tunempi.errors import UsageError
-from tunempi.tune.apply import layout_words
+from tunempi.tune.apply import layout_words, unbounded_env
 
 if TYPE_CHECKING:
     from tunempi.mpi.vendor import VendorAdapter
@@ -33,12 +33,11 @@ def tcl_word(value: str) -> str:
 def module_env(manifest: Manifest, adapter: VendorAdapter) -> tuple[dict[str, str], tuple[str, ...]]:
     """(the variables the module sets, the names it leaves out): `run --print-env`'s less every variable whose
     rules act at communicator sizes no rule states (adapter.unbounded_selection_env: Intel MPI's strings take
-    the nearest condition's preset). `run` leaves those out of a job outside the measured layouts
+    the nearest condition's preset, Open MPI's libnbc values are one per collective). `run` leaves those out of a job outside the measured layouts
     (tune.apply.left_to_library); a module is loaded before any job's layout is known, so it cannot, and set
     there they would replace the library's own choice without evidence."""
-    env = manifest.activation_env()
-    unbounded = {name for collective in manifest.rule_sets for name in adapter.unbounded_selection_env(collective)}
-    return {name: value for name, value in env.items() if name not in unbounded}, tuple(sorted(set(env) & unbounded))
+    unbounded = unbounded_env(manifest, adapter)
+    return {name: value for name, value in manifest.activation_env().items() if name not in unbounded}, unbounded
 
 
 def left_out_text(manifest: Manifest, left: Iterable[str]) -> str:
@@ -47,7 +46,7 @@ def left_out_text(manifest: Manifest, left: Iterable[str]) -> str:
     names = list(left)
     them = "it" if len(names) == 1 else "them"
     return (f"{', '.join(names)} {'is' if len(names) == 1 else 'are'} left out of the module: this library "
-            f"applies {them} at every communicator size (one no rule states takes the nearest rule's), and a "
+            f"applies {them} at every communicator size, measured or not, and a "
             f"module is loaded before a job's layout is known; `tunempi run --tuning {manifest.directory.resolve()}"
             f" -- ...` sets {them} for a job within the layouts measured ({measured or 'none recorded'}) and "
             f"leaves every other job to the library")

@@ -241,8 +241,8 @@ def module_command(
                                             "tuning's.")] = None,
 ) -> None:
     """Write a Tcl modulefile (Environment Modules, Lmod) setting what `tunempi run --print-env` prints, less the
-    variables a module cannot bound to the layouts measured (Intel MPI's I_MPI_ADJUST_<COLL>: `tunempi run`
-    sets those per job)."""
+    variables a module cannot bound to the layouts measured (Intel MPI's I_MPI_ADJUST_<COLL>, Open MPI's
+    coll/libnbc values: `tunempi run` sets those per job)."""
     from tunempi.catalog.module import left_out_text, module_env, modulefile_text, write_modulefile
     from tunempi.mpi.discovery import adapter_for
     from tunempi.tune.apply import check_tuning_files, tuning_library

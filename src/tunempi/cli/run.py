@@ -19,9 +19,11 @@ from tunempi.report.tuning import application_warnings, assumption_lines
 from tunempi.tune.apply import (
     check_tuning_files,
     command_for_library,
+    every_size_line,
     layout_notes,
     left_to_library,
     tuning_library,
+    unbounded_env,
 )
 from tunempi.tune.manifest import Manifest
 
@@ -33,7 +35,8 @@ def run_command(
     = None,
     mpi: Annotated[str | None, typer.Option("--mpi", help=f"MPI library ({SPEC_HELP}); default: the one the "
                                             "directory was tuned with. It must be that library.")] = None,
-    print_env: Annotated[bool, typer.Option("--print-env", help="Print `export` lines instead of running.")]
+    print_env: Annotated[bool, typer.Option("--print-env", help="Print `export` lines instead of running (with a "
+                                            "launch line after --, those `run` would export for that job).")]
     = False,
 ) -> None:
     """Run a command (usually a launcher line) with the environment the tuning files need.
@@ -50,23 +53,28 @@ def run_command(
         print(f"tunempi run: {line}", file=sys.stderr)
     for line in application_warnings(manifest):
         print(f"tunempi run: warning: {line}", file=sys.stderr)
-    if print_env:
+    adapter = adapter_for(library)
+    if command:
+        # The job's layout against what the tuning measured (issue 57): outside it, it still runs, without the
+        # variables the library cannot bound (Intel MPI's strings, Open MPI's libnbc values), so that it keeps
+        # its own choice there; --print-env prints what this job would get.
+        layout = job_layout(command, library)
+        for variables in left_to_library(manifest, layout, adapter).values():
+            for name in variables:
+                env.pop(name, None)
+        notes, warnings = layout_notes(manifest, layout, adapter)
+        for line in notes:
+            print(f"tunempi run: {line}", file=sys.stderr)
+        for line in warnings:
+            print(f"tunempi run: warning: {line}", file=sys.stderr)
+    elif not print_env:
+        raise UsageError("no command given; usage: tunempi run --tuning DIR -- mpiexec -n 8 ./app")
+    elif unbounded := unbounded_env(manifest, adapter):  # no job to judge: printed, and said to act everywhere
+        print(f"tunempi run: warning: {every_size_line(manifest, unbounded)}", file=sys.stderr)
+    if print_env or not command:
         for name, value in sorted(env.items()):
             print(f"export {name}={shlex.quote(value)}")
         return
-    if not command:
-        raise UsageError("no command given; usage: tunempi run --tuning DIR -- mpiexec -n 8 ./app")
-    # The job's layout against what the tuning measured (issue 57): outside it, it still runs, without the
-    # variables the library cannot bound (Intel MPI's strings), so that it keeps its own choice there.
-    layout, adapter = job_layout(command, library), adapter_for(library)
-    for variables in left_to_library(manifest, layout, adapter).values():
-        for name in variables:
-            env.pop(name, None)
-    notes, warnings = layout_notes(manifest, layout, adapter)
-    for line in notes:
-        print(f"tunempi run: {line}", file=sys.stderr)
-    for line in warnings:
-        print(f"tunempi run: warning: {line}", file=sys.stderr)
     argv, launcher_env = command_for_library(command, library)
     # A child, not exec: stopped (Ctrl-C, SIGTERM, SIGHUP), tunempi kills the whole job, which a launcher
     # left to itself does not always do (docs/launch.md, "Stopping a run").

@@ -341,6 +341,12 @@ class OpenMPIAdapter(VendorAdapter):
     def selects_by_communicator_size(self, collective: str) -> bool:
         return collective not in NONBLOCKING_TOKENS
 
+    def unbounded_selection_env(self, collective: str) -> tuple[str, ...]:
+        # libnbc's one value acts at every call and communicator size: nothing can leave an unmeasured size to
+        # libnbc's own choice, so `run` leaves it out of a job off the measured layouts (issue 57). The rules
+        # file bounds itself (a closing section of algorithm 0: test_tuning_bounds).
+        return () if self.selects_by_communicator_size(collective) else (mca_env(algorithm_cvar(collective)),)
+
     def write_tuning_files(self, rule_sets: Mapping[str, RuleSet], directory: Path) -> TuningFiles:
         """A dynamic rules file, read back by the strict reader first: Open MPI drops a file it cannot
         parse without a word, so a clean run with it alone proves nothing. The non-blocking collectives

@@ -227,9 +227,11 @@ class VendorAdapter(ABC):
 
     def unbounded_selection_env(self, collective: str) -> tuple[str, ...]:
         """The variables carrying `collective`'s tuned rules where the library cannot leave a communicator
-        size no rule covers to its own choice (Intel MPI: such a call takes the nearest condition's preset).
-        `tunempi run` leaves them out of a job outside the layouts the collective measured, so the library
-        keeps its own choice there (tune.apply.left_to_library). Empty where the files bound themselves."""
+        size no rule covers to its own choice (Intel MPI: such a call takes the nearest condition's preset;
+        Open MPI's non-blocking collectives: coll/libnbc's one value for every call). `tunempi run` and
+        `compare` leave them out of a job outside the layouts the collective measured, so the library keeps
+        its own choice there (tune.apply.left_to_library); `catalog module` always. Empty where the files
+        bound themselves."""
         return ()
 
     def selects_by_size(self, collective: str) -> bool:

@@ -115,7 +115,8 @@ def _nodes_measured_near(measured: Sequence[tuple[int, int, int]], ranks: int) -
 
 def left_to_library(manifest: Manifest, layout: JobLayout, adapter: VendorAdapter) -> dict[str, tuple[str, ...]]:
     """collective -> its variables that `run` leaves out of this job: the library's files cannot leave an
-    unmeasured size to its own choice (`VendorAdapter.unbounded_selection_env`, Intel MPI), and the job's
+    unmeasured size to its own choice (`VendorAdapter.unbounded_selection_env`: Intel MPI's strings, Open
+    MPI's libnbc values), and the job's
     layout lies outside what the collective's rules measured or interpolated (issue 57).
 
     Outside: its rank count gets the library's own choice in the rule set's coverage; or, its node count
@@ -135,6 +136,23 @@ def left_to_library(manifest: Manifest, layout: JobLayout, adapter: VendorAdapte
         if variables and (basis == LIBRARY or off_nodes):
             left[collective] = variables
     return left
+
+
+def unbounded_env(manifest: Manifest, adapter: VendorAdapter) -> tuple[str, ...]:
+    """The tuning's variables whose rules act at every communicator size (`VendorAdapter.unbounded_selection_env`:
+    Intel MPI's strings, Open MPI's libnbc values): what `run` leaves out of a job off the measured layouts,
+    and a module always."""
+    names = {name for collective in manifest.rule_sets for name in adapter.unbounded_selection_env(collective)}
+    return tuple(sorted(names & set(manifest.activation_env())))
+
+
+def every_size_line(manifest: Manifest, names: Sequence[str]) -> str:
+    """What `run --print-env` says of `unbounded_env` printed with no launch line to judge."""
+    tuned = "; ".join(layout_words(*scale) for scale in _measured_layouts(manifest)) or "no layout"
+    them = "it" if len(names) == 1 else "them"
+    return (f"{', '.join(names)} act{'s' if len(names) == 1 else ''} at every communicator size, measured or not "
+            f"(this library cannot bound {them}); give the job's launch line after -- to have {them} left out of a "
+            f"job outside the layouts measured ({tuned})")
 
 
 def left_out_line(manifest: Manifest, layout: JobLayout, left: dict[str, tuple[str, ...]]) -> str:
@@ -180,15 +198,15 @@ def layout_notes(manifest: Manifest, layout: JobLayout, adapter: VendorAdapter) 
             unbounded = [c for c in tuned_sets if adapter.unbounded_selection_env(c)]
             notes.append("the launch line does not say how many ranks: the tuned rules act only at the "
                          "communicator sizes `tunempi report` shows" + (
-                             f" ({', '.join(unbounded)}: at every size, as the nearest measured one's rules: "
-                             f"this library cannot bound them; give -n to have them left out off those sizes)"
+                             f" ({', '.join(unbounded)}: at every communicator size, measured or not: this "
+                             f"library cannot bound them; give -n to have them left out off those sizes)"
                              if unbounded else ""))
         return notes, warnings
     ranks = layout.ranks
-    # what the library cannot bound (Open MPI's libnbc value) acts at every size: said apart below
-    unbounded = sorted(c for c in tuned_sets if not adapter.selects_by_communicator_size(c))
+    # what the library cannot bound (Intel's strings, Open MPI's libnbc values) was left out above off the
+    # measured layouts: what is left acts where its rules measured or interpolated, as the bounded ones
     basis = {collective: next(c.basis for c in rule_set.coverage() if c.contains(ranks))
-             for collective, rule_set in tuned_sets.items() if collective not in unbounded}
+             for collective, rule_set in tuned_sets.items()}
     outside = sorted(c for c, how in basis.items() if how == LIBRARY)
     if outside:
         warnings.append(f"{ranks} ranks lies outside what the tuning measured ({tuned}): {', '.join(outside)} "
@@ -211,7 +229,7 @@ def layout_notes(manifest: Manifest, layout: JobLayout, adapter: VendorAdapter) 
     # MPICH's files key a size on processes per node where its layouts measured different winners
     # (comm_avg_ppn<=N: ceil(ranks / nodes) <= N); a ppn not measured there gets the library's own choice
     by_ppn = {c: rule_set.measured_ppns(ranks) for c, rule_set in tuned_sets.items()
-              if c not in unbounded and rule_set.measured_ppns(ranks)}
+              if rule_set.measured_ppns(ranks)}
     if same_size and other_nodes and layout.nodes:
         ppn = -(-ranks // layout.nodes)
         spans = f"this job spans {layout.nodes} node{'s' if layout.nodes != 1 else ''}"
@@ -225,10 +243,7 @@ def layout_notes(manifest: Manifest, layout: JobLayout, adapter: VendorAdapter) 
             warnings.append(f"{ranks} ranks were measured as {measured_as}, {spans} ({ppn} per node): "
                             f"{', '.join(left_alone)} key this size on processes per node and run the library's "
                             "own choice at a ppn not measured")
-        if not by_ppn or set(tuned_sets) - set(by_ppn) - set(unbounded):
+        if not by_ppn or set(tuned_sets) - set(by_ppn):
             warnings.append(f"{ranks} ranks were measured as {measured_as}, {spans}: the files tell "
                             f"communicator sizes apart, not layouts, so the rules measured there act here unmeasured")
-    if unbounded and (not same_size or other_nodes):
-        warnings.append(f"{', '.join(unbounded)}: one value for every call and communicator size (the library "
-                        f"cannot bound it), measured only at {tuned}")
     return notes, warnings

@@ -7,6 +7,7 @@
  * application's would); the longest vector the library handed to the sum in the LAST call is the trace of
  * the algorithm that ran (recursive doubling: the whole vector, ring: 1/size of it, MPICH's shared-memory
  * release_gather: its cells), with no timing. Every result is checked; a wrong one aborts.
+ * Built with -DNONBLOCKING, the traced calls are MPI_Iallreduce + MPI_Wait (Open MPI: coll/libnbc's algorithm).
  * World rank 0 prints, per communicator, the largest trace over its ranks:
  *   world size=N count=C max_len=L
  *   sub color=K size=N count=C max_len=L
@@ -40,7 +41,13 @@ static int trace(MPI_Comm comm, int count, MPI_Op traced)
     long factor = (long)size * (size + 1) / 2;
     for (int call = 0; call < CALLS; call++) {
         longest = 0;
+#ifdef NONBLOCKING
+        MPI_Request request;
+        MPI_Iallreduce(send, recv, count, MPI_INT, traced, comm, &request);
+        MPI_Wait(&request, MPI_STATUS_IGNORE);
+#else
         MPI_Allreduce(send, recv, count, MPI_INT, traced, comm);
+#endif
         for (int i = 0; i < count; i++)
             if (recv[i] != (int)((i % 7 + 1) * factor)) {
                 fprintf(stderr, "split_allreduce: wrong result at element %d (size %d)\n", i, size);
