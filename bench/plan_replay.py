@@ -1,7 +1,7 @@
 """tune --plan at Peak's 512 ranks, checked by replay (issue 57 part 4).
 
 The plan (tune/plan.py) predicts the exploring runs and their seconds by replaying tune's own strategy (its live
-parameters, tune's guard; the median of its seeds 0..REPLAY_SEEDS-1) on the dataset's runs of every point (`replayed_exploration`). The
+parameters, tune's guard; the mean of its seeds 0..REPLAY_SEEDS-1) on the dataset's runs of every point (`replayed_exploration`). The
 check replays the same loop (`plan.replay_exploration`, one copy) on the dataset's 512-rank cells with other
 seeds (REPLAY_SEEDS.., N of them: other draws of the repeated runs and of the strategy), each run priced as the plan prices it
 (`plan.priced_runs`: the engine stopped at the time cap), and prints both, the error, and what the constant
@@ -31,7 +31,7 @@ def main() -> None:
     parser.add_argument("--dataset", default="data/ornl-peak.csv.gz")
     parser.add_argument("--ranks", type=int, default=512)
     parser.add_argument("--collectives", default="allreduce,bcast,allgather,alltoall")
-    parser.add_argument("--seeds", type=int, default=3)
+    parser.add_argument("--seeds", type=int, default=6)
     args = parser.parse_args()
     frame = load_frame(args.dataset)
     frame = frame[frame["ranks"] == args.ranks]
@@ -54,7 +54,7 @@ def main() -> None:
                                     measure_default=True)
             records = plan.replay_exploration(
                 {collective: space}, {collective: functools.partial(plan.priced_runs, backend, costs, settings)},
-                strategy="tunempi", params=params, seed=seed)[collective]
+                strategy="tunempi", params=params, seed=seed)[collective].records
             (count, spent), = plan.explored_by_layout(records, costs).values()
             runs.append(count)
             seconds.append(spent)

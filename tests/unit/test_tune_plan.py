@@ -114,20 +114,25 @@ def test_where_every_point_has_latencies_the_strategy_replayed_on_them_gives_the
     assert predict(spaces, SETTINGS, replay_costs(), launches=1, strategy="tunempi", strategy_params=LIVE) == replayed
     explored = plan.replayed_exploration(spaces, replay_costs(), SETTINGS, strategy="tunempi", params=LIVE)
     runs, seconds = explored["allreduce"][(4, 1, 4)]
-    assert runs == replayed.runs
+    assert round(runs) == replayed.runs
     assert replayed.wall_s == pytest.approx(plan.EXPLORE_LAUNCHES * plan.ENGINE_START_S + seconds
                                             + math.ceil(runs / plan.ROUND_RUNS) * plan.MODEL_S_PER_ROUND)
+    # the deciding blocks: the default and a contender in every cell, 3 runs each per block under files
+    decided = predict(spaces, SETTINGS, replay_costs(), launches=4, strategy="tunempi", strategy_params=LIVE,
+                      runs_per_block={"allreduce": 3})
+    assert decided.runs == replayed.runs + 3 * plan.CONTENDERS * 3 * len(REPLAY_SIZES)
 
 
 def test_the_replay_ends_where_tunes_guard_would_and_measures_the_rest_of_cheap_points() -> None:
-    # points of microseconds, a model round of seconds: after its first round another would cost more than
-    # measuring every point once, and the rest costs less than a round: every point once, as tune does
+    # points of 0.1 ms, a model round of a second: after its first model round another would cost more than
+    # measuring every point once, and the rest costs less than a round: every point once, as tune does (the
+    # same latencies with no model time: the strategy stops on its own, as above)
     spaces = {"allreduce": replay_space()}
     records = plan.replay_exploration(spaces, {"allreduce": lambda requests: [
-        MeasurementRecord(r.cell, a, 1.0, launches=0, cost_s=1e-4) for r in requests for a in r.algorithms]},
-        strategy="tunempi", params=LIVE, seed=0, model_s_per_round=1.0)
-    measured = {(record.cell, record.algorithm) for record in records["allreduce"]}
-    assert len(records["allreduce"]) == len(measured) == len(REPLAY_SIZES) * len(SLOWDOWN)
+        MeasurementRecord(r.cell, a, (100 + r.cell.msg_bytes / 100) * SLOWDOWN[a], launches=0, cost_s=1e-4)
+        for r in requests for a in r.algorithms]}, strategy="tunempi", params=LIVE, seed=0, model_s_per_round=1.0)
+    measured = {(record.cell, record.algorithm) for record in records["allreduce"].records}
+    assert len(records["allreduce"].records) == len(measured) == len(REPLAY_SIZES) * len(SLOWDOWN)
 
 
 def test_a_point_whose_runs_failed_fails_in_the_replay_and_a_missing_size_takes_the_nearest() -> None:

@@ -41,7 +41,7 @@ from tunempi.collectives import DEFAULT_ALGORITHM
 from tunempi.sim.cost import CostModel
 from tunempi.sim.replay import ReplayBackend
 from tunempi.space import Cell, FeatureSpace
-from tunempi.strategy import MeasurementRecord, Request, import_strategies, make_strategy
+from tunempi.strategy import MeasurementRecord, Request, Strategy, import_strategies, make_strategy
 from tunempi.tune.guard import CONTINUE, MEASURE_THE_REST, estimate_exhaustive
 
 #: Runs of the exploring phase per exhaustive point where the costs cannot replay the strategy: round 1 of
@@ -62,7 +62,7 @@ POINT_OVERHEAD_S = 0.0025
 #: The strategy's model fit per round: (tune's loop wall - its bench time) / rounds, 0.2-0.6 s in the five tunes
 #: of docs/measurements/tune.md "Plan" (load 1-4 on 2 cores).
 MODEL_S_PER_ROUND = 0.35
-#: Replays of the strategy per plan (seeds from the tune's): the plan takes the median one's runs.
+#: Replays of the strategy per plan (seeds from the tune's): the plan takes their mean.
 REPLAY_SEEDS = 3
 #: Runs per exploring round (the same tune: 430 runs in 5 rounds, batches of 32 cells).
 ROUND_RUNS = 100
@@ -198,11 +198,12 @@ Layout = tuple[int, int, int]
 
 def replay_exploration(spaces: Mapping[str, FeatureSpace], measure: Mapping[str, Measure], *, strategy: str,
                        params: Mapping[str, object], seed: int,
-                       model_s_per_round: float = MODEL_S_PER_ROUND) -> dict[str, list[MeasurementRecord]]:
+                       model_s_per_round: float = MODEL_S_PER_ROUND) -> dict[str, Strategy]:
     """Tune's exploring phase without an engine: a strategy per collective (as tune/driver.py makes them) asked
     and told in rounds, `measure` answering, until they all stop or tune's guard would end the tune (another
     round would cost more than the exhaustive sweep: tune/guard.py, the rest measured where that is cheaper;
-    a round's time is its runs' `cost_s` plus `model_s_per_round` for the model). Each collective's records."""
+    a round's time is its runs' `cost_s` plus, after the first, `model_s_per_round` for the model). Each collective's strategy,
+    its `records` what it measured."""
     import_strategies(strategy)
     strategies = {c: make_strategy(strategy, space, seed=seed, **params) for c, space in spaces.items()}
 
@@ -215,12 +216,13 @@ def replay_exploration(spaces: Mapping[str, FeatureSpace], measure: Mapping[str,
                 spent += sum(record.cost_s for record in records)
         return spent
 
-    spent_s = 0.0
+    spent_s, model_s = 0.0, 0.0  # the first asks are the initial design: no model fitted yet
     while True:
         requests = {c: s.ask() for c, s in strategies.items() if not s.finished}
         if not any(requests.values()):
             break
-        round_s = model_s_per_round + measure_round(requests)
+        round_s = model_s + measure_round(requests)
+        model_s = model_s_per_round
         spent_s += round_s
         estimate = estimate_exhaustive(strategies)
         decision = estimate.decide(spent_s, round_s) if estimate is not None else CONTINUE
@@ -229,7 +231,7 @@ def replay_exploration(spaces: Mapping[str, FeatureSpace], measure: Mapping[str,
         if decision == MEASURE_THE_REST and estimate is not None:
             measure_round(estimate.remaining)
         break
-    return {c: list(s.records) for c, s in strategies.items()}
+    return strategies
 
 
 def point_runs(space: FeatureSpace, costs: PointCosts) -> dict[tuple[Cell, str], tuple[float, ...]] | None:
@@ -273,12 +275,13 @@ def priced_runs(backend: ReplayBackend, costs: PointCosts, settings: MeasureSett
 
 def replayed_exploration(spaces: Mapping[str, FeatureSpace], costs: PointCosts, settings: MeasureSettings, *,
                          strategy: str, params: Mapping[str, object],
-                         seed: int = 0) -> dict[str, dict[Layout, tuple[int, float]]]:
+                         seed: int = 0) -> dict[str, dict[Layout, tuple[float, float]]]:
     """The exploring runs and their seconds per layout, of each collective whose every point has runs in
     `costs` (`replayable`), by replaying tune's strategy on those runs (`replay_exploration`: the runs drawn in
-    a seeded order, a run's seconds the plan's `run_s` at its latency), REPLAY_SEEDS times from `seed`: the
-    replay of the median run count (one seed can tip the guard into measuring every cheap point left: Peak's
-    alltoall, 105 runs at one seed, 51-54 at three others); the other collectives are left out."""
+    a seeded order, a run's seconds the plan's `run_s` at its latency), their mean over REPLAY_SEEDS replays from
+    `seed` (a seed can tip tune's guard into measuring every cheap point left: Peak's allreduce, 133 runs at
+    one seed, 53 at two others; so can the machine tip a tune); the other collectives are left out. (The deciding
+    blocks are not taken from the replay: it has no confirmation round, and tune contests nearly every cell.)"""
     tables = replayable(spaces, costs)
     if not tables:
         return {}
@@ -296,8 +299,14 @@ def replayed_exploration(spaces: Mapping[str, FeatureSpace], costs: PointCosts, 
             for collective, frame in frames.items()}
         replays.append(replay_exploration({c: spaces[c] for c in tables}, measure, strategy=strategy, params=params,
                                           seed=replay_seed))
-    replays.sort(key=lambda records: sum(len(r) for r in records.values()))
-    return {collective: explored_by_layout(recs, costs) for collective, recs in replays[len(replays) // 2].items()}
+    mean: dict[str, dict[Layout, tuple[float, float]]] = {}
+    for replayed in replays:
+        for collective, strategy_run in replayed.items():
+            layouts = mean.setdefault(collective, {})
+            for layout, (runs, seconds) in explored_by_layout(strategy_run.records, costs).items():
+                total_runs, total_s = layouts.get(layout, (0.0, 0.0))
+                layouts[layout] = (total_runs + runs / len(replays), total_s + seconds / len(replays))
+    return mean
 
 
 def explored_by_layout(records: Iterable[MeasurementRecord], costs: PointCosts) -> dict[Layout, tuple[int, float]]:
@@ -340,7 +349,8 @@ def predict(spaces: Mapping[str, FeatureSpace], settings: MeasureSettings, costs
         layout_launches = EXPLORE_LAUNCHES + blocks
         rounds = math.ceil(exploring / ROUND_RUNS)
         seconds = (layout_launches * costs.engine_start_s + (constant + deciding) * cell_s
-                   + sum(s for _, s in replay) + rounds * MODEL_S_PER_ROUND)
+                   + sum(s for _, s in replay)
+                   + rounds * MODEL_S_PER_ROUND)
         layout_s.append((nodes, seconds))
         total_runs += round(runs)
         total_launches += layout_launches
