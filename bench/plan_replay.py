@@ -47,7 +47,7 @@ def main() -> None:
         costs = plan.costs_from_measurements([r for r in rows if r.collective == collective], args.dataset)
         planned = plan.replayed_exploration({collective: space}, costs, settings, strategy="tunempi",
                                             params=params, seed=0)
-        planned_runs, planned_s = (float(sum(v)) for v in zip(*planned[collective].values(), strict=True))
+        planned_runs, planned_s = (float(sum(v)) for v in zip(*planned.explored[collective].values(), strict=True))
         runs, seconds = [], []
         for seed in range(plan.REPLAY_SEEDS, plan.REPLAY_SEEDS + args.seeds):
             backend = ReplayBackend(frame, collective, seed=seed, cost_model=CostModel(launch_per="layout"),

@@ -113,14 +113,18 @@ def test_where_every_point_has_latencies_the_strategy_replayed_on_them_gives_the
     # seeded: the same plan twice; its seconds are the replayed runs' own (each at its algorithm's latency)
     assert predict(spaces, SETTINGS, replay_costs(), launches=1, strategy="tunempi", strategy_params=LIVE) == replayed
     explored = plan.replayed_exploration(spaces, replay_costs(), SETTINGS, strategy="tunempi", params=LIVE)
-    runs, seconds = explored["allreduce"][(4, 1, 4)]
+    runs, seconds = explored.explored["allreduce"][(4, 1, 4)]
     assert round(runs) == replayed.runs
     assert replayed.wall_s == pytest.approx(plan.EXPLORE_LAUNCHES * plan.ENGINE_START_S + seconds
                                             + math.ceil(runs / plan.ROUND_RUNS) * plan.MODEL_S_PER_ROUND)
-    # the deciding blocks: the default and a contender in every cell, 3 runs each per block under files
+    # the deciding blocks: what tune would contest after that exploration (the default and the winner; at
+    # least CONTENDERS in every cell: tune's confirmation round), 3 runs each per block under files
+    assert set(explored.contenders) <= set(replay_space().cells)
+    assert all(count >= plan.CONTENDERS for count in explored.contenders.values())
     decided = predict(spaces, SETTINGS, replay_costs(), launches=4, strategy="tunempi", strategy_params=LIVE,
                       runs_per_block={"allreduce": 3})
-    assert decided.runs == replayed.runs + 3 * plan.CONTENDERS * 3 * len(REPLAY_SIZES)
+    contested = sum(explored.contenders.get(cell, plan.CONTENDERS) for cell in replay_space().cells)
+    assert decided.runs == round(runs + 3 * 3 * contested)
 
 
 def test_the_replay_ends_where_tunes_guard_would_and_measures_the_rest_of_cheap_points() -> None:

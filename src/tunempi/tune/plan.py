@@ -42,7 +42,9 @@ from tunempi.sim.cost import CostModel
 from tunempi.sim.replay import ReplayBackend
 from tunempi.space import Cell, FeatureSpace
 from tunempi.strategy import MeasurementRecord, Request, Strategy, import_strategies, make_strategy
+from tunempi.tune.driver import DEFAULT_MARGIN, prefer_default
 from tunempi.tune.guard import CONTINUE, MEASURE_THE_REST, estimate_exhaustive
+from tunempi.tune.launch_blocks import contenders
 
 #: Runs of the exploring phase per exhaustive point where the costs cannot replay the strategy: round 1 of
 #: docs/measurements/tune.md "Plan" (five small tunes): their runs less the deciding blocks' (3 runs of each
@@ -273,18 +275,28 @@ def priced_runs(backend: ReplayBackend, costs: PointCosts, settings: MeasureSett
             for r in backend.measure(requests)]
 
 
+@dataclass(frozen=True)
+class Replayed:
+    """What the replays say: per collective and layout the exploring runs and their seconds (means over the
+    seeds), and per cell the algorithms a deciding block measures (`replayed_contenders`, a mean)."""
+
+    explored: Mapping[str, Mapping[Layout, tuple[float, float]]]
+    contenders: Mapping[Cell, float]
+
+
 def replayed_exploration(spaces: Mapping[str, FeatureSpace], costs: PointCosts, settings: MeasureSettings, *,
                          strategy: str, params: Mapping[str, object],
-                         seed: int = 0) -> dict[str, dict[Layout, tuple[float, float]]]:
+                         seed: int = 0) -> Replayed:
     """The exploring runs and their seconds per layout, of each collective whose every point has runs in
     `costs` (`replayable`), by replaying tune's strategy on those runs (`replay_exploration`: the runs drawn in
     a seeded order, a run's seconds the plan's `run_s` at its latency), their mean over REPLAY_SEEDS replays from
     `seed` (a seed can tip tune's guard into measuring every cheap point left: Peak's allreduce, 133 runs at
-    one seed, 53 at two others; so can the machine tip a tune); the other collectives are left out. (The deciding
+    one seed, 53 at two others; so can the machine tip a tune), and the contenders of the deciding blocks after
+    them; the other collectives are left out. (The deciding
     blocks are not taken from the replay: it has no confirmation round, and tune contests nearly every cell.)"""
     tables = replayable(spaces, costs)
     if not tables:
-        return {}
+        return Replayed({}, {})
     frames = {collective: pd.DataFrame(
         [(collective, algorithm, cell.ranks, cell.nodes, cell.ppn, cell.msg_bytes, i, latency)
          for (cell, algorithm), runs in table.items() for i, latency in enumerate(runs)],
@@ -300,13 +312,28 @@ def replayed_exploration(spaces: Mapping[str, FeatureSpace], costs: PointCosts, 
         replays.append(replay_exploration({c: spaces[c] for c in tables}, measure, strategy=strategy, params=params,
                                           seed=replay_seed))
     mean: dict[str, dict[Layout, tuple[float, float]]] = {}
+    contested: dict[Cell, float] = {}
     for replayed in replays:
+        for cell, count in replayed_contenders(replayed).items():
+            contested[cell] = contested.get(cell, 0.0) + count / len(replays)
         for collective, strategy_run in replayed.items():
             layouts = mean.setdefault(collective, {})
             for layout, (runs, seconds) in explored_by_layout(strategy_run.records, costs).items():
                 total_runs, total_s = layouts.get(layout, (0.0, 0.0))
                 layouts[layout] = (total_runs + runs / len(replays), total_s + seconds / len(replays))
-    return mean
+    return Replayed(mean, contested)
+
+
+def replayed_contenders(strategies: Mapping[str, Strategy]) -> dict[Cell, int]:
+    """The algorithms each deciding block measures in every cell after a replay, as tune/driver.py picks them
+    (launch_blocks.contenders: 3 where two beat the default), never fewer than CONTENDERS: tune's confirmation
+    round, which the replay has not, measures the default and the choice where the exploration left one out."""
+    counts: dict[Cell, int] = {}
+    for strategy_run in strategies.values():
+        chosen = contenders(strategy_run, prefer_default(strategy_run, strategy_run.select(), DEFAULT_MARGIN),
+                            DEFAULT_MARGIN)
+        counts.update({cell: max(len(chosen.get(cell, ())), CONTENDERS) for cell in strategy_run.space.cells})
+    return counts
 
 
 def explored_by_layout(records: Iterable[MeasurementRecord], costs: PointCosts) -> dict[Layout, tuple[int, float]]:
@@ -328,8 +355,9 @@ def predict(spaces: Mapping[str, FeatureSpace], settings: MeasureSettings, costs
     `strategy`, the exploring runs of a collective whose every point the costs have come from its replay.
     `runs_per_block`: each contender's runs per cell in a deciding block, per collective (1 where not given;
     file_launches.RUNS_PER_LAUNCH for a collective decided under files)."""
-    replayed = replayed_exploration(spaces, costs, settings, strategy=strategy, params=strategy_params or {},
-                                    seed=seed) if strategy else {}
+    replay = replayed_exploration(spaces, costs, settings, strategy=strategy, params=strategy_params or {},
+                                  seed=seed) if strategy else Replayed({}, {})
+    replayed = replay.explored
     per_layout: dict[Layout, list[tuple[Cell, int]]] = {}
     for space in spaces.values():
         for cell in space.cells:
@@ -339,17 +367,18 @@ def predict(spaces: Mapping[str, FeatureSpace], settings: MeasureSettings, costs
     layout_s: list[tuple[int, float]] = []
     for layout, cells in sorted(per_layout.items()):
         nodes = layout[1]
-        replay = [by_layout.get(layout, (0, 0.0)) for by_layout in replayed.values()]
+        explored = [by_layout.get(layout, (0, 0.0)) for by_layout in replayed.values()]
         constant = EXPLORE_RUNS_PER_POINT * sum(algorithms for cell, algorithms in cells
                                                 if cell.collective not in replayed)
-        exploring = constant + sum(runs for runs, _ in replay)
-        deciding = blocks * CONTENDERS * sum((runs_per_block or {}).get(cell.collective, 1) for cell, _ in cells)
+        exploring = constant + sum(runs for runs, _ in explored)
+        deciding = blocks * sum((runs_per_block or {}).get(cell.collective, 1) * replay.contenders.get(cell, CONTENDERS)
+                                for cell, _ in cells)
         runs = exploring + deciding
         cell_s = sum(cell_run_s(cell, costs, settings) for cell, _ in cells) / len(cells)
         layout_launches = EXPLORE_LAUNCHES + blocks
         rounds = math.ceil(exploring / ROUND_RUNS)
         seconds = (layout_launches * costs.engine_start_s + (constant + deciding) * cell_s
-                   + sum(s for _, s in replay)
+                   + sum(s for _, s in explored)
                    + rounds * MODEL_S_PER_ROUND)
         layout_s.append((nodes, seconds))
         total_runs += round(runs)
