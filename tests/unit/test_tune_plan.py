@@ -51,7 +51,7 @@ def test_the_prediction_counts_exploring_and_deciding_runs_and_launches_per_layo
     assert predicted.launches == plan.EXPLORE_LAUNCHES + 3
     one_run = run_s(100.0, 50, SETTINGS, 0.01)
     assert predicted.wall_s == pytest.approx(predicted.launches * 1.0 + (exploring + deciding) * one_run
-                                             + plan.MODEL_S_PER_ROUND)
+                                             + plan.MODEL_S_PER_ROUND + 3 * plan.DECIDING_BLOCK_S)
     # one launch: no deciding block
     assert predict(spaces, SETTINGS, costs(100.0, 50, (2, 1, 2)), launches=1).launches == plan.EXPLORE_LAUNCHES
 

@@ -88,6 +88,7 @@ from tunempi.tune.objective import (
     compute_lengths,
 )
 from tunempi.tune.plan import (
+    COMPOSITIONS_S,
     FILES_S,
     SMOKE_S_PER_SIZE,
     PlanRecord,
@@ -500,6 +501,9 @@ def predict_tune(plan: TunePlan, costs: PointCosts) -> PlanRecord:
                         runs_per_block={c: RUNS_PER_LAUNCH if decided_under_files(plan.adapter, c) else 1
                                         for c in plan.collectives})
     smoke_s = FILES_S + (SMOKE_S_PER_SIZE * len({s.ranks for s in plan.scales}) if options.smoke else 0.0)
+    scale = composition_scale(plan.scales)
+    if scale is not None and any(plan.adapter.composition_candidates(c, scale.nodes) for c in plan.collectives):
+        smoke_s += COMPOSITIONS_S
     replayed = replayable(plan.spaces, costs)
     source = costs.source + (f"; exploring replayed on them: {', '.join(replayed)}" if replayed else "")
     return PlanRecord(dataclasses.replace(predicted, wall_s=predicted.wall_s + smoke_s), costs_from=source)

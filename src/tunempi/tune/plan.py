@@ -17,7 +17,8 @@ The model (docs/tune.md "Plan"), per layout (one engine per layout, tune/runner.
     one run's time  = warm-up + iterations x latency (each part stopped by the time cap as the engine stops
                       it, never fewer than min_iters) + POINT_OVERHEAD_S
                       (the request, the engine's state probe, storing the run);
-    wall            = launches x ENGINE_START_S + runs x one run's time + MODEL_S_PER_ROUND x rounds, the layouts
+    wall            = launches x (ENGINE_START_S + ENGINE_START_PER_NODE_S per node beyond one) + runs x one
+                      run's time + MODEL_S_PER_ROUND x rounds + DECIDING_BLOCK_S x blocks, the layouts
                       run one after another (--topology serial) or side by side where the nodes allow it.
 Latencies and iterations come from the results store (this library's own runs at the layout, nearest size,
 any algorithm) or a dataset's (Peak's CSVs: latencies only, so the iterations are TYPICAL_ITERATIONS); a
@@ -56,23 +57,33 @@ CONTENDERS = 2
 #: Engine launches while exploring, per layout: the first and a relaunch per run that killed the engine (an
 #: algorithm the library refuses at some sizes): 7 and 10 in two such tunes.
 EXPLORE_LAUNCHES = 8
-#: Starting an engine (mpiexec, MPI_Init, the binary's set-up): MPICH 2 ranks on this machine, 0.2 s.
-ENGINE_START_S = 0.2
+#: Starting an engine (mpiexec, MPI_Init, the binary's set-up), and each node beyond the first: round 1 of
+#: docs/measurements/tune.md "Plan, re-measured" ((bench time - the plan's runs' time at the runs tune
+#: measured) / launches): 0.06-0.09 s on one node, 0.20 s on 2 emulated nodes, 0.35 s on 4 (0.40 at 2x2).
+ENGINE_START_S = 0.08
+ENGINE_START_PER_NODE_S = 0.09
 #: Per run beyond its iterations (request, probe, reply, store write): (bench time - launches x start -
 #: iterations' time) / runs of the same tune, 2.5 ms.
 POINT_OVERHEAD_S = 0.0025
 #: The strategy's model fit per round: (tune's loop wall - its bench time) / rounds, 0.2-0.6 s in the five tunes
 #: of docs/measurements/tune.md "Plan" (load 1-4 on 2 cores).
 MODEL_S_PER_ROUND = 0.35
+#: Per layout and deciding block, beyond its runs and launches (the files its launches run under written,
+#: the block's contenders picked and decided): round 1 of "Plan, re-measured", the loop's wall less its bench
+#: time less MODEL_S_PER_ROUND x the plan's rounds, over layouts x blocks: (11.6 - 4.2) s / 27.
+DECIDING_BLOCK_S = 0.28
 #: Replays of the strategy per plan (seeds from the tune's): the plan takes their mean.
 REPLAY_SEEDS = 3
 #: Runs per exploring round (the same tune: 430 runs in 5 rounds, batches of 32 cells).
 ROUND_RUNS = 100
 #: The smoke check: the written files loaded by the library, a launch per communicator size tuned (tune/smoke.py),
-#: and FILES_S for the rest after the loop (rule sets, files, manifest): the whole tune's wall less its loop's was
-#: 1.4-3.9 s in those five tunes.
-SMOKE_S_PER_SIZE = 1.0
-FILES_S = 1.0
+#: FILES_S for the rest after the loop (rule sets, files, manifest), and COMPOSITIONS_S where the tune spans
+#: nodes (a launch per composition at the largest multi-node layout, tune/job.py `tune_compositions`): the whole
+#: tune's wall less its loop's was 1.06 s (one node, one size) and 1.20 s (two sizes), and 1.5-3.4 s on
+#: emulated nodes in round 1 of "Plan, re-measured" (1.1-3.9 s before).
+SMOKE_S_PER_SIZE = 0.15
+FILES_S = 0.9
+COMPOSITIONS_S = 1.2
 #: A latency where nothing was measured: shared-memory 2-rank MPICH here, 1-3 us at 4 B, about 1 us per KiB.
 UNKNOWN_LATENCY_US = 3.0
 UNKNOWN_BYTES_PER_US = 1000.0
@@ -377,9 +388,9 @@ def predict(spaces: Mapping[str, FeatureSpace], settings: MeasureSettings, costs
         cell_s = sum(cell_run_s(cell, costs, settings) for cell, _ in cells) / len(cells)
         layout_launches = EXPLORE_LAUNCHES + blocks
         rounds = math.ceil(exploring / ROUND_RUNS)
-        seconds = (layout_launches * costs.engine_start_s + (constant + deciding) * cell_s
-                   + sum(s for _, s in explored)
-                   + rounds * MODEL_S_PER_ROUND)
+        start_s = costs.engine_start_s + ENGINE_START_PER_NODE_S * (nodes - 1)
+        seconds = (layout_launches * start_s + (constant + deciding) * cell_s + sum(s for _, s in explored)
+                   + rounds * MODEL_S_PER_ROUND + blocks * DECIDING_BLOCK_S)
         layout_s.append((nodes, seconds))
         total_runs += round(runs)
         total_launches += layout_launches
