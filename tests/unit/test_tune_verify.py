@@ -116,6 +116,31 @@ def test_only_a_rule_faster_with_evidence_stays_a_loss_or_a_gain_within_noise_go
     assert numbers["geo_mean_speedup_compared_after"] == pytest.approx(1.25 ** (1 / 5))
 
 
+def test_an_undecided_rule_keeps_the_cells_its_own_launches_call_faster_and_the_rewrite_splits_it() -> None:
+    """Issue 58: verify sent LAMMPS' 8-23 B recursive_doubling rule back whole (1.62x [0.93, 1.80] over its
+    sizes) because its 8 B cell was a tie, though 12 and 16 B were each 2x faster on their own. Each such cell
+    stays; the tie goes back; an undecided rule with no cell faster on its own goes back whole, and a slower
+    rule goes back whatever its cells say."""
+    from tunempi.tune.verify import VerifiedCell, rules_of
+
+    eight, twelve, sixteen = (Cell("allreduce", 2, 2, 1, size) for size in (8, 12, 16))
+    rule = dict(speedup=1.62, ci_low=0.93, ci_high=1.80, verdict="same", rule_cells=3, rule_from=8)
+    verified = [VerifiedCell(eight, "recursive_doubling", 5.0, 5.1, own_speedup=1.02, own_verdict="same", **rule),
+                VerifiedCell(twelve, "recursive_doubling", 5.0, 10.0, own_speedup=2.0, own_verdict="faster", **rule),
+                VerifiedCell(sixteen, "recursive_doubling", 5.0, 10.0, own_speedup=2.1, own_verdict="faster",
+                             **rule)]
+    selection = {v.cell: v.algorithm for v in verified}
+    fixed, judged = apply_replacements(selection, verified)
+    assert fixed == {eight: DEFAULT_ALGORITHM, twelve: "recursive_doubling", sixteen: "recursive_doubling"}
+    assert [v.replaced for v in judged] == [True, False, False]
+    assert [[c.msg_bytes for c in r] for r in rules_of(fixed)] == [[12, 16]]  # the rewritten files' one rule
+
+    nobody = [replace(v, own_verdict="same") for v in verified]
+    assert set(apply_replacements(selection, nobody)[0].values()) == {DEFAULT_ALGORITHM}
+    slower = [replace(v, verdict="slower") for v in verified]
+    assert set(apply_replacements(selection, slower)[0].values()) == {DEFAULT_ALGORITHM}
+
+
 def test_where_files_select_a_collective_whole_it_is_judged_as_one() -> None:
     """Intel MPI: a selection string replaces the library's choice at every size, so a collective stays only
     where every tuned cell of it is faster with evidence; one that is not sends every cell of its

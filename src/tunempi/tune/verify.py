@@ -16,7 +16,8 @@ the tuning selects one algorithm (`rules_of`). Its block values (log default/tun
 launch pair) go to the across-launch form of the shared evidence rule (evidence.compare_launches on the
 spread of the rule's own launch means: docs/evidence.md), which gives the speedup default/tuned, its
 95 % interval and the verdict; every cell of the rule carries it, and keeps its own estimate and verdict
-across the launches too. **A rule stays only where that evidence says it is faster** (goes_back_to_default);
+across the launches too. **A rule stays only where that evidence says it is faster** (goes_back_to_default),
+and in an undecided rule, the cells its own launches call faster beyond noise (the rule is split there);
 an undecided rule with a promising estimate gets more passes of launches first (up to
 verify_run.MAX_PASSES). A cell slower beyond
 noise on its own goes back too, whatever its rule's verdict. The rule sets and files are rewritten (and
@@ -370,8 +371,12 @@ def goes_back_to_default(verdict: str, own_verdict: str = "") -> bool:
     the library's default, and so does a cell of a faster rule that is slower beyond noise on its own.
     A near tie kept in the files was a loss as often as a gain (a verified demo shipped rows at 0.97x and
     a second verify sent 18 more cells back), and a tuning that keeps only evidence is also one that a
-    second tune writes again."""
-    return verdict != "faster" or own_verdict == "slower"
+    second tune writes again. In an undecided rule, a cell its own launches call faster beyond noise stays
+    (the rewrite splits the rule there): one tied size must not send back sizes each 2x faster on their own
+    (issue 58: LAMMPS' 8-23 B rule, 1.62x [0.93, 1.80] over its sizes, its 8 B a tie, 12 and 16 B 2x)."""
+    if own_verdict == "slower":
+        return True
+    return not (verdict == "faster" or (verdict == "same" and own_verdict == "faster"))
 
 
 def slower_beyond_noise(v: VerifiedCell) -> bool:
