@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from types import SimpleNamespace
 
 import pytest
 
@@ -48,12 +49,12 @@ def test_the_prediction_counts_exploring_and_deciding_runs_and_launches_per_layo
     exploring = plan.EXPLORE_RUNS_PER_POINT * 2 * 3
     deciding = 3 * plan.CONTENDERS * 2
     assert predicted.runs == round(exploring + deciding)
-    assert predicted.launches == plan.EXPLORE_LAUNCHES + 3
+    assert predicted.launches == 1 + 3  # switched at run time: a fresh launch per deciding block
     one_run = run_s(100.0, 50, SETTINGS, 0.01)
     assert predicted.wall_s == pytest.approx(predicted.launches * 1.0 + (exploring + deciding) * one_run
                                              + plan.MODEL_S_PER_ROUND + 3 * plan.DECIDING_BLOCK_S)
     # one launch: no deciding block
-    assert predict(spaces, SETTINGS, costs(100.0, 50, (2, 1, 2)), launches=1).launches == plan.EXPLORE_LAUNCHES
+    assert predict(spaces, SETTINGS, costs(100.0, 50, (2, 1, 2)), launches=1).launches == 1
 
 
 def test_layouts_add_up_when_serial_and_share_the_nodes_otherwise() -> None:
@@ -115,7 +116,7 @@ def test_where_every_point_has_latencies_the_strategy_replayed_on_them_gives_the
     explored = plan.replayed_exploration(spaces, replay_costs(), SETTINGS, strategy="tunempi", params=LIVE)
     runs, seconds = explored.explored["allreduce"][(4, 1, 4)]
     assert round(runs) == replayed.runs
-    assert replayed.wall_s == pytest.approx(plan.EXPLORE_LAUNCHES * plan.ENGINE_START_S + seconds
+    assert replayed.wall_s == pytest.approx(plan.ENGINE_START_S + seconds
                                             + math.ceil(runs / plan.ROUND_RUNS) * plan.MODEL_S_PER_ROUND)
     # the deciding blocks: what tune would contest after that exploration (the default and the winner; at
     # least CONTENDERS in every cell: tune's confirmation round), 3 runs each per block under files
@@ -151,3 +152,32 @@ def test_a_point_whose_runs_failed_fails_in_the_replay_and_a_missing_size_takes_
                      (cells[1], "default"): (3.0,), (cells[1], "ring"): (5.0, 7.0)}  # smp: failed, no runs
     # an algorithm never run at the layout: no table (the plan takes the constant)
     assert plan.point_runs(FeatureSpace("allreduce", cells, ("default", "ring", "bruck")), costs) is None
+
+
+def stored(algorithm: str, size: int, ranks: int = 2, nodes: int = 1, latency: float = 5.0, status: str = "ok",
+           reason: str = "") -> SimpleNamespace:
+    """A stored run as the store gives it (status, reason): what costs_from_measurements reads."""
+    return SimpleNamespace(collective="allreduce", algorithm=algorithm, ranks=ranks, nodes=nodes,
+                           ppn=ranks // nodes, msg_bytes=size, mean_us=latency if status == "ok" else None,
+                           status=status, reason=reason, iterations=50)
+
+
+def test_launches_are_the_exploring_one_a_relaunch_per_point_that_killed_the_engine_and_each_blocks_sides() -> None:
+    died = "the engine died: exit status 3: tunempi engine: rank 0: a collective call failed here"
+    c = costs_from_measurements([
+        stored("default", 8), stored("ring", 8), stored("ring", 64),
+        stored("smp", 8, status="failed", reason=died), stored("smp", 64, status="failed", reason=died),
+        stored("rsag", 8, status="failed", reason="engine: MPI_Allreduce failed in 2 iteration(s)"),  # lived on
+        stored("smp", 8, ranks=4, nodes=2, status="timeout", reason="no reply in 10 s"),
+        stored("default", 8, ranks=4, nodes=2)], "rows")
+    assert c.kills == frozenset({((2, 1, 2), "allreduce", 8, "smp"), ((2, 1, 2), "allreduce", 64, "smp"),
+                                 ((4, 2, 2), "allreduce", 8, "smp")})
+    spaces = {"allreduce": FeatureSpace("allreduce", space(2).cells + space(4, 2).cells, space(2).algorithms)}
+    # under files each deciding block launches without a file and under one per contender rank
+    # (file_launches.FileDecider.sides: CONTENDERS launches where the default and one other are contested)
+    under_files = predict(spaces, SETTINGS, c, launches=4, under_files={"allreduce"}, runs_per_block={"allreduce": 3})
+    assert under_files.launches == (1 + 2 + 3 * plan.CONTENDERS) + (1 + 1 + 3 * plan.CONTENDERS)
+    # switched at run time: one fresh launch per layout and block
+    assert predict(spaces, SETTINGS, c, launches=4).launches == (1 + 2 + 3) + (1 + 1 + 3)
+    # one launch: the exploring one and its relaunches only
+    assert predict(spaces, SETTINGS, c, launches=1).launches == (1 + 2) + (1 + 1)

@@ -499,7 +499,8 @@ def predict_tune(plan: TunePlan, costs: PointCosts) -> PlanRecord:
                         allocation_nodes=options.nodes, serial=options.topology == "serial",
                         strategy=options.strategy, strategy_params=plan.strategy_params, seed=options.seed,
                         runs_per_block={c: RUNS_PER_LAUNCH if decided_under_files(plan.adapter, c) else 1
-                                        for c in plan.collectives})
+                                        for c in plan.collectives},
+                        under_files={c for c in plan.collectives if decided_under_files(plan.adapter, c)})
     smoke_s = FILES_S + (SMOKE_S_PER_SIZE * len({s.ranks for s in plan.scales}) if options.smoke else 0.0)
     scale = composition_scale(plan.scales)
     if scale is not None and any(plan.adapter.composition_candidates(c, scale.nodes) for c in plan.collectives):

@@ -12,8 +12,13 @@ The model (docs/tune.md "Plan"), per layout (one engine per layout, tune/runner.
     deciding runs   = (launches - 1) deciding blocks x cells x CONTENDERS (the default and the closest other,
                       tune/launch_blocks.py `contenders`; tune/driver.py's deciding blocks) x each one's runs
                       per block (file_launches.RUNS_PER_LAUNCH, 3, where the block measures under files);
-    launches        = EXPLORE_LAUNCHES + (launches - 1): a launch per round and per failed run while exploring,
-                      a fresh one per deciding block;
+    launches        = 1 (the exploring launch) + a relaunch per point of the layout whose stored run killed the
+                      engine (`PointCosts.kills`: the tune hits the same points before tune/driver.py blocks
+                      the algorithm there) + (launches - 1) deciding blocks x that block's launches: under
+                      files, one without a file and one per contender rank (file_launches.FileDecider.sides:
+                      the widest cell's contenders, from the replay where it ran, else CONTENDERS); switched
+                      at run time, one fresh launch (the blocks tune adds for the machine's state are not
+                      modelled: they depend on the machine, not on the costs);
     one run's time  = warm-up + iterations x latency (each part stopped by the time cap as the engine stops
                       it, never fewer than min_iters) + POINT_OVERHEAD_S
                       (the request, the engine's state probe, storing the run);
@@ -31,7 +36,7 @@ import dataclasses
 import functools
 import math
 import statistics
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -54,9 +59,9 @@ EXPLORE_RUNS_PER_POINT = 1.0
 #: Algorithms measured per cell in each deciding block: the default and one contender (launch_blocks.contenders
 #: adds a second only where the strategy puts two ahead of the default by the margin).
 CONTENDERS = 2
-#: Engine launches while exploring, per layout: the first and a relaunch per run that killed the engine (an
-#: algorithm the library refuses at some sizes): 7 and 10 in two such tunes.
-EXPLORE_LAUNCHES = 8
+#: How bench/engine.py words a run that killed the engine (as tune/driver.py reads it: a crash, the next run
+#: relaunches).
+ENGINE_DIED = "the engine died"
 #: Starting an engine (mpiexec, MPI_Init, the binary's set-up), and each node beyond the first: round 1 of
 #: docs/measurements/tune.md "Plan, re-measured" ((bench time - the plan's runs' time at the runs tune
 #: measured) / launches): 0.06-0.09 s on one node, 0.20 s on 2 emulated nodes, 0.35 s on 4 (0.40 at 2x2).
@@ -109,6 +114,8 @@ class PointCosts:
     source: str = "none"
     runs_us: Mapping[PointKey, tuple[float, ...]] = field(default_factory=dict)
     failed: frozenset[PointKey] = frozenset()
+    #: The points a run of killed the engine (died, or timed out): each cost the tune a relaunch.
+    kills: frozenset[PointKey] = frozenset()
     engine_start_s: float = ENGINE_START_S
     point_overhead_s: float = POINT_OVERHEAD_S
 
@@ -293,6 +300,9 @@ class Replayed:
 
     explored: Mapping[str, Mapping[Layout, tuple[float, float]]]
     contenders: Mapping[Cell, float]
+    #: per collective and layout, the most algorithms a cell there contests (a mean): a deciding block's
+    #: launches under files (file_launches.FileDecider.sides)
+    widest: Mapping[tuple[str, Layout], float] = field(default_factory=dict)
 
 
 def replayed_exploration(spaces: Mapping[str, FeatureSpace], costs: PointCosts, settings: MeasureSettings, *,
@@ -324,15 +334,21 @@ def replayed_exploration(spaces: Mapping[str, FeatureSpace], costs: PointCosts, 
                                           seed=replay_seed))
     mean: dict[str, dict[Layout, tuple[float, float]]] = {}
     contested: dict[Cell, float] = {}
+    widest: dict[tuple[str, Layout], float] = {}
     for replayed in replays:
+        seed_widest: dict[tuple[str, Layout], int] = {}
         for cell, count in replayed_contenders(replayed).items():
             contested[cell] = contested.get(cell, 0.0) + count / len(replays)
+            key = (cell.collective, cell.scale)
+            seed_widest[key] = max(seed_widest.get(key, 0), count)
+        for key, count in seed_widest.items():
+            widest[key] = widest.get(key, 0.0) + count / len(replays)
         for collective, strategy_run in replayed.items():
             layouts = mean.setdefault(collective, {})
             for layout, (runs, seconds) in explored_by_layout(strategy_run.records, costs).items():
                 total_runs, total_s = layouts.get(layout, (0.0, 0.0))
                 layouts[layout] = (total_runs + runs / len(replays), total_s + seconds / len(replays))
-    return Replayed(mean, contested)
+    return Replayed(mean, contested, widest)
 
 
 def replayed_contenders(strategies: Mapping[str, Strategy]) -> dict[Cell, int]:
@@ -349,7 +365,7 @@ def replayed_contenders(strategies: Mapping[str, Strategy]) -> dict[Cell, int]:
 
 def explored_by_layout(records: Iterable[MeasurementRecord], costs: PointCosts) -> dict[Layout, tuple[int, float]]:
     """The replay's runs and their seconds per layout (priced by `priced_runs`), less the failed runs'
-    relaunches: those are the layout's launches (EXPLORE_LAUNCHES), counted there."""
+    relaunches: those are the layout's launches (`PointCosts.kills`), counted there."""
     layouts: dict[Layout, tuple[int, float]] = {}
     for record in records:
         runs, seconds = layouts.get(record.cell.scale, (0, 0.0))
@@ -361,11 +377,13 @@ def explored_by_layout(records: Iterable[MeasurementRecord], costs: PointCosts) 
 def predict(spaces: Mapping[str, FeatureSpace], settings: MeasureSettings, costs: PointCosts, *,
             launches: int, allocation_nodes: int = 1, serial: bool = True, strategy: str | None = None,
             strategy_params: Mapping[str, object] | None = None, seed: int = 0,
-            runs_per_block: Mapping[str, int] | None = None) -> Prediction:
+            runs_per_block: Mapping[str, int] | None = None,
+            under_files: Collection[str] = frozenset()) -> Prediction:
     """The tune's wall time, launches and runs for these spaces (the model in the module's docstring); with
     `strategy`, the exploring runs of a collective whose every point the costs have come from its replay.
     `runs_per_block`: each contender's runs per cell in a deciding block, per collective (1 where not given;
-    file_launches.RUNS_PER_LAUNCH for a collective decided under files)."""
+    file_launches.RUNS_PER_LAUNCH for a collective decided under files); `under_files`: the collectives whose
+    deciding blocks launch under files (file_launches.decided_under_files), the rest switched at run time."""
     replay = replayed_exploration(spaces, costs, settings, strategy=strategy, params=strategy_params or {},
                                   seed=seed) if strategy else Replayed({}, {})
     replayed = replay.explored
@@ -386,7 +404,9 @@ def predict(spaces: Mapping[str, FeatureSpace], settings: MeasureSettings, costs
                                 for cell, _ in cells)
         runs = exploring + deciding
         cell_s = sum(cell_run_s(cell, costs, settings) for cell, _ in cells) / len(cells)
-        layout_launches = EXPLORE_LAUNCHES + blocks
+        layout_launches = round(1 + sum(1 for kill in costs.kills if kill[0] == layout and kill[1] in spaces)
+                                + blocks * block_launches(layout, {cell.collective for cell, _ in cells}, replay,
+                                                          under_files))
         rounds = math.ceil(exploring / ROUND_RUNS)
         start_s = costs.engine_start_s + ENGINE_START_PER_NODE_S * (nodes - 1)
         seconds = (layout_launches * start_s + (constant + deciding) * cell_s + sum(s for _, s in explored)
@@ -397,6 +417,15 @@ def predict(spaces: Mapping[str, FeatureSpace], settings: MeasureSettings, costs
     return Prediction(concurrent_wall(layout_s, allocation_nodes, serial), total_launches, total_runs)
 
 
+def block_launches(layout: Layout, collectives: Iterable[str], replay: Replayed, under_files: Collection[str]) -> float:
+    """One deciding block's launches at `layout` (tune/driver.py `_decide_across_launches`): under files, one
+    without a file and one per contender rank, as many as the widest cell's contenders (FileDecider.sides;
+    the replay's, else CONTENDERS); one fresh switched launch where a collective is not decided under files."""
+    collectives = set(collectives)
+    files = [replay.widest.get((c, layout), CONTENDERS) for c in collectives if c in under_files]
+    return max(files, default=0.0) + (1.0 if collectives - set(under_files) else 0.0)
+
+
 def costs_from_measurements(rows: Iterable[Any], source: str) -> PointCosts:
     """PointCosts from stored runs or dataset rows (anything with collective, ranks, nodes, ppn, msg_bytes and
     a latency: `mean_us`/`median_us` or `latency_us`; `iterations` where recorded): the median per key."""
@@ -404,11 +433,15 @@ def costs_from_measurements(rows: Iterable[Any], source: str) -> PointCosts:
     iterations: dict[Key, list[int]] = {}
     runs: dict[PointKey, list[float]] = {}
     failed: set[PointKey] = set()
+    kills: set[PointKey] = set()
     for row in rows:
         latency = getattr(row, "mean_us", None) or getattr(row, "latency_us", None)
         key = ((int(row.ranks), int(row.nodes), int(row.ppn)), str(row.collective), int(row.msg_bytes))
         point = (*key, str(row.algorithm))
-        if getattr(row, "status", "ok") != "ok" or not latency:
+        status = getattr(row, "status", "ok")
+        if status == "timeout" or str(getattr(row, "reason", "")).startswith(ENGINE_DIED):
+            kills.add(point)
+        if status != "ok" or not latency:
             failed.add(point)
             continue
         latencies.setdefault(key, []).append(float(latency))
@@ -417,4 +450,4 @@ def costs_from_measurements(rows: Iterable[Any], source: str) -> PointCosts:
             iterations.setdefault(key, []).append(int(row.iterations))
     return PointCosts({k: statistics.median(v) for k, v in latencies.items()},
                       {k: round(statistics.median([float(i) for i in v])) for k, v in iterations.items()}, source,
-                      runs_us={k: tuple(v) for k, v in runs.items()}, failed=frozenset(failed - set(runs)))
+                      runs_us={k: tuple(v) for k, v in runs.items()}, failed=frozenset(failed - set(runs)), kills=frozenset(kills))
