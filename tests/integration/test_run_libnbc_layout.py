@@ -12,6 +12,7 @@ libnbc's ring hands the sum 1/size of the vector, its own choice here, binomial,
 from __future__ import annotations
 
 import os
+import shlex
 import subprocess
 import sys
 from pathlib import Path
@@ -98,3 +99,21 @@ def test_print_env_compare_and_catalog_module_leave_libnbcs_value_out_as_run_doe
     assert done.returncode == 2 and "Traceback" not in said, said
     assert f"no module written, it would set nothing: {VARIABLE} is left out of the module" in said
     assert not module.exists()
+
+
+def test_the_reports_shell_line_gives_print_env_the_launch_line(tmp_path: Path) -> None:
+    """`report`'s "set the variables in your shell" line runs --print-env with the launch line it then runs, so the
+    layout is judged there as `run` judges it (before: no launch line, the libnbc value exported for any job with
+    only a warning). The command inside $(...) is run as the report prints it."""
+    from tunempi.report.tuning import apply_commands
+    from tunempi.tune.manifest import Manifest
+
+    directory = libnbc_tuning(tmp_path / "tuned")
+    shell_lines = [command for what, command in apply_commands(Manifest.load(directory)) if "shell" in what]
+    assert len(shell_lines) == 1, shell_lines
+    printed, launch = shell_lines[0].removeprefix('eval "$(').split(')"; ')
+    words = shlex.split(printed)
+    assert words[:2] == ["tunempi", "run"] and words[words.index("--") + 1:] == shlex.split(launch)
+    done = tunempi(*words[1:])
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.splitlines() == [f"export {VARIABLE}=1"] and "acts at every communicator size" not in done.stderr

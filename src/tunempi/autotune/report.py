@@ -161,7 +161,7 @@ def apply_lines(name: str, path: str, command: list[str]) -> list[tuple[str, str
         return [("run the application with it (tunempi checks the library and the files first)",
                  f"tunempi run --tuning {shlex.quote(path)} -- {line}"),
                 ("or set its variables in a shell or job script",
-                 f'eval "$(tunempi run --tuning {shlex.quote(path)} --print-env)"; {line}')]
+                 f'eval "$(tunempi run --tuning {shlex.quote(path)} --print-env -- {line})"; {line}')]
     return [("set the run-time parameters of its env file, then launch",
              f"set -a; . {shlex.quote(path)}; set +a; {line}")]
 

@@ -415,11 +415,13 @@ def apply_commands(manifest: Manifest) -> list[tuple[str, str]]:
     """(what it does, command) to apply a tuning directory, for the report and the terminal."""
     directory = str(manifest.directory)
     ranks = max((int(scale[0]) for scale in manifest.scales), default=2)
+    launch = f"mpiexec -n {ranks} ./app"
     commands = [
         ("run an application with the tuning applied (a bare mpiexec is the tuned library's own launcher)",
-         f"tunempi run --tuning {shlex.quote(directory)} -- mpiexec -n {ranks} ./app"),
+         f"tunempi run --tuning {shlex.quote(directory)} -- {launch}"),
+        # The launch line after -- lets --print-env leave out what cannot bound itself off the measured layouts.
         ("or set the variables in your shell or job script, without tunempi at run time",
-         f'eval "$(tunempi run --tuning {shlex.quote(directory)} --print-env)"'),
+         f'eval "$(tunempi run --tuning {shlex.quote(directory)} --print-env -- {launch})"; {launch}'),
     ]
     env_file = manifest.env_file
     if env_file:
