@@ -57,6 +57,27 @@ def test_the_prediction_counts_exploring_and_deciding_runs_and_launches_per_layo
     assert predict(spaces, SETTINGS, costs(100.0, 50, (2, 1, 2)), launches=1).launches == 1
 
 
+def test_the_machines_state_blocks_are_a_bound_beside_the_wall_time_not_in_it() -> None:
+    """tune/driver.py adds deciding blocks for the machine's state (a pause, then a block of every layout
+    short of its reference) until STATE_WAIT_S has passed, and only with more than 2 launches: the most they
+    can add is STATE_WAIT_S + a pause + one more block of every layout; the wall time leaves them out."""
+    from tunempi.tune.machine_state import STATE_PAUSE_S, STATE_WAIT_S
+
+    one_run = run_s(100.0, 50, SETTINGS, 0.01)
+    block_s = 1.0 + plan.CONTENDERS * 2 * one_run + plan.DECIDING_BLOCK_S  # a fresh launch, 2 cells x contenders
+    one = predict({"allreduce": space(2)}, SETTINGS, costs(100.0, 50, (2, 1, 2)), launches=4)
+    assert one.state_s == pytest.approx(STATE_WAIT_S + STATE_PAUSE_S + block_s)
+    two = {"allreduce": FeatureSpace("allreduce", space(2, 2).cells + space(4, 2).cells, space(2).algorithms)}
+    both = predict(two, SETTINGS, costs(100.0, 50, (2, 2, 1), (4, 2, 2)), launches=4, allocation_nodes=2)
+    start = 1.0 + plan.ENGINE_START_PER_NODE_S  # two nodes
+    assert both.state_s == pytest.approx(STATE_WAIT_S + STATE_PAUSE_S + 2 * (block_s - 1.0 + start))
+    for launches in (1, 2):
+        assert predict({"allreduce": space(2)}, SETTINGS, costs(100.0, 50, (2, 1, 2)), launches=launches).state_s == 0
+    # recorded in the manifest's plan and read back; an actual has none
+    assert plan.Prediction.from_dict(one.to_dict()) == one
+    assert "state_s" not in plan.Prediction(5.0, 3, 100).to_dict()
+
+
 def test_layouts_add_up_when_serial_and_share_the_nodes_otherwise() -> None:
     two = {"allreduce": FeatureSpace("allreduce", space(2, 2).cells + space(4, 2).cells, space(2).algorithms)}
     c = costs(100.0, 50, (2, 2, 1), (4, 2, 2))

@@ -201,7 +201,9 @@ def tune_command(
 
 
 def plan_line(prediction: Prediction) -> str:
-    return f"{prediction.wall_s:.0f} s, {prediction.launches} engine launches, {prediction.runs} runs"
+    at_most = (f" (up to {prediction.wall_s + prediction.state_s:.0f} s if the machine changes speed during it: "
+               "tune then adds deciding blocks for its state)" if prediction.state_s else "")
+    return f"{prediction.wall_s:.0f} s{at_most}, {prediction.launches} engine launches, {prediction.runs} runs"
 
 
 def _profile_objective(profile: Profile, path: Path, collectives: Sequence[str], given: str | None,

@@ -17,8 +17,11 @@ The model (docs/tune.md "Plan"), per layout (one engine per layout, tune/runner.
                       the algorithm there) + (launches - 1) deciding blocks x that block's launches: under
                       files, one without a file and one per contender rank (file_launches.FileDecider.sides:
                       the widest cell's contenders, from the replay where it ran, else CONTENDERS); switched
-                      at run time, one fresh launch (the blocks tune adds for the machine's state are not
-                      modelled: they depend on the machine, not on the costs);
+                      at run time, one fresh launch;
+    state seconds   = what the deciding blocks tune adds for the machine's state (tune/machine_state.py) can
+                      add at most, not in the wall time: whether they come depends on the machine at the time,
+                      not on the costs, but tune/driver.py stops adding them after STATE_WAIT_S, so the bound
+                      is STATE_WAIT_S + one pause + one more block of every layout (`Prediction.state_s`);
     one run's time  = warm-up + iterations x latency (each part stopped by the time cap as the engine stops
                       it, never fewer than min_iters) + POINT_OVERHEAD_S
                       (the request, the engine's state probe, storing the run);
@@ -51,6 +54,7 @@ from tunempi.strategy import MeasurementRecord, Request, Strategy, import_strate
 from tunempi.tune.driver import DEFAULT_MARGIN, prefer_default
 from tunempi.tune.guard import CONTINUE, MEASURE_THE_REST, estimate_exhaustive
 from tunempi.tune.launch_blocks import contenders
+from tunempi.tune.machine_state import STATE_PAUSE_S, STATE_WAIT_S
 
 #: Runs of the exploring phase per exhaustive point where the costs cannot replay the strategy: round 1 of
 #: docs/measurements/tune.md "Plan" (five small tunes): their runs less the deciding blocks' (3 runs of each
@@ -155,18 +159,24 @@ def run_s(latency_us: float, iterations: int | None, settings: MeasureSettings,
 
 @dataclass(frozen=True)
 class Prediction:
-    """What a tune will take (predicted) or took (actual): wall seconds, engine launches, runs."""
+    """What a tune will take (predicted) or took (actual): wall seconds, engine launches, runs; a prediction's
+    `state_s`: the seconds beyond `wall_s` the deciding blocks for the machine's state can add at most (0 where
+    tune adds none: fewer than 3 launches; an actual's is 0)."""
 
     wall_s: float
     launches: int
     runs: int
+    state_s: float = 0.0
 
     def to_dict(self) -> dict[str, Any]:
-        return {"wall_s": round(self.wall_s, 3), "launches": self.launches, "runs": self.runs}
+        data: dict[str, Any] = {"wall_s": round(self.wall_s, 3), "launches": self.launches, "runs": self.runs}
+        if self.state_s:
+            data["state_s"] = round(self.state_s, 3)
+        return data
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> Prediction:
-        return cls(float(data["wall_s"]), int(data["launches"]), int(data["runs"]))
+        return cls(float(data["wall_s"]), int(data["launches"]), int(data["runs"]), float(data.get("state_s", 0.0)))
 
 
 @dataclass(frozen=True)
@@ -394,6 +404,7 @@ def predict(spaces: Mapping[str, FeatureSpace], settings: MeasureSettings, costs
     blocks = max(launches, 1) - 1
     total_runs = total_launches = 0
     layout_s: list[tuple[int, float]] = []
+    state_block_s = 0.0  # one more deciding block of every layout: what the machine's state adds per pause
     for layout, cells in sorted(per_layout.items()):
         nodes = layout[1]
         explored = [by_layout.get(layout, (0, 0.0)) for by_layout in replayed.values()]
@@ -414,7 +425,13 @@ def predict(spaces: Mapping[str, FeatureSpace], settings: MeasureSettings, costs
         layout_s.append((nodes, seconds))
         total_runs += round(runs)
         total_launches += layout_launches
-    return Prediction(concurrent_wall(layout_s, allocation_nodes, serial), total_launches, total_runs)
+        if blocks:
+            block_runs = deciding / blocks
+            state_block_s += (block_launches(layout, {cell.collective for cell, _ in cells}, replay, under_files)
+                              * start_s + block_runs * cell_s + DECIDING_BLOCK_S)
+    # tune/driver.py adds state blocks (pause, block) until STATE_WAIT_S has passed, and only with > 2 launches
+    state_s = STATE_WAIT_S + STATE_PAUSE_S + state_block_s if launches > 2 else 0.0
+    return Prediction(concurrent_wall(layout_s, allocation_nodes, serial), total_launches, total_runs, state_s)
 
 
 def block_launches(layout: Layout, collectives: Iterable[str], replay: Replayed, under_files: Collection[str]) -> float:
