@@ -144,7 +144,7 @@ def test_where_every_point_has_latencies_the_strategy_replayed_on_them_gives_the
     assert set(explored.contenders) <= set(replay_space().cells)
     assert all(count >= plan.CONTENDERS for count in explored.contenders.values())
     decided = predict(spaces, SETTINGS, replay_costs(), launches=4, strategy="tunempi", strategy_params=LIVE,
-                      runs_per_block={"allreduce": 3})
+                      under_files={"allreduce"})
     contested = sum(explored.contenders.get(cell, plan.CONTENDERS) for cell in replay_space().cells)
     assert decided.runs == round(runs + 3 * 3 * contested)
 
@@ -196,7 +196,7 @@ def test_launches_are_the_exploring_one_a_relaunch_per_point_that_killed_the_eng
     spaces = {"allreduce": FeatureSpace("allreduce", space(2).cells + space(4, 2).cells, space(2).algorithms)}
     # under files each deciding block launches without a file and under one per contender rank
     # (file_launches.FileDecider.sides: CONTENDERS launches where the default and one other are contested)
-    under_files = predict(spaces, SETTINGS, c, launches=4, under_files={"allreduce"}, runs_per_block={"allreduce": 3})
+    under_files = predict(spaces, SETTINGS, c, launches=4, under_files={"allreduce"})
     assert under_files.launches == (1 + 2 + 3 * plan.CONTENDERS) + (1 + 1 + 3 * plan.CONTENDERS)
     # switched at run time: one fresh launch per layout and block
     assert predict(spaces, SETTINGS, c, launches=4).launches == (1 + 2 + 3) + (1 + 1 + 3)

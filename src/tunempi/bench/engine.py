@@ -92,6 +92,16 @@ class PointOutcome:
         return self.status == "ok"
 
 
+#: How `EngineSession.measure` words a point whose engine died under it.
+ENGINE_DIED = "the engine died"
+
+
+def killed_the_engine(status: str, reason: str) -> bool:
+    """Whether a point's run ended its engine (it died, or timed out and was killed): the next point relaunches
+    (tune/driver.py blocks the algorithm there; tune --plan counts the relaunch)."""
+    return status == "timeout" or reason.startswith(ENGINE_DIED)
+
+
 def condense(message: str) -> str:
     """One line from a multi-line MPI error (MPICH's error stack): its first line and its cause, the last."""
     lines = [line.strip() for line in message.splitlines() if line.strip()]
@@ -253,7 +263,7 @@ class EngineSession:
         if line is None:
             why = self._death_note()
             self.kill()
-            return self._outcome(request, "failed", f"the engine died: {why}", ready)
+            return self._outcome(request, "failed", f"{ENGINE_DIED}: {why}", ready)
         try:
             reply = decode_line(line)
         except MPIError as exc:

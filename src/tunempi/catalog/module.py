@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING
 
 from tunempi.catalog.store import write_atomically
 from tunempi.errors import UsageError
-from tunempi.tune.apply import layout_words, unbounded_env
+from tunempi.tune.apply import measured_layouts_words, unbounded_env
 
 if TYPE_CHECKING:
     from tunempi.mpi.vendor import VendorAdapter
@@ -42,7 +42,7 @@ def module_env(manifest: Manifest, adapter: VendorAdapter) -> tuple[dict[str, st
 
 def left_out_text(manifest: Manifest, left: Iterable[str]) -> str:
     """One line on what `module_env` left out, why, and what sets it instead."""
-    measured = "; ".join(layout_words(*scale[:3]) for scale in sorted(manifest.scales) if len(scale) >= 3)
+    measured = measured_layouts_words(manifest)
     names = list(left)
     them = "it" if len(names) == 1 else "them"
     return (f"{', '.join(names)} {'is' if len(names) == 1 else 'are'} left out of the module: this library "

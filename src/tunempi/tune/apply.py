@@ -98,6 +98,11 @@ def _measured_layouts(manifest: Manifest) -> list[tuple[int, int, int]]:
     return sorted({(scale[0], scale[1], scale[2]) for scale in manifest.scales if len(scale) >= 3})
 
 
+def measured_layouts_words(manifest: Manifest) -> str:
+    """The layouts the tuning measured, in words ("" for none): what the lines on bounds name."""
+    return "; ".join(layout_words(*scale) for scale in _measured_layouts(manifest))
+
+
 def _tuned_sets(manifest: Manifest) -> dict[str, RuleSet]:
     return {c: rule_set for c, rule_set in manifest.rule_sets.items()
             if set(rule_set.algorithms()) != {DEFAULT_ALGORITHM}}
@@ -148,7 +153,7 @@ def unbounded_env(manifest: Manifest, adapter: VendorAdapter) -> tuple[str, ...]
 
 def every_size_line(manifest: Manifest, names: Sequence[str]) -> str:
     """What `run --print-env` says of `unbounded_env` printed with no launch line to judge."""
-    tuned = "; ".join(layout_words(*scale) for scale in _measured_layouts(manifest)) or "no layout"
+    tuned = measured_layouts_words(manifest) or "no layout"
     them = "it" if len(names) == 1 else "them"
     return (f"{', '.join(names)} act{'s' if len(names) == 1 else ''} at every communicator size, measured or not "
             f"(this library cannot bound {them}); give the job's launch line after -- to have {them} left out of a "
@@ -158,7 +163,7 @@ def every_size_line(manifest: Manifest, names: Sequence[str]) -> str:
 def left_out_line(manifest: Manifest, layout: JobLayout, left: dict[str, tuple[str, ...]]) -> str:
     """The one line that says which variables `left_to_library` left out of the job, and why."""
     variables = ", ".join(v for names in left.values() for v in names)
-    tuned = "; ".join(layout_words(*scale) for scale in _measured_layouts(manifest)) or "no layout"
+    tuned = measured_layouts_words(manifest) or "no layout"
     nodes = layout.nodes
     job = f"{layout.ranks} ranks" + (f" on {nodes} node{'s' if nodes != 1 else ''}" if nodes is not None else "")
     return (f"{variables} not exported: the job ({job}) lies outside the layouts {', '.join(left)} measured "
@@ -186,7 +191,7 @@ def layout_notes(manifest: Manifest, layout: JobLayout, adapter: VendorAdapter) 
     line names them.
     """
     measured = _measured_layouts(manifest)
-    tuned = "; ".join(layout_words(*scale) for scale in measured) or "no layout"
+    tuned = measured_layouts_words(manifest) or "no layout"
     notes = [f"the job: {layout.text()}; the tuning measured {tuned}"]
     left = left_to_library(manifest, layout, adapter)
     tuned_sets = {c: rule_set for c, rule_set in _tuned_sets(manifest).items() if c not in left}

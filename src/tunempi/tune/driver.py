@@ -20,7 +20,7 @@ from typing import Protocol
 
 import numpy as np
 
-from tunempi.bench.engine import Layout
+from tunempi.bench.engine import Layout, killed_the_engine
 from tunempi.bench.sweep import BenchPoint
 from tunempi.collectives import DEFAULT_ALGORITHM, DEFAULT_DISTRIBUTION, LATENCY_OBJECTIVE, objective_of
 from tunempi.errors import TunempiError
@@ -637,7 +637,7 @@ class Tuner:
             record = replace(record_of(result.measurement, cost_s=result.wall_s, launches=result.launches),
                              launch_block=run.block, probe_us=result.probe_us, launch_side=result.side)
             by_collective.setdefault(result.point.collective, []).append(record)
-            if result.outcome.status == "timeout" or result.outcome.reason.startswith("the engine died"):
+            if killed_the_engine(result.outcome.status, result.outcome.reason):
                 crashed.setdefault(result.point.collective, []).append(record)
         for collective, records in by_collective.items():  # cheap: models are fitted in `ask`
             blocked = self._block_failing(collective, records, crashed.get(collective, []))

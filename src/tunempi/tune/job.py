@@ -60,7 +60,7 @@ from tunempi.tune.driver import (
     prefer_default,
     records_from_store,
 )
-from tunempi.tune.file_launches import RUNS_PER_LAUNCH, FileDecider, decided_under_files
+from tunempi.tune.file_launches import FileDecider, decided_under_files
 from tunempi.tune.files import (
     WrittenFiles,
     files_rule_sets,
@@ -498,8 +498,6 @@ def predict_tune(plan: TunePlan, costs: PointCosts) -> PlanRecord:
     predicted = predict(plan.spaces, options.settings, costs, launches=options.launches,
                         allocation_nodes=options.nodes, serial=options.topology == "serial",
                         strategy=options.strategy, strategy_params=plan.strategy_params, seed=options.seed,
-                        runs_per_block={c: RUNS_PER_LAUNCH if decided_under_files(plan.adapter, c) else 1
-                                        for c in plan.collectives},
                         under_files={c for c in plan.collectives if decided_under_files(plan.adapter, c)})
     smoke_s = FILES_S + (SMOKE_S_PER_SIZE * len({s.ranks for s in plan.scales}) if options.smoke else 0.0)
     scale = composition_scale(plan.scales)

@@ -45,6 +45,7 @@ from typing import Any
 
 import pandas as pd
 
+from tunempi.bench.engine import killed_the_engine
 from tunempi.bench.protocol import MeasureSettings
 from tunempi.collectives import DEFAULT_ALGORITHM
 from tunempi.sim.cost import CostModel
@@ -63,9 +64,6 @@ EXPLORE_RUNS_PER_POINT = 1.0
 #: Algorithms measured per cell in each deciding block: the default and one contender (launch_blocks.contenders
 #: adds a second only where the strategy puts two ahead of the default by the margin).
 CONTENDERS = 2
-#: How bench/engine.py words a run that killed the engine (as tune/driver.py reads it: a crash, the next run
-#: relaunches).
-ENGINE_DIED = "the engine died"
 #: Starting an engine (mpiexec, MPI_Init, the binary's set-up), and each node beyond the first: round 1 of
 #: docs/measurements/tune.md "Plan, re-measured" ((bench time - the plan's runs' time at the runs tune
 #: measured) / launches): 0.06-0.09 s on one node, 0.20 s on 2 emulated nodes, 0.35 s on 4 (0.40 at 2x2).
@@ -387,13 +385,15 @@ def explored_by_layout(records: Iterable[MeasurementRecord], costs: PointCosts) 
 def predict(spaces: Mapping[str, FeatureSpace], settings: MeasureSettings, costs: PointCosts, *,
             launches: int, allocation_nodes: int = 1, serial: bool = True, strategy: str | None = None,
             strategy_params: Mapping[str, object] | None = None, seed: int = 0,
-            runs_per_block: Mapping[str, int] | None = None,
             under_files: Collection[str] = frozenset()) -> Prediction:
     """The tune's wall time, launches and runs for these spaces (the model in the module's docstring); with
     `strategy`, the exploring runs of a collective whose every point the costs have come from its replay.
-    `runs_per_block`: each contender's runs per cell in a deciding block, per collective (1 where not given;
-    file_launches.RUNS_PER_LAUNCH for a collective decided under files); `under_files`: the collectives whose
-    deciding blocks launch under files (file_launches.decided_under_files), the rest switched at run time."""
+    `under_files`: the collectives whose deciding blocks launch under files (file_launches.decided_under_files:
+    file_launches.RUNS_PER_LAUNCH runs of each contender per cell and block), the rest switched at run time (one
+    run each)."""
+    # imported here: file_launches imports the manifest, which imports this module
+    from tunempi.tune.file_launches import RUNS_PER_LAUNCH
+
     replay = replayed_exploration(spaces, costs, settings, strategy=strategy, params=strategy_params or {},
                                   seed=seed) if strategy else Replayed({}, {})
     replayed = replay.explored
@@ -411,8 +411,8 @@ def predict(spaces: Mapping[str, FeatureSpace], settings: MeasureSettings, costs
         constant = EXPLORE_RUNS_PER_POINT * sum(algorithms for cell, algorithms in cells
                                                 if cell.collective not in replayed)
         exploring = constant + sum(runs for runs, _ in explored)
-        deciding = blocks * sum((runs_per_block or {}).get(cell.collective, 1) * replay.contenders.get(cell, CONTENDERS)
-                                for cell, _ in cells)
+        deciding = blocks * sum((RUNS_PER_LAUNCH if cell.collective in under_files else 1)
+                                * replay.contenders.get(cell, CONTENDERS) for cell, _ in cells)
         runs = exploring + deciding
         cell_s = sum(cell_run_s(cell, costs, settings) for cell, _ in cells) / len(cells)
         layout_launches = round(1 + sum(1 for kill in costs.kills if kill[0] == layout and kill[1] in spaces)
@@ -456,7 +456,7 @@ def costs_from_measurements(rows: Iterable[Any], source: str) -> PointCosts:
         key = ((int(row.ranks), int(row.nodes), int(row.ppn)), str(row.collective), int(row.msg_bytes))
         point = (*key, str(row.algorithm))
         status = getattr(row, "status", "ok")
-        if status == "timeout" or str(getattr(row, "reason", "")).startswith(ENGINE_DIED):
+        if killed_the_engine(status, str(getattr(row, "reason", ""))):
             kills.add(point)
         if status != "ok" or not latency:
             failed.add(point)
