@@ -4,6 +4,7 @@ pair whose two launches met different states is left out."""
 
 from __future__ import annotations
 
+import os
 from collections.abc import Mapping, Sequence
 from types import SimpleNamespace
 
@@ -22,6 +23,7 @@ from tunempi.tune.machine_state import (
     StatesMet,
     in_reference,
     launch_probes,
+    ranks_sharing_cores,
     same_state,
     usable_probe,
 )
@@ -76,8 +78,30 @@ def test_a_launch_probe_is_the_median_of_its_points_and_states_are_told_apart_by
     assert same_state(None, SLOW) and in_reference(None, FAST) and in_reference(SLOW, None)
     assert in_reference(FAST * STATE_RATIO, FAST) and not in_reference(SLOW, FAST)
     # an oversubscribed layout's probe reads the ranks' turns on the cores, not the machine
-    assert usable_probe(SLOW, ranks_per_node=2, cores=2) == SLOW and usable_probe(SLOW, 4, cores=2) is None
+    assert usable_probe(SLOW, ranks_on_cores=2, cores=2) == SLOW and usable_probe(SLOW, 4, cores=2) is None
     assert usable_probe(0.0, 2, cores=2) is None and usable_probe(None, 2, cores=2) is None
+
+
+def test_emulated_nodes_share_this_machines_cores_so_their_ranks_take_turns_as_one_nodes_do() -> None:
+    """2 emulated nodes x 2 (and 4 x 1) put 4 ranks on this machine's cores: their probe reads the turns, as
+    one node's 4 ranks' does, and tune adds no block for the machine's state there (the plan's 2x2 and 4x1
+    misses). Real nodes have their own cores: 2 x 2 is 2 ranks on a node's."""
+    assert ranks_sharing_cores(4, 2, emulated=True) == 4 and ranks_sharing_cores(4, 1, emulated=True) == 4
+    assert ranks_sharing_cores(4, 2, emulated=False) == 2
+    cell = Cell("bcast", 4, 2, 2, 16384)
+
+    def probed(emulated: bool, ranks: int = 4, nodes: int = 2, ppn: int = 2) -> float | None:
+        reply = PointReply(id=1, status="ok", median_us=10.0, probe_us=FAST)
+        m = Measurement(library_fingerprint="f", library="x", collective="bcast", algorithm=DEFAULT_ALGORITHM,
+                        ranks=ranks, msg_bytes=cell.msg_bytes, nodes=nodes, ppn=ppn, run=0, median_us=10.0)
+        return PointResult(BenchPoint("bcast", DEFAULT_ALGORITHM, cell.msg_bytes, 0), Layout(ranks, nodes, ppn),
+                           PointOutcome(PointRequest(id=1, collective="bcast", msg_bytes=cell.msg_bytes), "ok",
+                                        reply=reply), m, 0.1, 0, emulated=emulated).probe_us
+
+    cores = len(os.sched_getaffinity(0))
+    assert probed(emulated=False, ranks=2 * cores, nodes=2, ppn=cores) == FAST  # a node's cores hold its ranks
+    assert probed(emulated=True, ranks=2 * cores, nodes=2, ppn=cores) is None   # this machine's do not
+    assert probed(emulated=True, ranks=cores, nodes=cores, ppn=1) == FAST       # as many ranks as cores
 
 
 def test_a_rule_is_judged_in_the_fastest_state_whatever_the_slower_one_says() -> None:

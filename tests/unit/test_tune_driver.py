@@ -81,8 +81,8 @@ class FakeRunner:
                 median = None if crashed else value * float(np.exp(self.rng.normal(0, 0.02)))
                 measurement = Measurement(
                     library_fingerprint=FINGERPRINT, library="fake-1.0", collective=point.collective,
-                    algorithm=point.algorithm, ranks=layout.ranks, msg_bytes=point.msg_bytes, nodes=1,
-                    ppn=layout.ranks, run=point.run, distribution=point.distribution, status=outcome.status,
+                    algorithm=point.algorithm, ranks=layout.ranks, msg_bytes=point.msg_bytes, nodes=layout.nodes,
+                    ppn=layout.ppn_or_derived, run=point.run, distribution=point.distribution, status=outcome.status,
                     reason=outcome.reason,
                     median_us=median, mean_us=median, iterations=None if crashed else 100)
                 cost_s = self.point_cost_s if self.point_cost_s is not None else 0.01 + (median or 0) * 1e-4
@@ -456,6 +456,18 @@ def test_a_layout_whose_ranks_take_turns_on_the_cores_gets_a_third_deciding_laun
     outcome = Tuner(spaces(), runner, strategy="exhaustive", launches=3, cores=2).run()
     assert runner.relaunched == 3 and outcome.turns_blocks == 1
     pairs = {(cell.ranks, d.comparison.pairs) for cell, d in outcome.decisions.items() if d.comparison}
+    assert pairs == {(2, 2), (4, 3)}
+
+
+def test_emulated_nodes_take_turns_on_this_machines_cores_and_get_the_third_deciding_launch() -> None:
+    """2 emulated nodes x 2 are 4 ranks on this machine's 2 cores (machine_state.ranks_sharing_cores): the third
+    block as at one node's 4 ranks; real nodes of 2 cores hold their 2 ranks each, and get none."""
+    two_nodes = {"allreduce": feature_space("allreduce", [Scale(2, 1), Scale(2, 2)], SIZES,
+                                            (DEFAULT_ALGORITHM, "small", "large"))}
+    emulated = Tuner(two_nodes, FakeRunner(), strategy="exhaustive", launches=3, cores=2, emulated=True).run()
+    real = Tuner(two_nodes, FakeRunner(), strategy="exhaustive", launches=3, cores=2).run()
+    assert emulated.turns_blocks == 1 and real.turns_blocks == 0
+    pairs = {(cell.ranks, d.comparison.pairs) for cell, d in emulated.decisions.items() if d.comparison}
     assert pairs == {(2, 2), (4, 3)}
 
 def test_a_gain_below_the_floor_is_a_tie_even_where_every_launch_shows_it(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -78,6 +78,23 @@ def test_the_machines_state_blocks_are_a_bound_beside_the_wall_time_not_in_it() 
     assert "state_s" not in plan.Prediction(5.0, 3, 100).to_dict()
 
 
+def test_where_ranks_take_turns_on_the_cores_the_plan_counts_the_third_block_and_no_state_bound() -> None:
+    """tune/driver.py: a layout whose ranks take turns on the cores (4 ranks on 2: one node's, or 2 emulated
+    nodes x 2 sharing this machine's) gets TURNS_BLOCKS deciding blocks with 3 launches, and no block for the
+    machine's state (its probe reads the turns). Real nodes of 2 cores hold 2 ranks each: neither."""
+    two = {"allreduce": FeatureSpace("allreduce", space(4, 2).cells, space(2).algorithms)}
+    c = costs(100.0, 50, (4, 2, 2))
+    real = predict(two, SETTINGS, c, launches=3, allocation_nodes=2, cores=2)
+    emulated = predict(two, SETTINGS, c, launches=3, allocation_nodes=2, cores=2, emulated=True)
+    assert real.state_s > 0 and emulated.state_s == 0
+    block_runs = plan.CONTENDERS * 2  # switched: one run of each contender in each of the 2 cells
+    assert emulated.runs - real.runs == block_runs and emulated.launches - real.launches == 1
+    assert emulated.wall_s > real.wall_s
+    # 4 launches already make 3 deciding blocks: the same runs, still no state bound
+    four = predict(two, SETTINGS, c, launches=4, allocation_nodes=2, cores=2, emulated=True)
+    assert four.runs == predict(two, SETTINGS, c, launches=4, allocation_nodes=2, cores=2).runs and four.state_s == 0
+
+
 def test_layouts_add_up_when_serial_and_share_the_nodes_otherwise() -> None:
     two = {"allreduce": FeatureSpace("allreduce", space(2, 2).cells + space(4, 2).cells, space(2).algorithms)}
     c = costs(100.0, 50, (2, 2, 1), (4, 2, 2))

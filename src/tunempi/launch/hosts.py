@@ -227,6 +227,12 @@ class NodeAllocation:
         return "\n".join(lines) + "\n"
 
 
+def emulated_here(env: Mapping[str, str] | None = None) -> bool:
+    """This shell's nodes are an emulated cluster's (TUNEMPI_EMULATED_NODES, set by `tunempi cluster env`):
+    what a plan made before the allocation assumes of the one it asks for."""
+    return _flag(os.environ if env is None else env, EMULATED_VAR)
+
+
 def _flag(env: Mapping[str, str], name: str) -> bool:
     return env.get(name, "").strip().lower() in ("1", "yes", "true")
 

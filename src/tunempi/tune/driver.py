@@ -275,6 +275,7 @@ class Tuner:
         state_wait_s: float = STATE_WAIT_S,
         state_pause_s: float = STATE_PAUSE_S,
         cores: int | None = None,
+        emulated: bool = False,
     ) -> None:
         self.spaces = dict(spaces)
         # what a non-blocking collective's points measure (--objective) and, for time, each cell's computation
@@ -288,8 +289,9 @@ class Tuner:
         self.sleep = sleep
         # how long the deciding launches wait, at most, for the machine's fastest state (tune/machine_state.py)
         self.state_wait_s, self.state_pause_s = state_wait_s, state_pause_s
-        # the node's cores, against which a layout's ranks take turns (None: this process's CPUs)
-        self.cores = cores
+        # the node's cores, against which a layout's ranks take turns (None: this process's CPUs), and whether
+        # the nodes are emulated on this machine, every rank then on its cores (machine_state.ranks_sharing_cores)
+        self.cores, self.emulated = cores, emulated
         self.n_lanes = lanes
         self.confirm = confirm
         self.exhaustive_guard = exhaustive_guard
@@ -571,7 +573,8 @@ class Tuner:
                 break
         # Where ranks take turns on the cores, launches differ more than two blocks can pin down: one more
         # deciding block there (launch_blocks.TURNS_BLOCKS).
-        turns = layouts_taking_turns(self.strategies.values(), self.cores) if self.launches > 2 else set()
+        turns = (layouts_taking_turns(self.strategies.values(), self.cores, self.emulated) if self.launches > 2
+                 else set())
         for _ in range(TURNS_BLOCKS - (self.launches - 1)):
             if not turns or not deciding_block(turns):
                 break

@@ -94,7 +94,7 @@ def measure_sides(library: MPILibrary, adapter: VendorAdapter, layout: Layout, s
                 result = PointResult(point, layout, outcome,
                                      to_measurement(library, layout, point, outcome, system=system),
                                      time.perf_counter() - started, session.launches if position == 0 else 0,
-                                     side=side.name)
+                                     side=side.name, emulated=hosts is not None and hosts.emulated)
                 results.append(result)
                 on_point(result)
     return results

@@ -34,7 +34,7 @@ from tunempi.collectives import (
     parse_collectives,
 )
 from tunempi.errors import MPIError, TuningFileError, UsageError
-from tunempi.launch.hosts import NodeAllocation, local_cores
+from tunempi.launch.hosts import NodeAllocation, emulated_here, local_cores
 from tunempi.launch.scheduler import SCHEDULING_MODES, GroupScheduler
 from tunempi.launch.topology import group_nodes, read_group_file, slurm_topology
 from tunempi.mpi.library import MPILibrary
@@ -437,7 +437,8 @@ def run_tune(options: TuneOptions, on_event: OnTuneEvent | None = None) -> TuneR
                           lanes=options.lanes or auto_lanes(plan.scales), strategy_params=plan.strategy_params,
                           exhaustive_guard=options.exhaustive_guard, launches=options.launches,
                           under_files=decider, clock=options.clock or time.monotonic,
-                          distributions=plan.distributions, figures=figures)
+                          distributions=plan.distributions, figures=figures,
+                          emulated=plan.allocation is not None and plan.allocation.emulated)
             emit(plan.started(tuner.resumed, figures))
             measured = 0
             probes: dict[tuple[int, int, int], list[float]] = {}
@@ -498,7 +499,8 @@ def predict_tune(plan: TunePlan, costs: PointCosts) -> PlanRecord:
     predicted = predict(plan.spaces, options.settings, costs, launches=options.launches,
                         allocation_nodes=options.nodes, serial=options.topology == "serial",
                         strategy=options.strategy, strategy_params=plan.strategy_params, seed=options.seed,
-                        under_files={c for c in plan.collectives if decided_under_files(plan.adapter, c)})
+                        under_files={c for c in plan.collectives if decided_under_files(plan.adapter, c)},
+                        emulated=plan.allocation.emulated if plan.allocation is not None else emulated_here())
     smoke_s = FILES_S + (SMOKE_S_PER_SIZE * len({s.ranks for s in plan.scales}) if options.smoke else 0.0)
     scale = composition_scale(plan.scales)
     if scale is not None and any(plan.adapter.composition_candidates(c, scale.nodes) for c in plan.collectives):

@@ -51,7 +51,13 @@ from tunempi.collectives import DEFAULT_ALGORITHM
 from tunempi.evidence import LEVEL, Comparison, compare_launches, launch_log_ratio, launch_spread
 from tunempi.space import Cell
 from tunempi.strategy import MeasurementRecord, Strategy
-from tunempi.tune.machine_state import SAME_STATE_RATIO, STATE_RATIO, same_state, takes_turns
+from tunempi.tune.machine_state import (
+    SAME_STATE_RATIO,
+    STATE_RATIO,
+    ranks_sharing_cores,
+    same_state,
+    takes_turns,
+)
 
 OUTCOMES: tuple[str, ...] = ("tuned", "tie", "default")
 #: Contenders beside the library's default in a cell: the selected algorithm and this many minus one more.
@@ -211,19 +217,20 @@ def layouts_short_of_reference(strategies: Iterable[Strategy]) -> set[LayoutKey]
             if states and sum(state == "reference" for state in states.values()) < 2}
 
 
-#: Deciding blocks a layout gets where its ranks take turns on the cores (more ranks on a node than it has
-#: cores; machine_state.usable_probe reads no probe there): its launches differ by more than two blocks can pin
+#: Deciding blocks a layout gets where its ranks take turns on the cores (more ranks on a node's cores than it
+#: has, machine_state.ranks_sharing_cores; machine_state.usable_probe reads no probe there): its launches differ by more than two blocks can pin
 #: down. Open MPI at 4 ranks on 2 cores, decided on two: a demo's verify sent back 13 of 42 tuned cells (tune
 #: 1.25-1.71x, verify 0.74-1.19x; docs/measurements/tune.md "More passes, and a third block where ranks take
 #: turns").
 TURNS_BLOCKS = 3
 
 
-def layouts_taking_turns(strategies: Iterable[Strategy], cores: int | None = None) -> set[LayoutKey]:
-    """Layouts with deciding blocks whose ranks take turns on the `cores` (machine_state.takes_turns): they
-    get TURNS_BLOCKS deciding blocks (driver)."""
+def layouts_taking_turns(strategies: Iterable[Strategy], cores: int | None = None, emulated: bool = False
+                         ) -> set[LayoutKey]:
+    """Layouts with deciding blocks whose ranks take turns on the `cores` (machine_state.takes_turns; `emulated`:
+    the nodes are emulated on this machine, ranks_sharing_cores): they get TURNS_BLOCKS deciding blocks (driver)."""
     layouts = {_layout(r.cell) for s in strategies for r in s.records if r.launch_block >= 2}
-    return {layout for layout in layouts if takes_turns(layout[2], cores)}
+    return {layout for layout in layouts if takes_turns(ranks_sharing_cores(layout[0], layout[2], emulated), cores)}
 
 
 def launch_runs(strategy: Strategy, first_block: int = 0, keep: Mapping[LayoutKey, set[int]] | None = None

@@ -71,16 +71,25 @@ def steady(probes: Sequence[float]) -> bool:
     return len(probes) < 3 or statistics.median(probes) <= STEADY_RATIO * min(probes)
 
 
-def takes_turns(ranks_per_node: int, cores: int | None = None) -> bool:
-    """More ranks on a node than it has cores (None: this process's CPUs): they take turns on the cores."""
-    return ranks_per_node > (cores if cores is not None else len(os.sched_getaffinity(0)))
+def takes_turns(ranks_on_cores: int, cores: int | None = None) -> bool:
+    """More ranks on a node's cores (ranks_sharing_cores) than it has (None: this process's CPUs): they take
+    turns on the cores."""
+    return ranks_on_cores > (cores if cores is not None else len(os.sched_getaffinity(0)))
 
 
-def usable_probe(probe: float | None, ranks_per_node: int, cores: int | None = None) -> float | None:
+def ranks_sharing_cores(ranks: int, ranks_per_node: int, emulated: bool) -> int:
+    """The ranks of a layout that share one set of cores: a node's, or every rank where the nodes are emulated
+    on this one machine (launch/cluster.py). 2 emulated nodes x 2 and 4 x 1 put 4 ranks on 2 cores: their probe
+    read the turns (a quiet machine's tunes there added 1-3 blocks for the machine's state in three of four
+    rounds, docs/measurements/tune.md "Plan, quiet"), as one node's 4 ranks do."""
+    return ranks if emulated else ranks_per_node
+
+
+def usable_probe(probe: float | None, ranks_on_cores: int, cores: int | None = None) -> float | None:
     """The probe where it says something about the machine: None where the layout's ranks take turns on the
     cores (the probe reads the turns: Open MPI at 4 ranks on 2 cores read launches 6x apart with no change of
     state) or where there is none."""
-    if probe is None or probe <= 0 or takes_turns(ranks_per_node, cores):
+    if probe is None or probe <= 0 or takes_turns(ranks_on_cores, cores):
         return None
     return probe
 

@@ -9,7 +9,8 @@ The model (docs/tune.md "Plan"), per layout (one engine per layout, tune/runner.
                       EXPLORE_RUNS_PER_POINT x the exhaustive points (cells x candidate algorithms): the guard
                       ends the exploration near the cost of measuring every point once, and the strategy
                       measures where it is unsure again;
-    deciding runs   = (launches - 1) deciding blocks x cells x CONTENDERS (the default and the closest other,
+    deciding runs   = (launches - 1) deciding blocks (at least TURNS_BLOCKS where the layout's ranks take turns on
+                      the cores and launches > 2, tune/driver.py) x cells x CONTENDERS (the default and the closest other,
                       tune/launch_blocks.py `contenders`; tune/driver.py's deciding blocks) x each one's runs
                       per block (file_launches.RUNS_PER_LAUNCH, 3, where the block measures under files);
     launches        = 1 (the exploring launch) + a relaunch per point of the layout whose stored run killed the
@@ -21,7 +22,9 @@ The model (docs/tune.md "Plan"), per layout (one engine per layout, tune/runner.
     state seconds   = what the deciding blocks tune adds for the machine's state (tune/machine_state.py) can
                       add at most, not in the wall time: whether they come depends on the machine at the time,
                       not on the costs, but tune/driver.py stops adding them after STATE_WAIT_S, so the bound
-                      is STATE_WAIT_S + one pause + one more block of every layout (`Prediction.state_s`);
+                      is STATE_WAIT_S + one pause + one more block of every layout whose ranks do not take
+                      turns on the cores (`Prediction.state_s`; where they do the probe reads the turns and
+                      tune adds none, machine_state.usable_probe);
     one run's time  = warm-up + iterations x latency (each part stopped by the time cap as the engine stops
                       it, never fewer than min_iters) + POINT_OVERHEAD_S
                       (the request, the engine's state probe, storing the run);
@@ -54,8 +57,8 @@ from tunempi.space import Cell, FeatureSpace
 from tunempi.strategy import MeasurementRecord, Request, Strategy, import_strategies, make_strategy
 from tunempi.tune.driver import DEFAULT_MARGIN, prefer_default
 from tunempi.tune.guard import CONTINUE, MEASURE_THE_REST, estimate_exhaustive
-from tunempi.tune.launch_blocks import contenders
-from tunempi.tune.machine_state import STATE_PAUSE_S, STATE_WAIT_S
+from tunempi.tune.launch_blocks import TURNS_BLOCKS, contenders
+from tunempi.tune.machine_state import STATE_PAUSE_S, STATE_WAIT_S, ranks_sharing_cores, takes_turns
 
 #: Runs of the exploring phase per exhaustive point where the costs cannot replay the strategy: round 1 of
 #: docs/measurements/tune.md "Plan" (five small tunes): their runs less the deciding blocks' (3 runs of each
@@ -385,12 +388,15 @@ def explored_by_layout(records: Iterable[MeasurementRecord], costs: PointCosts) 
 def predict(spaces: Mapping[str, FeatureSpace], settings: MeasureSettings, costs: PointCosts, *,
             launches: int, allocation_nodes: int = 1, serial: bool = True, strategy: str | None = None,
             strategy_params: Mapping[str, object] | None = None, seed: int = 0,
-            under_files: Collection[str] = frozenset()) -> Prediction:
+            under_files: Collection[str] = frozenset(), cores: int | None = None, emulated: bool = False
+            ) -> Prediction:
     """The tune's wall time, launches and runs for these spaces (the model in the module's docstring); with
     `strategy`, the exploring runs of a collective whose every point the costs have come from its replay.
     `under_files`: the collectives whose deciding blocks launch under files (file_launches.decided_under_files:
     file_launches.RUNS_PER_LAUNCH runs of each contender per cell and block), the rest switched at run time (one
-    run each)."""
+    run each). `cores` (None: this machine's) and `emulated` (the nodes emulated on this machine): where a
+    layout's ranks take turns on the cores (machine_state.ranks_sharing_cores) the tune adds deciding blocks up
+    to TURNS_BLOCKS and none for the machine's state (its probe reads the turns)."""
     # imported here: file_launches imports the manifest, which imports this module
     from tunempi.tune.file_launches import RUNS_PER_LAUNCH
 
@@ -401,12 +407,13 @@ def predict(spaces: Mapping[str, FeatureSpace], settings: MeasureSettings, costs
     for space in spaces.values():
         for cell in space.cells:
             per_layout.setdefault((cell.ranks, cell.nodes, cell.ppn), []).append((cell, len(space.algorithms)))
-    blocks = max(launches, 1) - 1
     total_runs = total_launches = 0
     layout_s: list[tuple[int, float]] = []
     state_block_s = 0.0  # one more deciding block of every layout: what the machine's state adds per pause
     for layout, cells in sorted(per_layout.items()):
         nodes = layout[1]
+        turns = takes_turns(ranks_sharing_cores(layout[0], layout[2], emulated), cores)
+        blocks = max(launches - 1, TURNS_BLOCKS) if turns and launches > 2 else max(launches, 1) - 1
         explored = [by_layout.get(layout, (0, 0.0)) for by_layout in replayed.values()]
         constant = EXPLORE_RUNS_PER_POINT * sum(algorithms for cell, algorithms in cells
                                                 if cell.collective not in replayed)
@@ -425,12 +432,13 @@ def predict(spaces: Mapping[str, FeatureSpace], settings: MeasureSettings, costs
         layout_s.append((nodes, seconds))
         total_runs += round(runs)
         total_launches += layout_launches
-        if blocks:
+        if blocks and not turns:
             block_runs = deciding / blocks
             state_block_s += (block_launches(layout, {cell.collective for cell, _ in cells}, replay, under_files)
                               * start_s + block_runs * cell_s + DECIDING_BLOCK_S)
-    # tune/driver.py adds state blocks (pause, block) until STATE_WAIT_S has passed, and only with > 2 launches
-    state_s = STATE_WAIT_S + STATE_PAUSE_S + state_block_s if launches > 2 else 0.0
+    # tune/driver.py adds state blocks (pause, block) until STATE_WAIT_S has passed, only with > 2 launches and
+    # where the layout's probe is read (its ranks do not take turns)
+    state_s = STATE_WAIT_S + STATE_PAUSE_S + state_block_s if launches > 2 and state_block_s else 0.0
     return Prediction(concurrent_wall(layout_s, allocation_nodes, serial), total_launches, total_runs, state_s)
 
 

@@ -28,7 +28,7 @@ from tunempi.launch.scheduler import BenchJob, GroupScheduler, Placement
 from tunempi.mpi.library import MPILibrary
 from tunempi.mpi.vendor import CvarSwitch, VendorAdapter
 from tunempi.store.results import Measurement
-from tunempi.tune.machine_state import usable_probe
+from tunempi.tune.machine_state import ranks_sharing_cores, usable_probe
 
 
 @dataclass(frozen=True)
@@ -44,13 +44,16 @@ class PointResult:
     #: Which launch of a block measured it where a block is several launches (tune/file_launches.py: the
     #: default's or a contender rank's); "" where one launch measures every side.
     side: str = ""
+    #: The layout's nodes are emulated on this one machine (NodeAllocation.emulated): its ranks share its cores.
+    emulated: bool = False
 
     @property
     def probe_us(self) -> float | None:
         """The machine's state just before the point (bench engine's probe; tune/machine_state.py), None where
         the layout oversubscribes the cores (machine_state.usable_probe)."""
         reply = self.outcome.reply
-        return usable_probe(reply.probe_us if reply is not None else None, self.layout.ppn_or_derived)
+        return usable_probe(reply.probe_us if reply is not None else None,
+                            ranks_sharing_cores(self.layout.ranks, self.layout.ppn_or_derived, self.emulated))
 
 
 class LayoutRunner:
@@ -147,7 +150,8 @@ class LayoutRunner:
                                     says_not_usable=self.adapter.says_not_usable)
             wall = time.perf_counter() - started
             measurement = to_measurement(self.library, self.layout, point, outcome, system=self.system)
-            return PointResult(point, self.layout, outcome, measurement, wall, self.launches - launches_before)
+            return PointResult(point, self.layout, outcome, measurement, wall, self.launches - launches_before,
+                               emulated=self._allocation is not None and self._allocation.emulated)
 
     def _take_id(self) -> int:
         self._next_id += 1
