@@ -124,7 +124,7 @@ def main() -> None:
     frames = {name: pd.read_csv(DATA / f"{name}.csv.gz") for name in FILES}
     tables = {(name, c): rows(frames[name], c, args.train_max_ranks) for name in FILES for c in COLLECTIVES}
     one_node = args.train_max_ranks <= 32
-    for name in ("default", "last", "held", "gaining"):
+    for name in ("default", "last", "held", "gaining", "smoothed"):
         found = misses(functools.partial(pick, name), tables, FILES, one_node)
         print(f"{name}: {len(found)} of {len(tables)} rows miss" + "".join(f"\n  {m}" for m in found))
     if not args.grid:
