@@ -72,6 +72,21 @@ def test_gaining_keeps_a_winner_only_where_it_beats_the_default_by_5_percent_and
     assert _picks("gaining") == ["a", D, D, D]
 
 
+def test_smoothed_judges_a_winners_gain_over_its_size_and_the_neighbouring_sizes() -> None:
+    """At 4 nodes a beats the default 2x at 8 and 32 B and by 3 % at 16 B; at 2 nodes by 1.5x at all three.
+    gaining looks at one cell: 16 B is under its 5 % (default), 8 B grew (a). smoothed looks at the size and
+    one measured size each side (geometric mean): 16 B's neighbourhood gains 1.60x at 4 nodes against 1.5x
+    (a), 8 B's 1.44x (it shrank: default); the same fixture as the others gives gaining's picks."""
+    table = {2: {8: 15.0, 16: 15.0, 32: 15.0}, 4: {8: 20.0, 16: 10.3, 32: 20.0}}
+    evidence = Evidence({key: value for n, sizes in table.items() for size, default in sizes.items()
+                         for key, value in (((_cell(n, size), "a"), 10.0), ((_cell(n, size), D), default))})
+    targets = [_cell(8, 8), _cell(8, 16), _cell(8, 32)]
+    assert [extend("gaining", evidence, targets)[c] for c in targets] == ["a", D, "a"]
+    assert [extend("smoothed", evidence, targets)[c] for c in targets] == [D, "a", D]
+    assert _picks("smoothed") == _picks("gaining") == ["a", D, D, D]
+    assert _picks("smoothed", _evidence(node_counts=(1,))) == [D, D, D, D]  # one node count: nothing extended
+
+
 def test_the_tunings_selection_and_estimates_stand_in_where_it_measured_less() -> None:
     """A strategy measures contenders only: its selection names the winner, its estimate the latency of an
     algorithm it did not measure; a measured median still wins over an estimate."""

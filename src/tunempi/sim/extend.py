@@ -14,6 +14,7 @@ tuning's selection, else the measured algorithm with the lowest median (never `d
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
@@ -29,8 +30,12 @@ from tunempi.strategy.base import MeasurementRecord
 #: rows (docs/measurements/strategies.md, "Beyond the measured scales").
 GAIN_MARGIN = 0.05
 
+#: `smoothed` judges a winner's gain over its size and this many measured sizes each side (geometric mean): a
+#: gain seen at the neighbouring sizes too, not one cell's (docs/measurements/strategies.md, "A third search").
+GAIN_NEIGHBOURS = 1
+
 #: Every policy `extend` knows, in the order the replay table lists them.
-POLICIES: tuple[str, ...] = ("default", "last", "strategy", "model", "held", "agree", "gaining")
+POLICIES: tuple[str, ...] = ("default", "last", "strategy", "model", "held", "agree", "gaining", "smoothed")
 
 #: What each policy picks in a cell above the measured scales (shown by `tunempi simulate --policy`).
 POLICY_HELP: dict[str, str] = {
@@ -42,6 +47,8 @@ POLICY_HELP: dict[str, str] = {
     "agree": "the winner where the model predicts it fastest by more than its own uncertainty, else the default",
     "gaining": f"the winner where it beats the default by >= {GAIN_MARGIN:.0%} at the largest measured node "
                "count and its gain did not shrink from the one below, else the default",
+    "smoothed": f"as gaining, each gain the geometric mean over the size and {GAIN_NEIGHBOURS} measured size(s) "
+                "each side",
 }
 
 #: The policy the library uses beyond a tuning's measured scales: chosen by the replay of both Peak sweeps
@@ -71,6 +78,11 @@ class Evidence:
         self.estimates = {key: float(v) for key, v in (estimates or {}).items() if np.isfinite(v) and v > 0}
         self.cells = sorted({cell for cell, _ in self.medians} | set(self.selection))
         self.node_counts = sorted({cell.nodes for cell in self.cells})
+        self._sizes: dict[tuple[str, tuple[int, int, int]], list[int]] = {}
+        for cell in self.cells:
+            self._sizes.setdefault((cell.collective, cell.scale), []).append(cell.msg_bytes)
+        for sizes in self._sizes.values():
+            sizes.sort()
 
     @classmethod
     def from_records(cls, records: Iterable[MeasurementRecord], *, selection: Mapping[Cell, str] | None = None,
@@ -97,6 +109,14 @@ class Evidence:
         measured = [(v, a) for (c, a), v in self.medians.items() if c == cell and a != DEFAULT_ALGORITHM]
         return min(measured)[1] if measured else None
 
+    def neighbours(self, cell: Cell, k: int) -> list[Cell]:
+        """The measured cells of `cell`'s layout at its size and the `k` measured sizes each side of it."""
+        sizes = self._sizes.get((cell.collective, cell.scale), [])
+        if cell.msg_bytes not in sizes:
+            return []
+        i = sizes.index(cell.msg_bytes)
+        return [dataclasses.replace(cell, msg_bytes=size) for size in sizes[max(0, i - k):i + k + 1]]
+
     def anchor(self, nodes: int, target: Cell) -> Cell | None:
         """The measured cell at `nodes` nodes and the target's size: the same ppn if measured, else the
         most ranks (`None` if that size was not measured there)."""
@@ -120,6 +140,14 @@ def _gain(evidence: Evidence, cell: Cell | None, algorithm: str) -> float | None
         return None
     tuned, default = evidence.latency(cell, algorithm), evidence.latency(cell, DEFAULT_ALGORITHM)
     return None if tuned is None or default is None else default / tuned
+
+
+def _smoothed_gain(evidence: Evidence, cell: Cell | None, algorithm: str) -> float | None:
+    """_gain's geometric mean over the cell's size and GAIN_NEIGHBOURS measured sizes each side (those where
+    both are measured), None where none is."""
+    gains = [g for near in (evidence.neighbours(cell, GAIN_NEIGHBOURS) if cell is not None else [])
+             if (g := _gain(evidence, near, algorithm)) is not None]
+    return float(np.exp(np.mean(np.log(gains)))) if gains else None
 
 
 def _predicted_best(prediction: Prediction, cell: Cell) -> list[tuple[float, float, str]]:
@@ -156,8 +184,9 @@ def pick(policy: str, evidence: Evidence, cell: Cell, *, prediction: Prediction 
     below = evidence.anchor(evidence.node_counts[-2], cell)
     if policy == "held":
         return winner if below is not None and evidence.winner(below) == winner else DEFAULT_ALGORITHM
-    if policy == "gaining":
-        gain_top, gain_below = _gain(evidence, anchor, winner), _gain(evidence, below, winner)
+    if policy in ("gaining", "smoothed"):
+        gain = _gain if policy == "gaining" else _smoothed_gain
+        gain_top, gain_below = gain(evidence, anchor, winner), gain(evidence, below, winner)
         if gain_top is None or gain_below is None:
             return DEFAULT_ALGORITHM
         return winner if gain_top >= 1 + GAIN_MARGIN and gain_top >= gain_below else DEFAULT_ALGORITHM
