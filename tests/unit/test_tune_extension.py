@@ -33,28 +33,35 @@ class Files:
 
 def tuned(collective: str, layouts: list[tuple[int, int]], us: dict[tuple[int, int], tuple[float, float]],
           algorithm: str = "binomial") -> tuple[dict[Cell, str], dict[tuple[Cell, str], float | None]]:
-    """A tune's selection and medians: at each (nodes, ppn) layout and message size, `algorithm` selected, with
-    (its median, the default's) from `us[(nodes, msg_bytes)]`."""
+    """A tune's selection and medians: at each (nodes, ppn) layout and message size of `us`, `algorithm`
+    selected, with (its median, the default's) from `us[(nodes, msg_bytes)]`."""
     selection: dict[Cell, str] = {}
     medians: dict[tuple[Cell, str], float | None] = {}
     for nodes, ppn in layouts:
-        for msg_bytes in (8, 1024):
+        for msg_bytes in sorted({size for n, size in us if n == nodes}):
             cell = Cell(collective, nodes * ppn, nodes, ppn, msg_bytes)
             selection[cell] = algorithm
             medians[cell, algorithm], medians[cell, DEFAULT_ALGORITHM] = us[nodes, msg_bytes]
     return selection, medians
 
 
+#: (nodes, size) -> (binomial's median, the default's) at 2 and 4 nodes: binomial's gain grows from 1.5x to 2x
+#: at 8 and 16 B and shrinks from 2x to 1.2x at 1 and 2 KiB.
+GROWS_THEN_SHRINKS = {(nodes, size): ({2: (10.0, 15.0), 4: (10.0, 20.0)} if size < 1024 else
+                                      {2: (10.0, 20.0), 4: (10.0, 12.0)})[nodes]
+                      for nodes in (2, 4) for size in (8, 16, 1024, 2048)}
+
+
 def test_measured_at_two_node_counts_the_sizes_above_follow_the_policy_and_say_so() -> None:
-    """binomial beats the default by 1.5x then 2x at 8 B (kept above 8 ranks), by 2x then 1.2x at 1 KiB (its
-    gain shrinks: the library's own above). Before, every size above 8 ranks was the library's."""
-    selection, medians = tuned("bcast", [(2, 2), (4, 2)], {
-        (2, 8): (10.0, 15.0), (4, 8): (10.0, 20.0), (2, 1024): (10.0, 20.0), (4, 1024): (10.0, 12.0)})
+    """binomial beats the default by 1.5x then 2x at 8 and 16 B (kept above 8 ranks: its gain grew, and at
+    its neighbouring sizes too), by 2x then 1.2x at 1 and 2 KiB (its gain shrinks: the library's own above).
+    Before, every size above 8 ranks was the library's."""
+    selection, medians = tuned("bcast", [(2, 2), (4, 2)], GROWS_THEN_SHRINKS)
     extensions = extensions_for(selection, medians, Files())  # type: ignore[arg-type]
     assert extensions["bcast"].policy == EXTENSION_POLICY
     rule_set = rule_sets_for(selection_table(selection), extensions)["bcast"]
     for ranks in (9, 16, 512):
-        assert (rule_set.select(ranks, 8), rule_set.select(ranks, 1024)) == ("binomial", DEFAULT_ALGORITHM)
+        assert [rule_set.select(ranks, size) for size in (8, 16, 1024, 2048)] == ["binomial"] * 2 + [DEFAULT_ALGORITHM] * 2
     assert rule_set.select(8, 1024) == "binomial"  # the measured size keeps what it measured
     above = rule_set.coverage()[-1]
     assert (above.min_ranks, above.max_ranks, above.basis, above.policy) == (9, None, EXTENDED, EXTENSION_POLICY)
@@ -97,8 +104,7 @@ def test_report_says_which_policy_extended_a_block() -> None:
     """report's evidence column for the sizes above the largest measured one (it had no word for them)."""
     from tunempi.report.tuning import block_evidence
 
-    selection, medians = tuned("bcast", [(2, 2), (4, 2)], {
-        (2, 8): (10.0, 15.0), (4, 8): (10.0, 20.0), (2, 1024): (10.0, 20.0), (4, 1024): (10.0, 12.0)})
+    selection, medians = tuned("bcast", [(2, 2), (4, 2)], GROWS_THEN_SHRINKS)
     rule_set = rule_sets_for(selection_table(selection),
                              extensions_for(selection, medians, Files()))["bcast"]  # type: ignore[arg-type]
     assert block_evidence(rule_set.blocks[-1]) == f"extended by policy {EXTENSION_POLICY} 9+"
@@ -114,8 +120,7 @@ def test_run_warns_that_a_job_above_the_measured_sizes_takes_the_policys_rules(t
     from tunempi.tune.apply import layout_notes
     from tunempi.tune.manifest import LibraryRecord, Manifest
 
-    selection, medians = tuned("bcast", [(2, 2), (4, 2)], {
-        (2, 8): (10.0, 15.0), (4, 8): (10.0, 20.0), (2, 1024): (10.0, 20.0), (4, 1024): (10.0, 12.0)})
+    selection, medians = tuned("bcast", [(2, 2), (4, 2)], GROWS_THEN_SHRINKS)
     rule_sets = rule_sets_for(selection_table(selection),
                               extensions_for(selection, medians, Files()))  # type: ignore[arg-type]
     record = LibraryRecord("openmpi-5.0.11", "openmpi", "5.0.11", "fp", "/x", "/x/bin/mpicc")

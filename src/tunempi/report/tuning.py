@@ -81,7 +81,7 @@ def geo_mean(values: Sequence[float]) -> float | None:
 
 def block_evidence(block: CommBlock) -> str:
     """How a block's communicator sizes got their rules (issue 57): 'measured 2, interpolated 3, measured 4',
-    'extended by policy gaining 9+' above the largest measured size."""
+    'extended by policy smoothed 9+' above the largest measured size."""
     words = {MEASURED: "measured", INTERPOLATED: "interpolated", LIBRARY: "library's own (not measured)"}
     return ", ".join(f"{f'extended by policy {c.policy}' if c.basis == EXTENDED else words[c.basis]} {c.text()}"
                      for c in block.coverage())

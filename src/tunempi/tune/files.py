@@ -148,7 +148,7 @@ def extensions_for(selection: Mapping[Cell, str], medians: Mapping[tuple[Cell, s
     """Per collective, what the extension policy (`sim.extend.EXTENSION_POLICY` unless `policy`) names above
     its largest measured communicator size (issue 57 part 2), from the selection and the medians measured
     (the default's included): a winner only where the policy keeps it, the library's choice elsewhere. With
-    one measured node count `gaining` names the default everywhere (nothing above is extended). None for a
+    one measured node count the policy names the default everywhere (nothing above is extended). None for a
     collective whose files cannot hold a choice by message size and communicator size, nor where the files
     replace the library's choice at every size (Intel MPI): there the sizes above stay the library's own."""
     from tunempi.sim.extend import EXTENSION_POLICY, Evidence, extend  # lazily: sim brings numpy
@@ -162,7 +162,8 @@ def extensions_for(selection: Mapping[Cell, str], medians: Mapping[tuple[Cell, s
             continue
         cells = [cell for cell in selection if cell.collective == collective]
         # Only the selection's and the default's medians: an algorithm tune did not select at a measured
-        # size (no evidence across launches) is not carried beyond it, and a catalog holds just these two.
+        # size (no evidence across launches) is not carried beyond it, and a catalog holds just these two
+        # (`smoothed` so averages a winner's gain over the neighbouring sizes that selected it too).
         evidence = Evidence({(cell, a): us for cell in cells for a in {selection[cell], DEFAULT_ALGORITHM}
                              if (us := medians.get((cell, a))) is not None},
                             selection={cell: selection[cell] for cell in cells})
