@@ -29,10 +29,10 @@ from tunempi.store.results import Measurement, ResultStore
 from tunempi.strategy import MeasurementRecord, Request, Strategy, make_strategy
 from tunempi.tune.guard import CONTINUE, MEASURE_THE_REST, estimate_exhaustive
 from tunempi.tune.launch_blocks import (
-    TURNS_BLOCKS,
     CellDecision,
     contenders,
     decide_cells,
+    deciding_blocks,
     layouts_short_of_reference,
     layouts_taking_turns,
     reference_blocks,
@@ -575,7 +575,7 @@ class Tuner:
         # deciding block there (launch_blocks.TURNS_BLOCKS).
         turns = (layouts_taking_turns(self.strategies.values(), self.cores, self.emulated) if self.launches > 2
                  else set())
-        for _ in range(TURNS_BLOCKS - (self.launches - 1)):
+        for _ in range(deciding_blocks(self.launches, taking_turns=True) - (self.launches - 1)):
             if not turns or not deciding_block(turns):
                 break
             run.turns_blocks += 1

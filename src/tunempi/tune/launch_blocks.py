@@ -51,13 +51,7 @@ from tunempi.collectives import DEFAULT_ALGORITHM
 from tunempi.evidence import LEVEL, Comparison, compare_launches, launch_log_ratio, launch_spread
 from tunempi.space import Cell
 from tunempi.strategy import MeasurementRecord, Strategy
-from tunempi.tune.machine_state import (
-    SAME_STATE_RATIO,
-    STATE_RATIO,
-    ranks_sharing_cores,
-    same_state,
-    takes_turns,
-)
+from tunempi.tune.machine_state import SAME_STATE_RATIO, STATE_RATIO, layout_takes_turns, same_state
 
 OUTCOMES: tuple[str, ...] = ("tuned", "tie", "default")
 #: Contenders beside the library's default in a cell: the selected algorithm and this many minus one more.
@@ -217,20 +211,26 @@ def layouts_short_of_reference(strategies: Iterable[Strategy]) -> set[LayoutKey]
             if states and sum(state == "reference" for state in states.values()) < 2}
 
 
-#: Deciding blocks a layout gets where its ranks take turns on the cores (more ranks on a node's cores than it
-#: has, machine_state.ranks_sharing_cores; machine_state.usable_probe reads no probe there): its launches differ by more than two blocks can pin
-#: down. Open MPI at 4 ranks on 2 cores, decided on two: a demo's verify sent back 13 of 42 tuned cells (tune
+#: Deciding blocks a layout gets where its ranks take turns on the cores (machine_state.layout_takes_turns;
+#: machine_state.usable_probe reads no probe there): its launches differ by more than two blocks can pin down. Open MPI at 4 ranks on 2 cores, decided on two: a demo's verify sent back 13 of 42 tuned cells (tune
 #: 1.25-1.71x, verify 0.74-1.19x; docs/measurements/tune.md "More passes, and a third block where ranks take
 #: turns").
 TURNS_BLOCKS = 3
 
 
+def deciding_blocks(launches: int, taking_turns: bool) -> int:
+    """The deciding blocks tune makes at a layout (driver), before any for the machine's state: one per launch
+    after the exploring one, and at least TURNS_BLOCKS where its ranks take turns on the cores and launches > 2."""
+    blocks = max(launches, 1) - 1
+    return max(blocks, TURNS_BLOCKS) if taking_turns and launches > 2 else blocks
+
+
 def layouts_taking_turns(strategies: Iterable[Strategy], cores: int | None = None, emulated: bool = False
                          ) -> set[LayoutKey]:
-    """Layouts with deciding blocks whose ranks take turns on the `cores` (machine_state.takes_turns; `emulated`:
-    the nodes are emulated on this machine, ranks_sharing_cores): they get TURNS_BLOCKS deciding blocks (driver)."""
+    """Layouts with deciding blocks whose ranks take turns on the `cores` (machine_state.layout_takes_turns;
+    `emulated`: the nodes are emulated on this machine): they get `deciding_blocks`' more (driver)."""
     layouts = {_layout(r.cell) for s in strategies for r in s.records if r.launch_block >= 2}
-    return {layout for layout in layouts if takes_turns(ranks_sharing_cores(layout[0], layout[2], emulated), cores)}
+    return {layout for layout in layouts if layout_takes_turns(layout[0], layout[2], emulated, cores)}
 
 
 def launch_runs(strategy: Strategy, first_block: int = 0, keep: Mapping[LayoutKey, set[int]] | None = None

@@ -85,6 +85,11 @@ def ranks_sharing_cores(ranks: int, ranks_per_node: int, emulated: bool) -> int:
     return ranks if emulated else ranks_per_node
 
 
+def layout_takes_turns(ranks: int, ranks_per_node: int, emulated: bool = False, cores: int | None = None) -> bool:
+    """A layout's ranks take turns on the cores they share (ranks_sharing_cores, takes_turns)."""
+    return takes_turns(ranks_sharing_cores(ranks, ranks_per_node, emulated), cores)
+
+
 def usable_probe(probe: float | None, ranks_on_cores: int, cores: int | None = None) -> float | None:
     """The probe where it says something about the machine: None where the layout's ranks take turns on the
     cores (the probe reads the turns: Open MPI at 4 ranks on 2 cores read launches 6x apart with no change of

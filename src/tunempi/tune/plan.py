@@ -57,8 +57,8 @@ from tunempi.space import Cell, FeatureSpace
 from tunempi.strategy import MeasurementRecord, Request, Strategy, import_strategies, make_strategy
 from tunempi.tune.driver import DEFAULT_MARGIN, prefer_default
 from tunempi.tune.guard import CONTINUE, MEASURE_THE_REST, estimate_exhaustive
-from tunempi.tune.launch_blocks import TURNS_BLOCKS, contenders
-from tunempi.tune.machine_state import STATE_PAUSE_S, STATE_WAIT_S, ranks_sharing_cores, takes_turns
+from tunempi.tune.launch_blocks import contenders, deciding_blocks
+from tunempi.tune.machine_state import STATE_PAUSE_S, STATE_WAIT_S, layout_takes_turns
 
 #: Runs of the exploring phase per exhaustive point where the costs cannot replay the strategy: round 1 of
 #: docs/measurements/tune.md "Plan" (five small tunes): their runs less the deciding blocks' (3 runs of each
@@ -412,8 +412,8 @@ def predict(spaces: Mapping[str, FeatureSpace], settings: MeasureSettings, costs
     state_block_s = 0.0  # one more deciding block of every layout: what the machine's state adds per pause
     for layout, cells in sorted(per_layout.items()):
         nodes = layout[1]
-        turns = takes_turns(ranks_sharing_cores(layout[0], layout[2], emulated), cores)
-        blocks = max(launches - 1, TURNS_BLOCKS) if turns and launches > 2 else max(launches, 1) - 1
+        turns = layout_takes_turns(layout[0], layout[2], emulated, cores)
+        blocks = deciding_blocks(launches, turns)
         explored = [by_layout.get(layout, (0, 0.0)) for by_layout in replayed.values()]
         constant = EXPLORE_RUNS_PER_POINT * sum(algorithms for cell, algorithms in cells
                                                 if cell.collective not in replayed)
