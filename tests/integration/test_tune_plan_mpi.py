@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 from tunempi.bench.protocol import MeasureSettings
+from tunempi.store.results import ResultStore
 from tunempi.tune.job import TuneOptions, plan_tune, run_tune
 from tunempi.tune.manifest import Manifest
 
@@ -33,8 +34,15 @@ def test_a_real_tune_records_what_it_planned_and_what_it_took(tmp_path: Path) ->
     assert record.actual.launches == report.outcome.launches == report.manifest.run.launches
     assert record.actual.runs == report.outcome.measured
     assert record.actual.wall_s >= report.outcome.wall_s > 0  # the whole tune, its loop included
-    # with the store this tune filled, the plan's costs are its runs
+    # with the store this tune filled, the plan's costs are its runs, each timed from request to reply, and
+    # numbered by the launch block that measured it: the exploring launch (1), then the deciding one (2)
     assert "runs of mpich" in plan_tune(options).costs_from
+    with ResultStore(options.db) as store:  # type: ignore[arg-type]
+        stored = store.query()
+    assert len(stored) == report.outcome.measured
+    assert all(m.run_s is not None and 0 < m.run_s < record.actual.wall_s for m in stored if m.ok)
+    assert {m.launch_block for m in stored} == {1, 2}
+    assert sum(m.run_s or 0.0 for m in stored) <= report.outcome.bench_s  # bench time adds the engine starts
 
 
 def test_the_plan_command_prints_the_prediction_and_launches_nothing(tmp_path: Path) -> None:

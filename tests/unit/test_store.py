@@ -175,6 +175,20 @@ def test_a_version_3_database_gains_the_distribution_and_keeps_its_rows(tmp_path
         assert [m.median_us for m in store.query(distribution="skewed")] == [7.0]
 
 
+def test_a_version_5_database_gains_run_seconds_and_launch_blocks_and_keeps_its_rows(tmp_path: Path) -> None:
+    """Version 6 (issue 57): what a run took and which tune launch block measured it; rows from before have
+    neither (NULL: tune/plan.py prices them from their latencies), and both round-trip."""
+    path = store_at_version(tmp_path / "v5.sqlite", 5, measurement_row(
+        "allreduce", "ring", library_fingerprint=FP, library="mpich-5.0.2", median_us=5.0))
+    with ResultStore(path) as store:
+        (old,) = store.query()
+        assert (old.median_us, old.run_s, old.launch_block) == (5.0, None, None)
+        timed = replace(old, run=1, run_s=0.0125, launch_block=2)
+        store.add(timed)
+        assert sorted((m.run, m.run_s, m.launch_block) for m in store.query()) == [(0, None, None), (1, 0.0125, 2)]
+        assert store.query(launch_block=2) == [timed]
+
+
 def test_in_memory_store() -> None:
     with ResultStore(":memory:") as store:
         store.add(_m())

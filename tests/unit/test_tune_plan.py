@@ -219,3 +219,54 @@ def test_launches_are_the_exploring_one_a_relaunch_per_point_that_killed_the_eng
     assert predict(spaces, SETTINGS, c, launches=4).launches == (1 + 2 + 3) + (1 + 1 + 3)
     # one launch: the exploring one and its relaunches only
     assert predict(spaces, SETTINGS, c, launches=1).launches == (1 + 2) + (1 + 1)
+
+
+# --- what runs took, recorded (store schema 6): the price of a layout's runs where the store timed them ---
+
+def timed_row(algorithm: str, msg_bytes: int, latency_us: float, run_s: float | None, block: int | None,
+              ranks: int = 4) -> SimpleNamespace:
+    return SimpleNamespace(collective="allreduce", algorithm=algorithm, ranks=ranks, nodes=1, ppn=ranks,
+                           msg_bytes=msg_bytes, mean_us=latency_us, iterations=50, status="ok", reason="",
+                           run_s=run_s, launch_block=block)
+
+
+def test_recorded_run_seconds_price_the_runs_and_the_deciding_blocks_own_price_theirs() -> None:
+    rows = [timed_row("default", 8, 100.0, 0.030, 1), timed_row("a0", 8, 50.0, 0.010, 1),
+            timed_row("default", 8, 90.0, 0.200, 2), timed_row("a0", 8, 40.0, 0.100, 3),
+            timed_row("a0", 64, 60.0, None, None)]  # a run from before run_s was recorded
+    c = costs_from_measurements(rows, "store")
+    cell = Cell("allreduce", 4, 1, 4, 8)
+    # exploring: the point's own mean, else the mean over the algorithms at the nearest size timed
+    assert c.seconds(cell, "a0") == pytest.approx(0.010)
+    assert c.seconds(cell) == pytest.approx(0.020)
+    assert c.seconds(Cell("allreduce", 4, 1, 4, 64)) == pytest.approx(0.020)  # 64 B untimed: 8 B's
+    # deciding blocks: their own runs (launches under files), whatever the algorithm
+    assert c.seconds(cell, deciding=True) == pytest.approx(0.150)
+    assert plan.cell_run_s(cell, c, SETTINGS, deciding=True) == pytest.approx(0.150)
+    # a layout never timed (a dataset, an older store): the model from its latency
+    assert c.seconds(Cell("allreduce", 2, 1, 2, 8)) is None
+    assert plan.cell_run_s(Cell("allreduce", 8, 1, 8, 8), c, SETTINGS) == pytest.approx(
+        run_s(100.0, 50, SETTINGS, c.point_overhead_s), rel=0.5)
+    # the replay draws the exploring launch's runs (its gaps: algorithms switched at run time), the deciding
+    # blocks' only where a point has no other
+    assert c.runs_us[((4, 1, 4), "allreduce", 8, "default")] == (100.0,)
+    assert c.runs_us[((4, 1, 4), "allreduce", 8, "a0")] == (50.0,)
+    only_deciding = costs_from_measurements([timed_row("a1", 8, 70.0, 0.1, 2)], "store")
+    assert only_deciding.runs_us[((4, 1, 4), "allreduce", 8, "a1")] == (70.0,)
+
+
+def test_a_layout_whose_runs_took_longer_than_their_iterations_is_planned_longer() -> None:
+    """Where ranks take turns on the cores the engine's own synchronisation costs more than its timed calls
+    say (docs/measurements/tune.md): the recorded seconds carry it into the plan."""
+    spaces = {"allreduce": space(4, sizes=(8,), algorithms=2)}
+
+    def predicted(run_s_recorded: float | None) -> float:
+        rows = [timed_row(a, 8, 100.0, run_s_recorded, block) for a in ("default", "a0") for block in (1, 2)]
+        return predict(spaces, SETTINGS, costs_from_measurements(rows, "store"), launches=4).wall_s
+
+    untimed, quick, slow = predicted(None), predicted(0.005), predicted(0.5)
+    assert quick < slow
+    runs = predict(spaces, SETTINGS, costs_from_measurements(
+        [timed_row(a, 8, 100.0, 0.5, 1) for a in ("default", "a0")], "store"), launches=4).runs
+    assert slow - quick == pytest.approx(runs * (0.5 - 0.005))
+    assert quick < untimed < slow  # the model's price (iterations at 100 us + overhead) lies between

@@ -11,8 +11,9 @@ from __future__ import annotations
 
 import collections
 import re
+import time
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from types import MappingProxyType
 
@@ -86,6 +87,8 @@ class PointOutcome:
     launch_argv: tuple[str, ...] = ()
     env: Mapping[str, str] = field(default_factory=lambda: MappingProxyType({}))
     not_usable: bool = False
+    #: Seconds from the request sent to the reply read (an engine start before it not counted; 0: never sent).
+    run_s: float = 0.0
 
     @property
     def ok(self) -> bool:
@@ -247,6 +250,12 @@ class EngineSession:
             ready = self.start()
         except (MPIError, LaunchError) as exc:
             return self._outcome(request, "failed", str(exc))
+        assert self._job is not None
+        sent = time.perf_counter()
+        outcome = self._request(request, ready)
+        return replace(outcome, run_s=time.perf_counter() - sent)
+
+    def _request(self, request: PointRequest, ready: EngineReady) -> PointOutcome:
         assert self._job is not None
         try:
             self._job.send_line(request.encode())

@@ -228,6 +228,7 @@ def to_measurement(
         ci_low_us=stats.ci_low_us if stats else None, ci_high_us=stats.ci_high_us if stats else None,
         iterations=stats.iterations if stats else None, errors=reply.errors if reply and reply.ok else 0,
         hosts=outcome.hosts, launch_argv=outcome.launch_argv, env=dict(outcome.env), system=system,
+        run_s=outcome.run_s or None,
     )
 
 
@@ -356,15 +357,17 @@ def measure_point(
     outcome = _measure_once(session, point, selection, settings, next_id(), nb)
     if not outcome.ok:
         return replace(outcome, not_usable=says_not_usable(outcome.reason))
-    attempts = 1
+    attempts, run_s = 1, outcome.run_s
     while attempts <= retries and contended(outcome):
         again = _measure_once(session, point, selection, settings, next_id(), nb)
         attempts += 1
+        run_s += again.run_s  # the point cost every attempt
         if not again.ok:
             break
         assert again.statistics is not None and outcome.statistics is not None
         if again.statistics.median_us < outcome.statistics.median_us:
             outcome = again
+    outcome = replace(outcome, run_s=run_s)
     if attempts > 1 and outcome.statistics is not None:
         stats = outcome.statistics
         note = (f"best of {attempts} attempts (others disturbed); kept median {stats.median_us:.2f} us, "

@@ -86,6 +86,11 @@ class Measurement:
     #: (the time not hidden behind a computation as long as the latency) for non-blocking ones only.
     objective: str = "latency"
     compute_us: float | None = None  # `time`: the median of the computation between start and wait
+    #: Seconds from the request to the engine's reply on the tuner's side (its retries included, an engine start
+    #: not): what the run cost, beyond its timed iterations (tune/plan.py). None where not recorded.
+    run_s: float | None = None
+    #: The tune's launch block that measured it (1: the exploring launch, 2...: deciding blocks); None outside tune.
+    launch_block: int | None = None
 
     def __post_init__(self) -> None:
         if self.status not in STATUSES:

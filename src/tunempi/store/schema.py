@@ -144,8 +144,19 @@ _V5 = (
     f"CREATE UNIQUE INDEX measurements_natural_key ON measurements ({', '.join(NATURAL_KEY)})",
 )
 
+# Version 6: what a run took on the tuner's side, `run_s`: from the request sent to the engine to its reply, the
+# re-measurements of a disturbed point included, an engine start not (tune/plan.py prices a layout's runs by
+# it: where ranks take turns on the cores, the engine's own synchronisation costs more than the timed calls
+# say); and the tune's launch block that measured it, `launch_block` (1: the exploring launch, 2...: deciding
+# blocks, tune/launch_blocks.py; tune/plan.py replays the exploration on the exploring launch's runs only).
+# NULL where not recorded: rows from before, bench, datasets, imports.
+_V6 = (
+    "ALTER TABLE measurements ADD COLUMN run_s REAL",
+    "ALTER TABLE measurements ADD COLUMN launch_block INTEGER",
+)
+
 #: Ordered migrations: MIGRATIONS[i] takes the schema from version i to version i + 1.
-MIGRATIONS: tuple[tuple[str, ...], ...] = (_V1, _V2, _V3, _V4, _V5)
+MIGRATIONS: tuple[tuple[str, ...], ...] = (_V1, _V2, _V3, _V4, _V5, _V6)
 SCHEMA_VERSION: int = len(MIGRATIONS)
 
 

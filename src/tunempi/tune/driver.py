@@ -609,7 +609,7 @@ class Tuner:
     def _store_result(self, run: _Run) -> Callable[[PointResult], None]:
         def store_result(result: PointResult) -> None:
             if self.store is not None:
-                self.store.add(result.measurement)
+                self.store.add(replace(result.measurement, launch_block=run.block))
             if run.on_result is not None:
                 run.on_result(result)
         return store_result

@@ -25,9 +25,13 @@ The model (docs/tune.md "Plan"), per layout (one engine per layout, tune/runner.
                       is STATE_WAIT_S + one pause + one more block of every layout whose ranks do not take
                       turns on the cores (`Prediction.state_s`; where they do the probe reads the turns and
                       tune adds none, machine_state.usable_probe);
-    one run's time  = warm-up + iterations x latency (each part stopped by the time cap as the engine stops
-                      it, never fewer than min_iters) + POINT_OVERHEAD_S
-                      (the request, the engine's state probe, storing the run);
+    one run's time  = what such runs took where the store timed them (its `run_s`, request to reply: the
+                      exploring launch's per point, the deciding blocks' per cell, `PointCosts.seconds`);
+                      else warm-up + iterations x latency (each part stopped by the time cap as the engine
+                      stops it, never fewer than min_iters) + POINT_OVERHEAD_S (the request, the engine's
+                      state probe, storing the run): where ranks take turns on the cores the engine's own
+                      synchronisation costs far more than that (docs/measurements/tune.md "Plan, runs priced
+                      by what they took");
     wall            = launches x (ENGINE_START_S + ENGINE_START_PER_NODE_S per node beyond one) + runs x one
                       run's time + MODEL_S_PER_ROUND x rounds + DECIDING_BLOCK_S x blocks, the layouts
                       run one after another (--topology serial) or side by side where the nodes allow it.
@@ -67,11 +71,13 @@ EXPLORE_RUNS_PER_POINT = 1.0
 #: Algorithms measured per cell in each deciding block: the default and one contender (launch_blocks.contenders
 #: adds a second only where the strategy puts two ahead of the default by the margin).
 CONTENDERS = 2
-#: Starting an engine (mpiexec, MPI_Init, the binary's set-up), and each node beyond the first: round 1 of
-#: docs/measurements/tune.md "Plan, re-measured" ((bench time - the plan's runs' time at the runs tune
-#: measured) / launches): 0.06-0.09 s on one node, 0.20 s on 2 emulated nodes, 0.35 s on 4 (0.40 at 2x2).
+#: Starting and closing an engine (mpiexec, MPI_Init, the binary's set-up), and each node beyond the first:
+#: timed around EngineSession.start and close in the tunes of docs/measurements/tune.md "Plan, runs priced by
+#: what they took" (round 1): start 0.06-0.08 s and close 0.01 s (Open MPI's 0.07 s) on one node, 0.07-0.11 s
+#: and 0.01 s on 2 emulated nodes, 0.12 s and 0.03 s on 4. (Before runs were timed, 0.09 s a node: the
+#: residual that then carried the runs' unpriced synchronisation.)
 ENGINE_START_S = 0.08
-ENGINE_START_PER_NODE_S = 0.09
+ENGINE_START_PER_NODE_S = 0.025
 #: Per run beyond its iterations (request, probe, reply, store write): (bench time - launches x start -
 #: iterations' time) / runs of the same tune, 2.5 ms.
 POINT_OVERHEAD_S = 0.0025
@@ -123,6 +129,12 @@ class PointCosts:
     kills: frozenset[PointKey] = frozenset()
     engine_start_s: float = ENGINE_START_S
     point_overhead_s: float = POINT_OVERHEAD_S
+    #: What a run took on the tuner's side (the store's `run_s`: request to reply, retries included), the mean
+    #: per point over the exploring launches' runs, and per cell over the deciding blocks' (launches under
+    #: files, each point among others of the default or one contender): where recorded, a run's price
+    #: (`seconds`), else `run_s`'s model.
+    run_seconds: Mapping[PointKey, float] = field(default_factory=dict)
+    deciding_seconds: Mapping[Key, float] = field(default_factory=dict)
 
     def nearest(self, cell: Cell) -> tuple[float | None, int | None]:
         """(latency, iterations) of the cell's collective at its layout (else the nearest layout measured), nearest
@@ -138,6 +150,34 @@ class PointCosts:
             keys = [k for k in keys if k[0] == near]
         key = min(keys, key=lambda k: abs(math.log2(max(k[2], 1)) - math.log2(max(cell.msg_bytes, 1))))
         return self.latency_us[key], self.iterations.get(key)
+
+    @functools.cached_property
+    def _seconds_by_size(self) -> dict[tuple[Layout, str], dict[int, float]]:
+        """(layout, collective) -> message size -> the mean recorded run seconds there, over its algorithms."""
+        runs: dict[tuple[Layout, str], dict[int, list[float]]] = {}
+        for (layout, collective, size, _), seconds in self.run_seconds.items():
+            runs.setdefault((layout, collective), {}).setdefault(size, []).append(seconds)
+        return {key: {size: statistics.fmean(values) for size, values in sizes.items()} for key, sizes in runs.items()}
+
+    def seconds(self, cell: Cell, algorithm: str | None = None, *, deciding: bool = False) -> float | None:
+        """A run's recorded seconds at the cell's layout: the algorithm's own at the cell's size where given and
+        recorded, else the mean over algorithms at the nearest size recorded (log2); `deciding`: a deciding
+        block's run, from those recorded (else as an exploring one); None where the layout's runs of this
+        collective were never timed (a dataset, a store from before run_s was recorded)."""
+        layout = (cell.ranks, cell.nodes, cell.ppn)
+        if deciding:
+            keys = [k for k in self.deciding_seconds if k[0] == layout and k[1] == cell.collective]
+            if keys:
+                key = min(keys, key=lambda k: (abs(math.log2(max(k[2], 1)) - math.log2(max(cell.msg_bytes, 1))), k[2]))
+                return self.deciding_seconds[key]
+        if algorithm is not None and (own := self.run_seconds.get((layout, cell.collective, cell.msg_bytes,
+                                                                     algorithm))) is not None:
+            return own
+        sizes = self._seconds_by_size.get((layout, cell.collective))
+        if not sizes:
+            return None
+        size = min(sizes, key=lambda s: (abs(math.log2(max(s, 1)) - math.log2(max(cell.msg_bytes, 1))), s))
+        return sizes[size]
 
 
 def unknown_latency_us(msg_bytes: int) -> float:
@@ -217,7 +257,12 @@ def concurrent_wall(layout_s: Sequence[tuple[int, float]], allocation_nodes: int
     return max(max(s for _, s in layout_s), node_seconds / max(allocation_nodes, 1))
 
 
-def cell_run_s(cell: Cell, costs: PointCosts, settings: MeasureSettings) -> float:
+def cell_run_s(cell: Cell, costs: PointCosts, settings: MeasureSettings, *, deciding: bool = False) -> float:
+    """One run of the cell (of a deciding block: `deciding`): what such runs took where the costs recorded it
+    (`PointCosts.seconds`), else `run_s` from its latency."""
+    recorded = costs.seconds(cell, deciding=deciding)
+    if recorded is not None:
+        return recorded
     latency, iterations = costs.nearest(cell)
     return run_s(latency if latency is not None else unknown_latency_us(cell.msg_bytes), iterations, settings,
                  costs.point_overhead_s)
@@ -298,10 +343,15 @@ def priced_runs(backend: ReplayBackend, costs: PointCosts, settings: MeasureSett
                 requests: Sequence[Request]) -> list[MeasurementRecord]:
     """The replay's runs with the plan's cost of each; a failed run kills the engine: it costs a relaunch (as
     in tune, where those relaunches make the guard's exhaustive sweep dear)."""
-    return [dataclasses.replace(r, cost_s=run_s(r.latency_us, costs.nearest(r.cell)[1], settings,
-                                                costs.point_overhead_s)
-                                if r.latency_us is not None and r.ok else costs.point_overhead_s + costs.engine_start_s)
-            for r in backend.measure(requests)]
+    def cost_s(record: MeasurementRecord) -> float:
+        if not (record.ok and record.latency_us is not None):
+            return costs.point_overhead_s + costs.engine_start_s
+        recorded = costs.seconds(record.cell, record.algorithm)
+        if recorded is not None:
+            return recorded
+        return run_s(record.latency_us, costs.nearest(record.cell)[1], settings, costs.point_overhead_s)
+
+    return [dataclasses.replace(r, cost_s=cost_s(r)) for r in backend.measure(requests)]
 
 
 @dataclass(frozen=True)
@@ -321,7 +371,7 @@ def replayed_exploration(spaces: Mapping[str, FeatureSpace], costs: PointCosts, 
                          seed: int = 0) -> Replayed:
     """The exploring runs and their seconds per layout, of each collective whose every point has runs in
     `costs` (`replayable`), by replaying tune's strategy on those runs (`replay_exploration`: the runs drawn in
-    a seeded order, a run's seconds the plan's `run_s` at its latency), their mean over REPLAY_SEEDS replays from
+    a seeded order, a run's seconds its recorded ones or the plan's `run_s` at its latency), their mean over REPLAY_SEEDS replays from
     `seed` (a seed can tip tune's guard into measuring every cheap point left: Peak's allreduce, 133 runs at
     one seed, 53 at two others; so can the machine tip a tune), and the contenders of the deciding blocks after
     them; the other collectives are left out. (The deciding
@@ -422,12 +472,13 @@ def predict(spaces: Mapping[str, FeatureSpace], settings: MeasureSettings, costs
                                 * replay.contenders.get(cell, CONTENDERS) for cell, _ in cells)
         runs = exploring + deciding
         cell_s = sum(cell_run_s(cell, costs, settings) for cell, _ in cells) / len(cells)
+        deciding_s = sum(cell_run_s(cell, costs, settings, deciding=True) for cell, _ in cells) / len(cells)
         layout_launches = round(1 + sum(1 for kill in costs.kills if kill[0] == layout and kill[1] in spaces)
                                 + blocks * block_launches(layout, {cell.collective for cell, _ in cells}, replay,
                                                           under_files))
         rounds = math.ceil(exploring / ROUND_RUNS)
         start_s = costs.engine_start_s + ENGINE_START_PER_NODE_S * (nodes - 1)
-        seconds = (layout_launches * start_s + (constant + deciding) * cell_s + sum(s for _, s in explored)
+        seconds = (layout_launches * start_s + constant * cell_s + deciding * deciding_s + sum(s for _, s in explored)
                    + rounds * MODEL_S_PER_ROUND + blocks * DECIDING_BLOCK_S)
         layout_s.append((nodes, seconds))
         total_runs += round(runs)
@@ -435,7 +486,7 @@ def predict(spaces: Mapping[str, FeatureSpace], settings: MeasureSettings, costs
         if blocks and not turns:
             block_runs = deciding / blocks
             state_block_s += (block_launches(layout, {cell.collective for cell, _ in cells}, replay, under_files)
-                              * start_s + block_runs * cell_s + DECIDING_BLOCK_S)
+                              * start_s + block_runs * deciding_s + DECIDING_BLOCK_S)
     # tune/driver.py adds state blocks (pause, block) until STATE_WAIT_S has passed, only with > 2 launches and
     # where the layout's probe is read (its ranks do not take turns)
     state_s = STATE_WAIT_S + STATE_PAUSE_S + state_block_s if launches > 2 and state_block_s else 0.0
@@ -457,6 +508,9 @@ def costs_from_measurements(rows: Iterable[Any], source: str) -> PointCosts:
     latencies: dict[Key, list[float]] = {}
     iterations: dict[Key, list[int]] = {}
     runs: dict[PointKey, list[float]] = {}
+    later: dict[PointKey, list[float]] = {}  # the deciding blocks' runs: replayed only where a point has no other
+    seconds: dict[PointKey, list[float]] = {}
+    deciding: dict[Key, list[float]] = {}
     failed: set[PointKey] = set()
     kills: set[PointKey] = set()
     for row in rows:
@@ -470,9 +524,21 @@ def costs_from_measurements(rows: Iterable[Any], source: str) -> PointCosts:
             failed.add(point)
             continue
         latencies.setdefault(key, []).append(float(latency))
-        runs.setdefault(point, []).append(float(latency))
+        # tune's exploring launch switches algorithms at run time, its deciding blocks launch under files: the
+        # gaps they see differ (docs/measurements/tune.md), and the replay is of the exploration
+        in_deciding_block = (getattr(row, "launch_block", None) or 1) > 1
+        (later if in_deciding_block else runs).setdefault(point, []).append(float(latency))
+        if getattr(row, "run_s", None):
+            if in_deciding_block:
+                deciding.setdefault(key, []).append(float(row.run_s))
+            else:
+                seconds.setdefault(point, []).append(float(row.run_s))
+    for point, values in later.items():
+        runs.setdefault(point, values)
         if getattr(row, "iterations", None):
             iterations.setdefault(key, []).append(int(row.iterations))
     return PointCosts({k: statistics.median(v) for k, v in latencies.items()},
                       {k: round(statistics.median([float(i) for i in v])) for k, v in iterations.items()}, source,
-                      runs_us={k: tuple(v) for k, v in runs.items()}, failed=frozenset(failed - set(runs)), kills=frozenset(kills))
+                      runs_us={k: tuple(v) for k, v in runs.items()}, failed=frozenset(failed - set(runs)),
+                      kills=frozenset(kills), run_seconds={k: statistics.fmean(v) for k, v in seconds.items()},
+                      deciding_seconds={k: statistics.fmean(v) for k, v in deciding.items()})
