@@ -159,25 +159,32 @@ class PointCosts:
             runs.setdefault((layout, collective), {}).setdefault(size, []).append(seconds)
         return {key: {size: statistics.fmean(values) for size, values in sizes.items()} for key, sizes in runs.items()}
 
+    @functools.cached_property
+    def _deciding_by_size(self) -> dict[tuple[Layout, str], dict[int, float]]:
+        """(layout, collective) -> message size -> the deciding blocks' mean recorded run seconds there."""
+        by: dict[tuple[Layout, str], dict[int, float]] = {}
+        for (layout, collective, size), seconds in self.deciding_seconds.items():
+            by.setdefault((layout, collective), {})[size] = seconds
+        return by
+
     def seconds(self, cell: Cell, algorithm: str | None = None, *, deciding: bool = False) -> float | None:
         """A run's recorded seconds at the cell's layout: the algorithm's own at the cell's size where given and
         recorded, else the mean over algorithms at the nearest size recorded (log2); `deciding`: a deciding
         block's run, from those recorded (else as an exploring one); None where the layout's runs of this
         collective were never timed (a dataset, a store from before run_s was recorded)."""
         layout = (cell.ranks, cell.nodes, cell.ppn)
-        if deciding:
-            keys = [k for k in self.deciding_seconds if k[0] == layout and k[1] == cell.collective]
-            if keys:
-                key = min(keys, key=lambda k: (abs(math.log2(max(k[2], 1)) - math.log2(max(cell.msg_bytes, 1))), k[2]))
-                return self.deciding_seconds[key]
+        if deciding and (sizes := self._deciding_by_size.get((layout, cell.collective))):
+            return sizes[nearest_size(sizes, cell.msg_bytes)]
         if algorithm is not None and (own := self.run_seconds.get((layout, cell.collective, cell.msg_bytes,
                                                                      algorithm))) is not None:
             return own
         sizes = self._seconds_by_size.get((layout, cell.collective))
-        if not sizes:
-            return None
-        size = min(sizes, key=lambda s: (abs(math.log2(max(s, 1)) - math.log2(max(cell.msg_bytes, 1))), s))
-        return sizes[size]
+        return sizes[nearest_size(sizes, cell.msg_bytes)] if sizes else None
+
+
+def nearest_size(sizes: Iterable[int], msg_bytes: int) -> int:
+    """The size nearest `msg_bytes` on a log2 scale, the smaller of two as near."""
+    return min(sizes, key=lambda s: (abs(math.log2(max(s, 1)) - math.log2(max(msg_bytes, 1))), s))
 
 
 def unknown_latency_us(msg_bytes: int) -> float:
@@ -324,7 +331,7 @@ def point_runs(space: FeatureSpace, costs: PointCosts) -> dict[tuple[Cell, str],
             recorded = sizes.get((cell.scale, algorithm))
             if not recorded:
                 return None
-            size = min(recorded, key=lambda s: (abs(math.log2(max(s, 1)) - math.log2(max(cell.msg_bytes, 1))), s))
+            size = nearest_size(recorded, cell.msg_bytes)
             runs = costs.runs_us.get((cell.scale, space.collective, size, algorithm))
             if runs:
                 table[(cell, algorithm)] = runs
