@@ -284,6 +284,18 @@ def test_mpich_adapter_names_what_a_file_cannot_select_and_why(tmp_path: Path) -
         adapter.write_tuning_files(build_rule_sets(allreduce_table("tree", "recursive_doubling")), tmp_path / "no")
 
 
+def test_mpich_files_leave_out_the_non_blocking_leaves_that_fail_on_the_file_path() -> None:
+    """Forced through the environment they run; selected by a JSON file MPICH 5.0.2 hangs or dies in them
+    (iallgather tsp_brucks: SIGFPE from 28 B at 2 ranks, which a tune on a busy machine chose and its smoke check
+    refused): no tuning file selects them, the library's own choice stays there."""
+    adapter = adapter_for(resolve_library("mpich"))
+    iallgather = adapter.tuning_file_algorithms("iallgather")
+    assert "SIGFPE" in iallgather.excluded["tsp_brucks"]
+    assert {"tsp_recexch_doubling", "tsp_recexch_halving"} <= set(iallgather.excluded)
+    assert "sched_brucks" in iallgather.selectable  # its schedule-based twin stays
+    assert {"tsp_brucks", "tsp_scattered"} <= set(adapter.tuning_file_algorithms("ialltoall").excluded)
+
+
 def test_openmpi_adapter_writes_a_rules_file_it_read_back(tmp_path: Path) -> None:
     adapter = adapter_for(resolve_library("openmpi"))
     written = adapter.write_tuning_files(build_rule_sets(allreduce_table("recursive_doubling", "rabenseifner")), tmp_path)
