@@ -54,7 +54,7 @@ def main() -> None:
                                     measure_default=True)
             records = plan.replay_exploration(
                 {collective: space}, {collective: functools.partial(plan.priced_runs, backend, costs, settings)},
-                strategy="tunempi", params=params, seed=seed)[collective].records
+                strategy="tunempi", params=params, seed=seed).strategies[collective].records
             (count, spent), = plan.explored_by_layout(records, costs).values()
             runs.append(count)
             seconds.append(spent)

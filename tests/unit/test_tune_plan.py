@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-import math
+import dataclasses
 from types import SimpleNamespace
 
 import pytest
@@ -12,6 +12,7 @@ from tunempi.space import Cell, FeatureSpace
 from tunempi.store.dataset import DatasetRow
 from tunempi.strategy import MeasurementRecord
 from tunempi.tune import plan
+from tunempi.tune.driver import DEFAULT_MARGIN, prefer_default
 from tunempi.tune.plan import PointCosts, costs_from_measurements, predict, run_s
 
 SETTINGS = MeasureSettings(warmup=10, min_iters=10, max_iters=1000, rel_ci=0.05, time_cap_s=0.1)
@@ -154,16 +155,65 @@ def test_where_every_point_has_latencies_the_strategy_replayed_on_them_gives_the
     explored = plan.replayed_exploration(spaces, replay_costs(), SETTINGS, strategy="tunempi", params=LIVE)
     runs, seconds = explored.explored["allreduce"][(4, 1, 4)]
     assert round(runs) == replayed.runs
-    assert replayed.wall_s == pytest.approx(plan.ENGINE_START_S + seconds
-                                            + math.ceil(runs / plan.ROUND_RUNS) * plan.MODEL_S_PER_ROUND)
-    # the deciding blocks: what tune would contest after that exploration (the default and the winner; at
-    # least CONTENDERS in every cell: tune's confirmation round), 3 runs each per block under files
-    assert set(explored.contenders) <= set(replay_space().cells)
-    assert all(count >= plan.CONTENDERS for count in explored.contenders.values())
+    # the model's seconds: the replay's rounds after its initial design, MODEL_S_PER_ROUND each
+    assert explored.model_s > 0 and explored.model_s / plan.MODEL_S_PER_ROUND == pytest.approx(
+        round(explored.model_s / plan.MODEL_S_PER_ROUND))
+    assert replayed.wall_s == pytest.approx(plan.ENGINE_START_S + seconds + explored.model_s)
+    # the deciding blocks: what tune would contest after that exploration, 3 runs each per block under files:
+    # the default and the winner in every cell (a0 overrides the default everywhere, and the confirmation round
+    # measured whichever of the two the exploration left out)
+    assert set(explored.contenders) == set(replay_space().cells)
+    assert set(explored.contenders.values()) == {2}
     decided = predict(spaces, SETTINGS, replay_costs(), launches=4, strategy="tunempi", strategy_params=LIVE,
                       under_files={"allreduce"})
-    contested = sum(explored.contenders.get(cell, plan.CONTENDERS) for cell in replay_space().cells)
-    assert decided.runs == round(runs + 3 * 3 * contested)
+    assert decided.runs == round(runs + 3 * 3 * sum(explored.contenders.values()))
+
+
+def test_the_replays_deciding_blocks_contest_only_the_cells_tune_would() -> None:
+    # points of 10 ms, fits of 0.3 s: after the initial design another round would cost more than measuring every
+    # point once, and the rest more than a round: the guard stops there, as tune's did at Open MPI's 4 ranks.
+    # and the default fastest everywhere: a cell is contested only where the exploration measured another
+    default_wins = {a: 1.0 if a == "default" else 2.0 + i for i, a in enumerate(SLOWDOWN)}
+
+    def dear_points(requests):
+        return [dataclasses.replace(record, cost_s=0.01) for record in cheap_points(requests, default_wins)]
+
+    replayed = plan.replay_exploration({"allreduce": replay_space()}, {"allreduce": dear_points}, strategy="tunempi",
+                                       params=LIVE, seed=1, model_s_per_round=None, clock=FitClock(0.3))
+    explored = replayed.strategies["allreduce"]
+    measured = {(record.cell, record.algorithm) for record in explored.records}
+    assert len(measured) < len(REPLAY_SIZES) * len(SLOWDOWN) / 2
+    # tune's confirmation round (driver.confirmation_requests_of) came after: every override the exploration
+    # would write has both sides measured
+    overrides = {cell: a for cell, a in prefer_default(explored, explored.select(), DEFAULT_MARGIN).items()
+                 if a != "default"}
+    assert all({(cell, "default"), (cell, a)} <= measured for cell, a in overrides.items())
+    # tune contests a cell only where the default and another algorithm were measured (launch_blocks.contenders):
+    # none elsewhere (the plan counted 2 in every cell before)
+    counts = plan.replayed_contenders({"allreduce": explored})
+    assert set(counts) == set(replay_space().cells)
+    for cell, count in counts.items():
+        contested = (cell, "default") in measured and any((cell, a) in measured for a in SLOWDOWN if a != "default")
+        assert count >= 2 if contested else count == 0
+    assert 0 in counts.values() and max(counts.values()) >= 2
+
+
+def cheap_points(requests, slowdown=SLOWDOWN):
+    return [MeasurementRecord(r.cell, a, (100 + r.cell.msg_bytes / 100) * slowdown[a], launches=0, cost_s=1e-4)
+            for r in requests for a in r.algorithms]
+
+
+class FitClock:
+    """A clock that moves `fit_s` between the two reads around each round's asks (the replay reads it only there)."""
+
+    def __init__(self, fit_s: float) -> None:
+        self.now, self.fit_s, self.reads = 0.0, fit_s, 0
+
+    def __call__(self) -> float:
+        self.reads += 1
+        if self.reads % 2 == 0:
+            self.now += self.fit_s
+        return self.now
 
 
 def test_the_replay_ends_where_tunes_guard_would_and_measures_the_rest_of_cheap_points() -> None:
@@ -171,11 +221,19 @@ def test_the_replay_ends_where_tunes_guard_would_and_measures_the_rest_of_cheap_
     # measuring every point once, and the rest costs less than a round: every point once, as tune does (the
     # same latencies with no model time: the strategy stops on its own, as above)
     spaces = {"allreduce": replay_space()}
-    records = plan.replay_exploration(spaces, {"allreduce": lambda requests: [
-        MeasurementRecord(r.cell, a, (100 + r.cell.msg_bytes / 100) * SLOWDOWN[a], launches=0, cost_s=1e-4)
-        for r in requests for a in r.algorithms]}, strategy="tunempi", params=LIVE, seed=0, model_s_per_round=1.0)
-    measured = {(record.cell, record.algorithm) for record in records["allreduce"].records}
-    assert len(records["allreduce"].records) == len(measured) == len(REPLAY_SIZES) * len(SLOWDOWN)
+    every_point = len(REPLAY_SIZES) * len(SLOWDOWN)
+    replayed = plan.replay_exploration(spaces, {"allreduce": cheap_points}, strategy="tunempi", params=LIVE, seed=0,
+                                       model_s_per_round=1.0)
+    records = replayed.strategies["allreduce"].records
+    assert len(records) == len({(record.cell, record.algorithm) for record in records}) == every_point
+    assert replayed.model_s == 1.0  # the first round is the initial design: no model yet
+    # the fits timed instead (tune's guard reads its clock): a second each, the same end; none, the strategy's own
+    timed = plan.replay_exploration(spaces, {"allreduce": cheap_points}, strategy="tunempi", params=LIVE, seed=0,
+                                    model_s_per_round=None, clock=FitClock(1.0))
+    assert len(timed.strategies["allreduce"].records) == every_point and timed.model_s >= 1.0
+    free = plan.replay_exploration(spaces, {"allreduce": cheap_points}, strategy="tunempi", params=LIVE, seed=0,
+                                   model_s_per_round=None, clock=FitClock(0.0))
+    assert len(free.strategies["allreduce"].records) < every_point / 2 and free.model_s == 0.0
 
 
 def test_a_point_whose_runs_failed_fails_in_the_replay_and_a_missing_size_takes_the_nearest() -> None:
@@ -270,3 +328,34 @@ def test_a_layout_whose_runs_took_longer_than_their_iterations_is_planned_longer
         [timed_row(a, 8, 100.0, 0.5, 1) for a in ("default", "a0")], "store"), launches=4).runs
     assert slow - quick == pytest.approx(runs * (0.5 - 0.005))
     assert quick < untimed < slow  # the model's price (iterations at 100 us + overhead) lies between
+
+
+def test_a_failed_run_costs_what_it_took_and_a_relaunch_only_where_it_killed_the_engine() -> None:
+    died = "the engine died: exit status 3: tunempi engine: rank 0: a collective call failed here"
+    rows = [timed_row("default", 8, 100.0, 0.002, 1), timed_row("a0", 8, 50.0, 0.002, 1),
+            SimpleNamespace(**{**vars(timed_row("smp", 8, 0.0, 0.54, 1)), "status": "failed", "reason": died,
+                               "mean_us": None}),
+            SimpleNamespace(**{**vars(timed_row("rsag", 8, 0.0, 0.001, 1)), "status": "failed",
+                               "reason": "engine: MPI_Allreduce failed in 2 iteration(s)", "mean_us": None})]
+    c = costs_from_measurements(rows, "store")
+    cell = Cell("allreduce", 4, 1, 4, 8)
+    # an engine's death is seen after a while (0.54 s at MPICH's smp here), then the engine is started again
+    assert c.failed_run_s(cell, "smp") == pytest.approx(0.54 + c.engine_start_s)
+    assert c.failed_run_s(cell, "rsag") == pytest.approx(0.001)  # failed, the engine lived on
+    assert c.failed_run_s(cell, "a1") == pytest.approx(c.point_overhead_s)  # nothing recorded
+    # the replay's seconds of those runs leave the relaunch to the layout's launches (counted there)
+    records = [MeasurementRecord(cell, "smp", None, cost_s=c.failed_run_s(cell, "smp")),
+               MeasurementRecord(cell, "rsag", None, cost_s=c.failed_run_s(cell, "rsag"))]
+    assert plan.explored_by_layout(records, c) == {(4, 1, 4): (2, pytest.approx(0.54 + 0.001))}
+
+
+def test_the_compositions_step_costs_a_fresh_launch_per_composition_each_running_its_sizes() -> None:
+    rows = [timed_row("default", size, 100.0, 0.02, block, ranks=4) for size in (8, 64) for block in (1, 2)]
+    rows = [SimpleNamespace(**{**vars(r), "nodes": 2, "ppn": 2}) for r in rows]
+    c = costs_from_measurements(rows, "store")
+    cells = [Cell("allreduce", 4, 2, 2, size) for size in (8, 64)]
+    start_s = c.engine_start_s + plan.ENGINE_START_PER_NODE_S
+    # the default's launch and one per composition (tune/job.py tune_compositions), each its sizes once, each run
+    # priced as a deciding block's (fresh launches too)
+    assert plan.compositions_s({"allreduce": 4}, cells, c, SETTINGS) == pytest.approx(4 * (start_s + 2 * 0.02))
+    assert plan.compositions_s({}, [], c, SETTINGS) == 0.0

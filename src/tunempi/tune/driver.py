@@ -50,6 +50,8 @@ STOP_REASONS: tuple[str, ...] = ("converged", "exhaustive-cost", "timeout", "max
 COMPLETE_STOPS: tuple[str, ...] = ("converged", "exhaustive-cost")
 #: An algorithm replaces the library's own choice only where it is estimated this much faster (relative).
 DEFAULT_MARGIN = 0.03
+#: Confirmation rounds after the exploration at most (`_confirm`): a pair measured can change a cell's selection.
+CONFIRM_PASSES = 3
 #: Launches a cell's contenders are measured in before an override is written (tune/launch_blocks.py): the
 #: exploring launch, then deciding blocks measured under files (tune/file_launches.py). Quiet, the demo's
 #: space at 2 ranks: with 1 (the exploring launch, switched at run time, decides alone) verify sent back 13 of
@@ -328,33 +330,11 @@ class Tuner:
         }
 
     def confirmation_requests(self) -> dict[str, list[Request]]:
-        """After convergence: wherever the selection would override the library's own choice, both the
-        selected algorithm and `default` must have been measured in that cell (a model-only winner, or
-        a default judged from its neighbours, is how a tuned rule ends up slower than the library). One
-        run of whichever is missing; the selection is then made with them. Where the comparison rests on
-        runs of earlier launches (read back from the store: another time, another state of the machine),
-        whichever side this tune has not measured itself is measured now, so that the pair
-        `keep_default_where_this_launch_disagrees` checks is from this launch."""
+        """After convergence: each strategy's `confirmation_requests_of` (the pairs an override needs)."""
         requests: dict[str, list[Request]] = {}
         for collective, strategy in self.strategies.items():
-            space = strategy.space
-            if DEFAULT_ALGORITHM not in space.algorithms:
-                continue
-            counts = strategy.measured_counts()
-            usable = strategy.usable_mask()
-            j_default = space.algorithms.index(DEFAULT_ALGORITHM)
-            fresh, earlier = _fresh_latencies(strategy), _earlier_runs(strategy)
-            for cell, algorithm in prefer_default(strategy, strategy.select(), self.default_margin).items():
-                if algorithm == DEFAULT_ALGORITHM or cell not in strategy.measurable:
-                    continue
-                i = space.index(cell)
-                pair = (DEFAULT_ALGORITHM, algorithm)
-                missing = tuple(a for a in pair
-                                if usable[i, space.algorithms.index(a)] and counts[i, space.algorithms.index(a)] == 0)
-                if any((cell, a) in earlier for a in pair):
-                    missing = tuple(a for a in pair if (cell, a) not in fresh)
-                if missing and usable[i, j_default]:
-                    requests.setdefault(collective, []).append(Request(cell, missing))
+            if missing := confirmation_requests_of(strategy, self.default_margin):
+                requests[collective] = missing
         return requests
 
     def lanes(self) -> list[tuple[str, ...]]:
@@ -504,7 +484,7 @@ class Tuner:
         finally:
             run.model_s += self.clock() - began
 
-    def _confirm(self, run: _Run, passes: int = 3) -> None:
+    def _confirm(self, run: _Run, passes: int = CONFIRM_PASSES) -> None:
         """After convergence: measure what confirmation_requests asks for, if there is time left. What it
         measures can change a cell's selection to another algorithm, which then needs its own pair: up to
         `passes` rounds."""
@@ -701,6 +681,36 @@ class _Run:
 
     def past_deadline(self) -> bool:
         return self.deadline is not None and self.clock() >= self.deadline
+
+
+def confirmation_requests_of(strategy: Strategy, margin: float) -> list[Request]:
+    """Wherever the selection would override the library's own choice, both the selected algorithm and
+    `default` must have been measured in that cell (a model-only winner, or a default judged from its
+    neighbours, is how a tuned rule ends up slower than the library). One run of whichever is missing; the
+    selection is then made with them. Where the comparison rests on runs of earlier launches (read back from
+    the store: another time, another state of the machine), whichever side this tune has not measured itself
+    is measured now, so that the pair `keep_default_where_this_launch_disagrees` checks is from this launch.
+    (tune --plan's replay asks the same after its exploration, tune/plan.py.)"""
+    space = strategy.space
+    if DEFAULT_ALGORITHM not in space.algorithms:
+        return []
+    counts = strategy.measured_counts()
+    usable = strategy.usable_mask()
+    j_default = space.algorithms.index(DEFAULT_ALGORITHM)
+    fresh, earlier = _fresh_latencies(strategy), _earlier_runs(strategy)
+    requests: list[Request] = []
+    for cell, algorithm in prefer_default(strategy, strategy.select(), margin).items():
+        if algorithm == DEFAULT_ALGORITHM or cell not in strategy.measurable:
+            continue
+        i = space.index(cell)
+        pair = (DEFAULT_ALGORITHM, algorithm)
+        missing = tuple(a for a in pair
+                        if usable[i, space.algorithms.index(a)] and counts[i, space.algorithms.index(a)] == 0)
+        if any((cell, a) in earlier for a in pair):
+            missing = tuple(a for a in pair if (cell, a) not in fresh)
+        if missing and usable[i, j_default]:
+            requests.append(Request(cell, missing))
+    return requests
 
 
 def _fresh_latencies(strategy: Strategy) -> dict[tuple[Cell, str], list[float]]:

@@ -88,12 +88,12 @@ from tunempi.tune.objective import (
     compute_lengths,
 )
 from tunempi.tune.plan import (
-    COMPOSITIONS_S,
     FILES_S,
     SMOKE_S_PER_SIZE,
     PlanRecord,
     PointCosts,
     Prediction,
+    compositions_s,
     costs_from_measurements,
     predict,
     replayable,
@@ -500,11 +500,17 @@ def predict_tune(plan: TunePlan, costs: PointCosts) -> PlanRecord:
                         allocation_nodes=options.nodes, serial=options.topology == "serial",
                         strategy=options.strategy, strategy_params=plan.strategy_params, seed=options.seed,
                         under_files={c for c in plan.collectives if decided_under_files(plan.adapter, c)},
-                        emulated=plan.allocation.emulated if plan.allocation is not None else emulated_here())
+                        emulated=plan.allocation.emulated if plan.allocation is not None else emulated_here(),
+                        model_s_per_round=None)  # the replay's model fits timed, as tune's guard times its own
     smoke_s = FILES_S + (SMOKE_S_PER_SIZE * len({s.ranks for s in plan.scales}) if options.smoke else 0.0)
     scale = composition_scale(plan.scales)
-    if scale is not None and any(plan.adapter.composition_candidates(c, scale.nodes) for c in plan.collectives):
-        smoke_s += COMPOSITIONS_S
+    if scale is not None:  # as tune_compositions launches them: the default and each composition, per collective
+        launches = {c: 1 + len(candidates) for c in plan.collectives
+                    if (candidates := plan.adapter.composition_candidates(c, scale.nodes))}
+        layout = scale.layout
+        smoke_s += compositions_s(launches, [Cell(c, layout.ranks, layout.nodes, scale.ppn, size)
+                                             for c in launches for size in composition_sizes(plan.sizes)],
+                                  costs, options.settings)
     replayed = replayable(plan.spaces, costs)
     source = costs.source + (f"; exploring replayed on them: {', '.join(replayed)}" if replayed else "")
     return PlanRecord(dataclasses.replace(predicted, wall_s=predicted.wall_s + smoke_s), costs_from=source)

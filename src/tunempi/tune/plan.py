@@ -4,14 +4,16 @@ predicted from the layout asked for and what one point of it costs, without laun
 The model (docs/tune.md "Plan"), per layout (one engine per layout, tune/runner.py):
     exploring runs  = where the costs have a latency for every point of a collective's space (the store
                       measured the layout, or a dataset): tune's own strategy replayed on them
-                      (`replay_exploration`: its live parameters, seeded, the guard of tune/guard.py, the model's
-                      rounds at MODEL_S_PER_ROUND), its runs and their seconds per layout; else
-                      EXPLORE_RUNS_PER_POINT x the exhaustive points (cells x candidate algorithms): the guard
-                      ends the exploration near the cost of measuring every point once, and the strategy
-                      measures where it is unsure again;
+                      (`replay_exploration`: its live parameters, seeded, the guard of tune/guard.py with the
+                      model's fits timed as the replay makes them, then tune's confirmation round), its runs and
+                      their seconds per layout; else EXPLORE_RUNS_PER_POINT x the exhaustive points (cells x
+                      candidate algorithms): the guard ends the exploration near the cost of measuring every
+                      point once, and the strategy measures where it is unsure again;
     deciding runs   = (launches - 1) deciding blocks (at least TURNS_BLOCKS where the layout's ranks take turns on
-                      the cores and launches > 2, tune/driver.py) x cells x CONTENDERS (the default and the closest other,
-                      tune/launch_blocks.py `contenders`; tune/driver.py's deciding blocks) x each one's runs
+                      the cores and launches > 2, tune/driver.py) x the contenders of every cell tune would
+                      contest after the replay (tune/launch_blocks.py `contenders`: the default and the choice, a
+                      third where two beat the default, none where the exploration measured the default or every
+                      other algorithm not at all; CONTENDERS in every cell without a replay) x each one's runs
                       per block (file_launches.RUNS_PER_LAUNCH, 3, where the block measures under files);
     launches        = 1 (the exploring launch) + a relaunch per point of the layout whose stored run killed the
                       engine (`PointCosts.kills`: the tune hits the same points before tune/driver.py blocks
@@ -33,8 +35,11 @@ The model (docs/tune.md "Plan"), per layout (one engine per layout, tune/runner.
                       synchronisation costs far more than that (docs/measurements/tune.md "Plan, runs priced
                       by what they took");
     wall            = launches x (ENGINE_START_S + ENGINE_START_PER_NODE_S per node beyond one) + runs x one
-                      run's time + MODEL_S_PER_ROUND x rounds + DECIDING_BLOCK_S x blocks, the layouts
-                      run one after another (--topology serial) or side by side where the nodes allow it.
+                      run's time (a failed one: what it took, `PointCosts.failed_run_s`) + the model's seconds
+                      (the replay's timed fits, else MODEL_S_PER_ROUND per ROUND_RUNS exploring runs) +
+                      DECIDING_BLOCK_S x blocks, the layouts run one after another (--topology serial) or side by
+                      side where the nodes allow it; then the files and smoke check (FILES_S, SMOKE_S_PER_SIZE)
+                      and, where the tune spans nodes, its compositions (`compositions_s`).
 Latencies and iterations come from the results store (this library's own runs at the layout, nearest size,
 any algorithm) or a dataset's (Peak's CSVs: latencies only, so the iterations are TYPICAL_ITERATIONS); a
 cell whose collective neither measured takes UNKNOWN_LATENCY_US + msg_bytes / UNKNOWN_BYTES_PER_US.
@@ -46,6 +51,7 @@ import dataclasses
 import functools
 import math
 import statistics
+import time
 from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -59,7 +65,7 @@ from tunempi.sim.cost import CostModel
 from tunempi.sim.replay import ReplayBackend
 from tunempi.space import Cell, FeatureSpace
 from tunempi.strategy import MeasurementRecord, Request, Strategy, import_strategies, make_strategy
-from tunempi.tune.driver import DEFAULT_MARGIN, prefer_default
+from tunempi.tune.driver import CONFIRM_PASSES, DEFAULT_MARGIN, confirmation_requests_of, prefer_default
 from tunempi.tune.guard import CONTINUE, MEASURE_THE_REST, estimate_exhaustive
 from tunempi.tune.launch_blocks import contenders, deciding_blocks
 from tunempi.tune.machine_state import STATE_PAUSE_S, STATE_WAIT_S, layout_takes_turns
@@ -81,8 +87,10 @@ ENGINE_START_PER_NODE_S = 0.025
 #: Per run beyond its iterations (request, probe, reply, store write): (bench time - launches x start -
 #: iterations' time) / runs of the same tune, 2.5 ms.
 POINT_OVERHEAD_S = 0.0025
-#: The strategy's model fit per round: (tune's loop wall - its bench time) / rounds, 0.2-0.6 s in the five tunes
-#: of docs/measurements/tune.md "Plan" (load 1-4 on 2 cores).
+#: The strategy's model fit per round where the replay does not time its own fits (`predict`'s default; tune
+#: --plan times them: tune/job.py `predict_tune`) or nothing is replayed: (tune's loop wall - its bench time) /
+#: rounds, 0.2-0.6 s in the five tunes of docs/measurements/tune.md "Plan" (load 1-4 on 2 cores). Timed, a fit
+#: of those tunes' spaces takes about 0.1 s here.
 MODEL_S_PER_ROUND = 0.35
 #: Per layout and deciding block, beyond its runs and launches (the files its launches run under written,
 #: the block's contenders picked and decided): round 1 of "Plan, re-measured", the loop's wall less its bench
@@ -93,13 +101,11 @@ REPLAY_SEEDS = 3
 #: Runs per exploring round (the same tune: 430 runs in 5 rounds, batches of 32 cells).
 ROUND_RUNS = 100
 #: The smoke check: the written files loaded by the library, a launch per communicator size tuned (tune/smoke.py),
-#: FILES_S for the rest after the loop (rule sets, files, manifest), and COMPOSITIONS_S where the tune spans
-#: nodes (a launch per composition at the largest multi-node layout, tune/job.py `tune_compositions`): the whole
-#: tune's wall less its loop's was 1.06 s (one node, one size) and 1.20 s (two sizes), and 1.5-3.4 s on
-#: emulated nodes in round 1 of "Plan, re-measured" (1.1-3.9 s before).
+#: and FILES_S for the rest after the loop (rule sets, files, manifest): the whole tune's wall less its loop's
+#: was 1.06 s (one node, one size) and 1.20 s (two sizes) in round 1 of "Plan, re-measured". Where the tune
+#: spans nodes its compositions step comes on top (`compositions_s`).
 SMOKE_S_PER_SIZE = 0.15
 FILES_S = 0.9
-COMPOSITIONS_S = 1.2
 #: A latency where nothing was measured: shared-memory 2-rank MPICH here, 1-3 us at 4 B, about 1 us per KiB.
 UNKNOWN_LATENCY_US = 3.0
 UNKNOWN_BYTES_PER_US = 1000.0
@@ -135,6 +141,16 @@ class PointCosts:
     #: (`seconds`), else `run_s`'s model.
     run_seconds: Mapping[PointKey, float] = field(default_factory=dict)
     deciding_seconds: Mapping[Key, float] = field(default_factory=dict)
+    #: per point whose runs failed, what such a run took where recorded (an engine's death is seen after a
+    #: while: 0.54 s at MPICH's smp allreduce here, against 2 ms for a run that returns)
+    failed_seconds: Mapping[PointKey, float] = field(default_factory=dict)
+
+    def failed_run_s(self, cell: Cell, algorithm: str) -> float:
+        """A failed run's seconds: the recorded ones of that point, else the per-run overhead; and a relaunch
+        where such a run killed the engine (counted in the layout's launches, `explored_by_layout`)."""
+        point = (cell.scale, cell.collective, cell.msg_bytes, algorithm)
+        return (self.failed_seconds.get(point, self.point_overhead_s)
+                + (self.engine_start_s if point in self.kills else 0.0))
 
     def nearest(self, cell: Cell) -> tuple[float | None, int | None]:
         """(latency, iterations) of the cell's collective at its layout (else the nearest layout measured), nearest
@@ -279,14 +295,27 @@ Measure = Callable[[Sequence[Request]], list[MeasurementRecord]]
 Layout = tuple[int, int, int]
 
 
+@dataclass(frozen=True)
+class Exploration:
+    """A replayed exploration: each collective's strategy (its `records` what it measured) and the seconds of
+    model work its rounds were priced at."""
+
+    strategies: Mapping[str, Strategy]
+    model_s: float
+
+
 def replay_exploration(spaces: Mapping[str, FeatureSpace], measure: Mapping[str, Measure], *, strategy: str,
                        params: Mapping[str, object], seed: int,
-                       model_s_per_round: float = MODEL_S_PER_ROUND) -> dict[str, Strategy]:
+                       model_s_per_round: float | None = MODEL_S_PER_ROUND,
+                       clock: Callable[[], float] = time.perf_counter) -> Exploration:
     """Tune's exploring phase without an engine: a strategy per collective (as tune/driver.py makes them) asked
     and told in rounds, `measure` answering, until they all stop or tune's guard would end the tune (another
-    round would cost more than the exhaustive sweep: tune/guard.py, the rest measured where that is cheaper;
-    a round's time is its runs' `cost_s` plus, after the first, `model_s_per_round` for the model). Each collective's strategy,
-    its `records` what it measured."""
+    round would cost more than the exhaustive sweep: tune/guard.py, the rest measured where that is cheaper),
+    then tune's confirmation round (driver.confirmation_requests_of, up to CONFIRM_PASSES: the default and the
+    choice of every cell an override would need them in). A round's time is its runs' `cost_s` plus its model
+    work: with `model_s_per_round` None the strategies' fits as `clock` times them here (tune's guard reads its
+    clock too: where points are cheap, how long a fit takes decides whether the guard stops the exploration or
+    measures the rest), else `model_s_per_round` after the first round."""
     import_strategies(strategy)
     strategies = {c: make_strategy(strategy, space, seed=seed, **params) for c, space in spaces.items()}
 
@@ -299,13 +328,18 @@ def replay_exploration(spaces: Mapping[str, FeatureSpace], measure: Mapping[str,
                 spent += sum(record.cost_s for record in records)
         return spent
 
-    spent_s, model_s = 0.0, 0.0  # the first asks are the initial design: no model fitted yet
+    spent_s, model_total_s, rounds = 0.0, 0.0, 0
     while True:
+        began = clock()
         requests = {c: s.ask() for c, s in strategies.items() if not s.finished}
+        fitted_s = clock() - began
         if not any(requests.values()):
             break
+        # the first asks are the initial design: no model fitted yet
+        model_s = fitted_s if model_s_per_round is None else model_s_per_round if rounds else 0.0
         round_s = model_s + measure_round(requests)
-        model_s = model_s_per_round
+        model_total_s += model_s
+        rounds += 1
         spent_s += round_s
         estimate = estimate_exhaustive(strategies)
         decision = estimate.decide(spent_s, round_s) if estimate is not None else CONTINUE
@@ -314,7 +348,12 @@ def replay_exploration(spaces: Mapping[str, FeatureSpace], measure: Mapping[str,
         if decision == MEASURE_THE_REST and estimate is not None:
             measure_round(estimate.remaining)
         break
-    return strategies
+    for _ in range(CONFIRM_PASSES):
+        missing = {c: confirmation_requests_of(s, DEFAULT_MARGIN) for c, s in strategies.items()}
+        if not any(missing.values()):
+            break
+        measure_round(missing)
+    return Exploration(strategies, model_total_s)
 
 
 def point_runs(space: FeatureSpace, costs: PointCosts) -> dict[tuple[Cell, str], tuple[float, ...]] | None:
@@ -348,11 +387,12 @@ def replayable(spaces: Mapping[str, FeatureSpace],
 
 def priced_runs(backend: ReplayBackend, costs: PointCosts, settings: MeasureSettings,
                 requests: Sequence[Request]) -> list[MeasurementRecord]:
-    """The replay's runs with the plan's cost of each; a failed run kills the engine: it costs a relaunch (as
-    in tune, where those relaunches make the guard's exhaustive sweep dear)."""
+    """The replay's runs with the plan's cost of each; a failed run costs what such runs took
+    (`PointCosts.failed_run_s`) and, where it killed the engine, a relaunch (as in tune, where those relaunches
+    make the guard's exhaustive sweep dear)."""
     def cost_s(record: MeasurementRecord) -> float:
         if not (record.ok and record.latency_us is not None):
-            return costs.point_overhead_s + costs.engine_start_s
+            return costs.failed_run_s(record.cell, record.algorithm)
         recorded = costs.seconds(record.cell, record.algorithm)
         if recorded is not None:
             return recorded
@@ -364,25 +404,27 @@ def priced_runs(backend: ReplayBackend, costs: PointCosts, settings: MeasureSett
 @dataclass(frozen=True)
 class Replayed:
     """What the replays say: per collective and layout the exploring runs and their seconds (means over the
-    seeds), and per cell the algorithms a deciding block measures (`replayed_contenders`, a mean)."""
+    seeds), and per cell the algorithms a deciding block measures (`replayed_contenders`, a mean: 0 where tune
+    would contest nothing)."""
 
     explored: Mapping[str, Mapping[Layout, tuple[float, float]]]
     contenders: Mapping[Cell, float]
     #: per collective and layout, the most algorithms a cell there contests (a mean): a deciding block's
     #: launches under files (file_launches.FileDecider.sides)
     widest: Mapping[tuple[str, Layout], float] = field(default_factory=dict)
+    #: the model's seconds in the exploring rounds (a mean; `replay_exploration`)
+    model_s: float = 0.0
 
 
 def replayed_exploration(spaces: Mapping[str, FeatureSpace], costs: PointCosts, settings: MeasureSettings, *,
                          strategy: str, params: Mapping[str, object],
-                         seed: int = 0) -> Replayed:
+                         seed: int = 0, model_s_per_round: float | None = MODEL_S_PER_ROUND) -> Replayed:
     """The exploring runs and their seconds per layout, of each collective whose every point has runs in
     `costs` (`replayable`), by replaying tune's strategy on those runs (`replay_exploration`: the runs drawn in
     a seeded order, a run's seconds its recorded ones or the plan's `run_s` at its latency), their mean over REPLAY_SEEDS replays from
     `seed` (a seed can tip tune's guard into measuring every cheap point left: Peak's allreduce, 133 runs at
-    one seed, 53 at two others; so can the machine tip a tune), and the contenders of the deciding blocks after
-    them; the other collectives are left out. (The deciding
-    blocks are not taken from the replay: it has no confirmation round, and tune contests nearly every cell.)"""
+    one seed, 53 at two others; so can the machine tip a tune), the contenders of the deciding blocks after
+    them and the model's seconds; the other collectives are left out."""
     tables = replayable(spaces, costs)
     if not tables:
         return Replayed({}, {})
@@ -399,45 +441,48 @@ def replayed_exploration(spaces: Mapping[str, FeatureSpace], costs: PointCosts, 
                 costs, settings)
             for collective, frame in frames.items()}
         replays.append(replay_exploration({c: spaces[c] for c in tables}, measure, strategy=strategy, params=params,
-                                          seed=replay_seed))
+                                          seed=replay_seed, model_s_per_round=model_s_per_round))
     mean: dict[str, dict[Layout, tuple[float, float]]] = {}
     contested: dict[Cell, float] = {}
     widest: dict[tuple[str, Layout], float] = {}
     for replayed in replays:
         seed_widest: dict[tuple[str, Layout], int] = {}
-        for cell, count in replayed_contenders(replayed).items():
+        for cell, count in replayed_contenders(replayed.strategies).items():
             contested[cell] = contested.get(cell, 0.0) + count / len(replays)
             key = (cell.collective, cell.scale)
             seed_widest[key] = max(seed_widest.get(key, 0), count)
         for key, count in seed_widest.items():
             widest[key] = widest.get(key, 0.0) + count / len(replays)
-        for collective, strategy_run in replayed.items():
+        for collective, strategy_run in replayed.strategies.items():
             layouts = mean.setdefault(collective, {})
             for layout, (runs, seconds) in explored_by_layout(strategy_run.records, costs).items():
                 total_runs, total_s = layouts.get(layout, (0.0, 0.0))
                 layouts[layout] = (total_runs + runs / len(replays), total_s + seconds / len(replays))
-    return Replayed(mean, contested, widest)
+    return Replayed(mean, contested, widest, statistics.fmean(r.model_s for r in replays))
 
 
 def replayed_contenders(strategies: Mapping[str, Strategy]) -> dict[Cell, int]:
-    """The algorithms each deciding block measures in every cell after a replay, as tune/driver.py picks them
-    (launch_blocks.contenders: 3 where two beat the default), never fewer than CONTENDERS: tune's confirmation
-    round, which the replay has not, measures the default and the choice where the exploration left one out."""
+    """The algorithms each deciding block measures in every cell after a replay (its confirmation round
+    included), as tune/driver.py picks them (launch_blocks.contenders: the default and the choice, a third where
+    two beat the default; none in a cell where the default or every other algorithm went unmeasured: tune
+    contests no such cell)."""
     counts: dict[Cell, int] = {}
     for strategy_run in strategies.values():
         chosen = contenders(strategy_run, prefer_default(strategy_run, strategy_run.select(), DEFAULT_MARGIN),
                             DEFAULT_MARGIN)
-        counts.update({cell: max(len(chosen.get(cell, ())), CONTENDERS) for cell in strategy_run.space.cells})
+        counts.update({cell: len(chosen.get(cell, ())) for cell in strategy_run.space.cells})
     return counts
 
 
 def explored_by_layout(records: Iterable[MeasurementRecord], costs: PointCosts) -> dict[Layout, tuple[int, float]]:
-    """The replay's runs and their seconds per layout (priced by `priced_runs`), less the failed runs'
-    relaunches: those are the layout's launches (`PointCosts.kills`), counted there."""
+    """The replay's runs and their seconds per layout (priced by `priced_runs`), less the relaunches after the
+    runs that killed the engine: those are the layout's launches (`PointCosts.kills`), counted there."""
     layouts: dict[Layout, tuple[int, float]] = {}
     for record in records:
         runs, seconds = layouts.get(record.cell.scale, (0, 0.0))
-        relaunch = 0.0 if record.ok else costs.engine_start_s
+        killed = not record.ok and (record.cell.scale, record.cell.collective, record.cell.msg_bytes,
+                                    record.algorithm) in costs.kills
+        relaunch = costs.engine_start_s if killed else 0.0
         layouts[record.cell.scale] = (runs + 1, seconds + record.cost_s - relaunch)
     return layouts
 
@@ -445,8 +490,8 @@ def explored_by_layout(records: Iterable[MeasurementRecord], costs: PointCosts) 
 def predict(spaces: Mapping[str, FeatureSpace], settings: MeasureSettings, costs: PointCosts, *,
             launches: int, allocation_nodes: int = 1, serial: bool = True, strategy: str | None = None,
             strategy_params: Mapping[str, object] | None = None, seed: int = 0,
-            under_files: Collection[str] = frozenset(), cores: int | None = None, emulated: bool = False
-            ) -> Prediction:
+            under_files: Collection[str] = frozenset(), cores: int | None = None, emulated: bool = False,
+            model_s_per_round: float | None = MODEL_S_PER_ROUND) -> Prediction:
     """The tune's wall time, launches and runs for these spaces (the model in the module's docstring); with
     `strategy`, the exploring runs of a collective whose every point the costs have come from its replay.
     `under_files`: the collectives whose deciding blocks launch under files (file_launches.decided_under_files:
@@ -458,8 +503,9 @@ def predict(spaces: Mapping[str, FeatureSpace], settings: MeasureSettings, costs
     from tunempi.tune.file_launches import RUNS_PER_LAUNCH
 
     replay = replayed_exploration(spaces, costs, settings, strategy=strategy, params=strategy_params or {},
-                                  seed=seed) if strategy else Replayed({}, {})
+                                  seed=seed, model_s_per_round=model_s_per_round) if strategy else Replayed({}, {})
     replayed = replay.explored
+    all_replayed_runs = sum(runs for by_layout in replayed.values() for runs, _ in by_layout.values())
     per_layout: dict[Layout, list[tuple[Cell, int]]] = {}
     for space in spaces.values():
         for cell in space.cells:
@@ -483,10 +529,13 @@ def predict(spaces: Mapping[str, FeatureSpace], settings: MeasureSettings, costs
         layout_launches = round(1 + sum(1 for kill in costs.kills if kill[0] == layout and kill[1] in spaces)
                                 + blocks * block_launches(layout, {cell.collective for cell, _ in cells}, replay,
                                                           under_files))
-        rounds = math.ceil(exploring / ROUND_RUNS)
+        # the model: the replay's (shared by its layouts as their runs), else MODEL_S_PER_ROUND per ROUND_RUNS runs
+        replayed_runs = sum(runs for runs, _ in explored)
+        model_s = (replay.model_s * replayed_runs / all_replayed_runs if replayed_runs else 0.0) \
+            + math.ceil(constant / ROUND_RUNS) * MODEL_S_PER_ROUND
         start_s = costs.engine_start_s + ENGINE_START_PER_NODE_S * (nodes - 1)
         seconds = (layout_launches * start_s + constant * cell_s + deciding * deciding_s + sum(s for _, s in explored)
-                   + rounds * MODEL_S_PER_ROUND + blocks * DECIDING_BLOCK_S)
+                   + model_s + blocks * DECIDING_BLOCK_S)
         layout_s.append((nodes, seconds))
         total_runs += round(runs)
         total_launches += layout_launches
@@ -498,6 +547,20 @@ def predict(spaces: Mapping[str, FeatureSpace], settings: MeasureSettings, costs
     # where the layout's probe is read (its ranks do not take turns)
     state_s = STATE_WAIT_S + STATE_PAUSE_S + state_block_s if launches > 2 and state_block_s else 0.0
     return Prediction(concurrent_wall(layout_s, allocation_nodes, serial), total_launches, total_runs, state_s)
+
+
+def compositions_s(launches: Mapping[str, int], cells: Sequence[Cell], costs: PointCosts,
+                   settings: MeasureSettings) -> float:
+    """tune's compositions step (tune/job.py `tune_compositions`): per collective `launches[collective]` fresh
+    engines at the largest multi-node layout (the default's and one per composition), each measuring that
+    collective's `cells` (the composition sizes) once: each launch's start and its runs, priced as a deciding
+    block's (fresh launches too). (Before, a constant 1.2 s: 0.4 s of it at 2x1 here, 1.6-2.0 s at 2x2.)"""
+    if not cells:
+        return 0.0
+    start_s = costs.engine_start_s + ENGINE_START_PER_NODE_S * (cells[0].nodes - 1)
+    return sum(count * (start_s + sum(cell_run_s(cell, costs, settings, deciding=True)
+                                      for cell in cells if cell.collective == collective))
+               for collective, count in launches.items())
 
 
 def block_launches(layout: Layout, collectives: Iterable[str], replay: Replayed, under_files: Collection[str]) -> float:
@@ -519,6 +582,7 @@ def costs_from_measurements(rows: Iterable[Any], source: str) -> PointCosts:
     seconds: dict[PointKey, list[float]] = {}
     deciding: dict[Key, list[float]] = {}
     failed: set[PointKey] = set()
+    failed_seconds: dict[PointKey, list[float]] = {}
     kills: set[PointKey] = set()
     for row in rows:
         latency = getattr(row, "mean_us", None) or getattr(row, "latency_us", None)
@@ -529,6 +593,8 @@ def costs_from_measurements(rows: Iterable[Any], source: str) -> PointCosts:
             kills.add(point)
         if status != "ok" or not latency:
             failed.add(point)
+            if getattr(row, "run_s", None):  # a death is detected after a while: what the tune waited for it
+                failed_seconds.setdefault(point, []).append(float(row.run_s))
             continue
         latencies.setdefault(key, []).append(float(latency))
         # tune's exploring launch switches algorithms at run time, its deciding blocks launch under files: the
@@ -548,4 +614,5 @@ def costs_from_measurements(rows: Iterable[Any], source: str) -> PointCosts:
                       {k: round(statistics.median([float(i) for i in v])) for k, v in iterations.items()}, source,
                       runs_us={k: tuple(v) for k, v in runs.items()}, failed=frozenset(failed - set(runs)),
                       kills=frozenset(kills), run_seconds={k: statistics.fmean(v) for k, v in seconds.items()},
-                      deciding_seconds={k: statistics.fmean(v) for k, v in deciding.items()})
+                      deciding_seconds={k: statistics.fmean(v) for k, v in deciding.items()},
+                      failed_seconds={k: statistics.fmean(v) for k, v in failed_seconds.items()})
