@@ -9,8 +9,9 @@ from pathlib import Path
 import pytest
 
 from tunempi.bench.protocol import MeasureSettings
+from tunempi.store.launches import launch_seconds
 from tunempi.store.results import ResultStore
-from tunempi.tune.job import TuneOptions, plan_tune, run_tune
+from tunempi.tune.job import TuneOptions, TunePlan, plan_tune, run_tune, store_costs
 from tunempi.tune.manifest import Manifest
 
 pytestmark = pytest.mark.mpi
@@ -43,6 +44,15 @@ def test_a_real_tune_records_what_it_planned_and_what_it_took(tmp_path: Path) ->
     assert all(m.run_s is not None and 0 < m.run_s < record.actual.wall_s for m in stored if m.ok)
     assert {m.launch_block for m in stored} == {1, 2}
     assert sum(m.run_s or 0.0 for m in stored) <= report.outcome.bench_s  # bench time adds the engine starts
+    # and every launch it closed, timed (an engine that died or was killed is not): the plan's price of a launch
+    with ResultStore(options.db) as store:  # type: ignore[arg-type]
+        launches = store.fetch_all("SELECT ranks, nodes, ppn, start_s, close_s FROM engine_launches")
+        per_layout = launch_seconds(store, TunePlan.of(options).library.fingerprint)
+        assert store_costs(store, TunePlan.of(options)).start_s((2, 1, 2)) == per_layout[(2, 1, 2)]
+    assert 0 < len(launches) <= report.outcome.launches
+    assert {(row["ranks"], row["nodes"], row["ppn"]) for row in launches} == {(2, 1, 2)}
+    assert all(row["start_s"] > 0 and row["close_s"] >= 0 for row in launches)
+    assert 0 < per_layout[(2, 1, 2)] < record.actual.wall_s
 
 
 def test_the_plan_command_prints_the_prediction_and_launches_nothing(tmp_path: Path) -> None:

@@ -9,6 +9,7 @@ import sys
 import textwrap
 from dataclasses import replace
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 from store_history import measurement_row, store_at_version
@@ -26,6 +27,7 @@ from tunempi.store import (
 from tunempi.store import schema as schema_module
 from tunempi.store.dataset import read_dataset, write_dataset
 from tunempi.store.exchange import row_from_measurement
+from tunempi.store.launches import add_launches, launch_seconds
 
 FP = "mpich-5.0.2-0123456789ab"
 
@@ -187,6 +189,25 @@ def test_a_version_5_database_gains_run_seconds_and_launch_blocks_and_keeps_its_
         store.add(timed)
         assert sorted((m.run, m.run_s, m.launch_block) for m in store.query()) == [(0, None, None), (1, 0.0125, 2)]
         assert store.query(launch_block=2) == [timed]
+
+
+def test_a_version_6_database_gains_the_engine_launches_and_keeps_its_rows(tmp_path: Path) -> None:
+    """Version 7 (issue 57): what each engine launch took, per library and layout (store/launches.py); a store
+    from before has none (tune/plan.py then prices a launch by its constants)."""
+    path = store_at_version(tmp_path / "v6.sqlite", 6, measurement_row(
+        "allreduce", "ring", library_fingerprint=FP, library="mpich-5.0.2", median_us=5.0))
+    with ResultStore(path) as store:
+        assert [m.median_us for m in store.query()] == [5.0]
+        assert launch_seconds(store, FP) == {}
+        launches = [SimpleNamespace(library_fingerprint=FP, ranks=4, nodes=1, ppn=4, start_s=start, close_s=0.01)
+                    for start in (0.05, 0.07, 0.30)]
+        other = SimpleNamespace(library_fingerprint="openmpi-5.0.11-ffffffffffff", ranks=4, nodes=1, ppn=4,
+                                start_s=0.2, close_s=0.07)
+        assert add_launches(store, [*launches, other], system="laptop") == 4
+        assert add_launches(store, []) == 0
+        # the median launch of this library on this system, start and close
+        assert launch_seconds(store, FP, "laptop") == {(4, 1, 4): pytest.approx(0.08)}
+        assert launch_seconds(store, FP) == {}  # another system's launches are not this one's
 
 
 def test_in_memory_store() -> None:

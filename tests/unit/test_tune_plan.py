@@ -359,3 +359,19 @@ def test_the_compositions_step_costs_a_fresh_launch_per_composition_each_running
     # priced as a deciding block's (fresh launches too)
     assert plan.compositions_s({"allreduce": 4}, cells, c, SETTINGS) == pytest.approx(4 * (start_s + 2 * 0.02))
     assert plan.compositions_s({}, [], c, SETTINGS) == 0.0
+
+
+def test_a_launch_costs_what_the_librarys_launches_took_where_the_store_recorded_them() -> None:
+    recorded = PointCosts(launch_s={(4, 1, 4): 0.22, (2, 1, 2): 0.17})
+    # the layout's own, else the nearest recorded one's and a node's more per node beyond it, else the constants
+    assert recorded.start_s((4, 1, 4)) == pytest.approx(0.22)
+    assert recorded.start_s((8, 1, 8)) == pytest.approx(0.22)
+    assert recorded.start_s((8, 2, 4)) == pytest.approx(0.22 + plan.ENGINE_START_PER_NODE_S)
+    assert PointCosts().start_s((4, 2, 2)) == pytest.approx(plan.ENGINE_START_S + plan.ENGINE_START_PER_NODE_S)
+    # the plan's wall: each launch at its layout's price (Open MPI's start was twice MPICH's here)
+    spaces = {"allreduce": space(4)}
+    base = costs(100.0, 50, (4, 1, 4))
+    slow = dataclasses.replace(base, launch_s={(4, 1, 4): base.engine_start_s + 0.5})
+    quick, dear = predict(spaces, SETTINGS, base, launches=4), predict(spaces, SETTINGS, slow, launches=4)
+    assert dear.launches == quick.launches
+    assert dear.wall_s - quick.wall_s == pytest.approx(0.5 * quick.launches)

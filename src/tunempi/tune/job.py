@@ -19,7 +19,7 @@ from typing import Any
 
 from threadpoolctl import threadpool_limits
 
-from tunempi.bench.engine import EngineSession, Layout
+from tunempi.bench.engine import EngineSession, Layout, launches_timed
 from tunempi.bench.protocol import MeasureSettings, PointRequest
 from tunempi.bench.sweep import BenchPoint
 from tunempi.bench.validate import check_engine_collective
@@ -41,6 +41,7 @@ from tunempi.mpi.library import MPILibrary
 from tunempi.mpi.vendor import FileAlgorithms, VendorAdapter
 from tunempi.rules import RuleSet
 from tunempi.space import Cell, FeatureSpace
+from tunempi.store.launches import add_launches, launch_seconds
 from tunempi.store.results import Measurement, ResultStore, utc_timestamp
 from tunempi.strategy import DEFAULT_STRATEGY, STRATEGIES, import_strategies, make_strategy
 from tunempi.tune.compositions import (
@@ -427,6 +428,19 @@ def run_tune(options: TuneOptions, on_event: OnTuneEvent | None = None) -> TuneR
                            system=options.system, distributions=plan.distributions)
                if options.launches > 1 else None)
     import_strategies(options.strategy)  # before the limit: it reaches only the libraries loaded by then
+    with launches_timed() as launches:
+        try:
+            return _tune(plan, runner, decider, threads, emit, began)
+        finally:  # what each launch took, for the next plan (tune/plan.py): kept when interrupted too
+            if launches:
+                with ResultStore(plan.db) as store:
+                    add_launches(store, launches, system=options.system)
+
+
+def _tune(plan: TunePlan, runner: ParallelRunner, decider: FileDecider | None, threads: int, emit: OnTuneEvent,
+          began: float) -> TuneReport:
+    """run_tune's work, its engines' launches timed."""
+    options = plan.options
     try:
         with ResultStore(plan.db) as store, \
                 (threadpool_limits(limits=threads) if threads > 0 else contextlib.nullcontext()):
@@ -475,11 +489,13 @@ def run_tune(options: TuneOptions, on_event: OnTuneEvent | None = None) -> TuneR
 
 
 def store_costs(store: ResultStore, plan: TunePlan) -> PointCosts:
-    """What a run of each collective costs, from this library's runs in the results store (tune/plan.py)."""
+    """What a run of each collective and a launch cost, from this library's runs and launches in the results
+    store (tune/plan.py)."""
     rows = [m for c in plan.collectives for m in store.iter_measurements(
         library_fingerprint=plan.library.fingerprint, system=plan.options.system, collective=c)]
-    return costs_from_measurements(rows, f"{len(rows)} runs of {plan.library.name} in {plan.db}" if rows
-                                   else f"no runs of {plan.library.name} in {plan.db}: tune/plan.py's latencies")
+    costs = costs_from_measurements(rows, f"{len(rows)} runs of {plan.library.name} in {plan.db}" if rows
+                                    else f"no runs of {plan.library.name} in {plan.db}: tune/plan.py's latencies")
+    return dataclasses.replace(costs, launch_s=launch_seconds(store, plan.library.fingerprint, plan.options.system))
 
 
 def dataset_costs(path: Path, collectives: Sequence[str]) -> PointCosts:

@@ -81,7 +81,8 @@ CONTENDERS = 2
 #: timed around EngineSession.start and close in the tunes of docs/measurements/tune.md "Plan, runs priced by
 #: what they took" (round 1): start 0.06-0.08 s and close 0.01 s (Open MPI's 0.07 s) on one node, 0.07-0.11 s
 #: and 0.01 s on 2 emulated nodes, 0.12 s and 0.03 s on 4. (Before runs were timed, 0.09 s a node: the
-#: residual that then carried the runs' unpriced synchronisation.)
+#: residual that then carried the runs' unpriced synchronisation.) Where the store recorded the library's own
+#: launches (store/launches.py) those price a launch instead (`PointCosts.start_s`).
 ENGINE_START_S = 0.08
 ENGINE_START_PER_NODE_S = 0.025
 #: Per run beyond its iterations (request, probe, reply, store write): (bench time - launches x start -
@@ -134,6 +135,9 @@ class PointCosts:
     #: The points a run of killed the engine (died, or timed out): each cost the tune a relaunch.
     kills: frozenset[PointKey] = frozenset()
     engine_start_s: float = ENGINE_START_S
+    #: per layout, what a launch of the library took there (start + close, the median the store recorded:
+    #: store/launches.py); where given, a launch's price (`start_s`)
+    launch_s: Mapping[Layout, float] = field(default_factory=dict)
     point_overhead_s: float = POINT_OVERHEAD_S
     #: What a run took on the tuner's side (the store's `run_s`: request to reply, retries included), the mean
     #: per point over the exploring launches' runs, and per cell over the deciding blocks' (launches under
@@ -145,12 +149,24 @@ class PointCosts:
     #: while: 0.54 s at MPICH's smp allreduce here, against 2 ms for a run that returns)
     failed_seconds: Mapping[PointKey, float] = field(default_factory=dict)
 
+    def start_s(self, layout: Layout) -> float:
+        """An engine launch at `layout` (start and close): what the library's launches took there, else at the
+        nearest layout recorded (log2 ranks and nodes) plus ENGINE_START_PER_NODE_S per node beyond its, else
+        `engine_start_s` plus ENGINE_START_PER_NODE_S per node beyond one."""
+        if layout in self.launch_s:
+            return self.launch_s[layout]
+        if self.launch_s:
+            near = min(self.launch_s, key=lambda lay: (abs(math.log2(lay[0]) - math.log2(layout[0]))
+                                                       + abs(math.log2(lay[1]) - math.log2(layout[1])), lay))
+            return self.launch_s[near] + ENGINE_START_PER_NODE_S * max(0, layout[1] - near[1])
+        return self.engine_start_s + ENGINE_START_PER_NODE_S * (layout[1] - 1)
+
     def failed_run_s(self, cell: Cell, algorithm: str) -> float:
         """A failed run's seconds: the recorded ones of that point, else the per-run overhead; and a relaunch
         where such a run killed the engine (counted in the layout's launches, `explored_by_layout`)."""
         point = (cell.scale, cell.collective, cell.msg_bytes, algorithm)
         return (self.failed_seconds.get(point, self.point_overhead_s)
-                + (self.engine_start_s if point in self.kills else 0.0))
+                + (self.start_s(cell.scale) if point in self.kills else 0.0))
 
     def nearest(self, cell: Cell) -> tuple[float | None, int | None]:
         """(latency, iterations) of the cell's collective at its layout (else the nearest layout measured), nearest
@@ -482,7 +498,7 @@ def explored_by_layout(records: Iterable[MeasurementRecord], costs: PointCosts) 
         runs, seconds = layouts.get(record.cell.scale, (0, 0.0))
         killed = not record.ok and (record.cell.scale, record.cell.collective, record.cell.msg_bytes,
                                     record.algorithm) in costs.kills
-        relaunch = costs.engine_start_s if killed else 0.0
+        relaunch = costs.start_s(record.cell.scale) if killed else 0.0
         layouts[record.cell.scale] = (runs + 1, seconds + record.cost_s - relaunch)
     return layouts
 
@@ -533,7 +549,7 @@ def predict(spaces: Mapping[str, FeatureSpace], settings: MeasureSettings, costs
         replayed_runs = sum(runs for runs, _ in explored)
         model_s = (replay.model_s * replayed_runs / all_replayed_runs if replayed_runs else 0.0) \
             + math.ceil(constant / ROUND_RUNS) * MODEL_S_PER_ROUND
-        start_s = costs.engine_start_s + ENGINE_START_PER_NODE_S * (nodes - 1)
+        start_s = costs.start_s(layout)
         seconds = (layout_launches * start_s + constant * cell_s + deciding * deciding_s + sum(s for _, s in explored)
                    + model_s + blocks * DECIDING_BLOCK_S)
         layout_s.append((nodes, seconds))
@@ -557,7 +573,7 @@ def compositions_s(launches: Mapping[str, int], cells: Sequence[Cell], costs: Po
     block's (fresh launches too). (Before, a constant 1.2 s: 0.4 s of it at 2x1 here, 1.6-2.0 s at 2x2.)"""
     if not cells:
         return 0.0
-    start_s = costs.engine_start_s + ENGINE_START_PER_NODE_S * (cells[0].nodes - 1)
+    start_s = costs.start_s(cells[0].scale)
     return sum(count * (start_s + sum(cell_run_s(cell, costs, settings, deciding=True)
                                       for cell in cells if cell.collective == collective))
                for collective, count in launches.items())
