@@ -34,7 +34,9 @@ The model (docs/tune.md "Plan"), per layout (one engine per layout, tune/runner.
                       state probe, storing the run): where ranks take turns on the cores the engine's own
                       synchronisation costs far more than that (docs/measurements/tune.md "Plan, runs priced
                       by what they took");
-    wall            = launches x (ENGINE_START_S + ENGINE_START_PER_NODE_S per node beyond one) + runs x one
+    wall            = launches x a launch's start and close (`PointCosts.start_s`: what the library's launches
+                      took at the layout where the store recorded them, else ENGINE_START_S +
+                      ENGINE_START_PER_NODE_S per node beyond one) + runs x one
                       run's time (a failed one: what it took, `PointCosts.failed_run_s`) + the model's seconds
                       (the replay's timed fits, else MODEL_S_PER_ROUND per ROUND_RUNS exploring runs) +
                       DECIDING_BLOCK_S x blocks, the layouts run one after another (--topology serial) or side by
