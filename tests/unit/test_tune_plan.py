@@ -344,8 +344,8 @@ def test_a_failed_run_costs_what_it_took_and_a_relaunch_only_where_it_killed_the
     assert c.failed_run_s(cell, "rsag") == pytest.approx(0.001)  # failed, the engine lived on
     assert c.failed_run_s(cell, "a1") == pytest.approx(c.point_overhead_s)  # nothing recorded
     # the replay's seconds of those runs leave the relaunch to the layout's launches (counted there)
-    records = [MeasurementRecord(cell, "smp", None, cost_s=c.failed_run_s(cell, "smp")),
-               MeasurementRecord(cell, "rsag", None, cost_s=c.failed_run_s(cell, "rsag"))]
+    records = [MeasurementRecord(cell, "smp", None, cost_s=c.failed_run_s(cell, "smp"), launches=0),
+               MeasurementRecord(cell, "rsag", None, cost_s=c.failed_run_s(cell, "rsag"), launches=0)]
     assert plan.explored_by_layout(records, c) == {(4, 1, 4): (2, pytest.approx(0.54 + 0.001))}
 
 
@@ -375,3 +375,43 @@ def test_a_launch_costs_what_the_librarys_launches_took_where_the_store_recorded
     quick, dear = predict(spaces, SETTINGS, base, launches=4), predict(spaces, SETTINGS, slow, launches=4)
     assert dear.launches == quick.launches
     assert dear.wall_s - quick.wall_s == pytest.approx(0.5 * quick.launches)
+
+
+def test_sessions_of_a_library_that_takes_its_choice_at_init_are_launched_as_tunes_runner_launches_them() -> None:
+    # tune/runner.py LayoutRunner: one session per forced algorithm, at most MAX_SESSIONS open (the least recently
+    # used closed first), a round's points grouped by session where they do not all fit
+    cache = plan.SessionCache(max_sessions=2)
+    a, b, c = ("allreduce", "a"), ("allreduce", "b"), ("allreduce", "c")
+    assert cache.round([a, b, a, b]) == [a, b]  # they fit: in their order, each started once
+    assert cache.round([a, b]) == []  # still open
+    assert cache.round([c, a, c, a]) == [c]  # a is open: first; then c in b's place (the least recently used)
+    # 3 sessions > 2: the open ones first (c, a), then b in c's place: one launch, where in their order
+    # (b, c, a, b) each would have closed another: four
+    assert cache.round([b, c, a, b]) == [b]
+    assert cache.launches == 4
+
+
+def test_the_replay_counts_a_launch_per_forced_algorithm_and_tunes_guard_pays_for_each() -> None:
+    spaces = {"allreduce": replay_space()}
+    at_init = plan.replay_exploration(spaces, {"allreduce": cheap_points}, strategy="tunempi", params=LIVE, seed=0,
+                                      launch_per_algorithm={"allreduce"}, start_s=lambda layout: 0.5)
+    records = at_init.strategies["allreduce"].records
+    algorithms = {record.algorithm for record in records}
+    # every algorithm measured was launched at least once, its first run carrying the start (tune's guard
+    # prices points so); the launches beyond the first are the layout's extra launches
+    assert at_init.extra_launches[(4, 1, 4)] >= len(algorithms) - 1 >= 1
+    started = [record for record in records if record.launches == 1]
+    assert len(started) == at_init.extra_launches[(4, 1, 4)] + 1
+    assert all(record.cost_s == pytest.approx(1e-4 + 0.5) for record in started)
+    runs, seconds = plan.explored_by_layout(records, PointCosts(launch_s={(4, 1, 4): 0.5}))[(4, 1, 4)]
+    assert seconds == pytest.approx(1e-4 * runs)  # the starts are the layout's launches, not its runs' seconds
+    # switched at run time: one launch, no start in any run
+    switched = plan.replay_exploration(spaces, {"allreduce": cheap_points}, strategy="tunempi", params=LIVE, seed=0,
+                                       start_s=lambda layout: 0.5)
+    assert switched.extra_launches == {(4, 1, 4): 0}
+    assert all(record.launches == 0 for record in switched.strategies["allreduce"].records)
+    # and the prediction's launches count them (Intel MPI: 89 in a tune whose plan had said 10)
+    per_algorithm = predict(spaces, SETTINGS, replay_costs(), launches=1, strategy="tunempi", strategy_params=LIVE,
+                            launch_per_algorithm={"allreduce"})
+    once = predict(spaces, SETTINGS, replay_costs(), launches=1, strategy="tunempi", strategy_params=LIVE)
+    assert once.launches == 1 < per_algorithm.launches

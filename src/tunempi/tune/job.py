@@ -517,7 +517,9 @@ def predict_tune(plan: TunePlan, costs: PointCosts) -> PlanRecord:
                         strategy=options.strategy, strategy_params=plan.strategy_params, seed=options.seed,
                         under_files={c for c in plan.collectives if decided_under_files(plan.adapter, c)},
                         emulated=plan.allocation.emulated if plan.allocation is not None else emulated_here(),
-                        model_s_per_round=None)  # the replay's model fits timed, as tune's guard times its own
+                        model_s_per_round=None,  # the replay's model fits timed, as tune's guard times its own
+                        launch_per_algorithm={c for c in plan.collectives
+                                              if not plan.adapter.switches_collective_at_run_time(c)})
     smoke_s = FILES_S + (SMOKE_S_PER_SIZE * len({s.ranks for s in plan.scales}) if options.smoke else 0.0)
     scale = composition_scale(plan.scales)
     if scale is not None:  # as tune_compositions launches them: the default and each composition, per collective

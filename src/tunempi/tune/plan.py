@@ -15,7 +15,9 @@ The model (docs/tune.md "Plan"), per layout (one engine per layout, tune/runner.
                       third where two beat the default, none where the exploration measured the default or every
                       other algorithm not at all; CONTENDERS in every cell without a replay) x each one's runs
                       per block (file_launches.RUNS_PER_LAUNCH, 3, where the block measures under files);
-    launches        = 1 (the exploring launch) + a relaunch per point of the layout whose stored run killed the
+    launches        = 1 (the exploring launch; where the library takes a collective's algorithm only at
+                      MPI_Init, Intel MPI, the replay's launches instead: one per forced algorithm, as tune's
+                      runner keeps them, `SessionCache`) + a relaunch per point of the layout whose stored run killed the
                       engine (`PointCosts.kills`: the tune hits the same points before tune/driver.py blocks
                       the algorithm there) + (launches - 1) deciding blocks x that block's launches: under
                       files, one without a file and one per contender rank (file_launches.FileDecider.sides:
@@ -71,6 +73,7 @@ from tunempi.tune.driver import CONFIRM_PASSES, DEFAULT_MARGIN, confirmation_req
 from tunempi.tune.guard import CONTINUE, MEASURE_THE_REST, estimate_exhaustive
 from tunempi.tune.launch_blocks import contenders, deciding_blocks
 from tunempi.tune.machine_state import STATE_PAUSE_S, STATE_WAIT_S, layout_takes_turns
+from tunempi.tune.runner import MAX_SESSIONS
 
 #: Runs of the exploring phase per exhaustive point where the costs cannot replay the strategy: round 1 of
 #: docs/measurements/tune.md "Plan" (five small tunes): their runs less the deciding blocks' (3 runs of each
@@ -320,12 +323,17 @@ class Exploration:
 
     strategies: Mapping[str, Strategy]
     model_s: float
+    #: per layout, the engine launches its exploring phase made beyond the first (`SessionCache`: where each
+    #: algorithm of a collective is forced per launch)
+    extra_launches: Mapping[Layout, int] = field(default_factory=dict)
 
 
 def replay_exploration(spaces: Mapping[str, FeatureSpace], measure: Mapping[str, Measure], *, strategy: str,
                        params: Mapping[str, object], seed: int,
                        model_s_per_round: float | None = MODEL_S_PER_ROUND,
-                       clock: Callable[[], float] = time.perf_counter) -> Exploration:
+                       clock: Callable[[], float] = time.perf_counter,
+                       launch_per_algorithm: Collection[str] = frozenset(),
+                       start_s: Callable[[Layout], float] = lambda layout: 0.0) -> Exploration:
     """Tune's exploring phase without an engine: a strategy per collective (as tune/driver.py makes them) asked
     and told in rounds, `measure` answering, until they all stop or tune's guard would end the tune (another
     round would cost more than the exhaustive sweep: tune/guard.py, the rest measured where that is cheaper),
@@ -333,18 +341,34 @@ def replay_exploration(spaces: Mapping[str, FeatureSpace], measure: Mapping[str,
     choice of every cell an override would need them in). A round's time is its runs' `cost_s` plus its model
     work: with `model_s_per_round` None the strategies' fits as `clock` times them here (tune's guard reads its
     clock too: where points are cheap, how long a fit takes decides whether the guard stops the exploration or
-    measures the rest), else `model_s_per_round` after the first round."""
+    measures the rest), else `model_s_per_round` after the first round. `launch_per_algorithm`: the collectives
+    whose algorithms the library takes only at MPI_Init (Intel MPI's, each forced in its own launch): each
+    round's launches counted as tune's runner makes them (`SessionCache`), each one's `start_s` added to the
+    cost of the first run it measured (`launches` 1: tune's guard prices points that way)."""
     import_strategies(strategy)
     strategies = {c: make_strategy(strategy, space, seed=seed, **params) for c, space in spaces.items()}
+    sessions: dict[Layout, SessionCache] = {}
+
+    def session_key(collective: str, algorithm: str) -> tuple[str, str]:
+        return (collective, algorithm) if collective in launch_per_algorithm else ("", "")
 
     def measure_round(requests: Mapping[str, Sequence[Request]]) -> float:
-        spent = 0.0
-        for collective, batch in requests.items():
-            if batch:
-                records = measure[collective](batch)
-                strategies[collective].tell(records)
-                spent += sum(record.cost_s for record in records)
-        return spent
+        measured = {collective: measure[collective](batch) for collective, batch in requests.items() if batch}
+        keys: dict[Layout, list[tuple[str, str]]] = {}
+        for collective, records in measured.items():
+            for record in records:
+                keys.setdefault(record.cell.scale, []).append(session_key(collective, record.algorithm))
+        for layout, round_keys in keys.items():
+            started = [key for key in sessions.setdefault(layout, SessionCache()).round(round_keys) if key[0]]
+            for collective, records in measured.items():  # a forced launch's start: its first run's cost, as in tune
+                for i, record in enumerate(records):
+                    key = session_key(collective, record.algorithm)
+                    if record.cell.scale == layout and key in started:
+                        started.remove(key)
+                        records[i] = dataclasses.replace(record, cost_s=record.cost_s + start_s(layout), launches=1)
+        for collective, records in measured.items():
+            strategies[collective].tell(records)
+        return sum(record.cost_s for records in measured.values() for record in records)
 
     spent_s, model_total_s, rounds = 0.0, 0.0, 0
     while True:
@@ -371,7 +395,38 @@ def replay_exploration(spaces: Mapping[str, FeatureSpace], measure: Mapping[str,
         if not any(missing.values()):
             break
         measure_round(missing)
-    return Exploration(strategies, model_total_s)
+    return Exploration(strategies, model_total_s,
+                       {layout: max(0, cache.launches - 1) for layout, cache in sessions.items()})
+
+
+class SessionCache:
+    """The engine sessions of one layout as tune/runner.py's LayoutRunner keeps them: one per forced environment
+    (a collective and algorithm the library takes only at MPI_Init; ("", "") for every run switched at run
+    time), at most MAX_SESSIONS open, the least recently used closed first; a round's points grouped by session
+    (the open ones first) where they do not all fit, so each forced launch is made once per round. `launches`:
+    the sessions it started."""
+
+    def __init__(self, max_sessions: int = MAX_SESSIONS) -> None:
+        self.open: dict[tuple[str, str], None] = {}  # most recently used last
+        self.max_sessions = max_sessions
+        self.launches = 0
+
+    def round(self, keys: Sequence[tuple[str, str]]) -> list[tuple[str, str]]:
+        """The sessions a round's points (one key each, in their order) start, in the order they start them."""
+        if len(set(keys) | set(self.open)) > self.max_sessions:  # LayoutRunner.in_launch_order
+            first = {key: (key not in self.open, i) for i, key in reversed(list(enumerate(keys)))}
+            keys = sorted(keys, key=lambda key: first[key])
+        started = []
+        for key in keys:
+            if key in self.open:
+                del self.open[key]
+            else:
+                while len(self.open) >= self.max_sessions:
+                    del self.open[next(iter(self.open))]
+                started.append(key)
+            self.open[key] = None
+        self.launches += len(started)
+        return started
 
 
 def point_runs(space: FeatureSpace, costs: PointCosts) -> dict[tuple[Cell, str], tuple[float, ...]] | None:
@@ -416,7 +471,8 @@ def priced_runs(backend: ReplayBackend, costs: PointCosts, settings: MeasureSett
             return recorded
         return run_s(record.latency_us, costs.nearest(record.cell)[1], settings, costs.point_overhead_s)
 
-    return [dataclasses.replace(r, cost_s=cost_s(r)) for r in backend.measure(requests)]
+    # launches 0: the plan counts them per layout (a forced launch's start is added by replay_exploration)
+    return [dataclasses.replace(r, cost_s=cost_s(r), launches=0) for r in backend.measure(requests)]
 
 
 @dataclass(frozen=True)
@@ -432,11 +488,14 @@ class Replayed:
     widest: Mapping[tuple[str, Layout], float] = field(default_factory=dict)
     #: the model's seconds in the exploring rounds (a mean; `replay_exploration`)
     model_s: float = 0.0
+    #: per layout, the exploring launches beyond the first (a mean; `Exploration.extra_launches`)
+    extra_launches: Mapping[Layout, float] = field(default_factory=dict)
 
 
 def replayed_exploration(spaces: Mapping[str, FeatureSpace], costs: PointCosts, settings: MeasureSettings, *,
                          strategy: str, params: Mapping[str, object],
-                         seed: int = 0, model_s_per_round: float | None = MODEL_S_PER_ROUND) -> Replayed:
+                         seed: int = 0, model_s_per_round: float | None = MODEL_S_PER_ROUND,
+                         launch_per_algorithm: Collection[str] = frozenset()) -> Replayed:
     """The exploring runs and their seconds per layout, of each collective whose every point has runs in
     `costs` (`replayable`), by replaying tune's strategy on those runs (`replay_exploration`: the runs drawn in
     a seeded order, a run's seconds its recorded ones or the plan's `run_s` at its latency), their mean over REPLAY_SEEDS replays from
@@ -459,7 +518,8 @@ def replayed_exploration(spaces: Mapping[str, FeatureSpace], costs: PointCosts, 
                 costs, settings)
             for collective, frame in frames.items()}
         replays.append(replay_exploration({c: spaces[c] for c in tables}, measure, strategy=strategy, params=params,
-                                          seed=replay_seed, model_s_per_round=model_s_per_round))
+                                          seed=replay_seed, model_s_per_round=model_s_per_round,
+                                          launch_per_algorithm=launch_per_algorithm, start_s=costs.start_s))
     mean: dict[str, dict[Layout, tuple[float, float]]] = {}
     contested: dict[Cell, float] = {}
     widest: dict[tuple[str, Layout], float] = {}
@@ -476,7 +536,11 @@ def replayed_exploration(spaces: Mapping[str, FeatureSpace], costs: PointCosts, 
             for layout, (runs, seconds) in explored_by_layout(strategy_run.records, costs).items():
                 total_runs, total_s = layouts.get(layout, (0.0, 0.0))
                 layouts[layout] = (total_runs + runs / len(replays), total_s + seconds / len(replays))
-    return Replayed(mean, contested, widest, statistics.fmean(r.model_s for r in replays))
+    extra: dict[Layout, float] = {}
+    for replayed in replays:
+        for layout, count in replayed.extra_launches.items():
+            extra[layout] = extra.get(layout, 0.0) + count / len(replays)
+    return Replayed(mean, contested, widest, statistics.fmean(r.model_s for r in replays), extra)
 
 
 def replayed_contenders(strategies: Mapping[str, Strategy]) -> dict[Cell, int]:
@@ -494,13 +558,14 @@ def replayed_contenders(strategies: Mapping[str, Strategy]) -> dict[Cell, int]:
 
 def explored_by_layout(records: Iterable[MeasurementRecord], costs: PointCosts) -> dict[Layout, tuple[int, float]]:
     """The replay's runs and their seconds per layout (priced by `priced_runs`), less the relaunches after the
-    runs that killed the engine: those are the layout's launches (`PointCosts.kills`), counted there."""
+    runs that killed the engine and the forced launches' starts: those are the layout's launches
+    (`PointCosts.kills`, `Exploration.extra_launches`), counted there."""
     layouts: dict[Layout, tuple[int, float]] = {}
     for record in records:
         runs, seconds = layouts.get(record.cell.scale, (0, 0.0))
         killed = not record.ok and (record.cell.scale, record.cell.collective, record.cell.msg_bytes,
                                     record.algorithm) in costs.kills
-        relaunch = costs.start_s(record.cell.scale) if killed else 0.0
+        relaunch = costs.start_s(record.cell.scale) * ((1 if killed else 0) + record.launches)
         layouts[record.cell.scale] = (runs + 1, seconds + record.cost_s - relaunch)
     return layouts
 
@@ -509,7 +574,8 @@ def predict(spaces: Mapping[str, FeatureSpace], settings: MeasureSettings, costs
             launches: int, allocation_nodes: int = 1, serial: bool = True, strategy: str | None = None,
             strategy_params: Mapping[str, object] | None = None, seed: int = 0,
             under_files: Collection[str] = frozenset(), cores: int | None = None, emulated: bool = False,
-            model_s_per_round: float | None = MODEL_S_PER_ROUND) -> Prediction:
+            model_s_per_round: float | None = MODEL_S_PER_ROUND,
+            launch_per_algorithm: Collection[str] = frozenset()) -> Prediction:
     """The tune's wall time, launches and runs for these spaces (the model in the module's docstring); with
     `strategy`, the exploring runs of a collective whose every point the costs have come from its replay.
     `under_files`: the collectives whose deciding blocks launch under files (file_launches.decided_under_files:
@@ -521,7 +587,8 @@ def predict(spaces: Mapping[str, FeatureSpace], settings: MeasureSettings, costs
     from tunempi.tune.file_launches import RUNS_PER_LAUNCH
 
     replay = replayed_exploration(spaces, costs, settings, strategy=strategy, params=strategy_params or {},
-                                  seed=seed, model_s_per_round=model_s_per_round) if strategy else Replayed({}, {})
+                                  seed=seed, model_s_per_round=model_s_per_round,
+                                  launch_per_algorithm=launch_per_algorithm) if strategy else Replayed({}, {})
     replayed = replay.explored
     all_replayed_runs = sum(runs for by_layout in replayed.values() for runs, _ in by_layout.values())
     per_layout: dict[Layout, list[tuple[Cell, int]]] = {}
@@ -544,7 +611,8 @@ def predict(spaces: Mapping[str, FeatureSpace], settings: MeasureSettings, costs
         runs = exploring + deciding
         cell_s = sum(cell_run_s(cell, costs, settings) for cell, _ in cells) / len(cells)
         deciding_s = sum(cell_run_s(cell, costs, settings, deciding=True) for cell, _ in cells) / len(cells)
-        layout_launches = round(1 + sum(1 for kill in costs.kills if kill[0] == layout and kill[1] in spaces)
+        layout_launches = round(1 + replay.extra_launches.get(layout, 0.0)
+                                + sum(1 for kill in costs.kills if kill[0] == layout and kill[1] in spaces)
                                 + blocks * block_launches(layout, {cell.collective for cell, _ in cells}, replay,
                                                           under_files))
         # the model: the replay's (shared by its layouts as their runs), else MODEL_S_PER_ROUND per ROUND_RUNS runs

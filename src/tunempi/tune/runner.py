@@ -56,6 +56,10 @@ class PointResult:
                             ranks_sharing_cores(self.layout.ranks, self.layout.ppn_or_derived, self.emulated))
 
 
+#: Engine sessions a layout keeps open at once where each forced algorithm needs its own launch (Intel MPI).
+MAX_SESSIONS = 6
+
+
 class LayoutRunner:
     """Measures points of one layout through engine sessions kept open between calls.
 
@@ -83,7 +87,7 @@ class LayoutRunner:
         point_timeout_s: float | None = None,
         executable: Path | None = None,
         retries: int = 2,
-        max_sessions: int = 6,
+        max_sessions: int = MAX_SESSIONS,
     ) -> None:
         self.library = library
         self.adapter = adapter
