@@ -415,3 +415,10 @@ def test_the_replay_counts_a_launch_per_forced_algorithm_and_tunes_guard_pays_fo
                             launch_per_algorithm={"allreduce"})
     once = predict(spaces, SETTINGS, replay_costs(), launches=1, strategy="tunempi", strategy_params=LIVE)
     assert once.launches == 1 < per_algorithm.launches
+
+
+def test_without_a_replay_a_collective_forced_per_launch_launches_each_algorithm_once_at_least() -> None:
+    spaces = {"allreduce": space(2, algorithms=5)}
+    c = costs(100.0, 50, (2, 1, 2))
+    assert predict(spaces, SETTINGS, c, launches=1).launches == 1
+    assert predict(spaces, SETTINGS, c, launches=1, launch_per_algorithm={"allreduce"}).launches == 5

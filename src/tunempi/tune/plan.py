@@ -611,7 +611,11 @@ def predict(spaces: Mapping[str, FeatureSpace], settings: MeasureSettings, costs
         runs = exploring + deciding
         cell_s = sum(cell_run_s(cell, costs, settings) for cell, _ in cells) / len(cells)
         deciding_s = sum(cell_run_s(cell, costs, settings, deciding=True) for cell, _ in cells) / len(cells)
-        layout_launches = round(1 + replay.extra_launches.get(layout, 0.0)
+        # a collective forced per launch and not replayed: each of its algorithms launched once at least
+        forced = sum(len(spaces[c].algorithms) for c in {cell.collective for cell, _ in cells}
+                     if c in launch_per_algorithm and c not in replayed)
+        replayed_here = any(runs for runs, _ in explored)
+        layout_launches = round(1 + replay.extra_launches.get(layout, 0.0) + max(0, forced - (0 if replayed_here else 1))
                                 + sum(1 for kill in costs.kills if kill[0] == layout and kill[1] in spaces)
                                 + blocks * block_launches(layout, {cell.collective for cell, _ in cells}, replay,
                                                           under_files))
