@@ -66,3 +66,16 @@ def test_the_plan_command_prints_the_prediction_and_launches_nothing(tmp_path: P
     bad = subprocess.run([sys.executable, "-m", "tunempi", "tune", "--out", str(out), "--plan-from", str(db)],
                          capture_output=True, text=True, timeout=120)
     assert bad.returncode == 2 and "--plan-from goes with --plan" in bad.stderr + bad.stdout
+
+
+def test_a_library_that_takes_its_choice_at_init_is_planned_a_launch_per_forced_algorithm(tmp_path: Path) -> None:
+    """Intel MPI forces each algorithm in its own launch (tune/runner.py): the plan counts one per algorithm at
+    least (its adapter says so), where MPICH's switch at run time in one launch."""
+    def planned(mpi: str) -> tuple[int, int]:
+        options = TuneOptions(out=tmp_path / mpi, collectives="allreduce", mpi=mpi, ranks=2, max_msg=64, min_msg=4,
+                              db=tmp_path / f"{mpi}.sqlite", settings=FAST, launches=1)
+        return plan_tune(options).predicted.launches, len(TunePlan.of(options).spaces["allreduce"].algorithms)
+
+    impi_launches, impi_algorithms = planned("impi")
+    assert impi_algorithms > 2 and impi_launches == impi_algorithms
+    assert planned("mpich")[0] == 1
