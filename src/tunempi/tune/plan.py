@@ -582,7 +582,9 @@ def predict(spaces: Mapping[str, FeatureSpace], settings: MeasureSettings, costs
     file_launches.RUNS_PER_LAUNCH runs of each contender per cell and block), the rest switched at run time (one
     run each). `cores` (None: this machine's) and `emulated` (the nodes emulated on this machine): where a
     layout's ranks take turns on the cores (machine_state.ranks_sharing_cores) the tune adds deciding blocks up
-    to TURNS_BLOCKS and none for the machine's state (its probe reads the turns)."""
+    to TURNS_BLOCKS and none for the machine's state (its probe reads the turns). `model_s_per_round` and
+    `launch_per_algorithm`: as `replay_exploration` takes them (None: the replay's fits timed, as `tune --plan`
+    has them; the collectives the library takes only at MPI_Init, each algorithm forced in its own launch)."""
     # imported here: file_launches imports the manifest, which imports this module
     from tunempi.tune.file_launches import RUNS_PER_LAUNCH
 
