@@ -9,7 +9,6 @@ import sys
 import textwrap
 from dataclasses import replace
 from pathlib import Path
-from types import SimpleNamespace
 
 import pytest
 from store_history import measurement_row, store_at_version
@@ -27,7 +26,7 @@ from tunempi.store import (
 from tunempi.store import schema as schema_module
 from tunempi.store.dataset import read_dataset, write_dataset
 from tunempi.store.exchange import row_from_measurement
-from tunempi.store.launches import add_launches, launch_seconds
+from tunempi.store.launches import LaunchTiming, add_launches, launch_seconds
 
 FP = "mpich-5.0.2-0123456789ab"
 
@@ -199,10 +198,8 @@ def test_a_version_6_database_gains_the_engine_launches_and_keeps_its_rows(tmp_p
     with ResultStore(path) as store:
         assert [m.median_us for m in store.query()] == [5.0]
         assert launch_seconds(store, FP) == {}
-        launches = [SimpleNamespace(library_fingerprint=FP, ranks=4, nodes=1, ppn=4, start_s=start, close_s=0.01)
-                    for start in (0.05, 0.07, 0.30)]
-        other = SimpleNamespace(library_fingerprint="openmpi-5.0.11-ffffffffffff", ranks=4, nodes=1, ppn=4,
-                                start_s=0.2, close_s=0.07)
+        launches = [LaunchTiming(FP, 4, 1, 4, start_s=start, close_s=0.01) for start in (0.05, 0.07, 0.30)]
+        other = LaunchTiming("openmpi-5.0.11-ffffffffffff", 4, 1, 4, start_s=0.2, close_s=0.07)
         assert add_launches(store, [*launches, other], system="laptop") == 4
         assert add_launches(store, []) == 0
         # the median launch of this library on this system, start and close

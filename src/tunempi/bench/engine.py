@@ -36,6 +36,7 @@ from tunempi.launch.process import InteractiveLaunch, LaunchError, LaunchTimeout
 from tunempi.mpi.build import build_c
 from tunempi.mpi.library import MPILibrary
 from tunempi.mpi.vendor import CvarSwitch
+from tunempi.store.launches import LaunchTiming
 
 C_DIR = Path(__file__).parent / "c"
 ENGINE_SOURCES: tuple[Path, ...] = (C_DIR / "engine.c", C_DIR / "cvars.c", C_DIR / "cases.c", C_DIR / "stats.c")
@@ -72,20 +73,6 @@ class Layout:
     def ppn_or_derived(self) -> int:
         """Processes per node (the largest count where nodes are not filled evenly)."""
         return self.ppn if self.ppn is not None else -(-self.ranks // self.nodes)
-
-
-@dataclass(frozen=True)
-class LaunchTiming:
-    """One engine launch as it took: from mpiexec to the engine's ready line (its setup writes included),
-    `start_s`, and from the quit request to the launch's end, `close_s`; a launch that was killed (it died, or
-    hung) is not timed."""
-
-    library_fingerprint: str
-    ranks: int
-    nodes: int
-    ppn: int
-    start_s: float
-    close_s: float
 
 
 _launch_logs: list[list[LaunchTiming]] = []

@@ -9,31 +9,28 @@ from __future__ import annotations
 
 import statistics
 from collections.abc import Iterable
-from typing import Protocol
+from dataclasses import dataclass
 
 from tunempi.store.results import ResultStore, utc_timestamp
 
 Layout = tuple[int, int, int]  # ranks, nodes, ppn
 
 
-class TimedLaunch(Protocol):
-    """One launch's timing (bench/engine.py LaunchTiming)."""
+@dataclass(frozen=True)
+class LaunchTiming:
+    """One engine launch as it took (bench/engine.py times it): from mpiexec to the engine's ready line (its setup
+    writes included), `start_s`, and from the quit request to the launch's end, `close_s`; a launch that was
+    killed (it died, or hung) is not timed."""
 
-    @property
-    def library_fingerprint(self) -> str: ...
-    @property
-    def ranks(self) -> int: ...
-    @property
-    def nodes(self) -> int: ...
-    @property
-    def ppn(self) -> int: ...
-    @property
-    def start_s(self) -> float: ...
-    @property
-    def close_s(self) -> float: ...
+    library_fingerprint: str
+    ranks: int
+    nodes: int
+    ppn: int
+    start_s: float
+    close_s: float
 
 
-def add_launches(store: ResultStore, launches: Iterable[TimedLaunch], *, system: str = "") -> int:
+def add_launches(store: ResultStore, launches: Iterable[LaunchTiming], *, system: str = "") -> int:
     """Store the launches in one transaction; returns how many."""
     rows = [(launch.library_fingerprint, system, launch.ranks, launch.nodes, launch.ppn, launch.start_s,
              launch.close_s, utc_timestamp()) for launch in launches]

@@ -525,8 +525,7 @@ def predict_tune(plan: TunePlan, costs: PointCosts) -> PlanRecord:
     if scale is not None:  # as tune_compositions launches them: the default and each composition, per collective
         launches = {c: 1 + len(candidates) for c in plan.collectives
                     if (candidates := plan.adapter.composition_candidates(c, scale.nodes))}
-        layout = scale.layout
-        smoke_s += compositions_s(launches, [Cell(c, layout.ranks, layout.nodes, scale.ppn, size)
+        smoke_s += compositions_s(launches, [Cell(c, scale.ranks, scale.nodes, scale.ppn, size)
                                              for c in launches for size in composition_sizes(plan.sizes)],
                                   costs, options.settings)
     replayed = replayable(plan.spaces, costs)

@@ -166,12 +166,16 @@ class PointCosts:
             return self.launch_s[near] + ENGINE_START_PER_NODE_S * max(0, layout[1] - near[1])
         return self.engine_start_s + ENGINE_START_PER_NODE_S * (layout[1] - 1)
 
+    def killed(self, cell: Cell, algorithm: str) -> bool:
+        """Whether a stored run of the point killed the engine."""
+        return (cell.scale, cell.collective, cell.msg_bytes, algorithm) in self.kills
+
     def failed_run_s(self, cell: Cell, algorithm: str) -> float:
         """A failed run's seconds: the recorded ones of that point, else the per-run overhead; and a relaunch
         where such a run killed the engine (counted in the layout's launches, `explored_by_layout`)."""
-        point = (cell.scale, cell.collective, cell.msg_bytes, algorithm)
-        return (self.failed_seconds.get(point, self.point_overhead_s)
-                + (self.start_s(cell.scale) if point in self.kills else 0.0))
+        return (self.failed_seconds.get((cell.scale, cell.collective, cell.msg_bytes, algorithm),
+                                        self.point_overhead_s)
+                + (self.start_s(cell.scale) if self.killed(cell, algorithm) else 0.0))
 
     def nearest(self, cell: Cell) -> tuple[float | None, int | None]:
         """(latency, iterations) of the cell's collective at its layout (else the nearest layout measured), nearest
@@ -354,18 +358,18 @@ def replay_exploration(spaces: Mapping[str, FeatureSpace], measure: Mapping[str,
 
     def measure_round(requests: Mapping[str, Sequence[Request]]) -> float:
         measured = {collective: measure[collective](batch) for collective, batch in requests.items() if batch}
+        runs = [(collective, i, record) for collective, records in measured.items() for i, record in enumerate(records)]
         keys: dict[Layout, list[tuple[str, str]]] = {}
-        for collective, records in measured.items():
-            for record in records:
-                keys.setdefault(record.cell.scale, []).append(session_key(collective, record.algorithm))
-        for layout, round_keys in keys.items():
-            started = [key for key in sessions.setdefault(layout, SessionCache()).round(round_keys) if key[0]]
-            for collective, records in measured.items():  # a forced launch's start: its first run's cost, as in tune
-                for i, record in enumerate(records):
-                    key = session_key(collective, record.algorithm)
-                    if record.cell.scale == layout and key in started:
-                        started.remove(key)
-                        records[i] = dataclasses.replace(record, cost_s=record.cost_s + start_s(layout), launches=1)
+        for collective, _, record in runs:
+            keys.setdefault(record.cell.scale, []).append(session_key(collective, record.algorithm))
+        started = {layout: {key for key in sessions.setdefault(layout, SessionCache()).round(round_keys) if key[0]}
+                   for layout, round_keys in keys.items()}
+        for collective, i, record in runs:  # a forced launch's start: its first run's cost, as in tune
+            key, layout = session_key(collective, record.algorithm), record.cell.scale
+            if key in started[layout]:
+                started[layout].remove(key)
+                measured[collective][i] = dataclasses.replace(record, cost_s=record.cost_s + start_s(layout),
+                                                              launches=1)
         for collective, records in measured.items():
             strategies[collective].tell(records)
         return sum(record.cost_s for records in measured.values() for record in records)
@@ -523,7 +527,10 @@ def replayed_exploration(spaces: Mapping[str, FeatureSpace], costs: PointCosts, 
     mean: dict[str, dict[Layout, tuple[float, float]]] = {}
     contested: dict[Cell, float] = {}
     widest: dict[tuple[str, Layout], float] = {}
+    extra: dict[Layout, float] = {}
     for replayed in replays:
+        for layout, count in replayed.extra_launches.items():
+            extra[layout] = extra.get(layout, 0.0) + count / len(replays)
         seed_widest: dict[tuple[str, Layout], int] = {}
         for cell, count in replayed_contenders(replayed.strategies).items():
             contested[cell] = contested.get(cell, 0.0) + count / len(replays)
@@ -536,10 +543,6 @@ def replayed_exploration(spaces: Mapping[str, FeatureSpace], costs: PointCosts, 
             for layout, (runs, seconds) in explored_by_layout(strategy_run.records, costs).items():
                 total_runs, total_s = layouts.get(layout, (0.0, 0.0))
                 layouts[layout] = (total_runs + runs / len(replays), total_s + seconds / len(replays))
-    extra: dict[Layout, float] = {}
-    for replayed in replays:
-        for layout, count in replayed.extra_launches.items():
-            extra[layout] = extra.get(layout, 0.0) + count / len(replays)
     return Replayed(mean, contested, widest, statistics.fmean(r.model_s for r in replays), extra)
 
 
@@ -563,9 +566,8 @@ def explored_by_layout(records: Iterable[MeasurementRecord], costs: PointCosts) 
     layouts: dict[Layout, tuple[int, float]] = {}
     for record in records:
         runs, seconds = layouts.get(record.cell.scale, (0, 0.0))
-        killed = not record.ok and (record.cell.scale, record.cell.collective, record.cell.msg_bytes,
-                                    record.algorithm) in costs.kills
-        relaunch = costs.start_s(record.cell.scale) * ((1 if killed else 0) + record.launches)
+        killed = not record.ok and costs.killed(record.cell, record.algorithm)
+        relaunch = costs.start_s(record.cell.scale) * (int(killed) + record.launches)
         layouts[record.cell.scale] = (runs + 1, seconds + record.cost_s - relaunch)
     return layouts
 
