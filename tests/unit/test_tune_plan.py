@@ -258,6 +258,18 @@ def stored(algorithm: str, size: int, ranks: int = 2, nodes: int = 1, latency: f
                            status=status, reason=reason, iterations=50)
 
 
+def test_each_stored_point_keeps_its_own_iterations() -> None:
+    # every stored size's iterations, the median per layout and size (not only the last row's: a run priced
+    # by its latency takes them where the store did not time it)
+    rows = [SimpleNamespace(**{**vars(stored("ring", 8)), "iterations": 40}), stored("default", 8),  # 50
+            SimpleNamespace(**{**vars(stored("ring", 1024)), "iterations": 7}),
+            SimpleNamespace(**{**vars(stored("ring", 1024, ranks=4)), "iterations": 300})]
+    c = costs_from_measurements(rows, "store")
+    assert c.iterations == {((2, 1, 2), "allreduce", 8): 45, ((2, 1, 2), "allreduce", 1024): 7,
+                            ((4, 1, 4), "allreduce", 1024): 300}
+    assert c.nearest(Cell("allreduce", 2, 1, 2, 8)) == (5.0, 45)
+
+
 def test_launches_are_the_exploring_one_a_relaunch_per_point_that_killed_the_engine_and_each_blocks_sides() -> None:
     died = "the engine died: exit status 3: tunempi engine: rank 0: a collective call failed here"
     c = costs_from_measurements([

@@ -691,6 +691,8 @@ def costs_from_measurements(rows: Iterable[Any], source: str) -> PointCosts:
                 failed_seconds.setdefault(point, []).append(float(row.run_s))
             continue
         latencies.setdefault(key, []).append(float(latency))
+        if getattr(row, "iterations", None):
+            iterations.setdefault(key, []).append(int(row.iterations))
         # tune's exploring launch switches algorithms at run time, its deciding blocks launch under files: the
         # gaps they see differ (docs/measurements/tune.md), and the replay is of the exploration
         in_deciding_block = (getattr(row, "launch_block", None) or 1) > 1
@@ -702,8 +704,6 @@ def costs_from_measurements(rows: Iterable[Any], source: str) -> PointCosts:
                 seconds.setdefault(point, []).append(float(row.run_s))
     for point, values in later.items():
         runs.setdefault(point, values)
-        if getattr(row, "iterations", None):
-            iterations.setdefault(key, []).append(int(row.iterations))
     return PointCosts({k: statistics.median(v) for k, v in latencies.items()},
                       {k: round(statistics.median([float(i) for i in v])) for k, v in iterations.items()}, source,
                       runs_us={k: tuple(v) for k, v in runs.items()}, failed=frozenset(failed - set(runs)),
