@@ -9,8 +9,10 @@ from pathlib import Path
 import pytest
 
 from tunempi.bench.protocol import MeasureSettings
+from tunempi.store.fits import recorded_fits
 from tunempi.store.launches import launch_seconds
 from tunempi.store.results import ResultStore
+from tunempi.tune import plan as plan_module
 from tunempi.tune.job import TuneOptions, TunePlan, plan_tune, run_tune, store_costs
 from tunempi.tune.manifest import Manifest
 
@@ -53,6 +55,30 @@ def test_a_real_tune_records_what_it_planned_and_what_it_took(tmp_path: Path) ->
     assert {(row["ranks"], row["nodes"], row["ppn"]) for row in launches} == {(2, 1, 2)}
     assert all(row["start_s"] > 0 and row["close_s"] >= 0 for row in launches)
     assert 0 < per_layout[(2, 1, 2)] < record.actual.wall_s
+    # and every ask of its strategy, timed (the guard may end it after the initial design's)
+    with ResultStore(options.db) as store:  # type: ignore[arg-type]
+        fits = recorded_fits(store, "tunempi")
+    assert len(fits) >= 1 and fits[0].records == 0
+    assert {fit.points for fit in fits} == {int(TunePlan.of(options).spaces["allreduce"].availability().sum())}
+
+
+def test_the_plan_replays_the_fits_a_real_tune_recorded_and_is_the_same_at_any_moment(tmp_path: Path) -> None:
+    """The plan replays tune's loop with the model fits the tune recorded (store/fits.py), not with its own
+    fits timed now: the same store gives the same plan (timed, two plans differ in the microseconds at least).
+    Without tune's guard the strategy fits its model in every round until it stops."""
+    options = TuneOptions(out=tmp_path / "tuning", collectives="allreduce", mpi="mpich", ranks=2, max_msg=64,
+                          min_msg=4, timeout_s=60.0, db=tmp_path / "results.sqlite", settings=FAST, launches=1,
+                          exhaustive_guard=False)
+    report = run_tune(options)
+    assert report.outcome.stop_reason == "converged"
+    with ResultStore(options.db) as store:  # type: ignore[arg-type]
+        fits = recorded_fits(store, "tunempi")
+    assert fits[0].records == 0 and any(fit.records > 0 for fit in fits)  # the initial design, then the model's
+    assert [fit.records for fit in fits] == sorted(fit.records for fit in fits)
+    assert all(fit.fit_s >= 0 for fit in fits) and sum(fit.fit_s for fit in fits) < report.outcome.wall_s
+    first, again = plan_tune(options), plan_tune(options)
+    assert (first.predicted.wall_s, first.predicted.runs) == (again.predicted.wall_s, again.predicted.runs)
+    assert first.predicted.runs > 0 and f"{len(fits)} model fits recorded by earlier tunes" in first.costs_from
 
 
 def test_the_plan_command_prints_the_prediction_and_launches_nothing(tmp_path: Path) -> None:
@@ -79,3 +105,17 @@ def test_a_library_that_takes_its_choice_at_init_is_planned_a_launch_per_forced_
     impi_launches, impi_algorithms = planned("impi")
     assert impi_algorithms > 2 and impi_launches == impi_algorithms
     assert planned("mpich")[0] == 1
+
+
+def test_with_no_launch_recorded_a_launch_is_priced_at_its_vendors_start(tmp_path: Path,
+                                                                          monkeypatch: pytest.MonkeyPatch) -> None:
+    """A fresh store: Intel MPI's launches priced at its vendor's start (0.38 s here), not MPICH's 0.08 s."""
+    options = TuneOptions(out=tmp_path / "impi", collectives="allreduce", mpi="impi", ranks=2, max_msg=64, min_msg=4,
+                          db=tmp_path / "impi.sqlite", settings=FAST, launches=1)
+    vendors = plan_module.ENGINE_START_S_BY_VENDOR
+    assert vendors["impi"] > vendors["mpich"] == plan_module.ENGINE_START_S
+    own = plan_tune(options).predicted
+    monkeypatch.setitem(vendors, "impi", plan_module.ENGINE_START_S)
+    as_mpich = plan_tune(options).predicted
+    assert own.launches == as_mpich.launches > 2
+    assert own.wall_s - as_mpich.wall_s == pytest.approx(own.launches * (0.38 - plan_module.ENGINE_START_S))

@@ -26,6 +26,7 @@ from tunempi.store import (
 from tunempi.store import schema as schema_module
 from tunempi.store.dataset import read_dataset, write_dataset
 from tunempi.store.exchange import row_from_measurement
+from tunempi.store.fits import FitTiming, add_fits, recorded_fits
 from tunempi.store.launches import LaunchTiming, add_launches, launch_seconds
 
 FP = "mpich-5.0.2-0123456789ab"
@@ -205,6 +206,24 @@ def test_a_version_6_database_gains_the_engine_launches_and_keeps_its_rows(tmp_p
         # the median launch of this library on this system, start and close
         assert launch_seconds(store, FP, "laptop") == {(4, 1, 4): pytest.approx(0.08)}
         assert launch_seconds(store, FP) == {}  # another system's launches are not this one's
+
+
+def test_a_version_7_database_gains_the_model_fits_and_keeps_its_rows(tmp_path: Path) -> None:
+    """Version 8 (issue 57): what each ask of a tune's strategy took (store/fits.py), per strategy and system; a
+    store from before has none (tune/plan.py then times its replay's fits)."""
+    path = store_at_version(tmp_path / "v7.sqlite", 7, measurement_row(
+        "allreduce", "ring", library_fingerprint=FP, library="mpich-5.0.2", median_us=5.0))
+    with ResultStore(path) as store:
+        assert [m.median_us for m in store.query()] == [5.0]
+        assert recorded_fits(store, "tunempi") == ()
+        fits = [FitTiming("tunempi", 56, 0, 0.0002), FitTiming("tunempi", 56, 29, 0.15),
+                FitTiming("tunempi", 840, 50, 0.4)]
+        assert add_fits(store, [*fits, FitTiming("acclaim", 56, 29, 0.9)], system="laptop") == 4
+        assert add_fits(store, []) == 0
+        assert recorded_fits(store, "tunempi", "laptop") == tuple(fits)  # in the order stored
+        assert recorded_fits(store, "tunempi") == ()  # another system's fits are not this one's
+        with pytest.raises(sqlite3.IntegrityError):  # a space has points
+            add_fits(store, [FitTiming("tunempi", 0, 0, 0.1)])
 
 
 def test_in_memory_store() -> None:

@@ -10,6 +10,7 @@ import pytest
 from tunempi.bench.protocol import MeasureSettings
 from tunempi.space import Cell, FeatureSpace
 from tunempi.store.dataset import DatasetRow
+from tunempi.store.fits import FitTiming
 from tunempi.strategy import MeasurementRecord
 from tunempi.tune import plan
 from tunempi.tune.driver import DEFAULT_MARGIN, prefer_default
@@ -234,6 +235,49 @@ def test_the_replay_ends_where_tunes_guard_would_and_measures_the_rest_of_cheap_
     free = plan.replay_exploration(spaces, {"allreduce": cheap_points}, strategy="tunempi", params=LIVE, seed=0,
                                    model_s_per_round=None, clock=FitClock(0.0))
     assert len(free.strategies["allreduce"].records) < every_point / 2 and free.model_s == 0.0
+
+
+def test_with_the_fits_a_tune_recorded_the_replay_ends_the_same_whatever_the_planning_clock_says() -> None:
+    # a second per model fit as recorded (the initial design: none): tune's guard ends it as with the fits timed
+    # at a second, on a clock that says none or five (a plan of the same store is the same at any moment)
+    spaces = {"allreduce": replay_space()}
+    every_point = len(REPLAY_SIZES) * len(SLOWDOWN)
+    asked: list[tuple[int, int]] = []
+
+    def recorded(points: int, records: int) -> float:
+        asked.append((points, records))
+        return 1.0 if records else 0.0
+    ends = [plan.replay_exploration(spaces, {"allreduce": cheap_points}, strategy="tunempi", params=LIVE, seed=0,
+                                    model_s_per_round=None, clock=FitClock(now), fit_s=recorded)
+            for now in (0.0, 5.0)]
+    assert [len(end.strategies["allreduce"].records) for end in ends] == [every_point, every_point]
+    assert [end.model_s for end in ends] == [1.0, 1.0]
+    assert asked[0] == (every_point, 0) and asked[1][0] == every_point and asked[1][1] > 0  # space, records told
+    # where nothing is recorded (None), the fits are timed: no time, the strategy's own end as above
+    free = plan.replay_exploration(spaces, {"allreduce": cheap_points}, strategy="tunempi", params=LIVE, seed=0,
+                                   model_s_per_round=None, clock=FitClock(0.0), fit_s=lambda points, records: None)
+    assert len(free.strategies["allreduce"].records) < every_point / 2 and free.model_s == 0.0
+    # and a tune without its guard explores until the strategy stops, whatever its fits cost
+    unguarded = plan.replay_exploration(spaces, {"allreduce": cheap_points}, strategy="tunempi", params=LIVE,
+                                        seed=0, model_s_per_round=1.0, guard=False)
+    assert len(unguarded.strategies["allreduce"].records) == len(free.strategies["allreduce"].records)
+
+
+def test_a_replayed_ask_costs_the_median_of_the_nearest_recorded_asks_of_its_kind() -> None:
+    fits = (FitTiming("tunempi", 56, 0, 0.001),  # initial designs: no model
+            *(FitTiming("tunempi", 56, records, seconds) for records, seconds in
+              ((20, 0.10), (30, 0.12), (40, 0.50), (50, 0.14), (60, 0.16), (70, 0.90))),
+            FitTiming("tunempi", 900, 0, 0.002),
+            *(FitTiming("tunempi", 900, records, seconds) for records, seconds in ((35, 1.8), (40, 2.0), (45, 2.2))))
+    costs = PointCosts(fits=fits)
+    assert PointCosts().fit_s(56, 30) is None  # nothing recorded: the replay times its own
+    assert costs.fit_s(56, 0) == pytest.approx(0.0015)  # an initial design: only those
+    # at 56 points and 40 records, the five nearest in log2 records are 30-70 (20 is farther than 70), none of
+    # the 900-point space's: 0.12, 0.14, 0.16, 0.5, 0.9
+    assert costs.fit_s(56, 40) == pytest.approx(0.16)
+    # at 1000 points, the 900-point space's three and the 56-point one's nearest two: 0.14, 0.5, 1.8, 2.0, 2.2
+    assert costs.fit_s(1000, 40) == pytest.approx(1.8)
+    assert PointCosts(fits=fits[:1]).fit_s(56, 30) is None  # no model fit recorded: none of its kind
 
 
 def test_a_point_whose_runs_failed_fails_in_the_replay_and_a_missing_size_takes_the_nearest() -> None:

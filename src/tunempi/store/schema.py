@@ -175,8 +175,26 @@ _V7 = (
     "CREATE INDEX engine_launches_library ON engine_launches (library_fingerprint, system)",
 )
 
+# Version 8: what each model fit of a tune's strategy took (store/fits.py): the strategy, its space's points
+# (cells x candidate algorithms) and the records it fitted on, per system (tune/plan.py replays tune's guard with
+# them instead of timing its own fits, so a store gives the same plan on any machine and at any moment).
+_V8 = (
+    """
+    CREATE TABLE model_fits (
+        id        INTEGER PRIMARY KEY,
+        strategy  TEXT    NOT NULL,
+        system    TEXT    NOT NULL DEFAULT '',
+        points    INTEGER NOT NULL CHECK (points > 0),
+        records   INTEGER NOT NULL CHECK (records >= 0),
+        fit_s     REAL    NOT NULL CHECK (fit_s >= 0),
+        timestamp TEXT    NOT NULL
+    )
+    """,
+    "CREATE INDEX model_fits_strategy ON model_fits (strategy, system)",
+)
+
 #: Ordered migrations: MIGRATIONS[i] takes the schema from version i to version i + 1.
-MIGRATIONS: tuple[tuple[str, ...], ...] = (_V1, _V2, _V3, _V4, _V5, _V6, _V7)
+MIGRATIONS: tuple[tuple[str, ...], ...] = (_V1, _V2, _V3, _V4, _V5, _V6, _V7, _V8)
 SCHEMA_VERSION: int = len(MIGRATIONS)
 
 

@@ -25,6 +25,7 @@ from tunempi.bench.sweep import BenchPoint
 from tunempi.collectives import DEFAULT_ALGORITHM, DEFAULT_DISTRIBUTION, LATENCY_OBJECTIVE, objective_of
 from tunempi.errors import TunempiError
 from tunempi.space import Cell, FeatureSpace
+from tunempi.store.fits import FitTiming
 from tunempi.store.results import Measurement, ResultStore
 from tunempi.strategy import MeasurementRecord, Request, Strategy, make_strategy
 from tunempi.tune.guard import CONTINUE, MEASURE_THE_REST, estimate_exhaustive
@@ -328,6 +329,9 @@ class Tuner:
             collective: make_strategy(strategy, space, seed=seed, records=resumed[collective], **self.strategy_params)
             for collective, space in self.spaces.items()
         }
+        #: every strategy's asks, timed (`_think`; tune stores them for the next plan, tune/plan.py)
+        self.fits: list[FitTiming] = []
+        self.points = {collective: int(space.availability().sum()) for collective, space in self.spaces.items()}
 
     def confirmation_requests(self) -> dict[str, list[Request]]:
         """After convergence: each strategy's `confirmation_requests_of` (the pairs an override needs)."""
@@ -477,10 +481,19 @@ class Tuner:
         return True
 
     def _think(self, lane: Sequence[str], run: _Run) -> dict[str, list[Request]]:
-        """The lane's next requests (runs in the model thread: the strategies fit their models)."""
+        """The lane's next requests (runs in the model thread: the strategies fit their models), each strategy's
+        ask timed into `fits` (store/fits.py: tune --plan replays the guard with them)."""
         began = self.clock()
+        requests: dict[str, list[Request]] = {}
         try:
-            return {c: self.strategies[c].ask() for c in lane if not self.strategies[c].finished}
+            for collective in lane:
+                strategy = self.strategies[collective]
+                if strategy.finished:
+                    continue
+                records, asked = len(strategy.records), self.clock()
+                requests[collective] = strategy.ask()
+                self.fits.append(FitTiming(self.strategy_name, self.points[collective], records, self.clock() - asked))
+            return requests
         finally:
             run.model_s += self.clock() - began
 

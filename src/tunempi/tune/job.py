@@ -41,6 +41,7 @@ from tunempi.mpi.library import MPILibrary
 from tunempi.mpi.vendor import FileAlgorithms, VendorAdapter
 from tunempi.rules import RuleSet
 from tunempi.space import Cell, FeatureSpace
+from tunempi.store.fits import add_fits, recorded_fits
 from tunempi.store.launches import add_launches, launch_seconds
 from tunempi.store.results import Measurement, ResultStore, utc_timestamp
 from tunempi.strategy import DEFAULT_STRATEGY, STRATEGIES, import_strategies, make_strategy
@@ -89,6 +90,7 @@ from tunempi.tune.objective import (
     compute_lengths,
 )
 from tunempi.tune.plan import (
+    ENGINE_START_S_BY_VENDOR,
     FILES_S,
     SMOKE_S_PER_SIZE,
     PlanRecord,
@@ -465,8 +467,11 @@ def _tune(plan: TunePlan, runner: ParallelRunner, decider: FileDecider | None, t
                     probes.setdefault(layout, []).append(result.probe_us)
                 emit(PointMeasured(result, measured))
 
-            outcome = tuner.run(timeout_s=options.timeout_s, on_result=on_result,
-                                on_round=lambda state, count: emit(RoundDone(state, count)))
+            try:
+                outcome = tuner.run(timeout_s=options.timeout_s, on_result=on_result,
+                                    on_round=lambda state, count: emit(RoundDone(state, count)))
+            finally:  # what the model's fits took, for the next plan (tune/plan.py): kept if the tune failed
+                add_fits(store, tuner.fits, system=options.system)
     finally:
         runner.close()
         if decider is not None:
@@ -495,7 +500,8 @@ def store_costs(store: ResultStore, plan: TunePlan) -> PointCosts:
         library_fingerprint=plan.library.fingerprint, system=plan.options.system, collective=c)]
     costs = costs_from_measurements(rows, f"{len(rows)} runs of {plan.library.name} in {plan.db}" if rows
                                     else f"no runs of {plan.library.name} in {plan.db}: tune/plan.py's latencies")
-    return dataclasses.replace(costs, launch_s=launch_seconds(store, plan.library.fingerprint, plan.options.system))
+    return dataclasses.replace(costs, launch_s=launch_seconds(store, plan.library.fingerprint, plan.options.system),
+                               fits=recorded_fits(store, plan.options.strategy, plan.options.system))
 
 
 def dataset_costs(path: Path, collectives: Sequence[str]) -> PointCosts:
@@ -512,12 +518,16 @@ def predict_tune(plan: TunePlan, costs: PointCosts) -> PlanRecord:
     """The tune's predicted wall time, launches and runs (tune/plan.py `predict`), the smoke check's launches
     added to the wall time."""
     options = plan.options
+    # a launch where the store recorded none of the library's: its vendor's (Intel MPI's take 5x MPICH's)
+    costs = dataclasses.replace(costs, engine_start_s=ENGINE_START_S_BY_VENDOR.get(plan.library.vendor,
+                                                                                   costs.engine_start_s))
     predicted = predict(plan.spaces, options.settings, costs, launches=options.launches,
                         allocation_nodes=options.nodes, serial=options.topology == "serial",
                         strategy=options.strategy, strategy_params=plan.strategy_params, seed=options.seed,
                         under_files={c for c in plan.collectives if decided_under_files(plan.adapter, c)},
                         emulated=plan.allocation.emulated if plan.allocation is not None else emulated_here(),
-                        model_s_per_round=None,  # the replay's model fits timed, as tune's guard times its own
+                        # the model's fits as earlier tunes recorded them, else timed here: tune's guard times its own
+                        model_s_per_round=None, guard=options.exhaustive_guard,
                         launch_per_algorithm={c for c in plan.collectives
                                               if not plan.adapter.switches_collective_at_run_time(c)})
     smoke_s = FILES_S + (SMOKE_S_PER_SIZE * len({s.ranks for s in plan.scales}) if options.smoke else 0.0)
@@ -529,7 +539,8 @@ def predict_tune(plan: TunePlan, costs: PointCosts) -> PlanRecord:
                                              for c in launches for size in composition_sizes(plan.sizes)],
                                   costs, options.settings)
     replayed = replayable(plan.spaces, costs)
-    source = costs.source + (f"; exploring replayed on them: {', '.join(replayed)}" if replayed else "")
+    fits = f"{len(costs.fits)} model fits recorded by earlier tunes" if costs.fits else "the model's fits timed here"
+    source = costs.source + (f"; exploring replayed on them: {', '.join(replayed)}, {fits}" if replayed else "")
     return PlanRecord(dataclasses.replace(predicted, wall_s=predicted.wall_s + smoke_s), costs_from=source)
 
 

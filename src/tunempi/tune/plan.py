@@ -5,7 +5,8 @@ The model (docs/tune.md "Plan"), per layout (one engine per layout, tune/runner.
     exploring runs  = where the costs have a latency for every point of a collective's space (the store
                       measured the layout, or a dataset): tune's own strategy replayed on them
                       (`replay_exploration`: its live parameters, seeded, the guard of tune/guard.py with the
-                      model's fits timed as the replay makes them, then tune's confirmation round), its runs and
+                      model's fits as earlier tunes recorded them in the store, `PointCosts.fit_s`, else timed
+                      as the replay makes them, then tune's confirmation round), its runs and
                       their seconds per layout; else EXPLORE_RUNS_PER_POINT x the exhaustive points (cells x
                       candidate algorithms): the guard ends the exploration near the cost of measuring every
                       point once, and the strategy measures where it is unsure again;
@@ -40,7 +41,7 @@ The model (docs/tune.md "Plan"), per layout (one engine per layout, tune/runner.
                       took at the layout where the store recorded them, else ENGINE_START_S +
                       ENGINE_START_PER_NODE_S per node beyond one) + runs x one
                       run's time (a failed one: what it took, `PointCosts.failed_run_s`) + the model's seconds
-                      (the replay's timed fits, else MODEL_S_PER_ROUND per ROUND_RUNS exploring runs) +
+                      (the replay's fits, recorded or timed, else MODEL_S_PER_ROUND per ROUND_RUNS exploring runs) +
                       DECIDING_BLOCK_S x blocks, the layouts run one after another (--topology serial) or side by
                       side where the nodes allow it; then the files and smoke check (FILES_S, SMOKE_S_PER_SIZE)
                       and, where the tune spans nodes, its compositions (`compositions_s`).
@@ -68,6 +69,7 @@ from tunempi.collectives import DEFAULT_ALGORITHM
 from tunempi.sim.cost import CostModel
 from tunempi.sim.replay import ReplayBackend
 from tunempi.space import Cell, FeatureSpace
+from tunempi.store.fits import FitTiming
 from tunempi.strategy import MeasurementRecord, Request, Strategy, import_strategies, make_strategy
 from tunempi.tune.driver import CONFIRM_PASSES, DEFAULT_MARGIN, confirmation_requests_of, prefer_default
 from tunempi.tune.guard import CONTINUE, MEASURE_THE_REST, estimate_exhaustive
@@ -90,6 +92,10 @@ CONTENDERS = 2
 #: launches (store/launches.py) those price a launch instead (`PointCosts.start_s`).
 ENGINE_START_S = 0.08
 ENGINE_START_PER_NODE_S = 0.025
+#: A launch's start and close per vendor where the store recorded none of the library's (a fresh store): what
+#: tunes recorded here (store/launches.py) on one node, MPICH 0.06-0.08 s, Open MPI 0.10-0.22 s, Intel MPI
+#: 0.38 s (89 launches, 34 s of a 41 s tune, where ENGINE_START_S made its fresh plan 3x short).
+ENGINE_START_S_BY_VENDOR = {"mpich": ENGINE_START_S, "openmpi": 0.15, "impi": 0.38}
 #: Per run beyond its iterations (request, probe, reply, store write): (bench time - launches x start -
 #: iterations' time) / runs of the same tune, 2.5 ms.
 POINT_OVERHEAD_S = 0.0025
@@ -102,6 +108,10 @@ MODEL_S_PER_ROUND = 0.35
 #: the block's contenders picked and decided): round 1 of "Plan, re-measured", the loop's wall less its bench
 #: time less MODEL_S_PER_ROUND x the plan's rounds, over layouts x blocks: (11.6 - 4.2) s / 27.
 DECIDING_BLOCK_S = 0.28
+#: Recorded asks a replayed one is priced by (`PointCosts.fit_s`): the median of the nearest. The tunempi
+#: strategy's fits took 0.1-0.4 s over Peak's spaces of 133-840 points and 20-185 records here, with no clear
+#: trend in either (docs/measurements/tune.md "Plan, the fits as the tune recorded them").
+FIT_NEIGHBOURS = 5
 #: Replays of the strategy per plan (seeds from the tune's): the plan takes their mean.
 REPLAY_SEEDS = 3
 #: Runs per exploring round (the same tune: 430 runs in 5 rounds, batches of 32 cells).
@@ -153,6 +163,23 @@ class PointCosts:
     #: per point whose runs failed, what such a run took where recorded (an engine's death is seen after a
     #: while: 0.54 s at MPICH's smp allreduce here, against 2 ms for a run that returns)
     failed_seconds: Mapping[PointKey, float] = field(default_factory=dict)
+    #: what the strategy's asks took in earlier tunes (store/fits.py): where given, the replay's model seconds
+    #: (`fit_s`) instead of its own fits timed on the planning machine
+    fits: tuple[FitTiming, ...] = ()
+
+    def fit_s(self, points: int, records: int) -> float | None:
+        """A strategy's ask with `records` told, over a space of `points`, as the recorded asks took: the median
+        of the FIT_NEIGHBOURS recorded nearest in log2 points and log2 records (those of the initial design,
+        0 records, for an initial design; the earliest recorded first among equals); None where none were."""
+        alike = [fit for fit in self.fits if (fit.records == 0) == (records == 0)]
+        if not alike:
+            return None
+
+        def distance(fit: FitTiming) -> float:
+            return (abs(math.log2(fit.points) - math.log2(max(points, 1)))
+                    + abs(math.log2(fit.records + 1) - math.log2(records + 1)))
+        order = sorted(range(len(alike)), key=lambda i: (distance(alike[i]), i))
+        return statistics.median(alike[i].fit_s for i in order[:FIT_NEIGHBOURS])
 
     def start_s(self, layout: Layout) -> float:
         """An engine launch at `layout` (start and close): what the library's launches took there, else at the
@@ -337,18 +364,22 @@ def replay_exploration(spaces: Mapping[str, FeatureSpace], measure: Mapping[str,
                        model_s_per_round: float | None = MODEL_S_PER_ROUND,
                        clock: Callable[[], float] = time.perf_counter,
                        launch_per_algorithm: Collection[str] = frozenset(),
-                       start_s: Callable[[Layout], float] = lambda layout: 0.0) -> Exploration:
+                       start_s: Callable[[Layout], float] = lambda layout: 0.0,
+                       fit_s: Callable[[int, int], float | None] | None = None,
+                       guard: bool = True) -> Exploration:
     """Tune's exploring phase without an engine: a strategy per collective (as tune/driver.py makes them) asked
     and told in rounds, `measure` answering, until they all stop or tune's guard would end the tune (another
     round would cost more than the exhaustive sweep: tune/guard.py, the rest measured where that is cheaper),
     then tune's confirmation round (driver.confirmation_requests_of, up to CONFIRM_PASSES: the default and the
     choice of every cell an override would need them in). A round's time is its runs' `cost_s` plus its model
-    work: with `model_s_per_round` None the strategies' fits as `clock` times them here (tune's guard reads its
-    clock too: where points are cheap, how long a fit takes decides whether the guard stops the exploration or
-    measures the rest), else `model_s_per_round` after the first round. `launch_per_algorithm`: the collectives
+    work: with `model_s_per_round` None the strategies' fits as earlier tunes recorded them (`fit_s`, from a
+    space's points and the records told, where it knows them all: `PointCosts.fit_s`), else as `clock` times them
+    here (tune's guard reads its clock too: where points are cheap, how long a fit takes decides whether the
+    guard stops the exploration or measures the rest); else `model_s_per_round` after the first round. `launch_per_algorithm`: the collectives
     whose algorithms the library takes only at MPI_Init (Intel MPI's, each forced in its own launch): each
     round's launches counted as tune's runner makes them (`SessionCache`), each one's `start_s` added to the
-    cost of the first run it measured (`launches` 1: tune's guard prices points that way)."""
+    cost of the first run it measured (`launches` 1: tune's guard prices points that way). `guard` False: the
+    strategies explore until they stop, as tune without its guard (TuneOptions.exhaustive_guard)."""
     import_strategies(strategy)
     strategies = {c: make_strategy(strategy, space, seed=seed, **params) for c, space in spaces.items()}
     sessions: dict[Layout, SessionCache] = {}
@@ -375,12 +406,17 @@ def replay_exploration(spaces: Mapping[str, FeatureSpace], measure: Mapping[str,
         return sum(record.cost_s for records in measured.values() for record in records)
 
     spent_s, model_total_s, rounds = 0.0, 0.0, 0
+    points = {c: int(space.availability().sum()) for c, space in spaces.items()}
     while True:
+        asking = {c: (points[c], len(s.records)) for c, s in strategies.items() if not s.finished}
         began = clock()
-        requests = {c: s.ask() for c, s in strategies.items() if not s.finished}
+        requests = {c: strategies[c].ask() for c in asking}
         fitted_s = clock() - began
         if not any(requests.values()):
             break
+        recorded = [fit_s(*asked) for asked in asking.values()] if fit_s is not None else [None]
+        if all(seconds is not None for seconds in recorded):
+            fitted_s = sum(seconds for seconds in recorded if seconds is not None)
         # the first asks are the initial design: no model fitted yet
         model_s = fitted_s if model_s_per_round is None else model_s_per_round if rounds else 0.0
         round_s = model_s + measure_round(requests)
@@ -388,7 +424,7 @@ def replay_exploration(spaces: Mapping[str, FeatureSpace], measure: Mapping[str,
         rounds += 1
         spent_s += round_s
         estimate = estimate_exhaustive(strategies)
-        decision = estimate.decide(spent_s, round_s) if estimate is not None else CONTINUE
+        decision = estimate.decide(spent_s, round_s) if guard and estimate is not None else CONTINUE
         if decision == CONTINUE:
             continue
         if decision == MEASURE_THE_REST and estimate is not None:
@@ -499,7 +535,7 @@ class Replayed:
 def replayed_exploration(spaces: Mapping[str, FeatureSpace], costs: PointCosts, settings: MeasureSettings, *,
                          strategy: str, params: Mapping[str, object],
                          seed: int = 0, model_s_per_round: float | None = MODEL_S_PER_ROUND,
-                         launch_per_algorithm: Collection[str] = frozenset()) -> Replayed:
+                         launch_per_algorithm: Collection[str] = frozenset(), guard: bool = True) -> Replayed:
     """The exploring runs and their seconds per layout, of each collective whose every point has runs in
     `costs` (`replayable`), by replaying tune's strategy on those runs (`replay_exploration`: the runs drawn in
     a seeded order, a run's seconds its recorded ones or the plan's `run_s` at its latency), their mean over REPLAY_SEEDS replays from
@@ -523,7 +559,8 @@ def replayed_exploration(spaces: Mapping[str, FeatureSpace], costs: PointCosts, 
             for collective, frame in frames.items()}
         replays.append(replay_exploration({c: spaces[c] for c in tables}, measure, strategy=strategy, params=params,
                                           seed=replay_seed, model_s_per_round=model_s_per_round,
-                                          launch_per_algorithm=launch_per_algorithm, start_s=costs.start_s))
+                                          launch_per_algorithm=launch_per_algorithm, start_s=costs.start_s,
+                                          fit_s=costs.fit_s if costs.fits else None, guard=guard))
     mean: dict[str, dict[Layout, tuple[float, float]]] = {}
     contested: dict[Cell, float] = {}
     widest: dict[tuple[str, Layout], float] = {}
@@ -577,22 +614,23 @@ def predict(spaces: Mapping[str, FeatureSpace], settings: MeasureSettings, costs
             strategy_params: Mapping[str, object] | None = None, seed: int = 0,
             under_files: Collection[str] = frozenset(), cores: int | None = None, emulated: bool = False,
             model_s_per_round: float | None = MODEL_S_PER_ROUND,
-            launch_per_algorithm: Collection[str] = frozenset()) -> Prediction:
+            launch_per_algorithm: Collection[str] = frozenset(), guard: bool = True) -> Prediction:
     """The tune's wall time, launches and runs for these spaces (the model in the module's docstring); with
     `strategy`, the exploring runs of a collective whose every point the costs have come from its replay.
     `under_files`: the collectives whose deciding blocks launch under files (file_launches.decided_under_files:
     file_launches.RUNS_PER_LAUNCH runs of each contender per cell and block), the rest switched at run time (one
     run each). `cores` (None: this machine's) and `emulated` (the nodes emulated on this machine): where a
     layout's ranks take turns on the cores (machine_state.ranks_sharing_cores) the tune adds deciding blocks up
-    to TURNS_BLOCKS and none for the machine's state (its probe reads the turns). `model_s_per_round` and
-    `launch_per_algorithm`: as `replay_exploration` takes them (None: the replay's fits timed, as `tune --plan`
-    has them; the collectives the library takes only at MPI_Init, each algorithm forced in its own launch)."""
+    to TURNS_BLOCKS and none for the machine's state (its probe reads the turns). `model_s_per_round`,
+    `launch_per_algorithm` and `guard`: as `replay_exploration` takes them (None: the fits as the costs recorded
+    them, else timed, as `tune --plan` has them; the collectives the library takes only at MPI_Init, each
+    algorithm forced in its own launch; tune's guard on or off)."""
     # imported here: file_launches imports the manifest, which imports this module
     from tunempi.tune.file_launches import RUNS_PER_LAUNCH
 
     replay = replayed_exploration(spaces, costs, settings, strategy=strategy, params=strategy_params or {},
                                   seed=seed, model_s_per_round=model_s_per_round,
-                                  launch_per_algorithm=launch_per_algorithm) if strategy else Replayed({}, {})
+                                  launch_per_algorithm=launch_per_algorithm, guard=guard) if strategy else Replayed({}, {})
     replayed = replay.explored
     all_replayed_runs = sum(runs for by_layout in replayed.values() for runs, _ in by_layout.values())
     per_layout: dict[Layout, list[tuple[Cell, int]]] = {}
