@@ -38,17 +38,17 @@ def run_under(directory: Path, ranks: int, subsize: int) -> tuple[dict[tuple[str
 
 
 def test_run_leaves_a_job_outside_the_measured_layouts_to_intel_mpi(tmp_path: Path) -> None:
-    directory = tiny_tuning(tmp_path / "tuned", 2, "preset_3", vendor="impi")
+    directory = tiny_tuning(tmp_path / "tuned", 2, "preset_8", vendor="impi")
     library = resolve_library("impi")
     untuned = {**adapter_for(library).launch_env(), **adapter_for(library).single_node_env()}
-    forced = {**untuned, "I_MPI_ADJUST_ALLREDUCE": "3"}
+    forced = {**untuned, "I_MPI_ADJUST_ALLREDUCE": "8"}
     # At the measured layout the tuned preset runs (Intel's own choice differs there).
     at_two, said = run_under(directory, 2, 1)
     assert at_two[("world", 2)] == traces(library, forced, 2, 1)[("world", 2)] != traces(library, untuned, 2, 1)[
         ("world", 2)]
     assert "not exported" not in said
     # Outside it (5 ranks, sub-communicators of 2 and 3), every call runs exactly what Intel runs untuned; before,
-    # the string's nearest condition forced preset 3 on all of them.
+    # the string's nearest condition forced preset 8 on all of them.
     at_five, said = run_under(directory, 5, 2)
     assert at_five == traces(library, untuned, 5, 2) != traces(library, forced, 5, 2)
     lines = [line for line in said.splitlines() if "I_MPI_ADJUST_ALLREDUCE not exported" in line]
@@ -58,7 +58,7 @@ def test_run_leaves_a_job_outside_the_measured_layouts_to_intel_mpi(tmp_path: Pa
 def test_compare_applies_an_intel_mpi_tuning_as_run_does(tmp_path: Path) -> None:
     """compare measures what `run` would apply: at the measured layout the strings, outside it nothing of the
     tuning, which leaves nothing to compare (exit 2, said, nothing launched)."""
-    directory = tiny_tuning(tmp_path / "tuned", 2, "preset_3", vendor="impi")
+    directory = tiny_tuning(tmp_path / "tuned", 2, "preset_8", vendor="impi")
     program = build_c(resolve_library("impi"), [SOURCE], "split_allreduce")
 
     def launch(variant: Variant, timeout: float | None) -> RunOutcome:
@@ -66,7 +66,7 @@ def test_compare_applies_an_intel_mpi_tuning_as_run_does(tmp_path: Path) -> None
 
     inside = prepare_compare(CompareRequest(["mpiexec", "-n", "2", str(program), str(BYTES), "1"],
                                             [f"tuned={directory}"]), launch)
-    assert dict(inside.variants[0].env) == {"I_MPI_ADJUST_ALLREDUCE": "3:0-2147483647@2-2"} and not inside.notes
+    assert dict(inside.variants[0].env) == {"I_MPI_ADJUST_ALLREDUCE": "8:0-2147483647@2-2"} and not inside.notes
     env = {k: v for k, v in os.environ.items() if k != "TUNEMPI_MPI"}
     done = subprocess.run([sys.executable, "-m", "tunempi", "compare", "--variant", f"tuned={directory}",
                            "--no-record", "--db", str(tmp_path / "db.sqlite"), "--", "mpiexec", "-n", "5",

@@ -126,12 +126,12 @@ def test_intel_mpi_strings_cannot_leave_other_sizes_to_the_library(tmp_path: Pat
     """What Intel MPI cannot state (measured on 2021.19, docs/tuning-files.md): its strings are bounded to the
     measured size (`@2-2`), but a call no condition matches takes the NEAREST condition's preset, neither its
     tuned choice (unset) nor its basic logic ("0"). Pinned so a release that changes it shows here."""
-    library, untuned, tuned = tuned_at("impi", tmp_path, "preset_3")
-    assert tuned["I_MPI_ADJUST_ALLREDUCE"] == "3:0-2147483647@2-2"
-    everywhere = {**untuned, "I_MPI_ADJUST_ALLREDUCE": "3"}
+    library, untuned, tuned = tuned_at("impi", tmp_path, "preset_8")
+    assert tuned["I_MPI_ADJUST_ALLREDUCE"] == "8:0-2147483647@2-2"
+    everywhere = {**untuned, "I_MPI_ADJUST_ALLREDUCE": "8"}
     basic = {**untuned, "I_MPI_ADJUST_ALLREDUCE": "0"}
     under, forced = traces(library, tuned, 5, 2), traces(library, everywhere, 5, 2)
-    assert under == forced  # preset 3 on the 5-rank world and the 3-rank sub-communicator too
+    assert under == forced  # preset 8 on the 5-rank world and the 3-rank sub-communicator too
     assert under[("world", 5)] != traces(library, untuned, 5, 2)[("world", 5)]
     assert under[("world", 5)] != traces(library, basic, 5, 2)[("world", 5)]
 
@@ -142,7 +142,7 @@ def test_intel_mpi_json_tuning_replaces_a_collectives_whole_tree(tmp_path: Path)
     for allreduce replaces Intel's whole allreduce tuning, so a size it does not state takes its nearest branch,
     and a closing `comm_size=-1` branch (preset 0 or empty) runs the basic logic, not Intel's tuned choice. Only a
     collective the file leaves out keeps Intel's choice. Pinned so a release that changes it shows here."""
-    library, untuned, _ = tuned_at("impi", tmp_path, "preset_3")
+    library, untuned, _ = tuned_at("impi", tmp_path, "preset_8")
 
     def json_env(name: str, sizes: dict[str, dict], collective: str = "Allreduce") -> dict[str, str]:
         path = tmp_path / f"{name}.json"
@@ -151,13 +151,15 @@ def test_intel_mpi_json_tuning_replaces_a_collectives_whole_tree(tmp_path: Path)
             for size, leaf in sizes.items()}}}))
         return {**untuned, "I_MPI_TUNING": str(path)}
 
-    three = {"ALLREDUCE=3": {}}
-    without, forced = traces(library, untuned, 5, 2), traces(library, {**untuned, "I_MPI_ADJUST_ALLREDUCE": "3"}, 5, 2)
+    ring = {"ALLREDUCE=8": {}}
+    without, forced = traces(library, untuned, 5, 2), traces(library, {**untuned, "I_MPI_ADJUST_ALLREDUCE": "8"}, 5, 2)
     basic = traces(library, {**untuned, "I_MPI_ADJUST_ALLREDUCE": "0"}, 5, 2)
-    assert traces(library, json_env("nearest", {"2": three}), 5, 2) == forced != without
+    assert traces(library, json_env("nearest", {"2": ring}), 5, 2) == forced != without
     for closing in ({"ALLREDUCE=0": {}}, {}):
-        bounded = traces(library, json_env("closed", {"2": three, "-1": closing}), 5, 2)
-        assert bounded[("world", 5)] == basic[("world", 5)] != without[("world", 5)]
+        bounded = traces(library, json_env("closed", {"2": ring, "-1": closing}), 5, 2)
+        # (Intel's own choice at 5 ranks depends on the machine: it differed from the basic logic's on stop 63's
+        # VM, not on stop 64's, so only the basic logic is pinned there)
+        assert bounded[("world", 5)] == basic[("world", 5)] != forced[("world", 5)]
         assert bounded[("sub color=1", 3)] == basic[("sub color=1", 3)] != forced[("sub color=1", 3)]
     assert traces(library, json_env("other", {"2": {"BCAST=3": {}}}, "Bcast"), 5, 2) == without
 

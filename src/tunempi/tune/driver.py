@@ -272,6 +272,7 @@ class Tuner:
         launches: int = DEFAULT_LAUNCHES,
         under_files: UnderFiles | None = None,
         clock: Callable[[], float] = time.monotonic,
+        fit_clock: Callable[[], float] = time.perf_counter,
         distributions: Mapping[str, str] | None = None,
         figures: Figures | None = None,
         sleep: Callable[[float], None] = time.sleep,
@@ -289,6 +290,9 @@ class Tuner:
         # Where the time of model work and of the whole tune is read (the guard and the timeout decide on
         # it): injected by tests, so that no decision they check depends on how fast the machine is.
         self.clock = clock
+        # What each ask of a strategy took (`fits`, stored for the next plan): its own clock, so that timing
+        # the asks reads `clock` no more often than before (tests make `clock` move per reading).
+        self.fit_clock = fit_clock
         self.sleep = sleep
         # how long the deciding launches wait, at most, for the machine's fastest state (tune/machine_state.py)
         self.state_wait_s, self.state_pause_s = state_wait_s, state_pause_s
@@ -482,7 +486,7 @@ class Tuner:
 
     def _think(self, lane: Sequence[str], run: _Run) -> dict[str, list[Request]]:
         """The lane's next requests (runs in the model thread: the strategies fit their models), each strategy's
-        ask timed into `fits` (store/fits.py: tune --plan replays the guard with them)."""
+        ask timed on `fit_clock` into `fits` (store/fits.py: tune --plan replays the guard with them)."""
         began = self.clock()
         requests: dict[str, list[Request]] = {}
         try:
@@ -490,9 +494,10 @@ class Tuner:
                 strategy = self.strategies[collective]
                 if strategy.finished:
                     continue
-                records, asked = len(strategy.records), self.clock()
+                records, asked = len(strategy.records), self.fit_clock()
                 requests[collective] = strategy.ask()
-                self.fits.append(FitTiming(self.strategy_name, self.points[collective], records, self.clock() - asked))
+                self.fits.append(FitTiming(self.strategy_name, self.points[collective], records,
+                                           self.fit_clock() - asked))
             return requests
         finally:
             run.model_s += self.clock() - began
