@@ -43,7 +43,7 @@ def main() -> None:
     for collective in args.collectives.split(","):
         data = ReplayBackend(frame, collective).space()
         space = FeatureSpace(collective, data.cells, (DEFAULT_ALGORITHM, *data.algorithms), data.unavailable)
-        points = sum(len(space.candidates(c)) for c in space.cells)
+        points = space.points
         costs = plan.costs_from_measurements([r for r in rows if r.collective == collective], args.dataset)
         planned = plan.replayed_exploration({collective: space}, costs, settings, strategy="tunempi",
                                             params=params, seed=0)

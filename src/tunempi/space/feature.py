@@ -173,6 +173,11 @@ class FeatureSpace:
         blocked = self.unavailable.get(cell, frozenset())
         return tuple(a for a in self.algorithms if a not in blocked)
 
+    @property
+    def points(self) -> int:
+        """The points an exhaustive sweep measures: cells x their candidate algorithms."""
+        return sum(len(self.candidates(cell)) for cell in self.cells)
+
     def availability(self) -> np.ndarray:
         """Boolean matrix (cells x algorithms): True where the algorithm is a candidate."""
         mask = np.ones((len(self.cells), len(self.algorithms)), dtype=bool)

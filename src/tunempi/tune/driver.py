@@ -335,7 +335,6 @@ class Tuner:
         }
         #: every strategy's asks, timed (`_think`; tune stores them for the next plan, tune/plan.py)
         self.fits: list[FitTiming] = []
-        self.points = {collective: int(space.availability().sum()) for collective, space in self.spaces.items()}
 
     def confirmation_requests(self) -> dict[str, list[Request]]:
         """After convergence: each strategy's `confirmation_requests_of` (the pairs an override needs)."""
@@ -496,7 +495,7 @@ class Tuner:
                     continue
                 records, asked = len(strategy.records), self.fit_clock()
                 requests[collective] = strategy.ask()
-                self.fits.append(FitTiming(self.strategy_name, self.points[collective], records,
+                self.fits.append(FitTiming(self.strategy_name, strategy.space.points, records,
                                            self.fit_clock() - asked))
             return requests
         finally:

@@ -406,9 +406,8 @@ def replay_exploration(spaces: Mapping[str, FeatureSpace], measure: Mapping[str,
         return sum(record.cost_s for records in measured.values() for record in records)
 
     spent_s, model_total_s, rounds = 0.0, 0.0, 0
-    points = {c: int(space.availability().sum()) for c, space in spaces.items()}
     while True:
-        asking = {c: (points[c], len(s.records)) for c, s in strategies.items() if not s.finished}
+        asking = {c: (spaces[c].points, len(s.records)) for c, s in strategies.items() if not s.finished}
         began = clock()
         requests = {c: strategies[c].ask() for c in asking}
         fitted_s = clock() - began
