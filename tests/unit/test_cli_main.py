@@ -14,8 +14,9 @@ from typer.testing import CliRunner
 
 from tunempi.cli.main import SUBCOMMANDS, build_app
 
-#: Imported on first use only: scikit-learn with SciPy's statistics and pandas (~1 s), Optuna, Matplotlib.
-HEAVY = ("sklearn", "scipy", "optuna", "matplotlib", "xgboost")
+#: Imported on first use only: scikit-learn with SciPy's statistics (~1 s), pandas (0.3 s: read by `simulate`
+#: and the plan's replay, when they run), Optuna, Matplotlib.
+HEAVY = ("sklearn", "scipy", "optuna", "matplotlib", "xgboost", "pandas")
 
 
 def _names(app: typer.Typer) -> list[str]:
@@ -33,8 +34,7 @@ def test_one_subcommand_registers_its_own_module_only(command):
 
 
 def test_no_subcommand_loads_the_numerical_libraries_to_start():
-    """In a fresh interpreter, as a job starts it: building each subcommand imports none of HEAVY (pandas
-    only for `simulate`, which reads datasets with it)."""
+    """In a fresh interpreter, as a job starts it: building each subcommand imports none of HEAVY."""
     script = ("import sys\nfrom tunempi.cli.main import SUBCOMMANDS, build_app\n"
               "for c in SUBCOMMANDS:\n    build_app(c)\n"
               f"print(' '.join(m for m in {HEAVY!r} if m in sys.modules))")
@@ -47,6 +47,16 @@ def test_the_command_runs_the_subcommand_it_names_with_options_before_it(tmp_pat
     assert result.returncode == 0 and "tuning" in result.stdout.lower()
     unknown = subprocess.run([sys.executable, "-m", "tunempi", "tunes"], capture_output=True, text=True)
     assert unknown.returncode == 2 and "tune" in unknown.stderr  # Click lists the real ones
+
+
+def test_an_error_is_one_line_as_written_however_long(tmp_path):
+    """Brackets in a message are not Rich markup (`/x/[weird]` was printed `/x/`), and a long path does not wrap
+    the message at the console's width (a test looking for a phrase failed when its tmp path grew)."""
+    missing = tmp_path / ("d" * 250) / "[weird]"
+    result = subprocess.run([sys.executable, "-m", "tunempi", "catalog", "add", str(missing)], capture_output=True,
+                            text=True, timeout=120)
+    assert result.returncode == 2
+    assert result.stderr == f"error: {missing}: no such tuning directory or results store\n"
 
 
 #: Every option that names a directory, given a file (issue 58: tracebacks of NotADirectoryError and

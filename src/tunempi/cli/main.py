@@ -77,9 +77,13 @@ def _run_app() -> int:
     try:
         app()
     except (UsageError, TunempiError) as exc:
+        from rich.markup import escape
+
         from tunempi.report.console import output_console  # heavy (the progress displays); errors only
 
-        output_console(stderr=True).print(f"[bold red]error:[/] {exc}")
+        # one line however long (a log is grepped for it; paths made it wrap mid-phrase at the file width),
+        # and printed as written: a bracket in a message is not markup
+        output_console(stderr=True).print(f"[bold red]error:[/] {escape(str(exc))}", soft_wrap=True)
         return 2 if isinstance(exc, UsageError) else 1
     return 0
 

@@ -14,7 +14,7 @@ from tunempi.collectives import check_collective
 from tunempi.config import resolve
 from tunempi.errors import UsageError
 from tunempi.report.console import output_console
-from tunempi.sim import EXTENSION_POLICY, POLICIES, CostModel, ReplayBackend, load_frame, simulate
+from tunempi.sim import EXTENSION_POLICY, POLICIES, CostModel
 from tunempi.sim.extend import POLICY_HELP
 from tunempi.strategy import DEFAULT_STRATEGY, STRATEGIES, make_strategy, setting_value
 
@@ -145,6 +145,9 @@ def register(app: typer.Typer) -> None:
         if policies and evaluate_above is None and prior_max_ranks is None:
             evaluate_above = train_max_ranks
         collective_name = check_collective(collective)
+        from tunempi.sim.replay import ReplayBackend, load_frame  # pandas: loaded by this command only
+        from tunempi.sim.run import simulate
+
         frame = load_frame(path)
         if train_max_ranks is not None and train_max_ranks < int(frame["ranks"].min()):
             raise UsageError(f"--train-max-ranks {train_max_ranks} leaves nothing to measure; "

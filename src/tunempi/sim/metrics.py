@@ -8,13 +8,16 @@ the dataset has no run of it is charged the worst candidate's median there (it w
 from __future__ import annotations
 
 from collections.abc import Mapping
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 from tunempi.collectives import DEFAULT_ALGORITHM
 from tunempi.sim.cost import CostModel
-from tunempi.sim.replay import ReplayBackend
 from tunempi.space import Cell
+
+if TYPE_CHECKING:
+    from tunempi.sim.replay import ReplayBackend
 
 
 class Oracle:

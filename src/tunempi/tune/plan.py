@@ -59,15 +59,12 @@ import statistics
 import time
 from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
-
-import pandas as pd
+from typing import TYPE_CHECKING, Any
 
 from tunempi.bench.engine import killed_the_engine
 from tunempi.bench.protocol import MeasureSettings
 from tunempi.collectives import DEFAULT_ALGORITHM
 from tunempi.sim.cost import CostModel
-from tunempi.sim.replay import ReplayBackend
 from tunempi.space import Cell, FeatureSpace
 from tunempi.store.fits import FitTiming
 from tunempi.strategy import MeasurementRecord, Request, Strategy, import_strategies, make_strategy
@@ -76,6 +73,9 @@ from tunempi.tune.guard import CONTINUE, MEASURE_THE_REST, estimate_exhaustive
 from tunempi.tune.launch_blocks import contenders, deciding_blocks
 from tunempi.tune.machine_state import STATE_PAUSE_S, STATE_WAIT_S, layout_takes_turns
 from tunempi.tune.runner import MAX_SESSIONS
+
+if TYPE_CHECKING:
+    from tunempi.sim.replay import ReplayBackend
 
 #: Runs of the exploring phase per exhaustive point where the costs cannot replay the strategy: round 1 of
 #: docs/measurements/tune.md "Plan" (five small tunes): their runs less the deciding blocks' (3 runs of each
@@ -541,6 +541,10 @@ def replayed_exploration(spaces: Mapping[str, FeatureSpace], costs: PointCosts, 
     `seed` (a seed can tip tune's guard into measuring every cheap point left: Peak's allreduce, 133 runs at
     one seed, 53 at two others; so can the machine tip a tune), the contenders of the deciding blocks after
     them and the model's seconds; the other collectives are left out."""
+    import pandas as pd  # here, not at the top: pandas is the CLI start's largest import
+
+    from tunempi.sim.replay import ReplayBackend
+
     tables = replayable(spaces, costs)
     if not tables:
         return Replayed({}, {})
