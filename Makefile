@@ -39,15 +39,20 @@ demo: setup
 # emulated nodes, compare, MPICH's own tests and compositions on
 # Open MPI and Intel MPI); `make test-all` runs everything: run it before resolving
 # an issue that touches selection, and before a release.
+# Two worker processes, each taking whole test files (module fixtures such as an emulated cluster stay in one
+# process): the suite waits on launches and subprocesses as much as it computes, and one process kept a
+# 2-core machine half idle (README.md). PYTEST_WORKERS=0 runs it in one.
+PYTEST_WORKERS ?= 2
+PYTEST_PARALLEL := $(if $(filter 0,$(PYTEST_WORKERS)),,-n $(PYTEST_WORKERS) --dist loadfile)
 test: setup system
 	$(VENV)/bin/ruff check src tests $(wildcard bench)
 	$(VENV)/bin/mypy
-	$(VENV)/bin/pytest -q -ra --durations=25 -m "not full"
+	$(VENV)/bin/pytest -q -ra --durations=25 $(PYTEST_PARALLEL) -m "not full"
 
 test-all: setup system
 	$(VENV)/bin/ruff check src tests $(wildcard bench)
 	$(VENV)/bin/mypy
-	$(VENV)/bin/pytest -q -ra
+	$(VENV)/bin/pytest -q -ra $(PYTEST_PARALLEL)
 
 lint: setup
 	$(VENV)/bin/ruff check src tests $(wildcard bench)

@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
+import json
 import os
+import shutil
 import signal
-import sys
 import tempfile
 import time
 from collections.abc import Iterator
@@ -118,14 +119,41 @@ def mpi_library(request: pytest.FixtureRequest):
     return library_for(request.param)
 
 
+#: The directory where the conformance suite leaves its summary lines for the terminal summary, made by the
+#: session's first process and inherited by the workers of `pytest -n` (started after pytest_configure).
+CONFORMANCE_REPORT_VAR = "TUNEMPI_TEST_CONFORMANCE_REPORT"
+
+
+def pytest_configure(config):
+    if not hasattr(config, "workerinput"):  # the controller of `pytest -n`, or a run without it
+        os.environ[CONFORMANCE_REPORT_VAR] = tempfile.mkdtemp(prefix="tunempi-conformance-")
+
+
+def pytest_unconfigure(config):
+    if not hasattr(config, "workerinput") and CONFORMANCE_REPORT_VAR in os.environ:
+        shutil.rmtree(os.environ.pop(CONFORMANCE_REPORT_VAR), ignore_errors=True)
+
+
+def record_conformance(layout: str, mode: str, lines: list[str]) -> None:
+    """Keep (layout, mode)'s summary line and failures for the terminal summary, in the order recorded."""
+    name = f"{time.time_ns()}-{os.getpid()}.json"
+    (Path(os.environ[CONFORMANCE_REPORT_VAR]) / name).write_text(json.dumps([layout, mode, lines]))
+
+
+def _conformance_report() -> dict[tuple[str, str], list[str]]:
+    directory = Path(os.environ.get(CONFORMANCE_REPORT_VAR, "/nonexistent"))
+    files = sorted(directory.glob("*.json"), key=lambda path: int(path.name.split("-")[0])) \
+        if directory.is_dir() else []
+    return {(layout, mode): lines for layout, mode, lines in (json.loads(path.read_text()) for path in files)}
+
+
 def pytest_terminal_summary(terminalreporter, exitstatus, config):  # noqa: ARG001 - pytest's hook signature
     """The conformance suite's counts after the run; every failing case (the library's own included) goes to
     a file, printed here only with -v: hundreds of expected library failures at the end of the output hid
     the one line that said which test failed and why. Kept here, not in tests/conformance/conftest.py: two
     conftest modules would both be imported as `conftest` and hide this file's helpers from the tests that
     import them."""
-    conformance = sys.modules.get("test_conformance")
-    report = getattr(conformance, "REPORT", None)
+    report = _conformance_report()
     if not report:
         return
     cache = getattr(config, "cache", None)  # None under -p no:cacheprovider

@@ -13,7 +13,7 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).parent))
 
-from conftest import library_for  # noqa: E402
+from conftest import library_for, record_conformance  # noqa: E402
 from modes import (  # noqa: E402
     library_forced,
     online_collectives,
@@ -50,12 +50,10 @@ IDS = [f"{v.removesuffix('-wheel')}-{r}" for v, r in LAYOUTS]
 PARAMS = [pytest.param(layout, id=name, marks=[pytest.mark.full] if layout[1] > 2 or "debian" in layout[0] else [])
           for layout, name in zip(LAYOUTS, IDS, strict=True)]
 
-#: What the terminal summary prints (conftest.py): (layout, mode) -> summary line, and failures.
-REPORT: dict[tuple[str, str], list[str]] = {}
-
-
 def _record(layout: str, mode: str, line: str, details: list[str]) -> None:
-    REPORT[(layout, mode)] = [line, *details]
+    """For the terminal summary (conftest.py): the summary line and failures of (layout, mode), kept in a file
+    the session's first process reads (tests run in worker processes under `pytest -n`)."""
+    record_conformance(layout, mode, [line, *details])
 
 
 def _reference(library_id: str, ranks: int):

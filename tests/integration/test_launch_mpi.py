@@ -164,15 +164,30 @@ def _shm_files() -> set[str]:
     return {name for name in os.listdir(SHM_DIR) if name.startswith(MPI_SHM_PREFIXES)}
 
 
+def _mapped_shm_files(pids: set[int]) -> set[str]:
+    """The library shared-memory files under SHM_DIR that these processes have mapped: the job's own, never
+    another job's that runs beside it (tests run in parallel)."""
+    mapped = set()
+    for pid in pids:
+        try:
+            maps = Path(f"/proc/{pid}/maps").read_text()
+        except OSError:  # ended meanwhile
+            continue
+        for fields in (line.split(maxsplit=5) for line in maps.splitlines()):
+            path = Path(fields[5].removesuffix(" (deleted)")) if len(fields) == 6 else None
+            if path is not None and path.parent == SHM_DIR and path.name.startswith(MPI_SHM_PREFIXES):
+                mapped.add(path.name)
+    return mapped
+
+
 def test_interactive_kill_leaves_nothing(library: MPILibrary, probe: Path) -> None:
     """Neither processes nor the job's shared memory, which the libraries unlink only in MPI_Finalize: killed
     jobs had left 23 GiB in /dev/shm (mpi/shared_memory.py)."""
-    before = _shm_files()
     command = launcher_for(library).command(LaunchSpec((str(probe), "echo"), 2))
     job = InteractiveLaunch(command.argv, command.full_env(), grace_s=3).start()
     job.send_line("ping")
     assert job.read_line(timeout=60) is not None
-    made = _shm_files() - before
+    made = _mapped_shm_files(set(job_processes(job.launch_id))) & _shm_files()
     assert made, "the job made no shared-memory file under /dev/shm: nothing to check"
     result = job.kill()
     assert result.killed >= 3  # launcher and both ranks
