@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 import sys
+from collections.abc import Iterable
 from pathlib import Path
 
 import pytest
@@ -20,7 +21,7 @@ from tunempi.launch import (
 from tunempi.launch.process import LAUNCH_ID_VAR, job_processes
 from tunempi.mpi.build import build_c
 from tunempi.mpi.library import MPILibrary
-from tunempi.mpi.shared_memory import MPI_SHM_PREFIXES, SHM_DIR
+from tunempi.mpi.shared_memory import MPI_SHM_PREFIXES, SHM_DIR, held_paths
 
 pytestmark = pytest.mark.mpi
 
@@ -164,20 +165,11 @@ def _shm_files() -> set[str]:
     return {name for name in os.listdir(SHM_DIR) if name.startswith(MPI_SHM_PREFIXES)}
 
 
-def _mapped_shm_files(pids: set[int]) -> set[str]:
-    """The library shared-memory files under SHM_DIR that these processes have mapped: the job's own, never
-    another job's that runs beside it (tests run in parallel)."""
-    mapped = set()
-    for pid in pids:
-        try:
-            maps = Path(f"/proc/{pid}/maps").read_text()
-        except OSError:  # ended meanwhile
-            continue
-        for fields in (line.split(maxsplit=5) for line in maps.splitlines()):
-            path = Path(fields[5].removesuffix(" (deleted)")) if len(fields) == 6 else None
-            if path is not None and path.parent == SHM_DIR and path.name.startswith(MPI_SHM_PREFIXES):
-                mapped.add(path.name)
-    return mapped
+def _held_shm_files(pids: Iterable[int]) -> set[str]:
+    """The library shared-memory files these processes hold: the job's own, never another job's that runs
+    beside it (tests run in parallel)."""
+    held = (Path(path) for path in held_paths(pids=pids))
+    return {path.name for path in held if path.parent == SHM_DIR and path.name.startswith(MPI_SHM_PREFIXES)}
 
 
 def test_interactive_kill_leaves_nothing(library: MPILibrary, probe: Path) -> None:
@@ -187,7 +179,7 @@ def test_interactive_kill_leaves_nothing(library: MPILibrary, probe: Path) -> No
     job = InteractiveLaunch(command.argv, command.full_env(), grace_s=3).start()
     job.send_line("ping")
     assert job.read_line(timeout=60) is not None
-    made = _mapped_shm_files(set(job_processes(job.launch_id))) & _shm_files()
+    made = _held_shm_files(job_processes(job.launch_id)) & _shm_files()
     assert made, "the job made no shared-memory file under /dev/shm: nothing to check"
     result = job.kill()
     assert result.killed >= 3  # launcher and both ranks

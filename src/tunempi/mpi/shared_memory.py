@@ -49,12 +49,15 @@ def _candidates(directory: Path, since: float) -> list[Path]:
     return found
 
 
-def held_paths(proc: Path = Path("/proc")) -> set[str]:
-    """Every file path some live process maps or has open (those whose /proc entries this user may read)."""
+def held_paths(proc: Path = Path("/proc"), pids: Iterable[int] | None = None) -> set[str]:
+    """Every file path some live process (or one of `pids`) maps or has open (those whose /proc entries this
+    user may read)."""
     held: set[str] = set()
-    with contextlib.suppress(OSError), os.scandir(proc) as entries:
-        pids = [entry.name for entry in entries if entry.name.isdigit()]
-    for pid in pids:
+    names = [str(pid) for pid in pids] if pids is not None else []
+    if pids is None:  # every process
+        with contextlib.suppress(OSError), os.scandir(proc) as entries:
+            names = [entry.name for entry in entries if entry.name.isdigit()]
+    for pid in names:
         with contextlib.suppress(OSError), open(proc / pid / "maps", encoding="utf-8", errors="replace") as maps:
             for line in maps:
                 fields = line.split(maxsplit=5)
