@@ -202,7 +202,9 @@ def test_verify_stops_at_its_deadline_between_launch_pairs_and_keeps_what_it_mea
     assert final.verify is not None and final.verify.stopped == verified.stopped
     assert (verified.held_out_rounds, verified.held_out, verified.second_pass_cells) == (0, [], 0)
     compared = [v for v in verified.verified if v.verdict not in ("default", "failed")]
-    assert compared and all(v.launches == 2 for v in compared)  # judged on what it measured
+    # judged on what it measured: the two pairs, less a pair whose two launches met different machine states
+    # (split_by_state leaves it out; a busy machine, such as the other test worker, does that)
+    assert compared and all(1 <= v.launches <= 2 for v in compared)
     assert verified.stopped.line() in verified.lines()
     assert "stopped at its deadline after 4 of 12 planned launches" in verified.stopped.line()
     check_tuning_files(final, library)  # what it leaves, the library reads back
