@@ -192,7 +192,7 @@ def test_catalog_module_never_sets_intel_mpis_strings_and_sets_mpichs_and_open_m
     themselves (comm_size and ppn keys, comm size sections): their module sets what `run --print-env` prints."""
     env = {k: v for k, v in os.environ.items() if k != "TUNEMPI_MPI"}
     intel = tmp_path / "modules" / "impi"
-    done = tunempi("catalog", "module", "--tuning", str(tiny_tuning(tmp_path / "impi", 2, "preset_3", vendor="impi")),
+    done = tunempi("catalog", "module", "--tuning", str(tiny_tuning(tmp_path / "impi", 2, "preset_8", vendor="impi")),
                    "--out", str(intel), env=env)
     said = " ".join(done.stderr.split())  # the console wraps its lines
     assert done.returncode == 2 and "Traceback" not in done.stderr, done.stderr

@@ -20,6 +20,7 @@ from tunempi.launch import run_launch
 from tunempi.mpi.build import build_c
 from tunempi.mpi.discovery import adapter_for, resolve_library
 from tunempi.mpi.library import MPILibrary
+from tunempi.mpi.restrictions import ASSUME_FLAGS
 from tunempi.rules import SelectionTable, build_rule_sets
 from tunempi.rules.ruleset import Extension
 from tunempi.tune.smoke import launch_command
@@ -38,9 +39,9 @@ _LINE = re.compile(r"^(world|sub color=\d) size=(\d+) count=\d+ max_len=(\d+)$")
 Traces = dict[tuple[str, int], int]  # (communicator, its size) -> the longest vector the sum was handed
 
 
-def traces(library: MPILibrary, env: dict[str, str], ranks: int, subsize: int) -> Traces:
+def traces(library: MPILibrary, env: dict[str, str], ranks: int, subsize: int, nbytes: int = BYTES) -> Traces:
     program = build_c(library, [SOURCE], "split_allreduce")
-    command = launch_command(library, ranks, [str(program), str(BYTES), str(subsize)])
+    command = launch_command(library, ranks, [str(program), str(nbytes), str(subsize)])
     done = run_launch(command.argv, command.full_env({**os.environ, **env}), timeout=300)
     assert done.returncode == 0 and not done.timed_out, done.stderr[-2000:]
     found = trace_lines(done.stdout)
@@ -186,3 +187,20 @@ def test_verify_rewriting_the_files_keeps_the_extension_policys_rules(tmp_path: 
     rule_set = rewritten.rule_sets["bcast"]
     assert rule_set.select(4, 1024) == "default" and rule_set.select(16, 8) == "binomial"
     assert rule_set.coverage()[-1].basis == EXTENDED
+
+
+def test_every_allreduce_preset_an_intel_file_can_select_sums_right_where_the_nearest_condition_carries_it(
+        tmp_path: Path) -> None:
+    """An Intel MPI file made at 2 ranks reaches every other communicator size (above), so each allreduce preset
+    it can select, with every requirement a user can vouch for, must compute right there too: a 5-rank world and
+    its 2- and 3-rank sub-communicators at 18000 bytes, where presets 3 and 4 (reduce + bcast) gave wrong sums on
+    this kind of machine (mpi/restrictions.py). split_allreduce checks every result and aborts on a wrong one."""
+    library = resolve_library("impi")
+    adapter = adapter_for(library).assuming(frozenset().union(*ASSUME_FLAGS.values()))
+    selectable = adapter.tuning_file_algorithms("allreduce").selectable
+    assert "preset_8" in selectable and not {"preset_3", "preset_4"} & set(selectable)
+    untuned = {**adapter.launch_env(), **adapter.single_node_env()}
+    for preset in selectable:  # "auto" too: the library's own choice
+        env = {**untuned, **adapter.force_env("allreduce", preset)}
+        seen = traces(library, env, 5, 2, nbytes=18000)
+        assert set(seen) == {("world", 5), ("sub color=0", 2), ("sub color=1", 3)}, preset

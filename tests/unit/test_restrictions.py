@@ -8,6 +8,7 @@ from pathlib import Path
 
 from tunempi.mpi.mpich import LEAF_RESTRICTIONS, file_expressible
 from tunempi.mpi.restrictions import (
+    ASSUME_FLAGS,
     CONTIGUOUS_DATATYPES,
     DATATYPE_REQUIREMENTS,
     ONLINE_BITS,
@@ -163,3 +164,17 @@ def test_a_guarded_check_on_a_rank_local_argument_is_never_drawn_online(monkeypa
     monkeypatch.setattr(table, "RESTRICTIONS", (*table.RESTRICTIONS, local, counts))
     assert online_mask("mpich", "5.0.2", "reduce", "made_up") == ONLINE_NEVER
     assert online_mask("mpich", "5.0.2", "bcast", "made_up") == ONLINE_NEVER
+
+
+def test_intel_reduce_and_bcast_allreduce_presets_stay_out_of_every_file_whatever_the_user_vouches():
+    """Intel MPI 2021.19's allreduce presets 3 and 4 compute wrong sums on communicators of 5 ranks and more
+    (16-20 KB, measured): no Intel file can bound a preset to smaller communicators, and no flag of the user's
+    vouches for a communicator size, so neither is written or drawn; the ring (8) still is."""
+    vouched = frozenset().union(*ASSUME_FLAGS.values())
+    for preset in ("preset_3", "preset_4"):
+        assert "at-most-four-ranks" in requirements("impi", "2021.19.0", "allreduce", preset)
+        reason = file_exclusion("impi", "2021.19.0", "allreduce", preset, frozenset(), vouched)
+        assert reason is not None and "at most four ranks" in reason
+        assert online_mask("impi", "2021.19.0", "allreduce", preset) == ONLINE_NEVER
+    assert file_exclusion("impi", "2021.19.0", "allreduce", "preset_8", frozenset(), vouched) is None
+    assert "at-most-four-ranks" not in set().union(*ASSUME_FLAGS.values())
