@@ -200,7 +200,7 @@ def test_every_allreduce_preset_an_intel_file_can_select_sums_right_where_the_ne
     selectable = adapter.tuning_file_algorithms("allreduce").selectable
     assert "preset_8" in selectable and not {"preset_3", "preset_4"} & set(selectable)
     untuned = {**adapter.launch_env(), **adapter.single_node_env()}
-    for preset in selectable:  # "auto" too: the library's own choice
+    for preset in selectable:
         env = {**untuned, **adapter.force_env("allreduce", preset)}
         seen = traces(library, env, 5, 2, nbytes=18000)
         assert set(seen) == {("world", 5), ("sub color=0", 2), ("sub color=1", 3)}, preset
