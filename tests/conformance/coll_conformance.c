@@ -795,23 +795,29 @@ static int wanted(const char *coll, const char *list)
     return 0;
 }
 
-/* The element counts of every case grid: 4500 ints (18000 bytes) is above the 16 KiB where libraries switch
+/* The element counts of every case grid: MEDIUM ints (18000 bytes) is above the 16 KiB where libraries switch
  * protocols and segment sizes (Intel MPI's allreduce presets 3 and 4 summed wrong from 16388 bytes at 5 ranks). */
-static const int counts[] = {0, 1, 7, 1031, 4500};
-#define NCOUNTS (sizeof counts / sizeof *counts)
 #define MEDIUM 4500
+static const int counts[] = {0, 1, 7, 1031, MEDIUM};
+#define NCOUNTS (sizeof counts / sizeof *counts)
 
-/* Element counts for a layout: the int layouts' 1031 is 33 for the others (an element holds 4 to 512 values). */
-static int count_for(int layout_index, int count)
+/* The layouts whose elements are one int (contiguous or strided); the others' elements hold 4 to 512 values. */
+static int int_layout(int layout_index)
 {
-    return layout_index == L_INT || layout_index == L_VEC || count < 100 ? count : 33;
+    return layout_index == L_INT || layout_index == L_VEC;
 }
 
-/* Whether a grid count is run for a layout: the medium count only for the int layouts (the others' counts are
- * already 33 elements of up to 2 KiB each). */
+/* Element counts for a layout: the int layouts' 1031 is 33 for the others. */
+static int count_for(int layout_index, int count)
+{
+    return int_layout(layout_index) || count < 100 ? count : 33;
+}
+
+/* Whether a grid count is run for a layout: MEDIUM only for the int layouts (the others' counts are already 33
+ * elements of up to 2 KiB each). */
 static int count_applies(int layout_index, int count)
 {
-    return count != MEDIUM || layout_index == L_INT || layout_index == L_VEC;
+    return count != MEDIUM || int_layout(layout_index);
 }
 
 /* The derived types of issue 25 (nested, struct with gaps, negative lower bound) skip the halves of a
@@ -864,10 +870,13 @@ static void build_nonblocking_cases(const char *only, const int (*red_types)[2],
                             continue;
                         if (several && reduction && sl == L_NEST && opk != OP_USUM)
                             continue;
-                        for (size_t q = several ? 2 : 0; q < NCOUNTS; q++)
-                            for (int rt = 0; rt < (bcast ? 2 : 1) && count_applies(sl, counts[q]); rt++)
+                        for (size_t q = several ? 2 : 0; q < NCOUNTS; q++) {
+                            if (!count_applies(sl, counts[q]))
+                                continue;
+                            for (int rt = 0; rt < (bcast ? 2 : 1); rt++)
                                 add((ccase){coll, cm, inpl, sl, rl, opk, count_for(sl, counts[q]), rt ? -1 : 0, 0, 0,
                                             completion});
+                        }
                     }
             }
         if (reduction)

