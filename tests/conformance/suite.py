@@ -219,6 +219,54 @@ def type_classes(outcome: Outcome) -> set[tuple[str, str]]:
     return {(collective, types), *((collective, t) for t in types.split("|"))}
 
 
+#: What each of the program's datatypes is not (coll_conformance.c, make_layouts): vec and matv are strided
+#: vectors, nest an hindexed of a subarray whose first value sits 40 ints past the buffer pointer, struct an
+#: hindexed of {int, double} with a gap in each element, neglb an hindexed reaching below the pointer.
+TYPE_BREAKS: dict[str, frozenset[str]] = {
+    "int": frozenset(), "mat": frozenset(),
+    "vec": frozenset({"contiguous"}), "matv": frozenset({"contiguous"}), "struct": frozenset({"contiguous"}),
+    "nest": frozenset({"contiguous", "true-lb-zero"}), "neglb": frozenset({"contiguous", "true-lb-zero"}),
+}
+#: Requirements no case states one way or the other: MPICH's node-level sub-communicators are the library's own.
+UNREADABLE_REQUIREMENTS: frozenset[str] = frozenset({"parent-comm"})
+
+
+def broken_requirements(outcome: Outcome, ranks: int) -> frozenset[str]:
+    """The requirements of tunempi.mpi.restrictions this case breaks on `ranks` world ranks, plus those no
+    case states (UNREADABLE_REQUIREMENTS): a failure of a restricted algorithm is the restriction's only where
+    the case breaks one of them (test_conformance's forced check). The case reads "<comm> <inplace|copy>
+    <types[/op]> <count> <root>": `half` splits the world by rank parity and `inter` joins those halves, so
+    their sizes are the halves'; `a|b` gives half the ranks type b and another count, `a>b` sends a and
+    receives b; the user sum is commutative, the matrix product not; reduce_scatter's counts alternate n, n+1."""
+    comm, mode, types_op, count = outcome.case.split()[:4]
+    types, _, op = types_op.partition("/")
+    sizes = {ranks} if comm in ("world", "rev") else {(ranks + 1) // 2, ranks // 2} - {0}
+    names = re.split(r"[|>]", types)
+    broken = set(UNREADABLE_REQUIREMENTS)
+    for name in names:
+        broken |= TYPE_BREAKS[name]
+    if len(names) > 1:
+        broken.add("same-types")
+    if "|" in types:
+        broken.add("same-counts")
+    if op and op != "sum":
+        broken.add("builtin-op")
+    if op == "matmul":
+        broken.add("commutative")
+    broken.add("not-inplace" if mode == "inplace" else "inplace")
+    if any(size & (size - 1) for size in sizes):
+        broken.add("power-of-two")
+    if sizes != {2}:
+        broken.add("two-ranks")
+    if max(sizes) > 4:
+        broken.add("at-most-four-ranks")
+    if "|" in types or any(int(count) < 1 << (size.bit_length() - 1) for size in sizes):
+        broken.add("count-ge-pow2")  # half the ranks of a|b pass another count
+    if outcome.collective.endswith("reduce_scatter") and int(count) > 0 and max(sizes) > 1:
+        broken.add("block-regular")
+    return frozenset(broken)
+
+
 def worst_of(*runs: Mapping[int, Outcome]) -> dict[int, Outcome]:
     """Several runs of the same cases as one: a case passes only if it passed in every run. The library's
     own failures come and go (heap corruption shows in a different case from launch to launch), and a case

@@ -23,6 +23,7 @@ from modes import (  # noqa: E402
 )
 from suite import (  # noqa: E402
     NONBLOCKING_COLLECTIVES,
+    broken_requirements,
     build_program,
     crashing,
     failures,
@@ -153,14 +154,17 @@ def _check_forced(layout, colls=None):
         for o in failures(outcomes):
             algorithm = choice[o.collective]
             own = o.verdict == "OWN" or not passes_in(default, o)
-            known = restricted[o.collective]
+            # a restriction explains the failure only where this case breaks one of its requirements
+            known = [r for r in restricted[o.collective] if r in broken_requirements(o, ranks)]
             mates = [f"{c} {choice[c]}" for c, r in restricted.items()
                      if r and c in INNER_COLLECTIVES.get(o.collective, ())]
             tag = ("library's own (default fails too)" if own else f"restriction {', '.join(known)}" if known
                    else f"inner collective forced in the same round: {', '.join(mates)}" if mates else "NONE")
             details.append(f"{o.collective} {algorithm}: {o.case}: {o.verdict} [{tag}]")
             if tag == "NONE":
-                unexplained.append(f"{o.collective} {algorithm}: {o.case}: {o.verdict}")
+                unmet = f" (restriction {', '.join(restricted[o.collective])}: the case breaks none)" \
+                    if restricted[o.collective] else ""
+                unexplained.append(f"{o.collective} {algorithm}: {o.case}: {o.verdict}{unmet}")
     _record(name, "each algorithm forced (env)", f"run {runs}, pass {runs - len(details)}, fail {len(details)}, "
             f"not run after their class crashed under a restricted algorithm {skipped}", details)
     assert not unexplained, "failures of forced algorithms with no restriction recorded:\n" + "\n".join(unexplained)

@@ -90,3 +90,37 @@ def test_what_later_runs_skip_takes_the_mixed_type_cases_of_a_crashed_type_and_n
         ("gather", "world copy int 7 0", "FAIL"),
     ])}
     assert suite.crashing(outcomes) == [("gather", "world copy neglb 33 3"), ("gather", "world copy neglb|int 33 0")]
+
+
+def _breaks(collective: str, case: str, ranks: int) -> frozenset[str]:
+    return suite.broken_requirements(suite.Outcome(0, collective, case, "FAIL"), ranks)
+
+
+def test_a_case_breaks_the_requirements_its_op_buffers_and_types_break_and_no_other() -> None:
+    plain = _breaks("allreduce", "world copy int/sum 33 0", 2)
+    # a plain int sum on 2 ranks: only "inplace" (and what no case states) is broken
+    assert plain == {"inplace"} | suite.UNREADABLE_REQUIREMENTS
+    assert {"commutative", "builtin-op", "not-inplace"} <= _breaks("reduce", "world inplace mat/matmul 33 0", 4)
+    assert _breaks("reduce", "world copy int/usersum 33 0", 4) & {"commutative", "builtin-op"} == {"builtin-op"}
+    assert {"contiguous", "true-lb-zero"} <= _breaks("bcast", "world copy neglb 33 0", 4)
+    assert "true-lb-zero" not in _breaks("bcast", "world copy struct 33 0", 4)
+    assert "contiguous" in _breaks("bcast", "world copy struct 33 0", 4)
+    assert {"same-types", "same-counts"} <= _breaks("gather", "world copy neglb|int 33 0", 4)
+    assert _breaks("allgather", "world copy vec>int 33 0", 4) & {"same-types", "same-counts"} == {"same-types"}
+
+
+def test_a_case_breaks_the_communicator_requirements_of_the_communicator_it_runs_on() -> None:
+    # 5 ranks: the world is no power of two; the halves (3 and 2) and their intercommunicator neither
+    for comm in ("world", "rev", "half", "inter"):
+        assert "power-of-two" in _breaks("ibcast", f"{comm} copy int 33 1", 5)
+    # 4 ranks: halves of 2 are a power of two and exactly two ranks, the world of 4 at most four
+    assert not {"power-of-two", "two-ranks"} & _breaks("bcast", "half copy int 33 0", 4)
+    assert {"two-ranks"} <= _breaks("bcast", "world copy int 33 0", 4)
+    assert "at-most-four-ranks" not in _breaks("allreduce", "world copy int/sum 4500 0", 4)
+    assert "at-most-four-ranks" in _breaks("allreduce", "world copy int/sum 4500 0", 5)
+    # count >= the largest power of two <= the communicator size
+    assert "count-ge-pow2" in _breaks("reduce_scatter_block", "world copy int/sum 1 0", 4)
+    assert "count-ge-pow2" not in _breaks("reduce_scatter_block", "world copy int/sum 4 0", 4)
+    # reduce_scatter's counts alternate n and n+1: irregular wherever there are two ranks and n > 0
+    assert "block-regular" in _breaks("reduce_scatter", "world copy int/sum 33 0", 2)
+    assert "block-regular" not in _breaks("reduce_scatter_block", "world copy int/sum 33 0", 2)
