@@ -204,3 +204,28 @@ def test_every_allreduce_preset_an_intel_file_can_select_sums_right_where_the_ne
         env = {**untuned, **adapter.force_env("allreduce", preset)}
         seen = traces(library, env, 5, 2, nbytes=18000)
         assert set(seen) == {("world", 5), ("sub color=0", 2), ("sub color=1", 3)}, preset
+
+
+IBCAST_SOURCE = Path(__file__).parent / "c" / "ibcast_roots.c"
+
+
+def test_an_mpich_file_runs_the_scatterv_ibcast_on_at_most_four_ranks_only(tmp_path: Path) -> None:
+    """MPICH 5.0.2's scatterv-based ibcasts crash for a root other than 0 on 8 ranks (and 3, 5, 6, 7), right on 2
+    and 4 (mpi/restrictions.py). A tuning measured at 8 ranks that selects the one a JSON file can name (its
+    engine's root is 0, where it runs; the ring variant has no JSON leaf, the online mode's conformance cases
+    cover it) must leave an 8-rank ibcast from the last rank to the library: the JSON guards the leaf with
+    comm_size<=4, read back by the real library here."""
+    algorithm = "tsp_scatterv_recexch_allgatherv"
+    library = resolve_library("mpich")
+    adapter = adapter_for(library)
+    table = SelectionTable.from_items(("ibcast", 8, size, algorithm) for size in (4, 4124, 65536))
+    written = adapter.write_tuning_files(build_rule_sets(table), tmp_path)
+    env = {**adapter.launch_env(), **adapter.single_node_env(), **written.activation_env(tmp_path)}
+    program = build_c(library, [IBCAST_SOURCE], "ibcast_roots")
+    command = launch_command(library, 8, [str(program), "1031"])
+    done = run_launch(command.argv, command.full_env({**os.environ, **env}), timeout=300)
+    assert done.returncode == 0 and not done.timed_out, done.stderr[-2000:]
+    assert "ibcast root=7 size=8 ok" in done.stdout, done.stdout
+    # the leaf is written, behind the guard (the file is what a 2- or 4-rank communicator would read too)
+    text = "".join(path.read_text() for path in tmp_path.glob("*.json"))
+    assert f"MPIR_Ibcast_intra_{algorithm}" in text and '"comm_size<=4"' in text

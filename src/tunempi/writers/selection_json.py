@@ -122,6 +122,7 @@ GUARDS: dict[str, tuple[str, str, bool]] = {
     "noinplace": ("is_sendbuf_inplace=yes", "is_sendbuf_inplace=no", True),
     "inplace": ("is_sendbuf_inplace=no", "is_sendbuf_inplace=yes", True),
     "power-of-two": ("comm_size=pow2", "comm_size=any", False),
+    "at-most-four-ranks": ("comm_size<=4", "comm_size=any", False),
     "parent-comm": ("comm_hierarchy=parent", "comm_hierarchy=any", False),
     "block-regular": ("is_block_regular=yes", "is_block_regular=no", False),
 }

@@ -56,6 +56,7 @@ enum {
     NEED_CONTIGUOUS = 128,   /* datatype requirements: decided only for a draw that needs them, */
     NEED_TRUE_LB_ZERO = 256, /* by an agreement of every rank (online_datatypes_unmet) */
     NEED_SAME_COUNTS = 512,  /* the same count of same-size datatypes on every rank (agreed too) */
+    NEED_AT_MOST_FOUR_RANKS = 1024,
     NEED_DATATYPES = NEED_CONTIGUOUS | NEED_TRUE_LB_ZERO | NEED_SAME_COUNTS,
     NEED_NEVER = 1 << 30 /* a requirement no rank can decide alone: never drawn */
 };
@@ -639,6 +640,8 @@ static int online_unmet(const tmpi_call *call, int size)
         unmet |= NEED_POWER_OF_TWO;
     if (size != 2)
         unmet |= NEED_TWO_RANKS;
+    if (size > 4)
+        unmet |= NEED_AT_MOST_FOUR_RANKS;
     return unmet;
 }
 
