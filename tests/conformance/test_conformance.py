@@ -152,16 +152,17 @@ def _check_forced(layout, colls=None):
         runs += len(outcomes)
         restricted = {c: requirements(library.vendor, library.version, c, n) for c, n in choice.items()}
         failed = sorted(failures(outcomes), key=lambda o: o.index)
+        breaks = {o.index: broken_requirements(o, ranks) for o in failed}
         for o in failed:
             algorithm = choice[o.collective]
             own = o.verdict == "OWN" or not passes_in(default, o)
             # a restriction explains the failure only where this case breaks one of its requirements; a crash
             # or hang also after a case of the round that broke one failed (its heap may be corrupt: MPICH's
             # reduce_scatter noncommutative crashed at count 0 after irregular counts, once, under load)
-            known = [r for r in restricted[o.collective] if r in broken_requirements(o, ranks)]
+            known = [r for r in restricted[o.collective] if r in breaks[o.index]]
             if not known and o.verdict in ("CRASH", "HANG") and any(
                     e.index < o.index and e.collective == o.collective
-                    and set(restricted[o.collective]) & broken_requirements(e, ranks) for e in failed):
+                    and set(restricted[o.collective]) & breaks[e.index] for e in failed):
                 known = [f"{', '.join(restricted[o.collective])} (broken earlier in the round)"]
             mates = [f"{c} {choice[c]}" for c, r in restricted.items()
                      if r and c in INNER_COLLECTIVES.get(o.collective, ())]
