@@ -14,11 +14,12 @@
  * rank 0 collects the verdicts by point-to-point messages (never through a collective under test) and
  * prints one line per case, flushed at once, so a driver knows where a crashed launch stopped:
  *
- *   READY                      (the communicators under test exist)
+ *   READY                      (the communicators under test exist; no case has started)
  *   R <index> <collective> <comm> <inplace|copy> <datatype/op> <count> <root> ok|FAIL|ERROR
  *   DONE <cases>
  *
  *   coll_conformance [--colls allreduce,bcast,...] [--start INDEX] [--skip I,J,...] [--list] [--cvar NAME=INT ...]
+ *                    [--log PATH]
  *
  * ERROR: the call returned an error code (communicators use MPI_ERRORS_RETURN: MPICH's fallback=error
  * reports an algorithm that cannot take the arguments this way). --start skips the cases before INDEX
@@ -26,8 +27,12 @@
  * library on its own, already reported by its default run). --list prints the cases without running them. --cvar writes an
  * int control variable through MPI_T on every rank right after MPI_Init, before the communicators under
  * test are created (how a run-time switch is made; Open MPI honours it on communicators created after).
+ * --log PATH: rank 0 writes the same lines to PATH as well. A launch that aborts a few milliseconds after a
+ * line can lose it on its way through the launcher (MPICH 5.0.2's Hydra at 8 ranks dropped READY when the
+ * first case crashed at once), but a line written to a file is in the kernel before the next case starts.
  */
 #include <mpi.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -64,6 +69,24 @@ enum { OP_SUM, OP_USUM, OP_MATMUL };
 static MPI_Op op_usum, op_matmul;
 
 static int world_rank, world_size;
+static FILE *log_file; /* --log: rank 0's lines, also written here */
+
+/* One line of rank 0's report, on stdout and in the --log file, each flushed at once. */
+static void report(const char *format, ...)
+{
+    va_list args;
+    va_start(args, format);
+    if (log_file) {
+        va_list again;
+        va_copy(again, args);
+        vfprintf(log_file, format, again);
+        va_end(again);
+        fflush(log_file);
+    }
+    vprintf(format, args);
+    va_end(args);
+    fflush(stdout);
+}
 static long n_ok, n_fail, n_err;
 /* A user op was handed a datatype the caller never passed (the standard says it gets the caller's). */
 static int foreign_datatype;
@@ -1017,7 +1040,7 @@ static void write_cvars(const char **specs, int n)
 
 int main(int argc, char **argv)
 {
-    const char *only = NULL, *cvars[16], *skip = NULL;
+    const char *only = NULL, *cvars[16], *skip = NULL, *log_path = NULL;
     int start = 0, list = 0, ncvars = 0;
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--colls") && i + 1 < argc)
@@ -1030,6 +1053,8 @@ int main(int argc, char **argv)
             skip = argv[++i];
         else if (!strcmp(argv[i], "--cvar") && i + 1 < argc && ncvars < 16)
             cvars[ncvars++] = argv[++i];
+        else if (!strcmp(argv[i], "--log") && i + 1 < argc)
+            log_path = argv[++i];
         else {
             fprintf(stderr, "usage: %s [--colls a,b] [--start INDEX] [--list]\n", argv[0]);
             return 2;
@@ -1065,8 +1090,23 @@ int main(int argc, char **argv)
     for (int i = 0; i < NCOMM; i++)
         MPI_Comm_set_errhandler(comms[i], MPI_ERRORS_RETURN);
     if (world_rank == 0 && !list) {
-        printf("READY\n");
-        fflush(stdout);
+        if (log_path && !(log_file = fopen(log_path, "w"))) {
+            perror(log_path);
+            MPI_Abort(MPI_COMM_WORLD, 2);
+        }
+        report("READY\n");
+    }
+    /* No rank starts a case before READY is out: a case that crashes at once on another rank would
+     * otherwise take the launch down before rank 0 says it got through the set-up (MPICH 5.0.2 at 8 ranks,
+     * a crash in the first case after a restart), and the driver would count every case left as SETUP.
+     * Point-to-point, like the verdicts: never through a collective under test. */
+    if (!list) {
+        int go = 1;
+        if (world_rank == 0)
+            for (int r = 1; r < world_size; r++)
+                MPI_Send(&go, 1, MPI_INT, r, 4999, MPI_COMM_WORLD);
+        else
+            MPI_Recv(&go, 1, MPI_INT, 0, 4999, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
     }
     char *skipped = calloc((size_t)ncases + 1, 1);
     for (const char *p = skip; p && *p; p = strchr(p, ',') ? strchr(p, ',') + 1 : "") {
@@ -1097,8 +1137,7 @@ int main(int argc, char **argv)
                 if (v < worst || (v == 0 && worst == 1))
                     worst = v;
             }
-            printf("R %d %s %s\n", i, what, worst == 1 ? "ok" : worst == 0 ? "FAIL" : "ERROR");
-            fflush(stdout);
+            report("R %d %s %s\n", i, what, worst == 1 ? "ok" : worst == 0 ? "FAIL" : "ERROR");
         } else {
             MPI_Send(&verdict, 1, MPI_INT, 0, 5000, MPI_COMM_WORLD);
         }
@@ -1107,8 +1146,9 @@ int main(int argc, char **argv)
         n_err += worst < 0;
     }
     if (world_rank == 0) {
-        printf("DONE %d\n", ncases);
-        fflush(stdout);
+        report("DONE %d\n", ncases);
+        if (log_file)
+            fclose(log_file);
     }
     MPI_Comm_free(&comms[C_WORLD]);
     MPI_Comm_free(&comms[C_INTER]);

@@ -12,6 +12,7 @@ from __future__ import annotations
 import os
 import re
 import sys
+import tempfile
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -154,55 +155,70 @@ def run_suite(
     outcomes: dict[int, Outcome] = {i: Outcome(i, c, case, "OWN") for i, (c, case) in listed.items()
                                     if (c, case) in skipped}
     start = 0
-    for _ in range(max_restarts):
-        not_run = sorted(i for i, o in outcomes.items() if o.verdict in ("OWN", "SKIP"))
-        skip_args = ["--skip", ",".join(str(i) for i in not_run)] if not_run else []
-        args = [str(program), *_colls_args(colls), "--start", str(start), *skip_args, *program_args]
-        argv, launch_env = launch_command(library, ranks, args)
-        if wrap is not None:
-            argv = wrap(argv)
-        result = run_launch(argv, {**os.environ, **launch_env, **library_env(library), **(env or {})},
-                            timeout=timeout, idle_timeout=idle_timeout)
-        done = ready = False
-        for line in result.stdout.splitlines():
-            ready = ready or line == "READY"
-            m = RESULT.match(line)
-            if m:
-                index = int(m.group(1))
-                outcomes[index] = Outcome(index, m.group(2), m.group(3), m.group(4))
-            elif line.startswith("DONE "):
-                done = True
-        if done and result.returncode == 0:
-            break
-        remaining = [i for i in sorted(listed) if i >= start and i not in outcomes]
-        if not remaining:
-            if not done:
-                raise RuntimeError(f"launch failed after its last case: {' '.join(argv)}\n{result.stderr[-3000:]}")
-            break
-        if not ready:  # died before the first case: the set-up (communicator constructors) failed
-            if "cannot write control variable" in result.stderr:
-                raise RuntimeError(result.stderr[-2000:])
-            if setup_retries > 0:
-                # Right after a crashed launch, Debian's MPICH 4.0.2 sometimes fails to start the next one
-                # (1 run in 2 lost ~1500 cases that way): start it again before calling it the set-up's.
-                setup_retries -= 1
-                continue
-            for i in remaining:
-                outcomes[i] = Outcome(i, listed[i][0], listed[i][1], "SETUP")
-            break
-        lost = remaining[0]
-        collective, case = listed[lost]
-        outcomes[lost] = Outcome(lost, collective, case, "HANG" if result.timed_out else "CRASH")
-        if skip_class_after is not None and skip_class_after(outcomes[lost]):
-            lost_class = case_class(outcomes[lost])
-            for i in remaining[1:]:
-                other = Outcome(i, *listed[i], "SKIP")
-                if case_class(other) == lost_class:
-                    outcomes[i] = other
-        start = lost + 1
-    else:
-        raise RuntimeError(f"more than {max_restarts} crashed launches: {' '.join(argv)}")
+    with tempfile.TemporaryDirectory(prefix="conformance-") as logs_dir:
+        logs = Path(logs_dir)
+        for launch in range(max_restarts):
+            not_run = sorted(i for i, o in outcomes.items() if o.verdict in ("OWN", "SKIP"))
+            skip_args = ["--skip", ",".join(str(i) for i in not_run)] if not_run else []
+            log = logs / f"launch-{launch}.log"
+            args = [str(program), *_colls_args(colls), "--start", str(start), *skip_args, "--log", str(log),
+                    *program_args]
+            argv, launch_env = launch_command(library, ranks, args)
+            if wrap is not None:
+                argv = wrap(argv)
+            result = run_launch(argv, {**os.environ, **launch_env, **library_env(library), **(env or {})},
+                                timeout=timeout, idle_timeout=idle_timeout)
+            done = ready = False
+            for line in reported_lines(result.stdout, log):
+                ready = ready or line == "READY"
+                m = RESULT.match(line)
+                if m:
+                    index = int(m.group(1))
+                    outcomes[index] = Outcome(index, m.group(2), m.group(3), m.group(4))
+                elif line.startswith("DONE "):
+                    done = True
+            if done and result.returncode == 0:
+                break
+            remaining = [i for i in sorted(listed) if i >= start and i not in outcomes]
+            if not remaining:
+                if not done:
+                    raise RuntimeError(f"launch failed after its last case: {' '.join(argv)}\n{result.stderr[-3000:]}")
+                break
+            if not ready:  # died before the first case: the set-up (communicator constructors) failed
+                if "cannot write control variable" in result.stderr:
+                    raise RuntimeError(result.stderr[-2000:])
+                if setup_retries > 0:
+                    # Right after a crashed launch, Debian's MPICH 4.0.2 sometimes fails to start the next one
+                    # (1 run in 2 lost ~1500 cases that way): start it again before calling it the set-up's.
+                    setup_retries -= 1
+                    continue
+                for i in remaining:
+                    outcomes[i] = Outcome(i, listed[i][0], listed[i][1], "SETUP")
+                break
+            lost = remaining[0]
+            collective, case = listed[lost]
+            outcomes[lost] = Outcome(lost, collective, case, "HANG" if result.timed_out else "CRASH")
+            if skip_class_after is not None and skip_class_after(outcomes[lost]):
+                lost_class = case_class(outcomes[lost])
+                for i in remaining[1:]:
+                    other = Outcome(i, *listed[i], "SKIP")
+                    if case_class(other) == lost_class:
+                        outcomes[i] = other
+            start = lost + 1
+        else:
+            raise RuntimeError(f"more than {max_restarts} crashed launches: {' '.join(argv)}")
     return outcomes
+
+
+def reported_lines(stdout: str, log: Path) -> list[str]:
+    """Rank 0's report of one launch: its --log file, then what reached stdout (the same lines, or fewer:
+    MPICH 5.0.2's Hydra at 8 ranks dropped READY when the first case crashed at once, and every case after it
+    counted as a set-up failure). Reading a line twice is harmless."""
+    try:
+        written = log.read_text(errors="replace").splitlines()
+    except FileNotFoundError:  # the launch died before rank 0 got through its set-up
+        written = []
+    return written + stdout.splitlines()
 
 
 def case_class(outcome: Outcome) -> tuple[str, str]:

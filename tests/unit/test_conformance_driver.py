@@ -62,6 +62,31 @@ def test_every_crash_costs_a_relaunch_and_is_recorded_by_default(program: Script
     assert [start for start, _ in program.launches] == [0, 1, 3]
 
 
+class LosesItsStdoutOnACrash(ScriptedProgram):
+    """The same program behind a launcher that drops what the crashed launch printed (MPICH 5.0.2's Hydra at
+    8 ranks lost READY when the first case crashed at once): only the --log file has the report."""
+
+    def __call__(self, argv, env=None, timeout=None, **_: object) -> LaunchResult:  # noqa: ANN001 - run_launch's
+        result = super().__call__(argv, env, timeout)
+        args = list(argv)
+        Path(args[args.index("--log") + 1]).write_text(result.stdout + "\n")
+        return result if result.returncode == 0 else LaunchResult(result.argv, result.returncode, "", "segfault",
+                                                                  False, 0.1)
+
+
+def test_a_crash_that_takes_the_launch_s_output_with_it_is_still_a_crash_of_its_case(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    program = LosesItsStdoutOnACrash()
+    monkeypatch.setattr(suite, "list_cases", lambda *a, **k: dict(CASES))
+    monkeypatch.setattr(suite, "launch_command", lambda library, ranks, args: (list(args), {}))
+    monkeypatch.setattr(suite, "library_env", lambda library: {})
+    monkeypatch.setattr(suite, "run_launch", program)
+    outcomes = suite.run_suite(None, 2, program=Path("coll_conformance"))  # type: ignore[arg-type]
+    # From stdout alone the first launch never got READY: three set-up retries, then every case SETUP.
+    assert _verdicts(outcomes) == ["CRASH", "ok", "CRASH", "ok"]
+    assert [start for start, _ in program.launches] == [0, 1, 3]
+
+
 def test_a_crashed_class_is_left_out_of_the_rest_of_the_launch_when_asked(program: ScriptedProgram) -> None:
     asked: list[str] = []
 
