@@ -1056,7 +1056,8 @@ int main(int argc, char **argv)
         else if (!strcmp(argv[i], "--log") && i + 1 < argc)
             log_path = argv[++i];
         else {
-            fprintf(stderr, "usage: %s [--colls a,b] [--start INDEX] [--list]\n", argv[0]);
+            fprintf(stderr, "usage: %s [--colls a,b] [--start INDEX] [--skip I,J] [--list] [--cvar NAME=INT] "
+                            "[--log PATH]\n", argv[0]);
             return 2;
         }
     }
