@@ -45,23 +45,23 @@ CANDIDATE_PRESETS = (8, 1, 9)
 def test_run_leaves_a_job_outside_the_measured_layouts_to_intel_mpi(tmp_path: Path) -> None:
     library = resolve_library("impi")
     untuned = {**adapter_for(library).launch_env(), **adapter_for(library).single_node_env()}
-    own = traces(library, untuned, 2, 1)[("world", 2)], traces(library, untuned, 5, 2)
+    own_two, own_five = traces(library, untuned, 2, 1)[("world", 2)], traces(library, untuned, 5, 2)
     for preset in CANDIDATE_PRESETS:
         forced = {**untuned, "I_MPI_ADJUST_ALLREDUCE": str(preset)}
-        if traces(library, forced, 2, 1)[("world", 2)] != own[0] and traces(library, forced, 5, 2) != own[1]:
+        forced_two, forced_five = traces(library, forced, 2, 1)[("world", 2)], traces(library, forced, 5, 2)
+        if forced_two != own_two and forced_five != own_five:
             break
     else:
-        pytest.fail(f"no preset of {CANDIDATE_PRESETS} runs other than Intel's own choice here: {own}")
+        pytest.fail(f"no preset of {CANDIDATE_PRESETS} runs other than Intel's own choice here: {own_two, own_five}")
     directory = tiny_tuning(tmp_path / "tuned", 2, f"preset_{preset}", vendor="impi")
     # At the measured layout the tuned preset runs (Intel's own choice differs there).
     at_two, said = run_under(directory, 2, 1)
-    assert at_two[("world", 2)] == traces(library, forced, 2, 1)[("world", 2)] != traces(library, untuned, 2, 1)[
-        ("world", 2)]
+    assert at_two[("world", 2)] == forced_two != own_two
     assert "not exported" not in said
     # Outside it (5 ranks, sub-communicators of 2 and 3), every call runs exactly what Intel runs untuned; before,
     # the string's nearest condition forced preset 8 on all of them.
     at_five, said = run_under(directory, 5, 2)
-    assert at_five == traces(library, untuned, 5, 2) != traces(library, forced, 5, 2)
+    assert at_five == own_five != forced_five
     lines = [line for line in said.splitlines() if "I_MPI_ADJUST_ALLREDUCE not exported" in line]
     assert len(lines) == 1 and "5 ranks" in lines[0], said
 

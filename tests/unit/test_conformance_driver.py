@@ -42,14 +42,18 @@ class ScriptedProgram:
         return LaunchResult(tuple(args), 0, "\n".join(lines), "", False, 0.1)
 
 
-@pytest.fixture
-def program(monkeypatch: pytest.MonkeyPatch) -> ScriptedProgram:
-    scripted = ScriptedProgram()
+def _launched_by_the_driver(monkeypatch: pytest.MonkeyPatch, scripted: ScriptedProgram) -> ScriptedProgram:
+    """`scripted` in place of the real program, launcher and case list."""
     monkeypatch.setattr(suite, "list_cases", lambda *a, **k: dict(CASES))
     monkeypatch.setattr(suite, "launch_command", lambda library, ranks, args: (list(args), {}))
     monkeypatch.setattr(suite, "library_env", lambda library: {})
     monkeypatch.setattr(suite, "run_launch", scripted)
     return scripted
+
+
+@pytest.fixture
+def program(monkeypatch: pytest.MonkeyPatch) -> ScriptedProgram:
+    return _launched_by_the_driver(monkeypatch, ScriptedProgram())
 
 
 def _verdicts(outcomes: dict[int, suite.Outcome]) -> list[str]:
@@ -76,11 +80,7 @@ class LosesItsStdoutOnACrash(ScriptedProgram):
 
 def test_a_crash_that_takes_the_launch_s_output_with_it_is_still_a_crash_of_its_case(
         monkeypatch: pytest.MonkeyPatch) -> None:
-    program = LosesItsStdoutOnACrash()
-    monkeypatch.setattr(suite, "list_cases", lambda *a, **k: dict(CASES))
-    monkeypatch.setattr(suite, "launch_command", lambda library, ranks, args: (list(args), {}))
-    monkeypatch.setattr(suite, "library_env", lambda library: {})
-    monkeypatch.setattr(suite, "run_launch", program)
+    program = _launched_by_the_driver(monkeypatch, LosesItsStdoutOnACrash())
     outcomes = suite.run_suite(None, 2, program=Path("coll_conformance"))  # type: ignore[arg-type]
     # From stdout alone the first launch never got READY: three set-up retries, then every case SETUP.
     assert _verdicts(outcomes) == ["CRASH", "ok", "CRASH", "ok"]
