@@ -4,9 +4,11 @@ scales with perfect measurements below them.
 Every (cell, algorithm) at <= R ranks is known by its median over the file's runs (the evidence); each cell
 above R is scored as `simulate --policy` scores it (the pick's median over the best algorithm's; `default`
 the default's). Prints per policy the (file, collective) rows missing issue 57's goal, the rule's variants
-(`--grid`) and the leave-one-file-out view. Seconds, not the replay's 45 minutes:
+(`--grid`) and the leave-one-file-out view; `--explain FILE:COLLECTIVE` lists every cell a policy extends
+a winner to, with the evidence it saw and what the cell then cost. Seconds, not the replay's 45 minutes:
 
     .venv/bin/python bench/extension_medians.py [--train-max-ranks 128] [--grid]
+        [--explain ornl-peak-pr7730:alltoall [--policy smoothed]]
 """
 
 from __future__ import annotations
@@ -22,7 +24,7 @@ import numpy as np
 import pandas as pd
 
 from tunempi.collectives import DEFAULT_ALGORITHM
-from tunempi.sim.extend import Evidence, pick
+from tunempi.sim.extend import POLICIES, Evidence, pick
 from tunempi.space import Cell
 
 DATA = Path(__file__).resolve().parents[1] / "data"
@@ -116,11 +118,46 @@ def misses(policy: Policy, tables: dict, files: tuple[str, ...], one_node: bool)
     return found
 
 
+def explain(policy: str, evidence: Evidence, above: dict[Cell, dict[str, float]]) -> None:
+    """Every cell where `policy` names an algorithm: the pick's gain over the default (default / pick, > 1: the
+    pick is faster) at the two largest measured node counts, at the cell's size alone (`smoothed` judges the
+    geometric mean over the neighbouring sizes too), then at the cell the pick's and the default's median over
+    the best measured algorithm's."""
+    top, below = evidence.node_counts[-1], (evidence.node_counts[-2] if len(evidence.node_counts) > 1 else None)
+    print(f"measured node counts {evidence.node_counts}; gains at {top} and {below} nodes; at the cell: "
+          "pick / best, default / best")
+    for cell, algorithms in sorted(above.items(), key=lambda item: (item[0].msg_bytes, item[0].ranks)):
+        chosen = pick(policy, evidence, cell)
+        if chosen == DEFAULT_ALGORITHM:
+            continue
+        measured = {a: v for a, v in algorithms.items() if a != DEFAULT_ALGORITHM}
+        best = min(measured.values())
+        gains = []
+        for nodes in (top, below):
+            anchor = evidence.anchor(nodes, cell) if nodes is not None else None
+            tuned = evidence.latency(anchor, chosen) if anchor is not None else None
+            default = evidence.latency(anchor, DEFAULT_ALGORITHM) if anchor is not None else None
+            gains.append(f"{default / tuned:5.2f}" if tuned and default else "    -")
+        print(f"  {cell.ranks:4d} ranks {cell.nodes:3d} nodes {cell.msg_bytes:8d} B  {chosen:20s} gains "
+              f"{' '.join(gains)}   pick {measured.get(chosen, max(measured.values())) / best:5.2f}  "
+              f"default {algorithms[DEFAULT_ALGORITHM] / best:5.2f}")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--train-max-ranks", type=int, default=128)
     parser.add_argument("--grid", action="store_true", help="the rule's variants and leave-one-file-out")
+    parser.add_argument("--explain", metavar="FILE:COLLECTIVE", help="the cells a policy extends a winner to")
+    parser.add_argument("--policy", default="smoothed", choices=POLICIES[:1] + POLICIES[4:] + ("last",),
+                        help="the policy --explain shows (default: smoothed)")
     args = parser.parse_args()
+    if args.explain:
+        name, _, collective = args.explain.partition(":")
+        if name not in FILES or collective not in COLLECTIVES:
+            parser.error(f"--explain takes FILE:COLLECTIVE, FILE one of {', '.join(FILES)} and COLLECTIVE one of "
+                         f"{', '.join(COLLECTIVES)}; got {args.explain!r}")
+        explain(args.policy, *rows(pd.read_csv(DATA / f"{name}.csv.gz"), collective, args.train_max_ranks))
+        return
     frames = {name: pd.read_csv(DATA / f"{name}.csv.gz") for name in FILES}
     tables = {(name, c): rows(frames[name], c, args.train_max_ranks) for name in FILES for c in COLLECTIVES}
     one_node = args.train_max_ranks <= 32
