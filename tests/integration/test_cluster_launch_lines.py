@@ -30,6 +30,8 @@ HERE = Path(__file__).parent
 DOC = HERE.parents[1] / "docs" / "launch.md"
 PROBE_SOURCE = HERE / "c" / "node_probe.c"
 SECTION = "### An application's own launch line across the nodes"
+#: PRRTE's words when a node's daemon exited before it reported back (no rank of the job started).
+PRRTE_DAEMON_NEVER_STARTED = "A daemon failed to report back after being spawned"
 
 
 def documented_lines() -> list[str]:
@@ -60,8 +62,12 @@ def test_the_documented_cross_node_line_runs_on_two_nodes(cluster: EmulatedClust
     mpi = options[options.index("--mpi") + 1] if "--mpi" in options else None
     library = launch_line_library(mpi, command)
     command[command.index("./app")] = str(build_c(library, [PROBE_SOURCE], "node_probe", werror=True))
-    done = subprocess.run([sys.executable, "-m", "tunempi", "profile", *options, "-o", "p.json", "--", *command],
-                          cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
+    argv = [sys.executable, "-m", "tunempi", "profile", *options, "-o", "p.json", "--", *command]
+    done = subprocess.run(argv, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
+    if done.returncode != 0 and PRRTE_DAEMON_NEVER_STARTED in done.stderr + done.stdout:
+        # Seen once in a busy CI run (load above 5), never in 160 launches of its mpirun line beside busy loops
+        # (docs/launch.md): a start-up failure of the emulated node's daemon, before any rank ran. Once more.
+        done = subprocess.run(argv, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
     assert '"nodes":2' in done.stdout  # the probe: two MPI_COMM_TYPE_SHARED communicators
     header = json.loads((tmp_path / "p.json").read_text())["header"]
