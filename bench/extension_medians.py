@@ -24,7 +24,7 @@ import numpy as np
 import pandas as pd
 
 from tunempi.collectives import DEFAULT_ALGORITHM
-from tunempi.sim.extend import POLICIES, Evidence, pick
+from tunempi.sim.extend import Evidence, gain_over_default, pick
 from tunempi.space import Cell
 
 DATA = Path(__file__).resolve().parents[1] / "data"
@@ -32,6 +32,8 @@ FILES = ("ornl-peak", "ornl-peak-pr7730")
 COLLECTIVES = ("allgather", "allgatherv", "allreduce", "alltoall", "alltoallv", "bcast", "gather", "reduce",
                "reduce_scatter", "scatter")
 Policy = Callable[[Evidence, Cell], str]
+#: The policies that decide from the measurements alone (`model`, `agree` and `strategy` need a model or a strategy).
+EVIDENCE_POLICIES = ("default", "last", "held", "gaining", "smoothed")
 
 
 def rows(frame: pd.DataFrame, collective: str, max_ranks: int) -> tuple[Evidence, dict[Cell, dict[str, float]]]:
@@ -81,11 +83,7 @@ def features(evidence: Evidence, above: dict[Cell, dict[str, float]]) -> np.ndar
         best, worst = min(measured.values()), max(measured.values())
         anchors = [evidence.anchor(n, cell) for n in evidence.node_counts[-2:][::-1]]
         winner = evidence.winner(anchors[0]) if anchors and anchors[0] is not None else None
-        gains = []
-        for anchor in anchors:
-            tuned = evidence.latency(anchor, winner) if anchor is not None and winner else None
-            default = evidence.latency(anchor, DEFAULT_ALGORITHM) if anchor is not None else None
-            gains.append(default / tuned if tuned and default else 0.0)
+        gains = [(gain_over_default(evidence, anchor, winner) if winner else None) or 0.0 for anchor in anchors]
         held = len(anchors) == 2 and anchors[1] is not None and evidence.winner(anchors[1]) == winner
         out.append((*(gains + [0.0, 0.0])[:2], held, algorithms[DEFAULT_ALGORITHM] / best,
                     measured.get(winner or "", worst) / best))
@@ -132,12 +130,9 @@ def explain(policy: str, evidence: Evidence, above: dict[Cell, dict[str, float]]
             continue
         measured = {a: v for a, v in algorithms.items() if a != DEFAULT_ALGORITHM}
         best = min(measured.values())
-        gains = []
-        for nodes in (top, below):
-            anchor = evidence.anchor(nodes, cell) if nodes is not None else None
-            tuned = evidence.latency(anchor, chosen) if anchor is not None else None
-            default = evidence.latency(anchor, DEFAULT_ALGORITHM) if anchor is not None else None
-            gains.append(f"{default / tuned:5.2f}" if tuned and default else "    -")
+        gains = [f"{gain:5.2f}" if (gain := gain_over_default(
+            evidence, evidence.anchor(nodes, cell) if nodes is not None else None, chosen)) else "    -"
+                 for nodes in (top, below)]
         print(f"  {cell.ranks:4d} ranks {cell.nodes:3d} nodes {cell.msg_bytes:8d} B  {chosen:20s} gains "
               f"{' '.join(gains)}   pick {measured.get(chosen, max(measured.values())) / best:5.2f}  "
               f"default {algorithms[DEFAULT_ALGORITHM] / best:5.2f}")
@@ -148,7 +143,7 @@ def main() -> None:
     parser.add_argument("--train-max-ranks", type=int, default=128)
     parser.add_argument("--grid", action="store_true", help="the rule's variants and leave-one-file-out")
     parser.add_argument("--explain", metavar="FILE:COLLECTIVE", help="the cells a policy extends a winner to")
-    parser.add_argument("--policy", default="smoothed", choices=POLICIES[:1] + POLICIES[4:] + ("last",),
+    parser.add_argument("--policy", default="smoothed", choices=EVIDENCE_POLICIES,
                         help="the policy --explain shows (default: smoothed)")
     args = parser.parse_args()
     if args.explain:
@@ -161,7 +156,7 @@ def main() -> None:
     frames = {name: pd.read_csv(DATA / f"{name}.csv.gz") for name in FILES}
     tables = {(name, c): rows(frames[name], c, args.train_max_ranks) for name in FILES for c in COLLECTIVES}
     one_node = args.train_max_ranks <= 32
-    for name in ("default", "last", "held", "gaining", "smoothed"):
+    for name in EVIDENCE_POLICIES:
         found = misses(functools.partial(pick, name), tables, FILES, one_node)
         print(f"{name}: {len(found)} of {len(tables)} rows miss" + "".join(f"\n  {m}" for m in found))
     if not args.grid:

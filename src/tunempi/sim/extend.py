@@ -136,7 +136,7 @@ def _winner_at_top(evidence: Evidence, cell: Cell) -> tuple[str, Cell] | None:
     return None if winner is None or anchor is None else (winner, anchor)
 
 
-def _gain(evidence: Evidence, cell: Cell | None, algorithm: str) -> float | None:
+def gain_over_default(evidence: Evidence, cell: Cell | None, algorithm: str) -> float | None:
     """default / algorithm at a measured cell (> 1: the algorithm is faster), None unless both measured."""
     if cell is None:
         return None
@@ -145,10 +145,10 @@ def _gain(evidence: Evidence, cell: Cell | None, algorithm: str) -> float | None
 
 
 def _smoothed_gain(evidence: Evidence, cell: Cell | None, algorithm: str) -> float | None:
-    """_gain's geometric mean over the cell's size and GAIN_NEIGHBOURS measured sizes each side (those where
+    """gain_over_default's geometric mean over the cell's size and GAIN_NEIGHBOURS measured sizes each side (those where
     both are measured), None where none is."""
     gains = [g for near in (evidence.neighbours(cell, GAIN_NEIGHBOURS) if cell is not None else [])
-             if (g := _gain(evidence, near, algorithm)) is not None]
+             if (g := gain_over_default(evidence, near, algorithm)) is not None]
     return float(np.exp(np.mean(np.log(gains)))) if gains else None
 
 
@@ -187,7 +187,7 @@ def pick(policy: str, evidence: Evidence, cell: Cell, *, prediction: Prediction 
     if policy == "held":
         return winner if below is not None and evidence.winner(below) == winner else DEFAULT_ALGORITHM
     if policy in ("gaining", "smoothed"):
-        gain = _gain if policy == "gaining" else _smoothed_gain
+        gain = gain_over_default if policy == "gaining" else _smoothed_gain
         gain_top, gain_below = gain(evidence, anchor, winner), gain(evidence, below, winner)
         if gain_top is None or gain_below is None:
             return DEFAULT_ALGORITHM
