@@ -25,6 +25,7 @@ import pandas as pd
 
 from tunempi.collectives import DEFAULT_ALGORITHM
 from tunempi.sim.extend import Evidence, gain_over_default, pick
+from tunempi.sim.metrics import oracle_known
 from tunempi.space import Cell
 
 DATA = Path(__file__).resolve().parents[1] / "data"
@@ -37,7 +38,8 @@ EVIDENCE_POLICIES = ("default", "last", "held", "gaining", "smoothed")
 
 
 def rows(frame: pd.DataFrame, collective: str, max_ranks: int) -> tuple[Evidence, dict[Cell, dict[str, float]]]:
-    """The evidence at <= max_ranks and every scored cell's medians above it."""
+    """The evidence at <= max_ranks and every scored cell's medians above it (where the default and another
+    algorithm were measured and the oracle is known, as `simulate --policy` scores them)."""
     medians = frame[frame.collective == collective].groupby(
         ["ranks", "nodes", "ppn", "msg_bytes", "algorithm"]).latency_us.median()
     known: dict[tuple[Cell, str], float] = {}
@@ -50,7 +52,9 @@ def rows(frame: pd.DataFrame, collective: str, max_ranks: int) -> tuple[Evidence
             known[cell, str(algorithm)] = float(us)
         else:
             above.setdefault(cell, {})[str(algorithm)] = float(us)
-    return Evidence(known), {c: a for c, a in above.items() if DEFAULT_ALGORITHM in a and len(a) > 1}
+    scored = {c: a for c, a in above.items() if DEFAULT_ALGORITHM in a and len(a) > 1}
+    keep = oracle_known([c.collective for c in scored], [len(a) - 1 for a in scored.values()])
+    return Evidence(known), {c: a for (c, a), ok in zip(scored.items(), keep, strict=True) if ok}
 
 
 def score(policy: Policy, evidence: Evidence, above: dict[Cell, dict[str, float]]) -> tuple[float, float]:

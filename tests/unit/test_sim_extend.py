@@ -139,8 +139,30 @@ def test_library_policy_trained_on_one_node_is_the_default_in_every_cell_above(
         picks = extend(EXTENSION_POLICY, evidence, oracle.cells)
         assert set(picks.values()) == {D}, collective
         scored = oracle.slowdowns_with_default(picks)
-        measured = np.isfinite(oracle.default_us)
+        measured = np.isfinite(oracle.default_us) & oracle.known
         assert np.array_equal(scored[measured], oracle.default_slowdowns()[measured]), collective
+
+
+@pytest.mark.parametrize("which", ["peak", "pr7730"])
+def test_policies_are_scored_only_where_the_sweep_knows_the_best(
+        which: str, peak_dataset: Path, peak_pr7730_dataset: Path) -> None:
+    """Above 32 ranks every cell of both Peak files has its oracle, except PR 7730's alltoall at 512 ranks,
+    where the sweep ran `linear` alone: there no pick is scored (not even the default), so an extension of
+    another algorithm is not charged linear's time as if it were its own."""
+    frame = load_frame(peak_dataset if which == "peak" else peak_pr7730_dataset)
+    for collective in sorted(frame["collective"].unique()):
+        oracle = Oracle(ReplayBackend(frame, collective, seed=0), above_ranks=32)
+        unknown = [c for c, known in zip(oracle.cells, oracle.known, strict=True) if not known]
+        if which == "pr7730" and collective == "alltoall":
+            assert unknown and {c.ranks for c in unknown} == {512}
+            assert set(oracle.cells) - set(unknown) >= {c for c in oracle.cells if c.ranks < 512}
+            elsewhere = [c for c in oracle.cells if c.ranks < 512 and c.msg_bytes == 16]
+            scored = oracle.slowdowns_with_default(
+                {c: "modified_bruck" for c in oracle.cells} | {c: D for c in elsewhere})
+            assert np.isnan(scored[~oracle.known]).all()
+            assert np.isfinite(scored[[oracle.cells.index(c) for c in elsewhere]]).all()
+        else:
+            assert not unknown, collective
 
 
 def test_simulate_scores_policies_above_the_training_ranks() -> None:

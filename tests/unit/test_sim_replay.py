@@ -359,3 +359,12 @@ def test_scale_doubling_weight_must_be_positive() -> None:
     space = FeatureSpace("allreduce", (Cell("allreduce", 2, 1, 2, 8),), ("a",))
     with pytest.raises(ValueError, match="scale_doubling_weight"):
         make_strategy("tunempi", space, seed=0, scale_doubling_weight=0.0)
+
+
+def test_oracle_is_known_where_the_sweep_ran_half_its_fullest_cell() -> None:
+    """A cell counts as known where the dataset ran at least half of the algorithms it ran in the same
+    collective's fullest cell; collectives are judged apart, and a cell with none is never known."""
+    from tunempi.sim.metrics import oracle_known
+
+    known = oracle_known(["bcast", "bcast", "bcast", "bcast", "alltoall", "alltoall"], [4, 2, 1, 0, 1, 3])
+    assert known.tolist() == [True, True, False, False, False, True]

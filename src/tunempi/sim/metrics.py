@@ -3,11 +3,16 @@
 Per cell the oracle is the algorithm (never `default`) with the best median latency over the dataset's
 runs; a selection's slowdown in a cell is median(selected) / median(oracle). An algorithm selected where
 the dataset has no run of it is charged the worst candidate's median there (it would have to fall back).
+
+An extension policy is scored against the library's default only where the oracle is known
+(`oracle_known`): where a sweep ran few of a collective's algorithms (Peak PR 7730's alltoall at 512 ranks ran
+`linear` alone), the "best" is one algorithm's time and the worst-candidate charge of an unmeasured pick is that
+same time, so the comparison would be with a stand-in, not with the pick.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -18,6 +23,21 @@ from tunempi.space import Cell
 
 if TYPE_CHECKING:
     from tunempi.sim.replay import ReplayBackend
+
+#: A cell's oracle counts as known where the dataset ran at least this share of the algorithms it ran in the
+#: fullest cell of the same collective among those scored (docs/measurements/strategies.md, "The oracle where a
+#: sweep stopped short": every cell of both Peak files passes, except PR 7730's alltoall at 512 ranks, 1 of 4).
+ORACLE_COVERAGE = 0.5
+
+
+def oracle_known(collectives: Sequence[str], measured: Sequence[int]) -> np.ndarray:
+    """Per cell (its collective, how many algorithms the dataset ran there, `default` not counted): whether
+    it ran at least `ORACLE_COVERAGE` of its collective's fullest cell among these."""
+    fullest: dict[str, int] = {}
+    for collective, count in zip(collectives, measured, strict=True):
+        fullest[collective] = max(fullest.get(collective, 0), count)
+    return np.array([count > 0 and count >= ORACLE_COVERAGE * fullest[collective]
+                     for collective, count in zip(collectives, measured, strict=True)], dtype=bool)
 
 
 class Oracle:
@@ -45,6 +65,8 @@ class Oracle:
         self.best_us = np.nanmin(self.median_us, axis=1)
         self.worst_us = np.nanmax(self.median_us, axis=1)
         self.best_algorithm = [self.algorithms[int(np.nanargmin(row))] for row in self.median_us]
+        self.known = oracle_known([c.collective for c in self.cells],
+                                  [int(np.isfinite(row).sum()) for row in self.median_us])
         self._cost_model = backend.cost_model
 
     def slowdowns(self, selection: Mapping[Cell, str]) -> np.ndarray:
@@ -58,11 +80,12 @@ class Oracle:
 
     def slowdowns_with_default(self, selection: Mapping[Cell, str]) -> np.ndarray:
         """Like `slowdowns`, but `default` selects the library's own choice (its measured median): how an
-        extension policy is scored. NaN in the cells where the default was not measured."""
+        extension policy is scored. NaN in the cells where the default was not measured and where the
+        oracle is not known (`known`)."""
         chosen = self.slowdowns(selection)
         picks_default = np.array([selection.get(c) == DEFAULT_ALGORITHM for c in self.cells])
         chosen[picks_default] = self.default_us[picks_default] / self.best_us[picks_default]
-        chosen[~np.isfinite(self.default_us)] = np.nan
+        chosen[~np.isfinite(self.default_us) | ~self.known] = np.nan
         return chosen
 
     def default_slowdowns(self) -> np.ndarray:
