@@ -234,6 +234,9 @@ class FakeAdapter:
     def selects_by_communicator_size(self, collective: str) -> bool:
         return True
 
+    def selects_by_ppn(self) -> bool:
+        return False
+
 
 def stored_runs(db: Path, us: dict[tuple[int, int, str], float], *, fingerprint: str = "fp-one") -> Path:
     """A results store with three runs of each (ranks, bytes, algorithm) -> median us, one node."""
@@ -268,6 +271,35 @@ def test_catalog_add_of_a_store_adds_its_cells_with_the_store_as_provenance(tmp_
     (entry,) = Catalog.load(tmp_path / "catalog").entries
     assert (entry.algorithm, entry.source, entry.created) == ("ring", str(db.resolve()), "2026-12-05T12:00:00Z")
     assert (entry.median_us, entry.default_us) == (10.1, 20.2)
+
+
+def test_the_other_algorithms_medians_travel_from_tuning_and_store_into_the_rules_catalog_build_writes(
+        tmp_path: Path) -> None:
+    """A manifest row's and a store cell's other medians (not the selection's, not the default's) are kept with
+    the entry, through catalog.json, into the medians catalog build gives the extension policy: a winner of the
+    largest layout is read where another layout's tuning measured but did not select it (issue 57 part 2)."""
+    from tunempi.catalog.build import catalog_rules
+
+    catalog = tmp_path / "catalog"
+    top, below = Cell("allreduce", 8, 4, 2, 8), Cell("allreduce", 4, 2, 2, 8)
+    for path, cell, algorithm, others in ((tmp_path / "t4", top, "ring", {}),
+                                          (tmp_path / "t2", below, "recursive_doubling", {"ring": 10.0})):
+        Manifest(directory=path, library=LIBRARY, created="2026-12-05T09:00:00Z",
+                 selection=(SelectionRow(cell, algorithm, 9.0 if cell == below else 10.0,
+                                         15.0 if cell == below else 20.0, others=others),)).save()
+        add_tuning(catalog, path)
+    entries = Catalog.load(catalog).entries
+    assert {e.cell: dict(e.others) for e in entries} == {top: {}, below: {"ring": 10.0}}
+    rules = catalog_rules(tuple(entries), FakeAdapter())  # type: ignore[arg-type]
+    assert rules.medians[below, "ring"] == 10.0
+    # ring's gain over the default grew from 1.5x (2 nodes, not selected there) to 2x (4 nodes): carried above
+    assert rules.rule_sets["allreduce"].select(64, 8) == "ring"
+
+    db = stored_runs(tmp_path / "results.sqlite", {(2, 8, "default"): 20.0, (2, 8, "ring"): 10.0,
+                                                   (2, 8, "recursive_doubling"): 15.0})
+    add_stored_runs(tmp_path / "from-store", db, LIBRARY, FakeAdapter())  # type: ignore[arg-type]
+    (entry,) = Catalog.load(tmp_path / "from-store").entries
+    assert entry.algorithm == "ring" and dict(entry.others) == {"recursive_doubling": 15.15}
 
 
 def test_a_corrupt_empty_missing_or_other_builds_store_is_refused_and_the_catalog_kept(tmp_path: Path) -> None:

@@ -100,6 +100,23 @@ def test_a_cell_the_tune_left_to_the_default_is_not_extended_whatever_its_median
     assert dict(extensions["bcast"].row) == {8: DEFAULT_ALGORITHM, 1024: "binomial"}
 
 
+def test_the_gain_one_node_count_down_is_read_where_the_winner_was_measured_but_not_selected() -> None:
+    """At 2 nodes tune selected knomial, yet measured binomial too: binomial's gain over the default there is
+    evidence for carrying 4 nodes' binomial beyond them (it grew from 1.5x to 2x: extended; it shrank from 3x to
+    2x: the library's own). Before, only the selection's and the default's medians were read, so a winner not
+    selected one node count down was never extended."""
+    for below_us, expected in ((10.0, "binomial"), (5.0, DEFAULT_ALGORITHM)):
+        selection, medians = tuned("bcast", [(2, 2), (4, 2)], {
+            (nodes, size): (10.0, 15.0 if nodes == 2 else 20.0) for nodes in (2, 4) for size in (8, 16)})
+        for size in (8, 16):
+            below = Cell("bcast", 4, 2, 2, size)
+            selection[below] = "knomial"
+            medians[below, "knomial"] = 9.0
+            medians[below, "binomial"] = below_us  # the default's is 15: a gain of 1.5x, or 3x
+        extensions = extensions_for(selection, medians, Files())  # type: ignore[arg-type]
+        assert dict(extensions["bcast"].row) == {8: expected, 16: expected}, below_us
+
+
 def test_report_says_which_policy_extended_a_block() -> None:
     """report's evidence column for the sizes above the largest measured one (it had no word for them)."""
     from tunempi.report.tuning import block_evidence

@@ -60,7 +60,7 @@ def test_the_record_round_trips_through_its_json_and_keeps_the_keys(tmp_path: Pa
         manifest, excluded={"allreduce": {"tree": "its leaf takes tree_type"}}, assumes=("contiguous",),
         distributions={"alltoallv": "skewed"},
         selection=(SelectionRow(Cell("allreduce", 2, 1, 2, 8), "default", 4.0, 4.0, replaced_from="ring",
-                                decided=(1.08, 1.04, 1.12, 2)),),
+                                decided=(1.08, 1.04, 1.12, 2), others={"rabenseifner": 3.5}),),
         run=RunRecord(stop_reason="max_rounds", wall_s=1.23456, measured=3))
     replaced.save()
     loaded = Manifest.load(tmp_path)
@@ -71,6 +71,10 @@ def test_the_record_round_trips_through_its_json_and_keeps_the_keys(tmp_path: Pa
     assert data["distributions"] == {"alltoallv": "skewed"}  # verify measures alltoallv as tune did
     assert data["selection"][0]["replaced_from"] == "ring" and data["run"]["stop_reason"] == "max_rounds"
     assert data["selection"][0]["decided"] == {"speedup": 1.08, "low": 1.04, "high": 1.12, "launches": 2}
+    assert data["selection"][0]["others"] == {"rabenseifner": 3.5}
+    # the medians the extension policy reads: a replaced row's own median is the default's, so it names no ring
+    assert loaded.selection[0].medians() == {(Cell("allreduce", 2, 1, 2, 8), "rabenseifner"): 3.5,
+                                             (Cell("allreduce", 2, 1, 2, 8), "default"): 4.0}
     assert data["library"]["name"] == "openmpi-5.0.11" and data["verify"] is None
 
 

@@ -93,6 +93,8 @@ def catalog_rules(entries: tuple[Entry, ...], adapter: VendorAdapter) -> Catalog
     acting, shadowed = acting_entries(entries, by_ppn=adapter.selects_by_ppn())
     medians: dict[tuple[Cell, str], float | None] = {}
     for e in acting:
+        for algorithm, us in e.others.items():
+            medians.setdefault((e.cell, algorithm), us)
         medians[(e.cell, e.algorithm)] = e.median_us
         medians.setdefault((e.cell, DEFAULT_ALGORITHM), e.default_us)
     chosen = {e.cell: e.algorithm for e in acting}
@@ -118,7 +120,7 @@ def build_tuning(catalog: Catalog, out: Path, *, mpi: str | None = None, smoke: 
     """Write the catalog's tuning into `out` (TuningFileError if the library rejects the files; `out` then keeps
     what it held)."""
     from tunempi.tune.files import write_tuning_files
-    from tunempi.tune.job import files_fields, one_choice
+    from tunempi.tune.job import files_fields, one_choice, other_medians
 
     if catalog.library is None or not catalog.entries:
         raise UsageError(f"{catalog.directory} holds no tuning yet: add one with `tunempi catalog add DIR`")
@@ -142,7 +144,8 @@ def build_tuning(catalog: Catalog, out: Path, *, mpi: str | None = None, smoke: 
         run=RunRecord(stop_reason="built from the catalog's tunings"),
         one_choice=one_choice(adapter, sorted({c.collective for c in selection})),
         selection=tuple(SelectionRow(cell, algorithm, medians.get((cell, algorithm)),
-                                     medians.get((cell, DEFAULT_ALGORITHM)))
+                                     medians.get((cell, DEFAULT_ALGORITHM)),
+                                     others=other_medians(medians, cell, algorithm))
                         for cell, algorithm in sorted(selection.items())),
         **files_fields(written, rule_sets),
     )

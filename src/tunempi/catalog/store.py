@@ -57,6 +57,9 @@ class Entry:
     default_us: float | None = None
     #: verify's held-out figure for the cell: speedup over the default, its interval and verdict ({} unverified)
     held_out: Mapping[str, Any] = field(default_factory=dict)
+    #: the medians of the other algorithms the tuning measured here (the manifest row's `others`): the extension
+    #: policy reads a winner's gain where another layout's tuning did not select it
+    others: Mapping[str, float] = field(default_factory=dict)
 
     @property
     def key(self) -> tuple[str, int, int, int]:
@@ -66,13 +69,15 @@ class Entry:
 
     def to_dict(self) -> dict[str, Any]:
         return {**self.cell.to_dict(), "algorithm": self.algorithm, "source": self.source, "created": self.created,
-                "median_us": self.median_us, "default_us": self.default_us, "held_out": dict(self.held_out)}
+                "median_us": self.median_us, "default_us": self.default_us, "held_out": dict(self.held_out),
+                **({"others": dict(sorted(self.others.items()))} if self.others else {})}
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> Entry:
         return cls(Cell.from_dict(data), str(data["algorithm"]), str(data.get("source", "")),
                    str(data.get("created", "")), data.get("median_us"), data.get("default_us"),
-                   dict(data.get("held_out") or {}))
+                   dict(data.get("held_out") or {}),
+                   {str(a): float(us) for a, us in (data.get("others") or {}).items()})
 
 
 @dataclass(frozen=True)
@@ -157,7 +162,7 @@ def entries_of(manifest: Manifest) -> list[Entry]:
                 for v in manifest.verify.held_out}
     source = str(manifest.directory.resolve())
     return [Entry(row.cell, row.algorithm, source, manifest.created, row.median_us, row.default_us,
-                  held.get(row.cell, {})) for row in manifest.selection]
+                  held.get(row.cell, {}), row.others) for row in manifest.selection]
 
 
 def merge(catalog: Catalog, library: LibraryRecord, new: Iterable[Entry], *, replace_conflicts: bool = False,
@@ -258,14 +263,16 @@ def add_stored_runs(catalog_directory: Path, db: Path, library: LibraryRecord, a
                     on_busy: Callable[[Path], None] | None = None) -> Added:
     """`catalog add STORE` once the build is known: tune's selection from the store's runs of `library`
     (tune/job.py `selection_from_store`) as entries whose source is the store, dated by its newest run."""
-    from tunempi.tune.job import selection_from_store
+    from tunempi.tune.job import other_medians, selection_from_store
 
     check_store_build(db, library.fingerprint, library.name, store_libraries(db))
     with ResultStore(db) as store:
         stored = selection_from_store(store, library.fingerprint, adapter, system=system)
     source = str(db.resolve())
     entries = [Entry(cell, algorithm, source, stored.newest, stored.medians.get((cell, algorithm)),
-                     stored.medians.get((cell, DEFAULT_ALGORITHM))) for cell, algorithm in sorted(stored.selection.items())]
+                     stored.medians.get((cell, DEFAULT_ALGORITHM)),
+                     others=other_medians(stored.medians, cell, algorithm))
+               for cell, algorithm in sorted(stored.selection.items())]
     return add_entries(catalog_directory, library, entries, replace_conflicts=replace_conflicts,
                        what="results store", on_busy=on_busy)
 

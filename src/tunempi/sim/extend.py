@@ -70,13 +70,15 @@ class Prediction:
 class Evidence:
     """What a tuning knows at its measured scales: the median latency of every measured (cell, algorithm),
     `default` included; optionally the tuning's own `selection` there (the winner it writes: a strategy
-    measures only the contenders, so its choice can be a model's) and its `estimates` (latency, us) of the
-    algorithms it did not measure in a cell. A measurement always wins over an estimate."""
+    measures only the contenders, so its choice can be a model's; where it kept the default, no winner: a
+    faster median of another algorithm there is not carried beyond it) and its `estimates` (latency, us) of
+    the algorithms it did not measure in a cell. A measurement always wins over an estimate."""
 
     def __init__(self, medians: Mapping[tuple[Cell, str], float], *, selection: Mapping[Cell, str] | None = None,
                  estimates: Mapping[tuple[Cell, str], float] | None = None) -> None:
         self.medians = {key: float(v) for key, v in medians.items() if np.isfinite(v) and v > 0}
         self.selection = {c: a for c, a in (selection or {}).items() if a != DEFAULT_ALGORITHM}
+        self.kept_default = {c for c, a in (selection or {}).items() if a == DEFAULT_ALGORITHM}
         self.estimates = {key: float(v) for key, v in (estimates or {}).items() if np.isfinite(v) and v > 0}
         self.cells = sorted({cell for cell, _ in self.medians} | set(self.selection))
         self.node_counts = sorted({cell.nodes for cell in self.cells})
@@ -105,9 +107,12 @@ class Evidence:
         return measured if measured is not None else self.estimates.get((cell, algorithm))
 
     def winner(self, cell: Cell) -> str | None:
-        """The tuning's selection in the cell if it has one, else the fastest measured algorithm."""
+        """The tuning's selection in the cell if it has one (None where it kept the default), else the fastest
+        measured algorithm."""
         if cell in self.selection:
             return self.selection[cell]
+        if cell in self.kept_default:
+            return None
         measured = [(v, a) for (c, a), v in self.medians.items() if c == cell and a != DEFAULT_ALGORITHM]
         return min(measured)[1] if measured else None
 

@@ -655,7 +655,7 @@ def write_result(plan: TunePlan, outcome: TuneOutcome, emit: OnTuneEvent = _igno
         selection=tuple(
             SelectionRow(cell, algorithm, medians.get((cell, algorithm)), medians.get((cell, DEFAULT_ALGORITHM)),
                          decided=d.evidence() if (d := outcome.decisions.get(cell)) else None,
-                         own=d.own_evidence() if d else None)
+                         own=d.own_evidence() if d else None, others=other_medians(medians, cell, algorithm))
             for cell, algorithm in sorted(selection.items())),
         training_curve=tuple(CurveRecord(p.wall_s, p.bench_s, p.points, p.convergence, dict(p.per_collective))
                              for p in outcome.curve),
@@ -803,3 +803,10 @@ def tune_compositions(plan: TunePlan, manifest: Manifest, emit: OnTuneEvent = _i
     emit(CompositionsWritten(manifest, manifest.save()))
     return manifest
 
+
+
+def other_medians(medians: Mapping[tuple[Cell, str], float | None], cell: Cell, selected: str) -> dict[str, float]:
+    """The medians measured at `cell` of every algorithm but the selected one and the default (a manifest row's
+    `others`: what the extension policy reads where a winner was measured but not selected)."""
+    return {a: float(us) for (c, a), us in medians.items()
+            if c == cell and a not in (selected, DEFAULT_ALGORITHM) and us is not None}

@@ -85,6 +85,9 @@ class SelectionRow:
     #: the same contender against the default in this cell alone (CellDecision.own): `decided` is its range's,
     #: shared by every cell the range covers (issue 58); None where the cell has no figures of its own
     own: tuple[float, float, float, int] | None = None
+    #: the median of every other algorithm tune measured here (not the selection's, not the default's): the
+    #: extension policy reads a winner's gain where it was not selected too (tune/files.py extensions_for)
+    others: Mapping[str, float] = field(default_factory=dict)
 
     def tune_figures(self) -> tuple[tuple[float, float, float, int], str] | None:
         """Tune's figures for this cell and whose they are: ("cell", its own), or ("range", its range's) where
@@ -101,6 +104,8 @@ class SelectionRow:
                 speedup, low, high, launches = figures
                 data[key] = {"speedup": round(speedup, 5), "low": round(low, 5), "high": round(high, 5),
                              "launches": launches}
+        if self.others:
+            data["others"] = {a: self.others[a] for a in sorted(self.others)}
         return {**data, "replaced_from": self.replaced_from} if self.replaced_from else data
 
     @classmethod
@@ -109,7 +114,18 @@ class SelectionRow:
             return (float(d["speedup"]), float(d["low"]), float(d["high"]), int(d["launches"])) if d else None
 
         return cls(Cell.from_dict(data), str(data["algorithm"]), data.get("median_us"), data.get("default_us"),
-                   str(data.get("replaced_from", "")), figures(data.get("decided")), figures(data.get("own")))
+                   str(data.get("replaced_from", "")), figures(data.get("decided")), figures(data.get("own")),
+                   {str(a): float(us) for a, us in (data.get("others") or {}).items()})
+
+    def medians(self) -> dict[tuple[Cell, str], float]:
+        """Every median the row holds, keyed as tune's medians are: the selection's (unless verify replaced it:
+        the row's median is then the default's), the default's and the others'."""
+        found = {(self.cell, a): us for a, us in self.others.items()}
+        if self.median_us is not None and not self.replaced_from:
+            found[self.cell, self.algorithm] = self.median_us
+        if self.default_us is not None:
+            found[self.cell, DEFAULT_ALGORITHM] = self.default_us
+        return found
 
 
 @dataclass(frozen=True)

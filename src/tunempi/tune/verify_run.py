@@ -473,11 +473,11 @@ def rewrite_files(manifest: Manifest, library: MPILibrary, fixed: Mapping[Cell, 
     fixed = whole_collectives(one_choice_per_scale(fixed, adapter), adapter)
     # the extension policy above the largest measured size again, from tune's medians: a replaced cell's
     # algorithm is the default there, so a rule verify sent back is not carried beyond it either
+    # (every median tune measured: the selection's, unless replaced, whose median is the default's; the default's;
+    # the other algorithms', which the policy reads where a winner was not selected)
     medians: dict[tuple[Cell, str], float | None] = {}
     for row in manifest.selection:
-        if not row.replaced_from:  # a replaced row's median is the default's
-            medians[row.cell, row.algorithm] = row.median_us
-        medians[row.cell, DEFAULT_ALGORITHM] = row.default_us
+        medians.update(row.medians())
     rule_sets = files_rule_sets(fixed, adapter, medians, preferred_ppn=manifest.preferred_ppn)
     written = write_tuning_files(manifest.directory, library, adapter, rule_sets,
                                  smoke_ranks=sorted({cell.ranks for cell in fixed}), smoke=smoke)
@@ -486,7 +486,7 @@ def rewrite_files(manifest: Manifest, library: MPILibrary, fixed: Mapping[Cell, 
                      row.median_us if fixed[row.cell] == row.algorithm else row.default_us, row.default_us,
                      # a second rewrite (hold-out's) keeps what an earlier one replaced
             replaced_from=row.algorithm if fixed[row.cell] != row.algorithm else row.replaced_from,
-            decided=row.decided, own=row.own)
+            decided=row.decided, own=row.own, others=row.others)
         for row in manifest.selection))
 
 
