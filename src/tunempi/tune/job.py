@@ -804,7 +804,6 @@ def tune_compositions(plan: TunePlan, manifest: Manifest, emit: OnTuneEvent = _i
     return manifest
 
 
-
 def other_medians(medians: Mapping[tuple[Cell, str], float | None], cell: Cell, selected: str) -> dict[str, float]:
     """The medians measured at `cell` of every algorithm but the selected one and the default (a manifest row's
     `others`: what the extension policy reads where a winner was measured but not selected)."""
