@@ -133,6 +133,7 @@ def build_tuning(catalog: Catalog, out: Path, *, mpi: str | None = None, smoke: 
         on_writing(smoke_ranks)
     written = write_tuning_files(out, library, adapter, rule_sets, smoke_ranks=smoke_ranks, smoke=smoke)
     by_cell = {e.cell: e for e in rules.acting}
+    others = other_medians(medians, selection)
     manifest = Manifest(
         directory=out, library=catalog.library, created=utc_timestamp(),
         collectives=tuple(sorted({c.collective for c in selection})),
@@ -144,8 +145,7 @@ def build_tuning(catalog: Catalog, out: Path, *, mpi: str | None = None, smoke: 
         run=RunRecord(stop_reason="built from the catalog's tunings"),
         one_choice=one_choice(adapter, sorted({c.collective for c in selection})),
         selection=tuple(SelectionRow(cell, algorithm, medians.get((cell, algorithm)),
-                                     medians.get((cell, DEFAULT_ALGORITHM)),
-                                     others=other_medians(medians, cell, algorithm))
+                                     medians.get((cell, DEFAULT_ALGORITHM)), others=others[cell])
                         for cell, algorithm in sorted(selection.items())),
         **files_fields(written, rule_sets),
     )

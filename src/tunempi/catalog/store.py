@@ -269,9 +269,9 @@ def add_stored_runs(catalog_directory: Path, db: Path, library: LibraryRecord, a
     with ResultStore(db) as store:
         stored = selection_from_store(store, library.fingerprint, adapter, system=system)
     source = str(db.resolve())
+    others = other_medians(stored.medians, stored.selection)
     entries = [Entry(cell, algorithm, source, stored.newest, stored.medians.get((cell, algorithm)),
-                     stored.medians.get((cell, DEFAULT_ALGORITHM)),
-                     others=other_medians(stored.medians, cell, algorithm))
+                     stored.medians.get((cell, DEFAULT_ALGORITHM)), others=others[cell])
                for cell, algorithm in sorted(stored.selection.items())]
     return add_entries(catalog_directory, library, entries, replace_conflicts=replace_conflicts,
                        what="results store", on_busy=on_busy)

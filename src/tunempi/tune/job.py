@@ -631,6 +631,7 @@ def write_result(plan: TunePlan, outcome: TuneOutcome, emit: OnTuneEvent = _igno
                                   medians)
     # above the largest measured size: what the extension policy keeps (the library's own elsewhere)
     rule_sets = files_rule_sets(selection, plan.adapter, medians, preferred_ppn=preferred_ppn)
+    others = other_medians(medians, selection)
     smoke_ranks = tuple(sorted({s.ranks for s in plan.scales}))
     emit(WritingFiles(smoke_ranks))
     written = write_tuning_files(options.out, library, plan.adapter, rule_sets, smoke_ranks=smoke_ranks,
@@ -655,7 +656,7 @@ def write_result(plan: TunePlan, outcome: TuneOutcome, emit: OnTuneEvent = _igno
         selection=tuple(
             SelectionRow(cell, algorithm, medians.get((cell, algorithm)), medians.get((cell, DEFAULT_ALGORITHM)),
                          decided=d.evidence() if (d := outcome.decisions.get(cell)) else None,
-                         own=d.own_evidence() if d else None, others=other_medians(medians, cell, algorithm))
+                         own=d.own_evidence() if d else None, others=others[cell])
             for cell, algorithm in sorted(selection.items())),
         training_curve=tuple(CurveRecord(p.wall_s, p.bench_s, p.points, p.convergence, dict(p.per_collective))
                              for p in outcome.curve),
@@ -804,8 +805,13 @@ def tune_compositions(plan: TunePlan, manifest: Manifest, emit: OnTuneEvent = _i
     return manifest
 
 
-def other_medians(medians: Mapping[tuple[Cell, str], float | None], cell: Cell, selected: str) -> dict[str, float]:
-    """The medians measured at `cell` of every algorithm but the selected one and the default (a manifest row's
-    `others`: what the extension policy reads where a winner was measured but not selected)."""
-    return {a: float(us) for (c, a), us in medians.items()
-            if c == cell and a not in (selected, DEFAULT_ALGORITHM) and us is not None}
+def other_medians(medians: Mapping[tuple[Cell, str], float | None],
+                  selection: Mapping[Cell, str]) -> dict[Cell, dict[str, float]]:
+    """Per selected cell, the medians measured there of every algorithm but the selected one and the default (a
+    manifest row's `others`: what the extension policy reads where a winner was measured but not selected); one
+    pass over the medians, not one per cell."""
+    others: dict[Cell, dict[str, float]] = {cell: {} for cell in selection}
+    for (cell, algorithm), us in medians.items():
+        if cell in others and us is not None and algorithm not in (selection[cell], DEFAULT_ALGORITHM):
+            others[cell][algorithm] = float(us)
+    return others
